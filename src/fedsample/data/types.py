@@ -1,0 +1,111 @@
+"""The data types every layer shares: a dataset with its test split, and its partition into clients.
+
+A :class:`FederatedData` stays compact at a million clients: one index array grouped by client and
+an offsets array (client ``k`` owns ``order[offsets[k]:offsets[k+1]]``), never a Python list of arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+
+Task = Literal["classification", "regression"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Arrays of a dataset with a fixed train/test split.
+
+    ``x_*`` are float32 arrays of shape ``(n, *input_shape)``; ``y_*`` are int64 class labels for
+    classification and float32 targets for regression (``num_classes == 0``).
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    task: Task = "classification"
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.x_train) != len(self.y_train):
+            raise ValueError(f"dataset {self.name!r}: x_train has {len(self.x_train)} rows, y_train {len(self.y_train)}")
+        if len(self.x_test) != len(self.y_test):
+            raise ValueError(f"dataset {self.name!r}: x_test has {len(self.x_test)} rows, y_test {len(self.y_test)}")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def num_train(self) -> int:
+        return len(self.y_train)
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """A dataset's training split divided among clients.
+
+    ``order`` lists training-row indices grouped by client; client ``k`` owns
+    ``order[offsets[k]:offsets[k + 1]]``. ``user_ids`` optionally names each client (natural partitions).
+    """
+
+    dataset: Dataset
+    order: np.ndarray
+    offsets: np.ndarray
+    scheme: str = ""
+    user_ids: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        offsets = np.asarray(self.offsets)
+        if offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(self.order):
+            raise ValueError("offsets must start at 0, end at len(order) and list at least one client")
+        if np.any(np.diff(offsets) < 0):
+            raise ValueError("offsets must be non-decreasing")
+
+    @classmethod
+    def from_client_indices(
+        cls, dataset: Dataset, indices: Sequence[np.ndarray], scheme: str = "", user_ids: np.ndarray | None = None
+    ) -> "FederatedData":
+        """Build the compact form from one index array per client."""
+        sizes = np.fromiter((len(ix) for ix in indices), dtype=np.int64, count=len(indices))
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        order = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in indices]) if len(indices) else np.zeros(0, np.int64)
+        return cls(dataset=dataset, order=order, offsets=offsets, scheme=scheme, user_ids=user_ids)
+
+    @classmethod
+    def from_assignment(cls, dataset: Dataset, client_of_row: np.ndarray, num_clients: int, scheme: str = "") -> "FederatedData":
+        """Build from a client id per training row (rows with id < 0 are left out)."""
+        client_of_row = np.asarray(client_of_row, dtype=np.int64)
+        kept = np.flatnonzero(client_of_row >= 0)
+        order = kept[np.argsort(client_of_row[kept], kind="stable")]
+        sizes = np.bincount(client_of_row[kept], minlength=num_clients)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return cls(dataset=dataset, order=order, offsets=offsets, scheme=scheme)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.offsets) - 1
+
+    def client_indices(self, k: int) -> np.ndarray:
+        """Training-row indices of client ``k``."""
+        return self.order[self.offsets[k] : self.offsets[k + 1]]
+
+    def client_arrays(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ix = self.client_indices(k)
+        return self.dataset.x_train[ix], self.dataset.y_train[ix]
+
+    def sizes(self) -> np.ndarray:
+        """True client sizes. Simulation and reporting code only: a strategy never calls this."""
+        return np.diff(self.offsets)
+
+    def to_client_indices(self) -> list[np.ndarray]:
+        return [self.client_indices(k) for k in range(self.num_clients)]
+
+    def pooled(self) -> "FederatedData":
+        """All clients' data held by one client (centralized training)."""
+        return FederatedData(self.dataset, self.order, np.array([0, len(self.order)], dtype=np.int64), scheme="pooled")
