@@ -1,0 +1,141 @@
+"""Client procedures: the only code that reads a client's data.
+
+Each procedure is a plain function ``(ctx, payload, rng) -> report``. ``ctx`` holds one client's data and
+the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure).
+A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
+strategy asked for exact sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedsample import privacy
+from fedsample.training.functional import Params, flatten, weighted_gradient
+
+
+@dataclass
+class ClientContext:
+    """One client's data (as tensors) and the shared model architecture."""
+
+    client_id: int
+    x: torch.Tensor
+    y: torch.Tensor
+    module: nn.Module
+    task: str
+    num_classes: int
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    def label_counts(self) -> np.ndarray:
+        return np.bincount(self.y.numpy(), minlength=self.num_classes)
+
+
+@dataclass
+class LocalSample:
+    """What a data plan drew on a client: positions into its data, optionally a distribution over them for
+    minibatches drawn with replacement (``probs``) and a per-sample gradient scale (``scale``)."""
+
+    indices: np.ndarray
+    probs: np.ndarray | None = None
+    scale: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class DataPlan(Protocol):
+    """A server-sent instruction that the client executes on its own data to draw its local sample."""
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample: ...
+
+
+# --- size reports -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeQuery:
+    """The server's question about data size: ``exact`` (only when the strategy declares it) or
+    ``randomized`` response with budget ``epsilon`` and threshold ``M``."""
+
+    mode: Literal["exact", "randomized"]
+    epsilon: float | None = None
+    M: int | None = None
+
+
+def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) -> int:
+    """The client's answer to a size query: its true size, or a randomized response (Qi et al. Eq. 1)."""
+    if query.mode == "exact":
+        return ctx.size
+    return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, rng))
+
+
+# --- probes ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
+    ``gradient=True`` also the flattened gradient (compression hooks refine this)."""
+
+    params: Params
+    gradient: bool = False
+
+
+@dataclass
+class ProbeReport:
+    loss: float
+    grad_norm: float
+    gradient: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
+    """Full-batch loss and gradient of the client's local objective (mean over its samples)."""
+    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype)
+    g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
+    flat = flatten(g)
+    return ProbeReport(
+        loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.numpy() if request.gradient else None
+    )
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainPayload:
+    """Global parameters, the data plan, the local solver and the round number."""
+
+    params: Params
+    plan: Any
+    solver: Any
+    round: int
+
+
+@dataclass
+class TrainReport:
+    """A client's update (a descent direction), the number of local steps taken (tau_k) and its mean loss."""
+
+    update: Params
+    steps: int
+    loss: float
+
+
+def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
+    """Draw the local sample, run the local solver. A client that drew no sample sends nothing (None)."""
+    sample = payload.plan.draw(ctx, rng)
+    if len(sample) == 0:
+        return None
+    result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
+    return TrainReport(update=result.update, steps=result.steps, loss=result.loss)
+
+
+PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

@@ -1,0 +1,51 @@
+"""The in-process simulator: a per-client loop over the client procedures (the reference backend)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedsample import client as procedures
+from fedsample.data.types import FederatedData
+from fedsample.federation.base import payload_for
+from fedsample.rng import generator
+
+
+class Simulator:
+    """Runs client procedures in this process, one client after the other.
+
+    Each call draws the client's randomness from (seed, round, client, procedure), so the reports do not
+    depend on the order or grouping of clients.
+    """
+
+    def __init__(self, data: FederatedData, module: nn.Module, seed: int) -> None:
+        ds = data.dataset
+        self.data = data
+        self.module = module
+        self.seed = seed
+        self.x = torch.as_tensor(ds.x_train)
+        self.y = torch.as_tensor(ds.y_train)
+        self.task = ds.task
+        self.num_classes = ds.num_classes
+
+    @property
+    def num_clients(self) -> int:
+        return self.data.num_clients
+
+    def context(self, k: int) -> procedures.ClientContext:
+        rows = torch.as_tensor(self.data.client_indices(k))
+        return procedures.ClientContext(k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes)
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+        fn = procedures.PROCEDURES[procedure]
+        per_client = isinstance(payload, (list, tuple))
+        if per_client and len(payload) != len(client_ids):
+            raise ValueError(f"{len(payload)} payloads for {len(client_ids)} clients")
+        reports = []
+        for position, k in enumerate(np.asarray(client_ids)):
+            rng = generator(self.seed, round, int(k), procedure)
+            reports.append(fn(self.context(int(k)), payload_for(payload, position, per_client), rng))
+        return reports

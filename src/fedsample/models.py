@@ -1,0 +1,93 @@
+"""Model specifications. A spec is a small frozen dataclass; ``build(input_shape, num_classes)`` makes the
+``torch.nn.Module`` whose parameters the strategies move around as plain tensor dicts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+def _outputs(num_classes: int) -> int:
+    return num_classes if num_classes > 0 else 1  # regression: one output
+
+
+@dataclass(frozen=True)
+class LogisticRegression:
+    """Multinomial logistic regression (a single linear layer on flattened inputs); linear regression
+    when the task is regression."""
+
+    name: ClassVar[str] = "logreg"
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), _outputs(num_classes)))
+
+
+@dataclass(frozen=True)
+class MLP:
+    """Fully connected network with ReLU hidden layers of width ``hidden`` (``layers`` of them)."""
+
+    hidden: int = 64
+    layers: int = 1
+    name: ClassVar[str] = "mlp"
+
+    def __post_init__(self) -> None:
+        if self.hidden < 1 or self.layers < 1:
+            raise ValueError(f"MLP needs hidden >= 1 and layers >= 1, got hidden={self.hidden}, layers={self.layers}")
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        width = math.prod(input_shape)
+        modules: list[nn.Module] = [nn.Flatten()]
+        for _ in range(self.layers):
+            modules += [nn.Linear(width, self.hidden), nn.ReLU()]
+            width = self.hidden
+        modules.append(nn.Linear(width, _outputs(num_classes)))
+        return nn.Sequential(*modules)
+
+
+@dataclass(frozen=True)
+class CNN:
+    """The two-convolution CNN of McMahan et al. 2017: 5x5 conv (32) → 2x2 max-pool → 5x5 conv (64) →
+    2x2 max-pool → fully connected (512, ReLU) → output. Padding 2 keeps small inputs (8x8 digits) valid."""
+
+    channels: tuple[int, int] = (32, 64)
+    hidden: int = 512
+    name: ClassVar[str] = "cnn"
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        if len(input_shape) != 3:
+            raise ValueError(f"CNN needs image inputs of shape (C, H, W), got {input_shape}")
+        c, h, w = input_shape
+        c1, c2 = self.channels
+        features = nn.Sequential(
+            nn.Conv2d(c, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(),
+        )
+        flat = c2 * (h // 4) * (w // 4)
+        return nn.Sequential(features, nn.Linear(flat, self.hidden), nn.ReLU(), nn.Linear(self.hidden, _outputs(num_classes)))
+
+
+MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN)}
+
+
+def model_from_name(name: str, **params) -> "LogisticRegression | MLP | CNN":
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    return MODELS[name](**params)
+
+
+def initial_parameters(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Re-initialise ``module`` with torch's default initialisers under a seed derived from ``seed``
+    (the global torch RNG is forked, not disturbed) and return its parameters as a detached dict."""
+    from fedsample.rng import torch_seed
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(seed))
+        for layer in module.modules():
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+    return {name: p.detach().clone() for name, p in module.named_parameters()}

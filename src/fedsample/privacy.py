@@ -1,0 +1,122 @@
+"""Private data-size reports: randomized response over {1, ..., M-1} (Qi et al. 2023, §3.3 and Lemma 3.2).
+
+A client clips its size to ``n = min(|D|, M - 1)``, draws a fake size uniformly on ``{1, ..., M-1}`` and
+sends the true clipped value with probability ``alpha`` (Eq. 1). The server estimates the total clipped
+size by ``N~ = (R - (1 - alpha) * M * |C| / 2) / alpha`` (Eq. 2), which is unbiased (Eq. 5-7).
+
+Note: the estimator is unbiased for the total *clipped* size ``sum_c min(|D_c|, M - 1)``; it equals the
+true total N only when no client holds M or more samples (the paper's Eq. 7 glosses over this).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+
+def _check(epsilon: float, M: int) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if int(M) != M or M < 2:
+        raise ValueError(f"M must be an integer >= 2, got {M!r}")
+
+
+def alpha_for(epsilon: float, M: int) -> float:
+    """Probability of reporting the true size that gives epsilon-LDP: alpha = (e^eps - 1)/(e^eps + M - 2) (Eq. 21)."""
+    _check(epsilon, M)
+    return math.expm1(epsilon) / (math.exp(epsilon) + M - 2)
+
+
+def clip_size(n: np.ndarray | int, M: int) -> np.ndarray:
+    """The true response n_c = min(|D_c|, M - 1) (§3.3)."""
+    return np.minimum(np.asarray(n, dtype=np.int64), M - 1)
+
+
+def randomized_response(n: np.ndarray | int, epsilon: float, M: int, rng: np.random.Generator) -> np.ndarray:
+    """Eq. 1: r_c = x_c * n_c + (1 - x_c) * n^_c, x_c ~ B(alpha), n^_c ~ U{1, ..., M-1}. Vectorized over clients."""
+    alpha = alpha_for(epsilon, M)
+    n = np.asarray(n, dtype=np.int64)
+    if np.any(n < 1):
+        raise ValueError("a client reporting its size must hold at least one sample")
+    truthful = rng.random(n.shape) < alpha
+    fake = rng.integers(1, M, size=n.shape)
+    return np.where(truthful, clip_size(n, M), fake)
+
+
+def response_distribution(n: int, epsilon: float, M: int) -> np.ndarray:
+    """P(report = y | size n) for y = 1..M-1 (Eq. 17-18); index y-1."""
+    alpha = alpha_for(epsilon, M)
+    probs = np.full(M - 1, (1 - alpha) / (M - 1))
+    probs[int(clip_size(n, M)) - 1] += alpha
+    return probs
+
+
+def validate_reports(reports: np.ndarray, M: int, client_ids: Sequence[int] | None = None) -> np.ndarray:
+    """Reject any report outside {1, ..., M-1}, naming the client that sent it."""
+    reports = np.asarray(reports)
+    bad = np.flatnonzero((reports < 1) | (reports > M - 1) | (reports != np.round(reports)))
+    if len(bad):
+        who = client_ids[bad[0]] if client_ids is not None else int(bad[0])
+        raise ValueError(f"size report {reports[bad[0]]!r} from client {who} is outside {{1, ..., {M - 1}}}")
+    return reports.astype(np.int64)
+
+
+def estimate_total(
+    reports: np.ndarray, epsilon: float, M: int, client_ids: Sequence[int] | None = None, clamp: bool = True
+) -> float:
+    """Unbiased estimate of the total (clipped) size over the clients that answered (Eq. 2).
+
+    ``N~ = (R - (1 - alpha) * M * |C| / 2) / alpha``; with ``clamp`` the estimate is raised to at least the
+    number of answers (every answering client holds at least one sample); the raw estimate is unbiased.
+    """
+    alpha = alpha_for(epsilon, M)
+    reports = validate_reports(reports, M, client_ids)
+    answered = len(reports)
+    estimate = (reports.sum(dtype=np.float64) - (1 - alpha) * M * answered / 2) / alpha
+    return max(estimate, float(answered)) if clamp else float(estimate)
+
+
+def estimator_variance(sizes: np.ndarray, epsilon: float, M: int) -> float:
+    """Var(N~) = sum_c Var(r_c) / alpha^2 for true sizes ``sizes`` (unclamped estimator).
+
+    With n_c clipped, u ~ U{1..M-1}: E[u] = M/2, E[u^2] = M(2M-1)/6, and
+    Var(r_c) = alpha*n_c^2 + (1-alpha)*M(2M-1)/6 - (alpha*n_c + (1-alpha)*M/2)^2.
+    """
+    alpha = alpha_for(epsilon, M)
+    n = clip_size(sizes, M).astype(np.float64)
+    second = alpha * n**2 + (1 - alpha) * M * (2 * M - 1) / 6
+    first = alpha * n + (1 - alpha) * M / 2
+    return float(np.sum(second - first**2) / alpha**2)
+
+
+def sampling_ratio(K: int, total_estimate: float) -> float:
+    """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2)."""
+    if K <= 0:
+        raise ValueError(f"K must be > 0, got {K}")
+    return min(1.0, K / total_estimate) if total_estimate > 0 else 1.0
+
+
+def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, sizes: Sequence[int] = (1,)) -> dict:
+    """Monte Carlo privacy audit: for each pair of true sizes, the largest empirical ratio
+    P^(report = y | n) / P^(report = y | n') over outputs y, to compare with e^epsilon (Definition 3.2).
+
+    Returns ``{"epsilon": eps, "bound": e^eps, "max_ratio": observed, "pair": (n, n'), "y": y}``.
+    """
+    sizes = list(sizes) if len(sizes) > 1 else [1, M - 1]
+    counts = {}
+    for n in sizes:
+        reports = randomized_response(np.full(draws, n), epsilon, M, rng)
+        counts[n] = np.bincount(reports, minlength=M)[1:] / draws
+    best = (0.0, None, None)
+    for n in sizes:
+        for other in sizes:
+            if n == other:
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(counts[other] > 0, counts[n] / counts[other], np.inf)
+            y = int(np.argmax(ratio))
+            if ratio[y] > best[0]:
+                best = (float(ratio[y]), (n, other), y + 1)
+    return {"epsilon": epsilon, "bound": math.exp(epsilon), "max_ratio": best[0], "pair": best[1], "y": best[2]}

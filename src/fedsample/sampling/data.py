@@ -1,0 +1,114 @@
+"""Data samplers: what each chosen client trains on. The server sends a small *plan*; the client executes
+it on its own data (:meth:`draw`), so the server never sees which or how many samples were drawn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import numpy as np
+
+from fedsample import privacy
+from fedsample.client import ClientContext, LocalSample
+
+if TYPE_CHECKING:
+    from fedsample.sampling.clients import Cohort
+    from fedsample.strategy import RoundContext
+
+
+# --- plans (run on the client) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllSamples:
+    """Train on every local sample."""
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+        return LocalSample(np.arange(ctx.size))
+
+
+@dataclass(frozen=True)
+class BernoulliSamples:
+    """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14)."""
+
+    p: float
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+        return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
+
+
+@dataclass(frozen=True)
+class FixedSizeSamples:
+    """Keep min(k, n) local samples uniformly without replacement."""
+
+    k: int
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+        return LocalSample(np.sort(rng.choice(ctx.size, size=min(self.k, ctx.size), replace=False)))
+
+
+# --- samplers (run on the server) ------------------------------------------------------------------
+
+NeedsSizes = Literal["estimate", None]
+
+
+@dataclass(frozen=True)
+class FullData:
+    """Every chosen client trains on all of its data (FedAvg and the client-sampling baselines)."""
+
+    needs_sizes: ClassVar[NeedsSizes] = None
+
+    def plan(self, ctx: "RoundContext", cohort: "Cohort") -> AllSamples:
+        return AllSamples()
+
+
+@dataclass(frozen=True)
+class FixedRatio:
+    """The naive method of Qi et al. 2023, §3.3: each sample kept with a fixed probability r."""
+
+    ratio: float
+    needs_sizes: ClassVar[NeedsSizes] = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"sampling ratio must be in (0, 1], got {self.ratio}")
+
+    def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
+        return BernoulliSamples(self.ratio)
+
+
+@dataclass(frozen=True)
+class FedSamplingData:
+    """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
+    probability K / N~, with N~ the server's estimate of the total size (capped at 1)."""
+
+    K: int
+    needs_sizes: ClassVar[NeedsSizes] = "estimate"
+
+    def __post_init__(self) -> None:
+        if int(self.K) != self.K or self.K < 1:
+            raise ValueError(f"K (desired samples per round) must be an integer >= 1, got {self.K!r}")
+
+    def ratio(self, ctx: "RoundContext") -> float:
+        return privacy.sampling_ratio(self.K, ctx.require_sizes().total)
+
+    def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
+        p = self.ratio(ctx)
+        ctx.log["ratio"] = p
+        return BernoulliSamples(p)
+
+
+@dataclass(frozen=True)
+class UniformSubset:
+    """k samples uniformly without replacement from each chosen client (centralized minibatches when the
+    only client holds the pooled data)."""
+
+    k: int
+    needs_sizes: ClassVar[NeedsSizes] = None
+
+    def __post_init__(self) -> None:
+        if int(self.k) != self.k or self.k < 1:
+            raise ValueError(f"subset size must be an integer >= 1, got {self.k!r}")
+
+    def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
+        return FixedSizeSamples(self.k)

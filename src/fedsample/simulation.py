@@ -1,0 +1,122 @@
+"""``simulate``: run a strategy for some rounds on federated data, with evaluation, checkpoints and resume.
+
+All simulator state (parameters, strategy and server-optimizer state, history, and the seed from which
+every random draw derives) is one :class:`SimulationState`, saved atomically every N rounds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from fedsample.data.types import FederatedData
+from fedsample.evaluation import evaluate
+from fedsample.federation.simulator import Simulator
+from fedsample.models import initial_parameters
+from fedsample.strategy import Strategy
+from fedsample.training.functional import Params
+
+
+@dataclass
+class SimulationState:
+    """Everything needed to continue a run exactly: ``round`` rounds are done."""
+
+    key: str
+    seed: int
+    round: int
+    params: Params
+    state: dict
+    history: list[dict] = field(default_factory=list)
+
+    def save(self, path: Path) -> None:
+        """Write atomically: a temporary file in the same folder, then a rename."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self.__dict__, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "SimulationState":
+        return cls(**torch.load(path, weights_only=False))
+
+
+@dataclass
+class SimulationResult:
+    history: list[dict]
+    params: Params
+    strategy: str
+    seed: int
+
+    @property
+    def final(self) -> dict:
+        """The metrics of the last evaluated round."""
+        evaluated = [h for h in self.history if "loss" in h]
+        return evaluated[-1] if evaluated else {}
+
+
+def build_module(model: Any, data: FederatedData) -> nn.Module:
+    """A model spec (with ``build``) or a ready module."""
+    if isinstance(model, nn.Module):
+        return model
+    return model.build(data.dataset.input_shape, data.dataset.num_classes)
+
+
+def run_key(strategy: Strategy, seed: int) -> str:
+    return f"{strategy!r}|seed={seed}"
+
+
+def simulate(
+    strategy: Strategy,
+    data: FederatedData,
+    model: Any,
+    rounds: int,
+    seed: int = 0,
+    eval_every: int = 1,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    progress: Callable[[int], None] | None = None,
+    federation: Any = None,
+) -> SimulationResult:
+    """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
+    (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
+    the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run."""
+    if rounds < 1 or eval_every < 1:
+        raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
+    if strategy.pooled:
+        data = data.pooled()
+    module = build_module(model, data)
+    fed = federation or Simulator(data, module, seed)
+    key = run_key(strategy, seed)
+    state = _start(strategy, module, seed, key, checkpoint, resume)
+    x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
+    ds = data.dataset
+    for t in range(state.round, rounds):
+        state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+        record = {"round": t + 1, **log}
+        if (t + 1) % eval_every == 0 or t + 1 == rounds:
+            record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
+        state.history.append(record)
+        state.round = t + 1
+        if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
+            state.save(Path(checkpoint))
+        if progress:
+            progress(t + 1)
+    if checkpoint:
+        state.save(Path(checkpoint))
+    return SimulationResult(history=state.history, params=state.params, strategy=strategy.name, seed=seed)
+
+
+def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool) -> SimulationState:
+    if resume and checkpoint and Path(checkpoint).exists():
+        saved = SimulationState.load(Path(checkpoint))
+        if saved.key != key:
+            raise ValueError(f"checkpoint {checkpoint} belongs to another run (strategy or seed differ)")
+        return saved
+    params = initial_parameters(module, seed)
+    return SimulationState(key=key, seed=seed, round=0, params=params, state=strategy.init_state(params))

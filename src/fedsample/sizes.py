@@ -1,0 +1,83 @@
+"""Size reporting: how (and whether) the server learns how much data clients hold.
+
+``ExactSizes`` asks clients for their true sizes (declared explicitly by the strategy, as weighted client
+sampling and size-weighted FedAvg need); ``RandomizedSizes`` asks for epsilon-LDP randomized responses
+(Qi et al. 2023, §3.3) and estimates the total with Eq. 2. ``scope`` says who is asked: every available
+client before selection (FedSampling) or only the chosen cohort after it (FedSTaS, size-weighted FedAvg).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from fedsample import privacy
+from fedsample.client import SizeQuery
+
+Scope = Literal["all", "cohort"]
+
+
+@dataclass(frozen=True)
+class SizeInfo:
+    """What the server holds after a size query: who answered, their reports, and the estimated total."""
+
+    ids: np.ndarray
+    reports: np.ndarray
+    total: float
+    exact: bool
+
+    def for_clients(self, ids: np.ndarray) -> np.ndarray:
+        """Reports of ``ids`` (each must have answered)."""
+        position = np.searchsorted(self.ids, ids)
+        if np.any(position >= len(self.ids)) or np.any(self.ids[np.minimum(position, len(self.ids) - 1)] != ids):
+            raise ValueError("size reports were not collected from every client asked about")
+        return self.reports[position]
+
+
+def _check_scope(scope: str) -> None:
+    if scope not in ("all", "cohort"):
+        raise ValueError(f"size-report scope must be 'all' or 'cohort', got {scope!r}")
+
+
+@dataclass(frozen=True)
+class ExactSizes:
+    """Clients report their true sizes (no privacy). Needed by size-proportional client sampling."""
+
+    scope: Scope = "all"
+
+    def __post_init__(self) -> None:
+        _check_scope(self.scope)
+
+    @property
+    def query(self) -> SizeQuery:
+        return SizeQuery("exact")
+
+    def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
+        reports = np.asarray(reports, dtype=np.int64)
+        return SizeInfo(ids=ids, reports=reports, total=float(reports.sum()), exact=True)
+
+
+@dataclass(frozen=True)
+class RandomizedSizes:
+    """epsilon-LDP randomized-response size reports with threshold M; total estimated by Eq. 2."""
+
+    epsilon: float = 3.0
+    M: int = 100
+    scope: Scope = "all"
+
+    def __post_init__(self) -> None:
+        _check_scope(self.scope)
+        privacy.alpha_for(self.epsilon, self.M)  # validates epsilon and M
+
+    @property
+    def query(self) -> SizeQuery:
+        return SizeQuery("randomized", self.epsilon, self.M)
+
+    def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
+        total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
+        return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False)
+
+
+SizeReporting = ExactSizes | RandomizedSizes

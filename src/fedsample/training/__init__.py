@@ -1,0 +1,1 @@
+"""Local solvers, aggregators and server optimizers."""

@@ -1,0 +1,143 @@
+"""Local solvers: what a chosen client computes on the samples its data plan drew.
+
+Each solver returns a pseudo-gradient ``update`` (a descent direction) and the number of local steps
+taken: for SGD the update is ``w_global - w_local``; for FedSampling's one-gradient mode it is
+``G_c = (1/K) * sum_{s in S_c} g_s`` (Qi et al. 2023, §3.2). The server then applies ``w - eta * aggregate``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedsample.training.functional import Params, tree_map, weighted_gradient, zeros_like
+
+if TYPE_CHECKING:
+    from fedsample.client import ClientContext, LocalSample
+
+
+@dataclass
+class LocalResult:
+    update: Params
+    steps: int
+    loss: float
+
+
+def _check_positive(name: str, value: float | None, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LocalSGD:
+    """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
+
+    ``batch_size=None`` takes the whole drawn sample as one batch. With ``momentum`` the heavy-ball buffer
+    b <- momentum * b + g is used; ``weight_decay`` adds lambda * w to g; ``prox_mu`` adds FedProx's
+    proximal gradient mu * (w - w_global) (Li et al. 2020). The learning rate in round t is
+    ``lr * lr_decay ** t``.
+    """
+
+    lr: float = 0.05
+    epochs: int | None = 1
+    steps: int | None = None
+    batch_size: int | None = 32
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+    lr_decay: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_positive("lr", self.lr, allow_none=False)
+        _check_positive("batch_size", self.batch_size)
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError("LocalSGD needs exactly one of epochs or steps")
+        _check_positive("epochs", self.epochs)
+        _check_positive("steps", self.steps)
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.prox_mu < 0:
+            raise ValueError(f"prox_mu (FedProx mu) must be >= 0, got {self.prox_mu}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+
+    def learning_rate(self, round: int) -> float:
+        return self.lr * self.lr_decay**round
+
+    def batches(self, sample: "LocalSample", rng: np.random.Generator) -> list[np.ndarray]:
+        """Positions (into the drawn sample) of each minibatch: shuffled passes without replacement, or,
+        when the plan gives a sampling distribution, batches drawn with replacement from it."""
+        n = len(sample.indices)
+        b = n if self.batch_size is None else min(self.batch_size, n)
+        if sample.probs is not None:
+            count = self.steps if self.steps is not None else self.epochs * math.ceil(n / b)
+            return list(rng.choice(n, size=(count, b), replace=True, p=sample.probs))
+        if self.steps is not None:
+            passes = math.ceil(self.steps * b / n)
+            order = np.concatenate([rng.permutation(n) for _ in range(passes)])
+            return [order[i * b : (i + 1) * b] for i in range(self.steps)]
+        order = np.concatenate([rng.permutation(n) for _ in range(self.epochs)])
+        per_epoch = math.ceil(n / b)
+        return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
+
+    def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+        grad_fn = weighted_gradient(ctx.module, ctx.task)
+        lr = self.learning_rate(round)
+        x, y = ctx.x[sample.indices], ctx.y[sample.indices]
+        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=x.dtype)
+        w = {k: v.clone() for k, v in params.items()}
+        buf = zeros_like(params) if self.momentum else None
+        losses = []
+        for batch in self.batches(sample, rng):
+            batch = torch.as_tensor(batch)
+            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=x.dtype)
+            if scale is not None:
+                weights = weights * scale[batch]
+            g, loss = grad_fn(w, x[batch], y[batch], weights)
+            w, buf = sgd_step(w, g, buf, params, lr, self.momentum, self.weight_decay, self.prox_mu)
+            losses.append(float(loss))
+        update = tree_map(lambda a, b: a - b, params, w)
+        return LocalResult(update=update, steps=len(losses), loss=float(np.mean(losses)))
+
+
+def sgd_step(
+    w: Params, g: Params, buf: Params | None, anchor: Params, lr: float, momentum: float, weight_decay: float, prox_mu: float
+) -> tuple[Params, Params | None]:
+    """One SGD step: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b."""
+    d = {k: g[k] + weight_decay * w[k] + prox_mu * (w[k] - anchor[k]) for k in w}
+    if buf is not None:
+        buf = {k: momentum * buf[k] + d[k] for k in w}
+        d = buf
+    return {k: w[k] - lr * d[k] for k in w}, buf
+
+
+@dataclass(frozen=True)
+class OneGradient:
+    """One gradient at the global model over the drawn sample, normalized by ``K`` (FedSampling,
+    §3.2: G_c = (1/K) * sum_{s in S_c} g_s) or, with ``K=None``, by the local sample size
+    (the naive method of §3.3: G_c = (1/|S_c|) * sum g_s). Per-sample ``scale`` from the plan multiplies g_s."""
+
+    K: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive("K", self.K)
+
+    def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+        x, y = ctx.x[sample.indices], ctx.y[sample.indices]
+        norm = self.K if self.K is not None else len(sample.indices)
+        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=x.dtype)
+        if sample.scale is not None:
+            weights = weights * torch.as_tensor(sample.scale, dtype=x.dtype)
+        g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights)
+        return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
+
+
+LocalSolver = LocalSGD | OneGradient
