@@ -30,14 +30,18 @@ class Simulator:
         self.y = torch.as_tensor(ds.y_train)
         self.task = ds.task
         self.num_classes = ds.num_classes
+        self._contexts: dict[int, procedures.ClientContext] = {}
 
     @property
     def num_clients(self) -> int:
         return self.data.num_clients
 
     def context(self, k: int) -> procedures.ClientContext:
-        rows = torch.as_tensor(self.data.client_indices(k))
-        return procedures.ClientContext(k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes)
+        """Client k's data as tensors (built once, then reused)."""
+        if k not in self._contexts:
+            rows = torch.as_tensor(self.data.client_indices(k))
+            self._contexts[k] = procedures.ClientContext(k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes)
+        return self._contexts[k]
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
         fn = procedures.PROCEDURES[procedure]

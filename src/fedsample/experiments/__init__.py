@@ -1,0 +1,1 @@
+"""Experiments: TOML configs, presets, the runner and its reports."""
