@@ -1,7 +1,17 @@
-"""Datasets, partitions and their statistics."""
+"""Datasets, partitions and their statistics.
+
+Heavy dependencies (scikit-learn, matplotlib) are imported inside the functions that need them.
+"""
 
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.data.datasets import load_dataset, available_datasets
-from fedsample.data.partition import IID, LogNormalSizes, partition
+from fedsample.data.partition import IID, Dirichlet, LocalLongTail, LogNormalSizes, Natural, Shards, partition
+from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression, msd_db
+from fedsample.data.report import make_scheme, partition_stats, write_partition_report
 
-__all__ = ["Dataset", "FederatedData", "load_dataset", "available_datasets", "IID", "LogNormalSizes", "partition"]
+__all__ = [
+    "Dataset", "FederatedData", "load_dataset", "available_datasets",
+    "IID", "Dirichlet", "Shards", "LogNormalSizes", "LocalLongTail", "Natural", "partition",
+    "fedprox_synthetic", "isfedavg_regression", "msd_db",
+    "make_scheme", "partition_stats", "write_partition_report",
+]

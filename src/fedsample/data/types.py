@@ -106,6 +106,27 @@ class FederatedData:
     def to_client_indices(self) -> list[np.ndarray]:
         return [self.client_indices(k) for k in range(self.num_clients)]
 
+    def client_of_row(self) -> np.ndarray:
+        """The client of each training row (-1 for rows no client holds)."""
+        owner = np.full(self.dataset.num_train, -1, dtype=np.int64)
+        owner[self.order] = np.repeat(np.arange(self.num_clients, dtype=np.int64), self.sizes())
+        return owner
+
+    def label_counts(self) -> np.ndarray:
+        """``(num_clients, num_classes)`` int64 counts of each label on each client (classification only)."""
+        if self.dataset.task != "classification" or self.dataset.num_classes < 1:
+            raise ValueError(f"label_counts: dataset {self.dataset.name!r} is a {self.dataset.task} dataset without class labels")
+        c = self.dataset.num_classes
+        clients = np.repeat(np.arange(self.num_clients, dtype=np.int64), self.sizes())
+        labels = np.asarray(self.dataset.y_train, dtype=np.int64)[self.order]
+        return np.bincount(clients * c + labels, minlength=self.num_clients * c).reshape(self.num_clients, c)
+
+    def stats(self) -> dict:
+        """JSON-able statistics: client sizes, per-client label counts, an imbalance summary."""
+        from fedsample.data.stats import partition_stats
+
+        return partition_stats(self)
+
     def pooled(self) -> "FederatedData":
         """All clients' data held by one client (centralized training)."""
         return FederatedData(self.dataset, self.order, np.array([0, len(self.order)], dtype=np.int64), scheme="pooled")
