@@ -1,9 +1,27 @@
-"""fedsample: sampling for federated learning, with honest probabilities and private size reports."""
+"""fedsample: sampling for federated learning, with honest probabilities and private size reports.
 
-from fedsample import data, models, privacy, recipes
-from fedsample.sampling import design  # noqa: F401  (fs.sampling.design)
-from fedsample.simulation import SimulationResult, simulate
-from fedsample.strategy import Strategy
+Submodules load on first use, so ``import fedsample`` stays cheap and a run pays only for what it uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["data", "models", "privacy", "recipes", "simulate", "SimulationResult", "Strategy", "__version__"]
+
+_SUBMODULES = {
+    "client", "data", "evaluation", "experiments", "federation", "models", "privacy", "recipes", "rng",
+    "sampling", "simulation", "sizes", "strategy", "training",
+}
+_NAMES = {"simulate": "fedsample.simulation", "SimulationResult": "fedsample.simulation", "Strategy": "fedsample.strategy"}
+
+__all__ = sorted(_SUBMODULES | set(_NAMES) | {"__version__"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fedsample.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'fedsample' has no attribute {name!r}")
