@@ -1,0 +1,119 @@
+"""The door: with randomized-response reporting, no server-side object ever holds a true client size.
+
+Everything the strategy receives from the federation, its persistent state, its per-round context and the
+history are scanned for the vector of true sizes. The same scan finds it when the strategy asks for exact
+sizes, so the test can fail.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import fedsample as fs
+from fedsample.federation.simulator import Simulator
+from helpers import blobs, federate
+
+SIZES = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7])
+
+
+class RecordingFederation:
+    """Wraps a federation and keeps everything it hands back to the server."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.returned = []
+        self.queries = []
+
+    @property
+    def num_clients(self):
+        return self.inner.num_clients
+
+    def run(self, procedure, client_ids, payload, round):
+        reports = self.inner.run(procedure, client_ids, payload, round)
+        self.queries.append((procedure, payload))
+        self.returned.append((np.asarray(client_ids), reports))
+        return reports
+
+
+@dataclasses.dataclass(frozen=True)
+class SpyAggregator:
+    """Delegates, and keeps the round contexts and cohorts it is shown."""
+
+    inner: object
+    seen: list
+
+    @property
+    def needs_sizes(self):
+        return getattr(self.inner, "needs_sizes", None)
+
+    def combine(self, reports, cohort, ctx):
+        self.seen.append((ctx, cohort))
+        return self.inner.combine(reports, cohort, ctx)
+
+
+def holds_true_sizes(obj, true_sizes: np.ndarray, depth: int = 0) -> bool:
+    """Whether an integer sequence equal to the true sizes of some clients (all, or the cohort) is reachable."""
+    if depth > 12 or obj is None or isinstance(obj, (str, bytes, float, bool)):
+        return False
+    if isinstance(obj, torch.Tensor):
+        obj = obj.detach().numpy()
+    if isinstance(obj, np.ndarray):
+        if obj.ndim == 1 and len(obj) >= 5 and np.issubdtype(obj.dtype, np.integer):
+            return len(obj) == len(true_sizes) and np.array_equal(obj, true_sizes)
+        return False
+    if isinstance(obj, (list, tuple)):
+        if len(obj) >= 5 and all(isinstance(v, (int, np.integer)) for v in obj):
+            return holds_true_sizes(np.asarray(obj, dtype=np.int64), true_sizes, depth + 1)
+        return any(holds_true_sizes(v, true_sizes, depth + 1) for v in obj)
+    if isinstance(obj, dict):
+        return any(holds_true_sizes(v, true_sizes, depth + 1) for v in obj.values())
+    if dataclasses.is_dataclass(obj):
+        return any(holds_true_sizes(getattr(obj, f.name), true_sizes, depth + 1) for f in dataclasses.fields(obj))
+    if hasattr(obj, "__dict__"):
+        return any(holds_true_sizes(v, true_sizes, depth + 1) for v in vars(obj).values())
+    return False
+
+
+def run_rounds(strategy, rounds=4):
+    fed = federate(blobs(n=200), list(SIZES))
+    model = fs.models.LogisticRegression()
+    module = model.build(fed.dataset.input_shape, fed.dataset.num_classes)
+    seen = []
+    strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))
+    federation = RecordingFederation(Simulator(fed, module, seed=0))
+    params = fs.models.initial_parameters(module, 0)
+    state = strategy.init_state(params)
+    history = []
+    for t in range(rounds):
+        params, log = strategy.round(federation, params, state, t, seed=0)
+        history.append(log)
+    server_side = [strategy, state, history, federation.returned, federation.queries, seen]
+    return server_side, seen
+
+
+def test_randomized_reports_never_reveal_true_sizes():
+    server_side, seen = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1))
+    assert not holds_true_sizes(server_side, SIZES)
+    # the server did hold size reports, just not the true ones
+    assert all(ctx.sizes is not None and not ctx.sizes.exact for ctx, _ in seen)
+    for ctx, cohort in seen:
+        assert not holds_true_sizes(ctx.sizes.reports, SIZES)
+
+
+def test_the_scan_finds_sizes_when_the_strategy_asks_for_exact_ones():
+    """Same recipe, but the strategy explicitly asks for exact sizes: the scan must find them."""
+    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, lr=0.1), sizes=fs.sizes.ExactSizes())
+    server_side, _ = run_rounds(strategy)
+    assert holds_true_sizes(server_side, SIZES)
+
+
+def test_train_reports_carry_no_sample_counts():
+    """FedSampling's clients send G_c and one step, nothing that counts their samples."""
+    server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1))
+    federation_returns = server_side[3]
+    for _, reports in federation_returns:
+        for r in reports:
+            if isinstance(r, fs.client.TrainReport):
+                assert set(vars(r)) == {"update", "steps", "loss"} and r.steps == 1
