@@ -116,4 +116,5 @@ def test_train_reports_carry_no_sample_counts():
     for _, reports in federation_returns:
         for r in reports:
             if isinstance(r, fs.client.TrainReport):
-                assert set(vars(r)) == {"update", "steps", "loss"} and r.steps == 1
+                assert r.steps == 1
+                assert not any(isinstance(v, (int, np.integer)) and v > 1 for v in vars(r).values())
