@@ -105,8 +105,10 @@ class FedNova:
     paper's p_i = n_i/n restricted to the participants; for uniform and Poisson client sampling),
     ``uniform`` (draw multiplicities; for size-proportional sampling with replacement, whose draws already
     carry p_k = n_k/n) or ``inverse_inclusion`` (Horvitz-Thompson 1/(N*pi_k) for any other design; then both
-    sums are HT estimates of their full-participation values with p_k = 1/N). With equal a_k for all
-    clients it is exactly :class:`WeightedMean` with the same weights (FedAvg).
+    sums target their full-participation values with p_k = 1/N). tau_eff is computed as the weighted mean
+    sum_k p_k a_k / sum_k p_k: the same number where the p_k sum to 1 (size, uniform), and for HT weights the
+    ratio (Hajek) estimate of the mean a_k, so that with equal a_k for all clients FedNova is exactly
+    :class:`WeightedMean` with the same weights (FedAvg) under every weighting.
     """
 
     by: Weighting = "size"
@@ -126,6 +128,6 @@ class FedNova:
         a = np.array([normalizer(r) for r in got], dtype=np.float64)
         if np.any(a <= 0):
             raise ValueError(f"FedNova needs positive effective step counts a_k, got {a.tolist()}")
-        tau_eff = float(np.dot(p, a))
+        tau_eff = float(np.dot(p, a) / np.sum(p))
         ctx.log["tau_eff"] = tau_eff
         return weighted_sum([r.update for r in got], tau_eff * p / a)
