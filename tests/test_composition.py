@@ -22,7 +22,9 @@ from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 from helpers import blobs, federate
 
 FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
-CLIENT_SAMPLERS = {"all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6)}
+CLIENT_SAMPLERS = {
+    "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
+}
 DATA_SAMPLERS = {"full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6)}
 SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {"fedsampling": dict(K=40, M=60), "fedsampling_naive": {}}
 # Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
@@ -49,8 +51,11 @@ def fed():
 
 def test_every_sampler_is_in_the_cross_product():
     """A new sampler in fedsample.sampling.clients / .data must be added to the lists above."""
-    found_clients = {n for n, c in inspect.getmembers(client_samplers, inspect.isclass) if hasattr(c, "select") and c.__module__ == client_samplers.__name__}
-    found_data = {n for n, c in inspect.getmembers(data_samplers, inspect.isclass) if hasattr(c, "plan") and c.__module__ == data_samplers.__name__}
+    def defined(module, method: str) -> set[str]:
+        classes = inspect.getmembers(module, inspect.isclass)
+        return {n for n, c in classes if hasattr(c, method) and c.__module__ == module.__name__}
+
+    found_clients, found_data = defined(client_samplers, "select"), defined(data_samplers, "plan")
     assert found_clients == {type(s).__name__ for s in CLIENT_SAMPLERS.values()}
     assert found_data == {type(s).__name__ for s in DATA_SAMPLERS.values()}
     assert set(SMALL) | {"centralized"} >= set(recipes.RECIPES)

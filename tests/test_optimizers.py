@@ -165,7 +165,9 @@ def torch_sgd(ctx, params, steps, lr, momentum, weight_decay, mu):
     return {k: params[k] - ws[k].detach() for k in ws}
 
 
-@pytest.mark.parametrize("momentum, weight_decay, mu", [(0.0, 0.0, 0.0), (0.9, 0.0, 0.0), (0.5, 0.01, 0.0), (0.9, 0.01, 0.1), (0.0, 0.0, 1.0)])
+@pytest.mark.parametrize(
+    "momentum, weight_decay, mu", [(0.0, 0.0, 0.0), (0.9, 0.0, 0.0), (0.5, 0.01, 0.0), (0.9, 0.01, 0.1), (0.0, 0.0, 1.0)]
+)
 def test_local_sgd_matches_torch_sgd(momentum, weight_decay, mu):
     ctx, params = client()
     solver = LocalSGD(lr=0.1, epochs=None, steps=5, batch_size=None, momentum=momentum, weight_decay=weight_decay, prox_mu=mu)
@@ -187,7 +189,10 @@ def test_lr_decay_per_round():
     assert LocalSGD(lr=0.1, lr_decay=0.5).learning_rate(2) == pytest.approx(0.025)
 
 
-@pytest.mark.parametrize("kwargs, n, steps", [({"epochs": 2, "batch_size": 4}, 10, 6), ({"epochs": None, "steps": 7, "batch_size": 4}, 10, 7), ({"epochs": 1, "batch_size": None}, 10, 1)])
+@pytest.mark.parametrize(
+    "kwargs, n, steps",
+    [({"epochs": 2, "batch_size": 4}, 10, 6), ({"epochs": None, "steps": 7, "batch_size": 4}, 10, 7), ({"epochs": 1, "batch_size": None}, 10, 1)],
+)
 def test_steps_reported_are_steps_taken(kwargs, n, steps):
     ctx, params = client(n)
     result = LocalSGD(**kwargs).run(ctx, LocalSample(np.arange(n)), params, 0, np.random.default_rng(0))
