@@ -122,11 +122,13 @@ class TrainPayload:
 
 @dataclass
 class TrainReport:
-    """A client's update (a descent direction), the number of local steps taken (tau_k) and its mean loss."""
+    """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss and,
+    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k)."""
 
     update: Params
     steps: int
     loss: float
+    norm_steps: float | None = None
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
@@ -135,7 +137,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     if len(sample) == 0:
         return None
     result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
-    return TrainReport(update=result.update, steps=result.steps, loss=result.loss)
+    return TrainReport(update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None))
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

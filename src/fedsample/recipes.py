@@ -6,44 +6,82 @@ sampler (FedSampling's data level under uniform client sampling, and so on).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
 from fedsample.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.training.aggregate import Sum, WeightedMean
+from fedsample.training.aggregate import FedNova, Sum, WeightedMean
 from fedsample.training.local import LocalSGD, OneGradient
-from fedsample.training.server import ServerSGD
+from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 
-def _local_sgd(lr: float, epochs: int | None, steps: int | None, batch_size: int | None) -> LocalSGD:
-    return LocalSGD(lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=batch_size)
+def _local_sgd(
+    lr: float, epochs: int | None, steps: int | None, batch_size: int | None, momentum: float = 0.0,
+    weight_decay: float = 0.0, prox_mu: float = 0.0, lr_decay: float = 1.0,
+) -> LocalSGD:
+    return LocalSGD(
+        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=batch_size, momentum=momentum,
+        weight_decay=weight_decay, prox_mu=prox_mu, lr_decay=lr_decay,
+    )
+
+
+ClientSampling = Literal["uniform", "weighted"]
+
+
+def _federated(
+    name: str, local: LocalSGD, server: Any, client_sampling: ClientSampling, clients_per_round: int,
+    clients: Any = None, data: Any = None, aggregate: Callable[[str], Any] = WeightedMean,
+) -> Strategy:
+    """The FedAvg family's common construction (FedAvg, FedProx, FedNova, FedAvgM, FedAdam, FedYogi,
+    FedAdagrad differ only in ``local``, ``aggregate`` and ``server``).
+
+    ``client_sampling="uniform"``: m clients uniformly without replacement, updates weighted by the
+    cohort's exact sizes n_k / sum_cohort n_j (McMahan et al. 2017). ``"weighted"``: m draws with
+    replacement with p_k = n_k/n (Li et al. 2019, scheme I; the "weighted" baselines of Qi et al. 2023,
+    Fig. 3), uniform average over the draws; the strategy is named ``weighted_<name>``. A ``clients=``
+    override replaces the sampler; the weighting follows the sampler actually used: draw multiplicities
+    for :class:`SizeProportional` (its draws already carry n_k/n), cohort sizes for every other sampler
+    (right for equal-probability designs: uniform, all, Poisson). Sizes are asked of every client where
+    the sampler needs them, otherwise of the cohort only.
+    """
+    if client_sampling not in ("uniform", "weighted"):
+        raise ValueError(f"client_sampling must be 'uniform' or 'weighted', got {client_sampling!r}")
+    weighted = client_sampling == "weighted"
+    if clients is None:
+        clients = SizeProportional(clients_per_round) if weighted else UniformClients(clients_per_round)
+    by = "uniform" if isinstance(clients, SizeProportional) else "size"
+    scope = "all" if getattr(clients, "needs_sizes", None) == "exact" else "cohort"
+    return Strategy(
+        clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
+        sizes=ExactSizes(scope=scope), name=("weighted_" if weighted else "") + name,
+    )
 
 
 def fedavg(
     clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
 ) -> Strategy:
     """FedAvg (McMahan et al. 2017): m clients uniformly, local SGD, average weighted by the cohort's
-    exact data sizes (collected from the cohort only)."""
-    return Strategy(
-        clients=clients or UniformClients(clients_per_round), data=data or FullData(),
-        local=_local_sgd(lr, epochs, steps, batch_size), aggregate=WeightedMean("size"),
-        server=ServerSGD(server_lr), sizes=ExactSizes(scope="cohort"), name="fedavg",
-    )
+    exact data sizes (collected from the cohort only). ``client_sampling="weighted"`` is
+    :func:`weighted_fedavg`."""
+    return _fedopt("fedavg", ServerSGD(server_lr), clients_per_round, lr, epochs, steps, batch_size, clients, data,
+                   local_momentum, weight_decay, lr_decay, client_sampling)
 
 
 def weighted_fedavg(
     clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
-    (needs every client's exact size), uniform average over the draws."""
-    return Strategy(
-        clients=clients or SizeProportional(clients_per_round), data=data or FullData(),
-        local=_local_sgd(lr, epochs, steps, batch_size), aggregate=WeightedMean("uniform"),
-        server=ServerSGD(server_lr), sizes=ExactSizes(scope="all"), name="weighted_fedavg",
+    (needs every client's exact size), uniform average over the draws. Same as
+    ``fedavg(client_sampling="weighted")``."""
+    return fedavg(
+        clients_per_round, lr, epochs, steps, batch_size, server_lr, clients, data, local_momentum, weight_decay,
+        lr_decay, client_sampling="weighted",
     )
 
 
@@ -77,9 +115,87 @@ def centralized(K: int = 2048, lr: float = 0.05, steps: int = 1) -> Strategy:
     )
 
 
+def fedprox(
+    mu: float = 0.01, clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedProx (Li et al. 2020): FedAvg whose local objective adds mu/2 * ||w - w_global||^2 (gradient
+    mu * (w - w_global) in every local step). mu = 0 is FedAvg; the paper tries mu in {0.001, 0.01, 0.1, 1}."""
+    local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, mu, lr_decay)
+    return _federated("fedprox", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data)
+
+
+def fednova(
+    clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, mu: float = 0.0,
+    client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedNova (Wang et al. 2020): each client's cumulative update divided by its effective number of
+    steps a_k, weighted average, rescaled by tau_eff = sum p_k a_k (:class:`FedNova`). Works with local
+    momentum (IWDS runs it with ``local_momentum=0.9``) and FedProx's ``mu``."""
+    local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, mu, lr_decay)
+    return _federated("fednova", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data, FedNova)
+
+
+def fedavgm(
+    momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1,
+    steps: int | None = None, batch_size: int | None = 32, clients: Any = None, data: Any = None,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- momentum*v + Delta, w <- w - server_lr*v."""
+    return _fedopt("fedavgm", ServerSGD(server_lr, momentum), clients_per_round, lr, epochs, steps, batch_size, clients,
+                   data, local_momentum, weight_decay, lr_decay, client_sampling)
+
+
+def _fedopt(name: str, server: Any, clients_per_round: int, lr: float, epochs: int | None, steps: int | None,
+            batch_size: int | None, clients: Any, data: Any, local_momentum: float, weight_decay: float,
+            lr_decay: float, client_sampling: ClientSampling) -> Strategy:
+    """FedAvg's local SGD (no proximal term) under the server optimizer ``server``."""
+    local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay)
+    return _federated(name, local, server, client_sampling, clients_per_round, clients, data)
+
+
+def fedadam(
+    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int = 10,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedAdam (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adam on the server without bias
+    correction (:class:`~fedsample.training.server.FedAdam`)."""
+    return _fedopt("fedadam", FedAdam(server_lr, beta1, beta2, tau), clients_per_round, lr, epochs, steps, batch_size,
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+
+
+def fedyogi(
+    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int = 10,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedYogi (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Yogi on the server."""
+    return _fedopt("fedyogi", FedYogi(server_lr, beta1, beta2, tau), clients_per_round, lr, epochs, steps, batch_size,
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+
+
+def fedadagrad(
+    server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int = 10,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+) -> Strategy:
+    """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
+    the server."""
+    return _fedopt("fedadagrad", FedAdagrad(server_lr, beta1, tau), clients_per_round, lr, epochs, steps, batch_size,
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+
+
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn for fn in (fedavg, weighted_fedavg, fedsampling, fedsampling_naive, centralized)
 }
+RECIPES.update({fn.__name__: fn for fn in (fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad)})
 
 
 def recipe(name: str, **params: Any) -> Strategy:

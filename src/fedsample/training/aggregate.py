@@ -82,3 +82,52 @@ class Sum:
         if not got:
             return None
         return weighted_sum([r.update for r in got], np.ones(len(got)))
+
+
+def normalizer(report: "TrainReport") -> float:
+    """FedNova's a_k of one report: the solver's ||a_k||_1 where it reports one, else the steps tau_k."""
+    norm = getattr(report, "norm_steps", None)
+    return float(report.steps if norm is None else norm)
+
+
+@dataclass(frozen=True)
+class FedNova:
+    """FedNova's normalized averaging (Wang et al. 2020, Eq. 6-7):
+
+        Delta = tau_eff * sum_k p_k * Delta_k / a_k,   tau_eff = sum_k p_k * a_k,
+
+    with Delta_k = w_global - w_k the client's cumulative update and a_k = ||a_k||_1 its effective number
+    of steps (tau_k for plain SGD, see :func:`fedsample.training.local.effective_steps` for momentum and
+    the proximal term). Each client's update becomes an average step, so clients that take more steps no
+    longer pull the fixed point toward their own optimum; the server then applies w - eta * Delta.
+
+    The weights p_k are :class:`WeightedMean`'s (``by``): ``size`` (n_k over the cohort's total, the
+    paper's p_i = n_i/n restricted to the participants; for uniform and Poisson client sampling),
+    ``uniform`` (draw multiplicities; for size-proportional sampling with replacement, whose draws already
+    carry p_k = n_k/n) or ``inverse_inclusion`` (Horvitz-Thompson 1/(N*pi_k) for any other design; then both
+    sums target their full-participation values with p_k = 1/N). tau_eff is computed as the weighted mean
+    sum_k p_k a_k / sum_k p_k: the same number where the p_k sum to 1 (size, uniform), and for HT weights the
+    ratio (Hajek) estimate of the mean a_k, so that with equal a_k for all clients FedNova is exactly
+    :class:`WeightedMean` with the same weights (FedAvg) under every weighting.
+    """
+
+    by: Weighting = "size"
+
+    def __post_init__(self) -> None:
+        WeightedMean(self.by)  # validates ``by``
+
+    @property
+    def needs_sizes(self) -> Literal["any", None]:
+        return WeightedMean(self.by).needs_sizes
+
+    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        positions, got = received(reports, cohort)
+        if not got:
+            return None
+        p = WeightedMean(self.by).weights(positions, cohort, ctx)
+        a = np.array([normalizer(r) for r in got], dtype=np.float64)
+        if np.any(a <= 0):
+            raise ValueError(f"FedNova needs positive effective step counts a_k, got {a.tolist()}")
+        tau_eff = float(np.dot(p, a) / np.sum(p))
+        ctx.log["tau_eff"] = tau_eff
+        return weighted_sum([r.update for r in got], tau_eff * p / a)

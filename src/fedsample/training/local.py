@@ -22,9 +22,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class LocalResult:
+    """The pseudo-gradient, the local steps taken (tau_k), the mean loss and, where the solver knows it,
+    FedNova's effective number of steps ||a_k||_1 (Wang et al. 2020; None: a_k = tau_k)."""
+
     update: Params
     steps: int
     loss: float
+    norm_steps: float | None = None
 
 
 def _check_positive(name: str, value: float | None, allow_none: bool = True) -> None:
@@ -105,7 +109,36 @@ class LocalSGD:
             w, buf = sgd_step(w, g, buf, params, lr, self.momentum, self.weight_decay, self.prox_mu)
             losses.append(float(loss))
         update = tree_map(lambda a, b: a - b, params, w)
-        return LocalResult(update=update, steps=len(losses), loss=float(np.mean(losses)))
+        steps = len(losses)
+        norm = effective_steps(steps, self.momentum, lr * self.prox_mu)
+        return LocalResult(update=update, steps=steps, loss=float(np.mean(losses)), norm_steps=norm)
+
+
+def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
+    """FedNova's ||a_k||_1 for ``steps`` steps of :func:`sgd_step` (Wang et al. 2020, Eq. 7 and §5).
+
+    The local update of SGD-type solvers is w_global - w_local = lr * sum_t a_{k,t} * g_t (g_t the
+    minibatch gradient at step t, weight decay counted as part of g_t, as in the authors' code), and
+    FedNova normalizes it by ||a_k||_1 = sum_t a_{k,t}. Closed forms (the paper's cases):
+
+    - plain SGD: a_k = [1, ..., 1], ||a_k||_1 = tau_k;
+    - heavy-ball momentum rho (b <- rho*b + g, w <- w - lr*b): the gradient of step t (0-based) enters
+      every later buffer, a_{k,t} = (1 - rho^(tau_k - t)) / (1 - rho), so
+      ||a_k||_1 = (tau_k - rho*(1 - rho^tau_k)/(1 - rho)) / (1 - rho);
+    - FedProx's proximal term with lr*mu: a_{k,t} = (1 - lr*mu)^(tau_k - 1 - t), so
+      ||a_k||_1 = (1 - (1 - lr*mu)^tau_k) / (lr*mu).
+
+    Momentum and the proximal term together have no closed form in the paper; because the dynamics of
+    e = w - w_global are linear, sum_t a_{k,t} is the response to a constant unit gradient, computed here by
+    that scalar recursion (e_0 = b_0 = 0; b <- rho*b + 1 + mu*e; e <- e - lr*b; ||a||_1 = -e_tau / lr).
+    This equals the three closed forms above and is exact for :func:`sgd_step`. (The sum equals the L1
+    norm while every a_{k,t} >= 0, i.e. for lr*mu < 1, as in any sane setting.)
+    """
+    e, b = 0.0, 0.0
+    for _ in range(int(steps)):
+        b = momentum * b + 1.0 + lr_mu * e
+        e = e - b  # lr factored out: e here is (w - w_global) / lr
+    return -e
 
 
 def sgd_step(

@@ -1,26 +1,152 @@
-"""Server optimizers on the aggregated pseudo-gradient Delta (a descent direction): w <- w - eta * Delta."""
+"""Server optimizers on the aggregated pseudo-gradient Delta (a descent direction): w <- w - eta * Delta.
+
+Every optimizer has ``init_state(params) -> dict`` and ``step(params, delta, state) -> (params, state)``;
+the state holds only tensors and numbers, so it is saved in checkpoints with ``torch.save``.
+
+Reddi et al. (2021) write Delta_t = mean of (x_i - x_t), an ascent-on-parameters direction, and update
+x + eta * m / (sqrt(v) + tau). Here Delta is the descent direction (w_global - w_i), so m has the opposite
+sign and the update is w - eta * m / (sqrt(v) + tau); v depends on Delta^2 only, so nothing else changes.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from fedsample.training.functional import Params
+import torch
+
+from fedsample.training.functional import Params, zeros_like
+
+
+def _check_lr(lr: float) -> None:
+    if not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"server learning rate must be > 0, got {lr!r}")
+
+
+def _check_unit(name: str, value: float) -> None:
+    try:
+        ok = 0 <= float(value) < 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
 class ServerSGD:
     """w_t = w_{t-1} - eta * Delta_t. With eta = 1 and Delta the mean of w_global - w_k this is FedAvg;
-    with Delta = sum_c G_c it is FedSampling's update (Qi et al. 2023, Algorithm 1, line 18)."""
+    with Delta = sum_c G_c it is FedSampling's update (Qi et al. 2023, Algorithm 1, line 18).
+
+    With ``momentum`` beta > 0 it is FedAvgM (Hsu et al. 2019; Reddi et al. 2021, §5): v_t = beta*v_{t-1} +
+    Delta_t, w_t = w_{t-1} - eta * v_t, v_0 = 0.
+    """
 
     lr: float = 1.0
+    momentum: float = 0.0
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.lr) or self.lr <= 0:
-            raise ValueError(f"server learning rate must be > 0, got {self.lr!r}")
+        _check_lr(self.lr)
+        _check_unit("server momentum", self.momentum)
 
     def init_state(self, params: Params) -> dict:
-        return {}
+        return {"velocity": zeros_like(params)} if self.momentum else {}
 
     def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
-        return {k: params[k] - self.lr * delta[k] for k in params}, state
+        if not self.momentum:
+            return {k: params[k] - self.lr * delta[k] for k in params}, state
+        velocity = state.get("velocity") or zeros_like(params)
+        velocity = {k: self.momentum * velocity[k] + delta[k] for k in params}
+        return {k: params[k] - self.lr * velocity[k] for k in params}, {**state, "velocity": velocity}
+
+
+class AdaptiveServer:
+    """The shared part of Reddi et al. (2021), Algorithm 2 (FedAdagrad, FedYogi, FedAdam):
+
+        m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t
+        v_t = second_moment(v_{t-1}, Delta_t^2)          (the only line that differs)
+        w_{t+1} = w_t - eta * m_t / (sqrt(v_t) + tau)
+
+    with m_{-1} = 0 and v_{-1} = tau^2 (the algorithm asks for v_{-1} >= tau^2). There is no bias
+    correction and tau sits outside the square root, so torch.optim.Adam (bias-corrected, v_0 = 0) and
+    torch.optim.Adagrad (no first moment) do not compute this update; it is written out here.
+
+    Defaults: beta1 = 0.9, beta2 = 0.99 as fixed in the paper's experiments (§5); eta and tau were tuned
+    per task on grids there, so the defaults eta = 0.01 and tau = 1e-3 are only a common starting point.
+    """
+
+    lr: float
+    beta1: float
+    tau: float
+
+    def check(self) -> None:
+        _check_lr(self.lr)
+        _check_unit("beta1", self.beta1)
+        if hasattr(self, "beta2"):
+            _check_unit("beta2", self.beta2)
+        if not math.isfinite(self.tau) or self.tau <= 0:
+            raise ValueError(f"tau (adaptivity) must be > 0, got {self.tau!r}")
+
+    def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def init_state(self, params: Params) -> dict:
+        return {"m": zeros_like(params), "v": {k: torch.full_like(p, self.tau**2) for k, p in params.items()}}
+
+    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+        if not state:
+            state = self.init_state(params)
+        m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * delta[k] for k in params}
+        v = {k: self.second_moment(state["v"][k], delta[k] * delta[k]) for k in params}
+        new = {k: params[k] - self.lr * m[k] / (torch.sqrt(v[k]) + self.tau) for k in params}
+        return new, {"m": m, "v": v}
+
+
+@dataclass(frozen=True)
+class FedAdagrad(AdaptiveServer):
+    """FedAdagrad (Reddi et al. 2021, Algorithm 2): v_t = v_{t-1} + Delta_t^2."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        return v + d2
+
+
+@dataclass(frozen=True)
+class FedAdam(AdaptiveServer):
+    """FedAdam (Reddi et al. 2021, Algorithm 2): v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        return self.beta2 * v + (1 - self.beta2) * d2
+
+
+@dataclass(frozen=True)
+class FedYogi(AdaptiveServer):
+    """FedYogi (Reddi et al. 2021, Algorithm 2; Yogi of Zaheer et al. 2018):
+    v_t = v_{t-1} - (1 - beta2) * Delta_t^2 * sign(v_{t-1} - Delta_t^2)."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        return v - (1 - self.beta2) * d2 * torch.sign(v - d2)
+
+
+ServerOptimizer = ServerSGD | FedAdagrad | FedAdam | FedYogi

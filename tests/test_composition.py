@@ -1,0 +1,151 @@
+"""Every recipe composes with every client sampler and data sampler; the FedAvg family shares one
+construction; FedProx with mu = 0 is FedAvg; server state survives checkpoints."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from fedsample import recipes
+from fedsample.models import LogisticRegression
+from fedsample.sampling import clients as client_samplers
+from fedsample.sampling import data as data_samplers
+from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
+from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData, UniformSubset
+from fedsample.simulation import simulate
+from fedsample.training.aggregate import FedNova, WeightedMean
+from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
+
+from helpers import blobs, federate
+
+FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
+CLIENT_SAMPLERS = {
+    "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
+}
+DATA_SAMPLERS = {"full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6)}
+SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {"fedsampling": dict(K=40, M=60), "fedsampling_naive": {}}
+# Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
+# and size-proportional sampling needs exact ones; the naive fixed-ratio method asks for no sizes at all,
+# which size-proportional client sampling and FedSampling's data sampler both need.
+INCOMPATIBLE = {
+    ("fedsampling", "size_proportional", None): "needs exact sizes",
+    ("fedsampling_naive", "size_proportional", None): "needs exact sizes",
+    ("fedsampling_naive", None, "fedsampling"): "needs size reports",
+}
+
+
+def refusal(name: str, client_name: str, data_name: str) -> str | None:
+    for key in ((name, client_name, None), (name, None, data_name)):
+        if key in INCOMPATIBLE:
+            return INCOMPATIBLE[key]
+    return None
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federate(blobs(n=200), [20, 35, 50, 25, 40, 30])
+
+
+def test_every_sampler_is_in_the_cross_product():
+    """A new sampler in fedsample.sampling.clients / .data must be added to the lists above."""
+    def defined(module, method: str) -> set[str]:
+        classes = inspect.getmembers(module, inspect.isclass)
+        return {n for n, c in classes if hasattr(c, method) and c.__module__ == module.__name__}
+
+    found_clients, found_data = defined(client_samplers, "select"), defined(data_samplers, "plan")
+    assert found_clients == {type(s).__name__ for s in CLIENT_SAMPLERS.values()}
+    assert found_data == {type(s).__name__ for s in DATA_SAMPLERS.values()}
+    assert set(SMALL) | {"centralized"} >= set(recipes.RECIPES)
+
+
+@pytest.mark.parametrize("data_name", list(DATA_SAMPLERS))
+@pytest.mark.parametrize("client_name", list(CLIENT_SAMPLERS))
+@pytest.mark.parametrize("name", list(SMALL))
+def test_recipe_runs_with_every_client_and_data_sampler(fed, name, client_name, data_name):
+    parts = dict(clients=CLIENT_SAMPLERS[client_name], data=DATA_SAMPLERS[data_name])
+    reason = refusal(name, client_name, data_name)
+    if reason is not None:
+        with pytest.raises(ValueError, match=reason):
+            recipes.RECIPES[name](**SMALL[name], **parts)
+        return
+    strategy = recipes.RECIPES[name](**SMALL[name], **parts)
+    assert strategy.clients is CLIENT_SAMPLERS[client_name] and strategy.data is DATA_SAMPLERS[data_name]
+    result = simulate(strategy, fed, LogisticRegression(), rounds=2, seed=1, eval_every=2)
+    assert all(torch.isfinite(v).all() for v in result.params.values())
+    assert sum(h["updates"] for h in result.history) > 0
+    assert np.isfinite(result.final["loss"])
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILY if n != "weighted_fedavg"])
+@pytest.mark.parametrize("client_sampling", ["uniform", "weighted"])
+def test_client_sampling_variants(fed, name, client_sampling):
+    """``client_sampling="weighted"``: size-proportional draws, multiplicity weights, sizes from everyone,
+    and the strategy is named weighted_<name>; ``"uniform"``: m of N uniformly, cohort-size weights."""
+    st = recipes.recipe(name, clients_per_round=3, client_sampling=client_sampling, batch_size=8)
+    weighted = client_sampling == "weighted"
+    assert st.name == ("weighted_" if weighted else "") + name
+    assert isinstance(st.clients, SizeProportional if weighted else UniformClients)
+    assert st.aggregate.by == ("uniform" if weighted else "size")
+    assert st.sizes.scope == ("all" if weighted else "cohort")
+    assert isinstance(st.aggregate, FedNova if name == "fednova" else WeightedMean)
+    result = simulate(st, fed, LogisticRegression(), rounds=1, seed=0)
+    assert result.history[0]["updates"] >= 1
+
+
+def test_recipes_pick_their_parts():
+    assert recipes.fedavgm(momentum=0.8).server == ServerSGD(1.0, 0.8)
+    assert recipes.fedadam(server_lr=0.1, beta1=0.8, beta2=0.9, tau=1e-2).server == FedAdam(0.1, 0.8, 0.9, 1e-2)
+    assert recipes.fedyogi().server == FedYogi()
+    assert recipes.fedadagrad(tau=1e-4).server == FedAdagrad(tau=1e-4)
+    assert recipes.fedprox(mu=0.1).local.prox_mu == 0.1
+    nova = recipes.fednova(local_momentum=0.9, lr_decay=0.992)
+    assert (nova.local.momentum, nova.local.lr_decay, nova.aggregate) == (0.9, 0.992, FedNova("size"))
+
+
+def test_weighted_fedavg_is_fedavg_with_weighted_client_sampling(fed):
+    a = recipes.weighted_fedavg(clients_per_round=3)
+    b = recipes.fedavg(clients_per_round=3, client_sampling="weighted")
+    assert a == b and a.name == "weighted_fedavg"
+
+
+def test_fedprox_with_mu_zero_is_fedavg(fed):
+    common = dict(clients_per_round=3, lr=0.1, batch_size=8, epochs=2)
+    a = simulate(recipes.fedprox(mu=0.0, **common), fed, LogisticRegression(), rounds=2, seed=5)
+    b = simulate(recipes.fedavg(**common), fed, LogisticRegression(), rounds=2, seed=5)
+    for k in a.params:
+        assert torch.equal(a.params[k], b.params[k])
+    c = simulate(recipes.fedprox(mu=1.0, **common), fed, LogisticRegression(), rounds=2, seed=5)
+    assert not all(torch.equal(a.params[k], c.params[k]) for k in a.params)  # and mu > 0 does change the run
+
+
+@pytest.mark.parametrize("name", ["fedadam", "fedyogi", "fedadagrad", "fedavgm"])
+def test_resume_from_checkpoint_keeps_server_state(fed, name, tmp_path):
+    st = recipes.recipe(name, clients_per_round=3, batch_size=8)
+    whole = simulate(st, fed, LogisticRegression(), rounds=3, seed=2)
+    ckpt = tmp_path / "state.pt"
+    simulate(st, fed, LogisticRegression(), rounds=2, seed=2, checkpoint=ckpt)
+    resumed = simulate(st, fed, LogisticRegression(), rounds=3, seed=2, checkpoint=ckpt, resume=True)
+    for k in whole.params:
+        assert torch.equal(whole.params[k], resumed.params[k])
+
+
+@pytest.mark.parametrize(
+    "name, params, message",
+    [
+        ("fedprox", {"mu": -0.1}, "mu"),
+        ("fedavgm", {"momentum": 1.0}, "momentum"),
+        ("fedadam", {"beta1": 1.0}, "beta1"),
+        ("fedyogi", {"beta2": -0.5}, "beta2"),
+        ("fedadagrad", {"server_lr": 0.0}, "learning rate"),
+        ("fednova", {"lr": -0.05}, "lr"),
+        ("fednova", {"local_momentum": 1.2}, "momentum"),
+        ("fedadam", {"client_sampling": "size"}, "client_sampling"),
+        ("fedadam", {"beta3": 0.5}, "no parameter 'beta3'"),
+    ],
+)
+def test_bad_recipe_parameters(name, params, message):
+    with pytest.raises(ValueError, match=message):
+        recipes.recipe(name, **params)
