@@ -115,3 +115,9 @@ def test_partition_command(tmp_path):
 def test_console_script_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "fedsample.cli", "presets"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "quickstart" in result.stdout
+
+
+def test_default_output_folder_is_created(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "quickstart", "--rounds", "1", "--seeds", "0", "--quiet"]) == 0
+    assert (tmp_path / "runs" / "quickstart" / "results.json").exists()

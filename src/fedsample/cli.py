@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 EXIT_USAGE = 2
+DEFAULT_RUNS = Path("runs")
 
 
 class CliError(Exception):
@@ -75,9 +76,13 @@ def command_run(args: argparse.Namespace) -> None:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     torch.set_num_threads(max(1, args.threads))
     config = _overridden(resolve(args.target), args.rounds, args.seeds)
-    out = args.out if args.out is not None else Path("runs") / config.name
-    runner.check_output_folder(out)
+    out = args.out if args.out is not None else DEFAULT_RUNS / config.name
+    if args.out is not None:
+        runner.check_output_folder(out)
     plan = runner.prepare(config)
+    if args.out is None:
+        DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
+        runner.check_output_folder(out)
     results = _run_with_progress(plan, out, args)
     document = runner.summarize(config, results)
     runner.write_outputs(plan, out, document)
