@@ -43,21 +43,14 @@ def check_compression(name: object) -> str:
     return str(name)
 
 
-def _segment_means(sorted_values: np.ndarray, cumsum: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Means of ``sorted_values[bounds[j]:bounds[j+1]]`` from the prefix sums (NaN for empty segments)."""
-    counts = np.diff(bounds)
-    sums = cumsum[bounds[1:]] - cumsum[bounds[:-1]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-
-
 def kmeans_1d(values: np.ndarray, k: int, max_iter: int = SQUEEZE_MAX_ITER) -> np.ndarray:
     """Lloyd's k-means of scalars into ``k`` clusters; returns the ``k`` centroids sorted ascending.
 
     Deterministic: the centroids start at the quantiles ``(j + 0.5) / k`` of the values, and every
     iteration assigns each value to its nearest centroid (in 1-D the clusters are the intervals between
     midpoints of consecutive sorted centroids, found by binary search on the sorted values) and moves
-    each centroid to its cluster's mean. An empty cluster keeps its centroid. Cost: one sort, then
+    each centroid to its cluster's mean (from prefix sums), until the assignment no longer changes. An
+    empty cluster keeps its centroid (which keeps the centroids ordered). Cost: one sort, then
     O(k log n) per iteration. With fewer than ``k`` distinct values some centroids coincide.
     """
     k = check_dim(k)
@@ -68,16 +61,19 @@ def kmeans_1d(values: np.ndarray, k: int, max_iter: int = SQUEEZE_MAX_ITER) -> n
         raise ValueError("kmeans_1d: the values contain NaN or infinite entries")
     cumsum = np.concatenate([[0.0], np.cumsum(x)])
     centroids = np.quantile(x, (np.arange(k) + 0.5) / k)
-    bounds = None
+    bounds = np.zeros(k + 1, dtype=np.int64)
+    bounds[-1] = x.size
+    cuts = None
     for _ in range(max_iter):
-        cuts = np.searchsorted(x, (centroids[1:] + centroids[:-1]) / 2, side="right")
-        new_bounds = np.concatenate([[0], cuts, [x.size]])
-        if bounds is not None and np.array_equal(new_bounds, bounds):
+        new_cuts = np.searchsorted(x, 0.5 * (centroids[1:] + centroids[:-1]), side="right")
+        if cuts is not None and np.array_equal(new_cuts, cuts):
             break
-        bounds = new_bounds
-        means = _segment_means(x, cumsum, bounds)
-        centroids = np.sort(np.where(np.isnan(means), centroids, means))
-    return centroids
+        cuts = new_cuts
+        bounds[1:-1] = cuts
+        lo, hi = bounds[:-1], bounds[1:]
+        counts = hi - lo
+        centroids = np.where(counts > 0, (cumsum[hi] - cumsum[lo]) / np.maximum(counts, 1), centroids)
+    return np.sort(centroids)
 
 
 def information_squeeze(gradient: Params | np.ndarray | torch.Tensor, dim: int) -> np.ndarray:
