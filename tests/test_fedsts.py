@@ -318,3 +318,14 @@ def test_bad_aggregation_and_data_settings():
         ParticipantData(eta=0)
     with pytest.raises(ValueError, match="draw"):
         ParticipantData(draw="poisson")
+
+
+def test_resume_keeps_the_strata_and_ends_like_an_uninterrupted_run(tmp_path):
+    fed = tiny_federation()
+    strategy = fs.recipes.recipe("fedstas", H=3, m=6, eta=100, lr=0.05, batch_size=16, recompute_every=2)
+    model = LogisticRegression()
+    full = fs.simulate(strategy, fed, model, rounds=5, seed=4, eval_every=5)
+    ckpt = tmp_path / "run.pt"
+    fs.simulate(strategy, fed, model, rounds=3, seed=4, eval_every=5, checkpoint=ckpt)
+    resumed = fs.simulate(strategy, fed, model, rounds=5, seed=4, eval_every=5, checkpoint=ckpt, resume=True)
+    assert resumed.history[-1] == full.history[-1]
