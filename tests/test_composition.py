@@ -15,6 +15,8 @@ from fedsample.sampling import clients as client_samplers
 from fedsample.sampling import data as data_samplers
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData, UniformSubset
+from fedsample.sampling.participant_data import ParticipantData
+from fedsample.sampling.stratify import StratifiedClients
 from fedsample.simulation import simulate
 from fedsample.training.aggregate import FedNova, WeightedMean
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
@@ -24,9 +26,16 @@ from helpers import blobs, federate
 FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
 CLIENT_SAMPLERS = {
     "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
+    "stratified": StratifiedClients(H=2, m=3, dim=3),
 }
-DATA_SAMPLERS = {"full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6)}
-SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {"fedsampling": dict(K=40, M=60), "fedsampling_naive": {}}
+DATA_SAMPLERS = {
+    "full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6),
+    "participants": ParticipantData(40),
+}
+SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {
+    "fedsampling": dict(K=40, M=60), "fedsampling_naive": {},
+    "fedsts": dict(H=2, m=3, dim=3, steps=1, batch_size=8), "fedstas": dict(H=2, m=3, dim=3, eta=40, M=60, steps=1, batch_size=8),
+}
 # Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
 # and size-proportional sampling needs exact ones; the naive fixed-ratio method asks for no sizes at all,
 # which size-proportional client sampling and FedSampling's data sampler both need.
@@ -34,6 +43,11 @@ INCOMPATIBLE = {
     ("fedsampling", "size_proportional", None): "needs exact sizes",
     ("fedsampling_naive", "size_proportional", None): "needs exact sizes",
     ("fedsampling_naive", None, "fedsampling"): "needs size reports",
+    ("fedsampling_naive", None, "participants"): "needs size reports",
+    ("fedsts", None, "fedsampling"): "needs size reports",
+    ("fedsts", None, "participants"): "needs size reports",
+    ("fedsts", "size_proportional", None): "needs exact sizes",
+    ("fedstas", "size_proportional", None): "needs exact sizes",
 }
 
 
@@ -50,12 +64,19 @@ def fed():
 
 
 def test_every_sampler_is_in_the_cross_product():
-    """A new sampler in fedsample.sampling.clients / .data must be added to the lists above."""
-    def defined(module, method: str) -> set[str]:
-        classes = inspect.getmembers(module, inspect.isclass)
-        return {n for n, c in classes if hasattr(c, method) and c.__module__ == module.__name__}
+    """A new sampler anywhere in fedsample.sampling must be added to the lists above."""
+    import importlib
+    import pkgutil
 
-    found_clients, found_data = defined(client_samplers, "select"), defined(data_samplers, "plan")
+    import fedsample.sampling as package
+
+    modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+
+    def defined(method: str) -> set[str]:
+        return {n for module in modules for n, c in inspect.getmembers(module, inspect.isclass)
+                if hasattr(c, method) and c.__module__ == module.__name__}
+
+    found_clients, found_data = defined("select"), defined("plan")
     assert found_clients == {type(s).__name__ for s in CLIENT_SAMPLERS.values()}
     assert found_data == {type(s).__name__ for s in DATA_SAMPLERS.values()}
     assert set(SMALL) | {"centralized"} >= set(recipes.RECIPES)

@@ -87,6 +87,9 @@ class ProbeRequest:
 
     params: Params
     gradient: bool = False
+    compression: str | None = None  # "squeeze" or "projection" (fedsample.compression), FedSTS/FedSTaS
+    dim: int = 9  # compressed dimension d'
+    projection_seed: int = 0  # seed of the shared Gaussian projection matrix
 
 
 @dataclass
@@ -95,6 +98,7 @@ class ProbeReport:
     grad_norm: float
     gradient: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
+    compressed: np.ndarray | None = None
 
 
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
@@ -102,9 +106,14 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype)
     g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
     flat = flatten(g)
-    return ProbeReport(
+    report = ProbeReport(
         loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.numpy() if request.gradient else None
     )
+    if request.compression is not None:
+        from fedsample.compression import compress
+
+        report.compressed = compress(g, request.compression, request.dim, request.projection_seed)
+    return report
 
 
 # --- training ----------------------------------------------------------------------------------------

@@ -192,10 +192,51 @@ def fedadagrad(
                    clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
 
 
+def fedsts(
+    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", lr: float = 0.01, steps: int = 3,
+    batch_size: int = 128, aggregation: str = "unbiased", spread: str = "std", within: str = "norm",
+    recompute_every: int = 1, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+) -> Strategy:
+    """FedSTS (Gao et al. 2024, as in Slessor et al. 2025, Algorithms 1-2): strata from k-means of the
+    clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
+    ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
+    for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
+    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
+    from fedsample.sampling.stratify import StratifiedClients
+    from fedsample.training.aggregate import StratifiedMean
+
+    return Strategy(
+        clients=clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within),
+        data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
+        aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
+    )
+
+
+def fedstas(
+    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", eta: int = 2048, epsilon: float = 3.0,
+    M: int = 100, draw: str = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
+    aggregation: str = "unbiased", spread: str = "std", within: str = "norm", recompute_every: int = 1,
+    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+) -> Strategy:
+    """FedSTaS (Slessor et al. 2025, Algorithm 2): FedSTS's client level, then the participants send
+    epsilon-LDP size reports (Eq. 7), the server estimates their total n~ (Eq. 8) and each participant
+    keeps each sample with probability eta/n~ (``draw="fixed"``: the authors' fixed-size variant).
+    Paper defaults: H = 10, m = 10, d' = 9, eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616),
+    3 local SGD steps, lr 0.01, batch 128."""
+    from fedsample.sampling.participant_data import ParticipantData
+
+    base = fedsts(H, m, dim, compression, lr, steps, batch_size, aggregation, spread, within, recompute_every, server_lr, clients)
+    return Strategy(
+        clients=base.clients, data=data or ParticipantData(eta, draw), local=base.local, aggregate=base.aggregate,
+        server=base.server, sizes=RandomizedSizes(epsilon, M, scope="cohort"), name="fedstas",
+    )
+
+
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn for fn in (fedavg, weighted_fedavg, fedsampling, fedsampling_naive, centralized)
 }
 RECIPES.update({fn.__name__: fn for fn in (fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad)})
+RECIPES.update({fn.__name__: fn for fn in (fedsts, fedstas)})
 
 
 def recipe(name: str, **params: Any) -> Strategy:

@@ -27,6 +27,7 @@ class SizeInfo:
     reports: np.ndarray
     total: float
     exact: bool
+    policy: "ExactSizes | RandomizedSizes | None" = None
 
     def for_clients(self, ids: np.ndarray) -> np.ndarray:
         """Reports of ``ids`` (each must have answered)."""
@@ -34,6 +35,11 @@ class SizeInfo:
         if np.any(position >= len(self.ids)) or np.any(self.ids[np.minimum(position, len(self.ids) - 1)] != ids):
             raise ValueError("size reports were not collected from every client asked about")
         return self.reports[position]
+
+    def total_over(self, ids: np.ndarray) -> float:
+        """The estimated total size of a subset of the clients that answered (e.g. the participants,
+        FedSTaS Eq. 8): the policy's estimator applied to their reports alone."""
+        return self.policy.summarize(np.asarray(ids), self.for_clients(np.asarray(ids))).total
 
 
 def _check_scope(scope: str) -> None:
@@ -56,7 +62,7 @@ class ExactSizes:
 
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
         reports = np.asarray(reports, dtype=np.int64)
-        return SizeInfo(ids=ids, reports=reports, total=float(reports.sum()), exact=True)
+        return SizeInfo(ids=ids, reports=reports, total=float(reports.sum()), exact=True, policy=self)
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class RandomizedSizes:
 
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
         total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
-        return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False)
+        return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False, policy=self)
 
 
 SizeReporting = ExactSizes | RandomizedSizes

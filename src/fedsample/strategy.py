@@ -81,6 +81,9 @@ class Strategy:
         for part in (self.data, self.aggregate):
             if getattr(part, "needs_sizes", None) and self.sizes is None:
                 raise ValueError(f"{type(part).__name__} needs size reports: pass sizes=ExactSizes(...) or RandomizedSizes(...)")
+            scope = getattr(part, "sizes_scope", None)
+            if scope and self.sizes is not None and self.sizes.scope != scope:
+                raise ValueError(f"{type(part).__name__} needs size reports with scope={scope!r}, got {self.sizes.scope!r}")
 
     # --- the round --------------------------------------------------------------------------------
 

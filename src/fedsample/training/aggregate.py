@@ -131,3 +131,47 @@ class FedNova:
         tau_eff = float(np.dot(p, a) / np.sum(p))
         ctx.log["tau_eff"] = tau_eff
         return weighted_sum([r.update for r in got], tau_eff * p / a)
+
+
+
+@dataclass(frozen=True)
+class StratifiedMean:
+    """Stratified aggregation of FedSTS / FedSTaS (needs a Cohort with ``strata`` and ``info`` holding
+    ``stratum_sizes`` N_h and ``allocation`` m_h, as :class:`~fedsample.sampling.stratify.StratifiedClients`
+    returns). A client that sent nothing counts as a zero update.
+
+    - ``unbiased`` (default): Horvitz-Thompson inside strata, (1/N) * sum_h sum_{k in s_h} Delta_k / pi_k.
+      Since strata are sampled independently, pi_k is the overall inclusion probability, so this is
+      unbiased for the full-participation mean (1/N) * sum_k Delta_k whatever the within-stratum design
+      (it coincides with ``WeightedMean("inverse_inclusion")``).
+    - ``paper``: the FedSTS/FedSTaS aggregation (Slessor et al. 2025, Eq. 6 and Algorithm 2, last line)
+      (1/N) * sum_h N_h * (1/m_h) * sum_{k in s_h} Delta_k. Unbiased only when pi_k = m_h / N_h inside
+      each stratum; with importance sampling proportional to ||X_k|| it over-weights large-norm clients
+      (E = (1/N) * sum_h (N_h/m_h) * sum_{k in h} pi_k * Delta_k), contrary to the paper's Lemma 2.1.
+
+    The papers aggregate models w_k; we aggregate updates Delta_k = w - w_k. For ``paper`` the weights sum
+    to 1, so both agree; the ``unbiased`` weights do not sum to 1 and must be applied to updates.
+    """
+
+    by: Literal["unbiased", "paper"] = "unbiased"
+    needs_sizes: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        if self.by not in ("unbiased", "paper"):
+            raise ValueError(f"stratified mean 'by' must be 'unbiased' or 'paper', got {self.by!r}")
+
+    def weights(self, positions: np.ndarray, cohort: "Cohort") -> np.ndarray:
+        if self.by == "unbiased":
+            return 1.0 / (cohort.inclusion[positions] * cohort.population)
+        if cohort.strata is None or "stratum_sizes" not in cohort.info or "allocation" not in cohort.info:
+            raise ValueError("StratifiedMean('paper') needs a stratified cohort (strata, stratum_sizes, allocation)")
+        h = np.asarray(cohort.strata)[positions]
+        N_h = np.asarray(cohort.info["stratum_sizes"], dtype=np.float64)
+        m_h = np.asarray(cohort.info["allocation"], dtype=np.float64)
+        return N_h[h] / (m_h[h] * cohort.population)
+
+    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        positions, got = received(reports, cohort)
+        if not got:
+            return None
+        return weighted_sum([r.update for r in got], self.weights(positions, cohort))

@@ -1,0 +1,79 @@
+"""FedSTaS's data level (Slessor et al. 2025, §2.4, Eq. 7-8 and Algorithm 3): data-uniform sampling
+across the *participating* clients only.
+
+The chosen clients send epsilon-LDP size reports r_k (Eq. 7; :class:`~fedsample.sizes.RandomizedSizes`
+with ``scope="cohort"``), the server estimates their total n~ = (R - (1 - alpha) * M * m / 2) / alpha
+(Eq. 8, :func:`fedsample.privacy.estimate_total` over the m answers), and every participant keeps each of
+its samples with probability p = eta / n~ (capped at 1), eta being the desired number of samples across
+the participants (K_desired = 2048 in the paper's experiments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import numpy as np
+
+from fedsample import privacy
+from fedsample.client import ClientContext, LocalSample
+from fedsample.sampling.data import BernoulliSamples
+
+if TYPE_CHECKING:
+    from fedsample.sampling.clients import Cohort
+    from fedsample.strategy import RoundContext
+
+Draw = Literal["bernoulli", "fixed"]
+
+
+@dataclass(frozen=True)
+class FixedShareSamples:
+    """A fixed-size sample without replacement with per-sample inclusion probability exactly ``p``: the
+    client draws floor(n*p) samples, plus one more with probability frac(n*p), uniformly without
+    replacement (the randomized rounding keeps E[size] = n*p, hence P(sample j kept) = p)."""
+
+    p: float
+
+    def size(self, n: int, rng: np.random.Generator) -> int:
+        target = n * self.p
+        whole = int(np.floor(target))
+        return min(n, whole + int(rng.random() < target - whole))
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+        k = self.size(ctx.size, rng)
+        return LocalSample(np.sort(rng.choice(ctx.size, size=k, replace=False)))
+
+
+@dataclass(frozen=True)
+class ParticipantData:
+    """Each participant keeps each local sample with probability eta / n~, n~ estimated over the cohort
+    (Eq. 8). ``draw``:
+
+    - ``bernoulli`` (default): every sample independently (as FedSampling, Qi et al. 2023, §3.2);
+    - ``fixed``: the authors' fixed-size sample without replacement (Algorithm 3 draws "a sample of
+      (eta/m) observations ... with sampling probabilities eta/n~"); we take the size n_k * eta / n~ with
+      randomized rounding (:class:`FixedShareSamples`), so each sample's inclusion probability is still
+      exactly eta / n~ and the expected total over participants is eta * n / n~. (eta/m is that size for
+      equal-sized clients.)
+
+    Needs size reports from (at least) the cohort; n~ uses the participants' reports only.
+    """
+
+    eta: int = 2048
+    draw: Draw = "bernoulli"
+    needs_sizes: ClassVar[Literal["estimate", None]] = "estimate"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.eta, bool) or int(self.eta) != self.eta or self.eta < 1:
+            raise ValueError(f"eta (desired samples across participants) must be an integer >= 1, got {self.eta!r}")
+        if self.draw not in ("bernoulli", "fixed"):
+            raise ValueError(f"draw must be 'bernoulli' or 'fixed', got {self.draw!r}")
+
+    def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
+        """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1)."""
+        return privacy.sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids))
+
+    def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples | FixedShareSamples:
+        p = self.ratio(ctx, cohort)
+        ctx.log["ratio"] = p
+        return BernoulliSamples(p) if self.draw == "bernoulli" else FixedShareSamples(p)

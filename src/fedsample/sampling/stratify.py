@@ -1,0 +1,189 @@
+"""FedSTS / FedSTaS client sampling: strata from compressed gradients, Neyman allocation, and importance
+sampling inside strata (Gao et al. 2024; Slessor et al. 2025, Algorithms 1 and 2).
+
+Each round the server probes every client for its compressed gradient X_k (:mod:`fedsample.compression`),
+clusters the X_k into H strata with k-means (Algorithm 1; recomputed every ``recompute_every`` rounds),
+allocates m_h = m * N_h * S_h / sum_h N_h * S_h (Algorithm 2, Neyman 1934) and, independently in each
+stratum, draws m_h clients without replacement with probability proportional to ||X_k|| (Algorithm 2,
+p_t^k = ||IS(G_t^k)|| / sum ||IS(G_t^k)||). The draw uses :func:`fedsample.sampling.design.stratified`,
+so every chosen client carries its exact inclusion probability pi_k (the Cohort's ``inclusion``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import numpy as np
+
+from fedsample.client import ProbeRequest
+from fedsample.compression import check_compression, check_dim
+from fedsample.rng import SERVER, generator
+from fedsample.sampling import design
+from fedsample.sampling.clients import Cohort
+
+if TYPE_CHECKING:
+    from fedsample.strategy import RoundContext
+
+Spread = Literal["std", "pairwise"]
+Within = Literal["norm", "uniform"]
+
+#: k-means restarts for the stratification (scikit-learn's ``n_init``).
+KMEANS_RESTARTS = 4
+#: Norms below this fraction of the largest norm are raised to it, so every client keeps a positive
+#: selection probability (the inclusion probabilities stay exact for the weights actually used).
+NORM_FLOOR = 1e-9
+
+
+def kmeans_strata(vectors: np.ndarray, H: int, rng: np.random.Generator) -> np.ndarray:
+    """Algorithm 1 (ClientStratification): k-means of the clients' compressed gradients into ``H``
+    strata; returns each client's stratum label in 0..H-1. scikit-learn's KMeans with its random state
+    drawn from ``rng``. Duplicate vectors can leave a stratum empty (its N_h is then 0)."""
+    import warnings
+
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
+    X = _check_vectors(vectors)
+    H = _check_strata_count(H, X.shape[0])
+    if H == 1:
+        return np.zeros(X.shape[0], dtype=np.int64)
+    model = KMeans(n_clusters=H, n_init=KMEANS_RESTARTS, random_state=int(rng.integers(2**31 - 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # fewer distinct vectors than H
+        return model.fit_predict(X).astype(np.int64)
+
+
+def stratum_spread(vectors: np.ndarray, labels: np.ndarray, H: int, how: Spread = "std") -> np.ndarray:
+    """S_h for each of the ``H`` strata (0 for strata with fewer than two clients).
+
+    - ``std`` (the papers' S_h, a standard deviation): sqrt(sum_{k in h} ||X_k - mean_h||^2 / (N_h - 1)),
+      the square root of the summed coordinate variances of the compressed vectors;
+    - ``pairwise`` (what the authors' code computed): the mean Euclidean distance over the distinct pairs
+      of clients in the stratum.
+    """
+    if how not in ("std", "pairwise"):
+        raise ValueError(f"stratum spread must be 'std' or 'pairwise', got {how!r}")
+    X = _check_vectors(vectors)
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.shape != (X.shape[0],):
+        raise ValueError(f"stratum_spread: {labels.size} labels for {X.shape[0]} vectors")
+    S = np.zeros(H)
+    for h in range(H):
+        members = X[labels == h]
+        if members.shape[0] < 2:
+            continue
+        if how == "std":
+            S[h] = np.sqrt(np.sum((members - members.mean(axis=0)) ** 2) / (members.shape[0] - 1))
+        else:
+            from scipy.spatial.distance import pdist
+
+            S[h] = float(np.mean(pdist(members)))
+    return S
+
+
+def selection_weights(vectors: np.ndarray, within: Within) -> np.ndarray | None:
+    """Within-stratum selection weights: ||X_k|| (Algorithm 2), floored at ``NORM_FLOOR`` times the
+    largest norm (all ones if every norm is 0); None for simple random sampling inside strata."""
+    if within == "uniform":
+        return None
+    norms = np.linalg.norm(_check_vectors(vectors), axis=1)
+    top = float(norms.max())
+    return np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
+
+
+@dataclass(frozen=True)
+class StratifiedClients:
+    """FedSTS's client sampler (Slessor et al. 2025, Algorithms 1-2; Gao et al. 2024).
+
+    ``H`` strata, ``m`` clients per round (m >= H: Neyman allocation gives every non-empty stratum at
+    least one client), compressed dimension ``dim`` (d'), ``compression`` "squeeze" or "projection",
+    strata re-clustered every ``recompute_every`` rounds (1 in the paper; between recomputations the
+    labels are kept in ``ctx.state`` while norms and S_h are refreshed from this round's probes),
+    ``spread`` "std" (paper) or "pairwise" (authors' code), ``within`` "norm" (pi proportional to
+    ||X_k||, paper) or "uniform" (simple random sampling in each stratum).
+
+    The returned Cohort has ``strata`` (each chosen client's stratum) and ``info`` with
+    ``stratum_sizes`` (N_h) and ``allocation`` (m_h), which :class:`~fedsample.training.aggregate.StratifiedMean`
+    uses.
+    """
+
+    H: int = 10
+    m: int = 10
+    dim: int = 9
+    compression: str = "squeeze"
+    recompute_every: int = 1
+    spread: Spread = "std"
+    within: Within = "norm"
+    needs_sizes: ClassVar[Literal["exact", None]] = None
+
+    def __post_init__(self) -> None:
+        _check_strata_count(self.H)
+        if isinstance(self.m, bool) or int(self.m) != self.m or self.m < self.H:
+            raise ValueError(f"clients per round m must be an integer >= H = {self.H} (one per stratum), got {self.m!r}")
+        check_dim(self.dim)
+        check_compression(self.compression)
+        if isinstance(self.recompute_every, bool) or int(self.recompute_every) != self.recompute_every or self.recompute_every < 1:
+            raise ValueError(f"recompute_every must be an integer >= 1, got {self.recompute_every!r}")
+        if self.spread not in ("std", "pairwise"):
+            raise ValueError(f"spread must be 'std' or 'pairwise', got {self.spread!r}")
+        if self.within not in ("norm", "uniform"):
+            raise ValueError(f"within must be 'norm' or 'uniform', got {self.within!r}")
+
+    def probe(self, ctx: "RoundContext") -> np.ndarray:
+        """Every client's compressed gradient at the current global parameters (one row per client)."""
+        ids = np.arange(ctx.num_clients)
+        request = ProbeRequest(
+            params=ctx.params, compression=self.compression, dim=self.dim, projection_seed=projection_seed(ctx.seed)
+        )
+        reports = ctx.federation.run("probe", ids, request, ctx.round)
+        return np.stack([np.asarray(r.compressed, dtype=np.float64) for r in reports])
+
+    def strata(self, ctx: "RoundContext", vectors: np.ndarray) -> np.ndarray:
+        """Stratum labels: re-clustered when due (every ``recompute_every`` rounds), else kept from state."""
+        kept = ctx.state.get("strata")
+        due = kept is None or len(kept["labels"]) != len(vectors) or ctx.round - kept["round"] >= self.recompute_every
+        if due:
+            labels = kmeans_strata(vectors, self.H, ctx.rng("strata"))
+            ctx.state["strata"] = {"labels": labels, "round": ctx.round}
+            return labels
+        return np.asarray(kept["labels"], dtype=np.int64)
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        N = ctx.num_clients
+        _check_strata_count(self.H, N)
+        if self.m > N:
+            raise ValueError(f"clients per round m = {self.m} exceeds the number of clients N = {N}")
+        vectors = self.probe(ctx)
+        labels = self.strata(ctx, vectors)
+        N_h = np.bincount(labels, minlength=self.H)
+        S_h = stratum_spread(vectors, labels, self.H, self.spread)
+        m_h = design.allocate_neyman(N_h, S_h, self.m)
+        sample = design.stratified(labels, m_h, ctx.rng("clients"), weights=selection_weights(vectors, self.within))
+        ctx.log["strata_nonempty"] = int(np.count_nonzero(N_h))
+        return Cohort.from_sample(
+            sample, N, strata=labels[sample.ids], info={"stratum_sizes": N_h, "allocation": m_h}
+        )
+
+
+def projection_seed(seed: int) -> int:
+    """The seed of the shared projection matrix: derived from the run seed only, so the projected
+    coordinates mean the same thing in every round (strata kept between rounds stay comparable)."""
+    return int(generator(seed, 0, SERVER, "projection").integers(2**62))
+
+
+def _check_strata_count(H: object, N: int | None = None) -> int:
+    if isinstance(H, (bool, np.bool_)) or not isinstance(H, (int, np.integer)) or H < 1:
+        raise ValueError(f"number of strata H must be an integer >= 1, got {H!r}")
+    if N is not None and H > N:
+        raise ValueError(f"number of strata H = {H} exceeds the number of clients N = {N}")
+    return int(H)
+
+
+def _check_vectors(vectors: np.ndarray) -> np.ndarray:
+    X = np.asarray(vectors, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"compressed gradients must be a non-empty 2-D array (clients x d'), got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError("compressed gradients contain NaN or infinite values")
+    return X
