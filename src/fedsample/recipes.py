@@ -89,8 +89,73 @@ def recipe(name: str, **params: Any) -> Strategy:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
+        return fn(**params)  # a recipe over a base recipe checks the base's parameters itself
     accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ValueError(f"recipe {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
     return fn(**params)
+
+
+# --- recipes over a base recipe -------------------------------------------------------------------
+
+
+def _check_base_params(base: str, params: dict) -> Callable[..., Strategy]:
+    """The base recipe ``base``, after checking that it takes every parameter in ``params``."""
+    import inspect
+
+    if base not in RECIPES:
+        raise ValueError(f"unknown base recipe {base!r}; known: {', '.join(sorted(RECIPES))}")
+    fn = RECIPES[base]
+    accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ValueError(f"base recipe {base!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
+    if "data" not in inspect.signature(fn).parameters:
+        raise ValueError(f"base recipe {base!r} does not accept a data sampler (data=)")
+    return fn
+
+
+def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
+    """``strategy`` with ``options`` (e.g. momentum, prox_mu) set on its local solver."""
+    import dataclasses
+
+    missing = [k for k in options if not hasattr(strategy.local, k)]
+    if missing:
+        raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
+    return dataclasses.replace(strategy, local=dataclasses.replace(strategy.local, **options)) if options else strategy
+
+
+def iwds(
+    beta_m: float = 0.98, beta_0: float = 0.9999, rho: float = 0.992, schedule: str = "decay", base: str = "fedavg",
+    momentum: float | None = None, lr_decay: float | None = 0.992, prox_mu: float | None = None, **base_params: Any,
+) -> Strategy:
+    """IWDS (Tang et al. 2021): the base recipe ``base`` (fedavg, fedprox, fednova, ... any recipe taking
+    ``data=``) with IWDS's label-weighted data sampler (:class:`fedsample.sampling.iwds.IWDSData`).
+
+    Paper settings (§4, "Hyper-parameters"): 5 of 10 clients uniformly per round (``clients_per_round=5``
+    when the base takes it), batch 32, local learning-rate decay 0.992 per round, momentum 0 for
+    FedAvg/FedProx and 0.9 for FedNova (``momentum=None`` picks that). ``momentum``, ``lr_decay`` and
+    ``prox_mu`` go to the base recipe when it takes them, otherwise onto its local solver; ``None`` leaves
+    the base's value. ``schedule="fixed"`` keeps beta = beta_0 (Imb-Samp; beta_0 = 0 is Uni-Samp).
+    """
+    import dataclasses
+    import inspect
+
+    from fedsample.sampling.iwds import IWDSData
+
+    fn = _check_base_params(base, base_params)
+    takes = set(inspect.signature(fn).parameters)
+    if momentum is None and base == "fednova":
+        momentum = 0.9
+    options = {k: v for k, v in {"momentum": momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
+    params = {"clients_per_round": 5} if "clients_per_round" in takes else {}
+    params.update(base_params)
+    params.update({k: v for k, v in options.items() if k in takes})
+    data = IWDSData(beta_m=beta_m, beta_0=beta_0, rho=rho, schedule=schedule)  # type: ignore[arg-type]
+    strategy = _set_local_options(fn(data=data, **params), {k: v for k, v in options.items() if k not in takes})
+    return dataclasses.replace(strategy, name=f"iwds[{base}]")
+
+
+RECIPES["iwds"] = iwds
