@@ -46,6 +46,7 @@ class LocalSample:
     indices: np.ndarray
     probs: np.ndarray | None = None
     scale: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport (e.g. ISFedAvg's Eq. 53)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -83,10 +84,13 @@ def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) 
 @dataclass(frozen=True)
 class ProbeRequest:
     """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
-    ``gradient=True`` also the flattened gradient (compression hooks refine this)."""
+    ``gradient=True`` also the flattened gradient (compression hooks refine this). With ``per_sample=True``
+    the report's ``extra["sigma2"]`` is the gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2
+    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients."""
 
     params: Params
     gradient: bool = False
+    per_sample: bool = False
 
 
 @dataclass
@@ -102,9 +106,20 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype)
     g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
     flat = flatten(g)
-    return ProbeReport(
+    report = ProbeReport(
         loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.numpy() if request.gradient else None
     )
+    if request.per_sample:
+        report.extra["sigma2"] = gradient_noise_variance(ctx, request.params, flat)
+    return report
+
+
+def gradient_noise_variance(ctx: ClientContext, params: Params, mean_gradient: torch.Tensor) -> float:
+    """sigma^2_k = (1/N_k) sum_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 over the client's samples."""
+    from fedsample.training.functional import per_sample_gradients
+
+    per_sample = per_sample_gradients(ctx.module, ctx.task, params, ctx.x, ctx.y)
+    return float(torch.mean(torch.sum((per_sample - mean_gradient) ** 2, dim=1)))
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -127,6 +142,7 @@ class TrainReport:
     update: Params
     steps: int
     loss: float
+    extra: dict = field(default_factory=dict)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
@@ -135,7 +151,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     if len(sample) == 0:
         return None
     result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
-    return TrainReport(update=result.update, steps=result.steps, loss=result.loss)
+    return TrainReport(update=result.update, steps=result.steps, loss=result.loss, extra=sample.extra)
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}
