@@ -16,6 +16,8 @@ from fedsample.sampling import data as data_samplers
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData, UniformSubset
 from fedsample.sampling.participant_data import ParticipantData
+from fedsample.sampling.importance import ImportanceAgents, ImportanceData
+from fedsample.sampling.iwds import IWDSData
 from fedsample.sampling.stratify import StratifiedClients
 from fedsample.simulation import simulate
 from fedsample.training.aggregate import FedNova, WeightedMean
@@ -26,15 +28,16 @@ from helpers import blobs, federate
 FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
 CLIENT_SAMPLERS = {
     "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
-    "stratified": StratifiedClients(H=2, m=3, dim=3),
+    "stratified": StratifiedClients(H=2, m=3, dim=3), "importance": ImportanceAgents(L=3),
 }
 DATA_SAMPLERS = {
     "full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6),
-    "participants": ParticipantData(40),
+    "participants": ParticipantData(40), "iwds": IWDSData(), "importance": ImportanceData(epochs=2, batch_size=4),
 }
 SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {
     "fedsampling": dict(K=40, M=60), "fedsampling_naive": {},
-    "fedsts": dict(H=2, m=3, dim=3, steps=1, batch_size=8), "fedstas": dict(H=2, m=3, dim=3, eta=40, M=60, steps=1, batch_size=8),
+    "fedsts": dict(H=2, m=3, dim=3, steps=1, batch_size=8), "iwds": dict(clients_per_round=2, batch_size=8),
+    "isfedavg": dict(L=3, batch_size=4), "fedstas": dict(H=2, m=3, dim=3, eta=40, M=60, steps=1, batch_size=8),
 }
 # Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
 # and size-proportional sampling needs exact ones; the naive fixed-ratio method asks for no sizes at all,
@@ -44,6 +47,9 @@ INCOMPATIBLE = {
     ("fedsampling_naive", "size_proportional", None): "needs exact sizes",
     ("fedsampling_naive", None, "fedsampling"): "needs size reports",
     ("fedsampling_naive", None, "participants"): "needs size reports",
+    ("isfedavg", None, "fedsampling"): "needs size reports",
+    ("isfedavg", None, "participants"): "needs size reports",
+    ("isfedavg", "size_proportional", None): "needs exact sizes",
     ("fedsts", None, "fedsampling"): "needs size reports",
     ("fedsts", None, "participants"): "needs size reports",
     ("fedsts", "size_proportional", None): "needs exact sizes",
@@ -82,18 +88,28 @@ def test_every_sampler_is_in_the_cross_product():
     assert set(SMALL) | {"centralized"} >= set(recipes.RECIPES)
 
 
-@pytest.mark.parametrize("data_name", list(DATA_SAMPLERS))
-@pytest.mark.parametrize("client_name", list(CLIENT_SAMPLERS))
-@pytest.mark.parametrize("name", list(SMALL))
+# Recipes whose data level is the method itself take no data= override: they run with their own sampler.
+OWN_DATA = {"iwds": "iwds"}
+CASES = [
+    (name, client_name, data_name)
+    for name in SMALL for client_name in CLIENT_SAMPLERS for data_name in DATA_SAMPLERS
+    if OWN_DATA.get(name, data_name) == data_name
+]
+
+
+@pytest.mark.parametrize("name, client_name, data_name", CASES)
 def test_recipe_runs_with_every_client_and_data_sampler(fed, name, client_name, data_name):
-    parts = dict(clients=CLIENT_SAMPLERS[client_name], data=DATA_SAMPLERS[data_name])
+    parts = dict(clients=CLIENT_SAMPLERS[client_name])
+    if name not in OWN_DATA:
+        parts["data"] = DATA_SAMPLERS[data_name]
     reason = refusal(name, client_name, data_name)
     if reason is not None:
         with pytest.raises(ValueError, match=reason):
             recipes.RECIPES[name](**SMALL[name], **parts)
         return
     strategy = recipes.RECIPES[name](**SMALL[name], **parts)
-    assert strategy.clients is CLIENT_SAMPLERS[client_name] and strategy.data is DATA_SAMPLERS[data_name]
+    assert strategy.clients is CLIENT_SAMPLERS[client_name]
+    assert strategy.data is DATA_SAMPLERS[data_name] or (name in OWN_DATA and strategy.data == DATA_SAMPLERS[data_name])
     result = simulate(strategy, fed, LogisticRegression(), rounds=2, seed=1, eval_every=2)
     assert all(torch.isfinite(v).all() for v in result.params.values())
     assert sum(h["updates"] for h in result.history) > 0

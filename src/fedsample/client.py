@@ -46,6 +46,7 @@ class LocalSample:
     indices: np.ndarray
     probs: np.ndarray | None = None
     scale: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport (e.g. ISFedAvg's Eq. 53)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -83,13 +84,16 @@ def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) 
 @dataclass(frozen=True)
 class ProbeRequest:
     """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
-    ``gradient=True`` also the flattened gradient (compression hooks refine this)."""
+    ``gradient=True`` also the flattened gradient (compression hooks refine this). With ``per_sample=True``
+    the report's ``extra["sigma2"]`` is the gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2
+    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients."""
 
     params: Params
     gradient: bool = False
     compression: str | None = None  # "squeeze" or "projection" (fedsample.compression), FedSTS/FedSTaS
     dim: int = 9  # compressed dimension d'
     projection_seed: int = 0  # seed of the shared Gaussian projection matrix
+    per_sample: bool = False
 
 
 @dataclass
@@ -113,7 +117,17 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
         from fedsample.compression import compress
 
         report.compressed = compress(g, request.compression, request.dim, request.projection_seed)
+    if request.per_sample:
+        report.extra["sigma2"] = gradient_noise_variance(ctx, request.params, flat)
     return report
+
+
+def gradient_noise_variance(ctx: ClientContext, params: Params, mean_gradient: torch.Tensor) -> float:
+    """sigma^2_k = (1/N_k) sum_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 over the client's samples."""
+    from fedsample.training.functional import per_sample_gradients
+
+    per_sample = per_sample_gradients(ctx.module, ctx.task, params, ctx.x, ctx.y)
+    return float(torch.mean(torch.sum((per_sample - mean_gradient) ** 2, dim=1)))
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -138,6 +152,7 @@ class TrainReport:
     steps: int
     loss: float
     norm_steps: float | None = None
+    extra: dict = field(default_factory=dict)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
@@ -146,7 +161,10 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     if len(sample) == 0:
         return None
     result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
-    return TrainReport(update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None))
+    return TrainReport(
+        update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
+        extra=sample.extra,
+    )
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

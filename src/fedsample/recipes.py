@@ -246,8 +246,109 @@ def recipe(name: str, **params: Any) -> Strategy:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
+        return fn(**params)  # a recipe over a base recipe checks the base's parameters itself
     accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ValueError(f"recipe {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
     return fn(**params)
+
+
+# --- recipes over a base recipe -------------------------------------------------------------------
+
+
+def _check_base_params(base: str, params: dict) -> Callable[..., Strategy]:
+    """The base recipe ``base``, after checking that it takes every parameter in ``params``."""
+    import inspect
+
+    if base not in RECIPES:
+        raise ValueError(f"unknown base recipe {base!r}; known: {', '.join(sorted(RECIPES))}")
+    fn = RECIPES[base]
+    accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ValueError(f"base recipe {base!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
+    if "data" not in inspect.signature(fn).parameters:
+        raise ValueError(f"base recipe {base!r} does not accept a data sampler (data=)")
+    return fn
+
+
+def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
+    """``strategy`` with ``options`` (e.g. momentum, prox_mu) set on its local solver."""
+    import dataclasses
+
+    missing = [k for k in options if not hasattr(strategy.local, k)]
+    if missing:
+        raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
+    return dataclasses.replace(strategy, local=dataclasses.replace(strategy.local, **options)) if options else strategy
+
+
+# IWDS's local-solver options and the parameter names the FedAvg-family recipes give them
+# (``momentum`` of fedavgm is *server* momentum, so local momentum is ``local_momentum`` there).
+BASE_NAMES = {"momentum": "local_momentum", "lr_decay": "lr_decay", "prox_mu": "mu"}
+
+
+def iwds(
+    beta_m: float = 0.98, beta_0: float = 0.9999, rho: float = 0.992, schedule: str = "decay", base: str = "fedavg",
+    momentum: float | None = None, lr_decay: float | None = 0.992, prox_mu: float | None = None, clients: Any = None,
+    **base_params: Any,
+) -> Strategy:
+    """IWDS (Tang et al. 2021): the base recipe ``base`` (fedavg, fedprox, fednova, ... any recipe taking
+    ``data=``) with IWDS's label-weighted data sampler (:class:`fedsample.sampling.iwds.IWDSData`).
+
+    Paper settings (§4, "Hyper-parameters"): 5 of 10 clients uniformly per round (``clients_per_round=5``
+    when the base takes it), batch 32, local learning-rate decay 0.992 per round, momentum 0 for
+    FedAvg/FedProx and 0.9 for FedNova (``momentum=None`` picks that). ``momentum``, ``lr_decay`` and
+    ``prox_mu`` go to the base recipe when it takes them (as ``local_momentum``, ``lr_decay``, ``mu``),
+    otherwise onto its local solver; ``None`` leaves the base's value. ``clients=`` overrides the base's
+    client sampler; the data level is IWDS itself, so there is no ``data=``. ``schedule="fixed"`` keeps beta = beta_0 (Imb-Samp; beta_0 = 0 is Uni-Samp).
+    """
+    import dataclasses
+    import inspect
+
+    from fedsample.sampling.iwds import IWDSData
+
+    fn = _check_base_params(base, base_params)
+    takes = set(inspect.signature(fn).parameters)
+    if momentum is None and base == "fednova":
+        momentum = 0.9
+    options = {k: v for k, v in {"momentum": momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
+    params = {"clients_per_round": 5} if "clients_per_round" in takes else {}
+    params.update(base_params)
+    passed = {name: BASE_NAMES[name] for name in options if BASE_NAMES[name] in takes}
+    params.update({base_name: options[name] for name, base_name in passed.items()})
+    data = IWDSData(beta_m=beta_m, beta_0=beta_0, rho=rho, schedule=schedule)  # type: ignore[arg-type]
+    if clients is not None:
+        params["clients"] = clients
+    strategy = _set_local_options(fn(data=data, **params), {k: v for k, v in options.items() if k not in passed})
+    return dataclasses.replace(strategy, name=f"iwds[{base}]")
+
+
+RECIPES["iwds"] = iwds
+
+
+def isfedavg(
+    L: int = 6, lr: float = 0.01, epochs: int | tuple[int, ...] = 1, batch_size: int | tuple[int, ...] = 1,
+    alpha: float | tuple[float, ...] = 3.0, update: str = "approx", reference: Any = None, scaling: str = "step",
+    floor: float | None = None, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+) -> Strategy:
+    """ISFedAvg (Rizk, Vlaski & Sayed 2022, Algorithm 1): L of K agents by systematic sampling with
+    p_k ∝ sqrt(sigma^2_k + alpha_k ||grad P_k||^2) (Lemma 7), B_k points per epoch with p_n ∝ ||grad Q_k||
+    (Lemma 6), E_k epochs, unbiased 1/(K p_k) and 1/(N_k p_n) scaling (Eq. 8) and the mean of Eq. 9.
+    ``epochs``/``batch_size`` may be one value or one per agent (see
+    :func:`fedsample.sampling.importance.paper_heterogeneity`). ``update``: "exact" (Lemmas 6-7 at
+    ``reference``, the paper's w°), "approx" (Eqs. 49-50), "cheap" (Eqs. 52-53) or "uniform" (FedAvg with
+    Eq. 6's epoch correction). Paper (§V-A): L = 6 of K = 300, mu = 0.01, B_k in [1, 10], E_k in [1, 5]."""
+    from fedsample.sampling import importance as isx
+
+    floor = isx.DEFAULT_FLOOR if floor is None else floor
+    return Strategy(
+        clients=clients or isx.ImportanceAgents(L=L, alpha=alpha, update=update, reference=reference, floor=floor),  # type: ignore[arg-type]
+        data=data or isx.ImportanceData(epochs, batch_size, update, reference, scaling, floor),  # type: ignore[arg-type]
+        local=isx.EpochSGD(lr=lr), aggregate=isx.ISFedAvgAggregate(scaling),  # type: ignore[arg-type]
+        server=ServerSGD(server_lr), name="isfedavg" if update != "uniform" else "isfedavg_uniform",
+    )
+
+
+RECIPES["isfedavg"] = isfedavg

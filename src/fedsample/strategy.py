@@ -108,6 +108,8 @@ class Strategy:
         cohort = self.select(ctx)
         plan = self.data.plan(ctx, cohort)
         payload = TrainPayload(params=params, plan=plan, solver=self.local, round=round)
+        if isinstance(plan, list):  # one plan per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
+            payload = [TrainPayload(params=params, plan=p, solver=self.local, round=round) for p in plan]
         reports = federation.run("train", cohort.ids, payload, round)
         delta = self.aggregate.combine(reports, cohort, ctx)
         ctx.log.update(self.describe_round(ctx, cohort, reports))

@@ -65,3 +65,17 @@ def flatten(params: Params) -> torch.Tensor:
 
 def squared_norm(params: Params) -> torch.Tensor:
     return sum(torch.sum(v * v) for v in params.values())
+
+
+def per_sample_gradients(module: nn.Module, task: str, params: Params, x: torch.Tensor, y: torch.Tensor, chunk_size: int | None = 1024) -> torch.Tensor:
+    """The gradient of each sample's loss, flattened: a ``(n, num_parameters)`` tensor, by
+    ``torch.func.vmap(grad(.))`` over samples (in chunks of ``chunk_size`` to bound memory)."""
+    from torch.func import grad, vmap
+
+    def one(p: Params, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        return per_sample_losses(module, p, xi.unsqueeze(0), yi.unsqueeze(0), task).sum()
+
+    detached = {k: v.detach() for k, v in params.items()}
+    chunk = chunk_size if chunk_size is not None and len(x) > chunk_size else None
+    grads = vmap(grad(one), in_dims=(None, 0, 0), chunk_size=chunk)(detached, x, y)
+    return torch.cat([g.reshape(len(x), -1) for g in grads.values()], dim=1)

@@ -1,0 +1,382 @@
+"""ISFedAvg: importance sampling of agents and of their data (Rizk, Vlaski & Sayed, IEEE TSP 2022).
+
+Two layers, both *without replacement* and both by systematic sampling on inclusion probabilities
+(Madow 1949; the paper's §IV-C scheme [44]):
+
+- **Agents** (Lemma 7, Eq. 43): L of K agents with normalized inclusion probabilities
+  p_k ∝ sqrt(sigma^2_k + alpha_k * ||grad P_k(w)||^2), so pi_k = L * p_k (capped at 1 by
+  :func:`design.inclusion_probabilities`, the rest rescaled).
+- **Data** (Lemma 6, Eq. 44): in each of its E_k epochs, agent k draws B_k of its N_k points with
+  p_n ∝ ||grad Q_k(w; x_n)||, so pi_n = B_k * p_n (capped likewise).
+
+**Unbiased scaling (Eqs. 7-9).** The paper writes the estimator with *normalized* inclusion probabilities
+p_n = pi_n / B_k and p_k = pi_k / L (its Eq. 5): the local step is
+
+    w_{k,e} = w_{k,e-1} - mu / (K p_k E_k B_k) * sum_{b in batch} grad Q_k(w_{k,e-1}; x_b) / (N_k p_b)   (Eq. 8)
+
+and the server averages w_i = (1/L) sum_{k in L_i} w_{k,E_k} (Eq. 9). Written with pi this is exactly the
+Horvitz-Thompson estimator at both levels: (1/B_k) sum_b g_b / (N_k p_b) = (1/N_k) sum_b g_b / pi_b, whose
+expectation is (1/N_k) sum_n g_n because P(n in batch) = pi_n, whatever the joint inclusion probabilities of
+the design; likewise (1/L) sum_k v_k / (K p_k) = (1/K) sum_k v_k / pi_k. So the paper's Eq. 8, read with
+normalized inclusion probabilities, *is* the correct without-replacement scaling; reading p_n as a
+with-replacement "sampling probability" would not be (the two differ once any pi_n is capped at 1). Each
+sampled gradient therefore gets the per-sample factor ``B_k / (N_k pi_n)`` computed from the design's actual
+pi, and ``1 / (K p_k) = L / (K pi_k)`` is applied either inside the local steps (``scaling="step"``, the
+paper's Eq. 8, with a plain mean at the server, Eq. 9) or at the server (``scaling="aggregate"``: local steps
+use only 1/E_k and the server forms (1/K) sum_k Delta_k / pi_k). Both agree on the first local step.
+
+**Probability updates (§IV-C)**, selectable by ``update``:
+
+- ``"exact"``: Lemmas 6-7 at a given reference model (the paper uses the optimum w°, known in its
+  simulation: pass ``reference=``); the agents' statistics are probed once and kept in ``ctx.state``.
+- ``"approx"``: Eqs. 49-50, the same formulas at the current model w_{i-1}; every agent is probed every
+  round (with the full local gradient, i.e. Eq. 50, not its minibatch variant Eq. 51).
+- ``"cheap"``: Eqs. 52-53: p starts uniform; after round i only the participants' p_l are recomputed and
+  rescaled to keep their total, p_l <- (sum_{m in L_i} p_m) * s_l / sum_{m in L_i} s_m (Eq. 52), and each
+  participant updates only the points it sampled, the same way with s_n = ||grad Q(w_{i-1}; x_n)||
+  (Eq. 53). The data weights travel back in ``TrainReport.extra`` and are kept in ``ctx.state`` by
+  :class:`ISFedAvgAggregate` (in a deployment they would stay on the client).
+- ``"uniform"``: p_k = 1/K, p_n = 1/N_k: the same machinery as FedAvg with Eq. 6's epoch correction (the
+  paper's baseline draws uniform minibatches with replacement; this one draws without).
+
+**What is garbled or chosen here.** The constant alpha_k of Lemma 7 is unreadable in our copy (a fragment
+"(3 + ...)" survives in the constants of Lemma 3): it is the parameter ``alpha`` (default 3). sigma^2_k is
+taken as the per-sample gradient variance mean_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 reported by the
+``probe`` procedure (``ProbeRequest(per_sample=True)``); the paper's sigma^2_{s,k} (Eq. 23, garbled) also
+carries factors 1/(E_k B_k) and the data inclusion probabilities, which are not used. The E_k and B_k of the
+regression experiment are "chosen uniformly at random from [1, 10] and [1, 5]" (§V-A): we read that as fixed per
+agent, batch sizes from [1, 10] and epochs from [1, 5] (:func:`paper_heterogeneity`). Not in the paper:
+``floor`` mixes every probability vector with the uniform one, p <- (1 - floor) p + floor / n, so that no unit
+gets probability 0 (a point whose gradient is 0 at w_{i-1} could never be drawn again under the stale
+updates of Eq. 53, and the Horvitz-Thompson estimate would lose unbiasedness later); the default is
+``DEFAULT_FLOOR`` = 1e-3, and ``floor=0`` is the paper's formulas, with a zero probability then an error. Units are put in a random order before systematic
+sampling: first-order inclusion probabilities are unchanged and fixed joint-inclusion patterns are avoided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+
+import numpy as np
+import torch
+
+from fedsample.client import ClientContext, LocalSample, ProbeRequest
+from fedsample.sampling import design
+from fedsample.sampling.clients import Cohort
+from fedsample.training.aggregate import WeightedMean
+from fedsample.training.functional import Params, per_sample_gradients
+from fedsample.training.local import LocalSGD
+
+if TYPE_CHECKING:
+    from fedsample.client import TrainReport
+    from fedsample.strategy import RoundContext
+
+Update = Literal["exact", "approx", "cheap", "uniform"]
+Scaling = Literal["step", "aggregate"]
+UPDATES = ("exact", "approx", "cheap", "uniform")
+STATE_KEY = "isfedavg"
+#: Default mixing with the uniform distribution (not in the paper; see the module notes).
+DEFAULT_FLOOR = 1e-3
+
+
+# --- probability formulas -------------------------------------------------------------------------
+
+
+def agent_scores(sigma2: np.ndarray, grad_norm: np.ndarray, alpha: float | np.ndarray = 3.0) -> np.ndarray:
+    """s_k = sqrt(sigma^2_k + alpha_k * ||grad P_k(w)||^2), the unnormalized optimal agent inclusion
+    probabilities (Lemma 7, Eq. 43; Eq. 50 at the current model). ``alpha`` may be one value or one per agent."""
+    sigma2 = _finite_nonnegative(sigma2, "sigma^2_k")
+    grad_norm = _finite_nonnegative(grad_norm, "||grad P_k||")
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
+        raise ValueError(f"ISFedAvg: alpha_k must be finite and >= 0, got {alpha!r}")
+    return np.sqrt(sigma2 + alpha * grad_norm**2)
+
+
+def normalized_probabilities(scores: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """p = scores / sum(scores), mixed with the uniform distribution by ``floor`` (see the module notes).
+
+    Raises ``ValueError`` for NaN, infinite or negative scores, for all-zero scores, and for a zero
+    probability when ``floor == 0`` (that unit could never be drawn, so no estimate would be unbiased).
+    """
+    s = _finite_nonnegative(scores, "importance scores")
+    if not 0.0 <= floor < 1.0:
+        raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {floor!r}")
+    if s.size == 0 or s.sum() <= 0:
+        raise ValueError("ISFedAvg: importance scores are all zero; no sampling distribution can be formed")
+    p = (1.0 - floor) * s / s.sum() + floor / s.size
+    if np.any(p <= 0):
+        raise ValueError(
+            f"ISFedAvg: probability 0 for unit {int(np.flatnonzero(p <= 0)[0])}: it could never be sampled, so "
+            "the importance-weighted estimate would be biased; use floor > 0"
+        )
+    return p
+
+
+def rescale_subset(p: np.ndarray, ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The cheap update of Eqs. 52-53: the units in ``ids`` share their current total mass in proportion to
+    their new ``scores``; the others keep their probabilities (so the vector still sums to 1)."""
+    p = np.asarray(p, dtype=np.float64).copy()
+    ids = np.asarray(ids, dtype=np.int64)
+    scores = _finite_nonnegative(scores, "importance scores")
+    if scores.sum() > 0:
+        p[ids] = p[ids].sum() * scores / scores.sum()
+    return p
+
+
+def random_order_systematic(probs: np.ndarray, n: int, rng: np.random.Generator) -> design.Sample:
+    """n units without replacement with inclusion probabilities pi = n * probs (capped at 1, the rest rescaled:
+    :func:`design.inclusion_probabilities`), by Madow's systematic sampling (:func:`design.systematic_sample`)
+    on a random order of the units. Returns sorted ids and their pi."""
+    probs = np.asarray(probs, dtype=np.float64)
+    order = rng.permutation(probs.size)
+    drawn = design.systematic_sample(probs[order], n, rng)
+    ids = order[drawn.ids]
+    sort = np.argsort(ids)
+    return design.Sample(ids[sort], drawn.inclusion[sort], drawn.multiplicity[sort])
+
+
+def data_scale(inclusion: np.ndarray, num_points: int, batch: int) -> np.ndarray:
+    """The per-sample factor 1 / (N_k p_n) of Eq. 8 with the normalized inclusion probability p_n = pi_n / B_k,
+    i.e. B_k / (N_k pi_n): the minibatch mean of scaled gradients is then the Horvitz-Thompson estimate of
+    grad P_k."""
+    return batch / (num_points * np.asarray(inclusion, dtype=np.float64))
+
+
+def paper_heterogeneity(num_agents: int, rng: np.random.Generator, batch_range: tuple[int, int] = (1, 10), epoch_range: tuple[int, int] = (1, 5)) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per-agent epochs E_k and batch sizes B_k uniform on the given integer ranges (§V-A: B_k in [1, 10],
+    E_k in [1, 5]); returns ``(epochs, batch_sizes)`` to pass to :func:`fedsample.recipes.isfedavg`."""
+    epochs = rng.integers(epoch_range[0], epoch_range[1] + 1, size=num_agents)
+    batches = rng.integers(batch_range[0], batch_range[1] + 1, size=num_agents)
+    return tuple(int(e) for e in epochs), tuple(int(b) for b in batches)
+
+
+def _finite_nonnegative(values: object, name: str) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"ISFedAvg: {name} contains NaN or infinite values")
+    if np.any(arr < 0):
+        raise ValueError(f"ISFedAvg: {name} must be >= 0")
+    return arr
+
+
+def _check_update(update: str) -> None:
+    if update not in UPDATES:
+        raise ValueError(f"ISFedAvg: update must be one of {', '.join(UPDATES)}, got {update!r}")
+
+
+def _state(ctx: "RoundContext") -> dict:
+    return ctx.state.setdefault(STATE_KEY, {})
+
+
+# --- the data plan (runs on the client) -----------------------------------------------------------
+
+
+@dataclass
+class EpochBatches(LocalSample):
+    """A local sample made of consecutive minibatches of ``block`` positions, one per local epoch."""
+
+    block: int = 1
+
+
+def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None = None) -> np.ndarray:
+    """||grad Q_k(w; x_n)|| for the client's samples (all, or ``rows``), from per-sample gradients."""
+    x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
+    return torch.linalg.vector_norm(per_sample_gradients(ctx.module, ctx.task, params, x, y), dim=1).numpy().astype(np.float64)
+
+
+@dataclass(frozen=True)
+class ImportanceBatches:
+    """Client k's instruction (Algorithm 1, inner loop): in each of ``epochs`` epochs draw ``batch_size``
+    points without replacement with p_n ∝ ||grad Q_k(params; x_n)|| (``weights`` given: the stored
+    probabilities of Eq. 53; ``params`` None and no weights: uniform), and scale each by
+    ``agent_scale / epochs * B_k / (N_k pi_n)`` (Eq. 8). With ``refresh`` (Eq. 53) the drawn points'
+    probabilities are recomputed at ``params`` and sent back in ``extra["data_weights"]``."""
+
+    epochs: int
+    batch_size: int
+    agent_scale: float = 1.0
+    params: Params | None = field(default=None, repr=False)
+    weights: np.ndarray | None = field(default=None, repr=False)
+    refresh: bool = False
+    floor: float = 0.0
+
+    def raw_weights(self, ctx: ClientContext) -> np.ndarray:
+        """The unmixed p_n: stored (Eq. 53), uniform (no ``params``, or Eq. 53's start), or Lemma 6 / Eq. 49."""
+        if self.weights is not None:
+            if len(self.weights) != ctx.size:
+                raise ValueError(f"ISFedAvg: {len(self.weights)} stored data weights for a client with {ctx.size} samples")
+            return np.asarray(self.weights, dtype=np.float64)
+        if self.params is None or self.refresh:
+            return np.full(ctx.size, 1.0 / ctx.size)
+        return gradient_norms(ctx, self.params)
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+        if ctx.size == 0:
+            return LocalSample(np.zeros(0, dtype=np.int64))
+        raw = self.raw_weights(ctx)
+        p = normalized_probabilities(raw, self.floor)
+        batch = min(self.batch_size, ctx.size)
+        draws = [random_order_systematic(p, batch, rng) for _ in range(self.epochs)]
+        indices = np.concatenate([d.ids for d in draws])
+        inclusion = np.concatenate([d.inclusion for d in draws])
+        scale = self.agent_scale / self.epochs * data_scale(inclusion, ctx.size, batch)
+        extra = {"data_weights": self.refreshed(ctx, raw / raw.sum(), np.unique(indices))} if self.refresh else {}
+        return EpochBatches(indices, scale=scale, extra=extra, block=batch)
+
+    def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Eq. 53: the drawn points share their probability mass by their gradient norms at ``params``."""
+        return rescale_subset(p, rows, gradient_norms(ctx, self.params, rows))
+
+
+@dataclass(frozen=True)
+class EpochSGD(LocalSGD):
+    """Local SGD over the minibatches an :class:`ImportanceBatches` plan drew: one step per epoch block, in
+    order, each step w <- w - lr * (1/B) * sum_b scale_b * grad Q(w; x_b) (Eq. 8 with the plan's scales).
+    ``epochs``, ``steps`` and ``batch_size`` of :class:`LocalSGD` are not used with such a plan (it fixes them
+    per agent); under any other data plan (a ``data=`` override) this is plain :class:`LocalSGD`."""
+
+    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
+        block = getattr(sample, "block", None)
+        if block is None:
+            return super().batches(sample, rng)
+        return [np.arange(start, start + block) for start in range(0, len(sample), block)]
+
+
+# --- the samplers (run on the server) -------------------------------------------------------------
+
+
+def _per_agent(value: int | Sequence[int], name: str) -> int | tuple[int, ...]:
+    values = np.atleast_1d(np.asarray(value))
+    if values.dtype.kind not in "iu" or np.any(values < 1):
+        raise ValueError(f"ISFedAvg: {name} must be integers >= 1 (one value, or one per agent), got {value!r}")
+    return int(values[0]) if np.ndim(value) == 0 else tuple(int(v) for v in values)
+
+
+def _for_agent(value: int | tuple[int, ...], k: int, name: str) -> int:
+    if isinstance(value, int):
+        return value
+    if k >= len(value):
+        raise ValueError(f"ISFedAvg: {name} has {len(value)} entries, but agent {k} was chosen")
+    return value[k]
+
+
+def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params) -> tuple[np.ndarray, np.ndarray]:
+    """sigma^2_k and ||grad P_k(params)|| reported by the agents ``ids``."""
+    reports = ctx.federation.run("probe", ids, ProbeRequest(params=params, per_sample=True), ctx.round)
+    return np.array([r.extra["sigma2"] for r in reports]), np.array([r.grad_norm for r in reports])
+
+
+@dataclass(frozen=True)
+class ImportanceAgents:
+    """ISFedAvg's agent sampler: L of K agents without replacement by systematic sampling on pi_k = L p_k,
+    p_k from Lemma 7 under the chosen ``update`` rule (see the module notes). ``alpha`` is alpha_k of
+    Lemma 7 (one value or one per agent; the paper's value is unreadable in our copy, default 3)."""
+
+    L: int = 6
+    alpha: float | tuple[float, ...] = 3.0
+    update: Update = "approx"
+    reference: Params | None = field(default=None, compare=False, repr=False)
+    floor: float = DEFAULT_FLOOR
+    needs_sizes: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        if int(self.L) != self.L or self.L < 1:
+            raise ValueError(f"ISFedAvg: L (agents per round) must be an integer >= 1, got {self.L!r}")
+        _check_update(self.update)
+        agent_scores(np.zeros(1), np.zeros(1), self.alpha)  # validates alpha
+        if self.update == "exact" and self.reference is None:
+            raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
+        if not 0.0 <= self.floor < 1.0:
+            raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {self.floor!r}")
+
+    def probabilities(self, ctx: "RoundContext") -> np.ndarray:
+        """The normalized inclusion probabilities p_k (sum 1) used to choose this round's agents."""
+        K, state = ctx.num_clients, _state(ctx)
+        everyone = np.arange(K)
+        if self.update == "uniform":
+            return np.full(K, 1.0 / K)
+        if self.update == "exact":
+            if "agent_scores_exact" not in state:
+                state["agent_scores_exact"] = agent_scores(*_probe(ctx, everyone, self.reference), self.alpha)
+            return normalized_probabilities(state["agent_scores_exact"], self.floor)
+        if self.update == "approx":
+            return normalized_probabilities(agent_scores(*_probe(ctx, everyone, ctx.params), self.alpha), self.floor)
+        return normalized_probabilities(state.setdefault("agent_p", np.full(K, 1.0 / K)), self.floor)
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        p = self.probabilities(ctx)
+        sample = random_order_systematic(p, min(self.L, ctx.num_clients), ctx.rng("clients"))
+        if self.update == "cheap":  # Eq. 52: the participants report at w_{i-1}; used from the next round on
+            alpha = self.alpha if np.ndim(self.alpha) == 0 else np.asarray(self.alpha)[sample.ids]
+            scores = agent_scores(*_probe(ctx, sample.ids, ctx.params), alpha)
+            _state(ctx)["agent_p"] = rescale_subset(_state(ctx)["agent_p"], sample.ids, scores)
+        ctx.log["agent_p_max"] = float(p.max())
+        return Cohort.from_sample(sample, ctx.num_clients)
+
+
+@dataclass(frozen=True)
+class ImportanceData:
+    """ISFedAvg's data sampler: one :class:`ImportanceBatches` plan per chosen agent, with its E_k and B_k
+    (``epochs``, ``batch_size``: one value, or one per agent id) and, for ``scaling="step"``, the agent
+    factor 1 / (K p_k) = L / (K pi_k) from the cohort's inclusion probabilities (fixed-size cohorts)."""
+
+    epochs: int | tuple[int, ...] = 1
+    batch_size: int | tuple[int, ...] = 1
+    update: Update = "approx"
+    reference: Params | None = field(default=None, compare=False, repr=False)
+    scaling: Scaling = "step"
+    floor: float = DEFAULT_FLOOR
+    needs_sizes: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epochs", _per_agent(self.epochs, "epochs E_k"))
+        object.__setattr__(self, "batch_size", _per_agent(self.batch_size, "batch sizes B_k"))
+        _check_update(self.update)
+        if self.scaling not in ("step", "aggregate"):
+            raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {self.scaling!r}")
+        if self.update == "exact" and self.reference is None:
+            raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
+        if not 0.0 <= self.floor < 1.0:
+            raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {self.floor!r}")
+
+    def agent_factors(self, cohort: Cohort) -> np.ndarray:
+        if self.scaling == "aggregate":
+            return np.ones(len(cohort))
+        return len(cohort) / (cohort.population * cohort.inclusion)
+
+    def plan(self, ctx: "RoundContext", cohort: Cohort) -> list[ImportanceBatches]:
+        stored = _state(ctx).setdefault("data_weights", {})
+        params = {"exact": self.reference, "approx": ctx.params, "cheap": ctx.params, "uniform": None}[self.update]
+        return [
+            ImportanceBatches(
+                epochs=_for_agent(self.epochs, int(k), "epochs"), batch_size=_for_agent(self.batch_size, int(k), "batch_size"),
+                agent_scale=float(factor), params=params, floor=self.floor, refresh=self.update == "cheap",
+                weights=stored.get(int(k)) if self.update == "cheap" else None,
+            )
+            for k, factor in zip(cohort.ids, self.agent_factors(cohort))
+        ]
+
+
+@dataclass(frozen=True)
+class ISFedAvgAggregate:
+    """Eq. 9's plain mean of the agents' updates (``scaling="step"``: the 1/(K p_k) factor was in the local
+    steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). Keeps the data
+    weights that agents send back under Eq. 53 in ``ctx.state``."""
+
+    scaling: Scaling = "step"
+    needs_sizes: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        if self.scaling not in ("step", "aggregate"):
+            raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {self.scaling!r}")
+
+    def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
+        stored = _state(ctx).setdefault("data_weights", {})
+        for k, report in zip(cohort.ids, reports):
+            if report is not None and "data_weights" in report.extra:
+                stored[int(k)] = report.extra["data_weights"]
+        mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
+        return mean.combine(reports, cohort, ctx)
