@@ -133,18 +133,16 @@ def test_recipe_composes_with_fedavg_and_local_options():
     assert all(math.isfinite(h["train_loss"]) for h in res.history)
 
 
-def test_recipe_works_for_any_registered_base_taking_data(monkeypatch):
-    """A base registered later (here a stand-in 'fedprox' taking prox_mu itself) gets prox_mu directly."""
-    calls = {}
+def test_recipe_passes_local_options_to_the_fedavg_family_by_their_names():
+    """fedprox takes mu, fednova local_momentum: IWDS's prox_mu and momentum reach them under those names
+    (fednova's paper setting is momentum 0.9), and fedavgm's *server* momentum is left alone."""
+    prox = recipes.iwds(base="fedprox", prox_mu=0.1)
+    assert prox.local.prox_mu == 0.1 and prox.name == "iwds[fedprox]"
+    nova = recipes.iwds(base="fednova")
+    assert nova.local.momentum == 0.9 and nova.local.lr_decay == 0.992
+    avgm = recipes.iwds(base="fedavgm", momentum=0.5)
+    assert avgm.local.momentum == 0.5 and avgm.server == recipes.fedavgm().server
 
-    def fedprox_like(mu_value: float = 0.0, prox_mu: float = 0.0, data=None, clients=None):
-        calls["prox_mu"] = prox_mu
-        return recipes.fedavg(data=data, clients=clients)
-
-    monkeypatch.setitem(recipes.RECIPES, "fedprox_like", fedprox_like)
-    st = recipes.iwds(base="fedprox_like", prox_mu=0.1)
-    assert calls["prox_mu"] == 0.1 and st.local.prox_mu == 0.0  # passed to the base, not set twice
-    assert isinstance(st.data, iwds.IWDSData)
 
 
 def test_recipe_errors():
