@@ -68,7 +68,7 @@ class WeightedMean:
         positions, got = received(reports, cohort)
         if not got:
             return None
-        return weighted_sum([r.update for r in got], self.weights(positions, cohort, ctx))
+        return combine_updates(reports, positions, got, self.weights(positions, cohort, ctx))
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,17 @@ class Sum:
     needs_sizes: ClassVar[None] = None
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        _, got = received(reports, cohort)
+        positions, got = received(reports, cohort)
         if not got:
             return None
-        return weighted_sum([r.update for r in got], np.ones(len(got)))
+        return combine_updates(reports, positions, got, np.ones(len(got)))
+
+
+def combine_updates(reports: Sequence["TrainReport | None"], positions: np.ndarray, got: Sequence["TrainReport"], weights: np.ndarray) -> Params:
+    """sum_k w_k * Delta_k over the received updates. A federation whose reports can form this sum without
+    materializing each update (``weighted_update_sum``: the vectorized engine's one-gradient cohorts, where
+    it is one backward pass over the union of the drawn samples) is asked to; the result is the same."""
+    fused = getattr(reports, "weighted_update_sum", None)
+    if fused is not None:
+        return fused(positions, np.asarray(weights, dtype=np.float64))
+    return weighted_sum([r.update for r in got], weights)
