@@ -75,7 +75,7 @@ class VectorizedSimulator(Simulator):
         if procedure == "report_size" and not per_client:
             return self.report_sizes(ids, payload, round)
         if procedure == "train":
-            return self.train(ids, list(payload) if per_client else [payload] * len(ids), round)
+            return self.train(ids, list(payload) if per_client else payload, round)
         return super().run(procedure, ids, payload, round)
 
     def report_sizes(self, ids: np.ndarray, query: procedures.SizeQuery, round: int) -> np.ndarray:
@@ -85,11 +85,14 @@ class VectorizedSimulator(Simulator):
             return sizes.copy()
         return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, round, ids, "report_size"))
 
-    def train(self, ids: np.ndarray, payloads: list[TrainPayload], round: int) -> list[TrainReport | None]:
+    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport | None]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
-        for position, p in enumerate(payloads):
+        if not isinstance(payloads, list):  # one payload for all: one group
+            groups[()] = list(range(len(ids)))
+            payloads = _Repeated(payloads)
+        for position, p in enumerate(payloads if groups == {} else ()):
             groups.setdefault((id(p.params), p.solver, p.plan, p.round), []).append(position)
         fused = None
         for positions in groups.values():
@@ -103,25 +106,37 @@ class VectorizedSimulator(Simulator):
                 fused = got if len(groups) == 1 else None
             else:  # a solver the engine cannot batch: the reference loop, with the same per-client streams
                 got = super().run("train", ids[members], [payloads[i] for i in positions], round)
+            if len(groups) == 1:
+                return got if fused is not None else list(got)
             for position, report in zip(positions, got):
                 reports[position] = report
-        return fused if fused is not None else reports
+        return reports
 
     # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
 
     def _draw(self, ids: np.ndarray, plan: Any, round: int) -> tuple[list[LocalSample], list[ClientRandom]]:
         """Each client's sample and its stream positioned after the draw, as the loop's ``train`` sees them."""
         rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
+        flat = self._draw_flat(ids, plan, round)
+        if flat is None:
+            return [plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)], rngs
+        member, local, consumed = flat
+        cuts = np.searchsorted(member, np.arange(len(ids) + 1))
+        for rng, n in zip(rngs, consumed):
+            rng.position = int(n)
+        return [LocalSample(local[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], rngs
+
+    def _draw_flat(self, ids: np.ndarray, plan: Any, round: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """For plans drawn in one numpy pass: ``(member, local position, draws consumed per client)`` of every
+        kept sample, ordered by cohort member; None for other plans (drawn client by client)."""
+        sizes = self.sizes[ids]
         if type(plan) is AllSamples:
-            return [LocalSample(np.arange(n)) for n in self.sizes[ids]], rngs
+            member = np.repeat(np.arange(len(ids)), sizes)
+            return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member], np.zeros(len(ids), dtype=np.int64)
         if type(plan) is BernoulliSamples:
-            sizes = self.sizes[ids]
             member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train"))
-            cuts = np.searchsorted(member, np.arange(len(ids) + 1))
-            for rng, n in zip(rngs, sizes):
-                rng.position = int(n)
-            return [LocalSample(local[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], rngs
-        return [plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)], rngs
+            return member, local, sizes
+        return None
 
     def _rows(self, k: int, local: np.ndarray) -> np.ndarray:
         """Training-row indices of client k's local positions."""
@@ -204,17 +219,33 @@ class VectorizedSimulator(Simulator):
 
     def _train_one_gradient(self, ids: np.ndarray, payload: TrainPayload, round: int) -> "CohortReports":
         solver: OneGradient = payload.solver
-        samples, _ = self._draw(ids, payload.plan, round)
-        counts = np.array([len(s) for s in samples], dtype=np.int64)
-        member = np.repeat(np.arange(len(ids)), counts)
+        flat = self._draw_flat(ids, payload.plan, round)
+        scale = None
+        if flat is not None:
+            member, local, _ = flat
+        else:
+            samples, _ = self._draw(ids, payload.plan, round)
+            member = np.repeat(np.arange(len(ids)), [len(s) for s in samples])
+            local = np.concatenate([np.asarray(s.indices, dtype=np.int64) for s in samples] + [np.zeros(0, np.int64)])
+            if any(s.scale is not None for s in samples):
+                scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
+        counts = np.bincount(member, minlength=len(ids))
         if len(member) == 0:
             return CohortReports([None] * len(ids))
-        rows = np.concatenate([self._rows(int(k), s.indices) for k, s in zip(ids, samples) if len(s)])
+        rows = self.data.order[self.data.offsets[ids[member]] + local]
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
-        weights = 1.0 / norm[member]
-        if any(s.scale is not None for s in samples):
-            weights = weights * np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
+        weights = 1.0 / norm[member] if scale is None else scale / norm[member]
         return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm)
+
+
+class _Repeated:
+    """One payload standing for every cohort member."""
+
+    def __init__(self, payload: TrainPayload) -> None:
+        self.payload = payload
+
+    def __getitem__(self, position: int) -> TrainPayload:
+        return self.payload
 
 
 class CohortReports(list):
@@ -229,14 +260,14 @@ class CohortReports(list):
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.from_numpy(rows)
         with torch.enable_grad():
-            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x[rows_t], sim.y[rows_t], sim.task)
+            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
         per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
         losses = per_client * norm / np.maximum(counts, 1)
         reports = cls([None] * len(counts))
         reports._union = (leaves, terms, member, rows, weights, sim)
         reports._updates = None
-        for c in np.flatnonzero(counts):
-            reports[c] = _DeferredReport(reports, int(c), float(losses[c]))
+        for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
+            reports[c] = _DeferredReport(reports, c, loss)
         return reports
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
