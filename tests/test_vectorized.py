@@ -162,6 +162,10 @@ STRATEGIES = {
     "uniform_subset_momentum": lambda: Strategy(
         clients=UniformClients(5), data=UniformSubset(5), local=LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2, momentum=0.5),
     ),
+    "single_step_sgd_fused": lambda: Strategy(  # every client one step: the linear shortcut (one backward)
+        clients=UniformClients(6), data=FixedRatio(0.5), aggregate=WeightedMean("inverse_inclusion"),
+        local=LocalSGD(lr=0.1, epochs=None, steps=1, batch_size=None, momentum=0.9, weight_decay=0.01, prox_mu=0.1),
+    ),
     "one_gradient_sum_uniform": lambda: Strategy(clients=UniformClients(4), local=OneGradient(K=20), aggregate=Sum()),
 }
 

@@ -94,7 +94,6 @@ class VectorizedSimulator(Simulator):
             payloads = _Repeated(payloads)
         for position, p in enumerate(payloads if groups == {} else ()):
             groups.setdefault((id(p.params), p.solver, p.plan, p.round), []).append(position)
-        fused = None
         for positions in groups.values():
             members = np.asarray(positions)
             payload = payloads[positions[0]]
@@ -103,11 +102,10 @@ class VectorizedSimulator(Simulator):
                 got = self._train_sgd(ids[members], payload, round)
             elif type(solver) is OneGradient:
                 got = self._train_one_gradient(ids[members], payload, round)
-                fused = got if len(groups) == 1 else None
             else:  # a solver the engine cannot batch: the reference loop, with the same per-client streams
                 got = super().run("train", ids[members], [payloads[i] for i in positions], round)
             if len(groups) == 1:
-                return got if fused is not None else list(got)
+                return got if isinstance(got, CohortReports) else list(got)
             for position, report in zip(positions, got):
                 reports[position] = report
         return reports
@@ -152,6 +150,8 @@ class VectorizedSimulator(Simulator):
         schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
         if not schedules:
             return reports
+        if all(len(batches) == 1 for batches, _ in schedules):
+            return self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
         per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
         chunk = max(1, self.memory_budget // per_client)
         for start in range(0, len(active), chunk):
@@ -160,6 +160,19 @@ class VectorizedSimulator(Simulator):
             for j, i in enumerate(active[start : start + chunk]):
                 reports[i] = TrainReport(update={k: v[j] for k, v in updates.items()}, steps=int(steps[j]), loss=float(losses[j]))
         return reports
+
+    def _single_step(self, ids: np.ndarray, active: list[int], schedules: list, payload: TrainPayload, lr: float) -> "CohortReports":
+        """Every client takes one step from the global parameters w0, so its update is linear in its minibatch
+        gradient: Delta_c = lr * (g_c + weight_decay * w0) (momentum's first buffer is the step itself and the
+        proximal term is 0 at w0). Computed like a one-gradient cohort: one forward over the union of the
+        minibatches, one backward for a linear aggregate, per-client updates on demand."""
+        member = np.repeat(np.asarray(active), [len(batches[0]) for batches, _ in schedules])
+        rows = np.concatenate([batches[0] for batches, _ in schedules])
+        weights = np.concatenate([w[0] for _, w in schedules])
+        return CohortReports.one_gradient(
+            self, payload.params, rows, member, weights, np.bincount(member, minlength=len(ids)), np.ones(len(ids)),
+            step=lr, decay=payload.solver.weight_decay, losses_per_client=True,
+        )
 
     def _schedule(self, k: int, sample: LocalSample, solver: LocalSGD, rng: ClientRandom) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Client k's minibatches (training rows) and each row's weight, exactly as ``LocalSGD.run`` forms them."""
@@ -255,16 +268,21 @@ class CohortReports(list):
     @classmethod
     def one_gradient(
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
-        counts: np.ndarray, norm: np.ndarray,
+        counts: np.ndarray, norm: np.ndarray, step: float = 1.0, decay: float = 0.0, losses_per_client: bool = False,
     ) -> "CohortReports":
+        """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
+        ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
+        loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
+        (a local SGD step's minibatch loss)."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.from_numpy(rows)
         with torch.enable_grad():
             terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
         per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
-        losses = per_client * norm / np.maximum(counts, 1)
+        losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports = cls([None] * len(counts))
         reports._union = (leaves, terms, member, rows, weights, sim)
+        reports._step, reports._decay = step, decay
         reports._updates = None
         for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
             reports[c] = _DeferredReport(reports, c, loss)
@@ -278,19 +296,27 @@ class CohortReports(list):
         a[np.asarray(positions, dtype=np.int64)] = weights
         scaled = torch.as_tensor(a[member], dtype=terms.dtype) * terms
         grads = torch.autograd.grad(scaled.sum(), list(leaves.values()), retain_graph=True)
-        return dict(zip(leaves, grads))
+        total = float(np.sum(weights))
+        return {k: self._as_update(g, leaves[k].detach(), total) for k, g in zip(leaves, grads)}
+
+    def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
+        """step * (gradient + decay * weight * w0): the update(s) from gradient(s) at w0."""
+        if self._step == 1.0 and self._decay == 0.0:
+            return gradient
+        return self._step * (gradient + self._decay * weight * w0) if self._decay else self._step * gradient
 
     def update_of(self, position: int) -> Params:
         """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
         if self._updates is None:
             self._updates = self._client_gradients()
-        return {k: v[position] for k, v in self._updates.items()}
+        leaves = self._union[0]
+        return {k: self._as_update(v[position], leaves[k].detach(), 1.0) for k, v in self._updates.items()}
 
     def _client_gradients(self) -> Params:
         """Every client's G_c at once: padded per-client batches, parameters broadcast along the client axis."""
         leaves, _, member, rows, weights, sim = self._union
         counts = np.bincount(member, minlength=len(self))
-        C, B = len(self), int(counts.max())
+        C, B = len(self), int(counts.max())  # clients without rows get zero weights (their G_c is never read)
         slot = np.arange(len(member)) - (np.cumsum(counts) - counts)[member]
         padded_rows = np.zeros((C, B), dtype=np.int64)
         padded_w = np.zeros((C, B), dtype=np.float32)
@@ -307,7 +333,8 @@ class CohortReports(list):
 
 
 class _DeferredReport(TrainReport):
-    """A OneGradient client's report whose update G_c is computed (batched with the cohort) when read."""
+    """A client's report (one-gradient or single-step SGD) whose update is computed, batched with the cohort,
+    when read."""
 
     def __init__(self, owner: CohortReports, position: int, loss: float) -> None:
         self._owner, self._position = owner, position
