@@ -11,10 +11,14 @@ from fedsample.training.functional import Params, per_sample_losses
 
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
-    """Unweighted mean over classes present in y_true or y_pred of F1 = 2TP / (2TP + FP + FN)."""
-    from sklearn.metrics import f1_score
-
-    return float(f1_score(y_true, y_pred, average="macro", labels=np.arange(num_classes), zero_division=0))
+    """Unweighted mean over the ``num_classes`` labels of F1 = 2TP / (2TP + FP + FN), 0 for a label that is
+    neither true nor predicted (scikit-learn's ``f1_score(average="macro", labels=range(C), zero_division=0)``,
+    computed with numpy so that evaluation does not import scikit-learn)."""
+    y_true, y_pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
+    tp = np.bincount(y_true[y_true == y_pred], minlength=num_classes)[:num_classes]
+    denominator = np.bincount(y_true, minlength=num_classes)[:num_classes] + np.bincount(y_pred, minlength=num_classes)[:num_classes]
+    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(num_classes), where=denominator > 0)
+    return float(f1.mean())
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from fedsample.rng import ClientRandom, CohortRandom, uniform_integers
+
 
 def _check(epsilon: float, M: int) -> None:
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
@@ -34,12 +36,19 @@ def clip_size(n: np.ndarray | int, M: int) -> np.ndarray:
     return np.minimum(np.asarray(n, dtype=np.int64), M - 1)
 
 
-def randomized_response(n: np.ndarray | int, epsilon: float, M: int, rng: np.random.Generator) -> np.ndarray:
-    """Eq. 1: r_c = x_c * n_c + (1 - x_c) * n^_c, x_c ~ B(alpha), n^_c ~ U{1, ..., M-1}. Vectorized over clients."""
+def randomized_response(n: np.ndarray | int, epsilon: float, M: int, rng: "np.random.Generator | ClientRandom | CohortRandom") -> np.ndarray:
+    """Eq. 1: r_c = x_c * n_c + (1 - x_c) * n^_c, x_c ~ B(alpha), n^_c ~ U{1, ..., M-1}. Vectorized over clients.
+
+    With a :class:`~fedsample.rng.CohortRandom` (one entry of ``n`` per client of the cohort) each client's
+    answer equals the one it computes alone with its :class:`~fedsample.rng.ClientRandom`."""
     alpha = alpha_for(epsilon, M)
     n = np.asarray(n, dtype=np.int64)
     if np.any(n < 1):
         raise ValueError("a client reporting its size must hold at least one sample")
+    if isinstance(rng, CohortRandom):  # one client each: draw 0 decides, draw 1 is the fake size
+        u = rng.columns(2)
+        truthful, fake = u[:, 0] < alpha, uniform_integers(u[:, 1], 1, M)
+        return np.where(truthful, clip_size(n, M), fake)
     truthful = rng.random(n.shape) < alpha
     fake = rng.integers(1, M, size=n.shape)
     return np.where(truthful, clip_size(n, M), fake)

@@ -2,11 +2,19 @@
 
 Results therefore do not depend on execution order, chunking or backend: client 17's draws in round 3
 are the same whether it trains alone, in a vectorized cohort, on Ray or through Flower.
+
+Server parts draw from numpy Generators (:func:`generator`). Client procedures receive a
+:class:`ClientRandom`: a counter-based SplitMix64 stream per client for the hot paths (uniforms,
+integers, permutations), so a vectorized engine computes the same draws for a million clients in one
+numpy pass (:class:`CohortRandom`), plus a numpy Generator of the same cell, created on first use, for
+everything else.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,3 +38,147 @@ def generator(seed: int, round: int, client: int = SERVER, purpose: str = "") ->
 def torch_seed(seed: int, purpose: str = "init") -> int:
     """A 63-bit integer seed for torch (model initialisation), derived from the run seed."""
     return int(seed_sequence(seed, -1, SERVER, purpose).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+# --- counter-based client randomness ----------------------------------------------------------------
+#
+# A client's draws in one (seed, round, purpose) cell are a SplitMix64 stream (Steele, Lea & Flood 2014):
+# the cell key comes once from a SeedSequence, each client's stream seed is a mix of (key, client), and the
+# i-th uniform of client c is mix(stream_c + (i + 1) * GAMMA). Any (client, i) can be computed directly, so
+# a million clients' draws are one numpy pass and give the same numbers as each client drawing alone.
+
+_MASK = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_TO_UNIT = 2.0**-53
+_SMALL = 16
+
+
+def _mix_int(z: int) -> int:
+    """SplitMix64's finalizer on one Python int (bit-identical to :func:`mix64`)."""
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer, elementwise on uint64 arrays (wrapping arithmetic)."""
+    z = np.asarray(z, dtype=np.uint64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+    return z ^ (z >> np.uint64(31))
+
+
+@lru_cache(maxsize=1024)
+def cell_key(seed: int, round: int, purpose: str) -> int:
+    """The 64-bit key of one (seed, round, purpose) cell, from a SeedSequence (computed once per cell)."""
+    entropy = [int(seed), int(round) + 1, _purpose_code(purpose), 0x5EED]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
+
+
+def client_stream(key: int, client: int) -> int:
+    """The SplitMix64 state of one client in a cell: mix(key XOR mix((client + 2) * GAMMA))."""
+    return _mix_int(key ^ _mix_int(((int(client) + 2) * _GAMMA) & _MASK))
+
+
+def client_streams(key: int, clients: np.ndarray) -> np.ndarray:
+    """:func:`client_stream` for an array of clients (uint64)."""
+    c = np.asarray(clients, dtype=np.int64).astype(np.uint64) + np.uint64(2)
+    return mix64(np.uint64(key) ^ mix64(c * np.uint64(_GAMMA)))
+
+
+def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Uniforms on [0, 1) with 53 random bits: draw ``positions`` of the given client ``streams`` (broadcast)."""
+    z = mix64(np.asarray(streams, dtype=np.uint64) + (np.asarray(positions, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GAMMA))
+    return (z >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+
+
+def uniform_integers(u: np.ndarray, low: int, high: int) -> np.ndarray:
+    """Integers on {low, ..., high-1} from uniforms: low + floor(u * (high - low)) (bias below 2^-53 * (high-low))."""
+    return low + np.floor(np.asarray(u) * (high - low)).astype(np.int64)
+
+
+class ClientRandom:
+    """A client's randomness in one (seed, round, client, purpose) cell, passed to client procedures as ``rng``.
+
+    ``random``, ``integers`` and ``permutation`` read the client's counter-based stream in order (so a
+    vectorized engine can compute the same draws for many clients at once, see :class:`CohortRandom`); any
+    other numpy ``Generator`` method (``choice``, ``normal``, ...) goes to a numpy Generator for the same cell,
+    created on first use.
+    """
+
+    __slots__ = ("seed", "round", "client", "purpose", "stream", "position", "_generator")
+
+    def __init__(self, seed: int, round: int, client: int, purpose: str) -> None:
+        self.seed, self.round, self.client, self.purpose = int(seed), int(round), int(client), purpose
+        self.stream = client_stream(cell_key(self.seed, self.round, purpose), self.client)
+        self.position = 0
+        self._generator: np.random.Generator | None = None
+
+    def uniforms(self, n: int) -> np.ndarray:
+        """The next ``n`` uniforms of the stream."""
+        start, self.position = self.position, self.position + n
+        if n <= _SMALL:  # plain integer arithmetic beats numpy's per-call overhead for a few draws
+            s = self.stream
+            return np.array([(_mix_int((s + (i + 1) * _GAMMA) & _MASK) >> 11) * _TO_UNIT for i in range(start, start + n)])
+        return stream_uniforms(np.uint64(self.stream), np.arange(start, start + n, dtype=np.uint64))
+
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
+        shape = () if size is None else ((size,) if isinstance(size, (int, np.integer)) else tuple(size))
+        u = self.uniforms(math.prod(shape)).reshape(shape)
+        return float(u) if size is None else u
+
+    def integers(self, low: int, high: int | None = None, size: int | tuple[int, ...] | None = None) -> np.ndarray | int:
+        """Integers on {low, ..., high-1} (numpy's convention: one bound means {0, ..., low-1})."""
+        low, high = (0, low) if high is None else (low, high)
+        if high <= low:
+            raise ValueError(f"integers: high ({high}) must exceed low ({low})")
+        drawn = uniform_integers(self.random(size), int(low), int(high))
+        return int(drawn) if size is None else drawn
+
+    def permutation(self, x: int | np.ndarray) -> np.ndarray:
+        """A uniformly random permutation (argsort of fresh uniforms; ties have probability ~2^-53)."""
+        if isinstance(x, (int, np.integer)):
+            return np.argsort(self.uniforms(int(x)), kind="stable")
+        x = np.asarray(x)
+        return x[np.argsort(self.uniforms(len(x)), kind="stable")]
+
+    @property
+    def generator(self) -> np.random.Generator:
+        """The numpy Generator of this cell (built from its SeedSequence on first use)."""
+        if self._generator is None:
+            self._generator = generator(self.seed, self.round, self.client, self.purpose)
+        return self._generator
+
+    def __getattr__(self, name: str):
+        return getattr(self.generator, name)
+
+
+class CohortRandom:
+    """The counter-based streams of many clients in one (seed, round, purpose) cell: the vectorized
+    counterpart of :class:`ClientRandom` (draw i of client c here equals the i-th uniform client c reads)."""
+
+    def __init__(self, seed: int, round: int, clients: np.ndarray, purpose: str) -> None:
+        self.clients = np.asarray(clients, dtype=np.int64)
+        self.streams = client_streams(cell_key(int(seed), int(round), purpose), self.clients)
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def columns(self, k: int, start: int = 0) -> np.ndarray:
+        """``(clients, k)`` array: draws ``start, ..., start+k-1`` of each client."""
+        return stream_uniforms(self.streams[:, None], np.arange(start, start + k, dtype=np.uint64)[None, :])
+
+    def ragged(self, counts: np.ndarray, start: np.ndarray | int = 0) -> np.ndarray:
+        """Draws ``start_c, ..., start_c + counts_c - 1`` of each client c, concatenated in client order."""
+        counts = np.asarray(counts, dtype=np.int64)
+        total = int(counts.sum())
+        first = np.cumsum(counts) - counts
+        within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+        positions = (within + np.repeat(np.broadcast_to(np.asarray(start, dtype=np.int64), counts.shape), counts)).astype(np.uint64)
+        return stream_uniforms(np.repeat(self.streams, counts), positions)
+
+
+def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:
+    """The ``rng`` a client procedure receives in one (seed, round, client, purpose) cell."""
+    return ClientRandom(seed, round, client, purpose)

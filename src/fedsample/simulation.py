@@ -82,16 +82,19 @@ def simulate(
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
     federation: Any = None,
+    backend: str = "vectorized",
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
-    the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run."""
+    the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run.
+    ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
+    ``"loop"`` (the per-client reference); both give the same numbers within float tolerance."""
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
-    fed = federation or Simulator(data, module, seed)
+    fed = federation or make_federation(backend, data, module, seed)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
     x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
@@ -120,3 +123,14 @@ def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoin
         return saved
     params = initial_parameters(module, seed)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=strategy.init_state(params))
+
+
+def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int) -> Any:
+    """The in-process federation named by ``backend``: ``"loop"`` or ``"vectorized"``."""
+    if backend == "loop":
+        return Simulator(data, module, seed)
+    if backend == "vectorized":
+        from fedsample.federation.vectorized import VectorizedSimulator
+
+        return VectorizedSimulator(data, module, seed)
+    raise ValueError(f"backend must be 'loop' or 'vectorized', got {backend!r}")

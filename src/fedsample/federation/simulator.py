@@ -11,7 +11,7 @@ from torch import nn
 from fedsample import client as procedures
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import payload_for
-from fedsample.rng import generator
+from fedsample.rng import client_rng
 
 
 class Simulator:
@@ -50,6 +50,6 @@ class Simulator:
             raise ValueError(f"{len(payload)} payloads for {len(client_ids)} clients")
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
-            rng = generator(self.seed, round, int(k), procedure)
+            rng = client_rng(self.seed, round, int(k), procedure)
             reports.append(fn(self.context(int(k)), payload_for(payload, position, per_client), rng))
         return reports

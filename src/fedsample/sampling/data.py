@@ -10,6 +10,7 @@ import numpy as np
 
 from fedsample import privacy
 from fedsample.client import ClientContext, LocalSample
+from fedsample.rng import CohortRandom
 
 if TYPE_CHECKING:
     from fedsample.sampling.clients import Cohort
@@ -35,6 +36,16 @@ class BernoulliSamples:
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
+
+    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's :meth:`draw` in one numpy pass: ``(member, position)`` of each kept sample, i.e. the
+        cohort member that keeps it and its position in that client's data (the same draws as each client
+        drawing alone with its ClientRandom)."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        kept = np.flatnonzero(rng.ragged(sizes) < self.p)
+        member = np.repeat(np.arange(len(sizes)), sizes)[kept]
+        first = np.cumsum(sizes) - sizes
+        return member, kept - first[member]
 
 
 @dataclass(frozen=True)

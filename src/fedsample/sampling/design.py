@@ -85,6 +85,9 @@ class Sample:
 
 
 def _check_rng(rng: object, where: str) -> np.random.Generator:
+    """A numpy Generator, or the Generator behind a client's stream (``fedsample.rng.ClientRandom.generator``)."""
+    if isinstance(getattr(rng, "generator", None), np.random.Generator):
+        return rng.generator
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"{where}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
     return rng

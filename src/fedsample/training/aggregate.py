@@ -68,7 +68,7 @@ class WeightedMean:
         positions, got = received(reports, cohort)
         if not got:
             return None
-        return weighted_sum([r.update for r in got], self.weights(positions, cohort, ctx))
+        return combine_updates(reports, positions, got, self.weights(positions, cohort, ctx))
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,20 @@ class Sum:
     needs_sizes: ClassVar[None] = None
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        _, got = received(reports, cohort)
+        positions, got = received(reports, cohort)
         if not got:
             return None
-        return weighted_sum([r.update for r in got], np.ones(len(got)))
+        return combine_updates(reports, positions, got, np.ones(len(got)))
+
+
+def combine_updates(reports: Sequence["TrainReport | None"], positions: np.ndarray, got: Sequence["TrainReport"], weights: np.ndarray) -> Params:
+    """sum_k w_k * Delta_k over the received updates. A federation whose reports can form this sum without
+    materializing each update (``weighted_update_sum``: the vectorized engine's one-gradient cohorts, where
+    it is one backward pass over the union of the drawn samples) is asked to; the result is the same."""
+    fused = getattr(reports, "weighted_update_sum", None)
+    if fused is not None:
+        return fused(positions, np.asarray(weights, dtype=np.float64))
+    return weighted_sum([r.update for r in got], weights)
 
 
 def normalizer(report: "TrainReport") -> float:
@@ -130,7 +140,7 @@ class FedNova:
             raise ValueError(f"FedNova needs positive effective step counts a_k, got {a.tolist()}")
         tau_eff = float(np.dot(p, a) / np.sum(p))
         ctx.log["tau_eff"] = tau_eff
-        return weighted_sum([r.update for r in got], tau_eff * p / a)
+        return combine_updates(reports, positions, got, tau_eff * p / a)
 
 
 
@@ -174,4 +184,4 @@ class StratifiedMean:
         positions, got = received(reports, cohort)
         if not got:
             return None
-        return weighted_sum([r.update for r in got], self.weights(positions, cohort))
+        return combine_updates(reports, positions, got, self.weights(positions, cohort))

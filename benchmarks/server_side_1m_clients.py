@@ -1,0 +1,78 @@
+"""Server side of a FedSampling round at 10^6 clients: randomized size reports + estimate N~ + selection +
+Bernoulli data draws, all vectorized (the same numbers each client would compute alone). Goal < 0.5 s.
+
+Run: python benchmarks/server_side_1m_clients.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from _common import best_of, emit, peak_rss_mb
+
+from fedsample.data.types import Dataset, FederatedData
+from fedsample.federation.vectorized import VectorizedSimulator
+from fedsample.rng import CohortRandom
+from fedsample.sampling.clients import AllClients
+from fedsample.sampling.data import FedSamplingData
+from fedsample.sizes import RandomizedSizes
+from fedsample.strategy import RoundContext
+
+N = 1_000_000
+
+
+def federation() -> VectorizedSimulator:
+    """10^6 clients with log-normal sizes (mean about 2, at least 1), over a one-feature dataset."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    sizes = np.maximum(1, np.round(rng.lognormal(0, 1.2, N) * 2 / np.exp(0.72))).astype(np.int64)
+    rows = int(sizes.sum())
+    x = np.zeros((rows, 1), dtype=np.float32)
+    ds = Dataset("synthetic", x, np.zeros(rows, dtype=np.int64), x[:1], np.zeros(1, dtype=np.int64), 2)
+    fed = FederatedData(ds, np.arange(rows, dtype=np.int64), np.concatenate([[0], np.cumsum(sizes)]))
+    return VectorizedSimulator(fed, torch.nn.Linear(1, 2), seed=0)
+
+
+def main() -> None:
+    t = time.perf_counter()
+    sim = federation()
+    emit("setup_s", time.perf_counter() - t)
+    emit("clients", sim.num_clients)
+    emit("samples", int(sim.sizes.sum()))
+    sizes_part, clients, data = RandomizedSizes(3.0, 300), AllClients(), FedSamplingData(2048)
+    ids = np.arange(N)
+    timings: dict[str, list[float]] = {}
+
+    def server_round(round: int = 0) -> int:
+        ctx = RoundContext(sim, {}, round, 0, {})
+        steps = {}
+        t0 = time.perf_counter()
+        reports = sim.run("report_size", ids, sizes_part.query, round)
+        steps["reports"] = time.perf_counter()
+        ctx.sizes = sizes_part.summarize(ids, reports)
+        steps["estimate"] = time.perf_counter()
+        cohort = clients.select(ctx)
+        steps["selection"] = time.perf_counter()
+        plan = data.plan(ctx, cohort)
+        member, _ = plan.draw_cohort(sim.sizes[cohort.ids], CohortRandom(0, round, cohort.ids, "train"))
+        steps["data_draws"] = time.perf_counter()
+        last = t0
+        for name, at in steps.items():
+            timings.setdefault(name, []).append(at - last)
+            last = at
+        return len(member)
+
+    drawn = server_round()
+    total = best_of(server_round, repeats=5)
+    emit("samples_drawn", drawn)
+    for name, values in timings.items():
+        emit(f"{name}_s", min(values))
+    emit("server_side_1m_clients_s", total)
+    emit("peak_rss_mb", peak_rss_mb())
+
+
+if __name__ == "__main__":
+    main()

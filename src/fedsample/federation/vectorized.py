@@ -1,0 +1,389 @@
+"""The vectorized in-process federation: a cohort's ``train`` calls run as one batched computation.
+
+Same verb and same numbers as the reference loop (:class:`~fedsample.federation.simulator.Simulator`),
+within float tolerance, because every client still draws its sample and minibatches from its own
+(seed, round, client, "train") stream; only the arithmetic is batched:
+
+- :class:`~fedsample.training.local.LocalSGD`: the clients' parameters are stacked along a leading axis and
+  each local step is one ``torch.func.vmap`` of :func:`~fedsample.training.functional.weighted_loss_fn`
+  over (stacked parameters, padded minibatches, weights), followed by one reverse pass. Padding rows carry
+  weight 0; a client with fewer steps is masked out of the steps it does not take with ``torch.where``,
+  which leaves its parameters and momentum bit-for-bit unchanged. The cohort is cut into chunks whose
+  stacked parameters, gradients, momentum and activations fit ``memory_budget`` bytes.
+- :class:`~fedsample.training.local.OneGradient` (FedSampling): every G_c is a gradient at the *same*
+  global parameters, linear in the per-sample gradients. One weighted forward over the union of the drawn
+  samples gives every client's loss; a linear aggregator (``Sum``, ``WeightedMean``) then asks the
+  returned :class:`CohortReports` for ``sum_k a_k * G_k``, which is one backward pass of the union loss
+  ``sum_s a_{c(s)} w_s l_s``: the cost of one centralized step on those samples. Each client's own G_c
+  still exists: reading ``report.update`` computes all of them (batched) on first access. The shortcut
+  applies only to a solver that is linear in the sample gradients at one point (OneGradient) combined by
+  a linear aggregator; everything else reads the per-client updates.
+- Size reports: randomized responses for the whole cohort in one numpy pass (:class:`~fedsample.rng.CohortRandom`
+  gives each client the draws its own :class:`~fedsample.rng.ClientRandom` would give).
+- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop.
+
+``torch.func.vmap`` is used for the forward only, with ``torch.autograd.grad`` for the backward: the
+gradient of ``sum_c loss_c`` with respect to stacked parameters is each client's gradient in its own slice,
+and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` (about 1 s to 2 s).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedsample import client as procedures
+from fedsample import privacy
+from fedsample.client import LocalSample, TrainPayload, TrainReport
+from fedsample.data.types import FederatedData
+from fedsample.federation.simulator import Simulator
+from fedsample.rng import ClientRandom, CohortRandom, client_rng
+from fedsample.sampling.data import AllSamples, BernoulliSamples
+from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
+from fedsample.training.local import LocalSGD, OneGradient, effective_steps, sgd_step
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
+
+
+class VectorizedSimulator(Simulator):
+    """In-process federation that batches a cohort's training (see the module docstring).
+
+    ``memory_budget`` (bytes) bounds one chunk of stacked clients; results do not depend on it.
+    """
+
+    def __init__(self, data: FederatedData, module: nn.Module, seed: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+        super().__init__(data, module, seed)
+        if memory_budget <= 0:
+            raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
+        self.memory_budget = int(memory_budget)
+        self.sizes = data.sizes()
+        self._loss_fn = weighted_loss_fn(module, self.task)
+        self._batched_loss = None
+        self._activation_bytes: int | None = None
+
+    # --- the verb ----------------------------------------------------------------------------------
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+        ids = np.asarray(client_ids, dtype=np.int64)
+        per_client = isinstance(payload, (list, tuple))
+        if per_client and len(payload) != len(ids):
+            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
+        if procedure == "report_size" and not per_client:
+            return self.report_sizes(ids, payload, round)
+        if procedure == "train":
+            return self.train(ids, list(payload) if per_client else payload, round)
+        return super().run(procedure, ids, payload, round)
+
+    def report_sizes(self, ids: np.ndarray, query: procedures.SizeQuery, round: int) -> np.ndarray:
+        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass."""
+        sizes = self.sizes[ids]
+        if query.mode == "exact":
+            return sizes.copy()
+        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, round, ids, "report_size"))
+
+    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport | None]:
+        """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
+        reports: list[Any] = [None] * len(ids)
+        groups: dict[tuple, list[int]] = {}
+        if not isinstance(payloads, list):  # one payload for all: one group
+            groups[()] = list(range(len(ids)))
+            payloads = _Repeated(payloads)
+        for position, p in enumerate(payloads if groups == {} else ()):
+            groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
+        for positions in groups.values():
+            members = np.asarray(positions)
+            payload = payloads[positions[0]]
+            solver = payload.solver
+            if type(solver) is LocalSGD:
+                got = self._train_sgd(ids[members], payload, round)
+            elif type(solver) is OneGradient:
+                got = self._train_one_gradient(ids[members], payload, round)
+            else:  # a solver the engine cannot batch: the reference loop, with the same per-client streams
+                got = super().run("train", ids[members], [payloads[i] for i in positions], round)
+            if len(groups) == 1:
+                return got if isinstance(got, CohortReports) else list(got)
+            for position, report in zip(positions, got):
+                reports[position] = report
+        return reports
+
+    # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
+
+    def _draw(self, ids: np.ndarray, plan: Any, round: int) -> tuple[list[LocalSample], list[ClientRandom]]:
+        """Each client's sample and its stream positioned after the draw, as the loop's ``train`` sees them."""
+        rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
+        flat = self._draw_flat(ids, plan, round)
+        if flat is None:
+            return [plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)], rngs
+        member, local, consumed = flat
+        cuts = np.searchsorted(member, np.arange(len(ids) + 1))
+        for rng, n in zip(rngs, consumed):
+            rng.position = int(n)
+        return [LocalSample(local[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], rngs
+
+    def _draw_flat(self, ids: np.ndarray, plan: Any, round: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """For plans drawn in one numpy pass: ``(member, local position, draws consumed per client)`` of every
+        kept sample, ordered by cohort member; None for other plans (drawn client by client)."""
+        sizes = self.sizes[ids]
+        if type(plan) is AllSamples:
+            member = np.repeat(np.arange(len(ids)), sizes)
+            return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member], np.zeros(len(ids), dtype=np.int64)
+        if type(plan) is BernoulliSamples:
+            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train"))
+            return member, local, sizes
+        return None
+
+    def _rows(self, k: int, local: np.ndarray) -> np.ndarray:
+        """Training-row indices of client k's local positions."""
+        return self.data.order[self.data.offsets[k] + np.asarray(local, dtype=np.int64)]
+
+    # --- LocalSGD -----------------------------------------------------------------------------------------
+
+    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> list[TrainReport | None]:
+        solver: LocalSGD = payload.solver
+        samples, rngs = self._draw(ids, payload.plan, round)
+        reports: list[TrainReport | None] = [None] * len(ids)
+        active = [i for i, s in enumerate(samples) if len(s)]
+        schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
+        if not schedules:
+            return reports
+        if all(len(batches) == 1 for batches, _ in schedules):
+            fused = self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
+            for i in active:
+                fused[i].extra = samples[i].extra
+            return fused
+        per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
+        chunk = max(1, self.memory_budget // per_client)
+        for start in range(0, len(active), chunk):
+            part = schedules[start : start + chunk]
+            updates, steps, losses = self._sgd_chunk(part, payload.params, solver, round)
+            for j, i in enumerate(active[start : start + chunk]):
+                reports[i] = TrainReport(
+                    update={k: v[j] for k, v in updates.items()}, steps=int(steps[j]), loss=float(losses[j]),
+                    norm_steps=effective_steps(int(steps[j]), solver.momentum, solver.learning_rate(round) * solver.prox_mu),
+                    extra=samples[i].extra,
+                )
+        return reports
+
+    def _single_step(self, ids: np.ndarray, active: list[int], schedules: list, payload: TrainPayload, lr: float) -> "CohortReports":
+        """Every client takes one step from the global parameters w0, so its update is linear in its minibatch
+        gradient: Delta_c = lr * (g_c + weight_decay * w0) (momentum's first buffer is the step itself and the
+        proximal term is 0 at w0). Computed like a one-gradient cohort: one forward over the union of the
+        minibatches, one backward for a linear aggregate, per-client updates on demand."""
+        member = np.repeat(np.asarray(active), [len(batches[0]) for batches, _ in schedules])
+        rows = np.concatenate([batches[0] for batches, _ in schedules])
+        weights = np.concatenate([w[0] for _, w in schedules])
+        return CohortReports.one_gradient(
+            self, payload.params, rows, member, weights, np.bincount(member, minlength=len(ids)), np.ones(len(ids)),
+            step=lr, decay=payload.solver.weight_decay, losses_per_client=True,
+        )
+
+    def _schedule(self, k: int, sample: LocalSample, solver: LocalSGD, rng: ClientRandom) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Client k's minibatches (training rows) and each row's weight, exactly as ``LocalSGD.run`` forms them."""
+        rows = self._rows(k, sample.indices)
+        batches = solver.batches(sample, rng)
+        scale = None if sample.scale is None else np.asarray(sample.scale, dtype=np.float64)
+        weights = [np.full(len(b), 1.0 / len(b)) * (1.0 if scale is None else scale[b]) for b in batches]
+        return [rows[b] for b in batches], weights
+
+    def _sgd_chunk(self, schedules: list, anchor: Params, solver: LocalSGD, round: int) -> tuple[Params, np.ndarray, np.ndarray]:
+        """Run the stacked clients' local steps; returns stacked updates, steps taken and mean losses."""
+        C = len(schedules)
+        steps = np.array([len(s[0]) for s in schedules])
+        S, B = int(steps.max()), max(len(b) for s in schedules for b in s[0])
+        rows = np.zeros((C, S, B), dtype=np.int64)
+        weights = np.zeros((C, S, B), dtype=np.float32)
+        for c, (batches, ws) in enumerate(schedules):
+            for s, (b, w) in enumerate(zip(batches, ws)):
+                rows[c, s, : len(b)] = b
+                weights[c, s, : len(b)] = w
+        rows_t, weights_t = torch.from_numpy(rows), torch.from_numpy(weights).to(self.x.dtype)
+        lr = solver.learning_rate(round)
+        w = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in anchor.items()}
+        buf = {k: torch.zeros_like(v) for k, v in w.items()} if solver.momentum else None
+        losses = torch.zeros(C, S, dtype=torch.float64)
+        for s in range(S):
+            taken = torch.from_numpy(steps > s)
+            g, loss = self._stacked_gradient(w, self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s])
+            new_w, new_buf = sgd_step(w, g, buf, anchor, lr, solver.momentum, solver.weight_decay, solver.prox_mu)
+            w = _masked(taken, new_w, w)
+            buf = _masked(taken, new_buf, buf) if buf is not None else None
+            losses[:, s] = torch.where(taken, loss.double(), 0.0)
+        update = {k: anchor[k].unsqueeze(0) - w[k] for k in w}
+        return update, steps, (losses.sum(1) / torch.from_numpy(steps)).numpy()
+
+    def _stacked_gradient(self, w: Params, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> tuple[Params, torch.Tensor]:
+        """Per-client gradients of the weighted losses at stacked parameters: vmap forward, one backward."""
+        if self._batched_loss is None:
+            from torch.func import vmap
+
+            self._batched_loss = vmap(self._loss_fn)
+        leaves = {k: v.detach().requires_grad_(True) for k, v in w.items()}
+        with torch.enable_grad():
+            loss = self._batched_loss(leaves, x, y, weights)
+            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        return dict(zip(leaves, grads)), loss.detach()
+
+    def _client_bytes(self, params: Params, batch: int, momentum: bool) -> int:
+        """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
+        plus the activations of one minibatch kept for the backward pass."""
+        if self._activation_bytes is None:
+            self._activation_bytes = _activation_bytes_per_sample(self.module, self.x[:1], params)
+        param_bytes = sum(v.numel() * v.element_size() for v in params.values())
+        return param_bytes * (5 + int(momentum)) + batch * self._activation_bytes
+
+    # --- OneGradient ---------------------------------------------------------------------------------------
+
+    def _train_one_gradient(self, ids: np.ndarray, payload: TrainPayload, round: int) -> "CohortReports":
+        solver: OneGradient = payload.solver
+        flat = self._draw_flat(ids, payload.plan, round)
+        scale = None
+        if flat is not None:
+            member, local, _ = flat
+        else:
+            samples, _ = self._draw(ids, payload.plan, round)
+            member = np.repeat(np.arange(len(ids)), [len(s) for s in samples])
+            local = np.concatenate([np.asarray(s.indices, dtype=np.int64) for s in samples] + [np.zeros(0, np.int64)])
+            if any(s.scale is not None for s in samples):
+                scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
+        counts = np.bincount(member, minlength=len(ids))
+        if len(member) == 0:
+            return CohortReports([None] * len(ids))
+        rows = self.data.order[self.data.offsets[ids[member]] + local]
+        norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
+        weights = 1.0 / norm[member] if scale is None else scale / norm[member]
+        return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm)
+
+
+class _Repeated:
+    """One payload standing for every cohort member."""
+
+    def __init__(self, payload: TrainPayload) -> None:
+        self.payload = payload
+
+    def __getitem__(self, position: int) -> TrainPayload:
+        return self.payload
+
+
+class CohortReports(list):
+    """The reports of a OneGradient cohort (a list, like any federation's answer) that can also compute
+    ``sum_k a_k * G_k`` over received updates as one backward pass of the union loss (linear aggregators)."""
+
+    @classmethod
+    def one_gradient(
+        cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
+        counts: np.ndarray, norm: np.ndarray, step: float = 1.0, decay: float = 0.0, losses_per_client: bool = False,
+    ) -> "CohortReports":
+        """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
+        ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
+        loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
+        (a local SGD step's minibatch loss)."""
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        rows_t = torch.from_numpy(rows)
+        with torch.enable_grad():
+            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
+        per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
+        losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
+        reports = cls([None] * len(counts))
+        reports._union = (leaves, terms, member, rows, weights, sim)
+        reports._step, reports._decay = step, decay
+        reports._updates = None
+        for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
+            reports[c] = _DeferredReport(reports, c, loss)
+        return reports
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+        """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
+        parameters (every G_c is linear in the sample gradients at one point)."""
+        leaves, terms, member, *_ = self._union
+        a = np.zeros(len(self))
+        a[np.asarray(positions, dtype=np.int64)] = weights
+        scaled = torch.as_tensor(a[member], dtype=terms.dtype) * terms
+        grads = torch.autograd.grad(scaled.sum(), list(leaves.values()), retain_graph=True)
+        total = float(np.sum(weights))
+        return {k: self._as_update(g, leaves[k].detach(), total) for k, g in zip(leaves, grads)}
+
+    def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
+        """step * (gradient + decay * weight * w0): the update(s) from gradient(s) at w0."""
+        if self._step == 1.0 and self._decay == 0.0:
+            return gradient
+        return self._step * (gradient + self._decay * weight * w0) if self._decay else self._step * gradient
+
+    def update_of(self, position: int) -> Params:
+        """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
+        if self._updates is None:
+            self._updates = self._client_gradients()
+        leaves = self._union[0]
+        return {k: self._as_update(v[position], leaves[k].detach(), 1.0) for k, v in self._updates.items()}
+
+    def _client_gradients(self) -> Params:
+        """Every client's G_c at once: padded per-client batches, parameters broadcast along the client axis."""
+        leaves, _, member, rows, weights, sim = self._union
+        counts = np.bincount(member, minlength=len(self))
+        C, B = len(self), int(counts.max())  # clients without rows get zero weights (their G_c is never read)
+        slot = np.arange(len(member)) - (np.cumsum(counts) - counts)[member]
+        padded_rows = np.zeros((C, B), dtype=np.int64)
+        padded_w = np.zeros((C, B), dtype=np.float32)
+        padded_rows[member, slot], padded_w[member, slot] = rows, weights
+        per_client = sim._client_bytes(leaves, B, False)
+        chunk = max(1, sim.memory_budget // per_client)
+        parts = []
+        for start in range(0, C, chunk):
+            r = torch.from_numpy(padded_rows[start : start + chunk])
+            stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in leaves.items()}
+            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype))
+            parts.append(g)
+        return {k: torch.cat([p[k] for p in parts]) for k in leaves}
+
+
+class _DeferredReport(TrainReport):
+    """A client's report (one-gradient or single-step SGD) whose update is computed, batched with the cohort,
+    when read."""
+
+    def __init__(self, owner: CohortReports, position: int, loss: float) -> None:
+        self._owner, self._position = owner, position
+        self.steps, self.loss, self.norm_steps, self.extra = 1, loss, None, {}
+
+    @property
+    def update(self) -> Params:  # type: ignore[override]
+        return self._owner.update_of(self._position)
+
+    def __repr__(self) -> str:
+        return f"TrainReport(client position {self._position}, steps=1, loss={self.loss:.4g}, update deferred)"
+
+
+def _masked(taken: torch.Tensor, new: Params, old: Params) -> Params:
+    """``new`` for clients that take this step, ``old`` (bit-for-bit) for the others."""
+    return {k: torch.where(taken.view(-1, *([1] * (old[k].dim() - 1))), new[k], old[k]) for k in old}
+
+
+def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Params) -> int:
+    """Bytes of every layer's output for one sample (kept for the backward pass), measured once by hooks."""
+    from torch.func import functional_call
+
+    total = [x.numel() * x.element_size()]
+
+    def hook(_module, _inputs, output):
+        if isinstance(output, torch.Tensor):
+            total.append(output.numel() * output.element_size())
+
+    handles = [m.register_forward_hook(hook) for m in module.modules()]
+    try:
+        with torch.no_grad():
+            functional_call(module, params, (x,))
+    finally:
+        for h in handles:
+            h.remove()
+    return 2 * sum(total)
+
+
+def _group_key(part: Any) -> Any:
+    """A part itself where it is hashable (equal plans train together), else its identity."""
+    try:
+        hash(part)
+    except TypeError:
+        return ("id", id(part))
+    return part

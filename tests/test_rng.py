@@ -1,0 +1,113 @@
+"""Counter-based client streams: the same draws one client at a time and vectorized; uniform and independent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedsample import privacy
+from fedsample.client import ClientContext
+from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, generator, mix64
+from fedsample.sampling.data import BernoulliSamples
+
+
+def test_python_and_numpy_mixers_agree():
+    z = np.random.default_rng(0).integers(0, 2**63, 200, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    np.testing.assert_array_equal(mix64(z), np.array([_mix_int(int(v)) for v in z], dtype=np.uint64))
+
+
+def test_small_and_large_draws_read_the_same_stream():
+    a, b = ClientRandom(1, 2, 3, "train"), ClientRandom(1, 2, 3, "train")
+    small = np.concatenate([a.uniforms(5), a.uniforms(4)])  # plain-int path
+    np.testing.assert_array_equal(small, b.uniforms(40)[:9])  # numpy path
+
+
+def test_client_and_cohort_streams_identical():
+    ids = np.array([0, 7, 123456, 999_999])
+    cohort = CohortRandom(11, 4, ids, "train")
+    cols = cohort.columns(6, start=2)
+    counts = np.array([3, 0, 5, 1])
+    ragged = cohort.ragged(counts, start=np.array([1, 0, 2, 4]))
+    pieces = np.split(ragged, np.cumsum(counts)[:-1])
+    for i, k in enumerate(ids):
+        own = ClientRandom(11, 4, int(k), "train")
+        stream = own.uniforms(10)
+        np.testing.assert_array_equal(cols[i], stream[2:8])
+        np.testing.assert_array_equal(pieces[i], stream[[1, 0, 2, 4][i] : [1, 0, 2, 4][i] + counts[i]])
+
+
+def test_cells_are_deterministic_and_distinct():
+    draw = lambda *cell: ClientRandom(*cell).uniforms(4)
+    np.testing.assert_array_equal(draw(0, 1, 2, "a"), draw(0, 1, 2, "a"))
+    base = draw(0, 1, 2, "a")
+    for other in [(1, 1, 2, "a"), (0, 2, 2, "a"), (0, 1, 3, "a"), (0, 1, 2, "b"), (0, 1, -1, "a")]:
+        assert not np.array_equal(base, draw(*other))
+
+
+def test_uniforms_distribution_within_and_across_clients():
+    """10^5 uniforms: mean and variance within 4 standard errors of 1/2 and 1/12; KS test not rejected at 10^-3;
+    lag-1 correlation (within a stream) and neighbour-client correlation within 4 standard errors of 0."""
+    n = 100_000
+    within = ClientRandom(3, 0, 5, "x").uniforms(n)
+    across = CohortRandom(3, 0, np.arange(n), "x").columns(2)
+    for u in (within, across[:, 0], across[:, 1]):
+        assert abs(u.mean() - 0.5) < 4 * np.sqrt(1 / 12 / n)
+        assert abs(u.var() - 1 / 12) < 4 * np.sqrt(1 / 180 / n)  # Var(U^2-ish): Var((U-1/2)^2) = 1/180
+        assert stats.kstest(u, "uniform").pvalue > 1e-3
+        assert u.min() >= 0 and u.max() < 1
+    se = 1 / np.sqrt(n)
+    assert abs(np.corrcoef(within[:-1], within[1:])[0, 1]) < 4 * se
+    assert abs(np.corrcoef(across[:-1, 0], across[1:, 0])[0, 1]) < 4 * se
+    assert abs(np.corrcoef(across[:, 0], across[:, 1])[0, 1]) < 4 * se
+
+
+def test_integers_and_permutations_are_uniform():
+    rng = ClientRandom(0, 0, 0, "y")
+    counts = np.bincount(rng.integers(1, 8, size=70_000) - 1, minlength=7)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    perms = np.array([ClientRandom(0, 0, k, "p").permutation(3) for k in range(6000)])
+    assert all(sorted(p) == [0, 1, 2] for p in perms[:50])
+    codes = perms[:, 0] * 9 + perms[:, 1] * 3 + perms[:, 2]
+    assert stats.chisquare(np.unique(codes, return_counts=True)[1]).pvalue > 1e-3
+    assert len(np.unique(codes)) == 6
+
+
+def test_other_methods_go_to_the_cells_numpy_generator():
+    rng = client_rng(4, 2, 9, "train")
+    expected = generator(4, 2, 9, "train").choice(10, size=3, replace=False)
+    np.testing.assert_array_equal(rng.choice(10, size=3, replace=False), expected)
+    assert np.isfinite(rng.normal())
+
+
+def test_randomized_response_one_client_equals_cohort_and_accepts_a_generator():
+    sizes = np.array([1, 5, 40, 250, 3])
+    ids = np.array([10, 11, 12, 13, 500])
+    cohort = privacy.randomized_response(sizes, 1.0, 50, CohortRandom(2, 3, ids, "report_size"))
+    alone = [int(privacy.randomized_response(n, 1.0, 50, ClientRandom(2, 3, int(k), "report_size"))) for n, k in zip(sizes, ids)]
+    np.testing.assert_array_equal(cohort, alone)
+    from_generator = privacy.randomized_response(sizes, 1.0, 50, np.random.default_rng(0))
+    assert from_generator.shape == sizes.shape and np.all((from_generator >= 1) & (from_generator <= 49))
+
+
+def test_randomized_response_keeps_truth_with_probability_alpha():
+    """Over 10^5 clients of size 7 (M=20, eps=2): P(report = 7) = alpha + (1-alpha)/19 within 4 standard errors."""
+    n, M, eps = 100_000, 20, 2.0
+    reports = privacy.randomized_response(np.full(n, 7), eps, M, CohortRandom(0, 0, np.arange(n), "report_size"))
+    alpha = privacy.alpha_for(eps, M)
+    p = alpha + (1 - alpha) / (M - 1)
+    assert abs(np.mean(reports == 7) - p) < 4 * np.sqrt(p * (1 - p) / n)
+    assert reports.min() == 1 and reports.max() == M - 1
+
+
+def test_bernoulli_cohort_draw_equals_each_client_drawing_alone():
+    import torch
+
+    sizes = np.array([0, 1, 4, 9, 2])
+    ids = np.array([3, 8, 20, 21, 70])
+    plan = BernoulliSamples(0.4)
+    member, position = plan.draw_cohort(sizes, CohortRandom(1, 5, ids, "train"))
+    for c, (k, n) in enumerate(zip(ids, sizes)):
+        ctx = ClientContext(int(k), torch.zeros(n, 1), torch.zeros(n, dtype=torch.long), None, "classification", 2)
+        alone = plan.draw(ctx, ClientRandom(1, 5, int(k), "train")).indices
+        np.testing.assert_array_equal(position[member == c], alone)

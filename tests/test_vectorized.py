@@ -1,0 +1,191 @@
+"""The vectorized federation gives the loop's numbers: same draws, same updates within float tolerance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from fedsample import recipes
+from fedsample.client import LocalSample, SizeQuery, TrainPayload
+from fedsample.federation.simulator import Simulator
+from fedsample.federation.vectorized import VectorizedSimulator, _masked
+from fedsample.models import MLP, initial_parameters
+from fedsample.sampling.clients import PoissonClients, UniformClients
+from fedsample.sampling.data import AllSamples, BernoulliSamples, FixedRatio, FixedSizeSamples, UniformSubset
+from fedsample.simulation import simulate
+from fedsample.strategy import Strategy
+from fedsample.training.aggregate import Sum, WeightedMean
+from fedsample.training.local import LocalSGD, OneGradient
+from helpers import blobs, federate
+
+SIZES = [1, 3, 7, 12, 20, 33, 2, 9, 0, 15]  # heterogeneous: 1 to 5 local steps at batch 8, one empty client
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federate(blobs(n=200), SIZES)
+
+
+@pytest.fixture(scope="module")
+def setup(fed):
+    module = MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes)
+    return module, initial_parameters(module, 0)
+
+
+def assert_params_close(a: dict, b: dict, tol: float = 2e-5) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=tol, atol=tol)
+
+
+def assert_reports_match(loop: list, vec: list) -> None:
+    assert len(loop) == len(vec)
+    for r, v in zip(loop, vec):
+        assert (r is None) == (v is None)
+        if r is not None:
+            assert r.steps == v.steps
+            assert v.loss == pytest.approx(r.loss, rel=1e-5, abs=1e-6)
+            assert_params_close(r.update, v.update)
+
+
+@dataclass(frozen=True)
+class WithReplacement:
+    """A plan with a sampling distribution and per-sample scales (importance-sampling shape)."""
+
+    def draw(self, ctx, rng):
+        n = ctx.size
+        p = np.arange(1, n + 1, dtype=np.float64)
+        return LocalSample(np.arange(n), probs=p / p.sum(), scale=1.0 / (n * p / p.sum()))
+
+
+@dataclass(frozen=True)
+class HalvedSGD(LocalSGD):
+    """A custom solver (the engine cannot batch it): must fall back to the per-client loop."""
+
+    def run(self, ctx, sample, params, round, rng):
+        result = super().run(ctx, sample, params, round, rng)
+        result.update = {k: 0.5 * v for k, v in result.update.items()}
+        return result
+
+
+SOLVERS = {
+    "sgd_epochs": LocalSGD(lr=0.1, epochs=2, batch_size=8),
+    "sgd_momentum_prox": LocalSGD(lr=0.1, epochs=1, batch_size=8, momentum=0.9, weight_decay=1e-3, prox_mu=0.1, lr_decay=0.9),
+    "sgd_steps_full_batch": LocalSGD(lr=0.1, epochs=None, steps=3, batch_size=None),
+    "one_gradient_K": OneGradient(K=64),
+    "one_gradient_mean": OneGradient(None),
+    "custom_fallback": HalvedSGD(lr=0.1, epochs=1, batch_size=4),
+}
+PLANS = {"all": AllSamples(), "bernoulli": BernoulliSamples(0.6), "fixed": FixedSizeSamples(4), "with_replacement": WithReplacement()}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_train_reports_match_loop(fed, setup, solver, plan):
+    module, params = setup
+    ids = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    payload = TrainPayload(params=params, plan=PLANS[plan], solver=SOLVERS[solver], round=2)
+    loop = Simulator(fed, module, seed=5).run("train", ids, payload, 2)
+    vec = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 2)
+    assert_reports_match(loop, vec)
+
+
+def test_heterogeneous_steps_are_taken(fed, setup):
+    module, params = setup
+    payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS["sgd_momentum_prox"], round=0)
+    vec = VectorizedSimulator(fed, module, seed=1).run("train", np.arange(10), payload, 0)
+    steps = [r.steps if r else 0 for r in vec]
+    assert steps == [int(np.ceil(n / 8)) for n in SIZES]
+
+
+def test_masked_step_leaves_parameters_and_momentum_bitwise_unchanged():
+    old = {"w": torch.randn(3, 4, 5), "b": torch.randn(3, 5)}
+    new = {k: v + torch.randn_like(v) for k, v in old.items()}
+    taken = torch.tensor([True, False, True])
+    out = _masked(taken, new, old)
+    for k in old:
+        assert torch.equal(out[k][1], old[k][1])
+        assert torch.equal(out[k][0], new[k][0]) and torch.equal(out[k][2], new[k][2])
+
+
+def test_short_client_unaffected_by_longer_clients(fed, setup):
+    """A 1-step client trained next to 5-step clients (momentum, weight decay: masked steps would move it)
+    gets the update it gets alone."""
+    module, params = setup
+    payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS["sgd_momentum_prox"], round=0)
+    sim = VectorizedSimulator(fed, module, seed=1)
+    together = sim.run("train", np.array([0, 5, 4]), payload, 0)[0]
+    alone = sim.run("train", np.array([0]), payload, 0)[0]
+    assert together.steps == alone.steps == 1
+    assert_params_close(together.update, alone.update, tol=1e-6)
+
+
+@pytest.mark.parametrize("solver", ["sgd_momentum_prox", "one_gradient_K"])
+def test_chunking_matches_one_chunk(fed, setup, solver):
+    module, params = setup
+    payload = TrainPayload(params=params, plan=BernoulliSamples(0.8), solver=SOLVERS[solver], round=1)
+    one = VectorizedSimulator(fed, module, seed=3, memory_budget=2**40).run("train", np.arange(10), payload, 1)
+    tiny = VectorizedSimulator(fed, module, seed=3, memory_budget=1).run("train", np.arange(10), payload, 1)
+    assert_reports_match(one, tiny)
+
+
+def test_size_reports_identical(fed, setup):
+    module, _ = setup
+    ids = np.array([0, 1, 2, 3, 4, 5, 6, 7, 9])  # client 8 holds nothing and cannot report
+    for query in (SizeQuery("randomized", 1.0, 10), SizeQuery("exact")):
+        loop = np.array(Simulator(fed, module, seed=9).run("report_size", ids, query, 4))
+        vec = np.asarray(VectorizedSimulator(fed, module, seed=9).run("report_size", ids, query, 4))
+        np.testing.assert_array_equal(loop, vec)
+
+
+def test_fused_sum_equals_sum_of_client_gradients(fed, setup):
+    """The one-backward union gradient equals the sum of each client's own G_c."""
+    module, params = setup
+    payload = TrainPayload(params=params, plan=BernoulliSamples(0.7), solver=OneGradient(K=50), round=0)
+    reports = VectorizedSimulator(fed, module, seed=0).run("train", np.arange(10), payload, 0)
+    got = [i for i, r in enumerate(reports) if r is not None]
+    fused = reports.weighted_update_sum(np.array(got), np.ones(len(got)))
+    explicit = {k: sum(reports[i].update[k] for i in got) for k in fused}
+    assert_params_close(fused, explicit, tol=1e-6)
+
+
+STRATEGIES = {
+    "fedavg": lambda: recipes.fedavg(clients_per_round=6, lr=0.1, batch_size=8),
+    "fedsampling": lambda: recipes.fedsampling(K=40, epsilon=2.0, M=30, lr=0.2),
+    "fedsampling_naive": lambda: recipes.fedsampling_naive(ratio=0.5, lr=0.2),
+    "poisson_ht_one_gradient": lambda: Strategy(
+        clients=PoissonClients(0.6), data=FixedRatio(0.7), local=OneGradient(K=30), aggregate=WeightedMean("inverse_inclusion")
+    ),
+    "uniform_subset_momentum": lambda: Strategy(
+        clients=UniformClients(5), data=UniformSubset(5), local=LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2, momentum=0.5),
+    ),
+    "single_step_sgd_fused": lambda: Strategy(  # every client one step: the linear shortcut (one backward)
+        clients=UniformClients(6), data=FixedRatio(0.5), aggregate=WeightedMean("inverse_inclusion"),
+        local=LocalSGD(lr=0.1, epochs=None, steps=1, batch_size=None, momentum=0.9, weight_decay=0.01, prox_mu=0.1),
+    ),
+    "one_gradient_sum_uniform": lambda: Strategy(clients=UniformClients(4), local=OneGradient(K=20), aggregate=Sum()),
+    # the seed methods, whose reports carry more than the update (FedNova's a_k, ISFedAvg's data weights)
+    "fednova_momentum": lambda: recipes.fednova(clients_per_round=5, steps=3, batch_size=4, local_momentum=0.5),
+    "fedsts": lambda: recipes.fedsts(H=2, m=3, dim=3, steps=2, batch_size=8),
+    "fedstas": lambda: recipes.fedstas(H=2, m=3, dim=3, eta=40, M=30, steps=2, batch_size=8),
+    "iwds_fednova": lambda: recipes.iwds(base="fednova", clients_per_round=4, steps=2, batch_size=8),
+    "isfedavg_cheap": lambda: recipes.isfedavg(L=4, batch_size=3, epochs=2, update="cheap"),
+    "isfedavg_single_epoch": lambda: recipes.isfedavg(L=4, batch_size=3, epochs=1, update="cheap"),
+}
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_simulate_backends_agree(name):
+    fed = federate(blobs(n=200), [n or 4 for n in SIZES])  # every client can report a size
+    runs = {b: simulate(STRATEGIES[name](), fed, MLP(hidden=8), rounds=3, seed=2, eval_every=3, backend=b) for b in ("loop", "vectorized")}
+    assert_params_close(runs["loop"].params, runs["vectorized"].params, tol=1e-4)
+    assert runs["loop"].history[-1]["updates"] == runs["vectorized"].history[-1]["updates"]
+    assert runs["vectorized"].history[-1]["train_loss"] == pytest.approx(runs["loop"].history[-1]["train_loss"], rel=1e-4)
+
+
+def test_unknown_backend_rejected(fed):
+    with pytest.raises(ValueError, match="backend"):
+        simulate(recipes.fedavg(), fed, MLP(hidden=4), rounds=1, backend="gpu-magic")
