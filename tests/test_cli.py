@@ -121,3 +121,15 @@ def test_default_output_folder_is_created(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "quickstart", "--rounds", "1", "--seeds", "0", "--quiet"]) == 0
     assert (tmp_path / "runs" / "quickstart" / "results.json").exists()
+
+
+def test_loop_backend_gives_the_same_table(tmp_path):
+    """The reference loop and the vectorized engine give the same final metrics (float tolerance)."""
+    runs = {}
+    for backend in ("loop", "vectorized"):
+        out = tmp_path / backend
+        assert main(["run", "quickstart", "--rounds", "2", "--seeds", "0", "--out", str(out), "--quiet", "--backend", backend]) == 0
+        runs[backend] = json.loads((out / "results.json").read_text())["strategies"]
+    for label, result in runs["loop"].items():
+        for metric, stats in result["final"].items():
+            assert stats["mean"] == pytest.approx(runs["vectorized"][label]["final"][metric]["mean"], rel=1e-3, abs=1e-3)

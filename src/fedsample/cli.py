@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
     run.add_argument("--seeds", type=str, default=None, help="override the seeds, e.g. 0,1,2")
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the models are small)")
+    run.add_argument("--backend", choices=("vectorized", "loop"), default="vectorized",
+                     help="in-process federation: batched cohorts (default) or the per-client reference loop")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sub.add_parser("presets", help="list the presets")
@@ -102,7 +104,9 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace):
         def advance(label: str, round_done: int) -> None:
             bar.update(task, advance=1, description=f"{config.name}: {label}")
 
-        return runner.run_plan(plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance)
+        return runner.run_plan(
+            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend
+        )
 
 
 def _print_summary(document: dict, out: Path) -> None:

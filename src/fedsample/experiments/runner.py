@@ -75,7 +75,7 @@ def run_plan(
     resume: bool = False,
     checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None,
-    backend: str | None = None,
+    backend: str = "vectorized",
 ) -> dict[str, list[SimulationResult]]:
     """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round."""
     config = plan.config
@@ -84,12 +84,11 @@ def run_plan(
     for seed in config.seeds:
         fed = plan.federation(seed)
         for label, strategy in plan.strategies.items():
-            extra = {"backend": backend} if backend else {}
             results[label].append(
                 simulate(
                     strategy, data=fed, model=plan.model, rounds=config.rounds, seed=seed, eval_every=config.eval_every,
                     checkpoint=checkpoint_path(out, label, seed), checkpoint_every=checkpoint_every, resume=resume,
-                    progress=(lambda t, label=label: progress(label, t)) if progress else None, **extra,
+                    progress=(lambda t, label=label: progress(label, t)) if progress else None, backend=backend,
                 )
             )
     return results
