@@ -3,20 +3,10 @@
 Run: python benchmarks/design_million_units.py
 """
 
-import time
-
 import numpy as np
+from _common import best_of, emit
 
 from fedsample.sampling import design as d
-
-
-def best_of(call, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
@@ -33,7 +23,7 @@ def main() -> None:
         "pps_with_replacement_1m_s": lambda: d.pps_with_replacement(w, 1000, rng),
     }
     for name, call in calls.items():
-        print(f"{name}: {best_of(call):.4f}")
+        emit(name, best_of(call, repeats=3, warmup=0))
 
 
 if __name__ == "__main__":

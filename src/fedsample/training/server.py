@@ -86,6 +86,9 @@ class AdaptiveServer:
         if not math.isfinite(self.tau) or self.tau <= 0:
             raise ValueError(f"tau (adaptivity) must be > 0, got {self.tau!r}")
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -109,41 +112,32 @@ class FedAdagrad(AdaptiveServer):
     beta1: float = 0.9
     tau: float = 1e-3
 
-    def __post_init__(self) -> None:
-        self.check()
-
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v + d2
 
 
 @dataclass(frozen=True)
-class FedAdam(AdaptiveServer):
-    """FedAdam (Reddi et al. 2021, Algorithm 2): v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2."""
+class _ExponentialSecondMoment(AdaptiveServer):
+    """The parameters of the methods whose second moment forgets at rate beta2 (FedAdam, FedYogi)."""
 
     lr: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
 
-    def __post_init__(self) -> None:
-        self.check()
+
+@dataclass(frozen=True)
+class FedAdam(_ExponentialSecondMoment):
+    """FedAdam (Reddi et al. 2021, Algorithm 2): v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2."""
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return self.beta2 * v + (1 - self.beta2) * d2
 
 
 @dataclass(frozen=True)
-class FedYogi(AdaptiveServer):
+class FedYogi(_ExponentialSecondMoment):
     """FedYogi (Reddi et al. 2021, Algorithm 2; Yogi of Zaheer et al. 2018):
     v_t = v_{t-1} - (1 - beta2) * Delta_t^2 * sign(v_{t-1} - Delta_t^2)."""
-
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-
-    def __post_init__(self) -> None:
-        self.check()
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v - (1 - self.beta2) * d2 * torch.sign(v - d2)
