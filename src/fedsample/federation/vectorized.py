@@ -272,6 +272,8 @@ class CohortReports(list):
     """The reports of a OneGradient cohort (a list, like any federation's answer) that can also compute
     ``sum_k a_k * G_k`` over received updates as one backward pass of the union loss (linear aggregators)."""
 
+    _received = np.zeros(0, dtype=np.int64)  # no client drew a sample
+
     @classmethod
     def one_gradient(
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
@@ -291,9 +293,14 @@ class CohortReports(list):
         reports._union = (leaves, terms, member, rows, weights, sim)
         reports._step, reports._decay = step, decay
         reports._updates = None
-        for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
+        reports._received = np.flatnonzero(counts)
+        for c, loss in zip(reports._received.tolist(), losses[counts > 0].tolist()):
             reports[c] = _DeferredReport(reports, c, loss)
         return reports
+
+    def received_positions(self) -> np.ndarray:
+        """Positions of the clients that sent an update (those that drew at least one sample)."""
+        return self._received
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global

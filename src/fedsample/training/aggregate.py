@@ -28,7 +28,8 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
 
 def received(reports: Sequence["TrainReport | None"], cohort: "Cohort") -> tuple[np.ndarray, list["TrainReport"]]:
     """Positions (in the cohort) and reports of the clients that sent an update."""
-    positions = np.array([i for i, r in enumerate(reports) if r is not None], dtype=np.int64)
+    known = getattr(reports, "received_positions", None)  # the vectorized engine knows them already
+    positions = known() if known is not None else np.array([i for i, r in enumerate(reports) if r is not None], dtype=np.int64)
     return positions, [reports[i] for i in positions]
 
 
