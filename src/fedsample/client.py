@@ -49,7 +49,7 @@ class LocalSample:
     indices: np.ndarray
     probs: np.ndarray | None = None
     scale: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport (e.g. ISFedAvg's Eq. 53)
+    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport
 
     def __len__(self) -> int:
         return len(self.indices)
