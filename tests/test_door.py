@@ -118,3 +118,54 @@ def test_train_reports_carry_no_sample_counts():
             if isinstance(r, fs.client.TrainReport):
                 assert r.steps == 1
                 assert not any(isinstance(v, (int, np.integer)) and v > 1 for v in vars(r).values())
+
+
+# --- client-held state: ISFedAvg's Eq. 53 data weights stay on the clients ---------------------------
+
+ISFEDAVG_SIZES = [11, 13, 17, 19, 23, 14, 16, 21]  # none equals another array length in the run (K=8, d=6, 3 classes)
+
+
+def per_client_arrays(obj, sizes: set[int], skip: tuple = (), depth: int = 0) -> list[int]:
+    """Lengths of every array (or tensor) reachable from ``obj`` whose first dimension is some client's size;
+    objects of the ``skip`` types (the federation: the client side of the door) are not entered."""
+    if depth > 12 or obj is None or isinstance(obj, (str, bytes, float, int, bool) + skip):
+        return []
+    if isinstance(obj, torch.Tensor):
+        obj = obj.detach().numpy()
+    if isinstance(obj, np.ndarray):
+        return [obj.shape[0]] if obj.ndim >= 1 and obj.shape[0] in sizes else []
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    elif dataclasses.is_dataclass(obj):
+        obj = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    elif hasattr(obj, "__dict__"):
+        obj = list(vars(obj).values())
+    if isinstance(obj, (list, tuple)):
+        return [n for v in obj for n in per_client_arrays(v, sizes, skip, depth + 1)]
+    return []
+
+
+def test_isfedavg_cheap_data_weights_never_reach_the_server():
+    """Eq. 53's per-sample weights (length N_k) live in the clients' own state: the scan finds none in any
+    server-side object (strategy, its state, plans, reports, round contexts, history), while the same scan
+    finds one of length N_k in the state of every client that trained."""
+    fed = federate(blobs(n=200), ISFEDAVG_SIZES)
+    module = fs.models.LogisticRegression().build(fed.dataset.input_shape, fed.dataset.num_classes)
+    seen = []
+    strategy = fs.recipes.isfedavg(L=3, batch_size=4, epochs=2, update="cheap", lr=0.1)
+    strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))
+    simulator = Simulator(fed, module, seed=0)
+    federation = RecordingFederation(simulator)
+    params = fs.models.initial_parameters(module, 0)
+    state, history = strategy.init_state(params), []
+    for t in range(4):
+        params, log = strategy.round(federation, params, state, t, seed=0)
+        history.append(log)
+    sizes = set(ISFEDAVG_SIZES)
+    server_side = [strategy, state, history, federation.returned, federation.queries, seen]
+    assert per_client_arrays(server_side, sizes, skip=(RecordingFederation, Simulator)) == []
+    trained = {int(k) for (procedure, _), (ids, _) in zip(federation.queries, federation.returned) if procedure == "train" for k in ids}
+    held = simulator.client_states()
+    assert set(held) == trained and len(trained) >= 3
+    for k, client_state in held.items():
+        assert per_client_arrays(client_state, sizes) == [ISFEDAVG_SIZES[k]]

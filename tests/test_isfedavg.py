@@ -162,12 +162,35 @@ def test_cheap_rule_keeps_estimates_in_state():
     assert agent_p.sum() == pytest.approx(1.0)
     changed = np.flatnonzero(~np.isclose(agent_p, 1 / 8))
     assert 0 < len(changed) <= 3  # only the participants moved (Eq. 52)
-    stored = state["isfedavg"]["data_weights"]
-    assert len(stored) == 3
-    for k, weights in stored.items():
+    assert "data_weights" not in state["isfedavg"]  # the data weights stay on the clients
+    held = {k: s["isfedavg"]["data_weights"] for k, s in sim.client_states().items()}
+    assert len(held) == 3
+    for k, weights in held.items():
         assert len(weights) == 12 and weights.sum() == pytest.approx(1.0)
         assert 0 < np.count_nonzero(~np.isclose(weights, 1 / 12)) <= 4  # only the drawn points (Eq. 53)
-    st.round(sim, w, state, 1, 0)  # the stored weights are used next round
+    st.round(sim, w, state, 1, 0)  # the client-held weights are used next round
+
+
+def test_cheap_plan_draws_from_and_refreshes_the_client_held_weights():
+    """Eq. 53 on the client: the plan draws from the weights in ctx.state and writes back only the drawn
+    points' refreshed share; the plan itself carries no weights."""
+    x = torch.randn(12, 2)
+    y = x @ torch.tensor([1.0, -1.0]) + 0.1 * torch.randn(12)
+    ctx = ClientContext(0, x, y[:, None], linear_module(), "regression", 0)
+    held = np.r_[np.full(4, 0.25), np.full(8, 1e-9)]
+    ctx.state["isfedavg"] = {"data_weights": held}
+    plan = isx.ImportanceBatches(epochs=1, batch_size=4, params=as_params(np.zeros(2)), refresh=True)
+    assert not any(isinstance(v, np.ndarray) for v in vars(plan).values())
+    sample = plan.draw(ctx, np.random.default_rng(0))
+    np.testing.assert_array_equal(np.sort(sample.indices), [0, 1, 2, 3])  # pi = 4 * 0.25 = 1 for these
+    assert sample.extra == {}
+    now = ctx.state["isfedavg"]["data_weights"]
+    norms = isx.gradient_norms(ctx, as_params(np.zeros(2)), np.arange(4))
+    np.testing.assert_allclose(now[:4], held[:4].sum() / held.sum() * norms / norms.sum())
+    np.testing.assert_allclose(now[4:], held[4:] / held.sum())
+    ctx.state["isfedavg"]["data_weights"] = np.full(5, 0.2)
+    with pytest.raises(ValueError, match="5 stored data weights"):
+        plan.draw(ctx, np.random.default_rng(0))
 
 
 def test_regression_importance_sampling_beats_uniform_msd():

@@ -47,10 +47,16 @@ def test_same_seed_same_numbers_other_seed_differs(fed, name):
     assert a.history != c.history
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedsampling", "centralized"])
+CLIENT_STATEFUL = {  # strategies whose clients keep state across rounds (ClientContext.state)
+    "isfedavg_cheap": lambda: fs.recipes.isfedavg(L=4, batch_size=3, epochs=2, update="cheap", lr=0.1),
+}
+RESUMABLE = {**STRATEGIES, **CLIENT_STATEFUL}
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedsampling", "centralized", "isfedavg_cheap"])
 def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
     model = fs.models.MLP(hidden=8)
-    full = fs.simulate(STRATEGIES[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3)
+    full = fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3)
     path = tmp_path / "state.pt"
 
     class Killed(Exception):
@@ -61,14 +67,25 @@ def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        fs.simulate(STRATEGIES[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
+        fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
                     checkpoint=path, checkpoint_every=2, progress=kill_at_round_5)
     assert SimulationState.load(path).round == 4  # the last checkpoint before the kill
-    resumed = fs.simulate(STRATEGIES[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
+    resumed = fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
                           checkpoint=path, checkpoint_every=2, resume=True)
     assert resumed.history == full.history
     for k in full.params:
         assert torch.equal(resumed.params[k], full.params[k])
+
+
+def test_checkpoint_keeps_client_held_state_apart_from_the_strategy_state(fed, tmp_path):
+    """ISFedAvg's Eq. 53 data weights are saved as the clients' own states, not in the strategy's state."""
+    path = tmp_path / "state.pt"
+    fs.simulate(CLIENT_STATEFUL["isfedavg_cheap"](), data=fed, model=fs.models.MLP(hidden=8), rounds=3, seed=4, checkpoint=path)
+    saved = SimulationState.load(path)
+    assert "data_weights" not in saved.state["isfedavg"]
+    assert 0 < len(saved.client_states) <= 12  # at most L = 4 participants a round
+    for k, held in saved.client_states.items():
+        assert len(held["isfedavg"]["data_weights"]) == SIZES[k]
 
 
 def test_resume_refuses_another_runs_checkpoint(fed, tmp_path):

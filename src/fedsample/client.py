@@ -21,7 +21,9 @@ from fedsample.training.functional import Params, flatten, weighted_gradient
 
 @dataclass
 class ClientContext:
-    """One client's data (as tensors) and the shared model architecture."""
+    """One client's data (as tensors) and the shared model architecture, plus ``state``: a dict the client
+    procedures may read and write that stays with the client across rounds and never goes to the server
+    (the federation keeps it, and exports it only into checkpoints, e.g. ISFedAvg's Eq. 53 data weights)."""
 
     client_id: int
     x: torch.Tensor
@@ -29,6 +31,7 @@ class ClientContext:
     module: nn.Module
     task: str
     num_classes: int
+    state: dict = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -46,7 +49,7 @@ class LocalSample:
     indices: np.ndarray
     probs: np.ndarray | None = None
     scale: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport (e.g. ISFedAvg's Eq. 53)
+    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport
 
     def __len__(self) -> int:
         return len(self.indices)

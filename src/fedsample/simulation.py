@@ -1,7 +1,8 @@
 """``simulate``: run a strategy for some rounds on federated data, with evaluation, checkpoints and resume.
 
-All simulator state (parameters, strategy and server-optimizer state, history, and the seed from which
-every random draw derives) is one :class:`SimulationState`, saved atomically every N rounds.
+All simulator state (parameters, strategy and server-optimizer state, history, the seed from which
+every random draw derives, and the client-held states of the federation) is one :class:`SimulationState`,
+saved atomically every N rounds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from fedsample.training.functional import Params
 
 @dataclass
 class SimulationState:
-    """Everything needed to continue a run exactly: ``round`` rounds are done."""
+    """Everything needed to continue a run exactly: ``round`` rounds are done. ``client_states`` are the
+    clients' own ``ClientContext.state`` dicts (kept by the federation, not the strategy), by client id."""
 
     key: str
     seed: int
@@ -32,6 +34,7 @@ class SimulationState:
     params: Params
     state: dict
     history: list[dict] = field(default_factory=list)
+    client_states: dict = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         """Write atomically: a temporary file in the same folder, then a rename."""
@@ -97,6 +100,7 @@ def simulate(
     fed = federation or make_federation(backend, data, module, seed)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
+    _load_client_states(fed, state.client_states)
     x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
     ds = data.dataset
     for t in range(state.round, rounds):
@@ -107,11 +111,11 @@ def simulate(
         state.history.append(record)
         state.round = t + 1
         if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
-            state.save(Path(checkpoint))
+            _save(state, fed, Path(checkpoint))
         if progress:
             progress(t + 1)
     if checkpoint:
-        state.save(Path(checkpoint))
+        _save(state, fed, Path(checkpoint))
     return SimulationResult(history=state.history, params=state.params, strategy=strategy.name, seed=seed)
 
 
@@ -123,6 +127,20 @@ def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoin
         return saved
     params = initial_parameters(module, seed)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=strategy.init_state(params))
+
+
+def _save(state: SimulationState, fed: Any, path: Path) -> None:
+    """Save with the federation's client-held states (federations without them save none)."""
+    export = getattr(fed, "client_states", None)
+    state.client_states = export() if export is not None else {}
+    state.save(path)
+
+
+def _load_client_states(fed: Any, states: dict) -> None:
+    """Give the federation's clients their saved states (empty for a fresh run), where it keeps any."""
+    load = getattr(fed, "load_client_states", None)
+    if load is not None:
+        load(states)
 
 
 def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int) -> Any:

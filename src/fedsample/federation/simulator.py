@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +19,8 @@ class Simulator:
     """Runs client procedures in this process, one client after the other.
 
     Each call draws the client's randomness from (seed, round, client, procedure), so the reports do not
-    depend on the order or grouping of clients.
+    depend on the order or grouping of clients. Each client's ``ClientContext.state`` lives here across
+    rounds; :meth:`client_states` and :meth:`load_client_states` move it in and out of checkpoints.
     """
 
     def __init__(self, data: FederatedData, module: nn.Module, seed: int) -> None:
@@ -31,6 +33,7 @@ class Simulator:
         self.task = ds.task
         self.num_classes = ds.num_classes
         self._contexts: dict[int, procedures.ClientContext] = {}
+        self._states: dict[int, dict] = {}
 
     @property
     def num_clients(self) -> int:
@@ -40,8 +43,21 @@ class Simulator:
         """Client k's data as tensors (built once, then reused)."""
         if k not in self._contexts:
             rows = torch.as_tensor(self.data.client_indices(k))
-            self._contexts[k] = procedures.ClientContext(k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes)
+            self._contexts[k] = procedures.ClientContext(
+                k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes, state=self._states.setdefault(k, {})
+            )
         return self._contexts[k]
+
+    def client_states(self) -> dict[int, dict]:
+        """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy)."""
+        return {k: copy.deepcopy(s) for k, s in self._states.items() if s}
+
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
+        for s in self._states.values():
+            s.clear()
+        for k, s in states.items():
+            self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
         fn = procedures.PROCEDURES[procedure]

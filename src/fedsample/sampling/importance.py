@@ -34,8 +34,8 @@ use only 1/E_k and the server forms (1/K) sum_k Delta_k / pi_k). Both agree on t
 - ``"cheap"``: Eqs. 52-53: p starts uniform; after round i only the participants' p_l are recomputed and
   rescaled to keep their total, p_l <- (sum_{m in L_i} p_m) * s_l / sum_{m in L_i} s_m (Eq. 52), and each
   participant updates only the points it sampled, the same way with s_n = ||grad Q(w_{i-1}; x_n)||
-  (Eq. 53). The data weights travel back in ``TrainReport.extra`` and are kept in ``ctx.state`` by
-  :class:`ISFedAvgAggregate` (in a deployment they would stay on the client).
+  (Eq. 53). The data weights stay on the client: :class:`ImportanceBatches` keeps them in the client-held
+  ``ClientContext.state`` (under ``"isfedavg"``), so nothing of length N_k reaches the server.
 - ``"uniform"``: p_k = 1/K, p_n = 1/N_k: the same machinery as FedAvg with Eq. 6's epoch correction (the
   paper's baseline draws uniform minibatches with replacement; this one draws without).
 
@@ -190,26 +190,24 @@ def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None =
 @dataclass(frozen=True)
 class ImportanceBatches:
     """Client k's instruction (Algorithm 1, inner loop): in each of ``epochs`` epochs draw ``batch_size``
-    points without replacement with p_n ∝ ||grad Q_k(params; x_n)|| (``weights`` given: the stored
-    probabilities of Eq. 53; ``params`` None and no weights: uniform), and scale each by
-    ``agent_scale / epochs * B_k / (N_k pi_n)`` (Eq. 8). With ``refresh`` (Eq. 53) the drawn points'
-    probabilities are recomputed at ``params`` and sent back in ``extra["data_weights"]``."""
+    points without replacement with p_n ∝ ||grad Q_k(params; x_n)|| (``params`` None: uniform), and scale
+    each by ``agent_scale / epochs * B_k / (N_k pi_n)`` (Eq. 8). With ``refresh`` (Eq. 53) the client draws
+    from the probabilities it keeps in its own ``ctx.state`` (uniform the first time) and stores them back
+    with the drawn points' probabilities recomputed at ``params``; they never leave the client."""
 
     epochs: int
     batch_size: int
     agent_scale: float = 1.0
     params: Params | None = field(default=None, repr=False)
-    weights: np.ndarray | None = field(default=None, repr=False)
     refresh: bool = False
     floor: float = 0.0
 
     def raw_weights(self, ctx: ClientContext) -> np.ndarray:
-        """The unmixed p_n: stored (Eq. 53), uniform (no ``params``, or Eq. 53's start), or Lemma 6 / Eq. 49."""
-        if self.weights is not None:
-            if len(self.weights) != ctx.size:
-                raise ValueError(f"ISFedAvg: {len(self.weights)} stored data weights for a client with {ctx.size} samples")
-            return np.asarray(self.weights, dtype=np.float64)
-        if self.params is None or self.refresh:
+        """The unmixed p_n: client-held (Eq. 53; uniform at its start), uniform (no ``params``), or Lemma 6 /
+        Eq. 49."""
+        if self.refresh:
+            return stored_data_weights(ctx)
+        if self.params is None:
             return np.full(ctx.size, 1.0 / ctx.size)
         return gradient_norms(ctx, self.params)
 
@@ -223,12 +221,23 @@ class ImportanceBatches:
         indices = np.concatenate([d.ids for d in draws])
         inclusion = np.concatenate([d.inclusion for d in draws])
         scale = self.agent_scale / self.epochs * data_scale(inclusion, ctx.size, batch)
-        extra = {"data_weights": self.refreshed(ctx, raw / raw.sum(), np.unique(indices))} if self.refresh else {}
-        return EpochBatches(indices, scale=scale, extra=extra, block=batch)
+        if self.refresh:
+            ctx.state.setdefault(STATE_KEY, {})["data_weights"] = self.refreshed(ctx, raw / raw.sum(), np.unique(indices))
+        return EpochBatches(indices, scale=scale, block=batch)
 
     def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Eq. 53: the drawn points share their probability mass by their gradient norms at ``params``."""
         return rescale_subset(p, rows, gradient_norms(ctx, self.params, rows))
+
+
+def stored_data_weights(ctx: ClientContext) -> np.ndarray:
+    """The Eq. 53 data weights client k keeps in its own ``ctx.state`` (uniform 1/N_k before its first round)."""
+    weights = ctx.state.get(STATE_KEY, {}).get("data_weights")
+    if weights is None:
+        return np.full(ctx.size, 1.0 / ctx.size)
+    if len(weights) != ctx.size:
+        raise ValueError(f"ISFedAvg: {len(weights)} stored data weights for a client with {ctx.size} samples")
+    return np.asarray(weights, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -348,13 +357,11 @@ class ImportanceData:
         return len(cohort) / (cohort.population * cohort.inclusion)
 
     def plan(self, ctx: "RoundContext", cohort: Cohort) -> list[ImportanceBatches]:
-        stored = _state(ctx).setdefault("data_weights", {})
         params = {"exact": self.reference, "approx": ctx.params, "cheap": ctx.params, "uniform": None}[self.update]
         return [
             ImportanceBatches(
                 epochs=_for_agent(self.epochs, int(k), "epochs"), batch_size=_for_agent(self.batch_size, int(k), "batch_size"),
                 agent_scale=float(factor), params=params, floor=self.floor, refresh=self.update == "cheap",
-                weights=stored.get(int(k)) if self.update == "cheap" else None,
             )
             for k, factor in zip(cohort.ids, self.agent_factors(cohort))
         ]
@@ -363,8 +370,8 @@ class ImportanceData:
 @dataclass(frozen=True)
 class ISFedAvgAggregate:
     """Eq. 9's plain mean of the agents' updates (``scaling="step"``: the 1/(K p_k) factor was in the local
-    steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). Keeps the data
-    weights that agents send back under Eq. 53 in ``ctx.state``."""
+    steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). The data weights
+    of Eq. 53 stay on the clients (:func:`stored_data_weights`)."""
 
     scaling: Scaling = "step"
     needs_sizes: ClassVar[None] = None
@@ -374,9 +381,5 @@ class ISFedAvgAggregate:
             raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {self.scaling!r}")
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
-        stored = _state(ctx).setdefault("data_weights", {})
-        for k, report in zip(cohort.ids, reports):
-            if report is not None and "data_weights" in report.extra:
-                stored[int(k)] = report.extra["data_weights"]
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
         return mean.combine(reports, cohort, ctx)
