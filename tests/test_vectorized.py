@@ -189,3 +189,13 @@ def test_simulate_backends_agree(name):
 def test_unknown_backend_rejected(fed):
     with pytest.raises(ValueError, match="backend"):
         simulate(recipes.fedavg(), fed, MLP(hidden=4), rounds=1, backend="gpu-magic")
+
+
+def test_simulate_memory_budget_setting_does_not_change_numbers():
+    fed = federate(blobs(n=200), [n or 4 for n in SIZES])
+    make = lambda: recipes.fedavg(clients_per_round=6, lr=0.1, batch_size=4, epochs=2)
+    small = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=0, memory_budget=1)
+    default = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=0)
+    assert_params_close(small.params, default.params, tol=1e-5)
+    with pytest.raises(ValueError, match="memory_budget"):
+        simulate(make(), fed, MLP(hidden=8), rounds=1, memory_budget=-5)

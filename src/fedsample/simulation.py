@@ -86,18 +86,21 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     federation: Any = None,
     backend: str = "vectorized",
+    memory_budget: int | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
     the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run.
     ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
-    ``"loop"`` (the per-client reference); both give the same numbers within float tolerance."""
+    ``"loop"`` (the per-client reference); both give the same numbers within float tolerance.
+    ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
+    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it."""
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
-    fed = federation or make_federation(backend, data, module, seed)
+    fed = federation or make_federation(backend, data, module, seed, memory_budget)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
     _load_client_states(fed, state.client_states)
@@ -143,12 +146,12 @@ def _load_client_states(fed: Any, states: dict) -> None:
         load(states)
 
 
-def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int) -> Any:
+def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None) -> Any:
     """The in-process federation named by ``backend``: ``"loop"`` or ``"vectorized"``."""
     if backend == "loop":
         return Simulator(data, module, seed)
     if backend == "vectorized":
-        from fedsample.federation.vectorized import VectorizedSimulator
+        from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 
-        return VectorizedSimulator(data, module, seed)
+        return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET)
     raise ValueError(f"backend must be 'loop' or 'vectorized', got {backend!r}")
