@@ -6,13 +6,19 @@ sampler (FedSampling's data level under uniform client sampling, and so on).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Any, Callable, Literal
 
+from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
+from fedsample.sampling.iwds import IWDSData
+from fedsample.sampling.participant_data import ParticipantData
+from fedsample.sampling.stratify import StratifiedClients
 from fedsample.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.training.aggregate import FedNova, Sum, WeightedMean
+from fedsample.training.aggregate import FedNova, StratifiedMean, Sum, WeightedMean
 from fedsample.training.local import LocalSGD, OneGradient
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 
@@ -202,9 +208,6 @@ def fedsts(
     ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
     for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
     Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
-    from fedsample.sampling.stratify import StratifiedClients
-    from fedsample.training.aggregate import StratifiedMean
-
     return Strategy(
         clients=clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within),
         data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
@@ -223,61 +226,38 @@ def fedstas(
     keeps each sample with probability eta/n~ (``draw="fixed"``: the authors' fixed-size variant).
     Paper defaults: H = 10, m = 10, d' = 9, eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616),
     3 local SGD steps, lr 0.01, batch 128."""
-    from fedsample.sampling.participant_data import ParticipantData
-
     base = fedsts(H, m, dim, compression, lr, steps, batch_size, aggregation, spread, within, recompute_every, server_lr, clients)
-    return Strategy(
-        clients=base.clients, data=data or ParticipantData(eta, draw), local=base.local, aggregate=base.aggregate,
-        server=base.server, sizes=RandomizedSizes(epsilon, M, scope="cohort"), name="fedstas",
+    return dataclasses.replace(
+        base, data=data or ParticipantData(eta, draw), sizes=RandomizedSizes(epsilon, M, scope="cohort"), name="fedstas"
     )
 
 
-RECIPES: dict[str, Callable[..., Strategy]] = {
-    fn.__name__: fn for fn in (fedavg, weighted_fedavg, fedsampling, fedsampling_naive, centralized)
-}
-RECIPES.update({fn.__name__: fn for fn in (fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad)})
-RECIPES.update({fn.__name__: fn for fn in (fedsts, fedstas)})
-
-
-def recipe(name: str, **params: Any) -> Strategy:
-    """Build a recipe by name; unknown names and parameters give one clear error."""
-    import inspect
-
+def _checked(name: str, params: dict, what: str = "recipe") -> Callable[..., Strategy]:
+    """The registered recipe ``name``, after checking that it takes every parameter in ``params``
+    (``clients``/``data`` overrides are objects, not configuration, and are not listed)."""
     if name not in RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(sorted(RECIPES))}")
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
-        return fn(**params)  # a recipe over a base recipe checks the base's parameters itself
     accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
     unknown = sorted(set(params) - accepted)
     if unknown:
-        raise ValueError(f"recipe {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
-    return fn(**params)
+        raise ValueError(f"{what} {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
+    return fn
+
+
+def recipe(name: str, **params: Any) -> Strategy:
+    """Build a recipe by name; unknown names and parameters give one clear error (a recipe over a base
+    recipe, which takes ``**base_params``, checks the base's parameters itself)."""
+    fn = RECIPES.get(name)
+    takes_any = fn is not None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    return fn(**params) if takes_any else _checked(name, params)(**params)
 
 
 # --- recipes over a base recipe -------------------------------------------------------------------
 
 
-def _check_base_params(base: str, params: dict) -> Callable[..., Strategy]:
-    """The base recipe ``base``, after checking that it takes every parameter in ``params``."""
-    import inspect
-
-    if base not in RECIPES:
-        raise ValueError(f"unknown base recipe {base!r}; known: {', '.join(sorted(RECIPES))}")
-    fn = RECIPES[base]
-    accepted = set(inspect.signature(fn).parameters) - {"clients", "data"}
-    unknown = sorted(set(params) - accepted)
-    if unknown:
-        raise ValueError(f"base recipe {base!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(accepted))}")
-    if "data" not in inspect.signature(fn).parameters:
-        raise ValueError(f"base recipe {base!r} does not accept a data sampler (data=)")
-    return fn
-
-
 def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
     """``strategy`` with ``options`` (e.g. momentum, prox_mu) set on its local solver."""
-    import dataclasses
-
     missing = [k for k in options if not hasattr(strategy.local, k)]
     if missing:
         raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
@@ -302,14 +282,12 @@ def iwds(
     FedAvg/FedProx and 0.9 for FedNova (``momentum=None`` picks that). ``momentum``, ``lr_decay`` and
     ``prox_mu`` go to the base recipe when it takes them (as ``local_momentum``, ``lr_decay``, ``mu``),
     otherwise onto its local solver; ``None`` leaves the base's value. ``clients=`` overrides the base's
-    client sampler; the data level is IWDS itself, so there is no ``data=``. ``schedule="fixed"`` keeps beta = beta_0 (Imb-Samp; beta_0 = 0 is Uni-Samp).
+    client sampler; the data level is IWDS itself, so there is no ``data=``. ``schedule="fixed"`` keeps
+    beta = beta_0 (Imb-Samp; beta_0 = 0 is Uni-Samp).
     """
-    import dataclasses
-    import inspect
-
-    from fedsample.sampling.iwds import IWDSData
-
-    fn = _check_base_params(base, base_params)
+    fn = _checked(base, base_params, what="base recipe")
+    if "data" not in inspect.signature(fn).parameters:
+        raise ValueError(f"base recipe {base!r} does not accept a data sampler (data=)")
     takes = set(inspect.signature(fn).parameters)
     if momentum is None and base == "fednova":
         momentum = 0.9
@@ -325,9 +303,6 @@ def iwds(
     return dataclasses.replace(strategy, name=f"iwds[{base}]")
 
 
-RECIPES["iwds"] = iwds
-
-
 def isfedavg(
     L: int = 6, lr: float = 0.01, epochs: int | tuple[int, ...] = 1, batch_size: int | tuple[int, ...] = 1,
     alpha: float | tuple[float, ...] = 3.0, update: str = "approx", reference: Any = None, scaling: str = "step",
@@ -340,8 +315,6 @@ def isfedavg(
     :func:`fedsample.sampling.importance.paper_heterogeneity`). ``update``: "exact" (Lemmas 6-7 at
     ``reference``, the paper's w°), "approx" (Eqs. 49-50), "cheap" (Eqs. 52-53) or "uniform" (FedAvg with
     Eq. 6's epoch correction). Paper (§V-A): L = 6 of K = 300, mu = 0.01, B_k in [1, 10], E_k in [1, 5]."""
-    from fedsample.sampling import importance as isx
-
     floor = isx.DEFAULT_FLOOR if floor is None else floor
     return Strategy(
         clients=clients or isx.ImportanceAgents(L=L, alpha=alpha, update=update, reference=reference, floor=floor),  # type: ignore[arg-type]
@@ -351,4 +324,11 @@ def isfedavg(
     )
 
 
-RECIPES["isfedavg"] = isfedavg
+
+RECIPES: dict[str, Callable[..., Strategy]] = {
+    fn.__name__: fn
+    for fn in (
+        fedavg, weighted_fedavg, fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad, fedsampling,
+        fedsampling_naive, centralized, fedsts, fedstas, iwds, isfedavg,
+    )
+}
