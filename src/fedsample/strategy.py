@@ -17,7 +17,7 @@ from fedsample.rng import SERVER, generator
 from fedsample.sampling.clients import AllClients, Cohort
 from fedsample.sampling.data import FullData
 from fedsample.sizes import ExactSizes, RandomizedSizes, SizeInfo
-from fedsample.training.aggregate import WeightedMean
+from fedsample.training.aggregate import WeightedMean, received
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
 from fedsample.training.server import ServerSGD
@@ -107,9 +107,9 @@ class Strategy:
         ctx = RoundContext(federation, params, round, seed, state)
         cohort = self.select(ctx)
         plan = self.data.plan(ctx, cohort)
-        payload = TrainPayload(params=params, plan=plan, solver=self.local, round=round)
-        if isinstance(plan, list):  # one plan per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
-            payload = [TrainPayload(params=params, plan=p, solver=self.local, round=round) for p in plan]
+        # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round)  # noqa: E731
+        payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
         reports = federation.run("train", cohort.ids, payload, round)
         delta = self.aggregate.combine(reports, cohort, ctx)
         ctx.log.update(self.describe_round(ctx, cohort, reports))
@@ -119,7 +119,7 @@ class Strategy:
         return params, ctx.log
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: list) -> dict:
-        got = [r for r in reports if r is not None]
+        _, got = received(reports)
         log: dict[str, Any] = {"cohort": len(cohort), "updates": len(got)}
         if got:
             log["train_loss"] = float(np.mean([r.loss for r in got]))

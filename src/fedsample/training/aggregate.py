@@ -7,7 +7,7 @@ reports; clients that sent nothing are left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
     return {k: torch.einsum("c,c...->...", w.to(updates[0][k].dtype), torch.stack([u[k] for u in updates])) for k in updates[0]}
 
 
-def received(reports: Sequence["TrainReport | None"], cohort: "Cohort") -> tuple[np.ndarray, list["TrainReport"]]:
+def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list["TrainReport"]]:
     """Positions (in the cohort) and reports of the clients that sent an update."""
     known = getattr(reports, "received_positions", None)  # the vectorized engine knows them already
     positions = known() if known is not None else np.array([i for i, r in enumerate(reports) if r is not None], dtype=np.int64)
@@ -66,10 +66,7 @@ class WeightedMean:
         return w / w.sum()
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        positions, got = received(reports, cohort)
-        if not got:
-            return None
-        return combine_updates(reports, positions, got, self.weights(positions, cohort, ctx))
+        return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
 
 @dataclass(frozen=True)
@@ -79,19 +76,23 @@ class Sum:
     needs_sizes: ClassVar[None] = None
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        positions, got = received(reports, cohort)
-        if not got:
-            return None
-        return combine_updates(reports, positions, got, np.ones(len(got)))
+        return linear_combination(reports, lambda positions, _: np.ones(len(positions)))
 
 
-def combine_updates(reports: Sequence["TrainReport | None"], positions: np.ndarray, got: Sequence["TrainReport"], weights: np.ndarray) -> Params:
-    """sum_k w_k * Delta_k over the received updates. A federation whose reports can form this sum without
+def linear_combination(
+    reports: Sequence["TrainReport | None"], weights_of: Callable[[np.ndarray, list["TrainReport"]], np.ndarray]
+) -> Params | None:
+    """sum_k w_k * Delta_k over the received updates (None when nothing was received), with the weights
+    ``weights_of(positions, received_reports)``. A federation whose reports can form this sum without
     materializing each update (``weighted_update_sum``: the vectorized engine's one-gradient cohorts, where
     it is one backward pass over the union of the drawn samples) is asked to; the result is the same."""
+    positions, got = received(reports)
+    if not got:
+        return None
+    weights = np.asarray(weights_of(positions, got), dtype=np.float64)
     fused = getattr(reports, "weighted_update_sum", None)
     if fused is not None:
-        return fused(positions, np.asarray(weights, dtype=np.float64))
+        return fused(positions, weights)
     return weighted_sum([r.update for r in got], weights)
 
 
@@ -132,17 +133,16 @@ class FedNova:
         return WeightedMean(self.by).needs_sizes
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        positions, got = received(reports, cohort)
-        if not got:
-            return None
-        p = WeightedMean(self.by).weights(positions, cohort, ctx)
-        a = np.array([normalizer(r) for r in got], dtype=np.float64)
-        if np.any(a <= 0):
-            raise ValueError(f"FedNova needs positive effective step counts a_k, got {a.tolist()}")
-        tau_eff = float(np.dot(p, a) / np.sum(p))
-        ctx.log["tau_eff"] = tau_eff
-        return combine_updates(reports, positions, got, tau_eff * p / a)
+        def weights(positions: np.ndarray, got: list["TrainReport"]) -> np.ndarray:
+            p = WeightedMean(self.by).weights(positions, cohort, ctx)
+            a = np.array([normalizer(r) for r in got], dtype=np.float64)
+            if np.any(a <= 0):
+                raise ValueError(f"FedNova needs positive effective step counts a_k, got {a.tolist()}")
+            tau_eff = float(np.dot(p, a) / np.sum(p))
+            ctx.log["tau_eff"] = tau_eff
+            return tau_eff * p / a
 
+        return linear_combination(reports, weights)
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class StratifiedMean:
 
     def weights(self, positions: np.ndarray, cohort: "Cohort") -> np.ndarray:
         if self.by == "unbiased":
-            return 1.0 / (cohort.inclusion[positions] * cohort.population)
+            return WeightedMean("inverse_inclusion").weights(positions, cohort, None)
         if cohort.strata is None or "stratum_sizes" not in cohort.info or "allocation" not in cohort.info:
             raise ValueError("StratifiedMean('paper') needs a stratified cohort (strata, stratum_sizes, allocation)")
         h = np.asarray(cohort.strata)[positions]
@@ -182,7 +182,4 @@ class StratifiedMean:
         return N_h[h] / (m_h[h] * cohort.population)
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        positions, got = received(reports, cohort)
-        if not got:
-            return None
-        return combine_updates(reports, positions, got, self.weights(positions, cohort))
+        return linear_combination(reports, lambda positions, _: self.weights(positions, cohort))
