@@ -49,7 +49,6 @@ class LocalSample:
     indices: np.ndarray
     probs: np.ndarray | None = None
     scale: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)  # what the plan sends back in the TrainReport
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -155,7 +154,6 @@ class TrainReport:
     steps: int
     loss: float
     norm_steps: float | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
@@ -165,8 +163,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
         return None
     result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
     return TrainReport(
-        update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-        extra=sample.extra,
+        update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None)
     )
 
 

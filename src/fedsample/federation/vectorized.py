@@ -151,10 +151,7 @@ class VectorizedSimulator(Simulator):
         if not schedules:
             return reports
         if all(len(batches) == 1 for batches, _ in schedules):
-            fused = self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
-            for i in active:
-                fused[i].extra = samples[i].extra
-            return fused
+            return self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
         per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
         chunk = max(1, self.memory_budget // per_client)
         for start in range(0, len(active), chunk):
@@ -164,7 +161,6 @@ class VectorizedSimulator(Simulator):
                 reports[i] = TrainReport(
                     update={k: v[j] for k, v in updates.items()}, steps=int(steps[j]), loss=float(losses[j]),
                     norm_steps=effective_steps(int(steps[j]), solver.momentum, solver.learning_rate(round) * solver.prox_mu),
-                    extra=samples[i].extra,
                 )
         return reports
 
@@ -352,7 +348,7 @@ class _DeferredReport(TrainReport):
 
     def __init__(self, owner: CohortReports, position: int, loss: float) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.extra = 1, loss, None, {}
+        self.steps, self.loss, self.norm_steps = 1, loss, None
 
     @property
     def update(self) -> Params:  # type: ignore[override]
