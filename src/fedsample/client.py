@@ -1,7 +1,8 @@
 """Client procedures: the only code that reads a client's data.
 
 Each procedure is a plain function ``(ctx, payload, rng) -> report``. ``ctx`` holds one client's data and
-the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure).
+the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure):
+a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
 A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
 strategy asked for exact sizes.
 """

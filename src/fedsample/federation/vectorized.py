@@ -89,11 +89,12 @@ class VectorizedSimulator(Simulator):
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
-        if not isinstance(payloads, list):  # one payload for all: one group
+        if isinstance(payloads, list):
+            for position, p in enumerate(payloads):
+                groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
+        else:  # one payload for all: one group
             groups[()] = list(range(len(ids)))
             payloads = _Repeated(payloads)
-        for position, p in enumerate(payloads if groups == {} else ()):
-            groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
         for positions in groups.values():
             members = np.asarray(positions)
             payload = payloads[positions[0]]
