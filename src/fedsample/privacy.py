@@ -15,12 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
+from fedsample import checks
 from fedsample.rng import ClientRandom, CohortRandom, uniform_integers
 
 
 def _check(epsilon: float, M: int) -> None:
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    checks.positive("epsilon", epsilon)
     if int(M) != M or M < 2:
         raise ValueError(f"M must be an integer >= 2, got {M!r}")
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
+from fedsample import checks
 from fedsample.sampling import design
 
 if TYPE_CHECKING:
@@ -38,11 +39,6 @@ class Cohort:
         return len(self.ids)
 
 
-def _check_count(name: str, m: int) -> None:
-    if int(m) != m or m < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {m!r}")
-
-
 @dataclass(frozen=True)
 class AllClients:
     """Every available client takes part (pi_k = 1), as in FedSampling (Algorithm 1)."""
@@ -62,7 +58,7 @@ class UniformClients:
     needs_sizes: ClassVar[Literal["exact", None]] = None
 
     def __post_init__(self) -> None:
-        _check_count("clients per round m", self.m)
+        checks.count("clients per round m", self.m)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         N = ctx.num_clients
@@ -78,7 +74,7 @@ class SizeProportional:
     needs_sizes: ClassVar[Literal["exact", None]] = "exact"
 
     def __post_init__(self) -> None:
-        _check_count("clients per round m", self.m)
+        checks.count("clients per round m", self.m)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         sizes = ctx.require_sizes(exact=True)
@@ -95,8 +91,7 @@ class PoissonClients:
     needs_sizes: ClassVar[Literal["exact", None]] = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.q <= 1:
-            raise ValueError(f"client probability q must be in (0, 1], got {self.q}")
+        checks.in_interval("client probability q", self.q, 0, 1, closed="(]")
 
     def select(self, ctx: "RoundContext") -> Cohort:
         N = ctx.num_clients

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample import privacy
+from fedsample import checks, privacy
 from fedsample.client import ClientContext, LocalSample
 from fedsample.rng import CohortRandom
 
@@ -81,8 +81,7 @@ class FixedRatio:
     needs_sizes: ClassVar[NeedsSizes] = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.ratio <= 1:
-            raise ValueError(f"sampling ratio must be in (0, 1], got {self.ratio}")
+        checks.in_interval("sampling ratio", self.ratio, 0, 1, closed="(]")
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         return BernoulliSamples(self.ratio)
@@ -97,8 +96,7 @@ class FedSamplingData:
     needs_sizes: ClassVar[NeedsSizes] = "estimate"
 
     def __post_init__(self) -> None:
-        if int(self.K) != self.K or self.K < 1:
-            raise ValueError(f"K (desired samples per round) must be an integer >= 1, got {self.K!r}")
+        checks.count("K (desired samples per round)", self.K)
 
     def ratio(self, ctx: "RoundContext") -> float:
         return privacy.sampling_ratio(self.K, ctx.require_sizes().total)
@@ -118,8 +116,7 @@ class UniformSubset:
     needs_sizes: ClassVar[NeedsSizes] = None
 
     def __post_init__(self) -> None:
-        if int(self.k) != self.k or self.k < 1:
-            raise ValueError(f"subset size must be an integer >= 1, got {self.k!r}")
+        checks.count("subset size", self.k)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
         return FixedSizeSamples(self.k)

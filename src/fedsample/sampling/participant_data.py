@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample import privacy
+from fedsample import checks, privacy
 from fedsample.client import ClientContext, LocalSample
 from fedsample.sampling.data import BernoulliSamples
 
@@ -64,8 +64,7 @@ class ParticipantData:
     needs_sizes: ClassVar[Literal["estimate", None]] = "estimate"
 
     def __post_init__(self) -> None:
-        if isinstance(self.eta, bool) or int(self.eta) != self.eta or self.eta < 1:
-            raise ValueError(f"eta (desired samples across participants) must be an integer >= 1, got {self.eta!r}")
+        checks.count("eta (desired samples across participants)", self.eta)
         if self.draw not in ("bernoulli", "fixed"):
             raise ValueError(f"draw must be 'bernoulli' or 'fixed', got {self.draw!r}")
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedsample import checks
 from fedsample.training.functional import Params, tree_map, weighted_gradient, zeros_like
 
 if TYPE_CHECKING:
@@ -29,13 +30,6 @@ class LocalResult:
     steps: int
     loss: float
     norm_steps: float | None = None
-
-
-def _check_positive(name: str, value: float | None, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -58,20 +52,16 @@ class LocalSGD:
     lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_positive("lr", self.lr, allow_none=False)
-        _check_positive("batch_size", self.batch_size)
+        checks.positive("lr", self.lr)
+        checks.positive("batch_size", self.batch_size, optional=True)
         if (self.epochs is None) == (self.steps is None):
             raise ValueError("LocalSGD needs exactly one of epochs or steps")
-        _check_positive("epochs", self.epochs)
-        _check_positive("steps", self.steps)
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.prox_mu < 0:
-            raise ValueError(f"prox_mu (FedProx mu) must be >= 0, got {self.prox_mu}")
-        if not 0 < self.lr_decay <= 1:
-            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+        checks.positive("epochs", self.epochs, optional=True)
+        checks.positive("steps", self.steps, optional=True)
+        checks.in_interval("momentum", self.momentum, 0, 1)
+        checks.non_negative("weight_decay", self.weight_decay)
+        checks.non_negative("prox_mu (FedProx mu)", self.prox_mu)
+        checks.in_interval("lr_decay", self.lr_decay, 0, 1, closed="(]")
 
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
@@ -161,7 +151,7 @@ class OneGradient:
     K: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive("K", self.K)
+        checks.positive("K", self.K, optional=True)
 
     def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]

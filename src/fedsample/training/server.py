@@ -10,26 +10,12 @@ sign and the update is w - eta * m / (sqrt(v) + tau); v depends on Delta^2 only,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from fedsample import checks
 from fedsample.training.functional import Params, zeros_like
-
-
-def _check_lr(lr: float) -> None:
-    if not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"server learning rate must be > 0, got {lr!r}")
-
-
-def _check_unit(name: str, value: float) -> None:
-    try:
-        ok = 0 <= float(value) < 1
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -45,8 +31,8 @@ class ServerSGD:
     momentum: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_lr(self.lr)
-        _check_unit("server momentum", self.momentum)
+        checks.positive("server learning rate", self.lr)
+        checks.in_interval("server momentum", self.momentum, 0, 1)
 
     def init_state(self, params: Params) -> dict:
         return {"velocity": zeros_like(params)} if self.momentum else {}
@@ -79,12 +65,11 @@ class AdaptiveServer:
     tau: float
 
     def check(self) -> None:
-        _check_lr(self.lr)
-        _check_unit("beta1", self.beta1)
+        checks.positive("server learning rate", self.lr)
+        checks.in_interval("beta1", self.beta1, 0, 1)
         if hasattr(self, "beta2"):
-            _check_unit("beta2", self.beta2)
-        if not math.isfinite(self.tau) or self.tau <= 0:
-            raise ValueError(f"tau (adaptivity) must be > 0, got {self.tau!r}")
+            checks.in_interval("beta2", self.beta2, 0, 1)
+        checks.positive("tau (adaptivity)", self.tau)
 
     def __post_init__(self) -> None:
         self.check()
