@@ -1,4 +1,7 @@
-"""Round types shared by every layer (a leaf module: it imports nothing from fedsample).
+"""Round types shared by every layer: the cohort, the round context, and the replies and their status.
+
+A leaf module: it imports only :mod:`fedsample.rng` (itself a leaf), so that sampling/, training/ and
+the federations use these types without importing :mod:`fedsample.strategy`.
 
 A federation answers ``run(procedure, ids, payload, round)`` with one reply per asked client, in order.
 A reply is the procedure's report, or :class:`Failed` when the client did not answer in time, raised,
@@ -8,8 +11,12 @@ round's record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsample.rng import SERVER, generator
 
 
 @dataclass(frozen=True)
@@ -20,7 +27,102 @@ class Failed:
     phase: str
     reason: str
 
+    def record(self) -> dict:
+        """The entry in a round's ``failed`` list."""
+        return {"client": self.client, "phase": self.phase, "reason": self.reason}
+
 
 def is_failed(reply: Any) -> bool:
     """True for a :class:`Failed` reply."""
     return isinstance(reply, Failed)
+
+
+def answered(replies: Sequence[Any]) -> np.ndarray:
+    """Positions of the replies that are neither :class:`Failed` nor None."""
+    return np.array([i for i, r in enumerate(replies) if r is not None and not is_failed(r)], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """Chosen client ids (unique, ascending), their inclusion probabilities pi_k, how many times each was
+    drawn (with-replacement designs), the population size N, and optional stratum labels."""
+
+    ids: np.ndarray
+    inclusion: np.ndarray
+    population: int
+    multiplicity: np.ndarray | None = None
+    strata: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.multiplicity is None:
+            object.__setattr__(self, "multiplicity", np.ones(len(self.ids), dtype=np.int64))
+
+    @classmethod
+    def from_sample(cls, sample: Any, population: int, **extra) -> "Cohort":
+        """From a :class:`fedsample.sampling.design.Sample` (ids, inclusion, multiplicity)."""
+        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, **extra)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class RoundContext:
+    """What the parts of a strategy may use in one round: the federation, the global parameters, the
+    server's randomness for this round, persistent strategy state, size information and a log.
+
+    ``response_rate`` is the fraction of the asked clients whose training reply was valid in this round
+    (1 when nobody failed); aggregators that weight by inclusion probabilities divide by it (the
+    response-rate adjustment of docs/reliability.md)."""
+
+    federation: Any
+    params: Any
+    round: int
+    seed: int
+    state: dict
+    log: dict = field(default_factory=dict)
+    sizes: Any = None
+    response_rate: float = 1.0
+
+    @property
+    def num_clients(self) -> int:
+        return self.federation.num_clients
+
+    def rng(self, purpose: str) -> np.random.Generator:
+        """The server's generator for ``purpose`` in this round (derived from seed and round)."""
+        return generator(self.seed, self.round, SERVER, purpose)
+
+    def require_sizes(self, exact: bool = False) -> Any:
+        if self.sizes is None or (exact and not self.sizes.exact):
+            raise RuntimeError("this part needs size reports the strategy did not collect")
+        return self.sizes
+
+
+class Replies(list):
+    """One reply per asked client, in order, that keeps an engine's fused weighted sum of updates.
+
+    ``source`` is a reply list of a sub-cohort (e.g. only the clients that were reachable) that may offer
+    ``weighted_update_sum(positions, weights)`` (the vectorized engine's one-gradient cohorts);
+    ``source_position[i]`` is the position in ``source`` of this list's entry i (-1: not in ``source``).
+    Slots holding :class:`Failed` or None never enter a sum."""
+
+    def __init__(self, items: Sequence[Any], source: Any = None, source_position: np.ndarray | None = None) -> None:
+        super().__init__(items)
+        self.source = source
+        self.source_position = source_position
+
+    def received_positions(self) -> np.ndarray:
+        """Positions of the clients that sent an update (neither Failed nor None)."""
+        return answered(self)
+
+    @property
+    def weighted_update_sum(self) -> Any:
+        """``sum_i w_i * update_{positions_i}`` computed by the source's fused path, or None without one."""
+        fused = getattr(self.source, "weighted_update_sum", None)
+        if fused is None:
+            return None
+        return lambda positions, weights: fused(self.source_position[np.asarray(positions, dtype=np.int64)], weights)
+
+    def failures(self) -> list[Failed]:
+        return [r for r in self if is_failed(r)]

@@ -6,48 +6,25 @@ aggregate -> server step. The strategy talks to clients only through ``Federatio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from fedsample.client import TrainPayload
+from fedsample import validate
 from fedsample.federation.base import Federation
-from fedsample.rng import SERVER, generator
-from fedsample.sampling.clients import AllClients, Cohort
+from fedsample.missing import response_rate, scaled_total
+from fedsample.rounds import Cohort, Failed, Replies, RoundContext
+
+__all__ = ["Strategy", "RoundContext", "Cohort", "RoundFailed"]
+from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.sizes import ExactSizes, RandomizedSizes, SizeInfo
 from fedsample.training.aggregate import WeightedMean, received
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
 from fedsample.training.server import ServerSGD
-
-
-@dataclass
-class RoundContext:
-    """What the parts of a strategy may use in one round: the federation, the global parameters, the
-    server's randomness for this round, persistent strategy state, size information and a log."""
-
-    federation: Federation
-    params: Params
-    round: int
-    seed: int
-    state: dict
-    log: dict = field(default_factory=dict)
-    sizes: SizeInfo | None = None
-
-    @property
-    def num_clients(self) -> int:
-        return self.federation.num_clients
-
-    def rng(self, purpose: str) -> np.random.Generator:
-        """The server's generator for ``purpose`` in this round (derived from seed and round)."""
-        return generator(self.seed, self.round, SERVER, purpose)
-
-    def require_sizes(self, exact: bool = False) -> SizeInfo:
-        if self.sizes is None or (exact and not self.sizes.exact):
-            raise RuntimeError("this part needs size reports the strategy did not collect")
-        return self.sizes
 
 
 @dataclass(frozen=True)
@@ -91,8 +68,18 @@ class Strategy:
         return {"server": self.server.init_state(params)}
 
     def collect_sizes(self, ctx: RoundContext, ids: np.ndarray) -> SizeInfo:
-        reports = ctx.federation.run("report_size", ids, self.sizes.query, ctx.round)
-        return self.sizes.summarize(np.asarray(ids), np.asarray(reports))
+        """Size reports of ``ids``: invalid or missing ones are left out (named in ``failed``); a randomized
+        total from the a of n asked that answered is scaled by n/a (docs/reliability.md)."""
+        replies = ctx.federation.run("report_size", ids, self.sizes.query, ctx.round)
+        M = self.sizes.M if isinstance(self.sizes, RandomizedSizes) else None
+        kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
+        _note_failures(ctx, failed)
+        if len(kept) == 0:
+            raise RoundFailed("no valid size report arrived")
+        info = self.sizes.summarize(kept, reports)
+        if not info.exact and len(kept) < len(ids):
+            info = replace(info, total=scaled_total(info.total, len(ids), len(kept)))
+        return info
 
     def select(self, ctx: RoundContext) -> Cohort:
         if self.sizes is not None and self.sizes.scope == "all":
@@ -103,22 +90,51 @@ class Strategy:
         return cohort
 
     def round(self, federation: Federation, params: Params, state: dict, round: int, seed: int) -> tuple[Params, dict]:
-        """Run round ``round``; returns the new global parameters and the round's log (state is updated)."""
-        ctx = RoundContext(federation, params, round, seed, state)
-        cohort = self.select(ctx)
+        """Run round ``round``; returns the new global parameters and the round's log (state is updated).
+
+        Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
+        valid update arrives the parameters are returned unchanged and the log says so."""
+        ctx = RoundContext(_CheckedProbes(federation, self.name), params, round, seed, state)
+        try:
+            cohort = self.select(ctx)
+        except RoundFailed as why:
+            return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round)  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
-        reports = federation.run("train", cohort.ids, payload, round)
-        delta = self.aggregate.combine(reports, cohort, ctx)
-        ctx.log.update(self.describe_round(ctx, cohort, reports))
+        replies = validate.screen_updates(federation.run("train", cohort.ids, payload, round), cohort.ids, params)
+        replies, delta = self.combine_valid(replies, cohort, ctx)
+        ctx.log.update(self.describe_round(ctx, cohort, replies))
         if delta is None:
-            return params, ctx.log
+            return params, self.unchanged(ctx, "no valid update arrived")
         params, state["server"] = self.server.step(params, delta, state["server"])
         return params, ctx.log
 
-    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: list) -> dict:
+    def combine_valid(
+        self, replies: Replies, cohort: Cohort, ctx: RoundContext, checked: bool = False
+    ) -> tuple[Replies, Params | None]:
+        """Aggregate the valid replies. A non-finite aggregate of replies not checked one by one (the
+        vectorized engine's fused sum) triggers the per-client check and a second aggregation; a
+        non-finite aggregate after that is rejected (None)."""
+        ctx.response_rate = response_rate(len(cohort), len(cohort) - len(replies.failures()))
+        delta = self.aggregate.combine(replies, cohort, ctx) if ctx.response_rate > 0 else None
+        if delta is not None and not checked and not validate.params_finite(delta) and validate.has_fused_sum(replies):
+            replies = validate.screen_updates(replies, cohort.ids, ctx.params, deep=True)
+            return self.combine_valid(replies, cohort, ctx, checked=True)
+        if delta is not None and not validate.params_finite(delta):
+            ctx.log["rejected_aggregate"] = "non-finite aggregate of finite updates"
+            return replies, None
+        return replies, delta
+
+    def unchanged(self, ctx: RoundContext, why: str) -> dict:
+        ctx.log.setdefault("failed", [])
+        ctx.log.setdefault("dropped", len(ctx.log["failed"]))
+        ctx.log["params_unchanged"] = why
+        return ctx.log
+
+    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies) -> dict:
+        _note_failures(ctx, reports.failures())
         _, got = received(reports)
         log: dict[str, Any] = {"cohort": len(cohort), "updates": len(got)}
         if got:
@@ -126,3 +142,38 @@ class Strategy:
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         return log
+
+
+class RoundFailed(Exception):
+    """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
+
+
+def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
+    """Add ``failed`` to the round's record (``failed``: one entry per failed reply, ``dropped``: their number)."""
+    ctx.log.setdefault("failed", []).extend(f.record() for f in failed)
+    ctx.log["dropped"] = len(ctx.log["failed"])
+
+
+class _CheckedProbes:
+    """The federation as the strategy's parts see it: probe replies are checked, and a failed or
+    non-finite probe is an error naming the strategy and the client (the samplers that probe need every
+    probed client's statistics; a non-finite one usually means the model diverged)."""
+
+    def __init__(self, inner: Federation, strategy: str) -> None:
+        self.inner, self.strategy = inner, strategy
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> list:
+        replies = self.inner.run(procedure, client_ids, payload, round)
+        if procedure == "probe":
+            for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+                problem = validate.probe_problem(reply)
+                if problem:
+                    raise ValueError(
+                        f"{self.strategy}: client {k}'s probe is unusable ({problem}); a non-finite probe usually "
+                        "means the model diverged (lower the learning rate)"
+                    )
+        return replies

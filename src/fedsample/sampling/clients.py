@@ -3,40 +3,16 @@ client's inclusion probability pi_k, so aggregators can weight honestly."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample import checks
+from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import design
 
-if TYPE_CHECKING:
-    from fedsample.strategy import RoundContext
-
-
-@dataclass(frozen=True)
-class Cohort:
-    """Chosen client ids (unique, ascending), their inclusion probabilities pi_k, how many times each was
-    drawn (with-replacement designs), the population size N, and optional stratum labels."""
-
-    ids: np.ndarray
-    inclusion: np.ndarray
-    population: int
-    multiplicity: np.ndarray | None = None
-    strata: np.ndarray | None = None
-    info: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.multiplicity is None:
-            object.__setattr__(self, "multiplicity", np.ones(len(self.ids), dtype=np.int64))
-
-    @classmethod
-    def from_sample(cls, sample: design.Sample, population: int, **extra) -> "Cohort":
-        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, **extra)
-
-    def __len__(self) -> int:
-        return len(self.ids)
+__all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +21,7 @@ class AllClients:
 
     needs_sizes: ClassVar[Literal["exact", None]] = None
 
-    def select(self, ctx: "RoundContext") -> Cohort:
+    def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         return Cohort(np.arange(N), np.ones(N), N)
 
@@ -60,7 +36,7 @@ class UniformClients:
     def __post_init__(self) -> None:
         checks.count("clients per round m", self.m)
 
-    def select(self, ctx: "RoundContext") -> Cohort:
+    def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         return Cohort.from_sample(design.simple_random(N, min(self.m, N), ctx.rng("clients")), N)
 
@@ -76,7 +52,7 @@ class SizeProportional:
     def __post_init__(self) -> None:
         checks.count("clients per round m", self.m)
 
-    def select(self, ctx: "RoundContext") -> Cohort:
+    def select(self, ctx: RoundContext) -> Cohort:
         sizes = ctx.require_sizes(exact=True)
         p = np.zeros(ctx.num_clients)
         p[sizes.ids] = sizes.reports / sizes.reports.sum()
@@ -93,6 +69,6 @@ class PoissonClients:
     def __post_init__(self) -> None:
         checks.in_interval("client probability q", self.q, 0, 1, closed="(]")
 
-    def select(self, ctx: "RoundContext") -> Cohort:
+    def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         return Cohort.from_sample(design.bernoulli(N, self.q, ctx.rng("clients")), N)

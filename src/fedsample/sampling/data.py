@@ -13,8 +13,8 @@ from fedsample.client import ClientContext, LocalSample
 from fedsample.rng import CohortRandom
 
 if TYPE_CHECKING:
-    from fedsample.sampling.clients import Cohort
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import Cohort
+    from fedsample.rounds import RoundContext
 
 
 # --- plans (run on the client) ---------------------------------------------------------------------

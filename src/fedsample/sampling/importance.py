@@ -64,14 +64,14 @@ import torch
 
 from fedsample.client import ClientContext, LocalSample, ProbeRequest
 from fedsample.sampling import design
-from fedsample.sampling.clients import Cohort
+from fedsample.rounds import Cohort
 from fedsample.training.aggregate import WeightedMean
 from fedsample.training.functional import Params, per_sample_gradients
 from fedsample.training.local import LocalSGD
 
 if TYPE_CHECKING:
     from fedsample.client import TrainReport
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import RoundContext
 
 Update = Literal["exact", "approx", "cheap", "uniform"]
 Scaling = Literal["step", "aggregate"]

@@ -30,8 +30,8 @@ import numpy as np
 from fedsample.client import ClientContext, LocalSample
 
 if TYPE_CHECKING:
-    from fedsample.sampling.clients import Cohort
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import Cohort
+    from fedsample.rounds import RoundContext
 
 Schedule = Literal["decay", "fixed"]
 

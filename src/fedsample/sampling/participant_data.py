@@ -20,8 +20,8 @@ from fedsample.client import ClientContext, LocalSample
 from fedsample.sampling.data import BernoulliSamples
 
 if TYPE_CHECKING:
-    from fedsample.sampling.clients import Cohort
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import Cohort
+    from fedsample.rounds import RoundContext
 
 Draw = Literal["bernoulli", "fixed"]
 

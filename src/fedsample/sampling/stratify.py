@@ -20,10 +20,10 @@ from fedsample.client import ProbeRequest
 from fedsample.compression import check_compression, check_dim
 from fedsample.rng import SERVER, generator
 from fedsample.sampling import design
-from fedsample.sampling.clients import Cohort
+from fedsample.rounds import Cohort
 
 if TYPE_CHECKING:
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import RoundContext
 
 Spread = Literal["std", "pairwise"]
 Within = Literal["norm", "uniform"]

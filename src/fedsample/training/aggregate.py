@@ -1,7 +1,10 @@
 """Aggregators: how the chosen clients' updates combine into one pseudo-gradient.
 
 Weights come from the cohort (inclusion probabilities, multiplicities) and, where declared, from size
-reports; clients that sent nothing are left out.
+reports; clients that sent nothing or failed (:class:`fedsample.rounds.Failed`) are left out. Weights that
+are inverse inclusion probabilities (Horvitz-Thompson) and FedSampling's sum are divided by the round's
+response rate ``ctx.response_rate`` (answered/asked; 1 when nobody failed), which keeps them unbiased when
+clients drop out at random (docs/reliability.md); normalized weights need no adjustment.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import torch
 
 from fedsample.training.functional import Params
 
+from fedsample.rounds import answered
+
 if TYPE_CHECKING:
     from fedsample.client import TrainReport
-    from fedsample.sampling.clients import Cohort
-    from fedsample.strategy import RoundContext
+    from fedsample.rounds import Cohort, RoundContext
 
 
 def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
@@ -29,7 +33,7 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
 def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list["TrainReport"]]:
     """Positions (in the cohort) and reports of the clients that sent an update."""
     known = getattr(reports, "received_positions", None)  # the vectorized engine knows them already
-    positions = known() if known is not None else np.array([i for i, r in enumerate(reports) if r is not None], dtype=np.int64)
+    positions = known() if known is not None else answered(reports)
     return positions, [reports[i] for i in positions]
 
 
@@ -59,7 +63,7 @@ class WeightedMean:
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
         if self.by == "inverse_inclusion":
-            return 1.0 / (cohort.inclusion[positions] * cohort.population)
+            return 1.0 / (cohort.inclusion[positions] * cohort.population * response_rate_of(ctx))
         w = cohort.multiplicity[positions].astype(np.float64)
         if self.by == "size":
             w = w * ctx.require_sizes().for_clients(cohort.ids[positions])
@@ -76,7 +80,12 @@ class Sum:
     needs_sizes: ClassVar[None] = None
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        return linear_combination(reports, lambda positions, _: np.ones(len(positions)))
+        return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
+
+
+def response_rate_of(ctx: "RoundContext | None") -> float:
+    """The round's response rate (1 without a context)."""
+    return 1.0 if ctx is None else float(getattr(ctx, "response_rate", 1.0))
 
 
 def linear_combination(
@@ -171,9 +180,9 @@ class StratifiedMean:
         if self.by not in ("unbiased", "paper"):
             raise ValueError(f"stratified mean 'by' must be 'unbiased' or 'paper', got {self.by!r}")
 
-    def weights(self, positions: np.ndarray, cohort: "Cohort") -> np.ndarray:
+    def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
-            return WeightedMean("inverse_inclusion").weights(positions, cohort, None)
+            return WeightedMean("inverse_inclusion").weights(positions, cohort, ctx)
         if cohort.strata is None or "stratum_sizes" not in cohort.info or "allocation" not in cohort.info:
             raise ValueError("StratifiedMean('paper') needs a stratified cohort (strata, stratum_sizes, allocation)")
         h = np.asarray(cohort.strata)[positions]
@@ -182,4 +191,4 @@ class StratifiedMean:
         return N_h[h] / (m_h[h] * cohort.population)
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        return linear_combination(reports, lambda positions, _: self.weights(positions, cohort))
+        return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))

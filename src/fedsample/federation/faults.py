@@ -1,0 +1,137 @@
+"""The failure model: a wrapper that makes any federation lose clients (docs/reliability.md).
+
+``Faulty(inner, dropout={"report_size": p, "probe": p, "train": p}, straggler=Straggler(...), seed=s)``
+answers ``run`` like ``inner`` but, in each phase, each asked client independently
+
+- drops out with the phase's probability (it never receives the request), or
+- is a straggler: its response time, exponential with mean ``Straggler.mean``, exceeds the deadline,
+
+and then its slot holds :class:`fedsample.rounds.Failed`. Every decision derives from (seed, round,
+client, "fault:" + phase) through :mod:`fedsample.rng`, so the same seed loses the same clients on every
+backend and in every order. A client procedure that raises is a failed client too: when ``inner.run``
+raises, the clients are asked again one by one and those that raise get ``Failed`` with the error.
+Because it wraps the federation's one verb, it applies to every federation without changes to them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsample import checks
+from fedsample.rng import CohortRandom
+from fedsample.rounds import Failed, Replies
+
+PHASES = ("report_size", "probe", "train")
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """Response times ~ Exponential(mean); a client slower than ``deadline`` misses the round's phase.
+    The miss probability is exp(-deadline / mean)."""
+
+    deadline: float
+    mean: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks.positive("straggler deadline", self.deadline)
+        checks.positive("straggler mean response time", self.mean)
+
+    def times(self, uniforms: np.ndarray) -> np.ndarray:
+        """Inverse-CDF response times from uniforms in [0, 1)."""
+        return -self.mean * np.log1p(-uniforms)
+
+
+@dataclass(frozen=True)
+class FaultModel:
+    """Per-phase dropout probabilities, an optional straggler deadline, and the seed of the decisions."""
+
+    dropout: dict = field(default_factory=dict)
+    straggler: Straggler | None = None
+
+    def __post_init__(self) -> None:
+        for phase, p in self.dropout.items():
+            if phase not in PHASES:
+                raise ValueError(f"dropout phase must be one of {', '.join(PHASES)}, got {phase!r}")
+            checks.in_interval(f"dropout probability of {phase}", p, 0, 1, closed="[)")
+
+    def decide(self, phase: str, ids: np.ndarray, seed: int, round: int) -> list[str | None]:
+        """Per asked client: the reason it fails in this phase, or None when it answers."""
+        u = CohortRandom(seed, round, ids, f"fault:{phase}").columns(2)
+        reasons: list[str | None] = [None] * len(ids)
+        p = float(self.dropout.get(phase, 0.0))
+        late = self.straggler.times(u[:, 1]) if self.straggler is not None else np.zeros(len(ids))
+        for i in range(len(ids)):
+            if u[i, 0] < p:
+                reasons[i] = "dropped out"
+            elif self.straggler is not None and late[i] > self.straggler.deadline:
+                reasons[i] = f"straggler: answered after {late[i]:.3g} > deadline {self.straggler.deadline:g}"
+        return reasons
+
+
+class Faulty:
+    """A federation that fails clients as ``model`` says and turns a raising client into ``Failed``."""
+
+    def __init__(self, inner: Any, model: FaultModel | None = None, seed: int = 0) -> None:
+        self.inner = inner
+        self.model = model or FaultModel()
+        self.seed = int(seed)
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def __getattr__(self, name: str) -> Any:  # client_states, load_client_states, ... of the inner one
+        return getattr(self.inner, name)
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Replies:
+        ids = np.asarray(client_ids, dtype=np.int64)
+        per_client = isinstance(payload, (list, tuple))
+        reasons = self.model.decide(procedure, ids, self.seed, round)
+        live = np.array([i for i, r in enumerate(reasons) if r is None], dtype=np.int64)
+        replies: list[Any] = [Failed(int(k), procedure, r) for k, r in zip(ids.tolist(), reasons)]
+        source_position = np.full(len(ids), -1, dtype=np.int64)
+        if len(live) == 0:
+            return Replies(replies)
+        sub_payload = [payload[i] for i in live] if per_client else payload
+        try:
+            got = self.inner.run(procedure, ids[live], sub_payload, round)
+        except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
+            return Replies(self._one_by_one(procedure, ids, live, payload, per_client, round, replies))
+        if len(got) != len(live):
+            raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
+        for j, i in enumerate(live.tolist()):
+            replies[i] = got[j]
+            source_position[i] = j
+        return Replies(replies, got, source_position)
+
+    def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, payload: Any, per_client: bool,
+                    round: int, replies: list[Any]) -> list[Any]:
+        """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
+        client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""
+        errors = []
+        for i in live.tolist():
+            one = [payload[i]] if per_client else payload
+            try:
+                replies[i] = self.inner.run(procedure, ids[i : i + 1], one, round)[0]
+            except Exception as error:  # noqa: BLE001
+                errors.append(error)
+                replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200])
+        if len(errors) == len(live):
+            raise errors[0]
+        return replies
+
+
+def with_faults(federation: Any, model: FaultModel | None, seed: int) -> Faulty:
+    """``federation`` guarded: failing clients (``model``) and raising clients become ``Failed`` replies."""
+    return federation if isinstance(federation, Faulty) else Faulty(federation, model, seed)
+
+
+def miss_probability(model: FaultModel, phase: str) -> float:
+    """P(a client fails in ``phase``) under ``model``: 1 - (1 - p)(1 - exp(-deadline/mean))."""
+    p = float(model.dropout.get(phase, 0.0))
+    late = math.exp(-model.straggler.deadline / model.straggler.mean) if model.straggler else 0.0
+    return 1 - (1 - p) * (1 - late)

@@ -1,0 +1,126 @@
+"""Reply validation: every client reply is checked before the server uses it (docs/reliability.md).
+
+A rejected reply becomes :class:`fedsample.rounds.Failed` with the reason, so it is never averaged in and
+the round's record names it. Checks:
+
+- training updates: the same keys and shapes as the global parameters, finite values, a finite loss, a
+  positive number of steps; the same report object in two slots is a duplicate (the second is rejected);
+- size reports: integral, and in range ({1, ..., M-1} for randomized responses, >= 0 for exact sizes);
+- probes: a finite loss and gradient norm (and finite compressed vectors).
+
+The vectorized engine's one-gradient cohorts (``weighted_update_sum``) never form the per-client updates
+unless asked. For them :func:`screen_updates` checks the losses only (their updates are computed by the
+engine from the global parameters, so their shapes are right by construction); the strategy checks the
+*aggregate* for non-finite values and only then validates each client's update (:func:`screen_updates`
+with ``deep=True``) and aggregates again without the bad ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fedsample.rounds import Failed, Replies, is_failed
+
+
+def _as_replies(replies: Sequence[Any]) -> Replies:
+    """A :class:`Replies` view that keeps the federation's fused sum (positions map one to one)."""
+    if isinstance(replies, Replies):
+        return Replies(list(replies), replies.source, replies.source_position)
+    fused = getattr(replies, "weighted_update_sum", None)
+    return Replies(list(replies), replies if fused is not None else None, np.arange(len(replies)))
+
+
+def has_fused_sum(replies: Any) -> bool:
+    return getattr(replies, "weighted_update_sum", None) is not None
+
+
+def update_problem(update: Any, params: dict) -> str | None:
+    """Why an update cannot be averaged into ``params`` (wrong keys, shapes or non-finite values), or None."""
+    if not isinstance(update, dict) or set(update) != set(params):
+        return "update does not have the model's parameters"
+    for key, value in update.items():
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(params[key].shape):
+            return f"update of {key!r} has shape {tuple(getattr(value, 'shape', ()))}, expected {tuple(params[key].shape)}"
+        if not bool(torch.isfinite(value).all()):
+            return f"non-finite update of {key!r}"
+    return None
+
+
+def report_problem(report: Any, params: dict, deep: bool) -> str | None:
+    """Why a training report is rejected, or None. ``deep=False`` skips the update itself."""
+    loss = getattr(report, "loss", None)
+    if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+        return f"non-finite loss {loss!r}"
+    steps = getattr(report, "steps", None)
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        return f"step count must be a positive integer, got {steps!r}"
+    return update_problem(report.update, params) if deep else None
+
+
+def screen_updates(replies: Sequence[Any], ids: np.ndarray, params: dict, deep: bool | None = None) -> Replies:
+    """Training replies with every rejected one replaced by ``Failed(client, "train", reason)``.
+
+    ``deep`` (default: unless the replies have a fused sum) also checks each update's keys, shapes and values."""
+    if len(replies) != len(ids):
+        raise RuntimeError(f"the federation answered {len(replies)} training replies for {len(ids)} clients")
+    out = _as_replies(replies)
+    deep = not has_fused_sum(replies) if deep is None else deep
+    seen: set[int] = set()
+    for i, reply in enumerate(out):
+        if reply is None or is_failed(reply):
+            continue
+        problem = "duplicate reply" if id(reply) in seen else report_problem(reply, params, deep)
+        seen.add(id(reply))
+        if problem:
+            out[i] = Failed(int(ids[i]), "train", problem)
+    return out
+
+
+def size_problem(value: Any, M: int | None) -> str | None:
+    """Why a size report is rejected (``M``: the randomized response's threshold, None for exact sizes)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return f"size report {value!r} is not a number"
+    if not math.isfinite(float(value)) or float(value) != int(value):
+        return f"size report {value!r} is not an integer"
+    low, high = (0, math.inf) if M is None else (1, M - 1)
+    if not low <= int(value) <= high:
+        return f"size report {int(value)} is outside [{low}, {high}]"
+    return None
+
+
+def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
+    """The ids and integer reports of the clients whose size report is valid, and the failures."""
+    if len(replies) != len(ids):
+        raise RuntimeError(f"the federation answered {len(replies)} size reports for {len(ids)} clients")
+    kept, values, failed = [], [], []
+    for k, reply in zip(np.asarray(ids).tolist(), replies):
+        problem = reply.reason if is_failed(reply) else size_problem(reply, M)
+        if problem is None:
+            kept.append(k)
+            values.append(int(reply))
+        else:
+            failed.append(reply if is_failed(reply) else Failed(k, "report_size", problem))
+    return np.asarray(kept, dtype=np.int64), np.asarray(values, dtype=np.int64), failed
+
+
+def probe_problem(report: Any) -> str | None:
+    """Why a probe reply is unusable: Failed, or non-finite statistics."""
+    if is_failed(report):
+        return report.reason
+    numbers = [getattr(report, "loss", math.nan), getattr(report, "grad_norm", math.nan)]
+    numbers += list(getattr(report, "extra", {}).values())
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+        return f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})"
+    compressed = getattr(report, "compressed", None)
+    if compressed is not None and not np.all(np.isfinite(compressed)):
+        return "non-finite compressed gradient"
+    return None
+
+
+def params_finite(params: dict) -> bool:
+    """True when every parameter tensor is finite."""
+    return all(bool(torch.isfinite(v).all()) for v in params.values())
