@@ -17,6 +17,10 @@ class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+class RunsFailed(Exception):
+    """Some strategy/seed runs diverged; the others were written. Exit code 1."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsample", description="Sampling for federated learning.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs="?", default="quickstart", help="preset name or experiment .toml (default: quickstart)")
     run.add_argument("--out", type=Path, default=None, help="output folder (default: runs/<experiment name>)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoints")
+    run.add_argument("--overwrite", action="store_true", help="replace the results of another run in --out")
     run.add_argument("--checkpoint-every", type=int, default=10, metavar="N", help="save state every N rounds (default 10)")
     run.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
     run.add_argument("--seeds", type=str, default=None, help="override the seeds, e.g. 0,1,2")
@@ -76,22 +81,29 @@ def command_run(args: argparse.Namespace) -> None:
 
     if args.checkpoint_every < 0:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if args.resume and args.overwrite:
+        raise CliError("--resume and --overwrite exclude each other")
     torch.set_num_threads(max(1, args.threads))
     config = _overridden(resolve(args.target), args.rounds, args.seeds)
-    out = args.out if args.out is not None else DEFAULT_RUNS / config.name
+    out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
     if args.out is not None:
-        runner.check_output_folder(out)
+        runner.check_output_folder(out, config, args.resume, args.overwrite)
     plan = runner.prepare(config)
     if args.out is None:
         DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
-        runner.check_output_folder(out)
+        runner.check_output_folder(out, config, args.resume, args.overwrite)
+    runner.start_output_folder(out, config, overwrite=args.overwrite)
     results = _run_with_progress(plan, out, args)
     document = runner.summarize(config, results)
     runner.write_outputs(plan, out, document)
     _print_summary(document, out)
+    stopped = runner.failures(results)
+    if stopped:
+        raise RunsFailed(f"{len(stopped)} run(s) diverged (listed above; status in results.json)")
 
 
 def _run_with_progress(plan, out: Path, args: argparse.Namespace):
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from fedsample.experiments import runner
@@ -102,30 +114,35 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace):
     with Progress(*columns, disable=args.quiet, transient=False) as bar:
         task = bar.add_task(f"{config.name}", total=total)
         def advance(label: str, round_done: int) -> None:
-            bar.update(task, advance=1, description=f"{config.name}: {label}")
+            bar.update(task, advance=1, description=escape(f"{config.name}: {label}"))
+
+        def stopped(reason: str) -> None:
+            bar.console.print(escape(f"fedsample: {reason}"), style="red", highlight=False)
 
         return runner.run_plan(
-            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend
+            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,
+            on_failure=stopped,
         )
 
 
 def _print_summary(document: dict, out: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from fedsample.experiments.report import METRIC_TITLES, rows
 
     table_rows = rows(document)
     metrics = [m for m in METRIC_TITLES if any(m in cells for _, cells in table_rows)]
-    table = Table(title=f"{document['config']['name']}: final metrics (mean ± std over seeds)")
+    table = Table(title=escape(f"{document['config']['name']}: final metrics (mean ± std over seeds)"))
     table.add_column("strategy")
     for m in metrics:
         table.add_column(METRIC_TITLES[m], justify="right")
     for label, cells in table_rows:
-        table.add_row(label, *(cells.get(m, "—") for m in metrics))
+        table.add_row(escape(label), *(cells.get(m, "—") for m in metrics))
     console = Console()
     console.print(table)
-    console.print(f"wrote {out}/results.json, summary.md, curves.png, partition.png")
+    console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False)
 
 
 def command_presets(args: argparse.Namespace) -> None:
@@ -157,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, ValueError, FileNotFoundError, TypeError) as error:
         print(f"fedsample: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except RunsFailed as error:
+        print(f"fedsample: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("fedsample: interrupted; rerun with --resume to continue from the last checkpoint", file=sys.stderr)
         return 130

@@ -7,6 +7,7 @@ saved atomically every N rounds.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from fedsample import validate
 from fedsample.data.types import FederatedData
 from fedsample.evaluation import evaluate
+from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.simulator import Simulator
+from fedsample.fingerprint import differences, run_fingerprint
 from fedsample.models import initial_parameters
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
@@ -35,6 +39,7 @@ class SimulationState:
     state: dict
     history: list[dict] = field(default_factory=list)
     client_states: dict = field(default_factory=dict)
+    fingerprint: dict = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         """Write atomically: a temporary file in the same folder, then a rename."""
@@ -45,7 +50,22 @@ class SimulationState:
 
     @classmethod
     def load(cls, path: Path) -> "SimulationState":
-        return cls(**torch.load(path, weights_only=False))
+        """Read a checkpoint; a truncated or corrupt file is one :class:`CheckpointError` line naming it."""
+        try:
+            fields = torch.load(path, weights_only=False)
+            return cls(**fields)
+        except Exception as error:  # noqa: BLE001 - whatever a damaged file raises (pickle, zip, EOF, type)
+            raise CheckpointError(
+                f"checkpoint {path} is unreadable ({type(error).__name__}); delete it to start that run afresh"
+            ) from None
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or belongs to another run (one line naming the file)."""
+
+
+class Diverged(ArithmeticError):
+    """A run whose loss or parameters became non-finite (one line naming strategy, seed and round)."""
 
 
 @dataclass
@@ -87,6 +107,7 @@ def simulate(
     federation: Any = None,
     backend: str = "vectorized",
     memory_budget: int | None = None,
+    faults: FaultModel | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -94,23 +115,34 @@ def simulate(
     ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
     ``"loop"`` (the per-client reference); both give the same numbers within float tolerance.
     ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
-    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it."""
+    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it.
+
+    ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
+    or without it a client whose procedure raises is left out of its round (docs/reliability.md). A run
+    whose parameters, loss or every update become non-finite raises :class:`Diverged`. A resumed run must
+    have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
+    ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs."""
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
-    fed = federation or make_federation(backend, data, module, seed, memory_budget)
+    fed = with_faults(federation or make_federation(backend, data, module, seed, memory_budget), faults, seed)
     key = run_key(strategy, seed)
-    state = _start(strategy, module, seed, key, checkpoint, resume)
+    fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
+    state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds)
     _load_client_states(fed, state.client_states)
     x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
     ds = data.dataset
     for t in range(state.round, rounds):
-        state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+        try:
+            state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+        except (ValueError, ArithmeticError) as error:
+            raise _round_error(error, strategy, seed, t + 1) from None
         record = {"round": t + 1, **log}
         if (t + 1) % eval_every == 0 or t + 1 == rounds:
             record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
+        _check_divergence(record, state.params, strategy, seed)
         state.history.append(record)
         state.round = t + 1
         if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
@@ -122,14 +154,57 @@ def simulate(
     return SimulationResult(history=state.history, params=state.params, strategy=strategy.name, seed=seed)
 
 
-def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool) -> SimulationState:
+def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) -> Exception:
+    """The error of a round, re-raised with the strategy, seed and round named (the type is kept)."""
+    if isinstance(error, (Diverged, CheckpointError)):
+        return error
+    message = f"{strategy.name}, seed {seed}, round {round}: {error}"
+    if "non-finite" in str(error):
+        return Diverged(message)
+    return type(error)(message) if type(error) in (ValueError, ArithmeticError) else ValueError(message)
+
+
+def divergence(record: dict, params: Params) -> str | None:
+    """Why a round's outcome shows divergence: non-finite parameters, loss, or every update non-finite."""
+    if not validate.params_finite(params):
+        return "the parameters became non-finite"
+    for key in ("train_loss", "loss"):
+        value = record.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"the {'training' if key == 'train_loss' else 'test'} loss became {value}"
+    reasons = [f["reason"] for f in record.get("failed", []) if f.get("phase") == "train"]
+    if reasons and record.get("updates") == 0 and all(r.startswith("non-finite") for r in reasons):
+        return f"every client's update was non-finite ({reasons[0]})"
+    return None
+
+
+def _check_divergence(record: dict, params: Params, strategy: Strategy, seed: int) -> None:
+    why = divergence(record, params)
+    if why:
+        raise Diverged(f"{strategy.name}, seed {seed}, round {record['round']}: {why}; likely cause: a learning rate too high")
+
+
+def _start(
+    strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool, fingerprint: dict, rounds: int
+) -> SimulationState:
     if resume and checkpoint and Path(checkpoint).exists():
         saved = SimulationState.load(Path(checkpoint))
-        if saved.key != key:
-            raise ValueError(f"checkpoint {checkpoint} belongs to another run (strategy or seed differ)")
+        _check_resumable(saved, Path(checkpoint), key, fingerprint, rounds)
         return saved
     params = initial_parameters(module, seed)
-    return SimulationState(key=key, seed=seed, round=0, params=params, state=strategy.init_state(params))
+    state = strategy.init_state(params)
+    return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
+
+
+def _check_resumable(saved: SimulationState, path: Path, key: str, fingerprint: dict, rounds: int) -> None:
+    """A checkpoint continues only the run that wrote it, and only forward."""
+    if not saved.fingerprint:
+        raise CheckpointError(f"checkpoint {path} has no run fingerprint (an older fedsample wrote it); delete it")
+    changed = differences(saved.fingerprint, fingerprint)
+    if changed or saved.key != key:
+        raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(changed or ['strategy'])} differ")
+    if saved.round > rounds:
+        raise CheckpointError(f"checkpoint {path} has {saved.round} rounds done, more than the {rounds} asked for")
 
 
 def _save(state: SimulationState, fed: Any, path: Path) -> None:

@@ -94,7 +94,7 @@ class Strategy:
 
         Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
         valid update arrives the parameters are returned unchanged and the log says so."""
-        ctx = RoundContext(_CheckedProbes(federation, self.name), params, round, seed, state)
+        ctx = RoundContext(_CheckedProbes(federation), params, round, seed, state)
         try:
             cohort = self.select(ctx)
         except RoundFailed as why:
@@ -156,11 +156,11 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
 
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked, and a failed or
-    non-finite probe is an error naming the strategy and the client (the samplers that probe need every
+    non-finite probe is an error naming the client (``simulate`` adds strategy, seed and round) (the samplers that probe need every
     probed client's statistics; a non-finite one usually means the model diverged)."""
 
-    def __init__(self, inner: Federation, strategy: str) -> None:
-        self.inner, self.strategy = inner, strategy
+    def __init__(self, inner: Federation) -> None:
+        self.inner = inner
 
     @property
     def num_clients(self) -> int:
@@ -173,7 +173,7 @@ class _CheckedProbes:
                 problem = validate.probe_problem(reply)
                 if problem:
                     raise ValueError(
-                        f"{self.strategy}: client {k}'s probe is unusable ({problem}); a non-finite probe usually "
-                        "means the model diverged (lower the learning rate)"
+                        f"client {k}'s probe is unusable ({problem}); a non-finite probe usually means the model "
+                        "diverged (lower the learning rate)"
                     )
         return replies

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,7 +20,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict by type: a string where a number belongs is an error (no coercion), unknown keys too."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _WithParams(BaseModel):
@@ -45,13 +47,47 @@ class ModelConfig(_WithParams):
     name: str
 
 
+def plain_label(label: str) -> str:
+    """A label is one line of printable text (it names files and table rows; never markup or a path)."""
+    if not label.strip() or len(label) > 100 or not label.isprintable():
+        raise ValueError("a label must be 1 to 100 printable characters on one line")
+    return label
+
+
 class StrategyConfig(_WithParams):
+    model_config = ConfigDict(extra="allow", strict=True)
+
     recipe: str
     label: str | None = None
+
+    @field_validator("label")
+    @classmethod
+    def _plain(cls, label: str | None) -> str | None:
+        return None if label is None else plain_label(label)
 
     @property
     def display(self) -> str:
         return self.label or self.recipe
+
+
+class StragglerConfig(_Strict):
+    deadline: float = Field(gt=0)
+    mean: float = Field(default=1.0, gt=0)
+
+
+class FaultsConfig(_Strict):
+    """The failure model (fedsample.federation.faults): per-phase dropout probabilities and stragglers."""
+
+    dropout: dict[Literal["report_size", "probe", "train"], float] = Field(default_factory=dict)
+    straggler: StragglerConfig | None = None
+
+    @field_validator("dropout")
+    @classmethod
+    def _probabilities(cls, dropout: dict) -> dict:
+        for phase, p in dropout.items():
+            if not 0 <= p < 1:
+                raise ValueError(f"dropout probability of {phase} must be in [0, 1), got {p}")
+        return dropout
 
 
 class ExperimentConfig(_Strict):
@@ -64,12 +100,20 @@ class ExperimentConfig(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     eval_every: int = Field(default=1, gt=0)
     strategies: list[StrategyConfig] = Field(min_length=1)
+    faults: FaultsConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        return plain_label(name)
 
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
         if len(set(seeds)) != len(seeds):
             raise ValueError("seeds must be distinct")
+        if any(not 0 <= s < 2**63 for s in seeds):
+            raise ValueError("seeds must be integers in [0, 2^63)")
         return seeds
 
     @model_validator(mode="after")
@@ -84,17 +128,21 @@ class ExperimentConfig(_Strict):
 def _one_line(error: ValidationError, source: str) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"]
+    message = first["msg"].splitlines()[0]
     if first["type"] == "extra_forbidden":
         message = "unknown key"
     return f"{source}: {where}: {message}"
 
 
 def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as error:
         raise ConfigError(_one_line(error, source)) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:  # a value pydantic cannot even compare
+        raise ConfigError(f"{source}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
@@ -103,6 +151,6 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError(f"{path}: no such experiment file")
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not valid TOML: {str(error).splitlines()[0]}") from None
     return parse_config(data, str(path))
