@@ -26,9 +26,11 @@ def _check(epsilon: float, M: int) -> None:
 
 
 def alpha_for(epsilon: float, M: int) -> float:
-    """Probability of reporting the true size that gives epsilon-LDP: alpha = (e^eps - 1)/(e^eps + M - 2) (Eq. 21)."""
+    """Probability of reporting the true size that gives epsilon-LDP: alpha = (e^eps - 1)/(e^eps + M - 2) (Eq. 21),
+    computed as (1 - e^-eps)/(1 + (M - 2) e^-eps) so that a huge epsilon gives alpha -> 1 without overflow."""
     _check(epsilon, M)
-    return math.expm1(epsilon) / (math.exp(epsilon) + M - 2)
+    tail = math.exp(-epsilon)
+    return -math.expm1(-epsilon) / (1 + (M - 2) * tail)
 
 
 def clip_size(n: np.ndarray | int, M: int) -> np.ndarray:
@@ -65,6 +67,8 @@ def response_distribution(n: int, epsilon: float, M: int) -> np.ndarray:
 def validate_reports(reports: np.ndarray, M: int, client_ids: Sequence[int] | None = None) -> np.ndarray:
     """Reject any report outside {1, ..., M-1}, naming the client that sent it."""
     reports = np.asarray(reports)
+    if reports.ndim != 1 or not (np.issubdtype(reports.dtype, np.integer) or np.issubdtype(reports.dtype, np.floating)):
+        raise ValueError(f"size reports must be a 1-D array of numbers (one per client), got shape {reports.shape} of {reports.dtype}")
     bad = np.flatnonzero((reports < 1) | (reports > M - 1) | (reports != np.round(reports)))
     if len(bad):
         who = client_ids[bad[0]] if client_ids is not None else int(bad[0])
@@ -128,4 +132,4 @@ def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, 
             y = int(np.argmax(ratio))
             if ratio[y] > best[0]:
                 best = (float(ratio[y]), (n, other), y + 1)
-    return {"epsilon": epsilon, "bound": math.exp(epsilon), "max_ratio": best[0], "pair": best[1], "y": best[2]}
+    return {"epsilon": epsilon, "bound": math.exp(epsilon) if epsilon < 700 else math.inf, "max_ratio": best[0], "pair": best[1], "y": best[2]}

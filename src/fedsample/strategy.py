@@ -81,13 +81,18 @@ class Strategy:
             info = replace(info, total=scaled_total(info.total, len(ids), len(kept)))
         return info
 
-    def select(self, ctx: RoundContext) -> Cohort:
+    def select(self, ctx: RoundContext) -> tuple[Cohort, int]:
+        """The cohort, and how many chosen clients were left out of it because their size report failed
+        (they count as non-responders in the response rate)."""
         if self.sizes is not None and self.sizes.scope == "all":
             ctx.sizes = self.collect_sizes(ctx, np.arange(ctx.num_clients))
         cohort = self.clients.select(ctx)
         if self.sizes is not None and self.sizes.scope == "cohort":
             ctx.sizes = self.collect_sizes(ctx, cohort.ids)
-        return cohort
+            kept = np.isin(cohort.ids, ctx.sizes.ids)
+            if not kept.all():
+                return restrict(cohort, kept), int(np.count_nonzero(~kept))
+        return cohort, 0
 
     def round(self, federation: Federation, params: Params, state: dict, round: int, seed: int) -> tuple[Params, dict]:
         """Run round ``round``; returns the new global parameters and the round's log (state is updated).
@@ -96,7 +101,7 @@ class Strategy:
         valid update arrives the parameters are returned unchanged and the log says so."""
         ctx = RoundContext(_CheckedProbes(federation), params, round, seed, state)
         try:
-            cohort = self.select(ctx)
+            cohort, lost = self.select(ctx)
         except RoundFailed as why:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
@@ -104,7 +109,7 @@ class Strategy:
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round)  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
         replies = validate.screen_updates(federation.run("train", cohort.ids, payload, round), cohort.ids, params)
-        replies, delta = self.combine_valid(replies, cohort, ctx)
+        replies, delta = self.combine_valid(replies, cohort, ctx, lost)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
@@ -112,16 +117,17 @@ class Strategy:
         return params, ctx.log
 
     def combine_valid(
-        self, replies: Replies, cohort: Cohort, ctx: RoundContext, checked: bool = False
+        self, replies: Replies, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
     ) -> tuple[Replies, Params | None]:
         """Aggregate the valid replies. A non-finite aggregate of replies not checked one by one (the
         vectorized engine's fused sum) triggers the per-client check and a second aggregation; a
         non-finite aggregate after that is rejected (None)."""
-        ctx.response_rate = response_rate(len(cohort), len(cohort) - len(replies.failures()))
+        ctx.response_rate = response_rate(len(cohort) + lost, len(cohort) - len(replies.failures()))
         delta = self.aggregate.combine(replies, cohort, ctx) if ctx.response_rate > 0 else None
         if delta is not None and not checked and not validate.params_finite(delta) and validate.has_fused_sum(replies):
-            replies = validate.screen_updates(replies, cohort.ids, ctx.params, deep=True)
-            return self.combine_valid(replies, cohort, ctx, checked=True)
+            # per-client updates from here on: the fused sum would carry the rejected clients' NaN (0 * NaN)
+            replies = Replies(validate.screen_updates(replies, cohort.ids, ctx.params, deep=True))
+            return self.combine_valid(replies, cohort, ctx, lost, checked=True)
         if delta is not None and not validate.params_finite(delta):
             ctx.log["rejected_aggregate"] = "non-finite aggregate of finite updates"
             return replies, None
@@ -142,6 +148,12 @@ class Strategy:
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         return log
+
+
+def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
+    """The cohort members where ``keep`` is True (inclusion probabilities, multiplicities, strata kept)."""
+    strata = None if cohort.strata is None else np.asarray(cohort.strata)[keep]
+    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata)
 
 
 class RoundFailed(Exception):

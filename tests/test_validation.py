@@ -1,0 +1,124 @@
+"""Every reply is validated before aggregation: non-finite or wrong-shape updates, bad size reports and
+duplicates are rejected with a reason in the round's record and never averaged in."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedsample import privacy, recipes, validate
+from fedsample.client import TrainReport
+from fedsample.federation.simulator import Simulator
+from fedsample.models import LogisticRegression, initial_parameters
+from fedsample.rounds import Failed, is_failed
+from fedsample.simulation import simulate
+from helpers import blobs, federate
+
+PARAMS = {"w": torch.zeros(3, 2), "b": torch.zeros(3)}
+
+
+def report(value=0.5, **changes):
+    update = {"w": torch.full((3, 2), value), "b": torch.full((3,), value)}
+    update.update(changes)
+    return TrainReport(update=update, steps=1, loss=0.1)
+
+
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (report(float("nan")), "non-finite update"),
+        (report(float("inf")), "non-finite update"),
+        (report(w=torch.zeros(2, 3)), "has shape"),
+        (TrainReport(update={"w": torch.zeros(3, 2)}, steps=1, loss=0.1), "model's parameters"),
+        (TrainReport(update=report().update, steps=0, loss=0.1), "step count"),
+        (TrainReport(update=report().update, steps=1, loss=float("nan")), "non-finite loss"),
+    ],
+)
+def test_bad_updates_are_rejected_with_a_reason(bad, reason):
+    replies = validate.screen_updates([report(), bad, None], np.array([4, 5, 6]), PARAMS)
+    assert not is_failed(replies[0]) and replies[2] is None
+    assert is_failed(replies[1]) and replies[1].client == 5 and reason in replies[1].reason
+    assert replies.received_positions().tolist() == [0]
+
+
+def test_a_duplicate_reply_is_rejected():
+    one = report()
+    replies = validate.screen_updates([one, one], np.array([0, 1]), PARAMS)
+    assert replies[0] is one and replies[1] == Failed(1, "train", "duplicate reply")
+
+
+def test_wrong_number_of_replies_is_an_error():
+    with pytest.raises(RuntimeError, match="2 training replies for 3 clients"):
+        validate.screen_updates([report(), report()], np.arange(3), PARAMS)
+
+
+@pytest.mark.parametrize(
+    "value, M, reason",
+    [(3.5, 10, "not an integer"), (0, 10, "outside"), (10, 10, "outside"), (-1, None, "outside"),
+     (float("nan"), None, "not an integer"), ("7", None, "not a number"), (True, None, "not a number")],
+)
+def test_bad_size_reports_are_left_out(value, M, reason):
+    ids, reports, failed = validate.screen_sizes([4, value, 2], np.array([0, 1, 2]), M)
+    assert ids.tolist() == [0, 2] and reports.tolist() == [4, 2]
+    assert failed[0].client == 1 and reason in failed[0].reason
+
+
+def test_estimate_total_rejects_a_2d_array_of_reports():
+    with pytest.raises(ValueError, match="1-D"):
+        privacy.estimate_total(np.ones((4, 2), dtype=int), 3.0, 10)
+
+
+def poisoned(client: int):
+    """Blobs whose client ``client`` holds NaN features (its gradients are NaN)."""
+    ds = blobs()
+    fed = federate(ds, [40] * 6)
+    ds.x_train[fed.client_indices(client)] = np.nan
+    return fed
+
+
+@pytest.mark.parametrize("backend", ["loop", "vectorized"])
+@pytest.mark.parametrize("name", ["fedsampling", "fedavg"])
+def test_a_nan_client_never_poisons_the_model(backend, name):
+    """FedSampling on the vectorized engine forms the aggregate without per-client updates (fused sum): the
+    non-finite aggregate triggers the per-client check, which rejects the poisoned client."""
+    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, lr=0.5) if name == "fedsampling" else recipes.fedavg(
+        clients_per_round=6, lr=0.1, batch_size=8)
+    result = simulate(strategy, data=poisoned(3), model=LogisticRegression(), rounds=3, seed=0, backend=backend)
+    assert all(torch.isfinite(v).all() for v in result.params.values())
+    for record in result.history:
+        bad = [f for f in record["failed"] if f["phase"] == "train"]
+        assert [f["client"] for f in bad] == [3] and bad[0]["reason"].startswith("non-finite")
+    assert result.final["accuracy"] > 0.5  # the other clients still train the model
+
+
+def test_fused_and_loop_paths_reject_the_same_client_and_agree():
+    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, lr=0.5)
+    runs = [simulate(strategy, data=poisoned(1), model=LogisticRegression(), rounds=2, seed=1, backend=b) for b in ("loop", "vectorized")]
+    for k, v in runs[0].params.items():
+        torch.testing.assert_close(v, runs[1].params[k], rtol=1e-4, atol=1e-5)
+
+
+def test_a_non_finite_probe_names_strategy_seed_and_round():
+    fed = poisoned(2)
+    strategy = recipes.fedsts(H=2, m=4, dim=3, lr=0.1)
+    from fedsample.simulation import Diverged
+
+    with pytest.raises(Diverged, match=r"fedsts.*seed 0, round 1: client 2's probe is unusable"):
+        simulate(strategy, data=fed, model=LogisticRegression(), rounds=1, seed=0)
+
+
+def test_params_unchanged_when_every_update_is_invalid():
+    fed = federate(blobs(), [40] * 3)
+    module = LogisticRegression().build(fed.dataset.input_shape, fed.dataset.num_classes)
+
+    class AllNaN(Simulator):
+        def run(self, procedure, ids, payload, round):
+            got = super().run(procedure, ids, payload, round)
+            if procedure != "train":
+                return got
+            return [TrainReport({k: v * np.nan for k, v in r.update.items()}, r.steps, r.loss) for r in got]
+
+    strategy = recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8)
+    params = initial_parameters(module, 0)
+    new, log = strategy.round(AllNaN(fed, module, 0), params, strategy.init_state(params), 0, 0)
+    assert all(torch.equal(new[k], params[k]) for k in params)
+    assert log["params_unchanged"] == "no valid update arrived" and log["dropped"] == 3
