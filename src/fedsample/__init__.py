@@ -11,10 +11,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "client", "data", "evaluation", "experiments", "federation", "models", "privacy", "recipes", "rng",
+    "client", "data", "diagnostics", "evaluation", "experiments", "federation", "models", "privacy", "recipes", "rng",
     "sampling", "simulation", "sizes", "strategy", "training",
 }
-_NAMES = {"simulate": "fedsample.simulation", "SimulationResult": "fedsample.simulation", "Strategy": "fedsample.strategy"}
+_NAMES = {"simulate": "fedsample.simulation", "diagnose": "fedsample.diagnostics", "SimulationResult": "fedsample.simulation", "Strategy": "fedsample.strategy"}
 
 __all__ = sorted(_SUBMODULES | set(_NAMES) | {"__version__"})
 

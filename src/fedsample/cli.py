@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     part.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="scheme parameter (repeatable)")
     part.add_argument("--seed", type=int, default=0)
     part.add_argument("--out", type=Path, required=True)
+
+    from fedsample.diagnostics.command import add_arguments
+
+    add_arguments(sub.add_parser("diagnose", help="bias, variance and data exploitation of each strategy's round"))
     return parser
 
 
@@ -164,7 +168,13 @@ def command_partition(args: argparse.Namespace) -> None:
     print(f"{fed.num_clients} clients; wrote {args.out}/stats.json and partition.png")
 
 
-COMMANDS = {"run": command_run, "presets": command_presets, "partition": command_partition}
+def command_diagnose(args: argparse.Namespace) -> None:
+    from fedsample.diagnostics.command import command_diagnose as diagnose
+
+    diagnose(args)
+
+
+COMMANDS = {"run": command_run, "presets": command_presets, "partition": command_partition, "diagnose": command_diagnose}
 
 
 def main(argv: list[str] | None = None) -> int:

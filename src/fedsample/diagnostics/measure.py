@@ -1,0 +1,114 @@
+"""``diagnose``: bias, variance, data exploitation, cost and privacy of strategies' rounds at a fixed model.
+
+For each strategy: R draws of its round (:func:`~fedsample.diagnostics.estimator.draw_rounds`) through a
+:class:`~fedsample.diagnostics.federation.LinearisedFederation`, measured against g*, the full-participation,
+full-data, exact-size gradient (1/n) sum_s g_s, in one per-sample gradient basis computed once
+(:mod:`fedsample.diagnostics.gradients`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from fedsample import privacy
+from fedsample.data.types import FederatedData
+from fedsample.diagnostics.estimator import Draws, draw_rounds, estimator_statistics, full_gradient
+from fedsample.diagnostics.exploitation import exploitation_summary
+from fedsample.diagnostics.federation import LinearisedFederation
+from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
+from fedsample.models import initial_parameters
+from fedsample.simulation import build_module
+from fedsample.sizes import RandomizedSizes
+from fedsample.strategy import Strategy
+from fedsample.training.functional import Params
+
+
+@dataclass
+class Diagnosis:
+    """Per strategy label: ``results[label]`` (estimator, exploitation, cost, privacy: see :func:`diagnose`)
+    and the raw ``draws``; ``basis`` describes the gradient basis, ``g_norm`` is ||g*||."""
+
+    results: dict[str, dict]
+    draws: dict[str, Draws] = field(repr=False)
+    basis: dict
+    g_norm: float
+    rounds: int
+    seed: int
+    data: FederatedData = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {"rounds": self.rounds, "seed": self.seed, "basis": self.basis, "g_star_norm": self.g_norm,
+                "clients": self.data.num_clients, "samples": int(len(self.data.order)), "strategies": self.results}
+
+
+def _strategies(strategy: Strategy | Mapping[str, Strategy]) -> dict[str, Strategy]:
+    if isinstance(strategy, Strategy):
+        return {strategy.name: strategy}
+    if not isinstance(strategy, Mapping) or not strategy:
+        raise TypeError("diagnose: strategy must be a Strategy or a non-empty mapping of labels to Strategy")
+    return dict(strategy)
+
+
+def cost_summary(draws: Draws) -> dict:
+    """Per-round means of samples drawn, clients contacted, updates received and bytes sent up."""
+    return {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
+            "clients_contacted": float(draws.contacted.mean()), "updates": float(draws.updates.mean()),
+            "bytes_up": float(draws.bytes_up.mean())}
+
+
+def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dict | None:
+    """For randomized size reports: epsilon per round, alpha, the standard error of Ñ (Eq. 2; the clipped
+    total is what it estimates) in theory and across the draws."""
+    sizes = strategy.sizes
+    if not isinstance(sizes, RandomizedSizes):
+        return None
+    estimates = np.array([log["size_estimate"] for log in draws.logs if "size_estimate" in log])
+    theory = np.sqrt(privacy.estimator_variance(fed.sizes(), sizes.epsilon, sizes.M)) if sizes.scope == "all" else None
+    return {
+        "epsilon_per_round": sizes.epsilon, "M": sizes.M, "alpha": privacy.alpha_for(sizes.epsilon, sizes.M),
+        "scope": sizes.scope, "total": int(len(fed.order)), "clipped_total": int(privacy.clip_size(fed.sizes(), sizes.M).sum()),
+        "estimate_mean": float(estimates.mean()) if len(estimates) else None,
+        "estimate_sd": float(estimates.std()) if len(estimates) > 1 else None, "estimate_se_theory": theory,
+    }
+
+
+def diagnose(
+    strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
+    rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> Diagnosis:
+    """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
+    initial parameters for ``seed``, as ``simulate`` starts) without updating it, and measure each round's
+    aggregated update ĝ (divided by the local learning rate: exact for one local step, first order in it for
+    more) against g* (every client, every sample, exact sizes). Per strategy: ``estimator`` (bias, variance,
+    mean squared error relative to ||g*||^2, see :func:`~fedsample.diagnostics.estimator.estimator_statistics`),
+    ``exploitation`` (per-sample inclusion frequency: mean, CV, by client-size decile, by label, label skew),
+    ``cost`` (per round: samples drawn, clients contacted, updates, bytes up), ``privacy`` (randomized size
+    reports only) and ``seconds``."""
+    if rounds < 2:
+        raise ValueError(f"diagnose: rounds must be >= 2, got {rounds}")
+    strategies = _strategies(strategy)
+    module = build_module(model, data)
+    params = params if params is not None else initial_parameters(module, seed)
+    ds = data.dataset
+    basis = gradient_basis(module, ds.task, params, torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), seed=seed,
+                           memory_budget=memory_budget, sketch_dim=sketch_dim)
+    target = full_gradient(basis.matrix, data.order)
+    results, all_draws = {}, {}
+    for label, st in strategies.items():
+        start = time.perf_counter()
+        fed = LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis)
+        draws = draw_rounds(st, fed, params, rounds, seed, first_round)
+        all_draws[label] = draws
+        results[label] = {
+            "estimator": estimator_statistics(draws.estimates, target),
+            "exploitation": exploitation_summary(draws.inclusion, rounds, data),
+            "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
+            "seconds": time.perf_counter() - start,
+        }
+    return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data)
