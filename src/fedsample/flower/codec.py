@@ -1,0 +1,178 @@
+"""Client procedures as Flower records: what the server sends and what a node may answer.
+
+A request is one ``RecordDict``: a ``ConfigRecord`` ``"fedsample"`` (procedure, client id, seed, round) with
+the payload's global parameters in an ``ArrayRecord`` ``"params"`` and the rest of the payload (size query,
+data plan, local solver: fedsample dataclasses) pickled in ``"payload"``. A node runs the code its
+SuperLink's app ships, so it already trusts the server; the server trusts no node: replies are typed
+records (integers, floats, arrays) read back field by field, never unpickled, and :class:`MalformedReply`
+names the first thing wrong (a missing field, a wrong shape, a non-finite number).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from fedsample.client import ProbeReport, TrainReport
+from fedsample.training.functional import Params
+
+HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"
+REPORT, ARRAYS = "report", "arrays"
+
+
+class MalformedReply(ValueError):
+    """A node's reply that does not have the shape of the procedure's report."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What a node reads from a request message."""
+
+    procedure: str
+    client: int
+    seed: int
+    round: int
+    payload: Any
+
+
+# --- server -> node ----------------------------------------------------------------------------------
+
+
+def encode_request(procedure: str, client: int, seed: int, round: int, payload: Any) -> RecordDict:
+    """The request for one client: header, global parameters (if the payload carries any), pickled rest."""
+    params = getattr(payload, "params", None) if dataclasses.is_dataclass(payload) else None
+    rest = dataclasses.replace(payload, params=None) if params is not None else payload
+    header = ConfigRecord({"procedure": procedure, "client": int(client), "seed": int(seed), "round": int(round)})
+    records: dict[str, Any] = {HEADER: header, PAYLOAD: ConfigRecord({"blob": pickle.dumps(rest)})}
+    if params is not None:
+        records[PARAMS] = arrays_of(params)
+    return RecordDict(records)
+
+
+def decode_request(content: RecordDict) -> Request:
+    """The node's side of :func:`encode_request` (parameters back as torch tensors)."""
+    header = content.config_records[HEADER]
+    payload = pickle.loads(content.config_records[PAYLOAD]["blob"])  # from the server the node serves
+    if PARAMS in content.array_records:
+        payload = dataclasses.replace(payload, params=params_of(content.array_records[PARAMS]))
+    return Request(str(header["procedure"]), int(header["client"]), int(header["seed"]), int(header["round"]), payload)
+
+
+def arrays_of(params: Params) -> ArrayRecord:
+    """A parameter dict as an ArrayRecord (numpy arrays, names kept)."""
+    return ArrayRecord({k: torch.as_tensor(v).detach().cpu() for k, v in params.items()})
+
+
+def params_of(record: ArrayRecord) -> Params:
+    """An ArrayRecord back as a parameter dict of torch tensors."""
+    return {k: torch.from_numpy(np.array(a.numpy())) for k, a in record.items()}
+
+
+# --- node -> server ----------------------------------------------------------------------------------
+
+
+def encode_report(procedure: str, report: Any) -> RecordDict:
+    """A report as typed records: an integer size, a probe's statistics, or a training update."""
+    if procedure == "report_size":
+        return RecordDict({REPORT: ConfigRecord({"size": int(report)})})
+    if report is None:  # a client that drew no sample sends nothing
+        return RecordDict({REPORT: ConfigRecord({"empty": True})})
+    if procedure == "probe":
+        return _encode_probe(report)
+    if procedure == "train":
+        metrics = {"steps": int(report.steps), "loss": float(report.loss)}
+        if report.norm_steps is not None:
+            metrics["norm_steps"] = float(report.norm_steps)
+        return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
+    raise ValueError(f"unknown procedure {procedure!r}")
+
+
+def _encode_probe(report: ProbeReport) -> RecordDict:
+    metrics = {"loss": float(report.loss), "grad_norm": float(report.grad_norm)}
+    metrics.update({f"extra.{k}": float(v) for k, v in report.extra.items()})
+    arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed)) if v is not None}
+    records: dict[str, Any] = {REPORT: MetricRecord(metrics)}
+    if arrays:
+        records[ARRAYS] = ArrayRecord({k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()})
+    return RecordDict(records)
+
+
+def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
+    """Read and check one reply to ``procedure`` sent with ``payload``; :class:`MalformedReply` if it is wrong."""
+    try:
+        record = content[REPORT]
+    except KeyError:
+        raise MalformedReply("no 'report' record") from None
+    if procedure == "report_size":
+        return _size(record)
+    if isinstance(record, ConfigRecord) and record.get("empty") is True:
+        return None
+    if procedure == "probe":
+        return _probe(record, content)
+    if procedure == "train":
+        return _train(record, content, payload.params)
+    raise MalformedReply(f"unknown procedure {procedure!r}")
+
+
+def _field(record: Any, name: str, kind: type) -> Any:
+    value = record.get(name) if hasattr(record, "get") else None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise MalformedReply(f"field {name!r} is {value!r}, expected {getattr(kind, '__name__', 'a number')}")
+    return value
+
+
+def _finite(name: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise MalformedReply(f"non-finite {name}: {value}")
+    return value
+
+
+def _size(record: Any) -> int:
+    size = _field(record, "size", int)
+    if size < 0:
+        raise MalformedReply(f"negative size report {size}")
+    return size
+
+
+def _probe(record: Any, content: RecordDict) -> ProbeReport:
+    loss = _finite("loss", float(_field(record, "loss", (int, float))))
+    grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float))))
+    extra = {k.removeprefix("extra."): _finite(k, float(v)) for k, v in record.items() if k.startswith("extra.")}
+    arrays = {k: _finite_array(k, a.numpy()) for k, a in content.array_records.get(ARRAYS, {}).items()}
+    return ProbeReport(loss, grad_norm, gradient=arrays.get("gradient"), extra=extra, compressed=arrays.get("compressed"))
+
+
+def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
+    steps = _field(record, "steps", int)
+    loss = _finite("loss", float(_field(record, "loss", (int, float))))
+    norm_steps = record.get("norm_steps")
+    if norm_steps is not None:
+        norm_steps = _finite("norm_steps", float(_field(record, "norm_steps", (int, float))))
+    if ARRAYS not in content.array_records:
+        raise MalformedReply("no update arrays")
+    update = params_of(content.array_records[ARRAYS])
+    _check_like(update, sent)
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps)
+
+
+def _finite_array(name: str, array: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(array)):
+        raise MalformedReply(f"non-finite values in {name}")
+    return array
+
+
+def _check_like(update: Params, sent: Params) -> None:
+    """An update has the global parameters' names and shapes, and only finite values."""
+    if set(update) != set(sent):
+        raise MalformedReply(f"update names {sorted(update)} differ from the model's {sorted(sent)}")
+    for k, v in update.items():
+        if tuple(v.shape) != tuple(sent[k].shape):
+            raise MalformedReply(f"update {k!r} has shape {tuple(v.shape)}, expected {tuple(sent[k].shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise MalformedReply(f"non-finite values in update {k!r}")

@@ -1,0 +1,112 @@
+"""``FlowerFederation``: fedsample's one verb, ``run(procedure, ids, payload, round)``, over Flower messages.
+
+Each asked client gets one message (``query.<procedure>``) on the node that serves it; replies are
+collected until all are in or the round's timeout passes. A client without a node, without a reply in
+time, with an error reply or with a malformed one (:mod:`fedsample.flower.codec`: wrong fields, shapes,
+non-finite numbers) gets :class:`fedsample.rounds.Failed` in its slot, and the failure is kept in
+``failures[round]`` for the round's record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from fedsample.federation.base import payload_for
+from fedsample.flower.codec import MalformedReply, decode_report, encode_request
+from fedsample.rounds import Failed
+
+IDENTIFY = "query.identify"
+PULL_INTERVAL = 0.05  # seconds between pulls for replies
+
+
+class FlowerFederation:
+    """Client procedures as Flower messages through a ServerApp's ``Grid``.
+
+    ``nodes`` maps a fedsample client id to the Flower node id serving it (see :func:`discover_nodes`);
+    ``num_clients`` is the number of clients the strategy samples from (a client whose node is missing
+    fails every round). ``timeout`` (seconds) bounds each call of :meth:`run`.
+    """
+
+    def __init__(self, grid: Grid, nodes: dict[int, int], num_clients: int, seed: int, timeout: float = 60.0) -> None:
+        self.grid = grid
+        self.nodes = dict(nodes)
+        self._num_clients = num_clients
+        self.seed = seed
+        self.timeout = timeout
+        self.failures: dict[int, list[Failed]] = defaultdict(list)
+        self.asked: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)
+
+    @property
+    def num_clients(self) -> int:
+        return self._num_clients
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+        ids = [int(k) for k in np.asarray(client_ids)]
+        per_client = isinstance(payload, (list, tuple))
+        if per_client and len(payload) != len(ids):
+            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
+        self.asked[round].append((procedure, ids))
+        payloads = [payload_for(payload, i, per_client) for i in range(len(ids))]
+        replies: list[Any] = [Failed(k, procedure, "no node serves this client") for k in ids]
+        sent = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if k in self.nodes}
+        answers = exchange(self.grid, list(sent.values()), self.timeout)
+        for i, message in sent.items():
+            replies[i] = self._read(procedure, ids[i], payloads[i], answers.get(id(message)))
+        self.failures[round].extend(r for r in replies if isinstance(r, Failed))
+        return replies
+
+    def _message(self, procedure: str, client: int, payload: Any, round: int) -> Message:
+        content = encode_request(procedure, client, self.seed, round, payload)
+        return Message(content, dst_node_id=self.nodes[client], message_type=f"query.{procedure}", group_id=str(round))
+
+    def _read(self, procedure: str, client: int, payload: Any, reply: Message | None) -> Any:
+        """The report in ``reply``, or :class:`Failed` with the reason it cannot be used."""
+        if reply is None:
+            return Failed(client, procedure, f"no reply within {self.timeout:g} s")
+        if reply.has_error():
+            return Failed(client, procedure, f"error reply: {reply.error.reason}")
+        try:
+            return decode_report(procedure, reply.content, payload)
+        except MalformedReply as error:
+            return Failed(client, procedure, f"rejected: {error}")
+
+
+def exchange(grid: Grid, messages: list[Message], timeout: float) -> dict[int, Message]:
+    """Push ``messages`` and pull replies until all are in or ``timeout`` seconds pass: {id(request): reply}."""
+    pushed = list(grid.push_messages(messages)) if messages else []
+    waiting = {mid: id(m) for mid, m in zip(pushed, messages) if mid}
+    answers: dict[int, Message] = {}
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for reply in grid.pull_messages(list(waiting)):
+            request = waiting.pop(reply.metadata.reply_to_message_id, None)
+            if request is not None:
+                answers[request] = reply
+        if waiting:
+            time.sleep(PULL_INTERVAL)
+    return answers
+
+
+def discover_nodes(grid: Grid, expected: int, wait: float, timeout: float) -> dict[int, int]:
+    """Ask every connected node which fedsample client it serves (its node config names it), after waiting up
+    to ``wait`` seconds for ``expected`` nodes to connect. Returns {client id: node id}; a second node
+    claiming a client already claimed is ignored."""
+    deadline = time.monotonic() + wait
+    node_ids = list(grid.get_node_ids())
+    while len(node_ids) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        node_ids = list(grid.get_node_ids())
+    messages = [Message(RecordDict(), dst_node_id=n, message_type=IDENTIFY) for n in node_ids]
+    answers = exchange(grid, messages, timeout)
+    nodes: dict[int, int] = {}
+    for reply in (answers[id(m)] for m in messages if id(m) in answers):
+        client = None if reply.has_error() else reply.content.config_records.get("identity", {}).get("client")
+        if isinstance(client, int) and not isinstance(client, bool) and client not in nodes:
+            nodes[client] = reply.metadata.src_node_id
+    return nodes

@@ -1,0 +1,108 @@
+"""A node's side: which client it is, its own data, and the ClientApp that serves the client procedures."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickle
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedsample import client as procedures
+from fedsample.data import load_dataset, partition
+from fedsample.data.report import make_scheme
+from fedsample.flower.codec import decode_request, encode_report
+from fedsample.flower.config import AppConfig
+from fedsample.models import model_from_name
+from fedsample.rng import client_rng
+
+STATE = "fedsample-state"
+BAD_REQUEST, PROCEDURE_FAILED = 400, 500
+
+
+def client_id(node_config: Mapping[str, Any]) -> int:
+    """The fedsample client a node serves: ``client-id``, else ``partition-id`` of its node config."""
+    for key in ("client-id", "partition-id"):
+        if key in node_config:
+            return int(node_config[key])
+    raise ValueError("node config names no client: set partition-id=<k> (or client-id=<k> with data-path=<file.npz>)")
+
+
+@functools.lru_cache(maxsize=4)
+def _federated(config_json: str):
+    config = AppConfig(**json.loads(config_json))
+    dataset = load_dataset(config.dataset, **config.dataset_args)
+    return dataset, partition(dataset, make_scheme(config.partition, **config.partition_args), seed=config.data_seed)
+
+
+def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple]:
+    """The node's own rows (x, y), task, number of classes and input shape: a file named by ``data-path``, or
+    this client's partition of the configured dataset (built the same way on every node from ``data-seed``)."""
+    if "data-path" in node_config:
+        with np.load(str(node_config["data-path"])) as f:
+            x, y = f["x"].astype(np.float32), f["y"]
+        num_classes = int(node_config.get("num-classes", int(y.max()) + 1))
+        return torch.as_tensor(x), torch.as_tensor(y.astype(np.int64)), "classification", num_classes, x.shape[1:]
+    dataset, fed = _federated(config.json())
+    k = client_id(node_config)
+    if not 0 <= k < fed.num_clients:
+        raise ValueError(f"partition-id {k} is outside the {fed.num_clients} partitions")
+    rows = fed.client_indices(k)
+    x, y = torch.as_tensor(dataset.x_train[rows]), torch.as_tensor(dataset.y_train[rows])
+    return x, y, dataset.task, dataset.num_classes, dataset.input_shape
+
+
+def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict) -> procedures.ClientContext:
+    """The ``ClientContext`` the procedures run on: this node's data, the model, its own held state."""
+    x, y, task, num_classes, shape = node_data(config, node_config)
+    module = model_from_name(config.model, **config.model_args).build(tuple(shape), num_classes)
+    return procedures.ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
+
+
+def load_state(context: Context) -> dict:
+    """The client-held state kept in the node's Flower context (never sent)."""
+    record = context.state.config_records.get(STATE)
+    return pickle.loads(record["blob"]) if record is not None else {}
+
+
+def save_state(context: Context, state: dict) -> None:
+    if state:
+        context.state.config_records[STATE] = ConfigRecord({"blob": pickle.dumps(state)})
+
+
+def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Message:
+    """Run the requested procedure for this node's client with the client's own randomness."""
+    try:
+        config = AppConfig.from_run_config({**context.run_config, **settings})
+        request = decode_request(message.content)
+        if request.client != client_id(context.node_config):
+            return Message(Error(BAD_REQUEST, f"this node serves client {client_id(context.node_config)}, not {request.client}"), reply_to=message)
+        state = load_state(context)
+        ctx = client_context(config, context.node_config, state)
+        rng = client_rng(request.seed, request.round, request.client, request.procedure)
+        report = procedures.PROCEDURES[request.procedure](ctx, request.payload, rng)
+        save_state(context, ctx.state)
+        return Message(encode_report(request.procedure, report), reply_to=message)
+    except Exception as error:  # the node answers with the reason; the server records the client as failed
+        return Message(Error(PROCEDURE_FAILED, f"{type(error).__name__}: {error}"), reply_to=message)
+
+
+def identify(message: Message, context: Context) -> Message:
+    """Answer the server's roll call with the client this node serves."""
+    return Message(RecordDict({"identity": ConfigRecord({"client": client_id(context.node_config)})}), reply_to=message)
+
+
+def client_app(settings: Mapping[str, Any] | None = None, mods: Sequence[Any] | None = None) -> ClientApp:
+    """A Flower ``ClientApp`` serving fedsample's client procedures (``query.report_size``, ``query.probe``,
+    ``query.train``) on the node's own data. ``settings`` override the run config (e.g. in
+    ``run_simulation``, which takes none); ``mods`` are Flower client mods."""
+    settings = dict(settings or {})
+    app = ClientApp(mods=list(mods or []))
+    app.query("identify")(identify)
+    for name in procedures.PROCEDURES:
+        app.query(name)(lambda message, context: serve(message, context, settings))
+    return app

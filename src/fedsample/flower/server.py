@@ -1,0 +1,85 @@
+"""The server's side: a ServerApp whose main runs any fedsample strategy over a ``FlowerFederation``.
+
+The loop is ``fedsample.simulate``'s (strategy rounds, evaluation on the test split every ``eval-every``
+rounds) with the deployment's additions: each round's record names the clients that failed, with the phase
+and reason, and which clients were asked to train; a round that cannot go on without failed replies
+(:class:`fedsample.flower.tolerance.RoundSkipped`) keeps the global model and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedsample.data import load_dataset
+from fedsample.evaluation import evaluate
+from fedsample.flower.config import AppConfig
+from fedsample.flower.federation import FlowerFederation, discover_nodes
+from fedsample.flower.tolerance import RoundSkipped, TolerantView
+from fedsample.models import initial_parameters, model_from_name
+from fedsample.recipes import recipe
+from fedsample.training.functional import Params
+
+
+@dataclasses.dataclass
+class FlowerRun:
+    history: list[dict]
+    params: Params
+    nodes: dict[int, int]
+
+
+def run_server(grid: Grid, config: AppConfig) -> FlowerRun:
+    """Connect to the nodes, run ``num-server-rounds`` rounds of the configured recipe, write ``out``."""
+    dataset = load_dataset(config.dataset, **config.dataset_args)  # the server uses its test split only
+    module = model_from_name(config.model, **config.model_args).build(dataset.input_shape, dataset.num_classes)
+    strategy = recipe(config.recipe, **config.recipe_args)
+    nodes = discover_nodes(grid, config.num_clients, wait=config.connect_timeout, timeout=config.round_timeout)
+    federation = FlowerFederation(grid, nodes, config.num_clients, config.seed, timeout=config.round_timeout)
+    params = initial_parameters(module, config.seed)
+    state, history = strategy.init_state(params), []
+    x_test, y_test = torch.as_tensor(dataset.x_test), torch.as_tensor(dataset.y_test)
+    for t in range(config.num_server_rounds):
+        try:
+            params, log = strategy.round(TolerantView(federation), params, state, t, config.seed)
+        except RoundSkipped as skipped:
+            log = {"skipped": str(skipped)}
+        record = {"round": t + 1, **log, **round_outcome(federation, t)}
+        if (t + 1) % config.eval_every == 0 or t + 1 == config.num_server_rounds:
+            record.update(evaluate(module, params, x_test, y_test, dataset.task, dataset.num_classes))
+        history.append(record)
+    run = FlowerRun(history, params, nodes)
+    if config.out:
+        write_run(run, Path(config.out))
+    return run
+
+
+def round_outcome(federation: FlowerFederation, round: int) -> dict[str, Any]:
+    """Who was asked to train in ``round`` and which clients failed (phase, reason)."""
+    trained = [ids for procedure, ids in federation.asked.get(round, []) if procedure == "train"]
+    failed = [dataclasses.asdict(f) for f in federation.failures.get(round, [])]
+    return {"train_clients": trained[-1] if trained else [], "failed": failed}
+
+
+def write_run(run: FlowerRun, out: Path) -> None:
+    """``history.json`` (the round records and the client -> node map) and ``params.pt``."""
+    out.mkdir(parents=True, exist_ok=True)
+    document = {"history": run.history, "nodes": {str(k): v for k, v in sorted(run.nodes.items())}}
+    (out / "history.json").write_text(json.dumps(document, indent=1, default=float))
+    torch.save(run.params, out / "params.pt")
+
+
+def server_app(settings: Mapping[str, Any] | None = None) -> ServerApp:
+    """A Flower ``ServerApp`` running the recipe its run config names (``settings`` override the run config)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_server(grid, AppConfig.from_run_config({**context.run_config, **dict(settings or {})}))
+
+    return app
