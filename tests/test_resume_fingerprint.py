@@ -117,3 +117,15 @@ def test_labels_are_plain_text_and_files_get_umask_permissions(tmp_path, capsys)
     for name in ("results.json", "summary.md", "curves.png", "partition.png", "run.json"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
     assert "FedAvg [bold]x[/bold] $a$" in json.loads((out / "results.json").read_text())["strategies"]
+
+
+def test_cli_resume_with_more_rounds_continues_and_fewer_refuses(tmp_path, capsys):
+    out = tmp_path / "out"
+    path = experiment(tmp_path, label="plain")
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--checkpoint-every", "1"]) == 0
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--resume", "--rounds", "3"]) == 0
+    history = json.loads((out / "results.json").read_text())["strategies"]["plain"]["history"][0]
+    assert [r["round"] for r in history] == [1, 2, 3]
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--resume", "--rounds", "1"]) == 2
+    assert "3 rounds done, more than the 1 asked for" in capsys.readouterr().err

@@ -120,8 +120,8 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace):
         def advance(label: str, round_done: int) -> None:
             bar.update(task, advance=1, description=escape(f"{config.name}: {label}"))
 
-        def stopped(reason: str) -> None:
-            bar.console.print(escape(f"fedsample: {reason}"), style="red", highlight=False)
+        def stopped(reason: str) -> None:  # plain stderr (the live bar redirects it above itself): one line
+            print(f"fedsample: {reason}", file=sys.stderr)
 
         return runner.run_plan(
             plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,

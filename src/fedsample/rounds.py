@@ -33,13 +33,24 @@ class Failed:
 
 
 def is_failed(reply: Any) -> bool:
-    """True for a :class:`Failed` reply."""
-    return isinstance(reply, Failed)
+    """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
+    return reply.__class__ is Failed
 
 
 def answered(replies: Sequence[Any]) -> np.ndarray:
     """Positions of the replies that are neither :class:`Failed` nor None."""
-    return np.array([i for i, r in enumerate(replies) if r is not None and not is_failed(r)], dtype=np.int64)
+    return np.array([i for i, r in enumerate(replies) if r is not None and r.__class__ is not Failed], dtype=np.int64)
+
+
+def failed_positions(replies: Sequence[Any], received: np.ndarray | None = None) -> dict[int, Failed]:
+    """Position -> reply for the :class:`Failed` replies. With ``received`` (the positions a federation says
+    hold updates) and every other slot None, only those positions are looked at; otherwise a C-level scan of
+    the reply types comes first, so a large cohort without failures costs no Python loop."""
+    if received is not None and isinstance(replies, list) and len(replies) - replies.count(None) == len(received):
+        return {i: replies[i] for i in np.asarray(received).tolist() if replies[i].__class__ is Failed}
+    if Failed not in set(map(type, replies)):
+        return {}
+    return {i: r for i, r in enumerate(replies) if r.__class__ is Failed}
 
 
 @dataclass(frozen=True)
@@ -103,18 +114,44 @@ class Replies(list):
     """One reply per asked client, in order, that keeps an engine's fused weighted sum of updates.
 
     ``source`` is a reply list of a sub-cohort (e.g. only the clients that were reachable) that may offer
-    ``weighted_update_sum(positions, weights)`` (the vectorized engine's one-gradient cohorts);
-    ``source_position[i]`` is the position in ``source`` of this list's entry i (-1: not in ``source``).
-    Slots holding :class:`Failed` or None never enter a sum."""
+    ``weighted_update_sum(positions, weights)`` (the vectorized engine's one-gradient cohorts) and
+    ``received_positions()``; ``source_position[i]`` is the position in ``source`` of this list's entry i
+    (-1: not in ``source``). Slots holding :class:`Failed` or None never enter a sum. ``failed`` maps the
+    positions that hold :class:`Failed` to it (found by a scan when not given); :meth:`reject` keeps it."""
 
-    def __init__(self, items: Sequence[Any], source: Any = None, source_position: np.ndarray | None = None) -> None:
+    def __init__(
+        self, items: Sequence[Any], source: Any = None, source_position: np.ndarray | None = None,
+        failed: dict[int, Failed] | None = None,
+    ) -> None:
         super().__init__(items)
         self.source = source
         self.source_position = source_position
+        self.failed = failed if failed is not None else failed_positions(self)
+
+    def reject(self, position: int, failure: Failed) -> None:
+        """Replace the reply at ``position`` by ``failure``."""
+        self[position] = failure
+        self.failed[position] = failure
+
+    def failures(self) -> list[Failed]:
+        """The Failed replies, in cohort order."""
+        return [self.failed[i] for i in sorted(self.failed)]
+
+    def candidates(self) -> np.ndarray:
+        """Positions that may hold an update: from the source's ``received_positions`` where it knows them
+        (the vectorized engine: only the clients that drew samples), else every position."""
+        known = getattr(self.source, "received_positions", None)
+        if known is None or self.source_position is None:
+            return np.arange(len(self))
+        inverse = np.full(len(self.source), -1, dtype=np.int64)
+        present = np.flatnonzero(self.source_position >= 0)
+        inverse[self.source_position[present]] = present
+        mapped = inverse[np.asarray(known(), dtype=np.int64)]
+        return np.sort(mapped[mapped >= 0])
 
     def received_positions(self) -> np.ndarray:
         """Positions of the clients that sent an update (neither Failed nor None)."""
-        return answered(self)
+        return np.array([i for i in self.candidates().tolist() if self[i] is not None and i not in self.failed], dtype=np.int64)
 
     @property
     def weighted_update_sum(self) -> Any:
@@ -123,6 +160,3 @@ class Replies(list):
         if fused is None:
             return None
         return lambda positions, weights: fused(self.source_position[np.asarray(positions, dtype=np.int64)], weights)
-
-    def failures(self) -> list[Failed]:
-        return [r for r in self if is_failed(r)]

@@ -23,15 +23,16 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fedsample.rounds import Failed, Replies, is_failed
+from fedsample.rounds import Failed, Replies, failed_positions, is_failed
 
 
 def _as_replies(replies: Sequence[Any]) -> Replies:
-    """A :class:`Replies` view that keeps the federation's fused sum (positions map one to one)."""
+    """A :class:`Replies` copy that keeps the federation's fused sum (positions map one to one)."""
     if isinstance(replies, Replies):
-        return Replies(list(replies), replies.source, replies.source_position)
-    fused = getattr(replies, "weighted_update_sum", None)
-    return Replies(list(replies), replies if fused is not None else None, np.arange(len(replies)))
+        return Replies(list(replies), replies.source, replies.source_position, dict(replies.failed))
+    known = getattr(replies, "received_positions", None)
+    failed = failed_positions(replies, known() if known is not None else None)
+    return Replies(list(replies), replies, np.arange(len(replies)), failed)
 
 
 def has_fused_sum(replies: Any) -> bool:
@@ -70,13 +71,12 @@ def screen_updates(replies: Sequence[Any], ids: np.ndarray, params: dict, deep: 
     out = _as_replies(replies)
     deep = not has_fused_sum(replies) if deep is None else deep
     seen: set[int] = set()
-    for i, reply in enumerate(out):
-        if reply is None or is_failed(reply):
-            continue
+    for i in out.received_positions().tolist():
+        reply = out[i]
         problem = "duplicate reply" if id(reply) in seen else report_problem(reply, params, deep)
         seen.add(id(reply))
         if problem:
-            out[i] = Failed(int(ids[i]), "train", problem)
+            out.reject(i, Failed(int(ids[i]), "train", problem))
     return out
 
 
@@ -96,8 +96,35 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
     """The ids and integer reports of the clients whose size report is valid, and the failures."""
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} size reports for {len(ids)} clients")
+    ids = np.asarray(ids, dtype=np.int64)
+    values, lost = numeric_sizes(replies)
+    if values is None:  # replies that are not all numbers: one by one
+        return _screen_sizes_one_by_one(replies, ids, M)
+    low, high = (0, np.inf) if M is None else (1, M - 1)
+    with np.errstate(invalid="ignore"):
+        good = np.isfinite(values) & (values == np.round(values)) & (values >= low) & (values <= high)
+    good[np.fromiter(lost, dtype=np.int64, count=len(lost))] = False
+    failed = [lost[i] if i in lost else Failed(int(ids[i]), "report_size", size_problem(values[i], M) or "invalid")
+              for i in np.flatnonzero(~good).tolist()]
+    return ids[good], values[good].astype(np.int64), failed
+
+
+def numeric_sizes(replies: Sequence[Any]) -> tuple[np.ndarray | None, dict[int, Failed]]:
+    """Size reports as floats (NaN where Failed) and the Failed ones by position, without a per-client loop
+    for a numeric array or a :class:`Replies` over one; ``(None, {})`` for anything else."""
+    if isinstance(replies, Replies) and isinstance(replies.source, np.ndarray) and replies.source.dtype.kind in "iuf":
+        values = np.full(len(replies), np.nan)
+        present = replies.source_position >= 0
+        values[present] = replies.source[replies.source_position[present]]
+        return values, dict(replies.failed)
+    if isinstance(replies, np.ndarray) and replies.ndim == 1 and replies.dtype.kind in "iuf":
+        return replies.astype(np.float64), {}
+    return None, {}
+
+
+def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
     kept, values, failed = [], [], []
-    for k, reply in zip(np.asarray(ids).tolist(), replies):
+    for k, reply in zip(ids.tolist(), replies):
         problem = reply.reason if is_failed(reply) else size_problem(reply, M)
         if problem is None:
             kept.append(k)

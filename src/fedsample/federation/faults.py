@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, Replies
+from fedsample.rounds import Failed, Replies, is_failed
 
 PHASES = ("report_size", "probe", "train")
 
@@ -58,17 +58,22 @@ class FaultModel:
                 raise ValueError(f"dropout phase must be one of {', '.join(PHASES)}, got {phase!r}")
             checks.in_interval(f"dropout probability of {phase}", p, 0, 1, closed="[)")
 
-    def decide(self, phase: str, ids: np.ndarray, seed: int, round: int) -> list[str | None]:
-        """Per asked client: the reason it fails in this phase, or None when it answers."""
+    def active(self, phase: str) -> bool:
+        """Whether clients can fail in ``phase`` (otherwise no decision is drawn)."""
+        return float(self.dropout.get(phase, 0.0)) > 0 or self.straggler is not None
+
+    def decide(self, phase: str, ids: np.ndarray, seed: int, round: int) -> dict[int, str]:
+        """Position -> the reason that asked client fails in this phase (the others answer)."""
+        if not self.active(phase) or len(ids) == 0:
+            return {}
         u = CohortRandom(seed, round, ids, f"fault:{phase}").columns(2)
-        reasons: list[str | None] = [None] * len(ids)
-        p = float(self.dropout.get(phase, 0.0))
-        late = self.straggler.times(u[:, 1]) if self.straggler is not None else np.zeros(len(ids))
-        for i in range(len(ids)):
-            if u[i, 0] < p:
-                reasons[i] = "dropped out"
-            elif self.straggler is not None and late[i] > self.straggler.deadline:
-                reasons[i] = f"straggler: answered after {late[i]:.3g} > deadline {self.straggler.deadline:g}"
+        dropped = u[:, 0] < float(self.dropout.get(phase, 0.0))
+        reasons = {int(i): "dropped out" for i in np.flatnonzero(dropped)}
+        if self.straggler is not None:
+            times = self.straggler.times(u[:, 1])
+            deadline = self.straggler.deadline
+            for i in np.flatnonzero(~dropped & (times > deadline)).tolist():
+                reasons[i] = f"straggler: answered after {times[i]:.3g} > deadline {deadline:g}"
         return reasons
 
 
@@ -87,31 +92,33 @@ class Faulty:
     def __getattr__(self, name: str) -> Any:  # client_states, load_client_states, ... of the inner one
         return getattr(self.inner, name)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Replies:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
         ids = np.asarray(client_ids, dtype=np.int64)
         per_client = isinstance(payload, (list, tuple))
         reasons = self.model.decide(procedure, ids, self.seed, round)
-        live = np.array([i for i, r in enumerate(reasons) if r is None], dtype=np.int64)
-        replies: list[Any] = [Failed(int(k), procedure, r) for k, r in zip(ids.tolist(), reasons)]
-        source_position = np.full(len(ids), -1, dtype=np.int64)
+        if not reasons:  # nobody fails by the model: the inner answer as it is (its fused paths intact)
+            try:
+                return self.inner.run(procedure, ids, payload, round)
+            except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
+                return self._one_by_one(procedure, ids, np.arange(len(ids)), payload, per_client, round, {})
+        failed = {i: Failed(int(ids[i]), procedure, r) for i, r in reasons.items()}
+        live = np.setdiff1d(np.arange(len(ids)), np.fromiter(failed, dtype=np.int64, count=len(failed)))
         if len(live) == 0:
-            return Replies(replies)
+            return Replies([failed[i] for i in range(len(ids))], failed=failed)
         sub_payload = [payload[i] for i in live] if per_client else payload
         try:
             got = self.inner.run(procedure, ids[live], sub_payload, round)
-        except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
-            return Replies(self._one_by_one(procedure, ids, live, payload, per_client, round, replies))
+        except Exception:  # noqa: BLE001
+            return self._one_by_one(procedure, ids, live, payload, per_client, round, failed)
         if len(got) != len(live):
             raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
-        for j, i in enumerate(live.tolist()):
-            replies[i] = got[j]
-            source_position[i] = j
-        return Replies(replies, got, source_position)
+        return merged(got, live, failed, len(ids))
 
     def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, payload: Any, per_client: bool,
-                    round: int, replies: list[Any]) -> list[Any]:
+                    round: int, failed: dict[int, Failed]) -> Replies:
         """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
         client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""
+        replies: list[Any] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
             one = [payload[i]] if per_client else payload
@@ -122,7 +129,20 @@ class Faulty:
                 replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200])
         if len(errors) == len(live):
             raise errors[0]
-        return replies
+        return Replies(replies)
+
+
+def merged(got: Sequence[Any], live: np.ndarray, failed: dict[int, Failed], size: int) -> Replies:
+    """The replies of the ``live`` positions and the failures, in cohort order (``got`` kept as the source)."""
+    replies: list[Any] = [None] * size
+    for i, f in failed.items():
+        replies[i] = f
+    source_position = np.full(size, -1, dtype=np.int64)
+    source_position[live] = np.arange(len(live))
+    for j, i in enumerate(live.tolist()):
+        replies[i] = got[j]
+    inner_failed = {int(live[j]): r for j, r in enumerate(got) if is_failed(r)} if not isinstance(got, np.ndarray) else {}
+    return Replies(replies, got, source_position, {**failed, **inner_failed})
 
 
 def with_faults(federation: Any, model: FaultModel | None, seed: int) -> Faulty:

@@ -189,6 +189,7 @@ def inclusion_probabilities(weights: np.ndarray, n: float) -> np.ndarray:
     if n >= num_positive:  # every positive unit is certain
         return positive.astype(np.float64)
 
+    w = w / w.max()  # scale-free: subnormal or huge weights neither overflow nor underflow n / sum(w)
     total = float(w.sum())
     pi = w * (n / total)
     if not np.any(pi > 1):
@@ -206,7 +207,8 @@ def inclusion_probabilities(weights: np.ndarray, n: float) -> np.ndarray:
     c = int(np.argmax(ok))  # ok[K-1] always holds when n < num_positive
     # With the c largest certain, the rest share n - c in proportion to w. The certain units themselves get
     # (n - c) * w / tail[c] > 1 (minimality of c), so clipping at 1 marks exactly them, ties included.
-    pi = w * ((n - c) / tail[c])
+    with np.errstate(over="ignore"):  # w / tail[c] of a certain unit may overflow to inf: clipped to 1 below
+        pi = (n - c) * (w / tail[c])
     return np.minimum(pi, 1.0, out=pi)
 
 
