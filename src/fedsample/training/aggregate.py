@@ -27,10 +27,17 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
 
 
 def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list["TrainReport"]]:
-    """Positions (in the cohort) and reports of the clients that sent an update."""
-    known = getattr(reports, "received_positions", None)  # the vectorized engine knows them already
-    positions = known() if known is not None else np.array([i for i, r in enumerate(reports) if r is not None], dtype=np.int64)
+    """Positions (in the cohort) and reports of the clients that sent an update: every reply except None and
+    the empty replies (no step taken: the client's plan drew nothing, and its update is zero). A federation
+    that hides who trained (a secure sum) names the positions itself (``received_positions``)."""
+    known = getattr(reports, "received_positions", None)
+    positions = known() if known is not None else np.array([i for i, r in enumerate(reports) if _trained(r)], dtype=np.int64)
     return positions, [reports[i] for i in positions]
+
+
+def _trained(report: "TrainReport | None") -> bool:
+    """A reply that carries an update from at least one local step."""
+    return report is not None and getattr(report, "steps", 1) > 0
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion"]
