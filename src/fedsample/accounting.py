@@ -20,6 +20,7 @@ import math
 from fedsample import checks
 
 DEFAULT_DELTA = 1e-5  # the delta' of advanced composition and of the update accountant
+SPEND_KEYS = ("size_reports", "size_epsilon", "size_epsilon_advanced", "size_delta", "update_epsilon", "update_delta")
 
 
 def basic_composition(epsilon: float, k: int) -> float:
@@ -91,3 +92,17 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
         return 0.0
     a = 1 + noise_multiplier * math.sqrt(2 * math.log(1 / delta) / rounds)
     return rounds * a / (2 * noise_multiplier**2) + math.log(1 / delta) / (a - 1)
+
+
+def run_spend(sizes: object, noise: object, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
+    """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
+    (a client asked every round, the worst case for cohort-scoped reports) where ``sizes`` is randomized, and
+    the update's epsilon at ``delta`` (PLD accountant, one Gaussian mechanism per round, no amplification:
+    the server knows the cohort) where ``noise`` is set. Exact size reports and noiseless updates add no key."""
+    spent: dict = {}
+    if getattr(sizes, "epsilon_spent", None) is not None:
+        spent.update(sizes.epsilon_spent(rounds, delta))
+    if noise is not None and getattr(noise, "noise_multiplier", 0) > 0:
+        spent["update_epsilon"] = gaussian_update_epsilon(noise.noise_multiplier, rounds, delta)
+        spent["update_delta"] = delta
+    return spent

@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     part.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="scheme parameter (repeatable)")
     part.add_argument("--seed", type=int, default=0)
     part.add_argument("--out", type=Path, required=True)
+
+    from fedsample.privacy_cli import add_parser as add_privacy_parser
+
+    add_privacy_parser(sub)
     return parser
 
 
@@ -147,7 +151,13 @@ def command_partition(args: argparse.Namespace) -> None:
     print(f"{fed.num_clients} clients; wrote {args.out}/stats.json and partition.png")
 
 
-COMMANDS = {"run": command_run, "presets": command_presets, "partition": command_partition}
+def command_privacy(args: argparse.Namespace) -> None:
+    from fedsample.privacy_cli import command_privacy as run_privacy
+
+    run_privacy(args)
+
+
+COMMANDS = {"run": command_run, "presets": command_presets, "partition": command_partition, "privacy": command_privacy}
 
 
 def main(argv: list[str] | None = None) -> int:

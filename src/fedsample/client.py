@@ -93,12 +93,19 @@ def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) 
     return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, rng))
 
 
+def report_cell(query: SizeQuery, round: int) -> tuple[int, str]:
+    """The (round, purpose) cell whose client streams draw randomized size reports: the round's own cell,
+    or one fixed cell for every round when the reports are permanent."""
+    return (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (int(round), "report_size")
+
+
 def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) -> int:
     """The client's one randomized answer for (epsilon, M): from its stream of the fixed cell
     (seed, PERMANENT_ROUND, client, PERMANENT_REPORT), which any backend computes alike; with any other
     ``rng`` the first answer is memoized in the client-held ``ctx.state``."""
     if isinstance(rng, ClientRandom):
-        stream = client_rng(rng.seed, PERMANENT_ROUND, rng.client, PERMANENT_REPORT)
+        cell_round, purpose = report_cell(query, rng.round)
+        stream = client_rng(rng.seed, cell_round, rng.client, purpose)
         return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, stream))
     memo = ctx.state.setdefault("permanent_reports", {})
     key = (float(query.epsilon), int(query.M))

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsample import accounting
 from fedsample.client import TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.rng import SERVER, generator
@@ -57,7 +58,9 @@ class Strategy:
     ``clients`` picks the cohort, ``data`` plans each client's local sample, ``local`` is the local
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
-    (centralized training).
+    (centralized training). ``noise`` (a :class:`fedsample.privacy.UpdateNoise`) makes every client clip its
+    update and add Gaussian noise (client-level DP). Each round's log states what a client has spent so far
+    (:func:`fedsample.accounting.run_spend`).
     """
 
     clients: Any = field(default_factory=AllClients)
@@ -68,6 +71,7 @@ class Strategy:
     sizes: ExactSizes | RandomizedSizes | None = None
     name: str = "strategy"
     pooled: bool = False
+    noise: Any = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -108,7 +112,7 @@ class Strategy:
         cohort = self.select(ctx)
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round)  # noqa: E731
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
         reports = federation.run("train", cohort.ids, payload, round)
         delta = self.aggregate.combine(reports, cohort, ctx)
@@ -119,10 +123,18 @@ class Strategy:
         return params, ctx.log
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: list) -> dict:
-        _, got = received(reports)
-        log: dict[str, Any] = {"cohort": len(cohort), "updates": len(got)}
-        if got:
-            log["train_loss"] = float(np.mean([r.loss for r in got]))
+        log: dict[str, Any] = {"cohort": len(cohort)}
+        sealed_loss = getattr(reports, "mean_loss", None)  # a secure sum reveals only the summed loss
+        if sealed_loss is not None:
+            loss = sealed_loss()
+            if loss is not None:
+                log["train_loss"] = loss
+        else:
+            _, got = received(reports)
+            log["updates"] = len(got)
+            if got:
+                log["train_loss"] = float(np.mean([r.loss for r in got]))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
+        log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         return log

@@ -108,7 +108,16 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
                 continue
             final[metric] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "per_seed": values}
         strategies[label] = {"final": final, "history": [run.history for run in runs], "seeds": [run.seed for run in runs]}
+        strategies[label]["privacy"] = privacy_spent(runs)
     return {"config": config.model_dump(), "strategies": strategies}
+
+
+def privacy_spent(runs: list[SimulationResult]) -> dict:
+    """What one client spent over the whole run (the last round's accountant keys; the same for every seed)."""
+    from fedsample.accounting import SPEND_KEYS
+
+    last = runs[0].history[-1] if runs and runs[0].history else {}
+    return {k: last[k] for k in SPEND_KEYS if k in last}
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:

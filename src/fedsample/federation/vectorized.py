@@ -40,7 +40,7 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import privacy
-from fedsample.client import PERMANENT_REPORT, PERMANENT_ROUND, LocalSample, TrainPayload, TrainReport, empty_report
+from fedsample.client import LocalSample, TrainPayload, TrainReport, empty_report
 from fedsample.data.types import FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
@@ -86,8 +86,8 @@ class VectorizedSimulator(Simulator):
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return sizes.copy()
-        cell = (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (round, "report_size")
-        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell[0], ids, cell[1]))
+        cell_round, purpose = procedures.report_cell(query, round)
+        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose))
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.

@@ -1,0 +1,110 @@
+"""Secure-sum federation mode: for linear aggregators the server learns only the sum of the cohort's updates.
+
+:class:`SecureSum` wraps any federation and simulates secure aggregation (Bonawitz et al. 2017; Flower's
+SecAgg+ in a deployment) in-process: the clients' ``train`` replies stay inside the wrapper (the clients'
+side of the door), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
+weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
+server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
+loss and the number of clients that took a step (two more coordinates of the same sum, for the round log).
+A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
+(empty replies add zero), so the server cannot tell who drew nothing.
+
+Supported: aggregators that are linear with server-known weights (``Sum``, ``WeightedMean``,
+``StratifiedMean``). FedNova needs each client's step count and fails with a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsample.training.aggregate import weighted_sum
+from fedsample.training.functional import Params
+
+
+class SecureSum:
+    """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._pending: dict[int, Sequence[Any]] = {}
+        self._calls = 0
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def client_states(self) -> dict:
+        return self.inner.client_states() if hasattr(self.inner, "client_states") else {}
+
+    def load_client_states(self, states: dict) -> None:
+        if hasattr(self.inner, "load_client_states"):
+            self.inner.load_client_states(states)
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
+        replies = self.inner.run(procedure, client_ids, payload, round)
+        if procedure != "train":
+            return replies
+        self._pending.clear()  # a cohort not summed by the next train call is never revealed
+        self._calls += 1
+        self._pending[self._calls] = replies
+        token = self._calls
+        return SealedReplies(self, token, len(replies))
+
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params, float, int]:
+        """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many trained)."""
+        replies = self._pending.pop(token, None)
+        if replies is None:
+            raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
+        fused = getattr(replies, "weighted_update_sum", None)
+        positions = np.asarray(positions, dtype=np.int64)
+        chosen = [replies[int(i)] for i in positions]
+        total = fused(positions, weights) if fused is not None else weighted_sum([r.update for r in chosen], weights)
+        trained = [r for r in replies if r is not None and r.steps > 0]
+        return total, float(sum(r.loss for r in trained)), len(trained)
+
+
+class _Sealed:
+    """One client's sealed reply: the server sees that it arrived, nothing of its content."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"secure-sum mode: a client's {name!r} is not visible to the server; use an aggregator that is linear "
+            "with server-known weights (Sum, WeightedMean, StratifiedMean)"
+        )
+
+
+class SealedReplies(Sequence):
+    """What the server holds after a secure-sum ``train`` call: one sealed reply per asked client and, once
+    asked, the weighted sum (the federation computes it; see :class:`SecureSum`)."""
+
+    def __init__(self, federation: SecureSum, token: int, count: int) -> None:
+        self._federation, self._token, self._count = federation, token, count
+        self._loss: tuple[float, int] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, position: int) -> _Sealed:  # type: ignore[override]
+        if not -self._count <= position < self._count:
+            raise IndexError(position)
+        return _Sealed()
+
+    def received_positions(self) -> np.ndarray:
+        """Every asked client: the server cannot tell an empty reply from another."""
+        return np.arange(self._count)
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+        """``sum_i weights_i * Delta_{positions_i}``, revealed once."""
+        total, loss_sum, trained = self._federation.secure_sum(self._token, positions, weights)
+        self._loss = (loss_sum, trained)
+        return total
+
+    def mean_loss(self) -> float | None:
+        """The trained clients' mean loss, from the same secure sum (None before the sum or if none trained)."""
+        if self._loss is None or self._loss[1] == 0:
+            return None
+        return self._loss[0] / self._loss[1]
