@@ -59,11 +59,12 @@ def _dp_accounting():
 
 
 def gaussian_update_epsilon(
-    noise_multiplier: float, rounds: int, delta: float = DEFAULT_DELTA, sampling_rate: float = 1.0, method: str = "pld"
+    noise_multiplier: float, rounds: int, delta: float = DEFAULT_DELTA, sampling_rate: float = 1.0, method: str = "rdp"
 ) -> float:
     """epsilon at ``delta`` of ``rounds`` Gaussian mechanisms of noise multiplier z (sensitivity 1), each
     applied with probability ``sampling_rate`` (Poisson subsampling; 1.0 when the adversary knows who took part,
-    as a server that picks the cohort does). ``method``: ``"pld"`` (tight) or ``"rdp"`` (Renyi DP)."""
+    as a server that picks the cohort does). ``method``: ``"rdp"`` (Renyi DP, an upper bound, milliseconds) or
+    ``"pld"`` (privacy-loss distribution: tight, seconds to tens of seconds)."""
     checks.positive("noise_multiplier", noise_multiplier)
     checks.in_interval("delta", delta, 0, 1, closed="()")
     checks.in_interval("sampling_rate", sampling_rate, 0, 1, closed="(]")
@@ -97,7 +98,7 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
 def run_spend(sizes: object, noise: object, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
     (a client asked every round, the worst case for cohort-scoped reports) where ``sizes`` is randomized, and
-    the update's epsilon at ``delta`` (PLD accountant, one Gaussian mechanism per round, no amplification:
+    the update's epsilon at ``delta`` (RDP accountant, one Gaussian mechanism per round, no amplification:
     the server knows the cohort) where ``noise`` is set. Exact size reports and noiseless updates add no key."""
     spent: dict = {}
     if getattr(sizes, "epsilon_spent", None) is not None:
