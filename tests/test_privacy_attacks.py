@@ -12,7 +12,7 @@ import torch
 import fedsample as fs
 from fedsample import privacy, privacy_audit
 from fedsample.client import SizeQuery, TrainPayload, TrainReport
-from fedsample.federation.secure_sum import SecureSum
+from fedsample.federation.secure_sum import SealedReplies, SecureSum
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import CohortRandom
 from fedsample.sampling.data import BernoulliSamples
@@ -117,6 +117,15 @@ def test_reply_presence_is_independent_of_size(backend):
     assert large - small > 0.3, (small, large)  # the bit the old silent replies leaked
 
 
+@dataclasses.dataclass(frozen=True)
+class KeepReports(SpyAggregator):
+    """Delegates, and keeps the replies object it is handed."""
+
+    def combine(self, reports, cohort, ctx):
+        self.seen.append(reports)
+        return self.inner.combine(reports, cohort, ctx)
+
+
 def integer_arrays(obj, skip, depth=0):
     """Integer arrays and tensors reachable from ``obj`` (drawn rows, cohort members, counts), not entering ``skip``."""
     if depth > 10 or obj is None or isinstance(obj, (str, bytes, float, int, bool) + skip):
@@ -141,21 +150,15 @@ def integer_arrays(obj, skip, depth=0):
 @pytest.mark.parametrize("recipe", ["fedsampling", "fedsampling_sgd"])
 def test_aggregator_inputs_hold_message_content_only(backend, recipe):
     """The replies the aggregator is handed (and every field of each) hold no drawn rows, members or counts:
-    only float updates, a step count in {0, 1} and a loss. The engines' batched reports included."""
-    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1)
+    only float updates, a step count in {0, 1} and a loss. The engines' batched reports included (plain mode:
+    the replies themselves reach the aggregator)."""
+    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=False)
     if recipe == "fedsampling_sgd":  # single-step local SGD on the drawn sample: the engine's other fused path
         strategy = dataclasses.replace(strategy, local=fs.training.local.LocalSGD(lr=0.1, epochs=None, steps=1, batch_size=None),
                                        aggregate=fs.training.aggregate.WeightedMean("uniform"))
     fed, module = federation(backend)
     seen = []
-
-    @dataclasses.dataclass(frozen=True)
-    class KeepReports(SpyAggregator):
-        def combine(self, reports, cohort, ctx):
-            seen.append(reports)
-            return self.inner.combine(reports, cohort, ctx)
-
-    strategy = dataclasses.replace(strategy, aggregate=KeepReports(strategy.aggregate, []))
+    strategy = dataclasses.replace(strategy, aggregate=KeepReports(strategy.aggregate, seen))
     params = fs.models.initial_parameters(module, 0)
     state = strategy.init_state(params)
     for t in range(3):
@@ -194,7 +197,7 @@ def run_fedsampling(backend, secure, rounds=3):
     client_side = RecordingFederation(inner)
     server_fed = RecordingFederation(SecureSum(client_side) if secure else client_side)
     seen = []
-    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1)
+    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=False)  # wrapped here instead
     strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))
     params = fs.models.initial_parameters(module, 0)
     state, history = strategy.init_state(params), []
@@ -224,6 +227,30 @@ def test_secure_sum_server_holds_nothing_but_the_sum(backend):
     for k in params:
         torch.testing.assert_close(params[k], plain_params[k], rtol=1e-5, atol=1e-6)
     assert all("train_loss" in log for log in server_side[1])
+    assert [log["updates"] for log in server_side[1]] == [log["updates"] for log in plain_server[1]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_default_fedsampling_runs_through_a_secure_sum(backend):
+    """The recipe's default: the aggregator is handed sealed replies only, and the numbers are the plain run's."""
+    out = {}
+    for secure in (True, False):
+        fed, module = federation(backend)
+        seen = []
+        strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=secure)
+        strategy = dataclasses.replace(strategy, aggregate=KeepReports(strategy.aggregate, seen))
+        params = fs.models.initial_parameters(module, 0)
+        state = strategy.init_state(params)
+        logs = []
+        for t in range(2):
+            params, log = strategy.round(fed, params, state, t, seed=0)
+            logs.append(log)
+        out[secure] = (params, logs)
+        assert all(isinstance(reports, SealedReplies) == secure for reports in seen)
+    assert fs.recipes.fedsampling().secure_sum and fs.recipes.fedsampling().sizes.permanent
+    for k in out[True][0]:
+        torch.testing.assert_close(out[True][0][k], out[False][0][k])
+    assert [lg["train_loss"] for lg in out[True][1]] == pytest.approx([lg["train_loss"] for lg in out[False][1]])
 
 
 def test_secure_sum_reveals_one_sum_and_refuses_fednova():

@@ -14,6 +14,7 @@ import numpy as np
 from fedsample import accounting
 from fedsample.client import TrainPayload
 from fedsample.federation.base import Federation
+from fedsample.federation.secure_sum import SecureSum
 from fedsample.rng import SERVER, generator
 from fedsample.sampling.clients import AllClients, Cohort
 from fedsample.sampling.data import FullData
@@ -59,7 +60,9 @@ class Strategy:
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
     (centralized training). ``noise`` (a :class:`fedsample.privacy.UpdateNoise`) makes every client clip its
-    update and add Gaussian noise (client-level DP). Each round's log states what a client has spent so far
+    update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
+    :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
+    updates (linear aggregators). Each round's log states what a client has spent so far
     (:func:`fedsample.accounting.run_spend`).
     """
 
@@ -72,6 +75,7 @@ class Strategy:
     name: str = "strategy"
     pooled: bool = False
     noise: Any = None
+    secure_sum: bool = False
 
     def __post_init__(self) -> None:
         self.check()
@@ -114,7 +118,7 @@ class Strategy:
         # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
-        reports = federation.run("train", cohort.ids, payload, round)
+        reports = (SecureSum(federation) if self.secure_sum else federation).run("train", cohort.ids, payload, round)
         delta = self.aggregate.combine(reports, cohort, ctx)
         ctx.log.update(self.describe_round(ctx, cohort, reports))
         if delta is None:
@@ -124,11 +128,11 @@ class Strategy:
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: list) -> dict:
         log: dict[str, Any] = {"cohort": len(cohort)}
-        sealed_loss = getattr(reports, "mean_loss", None)  # a secure sum reveals only the summed loss
-        if sealed_loss is not None:
-            loss = sealed_loss()
-            if loss is not None:
-                log["train_loss"] = loss
+        summed = getattr(reports, "summed_loss", None)  # a secure sum reveals only the summed loss and count
+        if summed is not None:
+            loss_sum, log["updates"] = summed()
+            if log["updates"]:
+                log["train_loss"] = loss_sum / log["updates"]
         else:
             _, got = received(reports)
             log["updates"] = len(got)

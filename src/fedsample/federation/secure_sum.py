@@ -103,8 +103,7 @@ class SealedReplies(Sequence):
         self._loss = (loss_sum, trained)
         return total
 
-    def mean_loss(self) -> float | None:
-        """The trained clients' mean loss, from the same secure sum (None before the sum or if none trained)."""
-        if self._loss is None or self._loss[1] == 0:
-            return None
-        return self._loss[0] / self._loss[1]
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the trained clients' losses, how many took a step), from the same secure sum; (0.0, 0)
+        before the sum is revealed."""
+        return self._loss if self._loss is not None else (0.0, 0)
