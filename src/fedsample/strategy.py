@@ -14,7 +14,7 @@ import numpy as np
 from fedsample import accounting
 from fedsample.client import TrainPayload
 from fedsample.federation.base import Federation
-from fedsample.federation.secure_sum import SecureSum
+from fedsample.federation.secure_sum import SealedReplies, SecureSum
 from fedsample.rng import SERVER, generator
 from fedsample.sampling.clients import AllClients, Cohort
 from fedsample.sampling.data import FullData
@@ -128,9 +128,8 @@ class Strategy:
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: list) -> dict:
         log: dict[str, Any] = {"cohort": len(cohort)}
-        summed = getattr(reports, "summed_loss", None)  # a secure sum reveals only the summed loss and count
-        if summed is not None:
-            loss_sum, log["updates"] = summed()
+        if isinstance(reports, SealedReplies):  # a secure sum reveals only the summed loss and count
+            loss_sum, log["updates"] = reports.summed_loss()
             if log["updates"]:
                 log["train_loss"] = loss_sum / log["updates"]
         else:

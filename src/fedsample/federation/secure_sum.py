@@ -59,10 +59,21 @@ class SecureSum:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
         fused = getattr(replies, "weighted_update_sum", None)
         positions = np.asarray(positions, dtype=np.int64)
-        chosen = [replies[int(i)] for i in positions]
-        total = fused(positions, weights) if fused is not None else weighted_sum([r.update for r in chosen], weights)
-        trained = [r for r in replies if r is not None and r.steps > 0]
-        return total, float(sum(r.loss for r in trained)), len(trained)
+        if fused is not None:
+            total = fused(positions, weights)
+        else:
+            total = weighted_sum([replies[int(i)].update for i in positions], weights)
+        return (total, *summed_loss(replies))
+
+
+def summed_loss(replies: Sequence[Any]) -> tuple[float, int]:
+    """(sum of the losses of the replies that took a step, how many did); the engine's batched replies sum
+    their own loss array."""
+    batched = getattr(replies, "summed_loss", None)
+    if batched is not None:
+        return batched()
+    trained = [r for r in replies if r is not None and r.steps > 0]
+    return float(sum(r.loss for r in trained)), len(trained)
 
 
 class _Sealed:
@@ -75,6 +86,9 @@ class _Sealed:
             f"secure-sum mode: a client's {name!r} is not visible to the server; use an aggregator that is linear "
             "with server-known weights (Sum, WeightedMean, StratifiedMean)"
         )
+
+
+_SEALED = _Sealed()
 
 
 class SealedReplies(Sequence):
@@ -91,7 +105,7 @@ class SealedReplies(Sequence):
     def __getitem__(self, position: int) -> _Sealed:  # type: ignore[override]
         if not -self._count <= position < self._count:
             raise IndexError(position)
-        return _Sealed()
+        return _SEALED
 
     def received_positions(self) -> np.ndarray:
         """Every asked client: the server cannot tell an empty reply from another."""

@@ -154,7 +154,7 @@ class VectorizedSimulator(Simulator):
     def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> list[TrainReport]:
         solver: LocalSGD = payload.solver
         samples, rngs = self._draw(ids, payload.plan, round)
-        reports: list[TrainReport] = [empty_report(payload.params) for _ in ids]
+        reports: list[TrainReport] = [empty_report(payload.params)] * len(ids)  # one shared empty reply (never mutated)
         active = [i for i, s in enumerate(samples) if len(s)]
         schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
         if not schedules:
@@ -256,7 +256,7 @@ class VectorizedSimulator(Simulator):
                 scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
         counts = np.bincount(member, minlength=len(ids))
         if len(member) == 0:
-            return [empty_report(payload.params) for _ in ids]
+            return [empty_report(payload.params)] * len(ids)
         rows = self.data.order[self.data.offsets[ids[member]] + local]
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
@@ -326,14 +326,20 @@ class CohortReports(list):
             terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
         per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
-        reports = cls([empty_report(params) for _ in counts])
+        reports = cls([empty_report(params)] * len(counts))  # one shared empty reply (never mutated)
         reports._federation, reports._token = sim, len(sim._unions)
+        reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
+        reports._losses = np.where(counts > 0, losses, 0.0)  # the replies' losses, as one array
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights)
         reports._step, reports._decay = step, decay
         reports._updates = None
         for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
             reports[c] = _DeferredReport(reports, c, loss)
         return reports
+
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the losses of the clients that took a step, how many did): the replies' own fields, summed."""
+        return float(self._losses[self._took_step].sum()), int(self._took_step.sum())
 
     def _union(self) -> _Union:
         union = self._federation._unions.get(self._token)
@@ -348,7 +354,7 @@ class CohortReports(list):
         a[np.asarray(positions, dtype=np.int64)] = weights
         union = self._union()
         grads = union.weighted_gradient_sum(a)
-        trained = np.array([self[int(i)].steps > 0 for i in np.asarray(positions)], dtype=bool)
+        trained = self._took_step[np.asarray(positions, dtype=np.int64)]
         total = float(np.sum(np.asarray(weights, dtype=np.float64)[trained]))  # decay * w0 only in trained updates
         return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
