@@ -25,7 +25,7 @@ import _common  # noqa: F401  (puts src/ on the path, one torch thread)
 from _common import emit
 
 import fedsample as fs
-from fedsample import privacy, privacy_audit
+from fedsample import attacks, privacy
 from fedsample.experiments.presets import load_preset
 from fedsample.experiments.runner import prepare
 from fedsample.federation.secure_sum import SecureSum
@@ -38,14 +38,14 @@ EPSILON, M, K, ROUNDS, SEED = 3.0, 20, 64, 10, 0
 def repeated_reports(sizes: np.ndarray) -> None:
     for label, permanent in (("per-round (before)", False), ("permanent (after)", True)):
         for rounds in (1, ROUNDS):
-            hit = privacy_audit.most_frequent_report_attack(sizes, EPSILON, M, rounds, permanent, SEED)
+            hit = attacks.most_frequent_report_attack(sizes, EPSILON, M, rounds, permanent, SEED)
             emit(f"most-frequent-report attack, {label}, {rounds} round(s)", hit)
-    emit("one report's guess, alpha + (1-alpha)/(M-1)", privacy_audit.one_report_guess(EPSILON, M))
+    emit("one report's guess, alpha + (1-alpha)/(M-1)", attacks.one_report_guess(EPSILON, M))
 
 
 def presence(sizes: np.ndarray, p: float, fed, params) -> None:
     indistinct = sorted(set(sizes[sizes >= M - 1].tolist()))
-    eps = [privacy_audit.presence_epsilon(a, b, p) for a, b in itertools.combinations(indistinct, 2)]
+    eps = [attacks.presence_epsilon(a, b, p) for a, b in itertools.combinations(indistinct, 2)]
     emit("keep probability K/N~ (round 0)", p)
     emit(f"presence bit (before): epsilon between sizes >= {M - 1}, min", min(eps))
     emit(f"presence bit (before): epsilon between sizes >= {M - 1}, max", max(eps))
@@ -71,7 +71,7 @@ def update_norms(sizes: np.ndarray, p: float, fed, params, noise=None) -> tuple[
         norms.extend(float(torch.sqrt(sum((v.double() ** 2).sum() for v in r.update.values()))) for r in replies)
     counts, norms = np.array(counts), np.array(norms)
     drew = counts > 0
-    return privacy_audit.spearman(counts, norms), privacy_audit.spearman(counts[drew], norms[drew])
+    return attacks.spearman(counts, norms), attacks.spearman(counts[drew], norms[drew])
 
 
 def secure_sum_view(fed, params, p: float) -> None:
@@ -91,7 +91,7 @@ def main() -> None:
     sizes = data.sizes()
     module = fs.models.MLP(hidden=64).build(data.dataset.input_shape, data.dataset.num_classes)
     params = fs.models.initial_parameters(module, SEED)
-    reports = privacy_audit.size_reports_over_rounds(sizes, EPSILON, M, 1, True, SEED)[0]
+    reports = attacks.size_reports_over_rounds(sizes, EPSILON, M, 1, True, SEED)[0]
     p = privacy.sampling_ratio(K, privacy.estimate_total(reports, EPSILON, M))
     fed = make_federation("vectorized", data, module, SEED)
     repeated_reports(sizes)

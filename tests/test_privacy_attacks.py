@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample import privacy, privacy_audit
+from fedsample import attacks, privacy
 from fedsample.client import SizeQuery, TrainPayload, TrainReport
 from fedsample.federation.secure_sum import SealedReplies, SecureSum
 from fedsample.federation.simulator import Simulator
@@ -38,10 +38,10 @@ def test_most_frequent_report_attack_gains_nothing_from_permanent_reports():
     alpha + (1-alpha)/(M-1) = 0.527; ten fresh reports let the mode name it for > 90% of clients, ten
     permanent ones for no more than one report (within 4 standard errors)."""
     sizes = np.random.default_rng(1).integers(1, 40, 4000)
-    one = privacy_audit.one_report_guess(3.0, 20)
+    one = attacks.one_report_guess(3.0, 20)
     se = math.sqrt(one * (1 - one) / len(sizes))
-    permanent = privacy_audit.most_frequent_report_attack(sizes, 3.0, 20, 10, permanent=True)
-    fresh = privacy_audit.most_frequent_report_attack(sizes, 3.0, 20, 10, permanent=False)
+    permanent = attacks.most_frequent_report_attack(sizes, 3.0, 20, 10, permanent=True)
+    fresh = attacks.most_frequent_report_attack(sizes, 3.0, 20, 10, permanent=False)
     assert abs(permanent - one) <= 4 * se, (permanent, one)
     assert fresh > 0.9, fresh
 
@@ -55,7 +55,7 @@ def test_engines_send_permanent_reports_by_default(backend):
     for permanent in (True, False):
         query = SizeQuery("randomized", 3.0, 10, permanent)
         got = np.array([fed.run("report_size", ids, query, t) for t in range(4)])
-        assert np.array_equal(got, privacy_audit.size_reports_over_rounds(SIZES, 3.0, 10, 4, permanent))
+        assert np.array_equal(got, attacks.size_reports_over_rounds(SIZES, 3.0, 10, 4, permanent))
         assert (np.ptp(got, axis=0).max() == 0) == permanent
 
 
@@ -69,7 +69,7 @@ def test_permanent_reports_without_a_client_stream_are_memoized_in_client_state(
 def test_size_estimate_stays_unbiased_with_permanent_reports():
     """Over 400 seeds the permanent reports' Eq. 2 estimate averages to the clipped total (4 standard errors)."""
     sizes, eps, M, R = np.array(list(SIZES) * 10), 2.0, 10, 400
-    estimates = [privacy.estimate_total(privacy_audit.size_reports_over_rounds(sizes, eps, M, 1, True, seed)[0], eps, M, clamp=False)
+    estimates = [privacy.estimate_total(attacks.size_reports_over_rounds(sizes, eps, M, 1, True, seed)[0], eps, M, clamp=False)
                  for seed in range(R)]
     se = math.sqrt(privacy.estimator_variance(sizes, eps, M) / R)
     assert abs(np.mean(estimates) - privacy.clip_size(sizes, M).sum()) <= 4 * se
@@ -82,7 +82,7 @@ def test_each_sample_is_kept_with_the_same_probability_under_permanent_reports()
     ids = np.arange(len(sizes))
     kept, expected, draws = np.zeros(sizes.sum()), 0.0, 0
     for seed in range(600):
-        reports = privacy_audit.size_reports_over_rounds(sizes, eps, M, 1, True, seed)[0]
+        reports = attacks.size_reports_over_rounds(sizes, eps, M, 1, True, seed)[0]
         p = privacy.sampling_ratio(K, privacy.estimate_total(reports, eps, M))
         for t in range(3):
             member, local = BernoulliSamples(p).draw_cohort(sizes, CohortRandom(seed, t, ids, "train"))

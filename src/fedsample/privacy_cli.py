@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsample import accounting, privacy, privacy_audit
+from fedsample import accounting, attacks, privacy
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,11 +68,11 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
         f"  per-round reports: basic {fresh['size_epsilon']:.4g}, at delta={delta:g} "
         f"{fresh['size_epsilon_advanced']:.4g} (the smaller of basic and advanced composition)",
         f"audit of one report ({draws} draws per size): max ratio {audit['max_ratio']:.4g} vs e^epsilon = {audit['bound']:.4g}",
-        f"most-frequent-report attack (right guesses of the clipped size; one report: {privacy_audit.one_report_guess(epsilon, M):.3f}):",
+        f"most-frequent-report attack (right guesses of the clipped size; one report: {attacks.one_report_guess(epsilon, M):.3f}):",
     ]
     for label, permanent_reports in (("permanent", True), ("per-round", False)):
-        first = privacy_audit.most_frequent_report_attack(sizes, epsilon, M, 1, permanent_reports, seed)
-        last = privacy_audit.most_frequent_report_attack(sizes, epsilon, M, rounds, permanent_reports, seed)
+        first = attacks.most_frequent_report_attack(sizes, epsilon, M, 1, permanent_reports, seed)
+        last = attacks.most_frequent_report_attack(sizes, epsilon, M, rounds, permanent_reports, seed)
         lines.append(f"  {label}: {first:.3f} after 1 round, {last:.3f} after {rounds}")
     return lines
 
