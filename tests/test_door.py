@@ -115,15 +115,22 @@ def test_the_scan_finds_sizes_when_the_strategy_asks_for_exact_ones(backend):
     assert holds_true_sizes(server_side, SIZES)
 
 
-def test_train_reports_carry_no_sample_counts():
-    """FedSampling's clients send G_c and one step, nothing that counts their samples."""
-    server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1))
+@pytest.mark.parametrize("backend", ["loop", "vectorized"])
+def test_train_reports_carry_no_sample_counts(backend):
+    """FedSampling's clients send G_c and one step (none when they drew nothing), nothing that counts their
+    samples; every asked client replies, with the same fields and shapes."""
+    server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1), backend=backend)
     federation_returns = server_side[3]
-    for _, reports in federation_returns:
+    trains = [(ids, reports) for (procedure, _), (ids, reports) in zip(server_side[4], federation_returns) if procedure == "train"]
+    assert trains and any(r.steps == 0 for _, reports in trains for r in reports)  # some clients drew nothing
+    for ids, reports in trains:
+        assert len(reports) == len(ids) and all(isinstance(r, fs.client.TrainReport) for r in reports)
+        shapes = {tuple((k, tuple(v.shape)) for k, v in r.update.items()) for r in reports}
+        assert len(shapes) == 1
         for r in reports:
-            if isinstance(r, fs.client.TrainReport):
-                assert r.steps == 1
-                assert not any(isinstance(v, (int, np.integer)) and v > 1 for v in vars(r).values())
+            assert r.steps in (0, 1)
+            message = [getattr(r, f.name) for f in dataclasses.fields(fs.client.TrainReport)]
+            assert not any(isinstance(v, (int, np.integer)) and v > 1 for v in message)
 
 
 # --- client-held state: ISFedAvg's Eq. 53 data weights stay on the clients ---------------------------

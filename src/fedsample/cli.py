@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     from fedsample.diagnostics.command import add_arguments
 
     add_arguments(sub.add_parser("diagnose", help="bias, variance and data exploitation of each strategy's round"))
+    from fedsample.privacy_cli import add_parser as add_privacy_parser
+
+    add_privacy_parser(sub)
     return parser
 
 
@@ -174,7 +177,16 @@ def command_diagnose(args: argparse.Namespace) -> None:
     diagnose(args)
 
 
-COMMANDS = {"run": command_run, "presets": command_presets, "partition": command_partition, "diagnose": command_diagnose}
+def command_privacy(args: argparse.Namespace) -> None:
+    from fedsample.privacy_cli import command_privacy as run_privacy
+
+    run_privacy(args)
+
+
+COMMANDS = {
+    "run": command_run, "presets": command_presets, "partition": command_partition,
+    "diagnose": command_diagnose, "privacy": command_privacy,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Each procedure is a plain function ``(ctx, payload, rng) -> report``. ``ctx`` ho
 the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure):
 a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
 A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
-strategy asked for exact sizes.
+strategy asked for exact sizes. Every asked client answers ``train`` with a report of the same shape (a zero
+update when its plan drew nothing), so whether a reply arrives says nothing about its data.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 from torch import nn
 
 from fedsample import privacy
-from fedsample.training.functional import Params, flatten, weighted_gradient
+from fedsample.rng import ClientRandom, client_rng
+from fedsample.training.functional import Params, flatten, weighted_gradient, zeros_like
 
 
 @dataclass
@@ -64,21 +66,52 @@ class DataPlan(Protocol):
 # --- size reports -------------------------------------------------------------------------------
 
 
+PERMANENT_REPORT = "report_size/permanent"  # purpose of the round-independent stream of permanent reports
+PERMANENT_ROUND = 0  # the one (fixed) round index of that stream
+
+
 @dataclass(frozen=True)
 class SizeQuery:
     """The server's question about data size: ``exact`` (only when the strategy declares it) or
-    ``randomized`` response with budget ``epsilon`` and threshold ``M``."""
+    ``randomized`` response with budget ``epsilon`` and threshold ``M``. With ``permanent`` (the default)
+    each client randomizes once and repeats that answer every round (RAPPOR's memoization), so a run
+    reveals what one report reveals; ``permanent=False`` re-draws the answer every round."""
 
     mode: Literal["exact", "randomized"]
     epsilon: float | None = None
     M: int | None = None
+    permanent: bool = True
 
 
 def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) -> int:
-    """The client's answer to a size query: its true size, or a randomized response (Qi et al. Eq. 1)."""
+    """The client's answer to a size query: its true size, or a randomized response (Qi et al. Eq. 1),
+    permanent (drawn from the client's round-independent stream, the same answer every round) or fresh."""
     if query.mode == "exact":
         return ctx.size
+    if query.permanent:
+        return permanent_response(ctx, query, rng)
     return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, rng))
+
+
+def report_cell(query: SizeQuery, round: int) -> tuple[int, str]:
+    """The (round, purpose) cell whose client streams draw randomized size reports: the round's own cell,
+    or one fixed cell for every round when the reports are permanent."""
+    return (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (int(round), "report_size")
+
+
+def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) -> int:
+    """The client's one randomized answer for (epsilon, M): from its stream of the fixed cell
+    (seed, PERMANENT_ROUND, client, PERMANENT_REPORT), which any backend computes alike; with any other
+    ``rng`` the first answer is memoized in the client-held ``ctx.state``."""
+    if isinstance(rng, ClientRandom):
+        cell_round, purpose = report_cell(query, rng.round)
+        stream = client_rng(rng.seed, cell_round, rng.client, purpose)
+        return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, stream))
+    memo = ctx.state.setdefault("permanent_reports", {})
+    key = (float(query.epsilon), int(query.M))
+    if key not in memo:
+        memo[key] = int(privacy.randomized_response(ctx.size, query.epsilon, query.M, rng))
+    return memo[key]
 
 
 # --- probes ------------------------------------------------------------------------------------------
@@ -138,12 +171,14 @@ def gradient_noise_variance(ctx: ClientContext, params: Params, mean_gradient: t
 
 @dataclass(frozen=True)
 class TrainPayload:
-    """Global parameters, the data plan, the local solver and the round number."""
+    """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
+    privacy (clipping and Gaussian noise, :class:`fedsample.privacy.UpdateNoise`) the client applies."""
 
     params: Params
     plan: Any
     solver: Any
     round: int
+    noise: Any = None
 
 
 @dataclass
@@ -157,15 +192,26 @@ class TrainReport:
     norm_steps: float | None = None
 
 
-def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport | None:
-    """Draw the local sample, run the local solver. A client that drew no sample sends nothing (None)."""
+def empty_report(params: Params) -> TrainReport:
+    """The reply of a client whose plan drew no sample: the same fields and shapes as any other reply, with a
+    zero update, no step and zero loss (aggregators leave it out; a secure sum adds zero)."""
+    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None)
+
+
+def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:
+    """Draw the local sample, run the local solver, and (with ``payload.noise``) clip the update and add
+    Gaussian noise. Every client replies; one that drew no sample sends :func:`empty_report` (noised too)."""
     sample = payload.plan.draw(ctx, rng)
     if len(sample) == 0:
-        return None
-    result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
-    return TrainReport(
-        update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None)
-    )
+        report = empty_report(payload.params)
+    else:
+        result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
+        report = TrainReport(
+            update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None)
+        )
+    if payload.noise is not None:
+        report.update = payload.noise.privatize(report.update, rng)
+    return report
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

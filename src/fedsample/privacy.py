@@ -11,6 +11,7 @@ true total N only when no client holds M or more samples (the paper's Eq. 7 glos
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -133,3 +134,40 @@ def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, 
             if ratio[y] > best[0]:
                 best = (float(ratio[y]), (n, other), y + 1)
     return {"epsilon": epsilon, "bound": math.exp(epsilon) if epsilon < 700 else math.inf, "max_ratio": best[0], "pair": best[1], "y": best[2]}
+
+
+# --- the update: clipping and Gaussian noise (client-level DP) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdateNoise:
+    """Client-level DP for the update (the Gaussian mechanism, Dwork & Roth 2014, Thm 3.22; McMahan et al.
+    2018's per-client clipping): the client scales its update to L2 norm at most ``clip`` and adds
+    N(0, (noise_multiplier * clip)^2) to every coordinate. Changing all of one client's data (or replacing it
+    by nothing: a zero update) moves the clipped update by at most ``clip``, so each released update is a
+    Gaussian mechanism with noise multiplier ``noise_multiplier``; :mod:`fedsample.accounting` composes the
+    rounds. This budget is separate from the size report's epsilon."""
+
+    clip: float
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        checks.positive("clip", self.clip)
+        checks.non_negative("noise_multiplier", self.noise_multiplier)
+
+    def clipped(self, update: dict) -> dict:
+        """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""
+        norm = math.sqrt(sum(float((v.double() ** 2).sum()) for v in update.values()))
+        factor = min(1.0, self.clip / norm) if norm > 0 else 1.0
+        return {k: v * factor for k, v in update.items()}
+
+    def privatize(self, update: dict, rng: "np.random.Generator | ClientRandom") -> dict:
+        """Clip, then add Gaussian noise of standard deviation noise_multiplier * clip (from the client's rng)."""
+        import torch
+
+        sigma = self.noise_multiplier * self.clip
+        out = {}
+        for k, v in self.clipped(update).items():
+            noise = rng.normal(0.0, 1.0, size=tuple(v.shape)) if sigma > 0 else np.zeros(tuple(v.shape))
+            out[k] = v + torch.as_tensor(sigma * noise, dtype=v.dtype)
+        return out

@@ -91,14 +91,19 @@ def weighted_fedavg(
     )
 
 
-def fedsampling(K: int = 2048, epsilon: float = 3.0, M: int = 300, lr: float = 0.05, clients: Any = None, data: Any = None) -> Strategy:
+def fedsampling(
+    K: int = 2048, epsilon: float = 3.0, M: int = 300, lr: float = 0.05, clients: Any = None, data: Any = None,
+    secure_sum: bool = True, permanent: bool = True,
+) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
     G_c = (1/K) * sum g_s, and Theta <- Theta - eta * sum_c G_c. Paper defaults: K = 2048, eps = 3, M = 300,
-    eta = 0.05."""
+    eta = 0.05. By default the size reports are permanent (a run costs epsilon) and the server learns only
+    sum_c G_c (secure sum); ``permanent=False`` and ``secure_sum=False`` give the paper's literal protocol."""
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K), local=OneGradient(K),
-        aggregate=Sum(), server=ServerSGD(lr), sizes=RandomizedSizes(epsilon, M, scope="all"), name="fedsampling",
+        clients=clients or AllClients(), data=data or FedSamplingData(K), local=OneGradient(K), aggregate=Sum(),
+        server=ServerSGD(lr), sizes=RandomizedSizes(epsilon, M, scope="all", permanent=permanent), name="fedsampling",
+        secure_sum=secure_sum,
     )
 
 

@@ -38,8 +38,14 @@ def is_failed(reply: Any) -> bool:
 
 
 def answered(replies: Sequence[Any]) -> np.ndarray:
-    """Positions of the replies that are neither :class:`Failed` nor None."""
-    return np.array([i for i, r in enumerate(replies) if r is not None and r.__class__ is not Failed], dtype=np.int64)
+    """Positions of the replies that carry an update: neither :class:`Failed`, None, nor empty (a reply that
+    took no step: its plan drew nothing and its update is zero)."""
+    return np.array([i for i, r in enumerate(replies) if carries_update(r)], dtype=np.int64)
+
+
+def carries_update(reply: Any) -> bool:
+    """A reply from at least one local step (not :class:`Failed`, not None, not an empty reply)."""
+    return reply is not None and reply.__class__ is not Failed and getattr(reply, "steps", 1) > 0
 
 
 def failed_positions(replies: Sequence[Any], received: np.ndarray | None = None) -> dict[int, Failed]:
@@ -151,7 +157,7 @@ class Replies(list):
 
     def received_positions(self) -> np.ndarray:
         """Positions of the clients that sent an update (neither Failed nor None)."""
-        return np.array([i for i in self.candidates().tolist() if self[i] is not None and i not in self.failed], dtype=np.int64)
+        return np.array([i for i in self.candidates().tolist() if i not in self.failed and carries_update(self[i])], dtype=np.int64)
 
     @property
     def weighted_update_sum(self) -> Any:

@@ -4,6 +4,9 @@
 sampling and size-weighted FedAvg need); ``RandomizedSizes`` asks for epsilon-LDP randomized responses
 (Qi et al. 2023, §3.3) and estimates the total with Eq. 2. ``scope`` says who is asked: every available
 client before selection (FedSampling) or only the chosen cohort after it (FedSTaS, size-weighted FedAvg).
+Randomized reports are *permanent* by default (each client randomizes once and repeats its answer every
+round, so a whole run costs one report's epsilon); ``permanent=False`` re-draws them every round, and
+:meth:`RandomizedSizes.epsilon_spent` says what a client has then spent (:mod:`fedsample.accounting`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedsample import privacy
+from fedsample import accounting, privacy
 from fedsample.client import SizeQuery
 
 Scope = Literal["all", "cohort"]
@@ -67,11 +70,13 @@ class ExactSizes:
 
 @dataclass(frozen=True)
 class RandomizedSizes:
-    """epsilon-LDP randomized-response size reports with threshold M; total estimated by Eq. 2."""
+    """epsilon-LDP randomized-response size reports with threshold M; total estimated by Eq. 2. ``permanent``
+    (default): one randomized answer per client for the whole run; False: a fresh answer every round."""
 
     epsilon: float = 3.0
     M: int = 100
     scope: Scope = "all"
+    permanent: bool = True
 
     def __post_init__(self) -> None:
         _check_scope(self.scope)
@@ -79,7 +84,11 @@ class RandomizedSizes:
 
     @property
     def query(self) -> SizeQuery:
-        return SizeQuery("randomized", self.epsilon, self.M)
+        return SizeQuery("randomized", self.epsilon, self.M, self.permanent)
+
+    def epsilon_spent(self, reports: int, delta: float = accounting.DEFAULT_DELTA) -> dict:
+        """What one client has spent after sending ``reports`` answers (:func:`fedsample.accounting.size_report_spend`)."""
+        return accounting.size_report_spend(self.epsilon, reports, self.permanent, delta)
 
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
         total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)

@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from fedsample import accounting, validate
 from fedsample.client import TrainPayload
-from fedsample import validate
 from fedsample.federation.base import Federation
+from fedsample.federation.secure_sum import SealedReplies, SecureSum
 from fedsample.missing import response_rate, scaled_total
 from fedsample.rounds import Cohort, Failed, Replies, RoundContext
-
-__all__ = ["Strategy", "RoundContext", "Cohort", "RoundFailed"]
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.sizes import ExactSizes, RandomizedSizes, SizeInfo
@@ -25,6 +24,8 @@ from fedsample.training.aggregate import WeightedMean, received
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
 from fedsample.training.server import ServerSGD
+
+__all__ = ["Strategy", "RoundContext", "Cohort", "RoundFailed"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,11 @@ class Strategy:
     ``clients`` picks the cohort, ``data`` plans each client's local sample, ``local`` is the local
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
-    (centralized training).
+    (centralized training). ``noise`` (a :class:`fedsample.privacy.UpdateNoise`) makes every client clip its
+    update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
+    :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
+    updates (linear aggregators). Each round's log states what a client has spent so far
+    (:func:`fedsample.accounting.run_spend`).
     """
 
     clients: Any = field(default_factory=AllClients)
@@ -45,6 +50,8 @@ class Strategy:
     sizes: ExactSizes | RandomizedSizes | None = None
     name: str = "strategy"
     pooled: bool = False
+    noise: Any = None
+    secure_sum: bool = False
 
     def __post_init__(self) -> None:
         self.check()
@@ -106,9 +113,11 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round)  # noqa: E731
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
-        replies = validate.screen_updates(federation.run("train", cohort.ids, payload, round), cohort.ids, params)
+        replies = (SecureSum(federation) if self.secure_sum else federation).run("train", cohort.ids, payload, round)
+        if not isinstance(replies, SealedReplies):  # sealed updates cannot be read: only their sum is checked
+            replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
         if delta is None:
@@ -124,7 +133,8 @@ class Strategy:
         non-finite aggregate after that is rejected (None)."""
         ctx.response_rate = response_rate(len(cohort) + lost, len(cohort) - len(replies.failures()))
         delta = self.aggregate.combine(replies, cohort, ctx) if ctx.response_rate > 0 else None
-        if delta is not None and not checked and not validate.params_finite(delta) and validate.has_fused_sum(replies):
+        sealed = isinstance(replies, SealedReplies)
+        if delta is not None and not checked and not sealed and not validate.params_finite(delta) and validate.has_fused_sum(replies):
             # per-client updates from here on: the fused sum would carry the rejected clients' NaN (0 * NaN)
             replies = Replies(validate.screen_updates(replies, cohort.ids, ctx.params, deep=True))
             return self.combine_valid(replies, cohort, ctx, lost, checked=True)
@@ -139,14 +149,21 @@ class Strategy:
         ctx.log["params_unchanged"] = why
         return ctx.log
 
-    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies) -> dict:
+    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies | SealedReplies) -> dict:
         _note_failures(ctx, reports.failures())
-        _, got = received(reports)
-        log: dict[str, Any] = {"cohort": len(cohort), "updates": len(got)}
-        if got:
-            log["train_loss"] = float(np.mean([r.loss for r in got]))
+        log: dict[str, Any] = {"cohort": len(cohort)}
+        if isinstance(reports, SealedReplies):  # a secure sum reveals only the summed loss and count
+            loss_sum, log["updates"] = reports.summed_loss()
+            if log["updates"]:
+                log["train_loss"] = loss_sum / log["updates"]
+        else:
+            _, got = received(reports)
+            log["updates"] = len(got)
+            if got:
+                log["train_loss"] = float(np.mean([r.loss for r in got]))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
+        log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         return log
 
 

@@ -220,6 +220,7 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
             "status": ["ok" if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
+            "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
         }
     return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})
 
@@ -227,6 +228,14 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
 def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
     """The one-line reasons of the runs that stopped."""
     return [run.reason for runs in results.values() for run in runs if isinstance(run, Failure)]
+
+
+def privacy_spent(runs: list[SimulationResult]) -> dict:
+    """What one client spent over the whole run (the last round's accountant keys; the same for every seed)."""
+    from fedsample.accounting import SPEND_KEYS
+
+    last = runs[0].history[-1] if runs and runs[0].history else {}
+    return {k: last[k] for k in SPEND_KEYS if k in last}
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:

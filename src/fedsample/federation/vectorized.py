@@ -14,8 +14,10 @@ within float tolerance, because every client still draws its sample and minibatc
   global parameters, linear in the per-sample gradients. One weighted forward over the union of the drawn
   samples gives every client's loss; a linear aggregator (``Sum``, ``WeightedMean``) then asks the
   returned :class:`CohortReports` for ``sum_k a_k * G_k``, which is one backward pass of the union loss
-  ``sum_s a_{c(s)} w_s l_s``: the cost of one centralized step on those samples. Each client's own G_c
-  still exists: reading ``report.update`` computes all of them (batched) on first access. The shortcut
+  ``sum_s a_{c(s)} w_s l_s``: the cost of one centralized step on those samples, computed by the federation
+  (the drawn rows stay on this side of the door, in :class:`_Union`; the strategy gets the sum, as a secure
+  sum would give it). Each client's own G_c still exists: reading ``report.update`` computes all of them
+  (batched) on first access. The shortcut
   applies only to a solver that is linear in the sample gradients at one point (OneGradient) combined by
   a linear aggregator; everything else reads the per-client updates.
 - Size reports: randomized responses for the whole cohort in one numpy pass (:class:`~fedsample.rng.CohortRandom`
@@ -38,7 +40,7 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import privacy
-from fedsample.client import LocalSample, TrainPayload, TrainReport
+from fedsample.client import LocalSample, TrainPayload, TrainReport, empty_report
 from fedsample.data.types import FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
@@ -65,6 +67,7 @@ class VectorizedSimulator(Simulator):
         self._loss_fn = weighted_loss_fn(self.train_module, self.task)
         self._batched_loss = None
         self._activation_bytes: int | None = None
+        self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
 
     # --- the verb ----------------------------------------------------------------------------------
 
@@ -84,11 +87,15 @@ class VectorizedSimulator(Simulator):
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return sizes.copy()
-        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, round, ids, "report_size"))
+        cell_round, purpose = procedures.report_cell(query, round)
+        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose))
 
-    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport | None]:
-        """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
-        if self.needs_loop() is not None:
+    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport]:
+        """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
+        Updates with clipping and noise (``payload.noise``) are per-client and nonlinear: the reference loop."""
+        self._unions.clear()
+        noisy = any(p.noise is not None for p in (payloads if isinstance(payloads, list) else [payloads]))
+        if noisy or self.needs_loop() is not None:
             return super().run("train", ids, payloads, round)
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
@@ -161,10 +168,10 @@ class VectorizedSimulator(Simulator):
 
     # --- LocalSGD -----------------------------------------------------------------------------------------
 
-    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> list[TrainReport | None]:
+    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> list[TrainReport]:
         solver: LocalSGD = payload.solver
         samples, rngs = self._draw(ids, payload.plan, round)
-        reports: list[TrainReport | None] = [None] * len(ids)
+        reports: list[TrainReport] = [empty_report(payload.params)] * len(ids)  # one shared empty reply (never mutated)
         active = [i for i, s in enumerate(samples) if len(s)]
         schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
         if not schedules:
@@ -290,7 +297,7 @@ class VectorizedSimulator(Simulator):
                 scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
         counts = np.bincount(member, minlength=len(ids))
         if len(member) == 0:
-            return CohortReports([None] * len(ids))
+            return [empty_report(payload.params)] * len(ids)
         rows = self.data.order[self.data.offsets[ids[member]] + local]
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
@@ -310,11 +317,53 @@ class _Repeated:
         return self.payload
 
 
-class CohortReports(list):
-    """The reports of a OneGradient cohort (a list, like any federation's answer) that can also compute
-    ``sum_k a_k * G_k`` over received updates as one backward pass of the union loss (linear aggregators)."""
+class _Union:
+    """The federation's side of a batched cohort: the drawn rows, their cohort members and weights, and the
+    per-sample weighted losses at w0 (with their graph). Never handed to the strategy."""
 
-    _received = np.zeros(0, dtype=np.int64)  # no client drew a sample
+    def __init__(
+        self, sim: "VectorizedSimulator", leaves: Params, terms: torch.Tensor, member: np.ndarray, rows: np.ndarray,
+        weights: np.ndarray, masks: "random_layers.Masks",
+    ) -> None:
+        self.sim, self.leaves, self.terms, self.member, self.rows, self.weights = sim, leaves, terms, member, rows, weights
+        self.masks = masks  # dropout masks of the union's rows, in the order of ``rows``
+
+    def weighted_gradient_sum(self, a: np.ndarray) -> Params:
+        """Gradient of ``sum_s a_{c(s)} w_s l_s`` at w0 (``a`` one coefficient per cohort member)."""
+        scaled = torch.as_tensor(a[self.member], dtype=self.terms.dtype) * self.terms
+        grads = torch.autograd.grad(scaled.sum(), list(self.leaves.values()), retain_graph=True)
+        return dict(zip(self.leaves, grads))
+
+    def client_gradients(self, C: int) -> Params:
+        """Every client's G_c at once: padded per-client batches, parameters broadcast along the client axis."""
+        sim, member = self.sim, self.member
+        counts = np.bincount(member, minlength=C)
+        B = int(counts.max())  # clients without rows get zero weights (their G_c is zero)
+        slot = np.arange(len(member)) - (np.cumsum(counts) - counts)[member]
+        padded_rows = np.zeros((C, B), dtype=np.int64)
+        padded_w = np.zeros((C, B), dtype=np.float32)
+        padded_rows[member, slot], padded_w[member, slot] = self.rows, self.weights
+        padded_masks = {}
+        for key, m in self.masks.items():
+            padded_masks[key] = torch.zeros((C, B, *m.shape[1:]), dtype=m.dtype)
+            padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
+        chunk = max(1, sim.memory_budget // sim._client_bytes(self.leaves, B, False))
+        parts = []
+        for start in range(0, C, chunk):
+            r = torch.from_numpy(padded_rows[start : start + chunk])
+            stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in self.leaves.items()}
+            masks = {k: m[start : start + chunk] for k, m in padded_masks.items()}
+            w = torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype)
+            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], w, masks)
+            parts.append(g)
+        return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
+
+
+class CohortReports(list):
+    """The reports of a one-gradient (or single-step) cohort: a list of one fixed-shape report per client,
+    like any federation's answer, that can also have the federation compute ``sum_k a_k * G_k`` as one
+    backward pass of the union loss (linear aggregators). It holds message content only (each client's
+    loss and steps; the updates, computed when read); the drawn rows stay in the federation."""
 
     @classmethod
     def one_gradient(
@@ -325,7 +374,8 @@ class CohortReports(list):
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
         ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
         loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
-        (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``."""
+        (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``.
+        A client without rows gets :func:`~fedsample.client.empty_report`."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.from_numpy(rows)
         with torch.enable_grad():
@@ -333,30 +383,37 @@ class CohortReports(list):
             terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
-        reports = cls([None] * len(counts))
-        reports._union = (leaves, terms, member, rows, weights, sim)
-        reports._masks = masks or {}
+        reports = cls([empty_report(params)] * len(counts))  # one shared empty reply (never mutated)
+        reports._federation, reports._token = sim, len(sim._unions)
+        reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
+        reports._losses = np.where(counts > 0, losses, 0.0)  # the replies' losses, as one array
+        sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
-        reports._received = np.flatnonzero(counts)
-        for c, loss in zip(reports._received.tolist(), losses[counts > 0].tolist()):
+        for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
             reports[c] = _DeferredReport(reports, c, loss)
         return reports
 
-    def received_positions(self) -> np.ndarray:
-        """Positions of the clients that sent an update (those that drew at least one sample)."""
-        return self._received
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the losses of the clients that took a step, how many did): the replies' own fields, summed."""
+        return float(self._losses[self._took_step].sum()), int(self._took_step.sum())
+
+    def _union(self) -> _Union:
+        union = self._federation._unions.get(self._token)
+        if union is None:
+            raise RuntimeError("these reports belong to an earlier train call; the federation kept only the last one's")
+        return union
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
-        parameters (every G_c is linear in the sample gradients at one point)."""
-        leaves, terms, member, *_ = self._union
+        parameters (every G_c is linear in the sample gradients at one point; empty clients add zero)."""
         a = np.zeros(len(self))
         a[np.asarray(positions, dtype=np.int64)] = weights
-        scaled = torch.as_tensor(a[member], dtype=terms.dtype) * terms
-        grads = torch.autograd.grad(scaled.sum(), list(leaves.values()), retain_graph=True)
-        total = float(np.sum(weights))
-        return {k: self._as_update(g, leaves[k].detach(), total) for k, g in zip(leaves, grads)}
+        union = self._union()
+        grads = union.weighted_gradient_sum(a)
+        trained = self._took_step[np.asarray(positions, dtype=np.int64)]
+        total = float(np.sum(np.asarray(weights, dtype=np.float64)[trained]))  # decay * w0 only in trained updates
+        return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
     def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
         """step * (gradient + decay * weight * w0): the update(s) from gradient(s) at w0."""
@@ -366,34 +423,10 @@ class CohortReports(list):
 
     def update_of(self, position: int) -> Params:
         """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
+        union = self._union()
         if self._updates is None:
-            self._updates = self._client_gradients()
-        leaves = self._union[0]
-        return {k: self._as_update(v[position], leaves[k].detach(), 1.0) for k, v in self._updates.items()}
-
-    def _client_gradients(self) -> Params:
-        """Every client's G_c at once: padded per-client batches, parameters broadcast along the client axis."""
-        leaves, _, member, rows, weights, sim = self._union
-        counts = np.bincount(member, minlength=len(self))
-        C, B = len(self), int(counts.max())  # clients without rows get zero weights (their G_c is never read)
-        slot = np.arange(len(member)) - (np.cumsum(counts) - counts)[member]
-        padded_rows = np.zeros((C, B), dtype=np.int64)
-        padded_w = np.zeros((C, B), dtype=np.float32)
-        padded_rows[member, slot], padded_w[member, slot] = rows, weights
-        padded_masks = {}
-        for key, m in self._masks.items():
-            padded_masks[key] = torch.zeros((C, B, *m.shape[1:]), dtype=m.dtype)
-            padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
-        per_client = sim._client_bytes(leaves, B, False)
-        chunk = max(1, sim.memory_budget // per_client)
-        parts = []
-        for start in range(0, C, chunk):
-            r = torch.from_numpy(padded_rows[start : start + chunk])
-            stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in leaves.items()}
-            masks = {k: m[start : start + chunk] for k, m in padded_masks.items()}
-            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype), masks)
-            parts.append(g)
-        return {k: torch.cat([p[k] for p in parts]) for k in leaves}
+            self._updates = union.client_gradients(len(self))
+        return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
 
 
 class _DeferredReport(TrainReport):

@@ -1,5 +1,10 @@
 """Data samplers: what each chosen client trains on. The server sends a small *plan*; the client executes
-it on its own data (:meth:`draw`), so the server never sees which or how many samples were drawn."""
+it on its own data (:meth:`draw`). No index and no count of the drawn samples leaves the client: every asked
+client replies with a report of the same shape (a zero update, no step, when it drew nothing), and the
+engines keep the drawn rows on the clients' side. The update itself is computed from the drawn samples (its
+norm grows with their number, and an empty draw gives a zero update); with
+:class:`fedsample.federation.secure_sum.SecureSum` the server sees only the cohort's sum, and with
+:class:`fedsample.privacy.UpdateNoise` each update is clipped and noised (see docs/privacy.md)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,11 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
 
 
 def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list["TrainReport"]]:
-    """Positions (in the cohort) and reports of the clients that sent an update."""
-    known = getattr(reports, "received_positions", None)  # the vectorized engine knows them already
+    """Positions (in the cohort) and reports of the clients that sent an update: every reply except
+    :class:`~fedsample.rounds.Failed`, None and the empty replies (no step taken: the client's plan drew nothing,
+    and its update is zero). A federation that knows them (the vectorized engine) or hides who trained (a
+    secure sum) names the positions itself (``received_positions``)."""
+    known = getattr(reports, "received_positions", None)
     positions = known() if known is not None else answered(reports)
     return positions, [reports[i] for i in positions]
 

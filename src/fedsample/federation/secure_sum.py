@@ -1,0 +1,130 @@
+"""Secure-sum federation mode: for linear aggregators the server learns only the sum of the cohort's updates.
+
+:class:`SecureSum` wraps any federation and simulates secure aggregation (Bonawitz et al. 2017; Flower's
+SecAgg+ in a deployment) in-process: the clients' ``train`` replies stay inside the wrapper (the clients'
+side of the door), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
+weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
+server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
+loss and the number of clients that took a step (two more coordinates of the same sum, for the round log).
+A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
+(empty replies add zero), so the server cannot tell who drew nothing.
+
+Supported: aggregators that are linear with server-known weights (``Sum``, ``WeightedMean``,
+``StratifiedMean``). FedNova needs each client's step count and fails with a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsample.rounds import Failed, carries_update, failed_positions
+from fedsample.training.aggregate import weighted_sum
+from fedsample.training.functional import Params
+
+
+class SecureSum:
+    """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._pending: dict[int, Sequence[Any]] = {}
+        self._calls = 0
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def client_states(self) -> dict:
+        return self.inner.client_states() if hasattr(self.inner, "client_states") else {}
+
+    def load_client_states(self, states: dict) -> None:
+        if hasattr(self.inner, "load_client_states"):
+            self.inner.load_client_states(states)
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
+        replies = self.inner.run(procedure, client_ids, payload, round)
+        if procedure != "train":
+            return replies
+        self._pending.clear()  # a cohort not summed by the next train call is never revealed
+        self._calls += 1
+        self._pending[self._calls] = replies
+        token = self._calls
+        return SealedReplies(self, token, len(replies), failed_positions(replies))
+
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params, float, int]:
+        """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many trained)."""
+        replies = self._pending.pop(token, None)
+        if replies is None:
+            raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
+        fused = getattr(replies, "weighted_update_sum", None)
+        positions = np.asarray(positions, dtype=np.int64)
+        if fused is not None:
+            total = fused(positions, weights)
+        else:
+            total = weighted_sum([replies[int(i)].update for i in positions], weights)
+        return (total, *summed_loss(replies))
+
+
+def summed_loss(replies: Sequence[Any]) -> tuple[float, int]:
+    """(sum of the losses of the replies that took a step, how many did); the engine's batched replies sum
+    their own loss array."""
+    batched = getattr(replies, "summed_loss", None)
+    if batched is not None:
+        return batched()
+    trained = [r for r in replies if carries_update(r)]
+    return float(sum(r.loss for r in trained)), len(trained)
+
+
+class _Sealed:
+    """One client's sealed reply: the server sees that it arrived, nothing of its content."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"secure-sum mode: a client's {name!r} is not visible to the server; use an aggregator that is linear "
+            "with server-known weights (Sum, WeightedMean, StratifiedMean)"
+        )
+
+
+_SEALED = _Sealed()
+
+
+class SealedReplies(Sequence):
+    """What the server holds after a secure-sum ``train`` call: one sealed reply per asked client and, once
+    asked, the weighted sum (the federation computes it; see :class:`SecureSum`)."""
+
+    def __init__(self, federation: SecureSum, token: int, count: int, failed: dict[int, Failed] | None = None) -> None:
+        self._federation, self._token, self._count = federation, token, count
+        self._loss: tuple[float, int] | None = None
+        self.failed = failed or {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, position: int) -> _Sealed:  # type: ignore[override]
+        if not -self._count <= position < self._count:
+            raise IndexError(position)
+        return self.failed.get(position % self._count, _SEALED)
+
+    def received_positions(self) -> np.ndarray:
+        """Every asked client that answered: the server cannot tell an empty reply from another (a client
+        that did not answer is known, as in secure aggregation's dropout handling)."""
+        return np.setdiff1d(np.arange(self._count), np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))
+
+    def failures(self) -> list[Failed]:
+        """The clients that did not answer (or failed), in cohort order."""
+        return [self.failed[i] for i in sorted(self.failed)]
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+        """``sum_i weights_i * Delta_{positions_i}``, revealed once."""
+        total, loss_sum, trained = self._federation.secure_sum(self._token, positions, weights)
+        self._loss = (loss_sum, trained)
+        return total
+
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the trained clients' losses, how many took a step), from the same secure sum; (0.0, 0)
+        before the sum is revealed."""
+        return self._loss if self._loss is not None else (0.0, 0)
