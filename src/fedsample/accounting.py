@@ -34,6 +34,8 @@ def advanced_composition(epsilon: float, k: int, delta: float = DEFAULT_DELTA) -
     epsilon' = epsilon * sqrt(2k ln(1/delta')) + k * epsilon * (e^epsilon - 1) (Dwork & Roth 2014, Thm 3.20)."""
     checks.non_negative("epsilon", epsilon)
     checks.in_interval("delta", delta, 0, 1, closed="()")
+    if epsilon > 700:  # e^epsilon overflows a float; the bound is vacuous there anyway
+        return math.inf
     return epsilon * math.sqrt(2 * k * math.log(1 / delta)) + k * epsilon * math.expm1(epsilon)
 
 
