@@ -87,6 +87,8 @@ def simulate(
     federation: Any = None,
     backend: str = "vectorized",
     memory_budget: int | None = None,
+    workers: int = 2,
+    ray_address: str | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -94,12 +96,20 @@ def simulate(
     ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
     ``"loop"`` (the per-client reference); both give the same numbers within float tolerance.
     ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
-    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it."""
+    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it.
+    ``federation="ray"`` splits the clients over ``workers`` Ray actors (``pip install fedsample[ray]``; Ray
+    at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md)."""
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
+    if federation == "ray":
+        from fedsample.federation.ray import simulate_on_ray
+
+        return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
+                               seed=seed, eval_every=eval_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                               resume=resume, progress=progress, memory_budget=memory_budget)
     fed = federation or make_federation(backend, data, module, seed, memory_budget)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
