@@ -23,7 +23,7 @@ from the last checkpoint with the numbers of an uninterrupted run.
 from __future__ import annotations
 
 import pickle
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -307,3 +307,15 @@ def simulate_on_ray(
             return simulate(data=data, model=model, seed=seed, federation=fed, **run)
         finally:
             fed.close()
+
+
+@contextmanager
+def cli_session(address: str | None, workers: int, error: type[Exception]) -> Iterator[dict]:
+    """``fedsample run --workers N --ray-address A``: one Ray session for the whole experiment, yielding the
+    ``simulate`` options; a cluster that cannot be reached is ``error`` (one line, exit 2)."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(ray_session(address, num_cpus=workers if address is None else None))
+        except (ConnectionError, RuntimeError) as failure:
+            raise error(f"--ray-address {address}: cannot connect to Ray ({str(failure).splitlines()[0]})") from None
+        yield {"federation": "ray", "workers": workers, "ray_address": address}
