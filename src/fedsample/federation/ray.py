@@ -171,12 +171,14 @@ class ShardedReports(list):
 class RayFederation:
     """A federation over ``workers`` Ray actors (see the module docstring). Ray must be initialized
     (:func:`ray_session`). ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources;
-    ``spread`` places actors on as many nodes as possible. With ``count_bytes`` the pickled size of what
+    ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
+    seconds (the cluster lacks the resources) are an error. With ``count_bytes`` the pickled size of what
     each call sends and receives is added up in :attr:`traffic` (for benchmarks; it costs a serialization)."""
 
     def __init__(
         self, data: FederatedData, module: nn.Module, seed: int, workers: int = 2, memory_budget: int | None = None,
         cpus_per_worker: float = 1, gpus_per_worker: float = 0, spread: bool = True, count_bytes: bool = False,
+        start_timeout: float = 120.0,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("RayFederation needs a running Ray: use fedsample.federation.ray.ray_session(...)")
@@ -191,7 +193,7 @@ class RayFederation:
         threads = max(1, int(cpus_per_worker))
         budget = memory_budget or DEFAULT_MEMORY_BUDGET
         self.actors = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
-        self.nodes = self._gather([a.node.remote() for a in self.actors])  # waits until every actor is up
+        self.nodes = self._started([a.node.remote() for a in self.actors], start_timeout, options)
 
     @property
     def num_clients(self) -> int:
@@ -245,6 +247,17 @@ class RayFederation:
             self.traffic["received"] += sum(_pickled_size(a) for a in answers.values())
         return answers
 
+    def _started(self, refs: list, timeout: float, options: dict) -> list[str]:
+        """The actors' nodes once every actor runs; stops them and raises when they cannot all be placed."""
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise RuntimeError(
+                f"{self.workers} Ray actors with {options['num_cpus']} CPU and {options['num_gpus']} GPU each did not start "
+                f"in {timeout:g} s; the cluster has {ray.available_resources()} free"
+            ) from None
+
     def _gather(self, refs: list) -> list:
         try:
             return ray.get(refs)
@@ -287,8 +300,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
     if address is None:
         init = {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 200 * 2**20,
                 "_node_ip_address": "127.0.0.1", **init}
-    ray.init(address=address, configure_logging=False, log_to_driver=False, **init)
     try:
+        ray.init(address=address, configure_logging=False, log_to_driver=False, **init)
         yield
     finally:
         ray.shutdown()
