@@ -143,16 +143,40 @@ def test_simulate_federation_ray_uses_the_running_ray(fed, local_ray):
     assert ray.is_initialized()  # the session this test found is left running
 
 
+EXPERIMENT = """
+name = "ray-cli"
+rounds = 2
+seeds = [0]
+
+[dataset]
+name = "digits"
+
+[partition]
+scheme = "lognormal"
+mean = 3
+sigma = 1.0
+
+[model]
+name = "logreg"
+
+[[strategies]]
+recipe = "fedavg"
+clients_per_round = 10
+"""
+
+
 def test_cli_runs_on_ray_workers(local_ray, tmp_path, capsys):
-    out = tmp_path / "run"
-    code = main(["run", "quickstart", "--rounds", "2", "--seeds", "0", "--workers", "2", "--out", str(out), "--quiet"])
-    assert code == 0, capsys.readouterr().err
-    local = tmp_path / "local"
-    assert main(["run", "quickstart", "--rounds", "2", "--seeds", "0", "--out", str(local), "--quiet"]) == 0
+    config = tmp_path / "ray-cli.toml"
+    config.write_text(EXPERIMENT)
+    out, local = tmp_path / "on-ray", tmp_path / "local"
+    assert main(["run", str(config), "--workers", "2", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["run", str(config), "--out", str(local), "--quiet"]) == 0
     on_ray = json.loads((out / "results.json").read_text())["strategies"]
     alone = json.loads((local / "results.json").read_text())["strategies"]
+    assert on_ray.keys() == alone.keys()
     for label in alone:
-        assert on_ray[label]["final"]["accuracy"]["mean"] == pytest.approx(alone[label]["final"]["accuracy"]["mean"], abs=1e-9)
+        for metric in ("accuracy", "loss"):
+            assert on_ray[label]["final"][metric]["mean"] == pytest.approx(alone[label]["final"][metric]["mean"], rel=1e-5)
 
 
 def test_cli_rejects_bad_worker_counts(capsys, tmp_path):
