@@ -77,6 +77,25 @@ def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
     assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
 
 
+def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, ray_fed):
+    """For aggregators that read every client's update: the same steps, loss, a_k and update as the engine's."""
+    from fedsample.client import TrainPayload
+    from fedsample.federation.vectorized import VectorizedSimulator
+    from fedsample.models import initial_parameters
+    from fedsample.sampling.data import AllSamples
+    from fedsample.training.local import LocalSGD
+
+    payload = TrainPayload(initial_parameters(module, 2), AllSamples(), LocalSGD(lr=0.1, epochs=2, batch_size=3, momentum=0.5), 1)
+    ids = np.array([5, 0, 17, 3, 3, 22, 8])  # both actors, a repeated client
+    got = ray_fed.run("train", ids, payload, 1)
+    want = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 1)
+    assert [r is None for r in got] == [r is None for r in want]
+    for a, b in zip(got, want):
+        assert (a.steps, a.norm_steps) == (b.steps, pytest.approx(b.norm_steps)) and a.loss == pytest.approx(b.loss, rel=1e-6)
+        for k in b.update:
+            torch.testing.assert_close(a.update[k], b.update[k], rtol=1e-5, atol=1e-7)
+
+
 def test_client_state_lives_on_the_actors_and_round_trips(fed, module, ray_fed):
     fs.simulate(RECIPES["isfedavg"](), data=fed, model=module, rounds=2, seed=5, federation=ray_fed)
     states = ray_fed.client_states()

@@ -34,7 +34,7 @@ from fedsample.client import TrainReport
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
-from fedsample.training.aggregate import weighted_sum
+from fedsample.training.aggregate import received, weighted_sum
 from fedsample.training.functional import Params
 
 
@@ -94,15 +94,12 @@ class ClientShard:
         return self._held[1]
 
 
-def summarize_reports(reports: Sequence[TrainReport | None]) -> np.ndarray:
-    """One row per report: (received, steps, loss, FedNova's a_k or NaN) as float64, so a round's metadata
-    is one small array."""
-    table = np.zeros((len(reports), 4))
-    for i, r in enumerate(reports):
-        if r is not None:
-            norm = getattr(r, "norm_steps", None)
-            table[i] = (1.0, r.steps, r.loss, np.nan if norm is None else norm)
-    return table
+def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray, np.ndarray]:
+    """What the server needs of a train call besides the updates: the positions of the received reports and
+    one row (steps, loss, FedNova's a_k or NaN) per received report; clients that sent nothing cost nothing."""
+    positions, got = received(reports)
+    rows = [(r.steps, r.loss, np.nan if getattr(r, "norm_steps", None) is None else r.norm_steps) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 3)
 
 
 # --- the server's side -------------------------------------------------------------------------------------
@@ -127,18 +124,17 @@ class ShardedReports(list):
     """A ``train`` call's reports over the actors: a list like any federation's answer, plus
     ``received_positions`` and ``weighted_update_sum`` for linear aggregators (one partial sum per actor)."""
 
-    def __init__(self, fed: "RayFederation", token: int, parts: list[np.ndarray], tables: list[np.ndarray], size: int) -> None:
+    def __init__(self, fed: "RayFederation", token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
         super().__init__([None] * size)
         self._fed, self._token, self._parts = fed, token, parts
-        self._fetched: dict[int, list[Params]] = {}
+        self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
         self._local = np.zeros(size, dtype=np.int64)
-        for w, (positions, table) in enumerate(zip(parts, tables)):
+        for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (got, steps, loss, norm) in zip(positions.tolist(), table.tolist()):
-                if got:
-                    self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm)
-        self._received = np.array([i for i, r in enumerate(self) if r is not None], dtype=np.int64)
+            for j, (steps, loss, norm) in zip(positions[got].tolist(), table.tolist()):
+                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm)
+        self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:
         return self._received
@@ -213,8 +209,8 @@ class RayFederation:
         }
         answers = self._call_each(calls, self._token)
         if procedure == "train":
-            tables = [answers.get(w, np.zeros((0, 4))) for w in range(self.workers)]
-            return ShardedReports(self, self._token, parts, tables, len(ids))
+            nothing = (np.zeros(0, np.int64), np.zeros((0, 3)))
+            return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return _in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict]:
@@ -298,8 +294,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
         yield
         return
     if address is None:
-        init = {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 200 * 2**20,
-                "_node_ip_address": "127.0.0.1", **init}
+        init = {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 200 * 2**20, **init}
     try:
         ray.init(address=address, configure_logging=False, log_to_driver=False, **init)
         yield
