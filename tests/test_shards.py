@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 import fedsample as fs
-from fedsample.federation.shards import assign_clients, positions_by_worker, shard_of
+from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.client import TrainPayload
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import initial_parameters
@@ -63,3 +63,11 @@ def test_the_engine_on_shards_reproduces_every_client_report():
         assert got.steps == want[k].steps and abs(got.loss - want[k].loss) < 1e-6
         for name in got.update:
             torch.testing.assert_close(got.update[name], want[k].update[name], rtol=1e-5, atol=1e-7)
+
+
+def test_client_ids_travel_as_a_range_where_they_are_one():
+    assert as_range(np.arange(3, 1_000_000, 4)) == range(3, 1_000_000, 4)
+    ids = np.array([1, 2, 4])
+    assert as_range(ids) is ids
+    assert as_range(np.array([5, 5])) is not None and not isinstance(as_range(np.array([5, 5])), range)
+    np.testing.assert_array_equal(np.asarray(as_range(np.arange(0, 10, 2)), dtype=np.int64), np.arange(0, 10, 2))

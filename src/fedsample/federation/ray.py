@@ -32,7 +32,7 @@ from torch import nn
 
 from fedsample.client import TrainReport
 from fedsample.data.types import FederatedData
-from fedsample.federation.shards import assign_clients, positions_by_worker, shard_of
+from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 from fedsample.training.aggregate import received, weighted_sum
 from fedsample.training.functional import Params
@@ -60,9 +60,11 @@ class ClientShard:
         """The Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, procedure: str, ids: np.ndarray, payload: Any, round: int, token: int) -> Any:
+    def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
         """The engine's answer for ``ids``; for ``train``, a summary (:func:`summarize_reports`) while the
         reports stay here under ``token``."""
+        if isinstance(ids, range):
+            ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
         reports = self.sim.run(procedure, ids, payload, round)
         if procedure != "train":
             return reports
@@ -204,7 +206,7 @@ class RayFederation:
         parts = positions_by_worker(ids, self.owner, self.workers)
         shared = None if per_client else ray.put(payload)  # serialized once, read by every actor
         calls = {
-            w: ("run", procedure, ids[p], [payload[i] for i in p] if per_client else shared, round)
+            w: ("run", procedure, as_range(ids[p]), [payload[i] for i in p] if per_client else shared, round)
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
