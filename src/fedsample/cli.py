@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=("vectorized", "loop"), default="vectorized",
                      help="in-process federation: batched cohorts (default) or the per-client reference loop")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="split the clients over N Ray actors (needs fedsample[ray]; default 2 with --ray-address)")
+    run.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
+                     help="run on this Ray cluster ('auto': the one started here by 'ray start'); without it, "
+                          "--workers starts and stops a local Ray")
 
     sub.add_parser("presets", help="list the presets")
 
@@ -100,7 +105,8 @@ def command_run(args: argparse.Namespace) -> None:
         DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
         runner.check_output_folder(out, config, args.resume, args.overwrite)
     runner.start_output_folder(out, config, overwrite=args.overwrite)
-    results = _run_with_progress(plan, out, args)
+    with _ray_if_asked(args) as options:
+        results = _run_with_progress(plan, out, args, options)
     document = runner.summarize(config, results)
     runner.write_outputs(plan, out, document)
     _print_summary(document, out)
@@ -109,7 +115,23 @@ def command_run(args: argparse.Namespace) -> None:
         raise RunsFailed(f"{len(stopped)} run(s) diverged (listed above; status in results.json)")
 
 
-def _run_with_progress(plan, out: Path, args: argparse.Namespace):
+def _ray_if_asked(args: argparse.Namespace):
+    """A Ray session for ``--workers``/``--ray-address`` (one for every run of the experiment) yielding the
+    ``simulate`` options, or no session and no options."""
+    import contextlib
+
+    if args.workers is None and args.ray_address is None:
+        return contextlib.nullcontext({})
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        from fedsample.federation.ray import cli_session
+    except ImportError:
+        raise CliError("--workers/--ray-address need Ray: pip install 'fedsample[ray]'") from None
+    return cli_session(args.ray_address, args.workers or 2, CliError)
+
+
+def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -128,7 +150,7 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace):
 
         return runner.run_plan(
             plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,
-            on_failure=stopped,
+            on_failure=stopped, options=options,
         )
 
 

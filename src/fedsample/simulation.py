@@ -108,6 +108,8 @@ def simulate(
     backend: str = "vectorized",
     memory_budget: int | None = None,
     faults: FaultModel | None = None,
+    workers: int = 2,
+    ray_address: str | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -121,12 +123,20 @@ def simulate(
     or without it a client whose procedure raises is left out of its round (docs/reliability.md). A run
     whose parameters, loss or every update become non-finite raises :class:`Diverged`. A resumed run must
     have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
-    ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs."""
+    ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs.
+    ``federation="ray"`` splits the clients over ``workers`` Ray actors (``pip install fedsample[ray]``; Ray
+    at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md)."""
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
+    if federation == "ray":
+        from fedsample.federation.ray import simulate_on_ray
+
+        return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
+                               seed=seed, eval_every=eval_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                               resume=resume, progress=progress, memory_budget=memory_budget, faults=faults)
     fed = with_faults(federation or make_federation(backend, data, module, seed, memory_budget), faults, seed)
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})

@@ -165,10 +165,12 @@ def run_plan(
     progress: Callable[[str, int], None] | None = None,
     backend: str = "vectorized",
     on_failure: Callable[[str], None] | None = None,
+    options: dict | None = None,
 ) -> dict[str, list[SimulationResult | Failure]]:
     """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round.
     A run that diverges is contained: ``on_failure(one line)`` is called, its slot holds a :class:`Failure`,
-    and the other strategies and seeds still run."""
+    and the other strategies and seeds still run. ``options`` are further ``simulate`` arguments (e.g.
+    ``federation="ray", workers=4``)."""
     config = plan.config
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     results: dict[str, list[SimulationResult | Failure]] = {label: [] for label in plan.strategies}
@@ -180,7 +182,7 @@ def run_plan(
                     strategy, data=fed, model=plan.model, rounds=config.rounds, seed=seed, eval_every=config.eval_every,
                     checkpoint=checkpoint_path(out, label, seed), checkpoint_every=checkpoint_every, resume=resume,
                     progress=(lambda t, label=label: progress(label, t)) if progress else None, backend=backend,
-                    faults=plan.faults,
+                    faults=plan.faults, **(options or {}),
                 )
             except Diverged as error:
                 result = Failure(seed, f"{label!r} diverged: {error}")

@@ -1,0 +1,331 @@
+"""One simulation over a pool of Ray actors (the optional extra ``fedsample[ray]``; the core never imports this).
+
+:class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)`` by splitting the asked
+clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its clients' training rows
+once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
+(:class:`~fedsample.federation.vectorized.VectorizedSimulator`) on its share of every call, on its GPU where
+Ray gave it one. Every client draw comes from (seed, round, client, purpose), so the reports are those of the
+single-process engine.
+
+``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a list of light
+reports (steps, loss, FedNova's a_k) that answers the aggregators' ``weighted_update_sum(positions,
+weights)`` with one call per actor, each returning its partial ``sum_k w_k * Delta_k`` (one backward pass on
+one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
+to each actor and one parameter-sized sum back: O(actors x parameters), not O(clients x parameters).
+Reading a report's ``update`` (aggregators that need each client's update) fetches that actor's updates.
+
+Client-held state (ISFedAvg's Eq. 53 weights) lives on the actor holding the client; :meth:`client_states`
+and :meth:`load_client_states` gather and restore it for checkpoints. An actor that dies makes the call raise
+:class:`ShardLost`; ``simulate(..., resume=True)`` (``fedsample run --resume``) on a fresh federation continues
+from the last checkpoint with the numbers of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import pickle
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import ray
+from torch import nn
+
+from fedsample.client import TrainReport
+from fedsample.data.types import FederatedData
+from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
+from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
+from fedsample.training.aggregate import received, weighted_sum
+from fedsample.training.functional import Params
+
+
+class ShardLost(RuntimeError):
+    """An actor holding clients died; resume from the last checkpoint on a fresh federation."""
+
+
+# --- the actor's side ------------------------------------------------------------------------------------
+
+
+class ClientShard:
+    """The clients of one actor: their data, their held state, and the last ``train`` call's reports (kept
+    here until the server has combined them, so that only sums cross the network)."""
+
+    def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
+        self._held: tuple[int, Sequence[Any]] = (-1, [])
+
+    def node(self) -> str:
+        """The Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
+
+    def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
+        """The engine's answer for ``ids``; for ``train``, a summary (:func:`summarize_reports`) while the
+        reports stay here under ``token``."""
+        if isinstance(ids, range):
+            ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+        reports = self.sim.run(procedure, ids, payload, round)
+        if procedure != "train":
+            return reports
+        self._held = (token, reports)
+        return summarize_reports(reports)
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, token: int) -> Params:
+        """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token``."""
+        reports = self._reports(token)
+        fused = getattr(reports, "weighted_update_sum", None)
+        if fused is not None:
+            return fused(positions, weights)
+        return weighted_sum([reports[int(i)].update for i in positions], weights)
+
+    def updates(self, positions: np.ndarray, token: int) -> list[Params]:
+        """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
+        reports = self._reports(token)
+        return [reports[int(i)].update for i in positions]
+
+    def client_states(self) -> dict[int, dict]:
+        return self.sim.client_states()
+
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        self.sim.load_client_states(states)
+
+    def _reports(self, token: int) -> Sequence[Any]:
+        if self._held[0] != token:
+            raise RuntimeError(f"the reports of train call {token} are gone (a later call replaced them)")
+        return self._held[1]
+
+
+def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray, np.ndarray]:
+    """What the server needs of a train call besides the updates: the positions of the received reports and
+    one row (steps, loss, FedNova's a_k or NaN) per received report; clients that sent nothing cost nothing."""
+    positions, got = received(reports)
+    rows = [(r.steps, r.loss, np.nan if getattr(r, "norm_steps", None) is None else r.norm_steps) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+# --- the server's side -------------------------------------------------------------------------------------
+
+
+class RemoteReport(TrainReport):
+    """A client's train report whose update stays on its actor until read."""
+
+    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None) -> None:
+        self._owner, self._position = owner, position
+        self.steps, self.loss, self.norm_steps = steps, loss, norm_steps
+
+    @property
+    def update(self) -> Params:  # type: ignore[override]
+        return self._owner.update_of(self._position)
+
+    def __repr__(self) -> str:
+        return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its actor)"
+
+
+class ShardedReports(list):
+    """A ``train`` call's reports over the actors: a list like any federation's answer, plus
+    ``received_positions`` and ``weighted_update_sum`` for linear aggregators (one partial sum per actor)."""
+
+    def __init__(self, fed: "RayFederation", token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
+        super().__init__([None] * size)
+        self._fed, self._token, self._parts = fed, token, parts
+        self._fetched: dict[int, dict[int, Params]] = {}
+        self._worker = np.zeros(size, dtype=np.int64)
+        self._local = np.zeros(size, dtype=np.int64)
+        for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
+            self._worker[positions], self._local[positions] = w, np.arange(len(positions))
+            for j, (steps, loss, norm) in zip(positions[got].tolist(), table.tolist()):
+                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm)
+        self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
+
+    def received_positions(self) -> np.ndarray:
+        return self._received
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+        """``sum_i weights_i * Delta_{positions_i}``: each actor sums its own clients, the server adds the
+        actors' partial sums (in actor order, so the result is deterministic)."""
+        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        calls = {}
+        for w in range(len(self._parts)):
+            mine = self._worker[positions] == w
+            if mine.any():
+                calls[w] = ("weighted_update_sum", self._local[positions[mine]], weights[mine])
+        partial = self._fed._call_each(calls, self._token)
+        total = None
+        for w in sorted(partial):
+            total = partial[w] if total is None else {k: total[k] + v for k, v in partial[w].items()}
+        return total
+
+    def update_of(self, position: int) -> Params:
+        """Client ``position``'s update: its actor's received updates are fetched together on first read."""
+        w = int(self._worker[position])
+        if w not in self._fetched:
+            got = self._received[self._worker[self._received] == w]
+            fetched = self._fed._call_each({w: ("updates", self._local[got])}, self._token)[w]
+            self._fetched[w] = dict(zip(got.tolist(), fetched))
+        return self._fetched[w][position]
+
+
+class RayFederation:
+    """A federation over ``workers`` Ray actors (see the module docstring). Ray must be initialized
+    (:func:`ray_session`). ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources;
+    ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
+    seconds (the cluster lacks the resources) are an error. With ``count_bytes`` the pickled size of what
+    each call sends and receives is added up in :attr:`traffic` (for benchmarks; it costs a serialization)."""
+
+    def __init__(
+        self, data: FederatedData, module: nn.Module, seed: int, workers: int = 2, memory_budget: int | None = None,
+        cpus_per_worker: float = 1, gpus_per_worker: float = 0, spread: bool = True, count_bytes: bool = False,
+        start_timeout: float = 120.0,
+    ) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("RayFederation needs a running Ray: use fedsample.federation.ray.ray_session(...)")
+        self.data, self.seed, self.workers = data, seed, int(workers)
+        self.owner = assign_clients(data.num_clients, self.workers)
+        self.traffic = {"sent": 0, "received": 0, "calls": 0} if count_bytes else None
+        self._token = 0
+        options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker, "max_restarts": 0}
+        if spread:
+            options["scheduling_strategy"] = "SPREAD"
+        actor = ray.remote(ClientShard).options(**options)
+        threads = max(1, int(cpus_per_worker))
+        budget = memory_budget or DEFAULT_MEMORY_BUDGET
+        self.actors = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
+        self.nodes = self._started([a.node.remote() for a in self.actors], start_timeout, options)
+
+    @property
+    def num_clients(self) -> int:
+        return self.data.num_clients
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
+        ids = np.asarray(client_ids, dtype=np.int64)
+        per_client = isinstance(payload, (list, tuple))
+        if per_client and len(payload) != len(ids):
+            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
+        self._token += 1
+        parts = positions_by_worker(ids, self.owner, self.workers)
+        shared = None if per_client else ray.put(payload)  # serialized once, read by every actor
+        calls = {
+            w: ("run", procedure, as_range(ids[p]), [payload[i] for i in p] if per_client else shared, round)
+            for w, p in enumerate(parts) if len(p)
+        }
+        answers = self._call_each(calls, self._token)
+        if procedure == "train":
+            nothing = (np.zeros(0, np.int64), np.zeros((0, 3)))
+            return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
+        return _in_cohort_order(answers, parts, len(ids))
+
+    def client_states(self) -> dict[int, dict]:
+        """Every actor's non-empty client-held states, by client id (for checkpoints)."""
+        states: dict[int, dict] = {}
+        for part in self._gather([a.client_states.remote() for a in self.actors]):
+            states.update(part)
+        return states
+
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        """Give each actor its clients' states (clients not in ``states`` start empty)."""
+        mine = [{k: s for k, s in states.items() if self.owner[int(k)] == w} for w in range(self.workers)]
+        self._gather([a.load_client_states.remote(m) for a, m in zip(self.actors, mine)])
+
+    def close(self) -> None:
+        """Stop the actors (their clients' data and state go with them)."""
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []
+
+    # --- calls ------------------------------------------------------------------------------------------
+
+    def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]:
+        """Call ``method(*args, token)`` on each named actor in parallel; the answers by actor."""
+        refs = {w: getattr(self.actors[w], name).remote(*args, token) for w, (name, *args) in calls.items()}
+        answers = dict(zip(refs, self._gather(list(refs.values()))))
+        if self.traffic is not None:
+            self.traffic["calls"] += len(calls)
+            self.traffic["sent"] += sum(_pickled_size(args) for _, *args in calls.values())
+            self.traffic["received"] += sum(_pickled_size(a) for a in answers.values())
+        return answers
+
+    def _started(self, refs: list, timeout: float, options: dict) -> list[str]:
+        """The actors' nodes once every actor runs; stops them and raises when they cannot all be placed."""
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise RuntimeError(
+                f"{self.workers} Ray actors with {options['num_cpus']} CPU and {options['num_gpus']} GPU each did not start "
+                f"in {timeout:g} s; the cluster has {ray.available_resources()} free"
+            ) from None
+
+    def _gather(self, refs: list) -> list:
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as error:
+            raise ShardLost(f"a Ray actor holding clients died ({type(error).__name__}); rerun with --resume "
+                            "(resume=True) to continue from the last checkpoint") from error
+
+
+def _in_cohort_order(answers: dict[int, Any], parts: list[np.ndarray], size: int) -> Any:
+    """The actors' answers put back in cohort order: an array where every actor answered with one (size
+    reports), else a list."""
+    arrays = bool(answers) and all(isinstance(a, np.ndarray) for a in answers.values())
+    out: Any = np.zeros(size, dtype=next(iter(answers.values())).dtype) if arrays else [None] * size
+    for w, answer in answers.items():
+        if arrays:
+            out[parts[w]] = answer
+        else:
+            for j, report in zip(parts[w].tolist(), answer):
+                out[j] = report
+    return out
+
+
+def _pickled_size(value: Any) -> int:
+    """Bytes of ``value`` pickled, with Ray object references replaced by their objects (what a worker on
+    another node receives)."""
+    if isinstance(value, (list, tuple)):
+        value = [ray.get(v) if isinstance(v, ray.ObjectRef) else v for v in value]
+    return len(pickle.dumps(value))
+
+
+@contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None, **init: Any) -> Iterator[None]:
+    """Ray for the duration of the block: connect to ``address`` (``"auto"``: the cluster ``ray start``
+    started on this machine; ``"HOST:PORT"``: that head node), or, with none, start a local Ray with
+    ``num_cpus`` CPUs, no dashboard and a small object store, and stop it afterwards. An already
+    initialized Ray is used as it is and left running."""
+    if ray.is_initialized():
+        yield
+        return
+    if address is None:
+        init = {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 200 * 2**20, **init}
+    try:
+        ray.init(address=address, configure_logging=False, log_to_driver=False, **init)
+        yield
+    finally:
+        ray.shutdown()
+
+
+def simulate_on_ray(
+    simulate: Callable[..., Any], workers: int, address: str | None, *, data: FederatedData, model: nn.Module, seed: int,
+    memory_budget: int | None = None, **run: Any,
+) -> Any:
+    """``simulate(federation="ray")``: ``simulate`` on a :class:`RayFederation` of ``workers`` actors, in a
+    Ray session (:func:`ray_session`: the one already running, the cluster at ``address``, or a local Ray
+    with one CPU per worker); the actors are stopped at the end, also on error."""
+    with ray_session(address, num_cpus=workers if address is None else None):
+        fed = RayFederation(data, model, seed, workers=workers, memory_budget=memory_budget)
+        try:
+            return simulate(data=data, model=model, seed=seed, federation=fed, **run)
+        finally:
+            fed.close()
+
+
+@contextmanager
+def cli_session(address: str | None, workers: int, error: type[Exception]) -> Iterator[dict]:
+    """``fedsample run --workers N --ray-address A``: one Ray session for the whole experiment, yielding the
+    ``simulate`` options; a cluster that cannot be reached is ``error`` (one line, exit 2)."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(ray_session(address, num_cpus=workers if address is None else None))
+        except (ConnectionError, RuntimeError) as failure:
+            raise error(f"--ray-address {address}: cannot connect to Ray ({str(failure).splitlines()[0]})") from None
+        yield {"federation": "ray", "workers": workers, "ray_address": address}

@@ -1,0 +1,62 @@
+"""Splitting a federation's clients over workers (no Ray here: the Ray federation and its tests use this).
+
+A worker holds a *shard*: a :class:`~fedsample.data.types.FederatedData` that keeps the global client
+numbering (so every client still draws from its own (seed, round, client, purpose) stream) but holds only
+its own clients' training rows; the other clients are empty in it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsample.data.types import Dataset, FederatedData
+
+
+def assign_clients(num_clients: int, workers: int) -> np.ndarray:
+    """The worker of each client: round-robin, ``k mod workers`` (equal counts; any sampled cohort splits
+    about evenly)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    return np.arange(num_clients, dtype=np.int64) % workers
+
+
+def shard_of(data: FederatedData, owner: np.ndarray, worker: int) -> FederatedData:
+    """``data`` restricted to the clients whose ``owner`` is ``worker``: their rows only (renumbered, in
+    client order), the global offsets kept so that client ids mean the same everywhere. The test split is
+    left out (the server evaluates)."""
+    sizes = data.sizes() * (owner == worker)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    mine = np.flatnonzero(owner == worker)
+    rows = _rows_of(data, mine)
+    ds = data.dataset
+    held = Dataset(
+        ds.name, ds.x_train[rows], ds.y_train[rows], ds.x_test[:0], ds.y_test[:0], ds.num_classes, ds.task, ds.meta
+    )
+    return FederatedData(held, np.arange(len(rows), dtype=np.int64), offsets, scheme=data.scheme)
+
+
+def _rows_of(data: FederatedData, clients: np.ndarray) -> np.ndarray:
+    """Training rows of ``clients`` (ascending ids) in client order, in one numpy pass."""
+    sizes = data.sizes()[clients]
+    starts = data.offsets[clients]
+    position = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return data.order[np.repeat(starts, sizes) + position]
+
+
+def positions_by_worker(ids: np.ndarray, owner: np.ndarray, workers: int) -> list[np.ndarray]:
+    """For each worker, the cohort positions whose client it holds (in cohort order)."""
+    who = owner[np.asarray(ids, dtype=np.int64)]
+    order = np.argsort(who, kind="stable")
+    cuts = np.searchsorted(who[order], np.arange(workers + 1))
+    return [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def as_range(ids: np.ndarray) -> np.ndarray | range:
+    """``ids`` as a ``range`` where they are one (every client, split round-robin: a few bytes instead of 8 per
+    client), else as they are."""
+    if len(ids) < 2:
+        return ids
+    step = int(ids[1] - ids[0])
+    if step > 0 and np.all(np.diff(ids) == step):
+        return range(int(ids[0]), int(ids[-1]) + 1, step)
+    return ids

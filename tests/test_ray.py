@@ -1,0 +1,204 @@
+"""The Ray federation on a local Ray (2 actors, 1 CPU each): the numbers of the vectorized engine for
+FedSampling, FedAvg, FedSTS and ISFedAvg; O(actors x parameters) bytes per round; a killed actor, then
+resume from the last checkpoint, ends with the numbers of an uninterrupted run; the CLI's --workers."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ray_support import ray_environment  # sets Ray's environment before Ray is imported
+
+ray = pytest.importorskip("ray", reason="the Ray tests need the extra: pip install 'fedsample[ray]'")
+
+import fedsample as fs  # noqa: E402
+from fedsample.cli import main  # noqa: E402
+from fedsample.federation.ray import RayFederation, ShardLost, ray_session  # noqa: E402
+from helpers import blobs, federate  # noqa: E402
+
+ROUNDS = 4
+SIZES = [int(s) for s in np.random.default_rng(1).integers(1, 14, size=24)]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module (no dashboard, its own temp dir), stopped after. Each federation has 2
+    actors of 1 CPU; 4 logical CPUs let a second federation start while the module's one lives."""
+    with ray_environment() as temp_dir, ray_session(num_cpus=4, _temp_dir=temp_dir):
+        yield
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federate(blobs(n=240, d=8, classes=3), SIZES)
+
+
+@pytest.fixture(scope="module")
+def module(fed):
+    return fs.models.MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes)
+
+
+@pytest.fixture(scope="module")
+def ray_fed(local_ray, fed, module):
+    federation = RayFederation(fed, module, seed=5, workers=2, count_bytes=True)
+    yield federation
+    federation.close()
+
+
+RECIPES = {
+    "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, lr=0.5),
+    "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
+    "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),
+    "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),
+}
+
+
+def assert_same_run(got, want, exact=False):
+    """Same cohorts, updates and logged numbers every round; parameters equal (bit for bit with ``exact``,
+    else within float32 summation-order tolerance)."""
+    assert len(got.history) == len(want.history)
+    for a, b in zip(got.history, want.history):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == (b[key] if exact or not isinstance(b[key], float) else pytest.approx(b[key], rel=1e-5, abs=1e-6)), key
+    for k in want.params:
+        if exact:
+            assert torch.equal(got.params[k], want.params[k]), k
+        else:
+            torch.testing.assert_close(got.params[k], want.params[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
+    on_ray = fs.simulate(RECIPES[name](), data=fed, model=module, rounds=ROUNDS, seed=5, federation=ray_fed)
+    alone = fs.simulate(RECIPES[name](), data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
+    assert_same_run(on_ray, alone)
+    assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
+
+
+def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, ray_fed):
+    """For aggregators that read every client's update: the same steps, loss, a_k and update as the engine's."""
+    from fedsample.client import TrainPayload
+    from fedsample.federation.vectorized import VectorizedSimulator
+    from fedsample.models import initial_parameters
+    from fedsample.sampling.data import AllSamples
+    from fedsample.training.local import LocalSGD
+
+    payload = TrainPayload(initial_parameters(module, 2), AllSamples(), LocalSGD(lr=0.1, epochs=2, batch_size=3, momentum=0.5), 1)
+    ids = np.array([5, 0, 17, 3, 3, 22, 8])  # both actors, a repeated client
+    got = ray_fed.run("train", ids, payload, 1)
+    want = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 1)
+    assert [r is None for r in got] == [r is None for r in want]
+    for a, b in zip(got, want):
+        assert (a.steps, a.norm_steps) == (b.steps, pytest.approx(b.norm_steps)) and a.loss == pytest.approx(b.loss, rel=1e-6)
+        for k in b.update:
+            torch.testing.assert_close(a.update[k], b.update[k], rtol=1e-5, atol=1e-7)
+
+
+def test_client_state_lives_on_the_actors_and_round_trips(fed, module, ray_fed):
+    fs.simulate(RECIPES["isfedavg"](), data=fed, model=module, rounds=2, seed=5, federation=ray_fed)
+    states = ray_fed.client_states()
+    assert states and all(ray_fed.owner[k] in (0, 1) for k in states)
+    assert {int(ray_fed.owner[k]) for k in states} == {0, 1}  # held on both actors
+    ray_fed.load_client_states({})
+    assert ray_fed.client_states() == {}
+    ray_fed.load_client_states(states)
+    restored = ray_fed.client_states()
+    assert restored.keys() == states.keys()
+    for k in states:
+        np.testing.assert_array_equal(restored[k]["isfedavg"]["data_weights"], states[k]["isfedavg"]["data_weights"])
+
+
+def test_only_actor_sums_cross_the_network_for_linear_aggregators(fed, local_ray):
+    """A FedAvg round whose 16 clients each hold a full update: the server receives one parameter-sized
+    partial sum per actor (plus small metadata: size reports, steps, losses), not 16 updates."""
+    module = fs.models.MLP(hidden=256).build(fed.dataset.input_shape, fed.dataset.num_classes)
+    param_bytes = sum(v.numel() * v.element_size() for v in module.state_dict().values())
+    federation = RayFederation(fed, module, seed=5, workers=2, count_bytes=True)
+    try:
+        strategy = fs.recipes.fedavg(clients_per_round=16, epochs=1, batch_size=4, lr=0.1)
+        fs.simulate(strategy, data=fed, model=module, rounds=1, seed=5, federation=federation)
+    finally:
+        federation.close()
+    received, sent = federation.traffic["received"], federation.traffic["sent"]
+    assert 2 * param_bytes <= received < 2 * param_bytes + 8_000 < 16 * param_bytes / 4
+    assert 2 * param_bytes <= sent < 2 * param_bytes + 8_000  # the global parameters, once per actor
+
+
+def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numbers(fed, module, ray_fed, tmp_path):
+    strategy = RECIPES["isfedavg"]  # its clients hold state (Eq. 53 weights): resume must restore it on the actors
+    uninterrupted = fs.simulate(strategy(), data=fed, model=module, rounds=6, seed=5, federation=ray_fed)
+    checkpoint = tmp_path / "run.pt"
+    doomed = RayFederation(fed, module, seed=5, workers=2)
+
+    def kill_after_round_3(t):
+        if t == 3:
+            ray.kill(doomed.actors[1], no_restart=True)
+
+    with pytest.raises(ShardLost, match="--resume"):
+        fs.simulate(strategy(), data=fed, model=module, rounds=6, seed=5, federation=doomed,
+                    checkpoint=checkpoint, checkpoint_every=1, progress=kill_after_round_3)
+    doomed.close()
+    saved = fs.simulation.SimulationState.load(checkpoint)
+    assert saved.round == 3 and saved.client_states  # the actors' client states are in the checkpoint
+    resumed = _run_on_fresh_actors(strategy(), fed, module, rounds=6, checkpoint=checkpoint, resume=True, checkpoint_every=1)
+    assert_same_run(resumed, uninterrupted, exact=True)
+
+
+def _run_on_fresh_actors(strategy, fed, module, rounds, **kwargs):
+    federation = RayFederation(fed, module, seed=5, workers=2)
+    try:
+        return fs.simulate(strategy, data=fed, model=module, rounds=rounds, seed=5, federation=federation, **kwargs)
+    finally:
+        federation.close()
+
+
+def test_simulate_federation_ray_uses_the_running_ray(fed, local_ray):
+    st = lambda: fs.recipes.fedavg(clients_per_round=6, epochs=1, batch_size=4, lr=0.1)  # noqa: E731
+    got = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation="ray", workers=2)
+    want = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1)
+    assert_same_run(got, want)
+    assert ray.is_initialized()  # the session this test found is left running
+
+
+EXPERIMENT = """
+name = "ray-cli"
+rounds = 2
+seeds = [0]
+
+[dataset]
+name = "digits"
+
+[partition]
+scheme = "lognormal"
+mean = 3
+sigma = 1.0
+
+[model]
+name = "logreg"
+
+[[strategies]]
+recipe = "fedavg"
+clients_per_round = 10
+"""
+
+
+def test_cli_runs_on_ray_workers(local_ray, tmp_path, capsys):
+    config = tmp_path / "ray-cli.toml"
+    config.write_text(EXPERIMENT)
+    out, local = tmp_path / "on-ray", tmp_path / "local"
+    assert main(["run", str(config), "--workers", "2", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["run", str(config), "--out", str(local), "--quiet"]) == 0
+    on_ray = json.loads((out / "results.json").read_text())["strategies"]
+    alone = json.loads((local / "results.json").read_text())["strategies"]
+    assert on_ray.keys() == alone.keys()
+    for label in alone:
+        for metric in ("accuracy", "loss"):
+            assert on_ray[label]["final"][metric]["mean"] == pytest.approx(alone[label]["final"][metric]["mean"], rel=1e-5)
+
+
+def test_cli_rejects_bad_worker_counts(capsys, tmp_path):
+    assert main(["run", "quickstart", "--workers", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
