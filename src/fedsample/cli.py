@@ -104,8 +104,8 @@ def command_run(args: argparse.Namespace) -> None:
     if args.out is None:
         DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
         runner.check_output_folder(out, config, args.resume, args.overwrite)
-    runner.start_output_folder(out, config, overwrite=args.overwrite)
-    with _ray_if_asked(args) as options:
+    with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
+        runner.start_output_folder(out, config, overwrite=args.overwrite)
         results = _run_with_progress(plan, out, args, options)
     document = runner.summarize(config, results)
     runner.write_outputs(plan, out, document)

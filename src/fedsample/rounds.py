@@ -32,6 +32,11 @@ class Failed:
         return {"client": self.client, "phase": self.phase, "reason": self.reason}
 
 
+class FederationLost(RuntimeError):
+    """The federation itself failed (e.g. a worker process holding clients died): not one client's failure,
+    so it is never turned into :class:`Failed`; the run stops and ``resume`` continues from the last checkpoint."""
+
+
 def is_failed(reply: Any) -> bool:
     """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
     return reply.__class__ is Failed

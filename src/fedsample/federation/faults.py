@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, Replies, is_failed
+from fedsample.rounds import Failed, FederationLost, Replies, is_failed
 
 PHASES = ("report_size", "probe", "train")
 
@@ -99,6 +99,8 @@ class Faulty:
         if not reasons:  # nobody fails by the model: the inner answer as it is (its fused paths intact)
             try:
                 return self.inner.run(procedure, ids, payload, round)
+            except FederationLost:
+                raise
             except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
                 return self._one_by_one(procedure, ids, np.arange(len(ids)), payload, per_client, round, {})
         failed = {i: Failed(int(ids[i]), procedure, r) for i, r in reasons.items()}
@@ -108,6 +110,8 @@ class Faulty:
         sub_payload = [payload[i] for i in live] if per_client else payload
         try:
             got = self.inner.run(procedure, ids[live], sub_payload, round)
+        except FederationLost:
+            raise
         except Exception:  # noqa: BLE001
             return self._one_by_one(procedure, ids, live, payload, per_client, round, failed)
         if len(got) != len(live):
@@ -124,6 +128,8 @@ class Faulty:
             one = [payload[i]] if per_client else payload
             try:
                 replies[i] = self.inner.run(procedure, ids[i : i + 1], one, round)[0]
+            except FederationLost:
+                raise
             except Exception as error:  # noqa: BLE001
                 errors.append(error)
                 replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200])

@@ -32,13 +32,14 @@ from torch import nn
 
 from fedsample.client import TrainReport
 from fedsample.data.types import FederatedData
+from fedsample.rounds import FederationLost
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 from fedsample.training.aggregate import received, weighted_sum
 from fedsample.training.functional import Params
 
 
-class ShardLost(RuntimeError):
+class ShardLost(FederationLost):
     """An actor holding clients died; resume from the last checkpoint on a fresh federation."""
 
 
