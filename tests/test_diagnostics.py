@@ -202,6 +202,18 @@ def test_same_seed_same_numbers_and_privacy_fields():
     assert a["strategies"]["fs"]["cost"]["clients_contacted"] == fed.num_clients
 
 
+def test_rounds_without_any_client_give_a_zero_update():
+    """Poisson sampling with a small q leaves some cohorts empty: those draws count as ĝ = 0, not as errors."""
+    from fedsample.sampling.clients import PoissonClients
+
+    fed = label_sorted([4] * 10)
+    st = one_step(PoissonClients(0.05), WeightedMean("inverse_inclusion"))
+    d = fs.diagnose({"poisson": st}, fed, MODEL, rounds=60, seed=9)
+    empty = d.draws["poisson"].updates == 0
+    assert empty.any() and (~empty).any()
+    assert np.all(d.draws["poisson"].estimates[empty] == 0)
+
+
 def test_bad_input_is_refused():
     fed = label_sorted([3] * 4)
     with pytest.raises(ValueError, match="rounds"):
