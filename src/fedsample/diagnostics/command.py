@@ -4,6 +4,7 @@ diagnosed at the model's initial parameters (or a checkpoint's), written to DIR.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -29,8 +30,6 @@ def command_diagnose(args: argparse.Namespace) -> None:
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
 
-    if args.draws < 2:
-        raise ValueError(f"--draws must be >= 2, got {args.draws}")
     torch.set_num_threads(max(1, args.threads))
     config = resolve(args.target)
     out = args.out if args.out is not None else Path("runs") / f"{config.name}-diagnose"
@@ -41,10 +40,15 @@ def command_diagnose(args: argparse.Namespace) -> None:
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
     diagnosis = diagnose(plan.strategies, plan.federation(seed), plan.model, params=params, rounds=args.draws, seed=seed,
-                         sketch_dim=args.sketch_dim or DEFAULT_SKETCH_DIM)
+                         sketch_dim=args.sketch_dim or DEFAULT_SKETCH_DIM, progress=_report_progress)
     write_diagnosis(diagnosis, out)
     print(summary_table(diagnosis.to_dict()))
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")
+
+
+def _report_progress(label: str, result: dict) -> None:
+    e = result["estimator"]
+    print(f"{label}: bias {e['bias']:.3f}, variance {e['variance']:.3f} ({result['seconds']:.1f} s)", file=sys.stderr, flush=True)
 
 
 def _checkpoint_params(path: Path | None):

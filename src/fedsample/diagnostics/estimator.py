@@ -19,6 +19,7 @@ from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
 JACKKNIFE_BLOCKS = 20
+MIN_DRAWS = 4  # the jackknife leaves out one of at least 2 blocks of at least 2 draws
 
 
 class _RecordingServer:
@@ -99,13 +100,13 @@ def estimator_statistics(estimates: np.ndarray, target: np.ndarray, blocks: int 
     - ``scale`` = <E ĝ, g*> / ||g*||^2 and ``cosine`` of E ĝ with g* (a biased estimator may still point the
       same way)."""
     R = len(estimates)
-    if R < 2:
-        raise ValueError(f"need at least 2 draws, got {R}")
+    if R < MIN_DRAWS:
+        raise ValueError(f"need at least {MIN_DRAWS} draws, got {R}")
     norm2 = float(np.dot(target, target))
     x = estimates - target
     total, sq = x.sum(0), np.sum(x * x, axis=1)
     b2 = squared_bias(total, float(sq.sum()), R) / norm2
-    se = _block_jackknife_se(np.array_split(x, min(blocks, R)), squared_bias) / norm2
+    se = _block_jackknife_se(np.array_split(x, min(blocks, R // 2)), squared_bias) / norm2
     mean = estimates.mean(0)
     variance = float(np.sum((estimates - mean) ** 2) / (R - 1)) / norm2
     mean_norm = float(np.linalg.norm(mean))

@@ -15,7 +15,6 @@ streams); probes at the fixed model do not depend on the round and are computed 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +42,9 @@ def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:
 
 @dataclass
 class RoundCost:
-    """What one round asked of the clients: requests per procedure, clients contacted, updates received,
-    the rows drawn (one entry per drawn sample and client) and the bytes sent up."""
+    """What one round asked of the clients: clients contacted, updates received, the rows drawn (one entry
+    per drawn sample and client) and the bytes sent up."""
 
-    requests: Counter = field(default_factory=Counter)
     contacted: set = field(default_factory=set)
     rows: list = field(default_factory=list)
     updates: int = 0
@@ -110,7 +108,6 @@ class LinearisedFederation(VectorizedSimulator):
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> list[Any]:
         ids = np.asarray(client_ids, dtype=np.int64)
-        self.cost.requests[procedure] += len(ids)
         self.cost.contacted.update(ids.tolist())
         if procedure == "probe" and not isinstance(payload, (list, tuple)):
             replies = self._cached_probes(ids, payload, round)
@@ -138,19 +135,19 @@ class LinearisedFederation(VectorizedSimulator):
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> LinearReports:
         """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`."""
-        per_client = isinstance(payloads, list)
-        parts = [self._client_terms(i, int(k), payloads[i] if per_client else payloads, round) for i, k in enumerate(ids)] \
-            if per_client or not self._flat_full_batch(payloads) else [self._flat_terms(ids, payloads, round)]
-        rows = np.concatenate([p[0] for p in parts] + [np.zeros(0, np.int64)])
-        member = np.concatenate([p[1] for p in parts] + [np.zeros(0, np.int64)])
-        coef = np.concatenate([p[2] for p in parts] + [np.zeros(0)])
-        steps = np.zeros(len(ids), dtype=np.int64)
-        norm = np.zeros(len(ids))
-        for p in parts:
-            steps[p[3][0]], norm[p[3][0]] = p[3][1], p[3][2]
+        if not isinstance(payloads, list) and self._flat_full_batch(payloads):
+            parts = [self._flat_terms(ids, payloads, round)]
+        else:
+            payload_of = (lambda i: payloads[i]) if isinstance(payloads, list) else (lambda i: payloads)
+            parts = [self._client_terms(i, int(k), payload_of(i), round) for i, k in enumerate(ids)]
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))  # an empty cohort (Poisson sampling)
+        rows, member, coef = (np.concatenate([p[j] for p in parts] + [empty[j]]) for j in range(3))
+        steps, norm = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))
+        for *_, (positions, taken, effective) in parts:
+            steps[positions], norm[positions] = taken, effective
         order = np.argsort(member, kind="stable")
-        self.cost.rows.append(rows)
         reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], steps, norm)
+        self.cost.rows.append(rows)
         self.cost.updates += len(reports.received_positions())
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
@@ -160,9 +157,8 @@ class LinearisedFederation(VectorizedSimulator):
     def _client_terms(self, position: int, k: int, payload: TrainPayload, round: int) -> tuple:
         rng = client_rng(self.seed, round, k, "train")
         sample = payload.plan.draw(self.context(k), rng)
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), (np.array([position]), 0, 0.0))
         if len(sample) == 0:
-            return empty
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), (np.array([position]), 0, 0.0)
         solver = payload.solver
         if isinstance(solver, OneGradient):
             norm = solver.K if solver.K is not None else len(sample)

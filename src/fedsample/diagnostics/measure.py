@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from fedsample import privacy
 from fedsample.data.types import FederatedData
-from fedsample.diagnostics.estimator import Draws, draw_rounds, estimator_statistics, full_gradient
+from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estimator_statistics, full_gradient
 from fedsample.diagnostics.exploitation import exploitation_summary
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
@@ -80,7 +80,7 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dic
 def diagnose(
     strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
     initial parameters for ``seed``, as ``simulate`` starts) without updating it, and measure each round's
@@ -90,8 +90,8 @@ def diagnose(
     ``exploitation`` (per-sample inclusion frequency: mean, CV, by client-size decile, by label, label skew),
     ``cost`` (per round: samples drawn, clients contacted, updates, bytes up), ``privacy`` (randomized size
     reports only) and ``seconds``."""
-    if rounds < 2:
-        raise ValueError(f"diagnose: rounds must be >= 2, got {rounds}")
+    if rounds < MIN_DRAWS:
+        raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
     strategies = _strategies(strategy)
     module = build_module(model, data)
     params = params if params is not None else initial_parameters(module, seed)
@@ -111,4 +111,6 @@ def diagnose(
             "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
             "seconds": time.perf_counter() - start,
         }
+        if progress:
+            progress(label, results[label])
     return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data)
