@@ -36,7 +36,16 @@ def client_id(node_config: Mapping[str, Any]) -> int:
 def _federated(config_json: str):
     config = AppConfig(**json.loads(config_json))
     dataset = load_dataset(config.dataset, **config.dataset_args)
-    return dataset, partition(dataset, make_scheme(config.partition, **config.partition_args), seed=config.data_seed)
+    return dataset, partition(dataset, scheme_for(config, dataset.num_train), seed=config.data_seed)
+
+
+def scheme_for(config: AppConfig, num_train: int) -> Any:
+    """The configured partition scheme; ``lognormal`` without a ``mean`` gets ``num_train / num-clients``, so
+    there is one partition per client."""
+    args = dict(config.partition_args)
+    if config.partition == "lognormal" and "mean" not in args:
+        args["mean"] = num_train / config.num_clients
+    return make_scheme(config.partition, **args)
 
 
 def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple]:
