@@ -135,8 +135,48 @@ class Deployment:
             process.wait(timeout=30)
 
     def stop(self) -> None:
+        """End every process started here, then what Flower detached from them (SuperExec, ServerApp and
+        ClientApp processes name their parent with ``--parent-pid``), each by its pid."""
+        detached = flower_descendants({p.pid for p in self.processes.values()})
         for name in list(self.processes):
             try:
                 self.kill(name)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
+        for pid in detached | flower_descendants(detached):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """{pid: (parent pid, command line)} of the processes this user can read."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            found[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), argv)
+    return found
+
+
+def flower_descendants(roots: set[int]) -> set[int]:
+    """Processes descended from ``roots``, by parent pid or by Flower's ``--parent-pid`` argument."""
+    table, found, grew = _processes(), set(), True
+    while grew:
+        known = roots | found
+        more = {pid for pid, (ppid, argv) in table.items() if pid not in known and (ppid in known or _named_parent(argv) in known)}
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _named_parent(argv: list[str]) -> int | None:
+    if "--parent-pid" in argv and argv.index("--parent-pid") + 1 < len(argv):
+        value = argv[argv.index("--parent-pid") + 1]
+        return int(value) if value.isdigit() else None
+    return None
