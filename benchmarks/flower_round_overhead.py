@@ -20,7 +20,6 @@ import time
 from _common import best_of, emit  # noqa: F401  (sets the source path and one torch thread)
 
 import fedsample as fs  # noqa: E402
-from fedsample.client import SizeQuery, TrainPayload  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.federation.vectorized import VectorizedSimulator  # noqa: E402
 from fedsample.flower import FlowerFederation, client_app, discover_nodes  # noqa: E402
@@ -97,24 +96,38 @@ def flower_round(n: int, strategy, module) -> dict:
     return timing
 
 
-def codec_seconds(n: int, module) -> float:
-    """The server's encoding of n size queries and n training requests and decoding of the replies."""
-    fed, _, strategy = setup(n)
-    sim = Simulator(fed, module, 0)
+class CapturingFederation:
+    """Wraps a federation and keeps every call: (procedure, ids, payload, replies)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    @property
+    def num_clients(self):
+        return self.inner.num_clients
+
+    def run(self, procedure, client_ids, payload, round):
+        replies = self.inner.run(procedure, client_ids, payload, round)
+        self.calls.append((procedure, [int(k) for k in client_ids], payload, replies))
+        return replies
+
+
+def codec_seconds(fed, module, strategy) -> float:
+    """The server's encoding of every request and decoding of every reply of one round (payloads and
+    reports of an in-process round; no transport)."""
+    capture = CapturingFederation(Simulator(fed, module, 0))
     params = fs.models.initial_parameters(module, 0)
-    query = SizeQuery("randomized", RECIPE["epsilon"], RECIPE["M"])
-    reports = sim.run("train", list(range(n)), TrainPayload(params, fs.sampling.data.FullData(), strategy.local, 1), 1)
-    payload = TrainPayload(params, fs.sampling.data.FullData(), strategy.local, 1)
+    strategy.round(capture, params, strategy.init_state(params), 1, 0)
 
-    def both():
-        for k in range(n):
-            encode_request("report_size", k, 0, 1, query)
-            decode_report("report_size", encode_report("report_size", 5), query)
-            encode_request("train", k, 0, 1, payload)
-            if reports[k] is not None:
-                decode_report("train", encode_report("train", reports[k]), payload)
+    def round_trip():
+        for procedure, ids, payload, replies in capture.calls:
+            for i, k in enumerate(ids):
+                sent = payload[i] if isinstance(payload, list) else payload
+                encode_request(procedure, k, 0, 1, sent)
+                if replies[i] is not None:
+                    decode_report(procedure, encode_report(procedure, replies[i]), sent)
 
-    return best_of(both, repeats=3)
+    return best_of(round_trip, repeats=3)
 
 
 def main(sizes: list[int]) -> None:
@@ -125,11 +138,12 @@ def main(sizes: list[int]) -> None:
         fed, module, strategy = setup(n)
         vectorized = in_process_round(VectorizedSimulator(fed, module, 0), strategy, module)
         loop = in_process_round(Simulator(fed, module, 0), strategy, module)
+        codec = codec_seconds(fed, module, strategy)
         flower = flower_round(n, strategy, module)
         rnd, phases = flower["round1"], flower["phases"]
         print(f"| {n:,} | {rnd:.2f} | {vectorized:.4f} | {rnd / vectorized:,.0f} | {(rnd - vectorized) / n * 1e3:.1f} | "
-              f"{phases.get('report_size', 0):.2f} | {phases.get('train', 0):.2f} | {codec_seconds(n, module):.2f} | {loop:.2f} |", flush=True)
-        emit(f"  n={n}: discover (roll call) s", flower["discover"])
+              f"{phases.get('report_size', 0):.2f} | {phases.get('train', 0):.2f} | {codec:.2f} | {loop:.2f} |", flush=True)
+        emit(f"  n={n}: roll call (query.identify to every node) s", flower["discover"])
         emit(f"  n={n}: first round (warm-up) s", flower["round0"])
         emit(f"  n={n}: whole run_simulation s", flower["total"])
     emit("load average after", " ".join(f"{x:.2f}" for x in os.getloadavg()))
