@@ -136,3 +136,16 @@ def test_tolerant_view_imputes_missing_size_reports_and_skips_a_round_without_pr
     _, module = local_data()
     with pytest.raises(RoundSkipped, match=r"probe failed for clients \[0\]"):
         view.run("probe", np.arange(3), ProbeRequest(fs.models.initial_parameters(module, 0)), round=1)
+
+
+def test_run_config_errors_are_one_line_naming_the_key():
+    with pytest.raises(ValueError, match=r"unknown fedsample run-config keys \['rounds'\]"):
+        AppConfig.from_run_config({"rounds": 3})
+    with pytest.raises(ValueError, match=r"'recipe-args' must be a JSON object"):
+        AppConfig.from_run_config({"recipe-args": "K=3"})
+    assert AppConfig.from_run_config({"recipe-args": '{"K": 3}'}).recipe_args == {"K": 3}
+
+
+def test_a_client_asked_twice_in_one_call_is_refused():
+    with pytest.raises(ValueError, match="repeats"):
+        federation({}).run("report_size", np.array([1, 1]), SizeQuery("exact"), round=0)

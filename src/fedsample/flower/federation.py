@@ -50,6 +50,8 @@ class FlowerFederation:
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
         ids = [int(k) for k in np.asarray(client_ids)]
+        if len(set(ids)) != len(ids):
+            raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")
         per_client = isinstance(payload, (list, tuple))
         if per_client and len(payload) != len(ids):
             raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
