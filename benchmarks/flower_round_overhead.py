@@ -23,9 +23,11 @@ import fedsample as fs  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.federation.vectorized import VectorizedSimulator  # noqa: E402
 from fedsample.flower import FlowerFederation, client_app, discover_nodes  # noqa: E402
-from fedsample.flower.codec import decode_report, encode_report, encode_request  # noqa: E402
+from fedsample.client import PROCEDURES  # noqa: E402
+from fedsample.flower.codec import decode_report, decode_request, encode_report, encode_request  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
-from fedsample.flower.node import scheme_for  # noqa: E402
+from fedsample.flower.node import client_context, scheme_for  # noqa: E402
+from fedsample.rng import client_rng  # noqa: E402
 from fedsample.flower.tolerance import TolerantView  # noqa: E402
 
 RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "lr": 0.5}
@@ -130,19 +132,40 @@ def codec_seconds(fed, module, strategy) -> float:
     return best_of(round_trip, repeats=3)
 
 
+def node_handler_seconds(fed, module, strategy, n: int) -> float:
+    """What fedsample's ClientApp handler does per message, summed over one round's messages, without Flower:
+    decode the request, build the node's ClientContext (data rows, model), run the procedure, encode the reply."""
+    capture = CapturingFederation(Simulator(fed, module, 0))
+    params = fs.models.initial_parameters(module, 0)
+    strategy.round(capture, params, strategy.init_state(params), 1, 0)
+    config = AppConfig.from_run_config(settings(n))
+
+    def handle_all():
+        for procedure, ids, payload, _ in capture.calls:
+            for i, k in enumerate(ids):
+                sent = payload[i] if isinstance(payload, list) else payload
+                request = decode_request(encode_request(procedure, k, 0, 1, sent))
+                ctx = client_context(config, {"partition-id": k}, {})
+                rng = client_rng(0, 1, k, procedure)
+                encode_report(procedure, PROCEDURES[procedure](ctx, request.payload, rng))
+
+    return best_of(handle_all, repeats=3)
+
+
 def main(sizes: list[int]) -> None:
     emit("load average (1, 5, 15 min)", " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    print("| SuperNodes | Flower round (s) | vectorized round (s) | ratio | overhead per client (ms) | report_size phase (s) | train phase (s) | server codec (s) | client procedures, loop (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| SuperNodes | Flower round (s) | vectorized round (s) | ratio | overhead per client (ms) | report_size phase (s) | train phase (s) | server codec (s) | node handlers (s) | client procedures, loop (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         fed, module, strategy = setup(n)
         vectorized = in_process_round(VectorizedSimulator(fed, module, 0), strategy, module)
         loop = in_process_round(Simulator(fed, module, 0), strategy, module)
         codec = codec_seconds(fed, module, strategy)
+        handlers = node_handler_seconds(fed, module, strategy, n)
         flower = flower_round(n, strategy, module)
         rnd, phases = flower["round1"], flower["phases"]
         print(f"| {n:,} | {rnd:.2f} | {vectorized:.4f} | {rnd / vectorized:,.0f} | {(rnd - vectorized) / n * 1e3:.1f} | "
-              f"{phases.get('report_size', 0):.2f} | {phases.get('train', 0):.2f} | {codec:.2f} | {loop:.2f} |", flush=True)
+              f"{phases.get('report_size', 0):.2f} | {phases.get('train', 0):.2f} | {codec:.2f} | {handlers:.2f} | {loop:.2f} |", flush=True)
         emit(f"  n={n}: roll call (query.identify to every node) s", flower["discover"])
         emit(f"  n={n}: first round (warm-up) s", flower["round0"])
         emit(f"  n={n}: whole run_simulation s", flower["total"])
