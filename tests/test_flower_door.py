@@ -34,8 +34,8 @@ def true_sizes() -> np.ndarray:
 
 def server_side_of(grid, strategy, rounds: int = 2) -> list:
     """Run ``strategy`` over a FlowerFederation; return every server-side object of the run."""
-    nodes = discover_nodes(grid, 10, wait=60, timeout=60)
-    federation = FlowerFederation(grid, nodes, 10, seed=0, timeout=60)
+    nodes = discover_nodes(grid, 10, wait=600, timeout=600)
+    federation = FlowerFederation(grid, nodes, 10, seed=0, timeout=600)
     recording = RecordingFederation(TolerantView(federation))
     seen = []
     strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))

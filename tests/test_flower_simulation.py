@@ -26,7 +26,7 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
     args, keys = RECIPES[name]
     settings = {"dataset": "digits", "partition-args": json.dumps({"sigma": 1.0}), "model": "logreg",
                 "recipe": name, "recipe-args": json.dumps(args), "num-clients": 10, "num-server-rounds": 2,
-                "seed": 3, "out": str(tmp_path)}
+                "seed": 3, "round-timeout": 600.0, "out": str(tmp_path)}
     run_simulation(server_app(settings), client_app(settings), num_supernodes=10, backend_config=BACKEND)
     flower, params = flower_output(tmp_path)
     reference, trained = simulate_like(AppConfig.from_run_config(settings))
