@@ -4,7 +4,8 @@ Each asked client gets one message (``query.<procedure>``) on the node that serv
 collected until all are in or the round's timeout passes. A client without a node, without a reply in
 time, with an error reply or with a malformed one (:mod:`fedsample.flower.codec`: wrong fields, shapes,
 non-finite numbers) gets :class:`fedsample.rounds.Failed` in its slot, and the failure is kept in
-``failures[round]`` for the round's record.
+``failures[round]`` for the round's record. A client that did not answer in time, or whose node the SuperLink
+no longer lists as connected, is left out of the rest of that round without waiting again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FlowerFederation:
         self.timeout = timeout
         self.failures: dict[int, list[Failed]] = defaultdict(list)
         self.asked: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)
+        self.left_out: dict[int, dict[int, str]] = defaultdict(dict)  # round -> {client: why}
 
     @property
     def num_clients(self) -> int:
@@ -48,18 +50,38 @@ class FlowerFederation:
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
         ids = [int(k) for k in np.asarray(client_ids)]
+        if len(set(ids)) != len(ids):
+            raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")
         per_client = isinstance(payload, (list, tuple))
         if per_client and len(payload) != len(ids):
             raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
         self.asked[round].append((procedure, ids))
         payloads = [payload_for(payload, i, per_client) for i in range(len(ids))]
-        replies: list[Any] = [Failed(k, procedure, "no node serves this client") for k in ids]
-        sent = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if k in self.nodes}
+        reachable = self._reachable(ids, round)
+        replies: list[Any] = [Failed(k, procedure, reachable.get(k, "")) for k in ids]
+        sent = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
         answers = exchange(self.grid, list(sent.values()), self.timeout)
         for i, message in sent.items():
             replies[i] = self._read(procedure, ids[i], payloads[i], answers.get(id(message)))
+            if id(message) not in answers:
+                self.left_out[round][ids[i]] = replies[i].reason
         self.failures[round].extend(r for r in replies if isinstance(r, Failed))
         return replies
+
+    def _reachable(self, ids: list[int], round: int) -> dict[int, str | None]:
+        """For each client: None if a message can go to it, else why it is left out of this round."""
+        connected = set(self.grid.get_node_ids())
+        why: dict[int, str | None] = {}
+        for k in ids:
+            if k not in self.nodes:
+                why[k] = "no node serves this client"
+            elif k in self.left_out[round]:
+                why[k] = f"left out of this round: {self.left_out[round][k]}"
+            elif self.nodes[k] not in connected:
+                why[k] = "its node is not connected"
+            else:
+                why[k] = None
+        return why
 
     def _message(self, procedure: str, client: int, payload: Any, round: int) -> Message:
         content = encode_request(procedure, client, self.seed, round, payload)

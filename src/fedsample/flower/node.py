@@ -36,7 +36,16 @@ def client_id(node_config: Mapping[str, Any]) -> int:
 def _federated(config_json: str):
     config = AppConfig(**json.loads(config_json))
     dataset = load_dataset(config.dataset, **config.dataset_args)
-    return dataset, partition(dataset, make_scheme(config.partition, **config.partition_args), seed=config.data_seed)
+    return dataset, partition(dataset, scheme_for(config, dataset.num_train), seed=config.data_seed)
+
+
+def scheme_for(config: AppConfig, num_train: int) -> Any:
+    """The configured partition scheme; ``lognormal`` without a ``mean`` gets ``num_train / num-clients``, so
+    there is one partition per client."""
+    args = dict(config.partition_args)
+    if config.partition == "lognormal" and "mean" not in args:
+        args["mean"] = num_train / config.num_clients
+    return make_scheme(config.partition, **args)
 
 
 def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple]:
@@ -56,10 +65,16 @@ def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.
     return x, y, dataset.task, dataset.num_classes, dataset.input_shape
 
 
+@functools.lru_cache(maxsize=4)
+def _module(model: str, args_json: str, shape: tuple, num_classes: int) -> Any:
+    """The model architecture, built once per process (procedures call it functionally with the sent parameters)."""
+    return model_from_name(model, **json.loads(args_json)).build(shape, num_classes)
+
+
 def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict) -> procedures.ClientContext:
     """The ``ClientContext`` the procedures run on: this node's data, the model, its own held state."""
     x, y, task, num_classes, shape = node_data(config, node_config)
-    module = model_from_name(config.model, **config.model_args).build(tuple(shape), num_classes)
+    module = _module(config.model, json.dumps(config.model_args, sort_keys=True), tuple(shape), num_classes)
     return procedures.ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
 
 

@@ -1,0 +1,1 @@
+"""FedSampling on Flower: the ServerApp and ClientApp are fedsample's, configured by the run config."""

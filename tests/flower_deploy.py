@@ -1,0 +1,182 @@
+"""A real Flower deployment on loopback for the tests: TLS certificates, SuperNode keys, processes by pid."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+BIN = Path(sys.executable).parent
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "flower"
+CONNECTION = "fedsample-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def _pem(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def write_certificates(folder: Path) -> dict[str, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1/localhost signed by it (PEM files)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("fedsample test CA")).issuer_name(_name("fedsample test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False).sign(ca_key, hashes.SHA256()))
+    private = serialization.PrivateFormat.TraditionalOpenSSL
+    return {
+        "ca": _pem(folder / "ca.crt", ca.public_bytes(serialization.Encoding.PEM)),
+        "cert": _pem(folder / "server.pem", cert.public_bytes(serialization.Encoding.PEM)),
+        "key": _pem(folder / "server.key", key.private_bytes(serialization.Encoding.PEM, private, serialization.NoEncryption())),
+    }
+
+
+def write_node_keys(folder: Path, name: str) -> tuple[Path, Path]:
+    """A SuperNode's P-384 key pair in OpenSSH format (as `ssh-keygen -t ecdsa -b 384` writes it)."""
+    key = ec.generate_private_key(ec.SECP384R1())
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return _pem(folder / f"{name}.key", private), _pem(folder / f"{name}.pub", public)
+
+
+@dataclass
+class Deployment:
+    """A SuperLink and SuperNodes started as child processes; :meth:`stop` ends each one by its pid."""
+
+    folder: Path
+    env: dict
+    port: int = 0
+    certificates: dict = field(default_factory=dict)
+    processes: dict = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.folder / f"{name}.log", "wb")
+        process = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def start_superlink(self) -> None:
+        self.certificates = write_certificates(self.folder)
+        self.port = free_port()
+        self.start("superlink", [str(BIN / "flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
+                                 "--ssl-ca-certfile", str(self.certificates["ca"]), "--ssl-certfile", str(self.certificates["cert"]),
+                                 "--ssl-keyfile", str(self.certificates["key"]), "--enable-supernode-auth",
+                                 "--disable-runtime-dependency-installation", "--database", str(self.folder / "state.db")])
+        home = Path(self.env["FLWR_HOME"])
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\n'
+            f'root-certificates = "{self.certificates["ca"]}"\n')
+        self.wait_for_port(self.port, "superlink")
+
+    def wait_for_port(self, port: int, name: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.processes[name].poll() is not None:
+                raise RuntimeError(f"{name} exited:\n{self.log(name)[-3000:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{name} does not listen on {port}:\n{self.log(name)[-3000:]}")
+
+    def flwr(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "flwr"), *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def start_supernode(self, partition: int, node_config: str = "") -> str:
+        name = f"supernode-{partition}"
+        private, public = write_node_keys(self.folder, name)
+        registered = self.flwr("supernode", "register", str(public), CONNECTION)
+        if registered.returncode != 0:
+            raise RuntimeError(f"flwr supernode register failed: {registered.stdout}{registered.stderr}")
+        config = f"partition-id={partition} {node_config}".strip()
+        self.start(name, [str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+                          "--root-certificates", str(self.certificates["ca"]), "--auth-supernode-private-key", str(private),
+                          "--auth-supernode-public-key", str(public), "--node-config", config,
+                          "--host", "127.0.0.1", "--port", str(free_port())])
+        return name
+
+    def kill(self, name: str) -> None:
+        """End one process (and its children: a SuperNode's ClientApp processes) by its process group."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """End every process started here, then what Flower detached from them (SuperExec, ServerApp and
+        ClientApp processes name their parent with ``--parent-pid``), each by its pid."""
+        detached = flower_descendants({p.pid for p in self.processes.values()})
+        for name in list(self.processes):
+            try:
+                self.kill(name)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        for pid in detached | flower_descendants(detached):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """{pid: (parent pid, command line)} of the processes this user can read."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            found[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), argv)
+    return found
+
+
+def flower_descendants(roots: set[int]) -> set[int]:
+    """Processes descended from ``roots``, by parent pid or by Flower's ``--parent-pid`` argument."""
+    table, found, grew = _processes(), set(), True
+    while grew:
+        known = roots | found
+        more = {pid for pid, (ppid, argv) in table.items() if pid not in known and (ppid in known or _named_parent(argv) in known)}
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _named_parent(argv: list[str]) -> int | None:
+    if "--parent-pid" in argv and argv.index("--parent-pid") + 1 < len(argv):
+        value = argv[argv.index("--parent-pid") + 1]
+        return int(value) if value.isdigit() else None
+    return None
