@@ -20,7 +20,6 @@ from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import scheme_for, serve  # noqa: E402
-from fedsample.flower.tolerance import RoundSkipped, TolerantView  # noqa: E402
 from fedsample.rounds import Failed  # noqa: E402
 
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
@@ -112,12 +111,12 @@ def test_a_nan_update_is_rejected_and_never_averaged_in():
     strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, lr=0.5)
     params = fs.models.initial_parameters(module, 0)
     flower = federation({4: "nan"})
-    got, log = strategy.round(TolerantView(flower), params, strategy.init_state(params), 0, seed=0)
+    got, log = strategy.round(flower, params, strategy.init_state(params), 0, seed=0)
 
     class WithoutClient4(Simulator):
         def run(self, procedure, client_ids, payload, round):
             replies = super().run(procedure, client_ids, payload, round)
-            return [None if (procedure == "train" and k == 4) else r for k, r in zip(client_ids, replies)]
+            return [Failed(4, "train", "rejected") if (procedure == "train" and k == 4) else r for k, r in zip(client_ids, replies)]
 
     expected, reference_log = strategy.round(WithoutClient4(data, module, 0), params, strategy.init_state(params), 0, seed=0)
     assert [(f.client, f.phase) for f in flower.failures[0]] == [(4, "train")]
@@ -128,14 +127,17 @@ def test_a_nan_update_is_rejected_and_never_averaged_in():
         torch.testing.assert_close(got[k], expected[k], rtol=1e-5, atol=1e-6)
 
 
-def test_tolerant_view_imputes_missing_size_reports_and_skips_a_round_without_probes():
-    view = TolerantView(federation({0: "silent"}))
-    sizes = view.run("report_size", np.arange(4), SizeQuery("exact"), round=0)
-    assert sizes[0] == round(np.mean(sizes[1:]))
-    assert view.run("train", np.array([0]), None, round=0) == [None]  # left out: sent nothing
+def test_a_silent_node_is_left_out_of_sizes_and_a_lost_probe_names_it():
+    """What the strategy does with a node that never answers: its size report is a Failed reply (left out;
+    the estimate is scaled by asked/answered), and a probe it misses is an error naming the client (the
+    samplers that probe need every probed client's statistics)."""
     _, module = local_data()
-    with pytest.raises(RoundSkipped, match=r"probe failed for clients \[0\]"):
-        view.run("probe", np.arange(3), ProbeRequest(fs.models.initial_parameters(module, 0)), round=1)
+    params = fs.models.initial_parameters(module, 0)
+    sizes = federation({0: "silent"}).run("report_size", np.arange(4), SizeQuery("exact"), round=0)
+    assert isinstance(sizes[0], Failed) and not any(isinstance(r, Failed) for r in sizes[1:])
+    strategy = fs.recipes.fedsts(H=2, m=3, dim=3, lr=0.1)
+    with pytest.raises(ValueError, match="client 0's probe is unusable"):
+        strategy.round(federation({0: "silent"}), params, strategy.init_state(params), 1, seed=0)
 
 
 def test_run_config_errors_are_one_line_naming_the_key():

@@ -29,7 +29,7 @@ def report(value=0.5, **changes):
         (report(float("inf")), "non-finite update"),
         (report(w=torch.zeros(2, 3)), "has shape"),
         (TrainReport(update={"w": torch.zeros(3, 2)}, steps=1, loss=0.1), "model's parameters"),
-        (TrainReport(update=report().update, steps=0, loss=0.1), "step count"),
+        (TrainReport(update=report().update, steps=-1, loss=0.1), "step count"),
         (TrainReport(update=report().update, steps=1, loss=float("nan")), "non-finite loss"),
     ],
 )

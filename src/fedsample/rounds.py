@@ -50,7 +50,7 @@ def answered(replies: Sequence[Any]) -> np.ndarray:
 
 def carries_update(reply: Any) -> bool:
     """A reply from at least one local step (not :class:`Failed`, not None, not an empty reply)."""
-    return reply is not None and reply.__class__ is not Failed and getattr(reply, "steps", 1) > 0
+    return reply is not None and reply.__class__ is not Failed and getattr(reply, "steps", 1) != 0  # < 0: screened, rejected
 
 
 def failed_positions(replies: Sequence[Any], received: np.ndarray | None = None) -> dict[int, Failed]:

@@ -184,9 +184,9 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
 
 
 class _CheckedProbes:
-    """The federation as the strategy's parts see it: probe replies are checked, and a failed or
-    non-finite probe is an error naming the client (``simulate`` adds strategy, seed and round) (the samplers that probe need every
-    probed client's statistics; a non-finite one usually means the model diverged)."""
+    """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
+    every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
+    adds strategy, seed and round; a non-finite one usually means the model diverged)."""
 
     def __init__(self, inner: Federation) -> None:
         self.inner = inner

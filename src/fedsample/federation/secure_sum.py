@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedsample import validate
 from fedsample.rounds import Failed, carries_update, failed_positions
 from fedsample.training.aggregate import weighted_sum
 from fedsample.training.functional import Params
@@ -47,6 +48,7 @@ class SecureSum:
         replies = self.inner.run(procedure, client_ids, payload, round)
         if procedure != "train":
             return replies
+        replies = client_side_check(replies, client_ids, payload)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
         self._calls += 1
         self._pending[self._calls] = replies
@@ -60,11 +62,23 @@ class SecureSum:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
         fused = getattr(replies, "weighted_update_sum", None)
         positions = np.asarray(positions, dtype=np.int64)
-        if fused is not None:
-            total = fused(positions, weights)
-        else:
-            total = weighted_sum([replies[int(i)].update for i in positions], weights)
+        total = fused(positions, weights) if fused is not None else None
+        if total is None or not validate.params_finite(total):
+            # one by one (also when a failed client's rows made the fused backward non-finite: 0 * NaN);
+            # replies without an update (None, or no step taken) add zero
+            keep = [j for j, i in enumerate(positions.tolist()) if carries_update(replies[i])]
+            updates = [replies[int(positions[j])].update for j in keep]
+            total = weighted_sum(updates, np.asarray(weights, dtype=np.float64)[keep]) if keep else None
         return (total, *summed_loss(replies))
+
+
+def client_side_check(replies: Sequence[Any], client_ids: np.ndarray, payload: Any) -> Sequence[Any]:
+    """Each client checks its own reply before it enters the sum (the server cannot look inside a secure sum):
+    a non-finite or malformed update is not sent, and the client counts as failed, which the server learns as
+    in secure aggregation's dropout handling (:func:`fedsample.validate.screen_updates`, run on the clients'
+    side)."""
+    first = payload[0] if isinstance(payload, (list, tuple)) else payload
+    return validate.screen_updates(replies, np.asarray(client_ids), first.params)
 
 
 def summed_loss(replies: Sequence[Any]) -> tuple[float, int]:

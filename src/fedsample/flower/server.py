@@ -2,8 +2,8 @@
 
 The loop is ``fedsample.simulate``'s (strategy rounds, evaluation on the test split every ``eval-every``
 rounds) with the deployment's additions: each round's record names the clients that failed, with the phase
-and reason, and which clients were asked to train; a round that cannot go on without failed replies
-(:class:`fedsample.flower.tolerance.RoundSkipped`) keeps the global model and says so.
+and reason, and which clients were asked to train. Failed replies are the strategy's to handle (left out,
+corrected for the response rate; a lost probe keeps the global model and says so: docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from fedsample.data import load_dataset
 from fedsample.evaluation import evaluate
 from fedsample.flower.config import AppConfig
 from fedsample.flower.federation import FlowerFederation, discover_nodes
-from fedsample.flower.tolerance import RoundSkipped, TolerantView
 from fedsample.models import initial_parameters, model_from_name
 from fedsample.recipes import recipe
 from fedsample.training.functional import Params
@@ -45,10 +44,7 @@ def run_server(grid: Grid, config: AppConfig) -> FlowerRun:
     state, history = strategy.init_state(params), []
     x_test, y_test = torch.as_tensor(dataset.x_test), torch.as_tensor(dataset.y_test)
     for t in range(config.num_server_rounds):
-        try:
-            params, log = strategy.round(TolerantView(federation), params, state, t, config.seed)
-        except RoundSkipped as skipped:
-            log = {"skipped": str(skipped)}
+        params, log = strategy.round(federation, params, state, t, config.seed)
         record = {"round": t + 1, **log, **round_outcome(federation, t)}
         if (t + 1) % config.eval_every == 0 or t + 1 == config.num_server_rounds:
             record.update(evaluate(module, params, x_test, y_test, dataset.task, dataset.num_classes))
