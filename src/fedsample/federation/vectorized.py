@@ -20,7 +20,11 @@ within float tolerance, because every client still draws its sample and minibatc
   a linear aggregator; everything else reads the per-client updates.
 - Size reports: randomized responses for the whole cohort in one numpy pass (:class:`~fedsample.rng.CohortRandom`
   gives each client the draws its own :class:`~fedsample.rng.ClientRandom` would give).
-- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop.
+- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop, and
+  so does training of a model the engine cannot batch (:meth:`VectorizedSimulator.needs_loop`).
+- Dropout: each client's masks are drawn from its own generator exactly as its loop run draws them
+  (:mod:`fedsample.training.random_layers`), then padded and stacked into the ``vmap`` (or concatenated for
+  the union forward), so the numbers equal the loop's and do not depend on chunking.
 
 ``torch.func.vmap`` is used for the forward only, with ``torch.autograd.grad`` for the backward: the
 gradient of ``sum_c loss_c`` with respect to stacked parameters is each client's gradient in its own slice,
