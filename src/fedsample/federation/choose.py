@@ -76,7 +76,7 @@ def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     if layers.couples_samples is not None:
         return f"layer {layers.couples_samples!r} normalises over the batch"
     if layers.has_unmanaged_random_ops(sample[:1]):
-        return "the model draws random numbers outside nn.Dropout layers"
+        return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
     return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Sequence
 
@@ -51,6 +52,13 @@ class Simulator:
             k, self.x[a:b], self.y[a:b], self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {})
         )
 
+    def _torch_random(self, round: int, k: int, procedure: str) -> Any:
+        """Torch's global generator seeded for client k's call where the model draws from it (random operations
+        outside nn.Dropout); nothing to do otherwise."""
+        if self.random.has_unmanaged_random_ops(self.x):
+            return random_layers.seeded_torch(self.seed, round, k, procedure)
+        return contextlib.nullcontext()
+
     def client_states(self) -> dict[int, dict]:
         """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy)."""
         return {k: copy.deepcopy(s) for k, s in self._states.items() if s}
@@ -70,7 +78,7 @@ class Simulator:
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
             rng = client_rng(self.seed, round, int(k), procedure)
-            with random_layers.seeded_torch(self.seed, round, int(k), procedure):
+            with self._torch_random(round, int(k), procedure):
                 reports.append(fn(self.context(int(k)), payload_for(payload, position, per_client), rng))
         return reports
 

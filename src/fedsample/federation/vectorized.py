@@ -123,7 +123,7 @@ class VectorizedSimulator(Simulator):
         if self.random.couples_samples is not None:
             return f"layer {self.random.couples_samples!r} normalises over the batch"
         if self.random.has_unmanaged_random_ops(self.x):
-            return "the model draws random numbers outside nn.Dropout layers"
+            return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
         return None
 
     def _mask_generators(self, ids: np.ndarray, round: int) -> list[torch.Generator] | None:
