@@ -163,7 +163,7 @@ def run_plan(
     resume: bool = False,
     checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None,
-    backend: str = "vectorized",
+    backend: str = "auto",
     on_failure: Callable[[str], None] | None = None,
     options: dict | None = None,
 ) -> dict[str, list[SimulationResult | Failure]]:
@@ -223,6 +223,7 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
             "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
+            "backend": [{"engine": run.backend, "reason": run.backend_reason} if isinstance(run, SimulationResult) else None for run in runs],
         }
     return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})
 
