@@ -18,7 +18,6 @@ import fedsample as fs  # noqa: E402
 from fedsample.flower import FlowerFederation, client_app, discover_nodes  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import scheme_for  # noqa: E402
-from fedsample.flower.tolerance import TolerantView  # noqa: E402
 from test_door import RecordingFederation, SpyAggregator, holds_true_sizes  # noqa: E402
 
 SETTINGS = {"dataset": "digits", "partition-args": json.dumps({"sigma": 1.0}), "model": "logreg", "num-clients": 10}
@@ -36,7 +35,7 @@ def server_side_of(grid, strategy, rounds: int = 2) -> list:
     """Run ``strategy`` over a FlowerFederation; return every server-side object of the run."""
     nodes = discover_nodes(grid, 10, wait=600, timeout=600)
     federation = FlowerFederation(grid, nodes, 10, seed=0, timeout=600)
-    recording = RecordingFederation(TolerantView(federation))
+    recording = RecordingFederation(federation)
     seen = []
     strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))
     module = fs.models.model_from_name("logreg").build((64,), 10)
