@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fedsample.data.types import FederatedData
+from fedsample.device import resolve_device, to_device
 from fedsample.evaluation import evaluate
 from fedsample.federation.simulator import Simulator
 from fedsample.models import initial_parameters
@@ -44,8 +45,9 @@ class SimulationState:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "SimulationState":
-        return cls(**torch.load(path, weights_only=False))
+    def load(cls, path: Path, device: torch.device | str = "cpu") -> "SimulationState":
+        """Read a saved state with every tensor on ``device``, whichever device wrote it."""
+        return cls(**torch.load(path, map_location=torch.device(device), weights_only=False))
 
 
 @dataclass
@@ -87,6 +89,7 @@ def simulate(
     federation: Any = None,
     backend: str = "vectorized",
     memory_budget: int | None = None,
+    device: str | torch.device = "cpu",
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -94,17 +97,22 @@ def simulate(
     ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
     ``"loop"`` (the per-client reference); both give the same numbers within float tolerance.
     ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
-    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it."""
+    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it.
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data,
+    the model, training, evaluation and the server optimizer live; the seed gives the same cohorts, draws
+    and size reports on every device, and the parameters agree within float tolerance."""
+    where = resolve_device(device)
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
-    module = build_module(model, data)
-    fed = federation or make_federation(backend, data, module, seed, memory_budget)
+    module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
     key = run_key(strategy, seed)
-    state = _start(strategy, module, seed, key, checkpoint, resume)
+    state = _start(strategy, module, seed, key, checkpoint, resume, where)
+    module.to(where)
+    fed = federation or make_federation(backend, data, module, seed, memory_budget, where)
     _load_client_states(fed, state.client_states)
-    x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
+    x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
     for t in range(state.round, rounds):
         state.params, log = strategy.round(fed, state.params, state.state, t, seed)
@@ -122,13 +130,15 @@ def simulate(
     return SimulationResult(history=state.history, params=state.params, strategy=strategy.name, seed=seed)
 
 
-def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool) -> SimulationState:
+def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool, device: torch.device) -> SimulationState:
+    """A saved state (loaded onto ``device``) or a fresh one: the seed's initial parameters, created on the
+    CPU (the same numbers on every device) and moved to ``device``."""
     if resume and checkpoint and Path(checkpoint).exists():
-        saved = SimulationState.load(Path(checkpoint))
+        saved = SimulationState.load(Path(checkpoint), device)
         if saved.key != key:
             raise ValueError(f"checkpoint {checkpoint} belongs to another run (strategy or seed differ)")
         return saved
-    params = initial_parameters(module, seed)
+    params = to_device(initial_parameters(module, seed), device)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=strategy.init_state(params))
 
 
@@ -146,12 +156,15 @@ def _load_client_states(fed: Any, states: dict) -> None:
         load(states)
 
 
-def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None) -> Any:
-    """The in-process federation named by ``backend``: ``"loop"`` or ``"vectorized"``."""
+def make_federation(
+    backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu"
+) -> Any:
+    """The in-process federation named by ``backend`` (``"loop"`` or ``"vectorized"``), its training data
+    moved to ``device`` once (``module`` must already live there)."""
     if backend == "loop":
-        return Simulator(data, module, seed)
+        return Simulator(data, module, seed, device=device)
     if backend == "vectorized":
         from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 
-        return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET)
+        return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET, device=device)
     raise ValueError(f"backend must be 'loop' or 'vectorized', got {backend!r}")

@@ -23,13 +23,14 @@ class Simulator:
     rounds; :meth:`client_states` and :meth:`load_client_states` move it in and out of checkpoints.
     """
 
-    def __init__(self, data: FederatedData, module: nn.Module, seed: int) -> None:
+    def __init__(self, data: FederatedData, module: nn.Module, seed: int, device: torch.device | str = "cpu") -> None:
         ds = data.dataset
         self.data = data
         self.module = module
         self.seed = seed
-        self.x = torch.as_tensor(ds.x_train)
-        self.y = torch.as_tensor(ds.y_train)
+        self.device = torch.device(device)
+        self.x = torch.as_tensor(ds.x_train, device=self.device)  # the training data moves to the device once
+        self.y = torch.as_tensor(ds.y_train, device=self.device)
         self.task = ds.task
         self.num_classes = ds.num_classes
         self._contexts: dict[int, procedures.ClientContext] = {}
@@ -42,7 +43,7 @@ class Simulator:
     def context(self, k: int) -> procedures.ClientContext:
         """Client k's data as tensors (built once, then reused)."""
         if k not in self._contexts:
-            rows = torch.as_tensor(self.data.client_indices(k))
+            rows = torch.as_tensor(self.data.client_indices(k), device=self.device)
             self._contexts[k] = procedures.ClientContext(
                 k, self.x[rows], self.y[rows], self.module, self.task, self.num_classes, state=self._states.setdefault(k, {})
             )

@@ -40,6 +40,7 @@ from fedsample import client as procedures
 from fedsample import privacy
 from fedsample.client import LocalSample, TrainPayload, TrainReport
 from fedsample.data.types import FederatedData
+from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
 from fedsample.sampling.data import AllSamples, BernoulliSamples
@@ -52,11 +53,16 @@ DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters,
 class VectorizedSimulator(Simulator):
     """In-process federation that batches a cohort's training (see the module docstring).
 
-    ``memory_budget`` (bytes) bounds one chunk of stacked clients; results do not depend on it.
+    ``memory_budget`` (bytes) bounds one chunk of stacked clients (on a GPU also the free device memory);
+    results do not depend on it. On a CUDA ``device`` the cohort's counter-based draws are computed there
+    (:class:`~fedsample.rng.CohortRandom` with a device: the same bits as numpy).
     """
 
-    def __init__(self, data: FederatedData, module: nn.Module, seed: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
-        super().__init__(data, module, seed)
+    def __init__(
+        self, data: FederatedData, module: nn.Module, seed: int, memory_budget: int = DEFAULT_MEMORY_BUDGET, device: torch.device | str = "cpu"
+    ) -> None:
+        super().__init__(data, module, seed, device=device)
+        self._draw_device = self.device if self.device.type == "cuda" else None
         if memory_budget <= 0:
             raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
         self.memory_budget = int(memory_budget)
@@ -83,7 +89,7 @@ class VectorizedSimulator(Simulator):
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return sizes.copy()
-        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, round, ids, "report_size"))
+        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, round, ids, "report_size", self._draw_device))
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport | None]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
@@ -133,7 +139,7 @@ class VectorizedSimulator(Simulator):
             member = np.repeat(np.arange(len(ids)), sizes)
             return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member], np.zeros(len(ids), dtype=np.int64)
         if type(plan) is BernoulliSamples:
-            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train"))
+            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
             return member, local, sizes
         return None
 
@@ -154,7 +160,7 @@ class VectorizedSimulator(Simulator):
         if all(len(batches) == 1 for batches, _ in schedules):
             return self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
         per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
-        chunk = max(1, self.memory_budget // per_client)
+        chunk = max(1, self.chunk_budget() // per_client)
         for start in range(0, len(active), chunk):
             part = schedules[start : start + chunk]
             updates, steps, losses = self._sgd_chunk(part, payload.params, solver, round)
@@ -197,20 +203,20 @@ class VectorizedSimulator(Simulator):
             for s, (b, w) in enumerate(zip(batches, ws)):
                 rows[c, s, : len(b)] = b
                 weights[c, s, : len(b)] = w
-        rows_t, weights_t = torch.from_numpy(rows), torch.from_numpy(weights).to(self.x.dtype)
+        rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.x.dtype)
         lr = solver.learning_rate(round)
         w = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in anchor.items()}
         buf = {k: torch.zeros_like(v) for k, v in w.items()} if solver.momentum else None
-        losses = torch.zeros(C, S, dtype=torch.float64)
+        losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
-            taken = torch.from_numpy(steps > s)
+            taken = torch.as_tensor(steps > s, device=self.device)
             g, loss = self._stacked_gradient(w, self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s])
             new_w, new_buf = sgd_step(w, g, buf, anchor, lr, solver.momentum, solver.weight_decay, solver.prox_mu)
             w = _masked(taken, new_w, w)
             buf = _masked(taken, new_buf, buf) if buf is not None else None
             losses[:, s] = torch.where(taken, loss.double(), 0.0)
         update = {k: anchor[k].unsqueeze(0) - w[k] for k in w}
-        return update, steps, (losses.sum(1) / torch.from_numpy(steps)).numpy()
+        return update, steps, losses.sum(1).cpu().numpy() / steps
 
     def _stacked_gradient(self, w: Params, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> tuple[Params, torch.Tensor]:
         """Per-client gradients of the weighted losses at stacked parameters: vmap forward, one backward."""
@@ -223,6 +229,11 @@ class VectorizedSimulator(Simulator):
             loss = self._batched_loss(leaves, x, y, weights)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         return dict(zip(leaves, grads)), loss.detach()
+
+    def chunk_budget(self) -> int:
+        """Bytes one chunk of stacked clients may use: ``memory_budget``, and on a GPU at most its free memory."""
+        free = free_memory(self.device)
+        return self.memory_budget if free is None else max(1, min(self.memory_budget, free))
 
     def _client_bytes(self, params: Params, batch: int, momentum: bool) -> int:
         """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
@@ -281,10 +292,10 @@ class CohortReports(list):
         loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
         (a local SGD step's minibatch loss)."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        rows_t = torch.from_numpy(rows)
+        rows_t = torch.as_tensor(rows, device=sim.device)
         with torch.enable_grad():
-            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
-        per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
+            terms = torch.as_tensor(weights, dtype=sim.x.dtype, device=sim.device) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
+        per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports = cls([None] * len(counts))
         reports._union = (leaves, terms, member, rows, weights, sim)
@@ -305,7 +316,7 @@ class CohortReports(list):
         leaves, terms, member, *_ = self._union
         a = np.zeros(len(self))
         a[np.asarray(positions, dtype=np.int64)] = weights
-        scaled = torch.as_tensor(a[member], dtype=terms.dtype) * terms
+        scaled = torch.as_tensor(a[member], dtype=terms.dtype, device=terms.device) * terms
         grads = torch.autograd.grad(scaled.sum(), list(leaves.values()), retain_graph=True)
         total = float(np.sum(weights))
         return {k: self._as_update(g, leaves[k].detach(), total) for k, g in zip(leaves, grads)}
@@ -333,12 +344,13 @@ class CohortReports(list):
         padded_w = np.zeros((C, B), dtype=np.float32)
         padded_rows[member, slot], padded_w[member, slot] = rows, weights
         per_client = sim._client_bytes(leaves, B, False)
-        chunk = max(1, sim.memory_budget // per_client)
+        chunk = max(1, sim.chunk_budget() // per_client)
         parts = []
         for start in range(0, C, chunk):
-            r = torch.from_numpy(padded_rows[start : start + chunk])
+            r = torch.as_tensor(padded_rows[start : start + chunk], device=sim.device)
+            w = torch.as_tensor(padded_w[start : start + chunk], device=sim.device).to(sim.x.dtype)
             stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in leaves.items()}
-            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype))
+            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], w)
             parts.append(g)
         return {k: torch.cat([p[k] for p in parts]) for k in leaves}
 

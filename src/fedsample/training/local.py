@@ -86,13 +86,13 @@ class LocalSGD:
         grad_fn = weighted_gradient(ctx.module, ctx.task)
         lr = self.learning_rate(round)
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]
-        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=x.dtype)
+        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=x.dtype, device=x.device)
         w = {k: v.clone() for k, v in params.items()}
         buf = zeros_like(params) if self.momentum else None
         losses = []
         for batch in self.batches(sample, rng):
-            batch = torch.as_tensor(batch)
-            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=x.dtype)
+            batch = torch.as_tensor(batch, device=x.device)
+            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=x.dtype, device=x.device)
             if scale is not None:
                 weights = weights * scale[batch]
             g, loss = grad_fn(w, x[batch], y[batch], weights)
@@ -156,9 +156,9 @@ class OneGradient:
     def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]
         norm = self.K if self.K is not None else len(sample.indices)
-        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=x.dtype)
+        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=x.dtype, device=x.device)
         if sample.scale is not None:
-            weights = weights * torch.as_tensor(sample.scale, dtype=x.dtype)
+            weights = weights * torch.as_tensor(sample.scale, dtype=x.dtype, device=x.device)
         g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights)
         return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
 
