@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the models are small)")
     run.add_argument("--backend", choices=("vectorized", "loop"), default="vectorized",
                      help="in-process federation: batched cohorts (default) or the per-client reference loop")
+    run.add_argument("--device", default=None, metavar="DEVICE",
+                     help="cpu, cuda, cuda:N or auto (CUDA when present); default: the experiment's device (cpu)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sub.add_parser("presets", help="list the presets")
@@ -54,12 +56,14 @@ def _key_values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _overridden(config, rounds: int | None, seeds: str | None):
+def _overridden(config, rounds: int | None, seeds: str | None, device: str | None = None):
     from fedsample.experiments.config import parse_config
 
     data = config.model_dump()
     if rounds is not None:
         data["rounds"] = rounds
+    if device is not None:
+        data["device"] = device
     if seeds is not None:
         try:
             data["seeds"] = [int(s) for s in seeds.split(",") if s.strip()]
@@ -77,7 +81,8 @@ def command_run(args: argparse.Namespace) -> None:
     if args.checkpoint_every < 0:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     torch.set_num_threads(max(1, args.threads))
-    config = _overridden(resolve(args.target), args.rounds, args.seeds)
+    config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
+    args.device = _checked_device(config.device)
     out = args.out if args.out is not None else DEFAULT_RUNS / config.name
     if args.out is not None:
         runner.check_output_folder(out)
@@ -89,6 +94,13 @@ def command_run(args: argparse.Namespace) -> None:
     document = runner.summarize(config, results)
     runner.write_outputs(plan, out, document)
     _print_summary(document, out)
+
+
+def _checked_device(device: str) -> str:
+    """The device name, after checking that this machine has it (a ValueError line otherwise: exit 2)."""
+    from fedsample.device import resolve_device
+
+    return str(resolve_device(device))
 
 
 def _run_with_progress(plan, out: Path, args: argparse.Namespace):
@@ -105,7 +117,8 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace):
             bar.update(task, advance=1, description=f"{config.name}: {label}")
 
         return runner.run_plan(
-            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend
+            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,
+            device=args.device,
         )
 
 

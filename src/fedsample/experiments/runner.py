@@ -76,9 +76,12 @@ def run_plan(
     checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None,
     backend: str = "vectorized",
+    device: str | None = None,
 ) -> dict[str, list[SimulationResult]]:
-    """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round."""
+    """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round.
+    ``device`` overrides the experiment's ``device`` (default ``"cpu"``)."""
     config = plan.config
+    device = device or config.device
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     results: dict[str, list[SimulationResult]] = {label: [] for label in plan.strategies}
     for seed in config.seeds:
@@ -89,6 +92,7 @@ def run_plan(
                     strategy, data=fed, model=plan.model, rounds=config.rounds, seed=seed, eval_every=config.eval_every,
                     checkpoint=checkpoint_path(out, label, seed), checkpoint_every=checkpoint_every, resume=resume,
                     progress=(lambda t, label=label: progress(label, t)) if progress else None, backend=backend,
+                    device=device,
                 )
             )
     return results
