@@ -54,6 +54,7 @@ def test_cohort_streams_on_the_gpu_are_the_numpy_streams():
     assert gpu.streams.device.type == "cuda"
     np.testing.assert_array_equal(gpu.columns(2), host.columns(2))
     np.testing.assert_array_equal(gpu.ragged(counts, 1), host.ragged(counts, 1))
+    np.testing.assert_array_equal(gpu.ragged_below(counts, 0.01), host.ragged_below(counts, 0.01))
 
 
 def test_data_and_model_live_on_the_gpu():

@@ -106,6 +106,10 @@ def test_cohort_random_on_a_device_gives_the_numpy_draws():
     np.testing.assert_array_equal(device.ragged(counts, np.arange(6)), host.ragged(counts, np.arange(6)))
     first = frng.ClientRandom(7, 4, 17, "train")  # and both equal what client 17 reads alone
     np.testing.assert_array_equal(device.ragged(counts)[6:46], first.uniforms(40))
+    for threshold in (0.0, 0.3, 1.0):
+        expected = np.flatnonzero(host.ragged(counts) < threshold)
+        np.testing.assert_array_equal(host.ragged_below(counts, threshold), expected)
+        np.testing.assert_array_equal(device.ragged_below(counts, threshold), expected)
 
 
 def _device_side_draws(federation) -> None:

@@ -243,8 +243,19 @@ class CohortRandom:
         positions = (within + np.repeat(starts, counts)).astype(np.uint64)
         return stream_uniforms(np.repeat(self.streams, counts), positions)
 
+    def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
+        """Flat positions (into :meth:`ragged`'s concatenation, from draw 0) of the draws below ``threshold``:
+        ``np.flatnonzero(self.ragged(counts) < threshold)``; on a device only those positions come back."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if self.device is None:
+            return np.flatnonzero(self.ragged(counts) < threshold)
+        return self._ragged_device(counts, np.zeros_like(counts)).lt(threshold).nonzero().flatten().cpu().numpy()
+
     def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """:meth:`ragged` computed on the device (the same positions, the same bits)."""
+        return self._ragged_device(counts, starts).cpu().numpy()
+
+    def _ragged_device(self, counts: np.ndarray, starts: np.ndarray) -> "torch.Tensor":
         import torch
 
         counts = torch.as_tensor(counts, device=self.device)
@@ -252,7 +263,7 @@ class CohortRandom:
         first = torch.cumsum(counts, 0) - counts
         owner = torch.repeat_interleave(torch.arange(len(counts), device=self.device), counts)
         within = torch.arange(len(owner), dtype=torch.int64, device=self.device) - first[owner]
-        return stream_uniforms_torch(self.streams[owner], within + starts[owner]).cpu().numpy()
+        return stream_uniforms_torch(self.streams[owner], within + starts[owner])
 
 
 def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:
