@@ -193,3 +193,26 @@ def test_cli_device_cuda_without_gpu_exits_2_with_one_line(no_cuda, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no CUDA GPU" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_experiment_file_asking_for_cuda_without_gpu_exits_2(no_cuda, tmp_path, capsys):
+    from importlib import resources
+
+    from fedsample.cli import main
+
+    preset = resources.files("fedsample.experiments").joinpath("presets/quickstart.toml").read_text()
+    path = tmp_path / "gpu.toml"
+    path.write_text('device = "cuda"\n' + preset)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert main(["run", str(path), "--device", "cuda:x", "--out", str(tmp_path / "out"), "--quiet"]) == 2
+
+
+def test_cli_auto_without_gpu_runs_on_cpu_and_records_it(no_cuda, tmp_path):
+    import json
+
+    from fedsample.cli import main
+
+    out = tmp_path / "out"
+    assert main(["run", "quickstart", "--device", "auto", "--rounds", "1", "--seeds", "0", "--out", str(out), "--quiet"]) == 0
+    assert json.loads((out / "results.json").read_text())["config"]["device"] == "cpu"

@@ -83,6 +83,7 @@ def command_run(args: argparse.Namespace) -> None:
     torch.set_num_threads(max(1, args.threads))
     config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
     args.device = _checked_device(config.device)
+    config = config.model_copy(update={"device": args.device})  # results.json records the device used
     out = args.out if args.out is not None else DEFAULT_RUNS / config.name
     if args.out is not None:
         runner.check_output_folder(out)
