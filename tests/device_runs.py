@@ -53,10 +53,27 @@ class Recorder:
         return reports
 
 
-def recorded_run(name: str, backend: str, device: str, rounds: int = 3, setup: Callable[[Any], None] | None = None) -> tuple[Any, Recorder]:
-    """Run recipe ``name`` on ``device`` through a :class:`Recorder`; ``setup`` may adjust the federation first."""
-    fed = federate(blobs(n=200), SIZES)
-    strategy, spec = SMALL[name](), MLP(hidden=8)
+def small_images(n: int = 200, side: int = 8, classes: int = 3) -> Any:
+    """Random ``(1, side, side)`` images whose class shifts the mean of one quadrant (a CNN can learn it)."""
+    from fedsample.data.types import Dataset
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, classes, n + 40)
+    x = rng.normal(size=(n + 40, 1, side, side)).astype(np.float32)
+    for c in range(classes):
+        x[y == c, 0, : side // 2, c : c + side // 2] += 1.5
+    return Dataset("small-images", x[:n], y[:n], x[n:], y[n:], classes)
+
+
+def recorded_run(
+    name: str, backend: str, device: str, rounds: int = 3, setup: Callable[[Any], None] | None = None, images: bool = False
+) -> tuple[Any, Recorder]:
+    """Run recipe ``name`` on ``device`` through a :class:`Recorder` (MLP on blobs, or with ``images`` a small
+    CNN on small images); ``setup`` may adjust the federation first."""
+    from fedsample.models import CNN
+
+    fed = federate(small_images() if images else blobs(n=200), SIZES)
+    strategy, spec = SMALL[name](), (CNN(channels=(4, 8), hidden=16) if images else MLP(hidden=8))
     data = fed.pooled() if strategy.pooled else fed
     module = spec.build(data.dataset.input_shape, data.dataset.num_classes).to(device)
     federation = make_federation(backend, data, module, seed=5, device=device)

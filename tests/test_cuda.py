@@ -47,6 +47,22 @@ def test_every_recipe_same_draws_and_parameters_on_cpu_and_gpu(name, backend):
     assert_same_run(cpu, gpu)
 
 
+@pytest.mark.parametrize("backend", ["vectorized", "loop"])
+@pytest.mark.parametrize("name", ["fedsampling", "fedavg", "fedadam"])
+def test_cnn_same_run_on_cpu_and_gpu_in_strict_float32(name, backend):
+    """Convolutions too, with TF32 switched off (PyTorch's default lets cuDNN use TF32 on Ampere and later)."""
+    cpu, cpu_calls = recorded_run(name, backend, "cpu", images=True)
+    matmul = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            gpu, gpu_calls = recorded_run(name, backend, "cuda", images=True)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+    assert gpu_calls.calls == cpu_calls.calls and gpu_calls.size_reports == cpu_calls.size_reports
+    assert_same_run(cpu, gpu)
+
+
 def test_cohort_streams_on_the_gpu_are_the_numpy_streams():
     clients = np.arange(0, 3_000_000, 7, dtype=np.int64)
     counts = (clients % 5).astype(np.int64)

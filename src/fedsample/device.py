@@ -7,6 +7,8 @@ vectorized engine may fill on that device.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
@@ -43,12 +45,12 @@ def free_memory(device: torch.device) -> int | None:
     return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
-def to_device(params: dict, device: torch.device) -> dict:
-    """Every tensor of a (possibly nested) dict or list moved to ``device``; other values unchanged."""
-    if isinstance(params, dict):
-        return {k: to_device(v, device) for k, v in params.items()}
-    if isinstance(params, (list, tuple)):
-        return type(params)(to_device(v, device) for v in params)
-    if isinstance(params, torch.Tensor):
-        return params.to(device)
-    return params
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor of it (nested in dicts, lists, tuples) moved to ``device``; the rest unchanged."""
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    return value
