@@ -23,17 +23,44 @@ from fedsample.strategy import RoundContext
 N = 1_000_000
 
 
-def federation() -> VectorizedSimulator:
-    """10^6 clients with log-normal sizes (mean about 2, at least 1), over a one-feature dataset."""
+def federation(device: str = "cpu", clients: int = N) -> VectorizedSimulator:
+    """``clients`` (10^6) clients with log-normal sizes (mean about 2, at least 1), over a one-feature dataset."""
     import torch
 
     rng = np.random.default_rng(0)
-    sizes = np.maximum(1, np.round(rng.lognormal(0, 1.2, N) * 2 / np.exp(0.72))).astype(np.int64)
+    sizes = np.maximum(1, np.round(rng.lognormal(0, 1.2, clients) * 2 / np.exp(0.72))).astype(np.int64)
     rows = int(sizes.sum())
     x = np.zeros((rows, 1), dtype=np.float32)
     ds = Dataset("synthetic", x, np.zeros(rows, dtype=np.int64), x[:1], np.zeros(1, dtype=np.int64), 2)
     fed = FederatedData(ds, np.arange(rows, dtype=np.int64), np.concatenate([[0], np.cumsum(sizes)]))
-    return VectorizedSimulator(fed, torch.nn.Linear(1, 2), seed=0)
+    return VectorizedSimulator(fed, torch.nn.Linear(1, 2).to(device), seed=0, device=device)
+
+
+def server_round(sim: VectorizedSimulator, timings: dict[str, list[float]], round: int = 0, sync=lambda: None) -> int:
+    """Size reports of every client, the estimate N~, selection and the Bernoulli data draws (p = K/N~) of
+    round ``round``; appends each step's seconds to ``timings`` and returns the number of samples drawn.
+    ``sync`` waits for the device (CUDA) before each clock reading."""
+    sizes_part, clients, data = RandomizedSizes(3.0, 300), AllClients(), FedSamplingData(2048)
+    ids = np.arange(sim.num_clients)
+    ctx = RoundContext(sim, {}, round, 0, {})
+    steps = {}
+    t0 = time.perf_counter()
+    reports = sim.run("report_size", ids, sizes_part.query, round)
+    sync()
+    steps["reports"] = time.perf_counter()
+    ctx.sizes = sizes_part.summarize(ids, reports)
+    steps["estimate"] = time.perf_counter()
+    cohort = clients.select(ctx)
+    steps["selection"] = time.perf_counter()
+    plan = data.plan(ctx, cohort)
+    member, _ = plan.draw_cohort(sim.sizes[cohort.ids], CohortRandom(0, round, cohort.ids, "train", sim._draw_device))
+    sync()
+    steps["data_draws"] = time.perf_counter()
+    last = t0
+    for name, at in steps.items():
+        timings.setdefault(name, []).append(at - last)
+        last = at
+    return len(member)
 
 
 def main() -> None:
@@ -42,31 +69,9 @@ def main() -> None:
     emit("setup_s", time.perf_counter() - t)
     emit("clients", sim.num_clients)
     emit("samples", int(sim.sizes.sum()))
-    sizes_part, clients, data = RandomizedSizes(3.0, 300), AllClients(), FedSamplingData(2048)
-    ids = np.arange(N)
     timings: dict[str, list[float]] = {}
-
-    def server_round(round: int = 0) -> int:
-        ctx = RoundContext(sim, {}, round, 0, {})
-        steps = {}
-        t0 = time.perf_counter()
-        reports = sim.run("report_size", ids, sizes_part.query, round)
-        steps["reports"] = time.perf_counter()
-        ctx.sizes = sizes_part.summarize(ids, reports)
-        steps["estimate"] = time.perf_counter()
-        cohort = clients.select(ctx)
-        steps["selection"] = time.perf_counter()
-        plan = data.plan(ctx, cohort)
-        member, _ = plan.draw_cohort(sim.sizes[cohort.ids], CohortRandom(0, round, cohort.ids, "train"))
-        steps["data_draws"] = time.perf_counter()
-        last = t0
-        for name, at in steps.items():
-            timings.setdefault(name, []).append(at - last)
-            last = at
-        return len(member)
-
-    drawn = server_round()
-    total = best_of(server_round, repeats=5)
+    drawn = server_round(sim, timings)
+    total = best_of(lambda: server_round(sim, timings), repeats=5)
     emit("samples_drawn", drawn)
     for name, values in timings.items():
         emit(f"{name}_s", min(values))

@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the models are small)")
     run.add_argument("--backend", choices=("auto", "vectorized", "loop"), default="auto",
                      help="in-process federation: auto (default: the faster engine for each strategy), batched cohorts, or the per-client loop")
+    run.add_argument("--device", default=None, metavar="DEVICE",
+                     help="cpu, cuda, cuda:N or auto (CUDA when present); default: the experiment's device (cpu)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--workers", type=int, default=None, metavar="N",
                      help="split the clients over N Ray actors (needs fedsample[ray]; default 2 with --ray-address)")
@@ -71,12 +73,14 @@ def _key_values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _overridden(config, rounds: int | None, seeds: str | None):
+def _overridden(config, rounds: int | None, seeds: str | None, device: str | None = None):
     from fedsample.experiments.config import parse_config
 
     data = config.model_dump()
     if rounds is not None:
         data["rounds"] = rounds
+    if device is not None:
+        data["device"] = device
     if seeds is not None:
         try:
             data["seeds"] = [int(s) for s in seeds.split(",") if s.strip()]
@@ -96,7 +100,9 @@ def command_run(args: argparse.Namespace) -> None:
     if args.resume and args.overwrite:
         raise CliError("--resume and --overwrite exclude each other")
     torch.set_num_threads(max(1, args.threads))
-    config = _overridden(resolve(args.target), args.rounds, args.seeds)
+    config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
+    args.device = _checked_device(config.device)
+    config = config.model_copy(update={"device": args.device})  # results.json records the device used
     out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
     if args.out is not None:
         runner.check_output_folder(out, config, args.resume, args.overwrite)
@@ -131,6 +137,13 @@ def _ray_if_asked(args: argparse.Namespace):
     return cli_session(args.ray_address, args.workers or 2, CliError)
 
 
+def _checked_device(device: str) -> str:
+    """The device name, after checking that this machine has it (a ValueError line otherwise: exit 2)."""
+    from fedsample.device import resolve_device
+
+    return str(resolve_device(device))
+
+
 def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -150,7 +163,7 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict)
 
         return runner.run_plan(
             plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,
-            on_failure=stopped, options=options,
+            on_failure=stopped, options=options, device=args.device,
         )
 
 

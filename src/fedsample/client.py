@@ -41,7 +41,7 @@ class ClientContext:
         return len(self.y)
 
     def label_counts(self) -> np.ndarray:
-        return np.bincount(self.y.numpy(), minlength=self.num_classes)
+        return np.bincount(self.y.cpu().numpy(), minlength=self.num_classes)
 
 
 @dataclass
@@ -143,11 +143,11 @@ class ProbeReport:
 
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
     """Full-batch loss and gradient of the client's local objective (mean over its samples)."""
-    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype)
+    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype, device=ctx.x.device)
     g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
     flat = flatten(g)
     report = ProbeReport(
-        loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.numpy() if request.gradient else None
+        loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.cpu().numpy() if request.gradient else None
     )
     if request.compression is not None:
         from fedsample.compression import compress

@@ -135,5 +135,5 @@ def _as_vector(gradient: Params | np.ndarray | torch.Tensor) -> np.ndarray:
     if isinstance(gradient, dict):
         gradient = flatten(gradient)
     if isinstance(gradient, torch.Tensor):
-        gradient = gradient.detach().reshape(-1).to(torch.float64).numpy()
+        gradient = gradient.detach().reshape(-1).to(torch.float64).cpu().numpy()
     return np.asarray(gradient, dtype=np.float64).reshape(-1)

@@ -42,6 +42,6 @@ def _metrics(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
     loss = float(torch.cat(losses).mean())
     if task == "regression":
         return {"loss": loss, "mse": loss}
-    pred = torch.cat(preds).numpy()
-    truth = y.numpy()
+    pred = torch.cat(preds).cpu().numpy()
+    truth = y.cpu().numpy()
     return {"accuracy": float((pred == truth).mean()), "macro_f1": macro_f1(truth, pred, num_classes), "loss": loss}

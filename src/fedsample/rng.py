@@ -7,7 +7,8 @@ Server parts draw from numpy Generators (:func:`generator`). Client procedures r
 :class:`ClientRandom`: a counter-based SplitMix64 stream per client for the hot paths (uniforms,
 integers, permutations), so a vectorized engine computes the same draws for a million clients in one
 numpy pass (:class:`CohortRandom`), plus a numpy Generator of the same cell, created on first use, for
-everything else.
+everything else. On a GPU the cohort streams are computed with integer torch tensor operations (64-bit
+wrapping arithmetic and masked shifts, see :func:`mix64_torch`) that give the numpy draws bit for bit.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ import math
 import zlib
 from functools import lru_cache
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where a device is used, so numpy-only users do not pay for it
+    import torch
 
 SERVER = -1  # the "client id" of the server's own draws
 
@@ -93,6 +99,46 @@ def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * _TO_UNIT
 
 
+# --- the same streams as integer torch tensors (bit-identical on CPU and GPU) ----------------------------
+#
+# torch has no wrapping uint64 arithmetic on every device, but int64 addition, multiplication and XOR wrap
+# in two's complement, which is the same bit pattern as uint64 arithmetic modulo 2^64; only the right shift
+# differs (arithmetic on int64), so it is masked to a logical shift.
+
+
+def _signed(value: int) -> int:
+    """A 64-bit unsigned constant as the int64 with the same bits."""
+    value &= _MASK
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: "torch.Tensor", bits: int) -> "torch.Tensor":
+    """Logical right shift of int64 tensors holding uint64 bit patterns."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64_torch(z: "torch.Tensor") -> "torch.Tensor":
+    """:func:`mix64` on int64 tensors (uint64 bit patterns), bit for bit."""
+    z = (z ^ _shift_right(z, 30)) * _signed(_M1)
+    z = (z ^ _shift_right(z, 27)) * _signed(_M2)
+    return z ^ _shift_right(z, 31)
+
+
+def client_streams_torch(key: int, clients: "torch.Tensor") -> "torch.Tensor":
+    """:func:`client_streams` on an int64 tensor of clients (result: int64 bit patterns, same device)."""
+    import torch
+
+    return mix64_torch(mix64_torch((clients.to(torch.int64) + 2) * _signed(_GAMMA)) ^ _signed(key))
+
+
+def stream_uniforms_torch(streams: "torch.Tensor", positions: "torch.Tensor") -> "torch.Tensor":
+    """:func:`stream_uniforms` on int64 tensors (broadcast): float64 uniforms equal to numpy's bit for bit."""
+    import torch
+
+    z = mix64_torch(streams + (positions.to(torch.int64) + 1) * _signed(_GAMMA))
+    return _shift_right(z, 11).to(torch.float64) * _TO_UNIT
+
+
 def uniform_integers(u: np.ndarray, low: int, high: int) -> np.ndarray:
     """Integers on {low, ..., high-1} from uniforms: low + floor(u * (high - low)) (bias below 2^-53 * (high-low))."""
     return low + np.floor(np.asarray(u) * (high - low)).astype(np.int64)
@@ -156,27 +202,68 @@ class ClientRandom:
 
 class CohortRandom:
     """The counter-based streams of many clients in one (seed, round, purpose) cell: the vectorized
-    counterpart of :class:`ClientRandom` (draw i of client c here equals the i-th uniform client c reads)."""
+    counterpart of :class:`ClientRandom` (draw i of client c here equals the i-th uniform client c reads).
 
-    def __init__(self, seed: int, round: int, clients: np.ndarray, purpose: str) -> None:
+    With a torch ``device`` the draws are computed there with :func:`stream_uniforms_torch` (the same
+    bits) and returned as numpy arrays, so callers do not depend on where they were computed."""
+
+    def __init__(self, seed: int, round: int, clients: np.ndarray, purpose: str, device: "torch.device | str | None" = None) -> None:
         self.clients = np.asarray(clients, dtype=np.int64)
-        self.streams = client_streams(cell_key(int(seed), int(round), purpose), self.clients)
+        key = cell_key(int(seed), int(round), purpose)
+        self.device = device
+        if device is None:
+            self.streams = client_streams(key, self.clients)
+        else:
+            import torch
+
+            self.device = torch.device(device)
+            self.streams = client_streams_torch(key, torch.as_tensor(self.clients, device=self.device))
 
     def __len__(self) -> int:
         return len(self.clients)
 
     def columns(self, k: int, start: int = 0) -> np.ndarray:
         """``(clients, k)`` array: draws ``start, ..., start+k-1`` of each client."""
+        if self.device is not None:
+            import torch
+
+            positions = torch.arange(start, start + k, dtype=torch.int64, device=self.device)
+            return stream_uniforms_torch(self.streams[:, None], positions[None, :]).cpu().numpy()
         return stream_uniforms(self.streams[:, None], np.arange(start, start + k, dtype=np.uint64)[None, :])
 
     def ragged(self, counts: np.ndarray, start: np.ndarray | int = 0) -> np.ndarray:
         """Draws ``start_c, ..., start_c + counts_c - 1`` of each client c, concatenated in client order."""
         counts = np.asarray(counts, dtype=np.int64)
+        starts = np.broadcast_to(np.asarray(start, dtype=np.int64), counts.shape)
+        if self.device is not None:
+            return self._ragged_torch(counts, starts)
         total = int(counts.sum())
         first = np.cumsum(counts) - counts
         within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
-        positions = (within + np.repeat(np.broadcast_to(np.asarray(start, dtype=np.int64), counts.shape), counts)).astype(np.uint64)
+        positions = (within + np.repeat(starts, counts)).astype(np.uint64)
         return stream_uniforms(np.repeat(self.streams, counts), positions)
+
+    def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
+        """Flat positions (into :meth:`ragged`'s concatenation, from draw 0) of the draws below ``threshold``:
+        ``np.flatnonzero(self.ragged(counts) < threshold)``; on a device only those positions come back."""
+        counts = np.asarray(counts, dtype=np.int64)
+        if self.device is None:
+            return np.flatnonzero(self.ragged(counts) < threshold)
+        return self._ragged_device(counts, np.zeros_like(counts)).lt(threshold).nonzero().flatten().cpu().numpy()
+
+    def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """:meth:`ragged` computed on the device (the same positions, the same bits)."""
+        return self._ragged_device(counts, starts).cpu().numpy()
+
+    def _ragged_device(self, counts: np.ndarray, starts: np.ndarray) -> "torch.Tensor":
+        import torch
+
+        counts = torch.as_tensor(counts, device=self.device)
+        starts = torch.as_tensor(np.array(starts), device=self.device)
+        first = torch.cumsum(counts, 0) - counts
+        owner = torch.repeat_interleave(torch.arange(len(counts), device=self.device), counts)
+        within = torch.arange(len(owner), dtype=torch.int64, device=self.device) - first[owner]
+        return stream_uniforms_torch(self.streams[owner], within + starts[owner])
 
 
 def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:

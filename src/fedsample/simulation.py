@@ -18,6 +18,7 @@ from torch import nn
 
 from fedsample import validate
 from fedsample.data.types import FederatedData
+from fedsample.device import resolve_device, to_device
 from fedsample.evaluation import evaluate
 from fedsample.federation.choose import BackendChoice, choose_backend
 from fedsample.federation.faults import FaultModel, with_faults
@@ -50,10 +51,11 @@ class SimulationState:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "SimulationState":
-        """Read a checkpoint; a truncated or corrupt file is one :class:`CheckpointError` line naming it."""
+    def load(cls, path: Path, device: torch.device | str = "cpu") -> "SimulationState":
+        """Read a checkpoint with every tensor on ``device``, whichever device wrote it; a truncated or corrupt
+        file is one :class:`CheckpointError` line naming it."""
         try:
-            fields = torch.load(path, weights_only=False)
+            fields = torch.load(path, map_location=torch.device(device), weights_only=False)
             return cls(**fields)
         except Exception as error:  # noqa: BLE001 - whatever a damaged file raises (pickle, zip, EOF, type)
             raise CheckpointError(
@@ -116,6 +118,7 @@ def simulate(
     faults: FaultModel | None = None,
     workers: int = 2,
     ray_address: str | None = None,
+    device: str | torch.device = "cpu",
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -133,25 +136,30 @@ def simulate(
     have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
     ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs.
     ``federation="ray"`` splits the clients over ``workers`` Ray actors (``pip install fedsample[ray]``; Ray
-    at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md)."""
+    at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md).
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data,
+    the model, training, evaluation and the server optimizer live; the seed gives the same cohorts, draws
+    and size reports on every device, and the parameters agree within float tolerance."""
+    where = resolve_device(device)
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
     if strategy.pooled:
         data = data.pooled()
-    module = build_module(model, data)
+    module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
     if federation == "ray":
         from fedsample.federation.ray import simulate_on_ray
 
         return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
                                seed=seed, eval_every=eval_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                                resume=resume, progress=progress, memory_budget=memory_budget, faults=faults)
-    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget)
-    fed = with_faults(federation or make_federation(choice.backend, data, module, seed, memory_budget), faults, seed)
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
-    state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds)
+    state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
+    module.to(where)
+    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
+    fed = with_faults(federation or make_federation(choice.backend, data, module, seed, memory_budget, where), faults, seed)
     _load_client_states(fed, state.client_states)
-    x_test, y_test = torch.as_tensor(data.dataset.x_test), torch.as_tensor(data.dataset.y_test)
+    x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
     for t in range(state.round, rounds):
         try:
@@ -206,13 +214,16 @@ def _check_divergence(record: dict, params: Params, strategy: Strategy, seed: in
 
 
 def _start(
-    strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool, fingerprint: dict, rounds: int
+    strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool, fingerprint: dict, rounds: int,
+    device: torch.device,
 ) -> SimulationState:
+    """A saved state (loaded onto ``device``) or a fresh one: the seed's initial parameters, created on the
+    CPU (the same numbers on every device) and moved to ``device``."""
     if resume and checkpoint and Path(checkpoint).exists():
-        saved = SimulationState.load(Path(checkpoint))
+        saved = SimulationState.load(Path(checkpoint), device)
         _check_resumable(saved, Path(checkpoint), key, fingerprint, rounds)
         return saved
-    params = initial_parameters(module, seed)
+    params = to_device(initial_parameters(module, seed), device)
     state = strategy.init_state(params)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
 
@@ -246,7 +257,8 @@ BACKENDS = ("auto", "vectorized", "loop")
 
 
 def resolve_backend(
-    backend: str, strategy: Strategy, data: FederatedData, module: nn.Module, memory_budget: int | None = None
+    backend: str, strategy: Strategy, data: FederatedData, module: nn.Module, memory_budget: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> BackendChoice:
     """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
     picks for this strategy, data and model."""
@@ -256,15 +268,19 @@ def resolve_backend(
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend != "auto":
         return BackendChoice(backend, "asked for")
-    return choose_backend(strategy, data.sizes(), module, torch.as_tensor(data.dataset.x_train[:1]))
+    device = torch.device(device)
+    return choose_backend(strategy, data.sizes(), module, torch.as_tensor(data.dataset.x_train[:1], device=device), device.type)
 
 
-def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None) -> Any:
-    """The in-process federation named by ``backend``: ``"loop"`` or ``"vectorized"``."""
+def make_federation(
+    backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu"
+) -> Any:
+    """The in-process federation named by ``backend`` (``"loop"`` or ``"vectorized"``), its training data
+    moved to ``device`` once (``module`` must already live there)."""
     if backend == "loop":
-        return Simulator(data, module, seed)
+        return Simulator(data, module, seed, device=device)
     if backend == "vectorized":
         from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 
-        return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET)
+        return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET, device=device)
     raise ValueError(f"backend must be 'loop' or 'vectorized', got {backend!r}")

@@ -3,6 +3,7 @@ Every error is one line that names the bad field."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -99,6 +100,7 @@ class ExperimentConfig(_Strict):
     rounds: int = Field(gt=0)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     eval_every: int = Field(default=1, gt=0)
+    device: str = "cpu"
     strategies: list[StrategyConfig] = Field(min_length=1)
     faults: FaultsConfig | None = None
 
@@ -106,6 +108,14 @@ class ExperimentConfig(_Strict):
     @classmethod
     def _plain_name(cls, name: str) -> str:
         return plain_label(name)
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, device: str) -> str:
+        """The spelling only (auto, cpu, cuda, cuda:N); whether the machine has it is checked when the run starts."""
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device.strip().lower()):
+            raise ValueError(f"must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        return device.strip().lower()
 
     @field_validator("seeds")
     @classmethod

@@ -166,12 +166,14 @@ def run_plan(
     backend: str = "auto",
     on_failure: Callable[[str], None] | None = None,
     options: dict | None = None,
+    device: str | None = None,
 ) -> dict[str, list[SimulationResult | Failure]]:
     """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round.
     A run that diverges is contained: ``on_failure(one line)`` is called, its slot holds a :class:`Failure`,
     and the other strategies and seeds still run. ``options`` are further ``simulate`` arguments (e.g.
-    ``federation="ray", workers=4``)."""
+    ``federation="ray", workers=4``); ``device`` overrides the experiment's ``device`` (default ``"cpu"``)."""
     config = plan.config
+    device = device or config.device
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     results: dict[str, list[SimulationResult | Failure]] = {label: [] for label in plan.strategies}
     for seed in config.seeds:
@@ -182,7 +184,7 @@ def run_plan(
                     strategy, data=fed, model=plan.model, rounds=config.rounds, seed=seed, eval_every=config.eval_every,
                     checkpoint=checkpoint_path(out, label, seed), checkpoint_every=checkpoint_every, resume=resume,
                     progress=(lambda t, label=label: progress(label, t)) if progress else None, backend=backend,
-                    faults=plan.faults, **(options or {}),
+                    faults=plan.faults, device=device, **(options or {}),
                 )
             except Diverged as error:
                 result = Failure(seed, f"{label!r} diverged: {error}")

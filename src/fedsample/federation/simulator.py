@@ -29,12 +29,14 @@ class Simulator:
     already in that order, else one permuted copy made here), so a client's data is a view, never a copy.
     """
 
-    def __init__(self, data: FederatedData, module: nn.Module, seed: int) -> None:
+    def __init__(self, data: FederatedData, module: nn.Module, seed: int, device: torch.device | str = "cpu") -> None:
         ds = data.dataset
         self.data = data
         self.module = module
         self.seed = seed
-        self.x, self.y = _in_client_order(torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), data.order)
+        self.device = torch.device(device)
+        x, y = _in_client_order(torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), data.order)
+        self.x, self.y = x.to(self.device), y.to(self.device)  # the training data moves to the device once
         self.task = ds.task
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])

@@ -46,6 +46,7 @@ from fedsample import client as procedures
 from fedsample import privacy
 from fedsample.client import LocalSample, TrainPayload, TrainReport, empty_report
 from fedsample.data.types import FederatedData
+from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
 from fedsample.sampling.data import AllSamples, BernoulliSamples
@@ -59,11 +60,16 @@ DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters,
 class VectorizedSimulator(Simulator):
     """In-process federation that batches a cohort's training (see the module docstring).
 
-    ``memory_budget`` (bytes) bounds one chunk of stacked clients; results do not depend on it.
+    ``memory_budget`` (bytes) bounds one chunk of stacked clients (on a GPU also the free device memory);
+    results do not depend on it. On a CUDA ``device`` the cohort's counter-based draws are computed there
+    (:class:`~fedsample.rng.CohortRandom` with a device: the same bits as numpy).
     """
 
-    def __init__(self, data: FederatedData, module: nn.Module, seed: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
-        super().__init__(data, module, seed)
+    def __init__(
+        self, data: FederatedData, module: nn.Module, seed: int, memory_budget: int = DEFAULT_MEMORY_BUDGET, device: torch.device | str = "cpu"
+    ) -> None:
+        super().__init__(data, module, seed, device=device)
+        self._draw_device = self.device if self.device.type == "cuda" else None
         if memory_budget <= 0:
             raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
         self.memory_budget = int(memory_budget)
@@ -92,7 +98,7 @@ class VectorizedSimulator(Simulator):
         if query.mode == "exact":
             return sizes.copy()
         cell_round, purpose = procedures.report_cell(query, round)
-        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose))
+        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device))
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
@@ -161,7 +167,7 @@ class VectorizedSimulator(Simulator):
             member = np.repeat(np.arange(len(ids)), sizes)
             return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member], np.zeros(len(ids), dtype=np.int64)
         if type(plan) is BernoulliSamples:
-            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train"))
+            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
             return member, local, sizes
         return None
 
@@ -183,7 +189,7 @@ class VectorizedSimulator(Simulator):
         if all(len(batches) == 1 for batches, _ in schedules):
             return self._single_step(ids, active, schedules, payload, solver.learning_rate(round), generators)
         per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
-        chunk = max(1, self.memory_budget // per_client)
+        chunk = max(1, self.chunk_budget() // per_client)
         for start in range(0, len(active), chunk):
             part = schedules[start : start + chunk]
             gens = generators[start : start + chunk] if generators is not None else None
@@ -234,14 +240,14 @@ class VectorizedSimulator(Simulator):
             for s, (b, w) in enumerate(zip(batches, ws)):
                 rows[c, s, : len(b)] = b
                 weights[c, s, : len(b)] = w
-        rows_t, weights_t = torch.from_numpy(rows), torch.from_numpy(weights).to(self.x.dtype)
+        rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.x.dtype)
         lr = solver.learning_rate(round)
         names, base = list(anchor), [v.detach() for v in anchor.values()]
         w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
         buf = [torch.zeros_like(v) for v in w] if solver.momentum else None
-        losses = torch.zeros(C, S, dtype=torch.float64)
+        losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
-            taken = torch.from_numpy(steps > s)
+            taken = torch.as_tensor(steps > s, device=self.device)
             masks = self._step_masks(schedules, generators, s, B) if generators is not None else {}
             g, loss = self._stacked_gradient(dict(zip(names, w)), self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s], masks)
             done = (~taken).nonzero().flatten()
@@ -252,7 +258,7 @@ class VectorizedSimulator(Simulator):
                     v[done] = old
             losses[:, s] = torch.where(taken, loss.double(), 0.0)
         update = {k: a.unsqueeze(0) - v for k, a, v in zip(names, base, w)}
-        return update, steps, (losses.sum(1) / torch.from_numpy(steps)).numpy()
+        return update, steps, losses.sum(1).cpu().numpy() / steps
 
     def _step_masks(self, schedules: list, generators: list, s: int, width: int) -> random_layers.Masks:
         """Step s's dropout masks of every client in the chunk, drawn as the client's own step s draws them
@@ -271,10 +277,16 @@ class VectorizedSimulator(Simulator):
 
             self._batched_loss = vmap(self._loss_fn)
         leaves = {k: v.detach().requires_grad_(True) for k, v in w.items()}
+        masks = {k: m.to(x.device) for k, m in masks.items()}  # drawn on the host from the clients' generators
         with torch.enable_grad():
             loss = self._batched_loss(leaves, x, y, weights, masks)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         return dict(zip(leaves, grads)), loss.detach()
+
+    def chunk_budget(self) -> int:
+        """Bytes one chunk of stacked clients may use: ``memory_budget``, and on a GPU at most its free memory."""
+        free = free_memory(self.device)
+        return self.memory_budget if free is None else max(1, min(self.memory_budget, free))
 
     def _client_bytes(self, params: Params, batch: int, momentum: bool) -> int:
         """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
@@ -323,7 +335,7 @@ class _Union:
 
     def weighted_gradient_sum(self, a: np.ndarray) -> Params:
         """Gradient of ``sum_s a_{c(s)} w_s l_s`` at w0 (``a`` one coefficient per cohort member)."""
-        scaled = torch.as_tensor(a[self.member], dtype=self.terms.dtype) * self.terms
+        scaled = torch.as_tensor(a[self.member], dtype=self.terms.dtype, device=self.terms.device) * self.terms
         grads = torch.autograd.grad(scaled.sum(), list(self.leaves.values()), retain_graph=True)
         return dict(zip(self.leaves, grads))
 
@@ -340,13 +352,13 @@ class _Union:
         for key, m in self.masks.items():
             padded_masks[key] = torch.zeros((C, B, *m.shape[1:]), dtype=m.dtype)
             padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
-        chunk = max(1, sim.memory_budget // sim._client_bytes(self.leaves, B, False))
+        chunk = max(1, sim.chunk_budget() // sim._client_bytes(self.leaves, B, False))
         parts = []
         for start in range(0, C, chunk):
-            r = torch.from_numpy(padded_rows[start : start + chunk])
+            r = torch.as_tensor(padded_rows[start : start + chunk], device=sim.device)
             stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in self.leaves.items()}
             masks = {k: m[start : start + chunk] for k, m in padded_masks.items()}
-            w = torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype)
+            w = torch.as_tensor(padded_w[start : start + chunk], device=sim.device).to(sim.x.dtype)
             g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], w, masks)
             parts.append(g)
         return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
@@ -370,11 +382,12 @@ class CohortReports(list):
         (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``.
         A client without rows gets :func:`~fedsample.client.empty_report`."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        rows_t = torch.from_numpy(rows)
+        rows_t = torch.as_tensor(rows, device=sim.device)
         with torch.enable_grad():
             x, y = sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t)
-            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
-        per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
+            masks = {k: m.to(sim.device) for k, m in (masks or {}).items()}
+            terms = torch.as_tensor(weights, dtype=sim.x.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
+        per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports = cls([empty_report(params)] * len(counts))  # one shared empty reply (never mutated)
         reports._federation, reports._token = sim, len(sim._unions)

@@ -47,10 +47,10 @@ class BernoulliSamples:
         cohort member that keeps it and its position in that client's data (the same draws as each client
         drawing alone with its ClientRandom)."""
         sizes = np.asarray(sizes, dtype=np.int64)
-        kept = np.flatnonzero(rng.ragged(sizes) < self.p)
-        member = np.repeat(np.arange(len(sizes)), sizes)[kept]
-        first = np.cumsum(sizes) - sizes
-        return member, kept - first[member]
+        kept = rng.ragged_below(sizes, self.p)
+        ends = np.cumsum(sizes)
+        member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
+        return member, kept - (ends - sizes)[member]
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ class EpochBatches(LocalSample):
 def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None = None) -> np.ndarray:
     """||grad Q_k(w; x_n)|| for the client's samples (all, or ``rows``), from per-sample gradients."""
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
-    return torch.linalg.vector_norm(per_sample_gradients(ctx.module, ctx.task, params, x, y), dim=1).numpy().astype(np.float64)
+    return torch.linalg.vector_norm(per_sample_gradients(ctx.module, ctx.task, params, x, y), dim=1).cpu().numpy().astype(np.float64)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ class LabelWeightedSamples:
             raise ValueError("IWDS resamples by label counts: it needs a classification task")
         if ctx.size == 0:
             return LocalSample(np.zeros(0, dtype=np.int64))
-        probs = sample_probabilities(ctx.y.numpy(), ctx.num_classes, self.beta)
+        probs = sample_probabilities(ctx.y.cpu().numpy(), ctx.num_classes, self.beta)
         return LocalSample(np.arange(ctx.size), probs=probs)
 
 

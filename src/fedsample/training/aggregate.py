@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
     """sum_k w_k * Delta_k, key-wise."""
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    device = next(iter(updates[0].values())).device
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), device=device)
     return {k: torch.einsum("c,c...->...", w.to(updates[0][k].dtype), torch.stack([u[k] for u in updates])) for k in updates[0]}
 
 

@@ -71,14 +71,17 @@ class RandomLayers:
     couples_samples: str | None = None  # the name of a layer whose output mixes the samples of a batch
     _unmanaged: bool | None = None
 
-    def draw(self, generator: torch.Generator | None, rows: int, dtype: torch.dtype = torch.float32) -> Masks:
-        """One forward's masks for ``rows`` samples, each layer's ``(rows, *shape)`` Bernoulli(1-p)/(1-p)."""
+    def draw(
+        self, generator: torch.Generator | None, rows: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    ) -> Masks:
+        """One forward's masks for ``rows`` samples, each layer's ``(rows, *shape)`` Bernoulli(1-p)/(1-p), drawn on
+        the host from the client's generator (the same bits on every device), then moved to ``device``."""
         masks: Masks = {}
         dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()  # token-id inputs: float masks
         for key, p, shape in self.layers:
             keep = torch.empty((rows, *shape), dtype=dtype).bernoulli_(1.0 - p, generator=generator)
             masks[key] = keep if p == 0.0 else keep.mul_(1.0 / (1.0 - p)) if p < 1.0 else keep
-        return masks
+        return masks if device is None else {k: m.to(device) for k, m in masks.items()}
 
     def draw_many(self, generators: list[torch.Generator | None], rows: list[int], dtype: torch.dtype = torch.float32) -> Masks:
         """The masks of one forward of each client (client i: ``rows[i]`` samples from ``generators[i]``),

@@ -1,0 +1,320 @@
+"""The GPU benchmarks of one run, with the device's name and the date (ratios are taken in one process).
+
+- gpu_fedsampling_round_vs_centralized (MLP, CNN): a whole FedSampling round (Fashion-MNIST,
+  LogNormalSizes(mean 2, sigma 4): about 30,000 clients; K = 2048, epsilon = 3, M = 300) on the device ÷ one
+  centralized step on the device over the rows that round drew. Goals: <= 1.5 (MLP), <= 1.2 (CNN).
+- gpu_fedavg_round_vs_centralized: FedAvg, 10 clients × 600 samples, 1 epoch, batch 32, CNN ÷ one
+  centralized epoch (batch 32) over the same 6,000 samples on the device. Goal <= 0.5.
+- gpu_vs_cpu: the FedSampling CNN round on the CPU ÷ the same round on the device. Goal >= 100.
+- gpu_server_side_1m_clients: size reports, estimate, selection and Bernoulli draws for 10^6 clients.
+  Goal < 0.020 s.
+- vectorized_vs_loop/<recipe>: one round of every recipe, per-client loop ÷ vectorized engine, both on the
+  device (10 clients × 6,000 Fashion-MNIST samples, 5 per round where the recipe samples clients, batch 32,
+  MLP). Goal >= 1 (the vectorized engine never loses).
+- peak device memory (torch.cuda.max_memory_allocated) of each.
+
+Run on a CUDA machine:   python benchmarks/gpu.py            (needs Fashion-MNIST: dataset-fashion-mnist)
+Check the script on CPU: python benchmarks/gpu.py --device cpu --tiny
+``--synthetic`` uses random data of Fashion-MNIST's shape instead (labelled so in the output).
+``--profile`` adds a torch profile of the FedSampling MLP round (where the time goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from _common import best_of, emit
+
+from fedsample import recipes
+from fedsample.client import ClientContext, LocalSample
+from fedsample.data import LogNormalSizes, partition
+from fedsample.data.types import Dataset, FederatedData
+from fedsample.device import resolve_device, to_device
+from fedsample.federation.simulator import Simulator
+from fedsample.federation.vectorized import VectorizedSimulator
+from fedsample.models import CNN, MLP, initial_parameters
+from fedsample.rng import client_rng
+from fedsample.training.functional import weighted_gradient
+from fedsample.training.local import LocalSGD
+from fedsampling_round_vs_centralized import _plan_payload
+from server_side_1m_clients import federation as million_clients, server_round
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of one run: the issue's (full) or a quick check of the script (tiny)."""
+
+    rows: int | None  # Fashion-MNIST training rows used (None: all 60,000)
+    K: int
+    fedavg_clients: int
+    fedavg_per_client: int
+    million: int
+    recipe_per_client: int
+    repeats: int
+
+
+FULL = Scale(rows=None, K=2048, fedavg_clients=10, fedavg_per_client=600, million=1_000_000, recipe_per_client=6000, repeats=5)
+TINY = Scale(rows=2000, K=128, fedavg_clients=4, fedavg_per_client=50, million=10_000, recipe_per_client=40, repeats=2)
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    goal: str
+    met: bool | None
+    peak_mib: float | None = None
+
+
+class Clock:
+    """Wall time of device work: waits for the device before reading the clock; peak device memory."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, call: Callable[[], object], repeats: int) -> float:
+        def synced() -> None:
+            call()
+            self.sync()
+
+        return best_of(synced, repeats=repeats)
+
+    def peak_mib(self, call: Callable[[], object]) -> float | None:
+        """Peak memory allocated on the device during one call (None on the CPU)."""
+        if self.device.type != "cuda":
+            call()
+            return None
+        self.sync()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        call()
+        self.sync()
+        return torch.cuda.max_memory_allocated(self.device) / 2**20
+
+
+def fashion_mnist(synthetic: bool, rows: int | None) -> Dataset:
+    """Fashion-MNIST (Debian's dataset-fashion-mnist), or with ``synthetic`` random data of its shape."""
+    from fedsample.data import load_dataset
+
+    if synthetic:
+        rng = np.random.default_rng(0)
+        n = rows or 60_000
+        x = rng.normal(size=(n + 1000, 1, 28, 28)).astype(np.float32)
+        y = rng.integers(0, 10, n + 1000)
+        return Dataset("synthetic (Fashion-MNIST shape)", x[:n], y[:n], x[n:], y[n:], 10)
+    try:
+        ds = load_dataset("fashion-mnist")
+    except (FileNotFoundError, ValueError) as error:
+        sys.exit(f"benchmarks/gpu.py: Fashion-MNIST not found ({error}); install dataset-fashion-mnist or pass --synthetic")
+    if rows is None:
+        return ds
+    return Dataset(f"{ds.name} (first {rows} rows)", ds.x_train[:rows], ds.y_train[:rows], ds.x_test, ds.y_test, ds.num_classes)
+
+
+def model_on(spec, ds: Dataset, device: torch.device):
+    """The module and its seed-0 parameters (initialised on the CPU, the same numbers on every device)."""
+    module = spec.build(ds.input_shape, ds.num_classes)
+    params = initial_parameters(module, 0)
+    return module.to(device), to_device(params, device)
+
+
+def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: int) -> tuple[float, float, float | None, int]:
+    """(round seconds, centralized-step seconds, peak MiB of the round, rows drawn) on ``clock.device``."""
+    ds, device = fed.dataset, clock.device
+    module, params = model_on(spec, ds, device)
+    sim = VectorizedSimulator(fed, module, seed=0, device=device)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
+    state = strategy.init_state(params)
+    one_round = lambda: strategy.round(sim, params, state, 0, 0)  # noqa: E731
+    round_s = clock.seconds(one_round, repeats)
+    peak = clock.peak_mib(one_round)
+    reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
+    rows = torch.as_tensor(reports._union[3], device=device)
+    weights = torch.full((len(rows),), 1.0 / K, device=device)
+    grad = weighted_gradient(module, ds.task)
+
+    def centralized_step():  # gather the rows from the pooled data on the device, forward/backward, SGD update
+        g, _ = grad(params, sim.x.index_select(0, rows), sim.y.index_select(0, rows), weights)
+        return {k: params[k] - 0.05 * g[k] for k in params}
+
+    return round_s, clock.seconds(centralized_step, repeats), peak, len(rows)
+
+
+def fedavg_round(clock: Clock, ds: Dataset, clients: int, per_client: int, repeats: int) -> tuple[float, float, float | None]:
+    """(FedAvg round seconds, centralized epoch seconds, peak MiB of the round): CNN, 1 epoch, batch 32."""
+    device = clock.device
+    fed = FederatedData.from_client_indices(ds, [np.arange(k * per_client, (k + 1) * per_client) for k in range(clients)])
+    module, params = model_on(CNN(), ds, device)
+    sim = VectorizedSimulator(fed, module, seed=0, device=device)
+    strategy = recipes.fedavg(clients_per_round=clients, lr=0.05, epochs=1, batch_size=32)
+    state = strategy.init_state(params)
+    n = clients * per_client
+    pooled = ClientContext(0, sim.x[:n], sim.y[:n], module, ds.task, ds.num_classes)
+    solver = LocalSGD(lr=0.05, epochs=1, batch_size=32)
+    one_round = lambda: strategy.round(sim, params, state, 0, 0)  # noqa: E731
+    central = lambda: solver.run(pooled, LocalSample(np.arange(n)), params, 0, client_rng(0, 0, 0, "train"))  # noqa: E731
+    round_s, central_s = clock.seconds(one_round, repeats), clock.seconds(central, repeats)
+    return round_s, central_s, clock.peak_mib(one_round)
+
+
+def server_side(clock: Clock, clients: int, repeats: int) -> tuple[float, float | None, dict[str, float]]:
+    """(seconds, peak MiB, seconds per step) of the server side of a FedSampling round for ``clients``."""
+    sim = million_clients(str(clock.device), clients)
+    timings: dict[str, list[float]] = {}
+    call = lambda: server_round(sim, timings, sync=clock.sync)  # noqa: E731
+    seconds = best_of(call, repeats=repeats)
+    return seconds, clock.peak_mib(call), {name: min(values) for name, values in timings.items()}
+
+
+def every_recipe(K: int, per_client: int) -> dict[str, object]:
+    """Every registered recipe at the benchmark's size: 5 of 10 clients per round where clients are sampled."""
+    c, b = 5, 32
+    return {
+        "fedavg": recipes.fedavg(clients_per_round=c, batch_size=b),
+        "weighted_fedavg": recipes.weighted_fedavg(clients_per_round=c, batch_size=b),
+        "fedprox": recipes.fedprox(clients_per_round=c, batch_size=b),
+        "fednova": recipes.fednova(clients_per_round=c, batch_size=b),
+        "fedavgm": recipes.fedavgm(clients_per_round=c, batch_size=b),
+        "fedadam": recipes.fedadam(clients_per_round=c, batch_size=b),
+        "fedyogi": recipes.fedyogi(clients_per_round=c, batch_size=b),
+        "fedadagrad": recipes.fedadagrad(clients_per_round=c, batch_size=b),
+        "fedsampling": recipes.fedsampling(K=K),
+        "fedsampling_naive": recipes.fedsampling_naive(ratio=0.05),
+        "centralized": recipes.centralized(K=K),
+        "fedsts": recipes.fedsts(H=2, m=c, batch_size=b),
+        "fedstas": recipes.fedstas(H=2, m=c, eta=K, batch_size=b),
+        "iwds": recipes.iwds(clients_per_round=c, batch_size=b),
+        "isfedavg": recipes.isfedavg(L=c, batch_size=b),
+    }
+
+
+def vectorized_vs_loop(clock: Clock, ds: Dataset, K: int, per_client: int) -> list[tuple[str, float, float, float]]:
+    """(recipe, loop seconds, vectorized seconds, loop ÷ vectorized) of one round of every recipe (MLP)."""
+    fed = FederatedData.from_client_indices(ds, [np.arange(k * per_client, (k + 1) * per_client) for k in range(10)])
+    out = []
+    for name, strategy in every_recipe(K, per_client).items():
+        data = fed.pooled() if strategy.pooled else fed
+        module, params = model_on(MLP(hidden=64), ds, clock.device)
+        seconds = {}
+        for backend, kind in (("loop", Simulator), ("vectorized", VectorizedSimulator)):
+            sim = kind(data, module, seed=0, device=clock.device)
+            state = strategy.init_state(params)
+            seconds[backend] = clock.seconds(lambda: strategy.round(sim, params, state, 0, 0), repeats=2)
+        out.append((name, seconds["loop"], seconds["vectorized"], seconds["loop"] / seconds["vectorized"]))
+        emit(f"vectorized_vs_loop/{name}", out[-1][3])
+    return out
+
+
+def profile_round(clock: Clock, fed: FederatedData, K: int) -> None:
+    """Where the time of one FedSampling MLP round goes: torch's profiler, top operations by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    module, params = model_on(MLP(hidden=64), fed.dataset, clock.device)
+    sim = VectorizedSimulator(fed, module, seed=0, device=clock.device)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
+    state = strategy.init_state(params)
+    strategy.round(sim, params, state, 0, 0)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if clock.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        strategy.round(sim, params, state, 0, 0)
+        clock.sync()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)"
+
+
+def print_table(rows: list[Row]) -> None:
+    print("\n| benchmark | value | goal | met | peak device MiB |\n|---|---|---|---|---|")
+    for r in rows:
+        met = "—" if r.met is None else ("yes" if r.met else "no")
+        peak = "—" if r.peak_mib is None else f"{r.peak_mib:.0f}"
+        print(f"| {r.name} | {r.value:.4g} | {r.goal} | {met} | {peak} |")
+
+
+def print_header(device: torch.device, ds: Dataset, tiny: bool) -> None:
+    emit("device", device_name(device))
+    emit("date_utc", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"))
+    emit("torch", torch.__version__)
+    emit("dataset", ds.name)
+    emit("scale", "tiny (script check, not the goals)" if tiny else "full (the issue's sizes)")
+    emit("loadavg", " ".join(f"{v:.2f}" for v in os.getloadavg()))
+
+
+def round_rows(clock: Clock, ds: Dataset, scale: Scale, verdict: Callable[[bool], bool | None]) -> list[Row]:
+    """The FedSampling rounds (MLP, CNN) against a centralized step, the CPU ÷ device ratio, FedAvg's round."""
+    rows = []
+    fed = partition(ds, LogNormalSizes(mean=2, sigma=4), seed=0)
+    emit("fedsampling_clients", fed.num_clients)
+    seconds = {}
+    for label, spec, goal in (("mlp", MLP(hidden=64), 1.5), ("cnn", CNN(), 1.2)):
+        round_s, central_s, peak, drawn = fedsampling_round(clock, fed, spec, scale.K, scale.repeats)
+        emit(f"{label}_samples_drawn", drawn)
+        emit(f"{label}_round_s", round_s)
+        emit(f"{label}_centralized_step_s", central_s)
+        ratio = round_s / central_s
+        rows.append(Row(f"gpu_fedsampling_round_vs_centralized ({label})", ratio, f"<= {goal}", verdict(ratio <= goal), peak))
+        seconds[label] = round_s
+    cpu_round, _, _, _ = fedsampling_round(Clock(torch.device("cpu")), fed, CNN(), scale.K, repeats=1)
+    emit("cnn_round_cpu_s", cpu_round)
+    speedup = cpu_round / seconds["cnn"]
+    rows.append(Row("gpu_vs_cpu (FedSampling CNN round, CPU ÷ device)", speedup, ">= 100", verdict(speedup >= 100)))
+    round_s, central_s, peak = fedavg_round(clock, ds, scale.fedavg_clients, scale.fedavg_per_client, scale.repeats)
+    emit("fedavg_round_s", round_s)
+    emit("fedavg_centralized_epoch_s", central_s)
+    rows.append(Row("gpu_fedavg_round_vs_centralized (CNN)", round_s / central_s, "<= 0.5", verdict(round_s / central_s <= 0.5), peak))
+    return rows
+
+
+def engine_rows(clock: Clock, ds: Dataset, scale: Scale, verdict: Callable[[bool], bool | None]) -> list[Row]:
+    """The server side at 10^6 clients and every recipe on both backends."""
+    seconds, peak, steps = server_side(clock, scale.million, scale.repeats)
+    for name, value in steps.items():
+        emit(f"server_side_{name}_s", value)
+    rows = [Row(f"gpu_server_side_1m_clients (s, {scale.million} clients)", seconds, "< 0.020", verdict(seconds < 0.020), peak)]
+    for name, loop_s, vec_s, ratio in vectorized_vs_loop(clock, ds, scale.K, scale.recipe_per_client):
+        rows.append(Row(f"vectorized_vs_loop/{name} (loop ÷ vectorized; {vec_s:.3g} s)", ratio, ">= 1", verdict(ratio >= 1)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu to check the script")
+    parser.add_argument("--tiny", action="store_true", help="small sizes: checks that the script runs, not the goals")
+    parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape (labelled)")
+    parser.add_argument("--profile", action="store_true", help="print a torch profile of the FedSampling MLP round")
+    args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        print(f"benchmarks/gpu.py: {error}; the GPU figures need a CUDA device (or --device cpu --tiny to check the script)", file=sys.stderr)
+        return 2
+    scale, clock = (TINY if args.tiny else FULL), Clock(device)
+    ds = fashion_mnist(args.synthetic, scale.rows)
+    print_header(device, ds, args.tiny)
+    judged = device.type == "cuda" and not args.tiny  # the goals are GPU goals at the issue's sizes
+    verdict = lambda met: met if judged else None  # noqa: E731
+    rows = round_rows(clock, ds, scale, verdict) + engine_rows(clock, ds, scale, verdict)
+    if args.profile:
+        profile_round(clock, partition(ds, LogNormalSizes(mean=2, sigma=4), seed=0), scale.K)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Where a run computes: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when present, else CPU).
+
+A leaf module (torch only): :func:`resolve_device` turns the user's word into a ``torch.device`` with one
+clear error line for a device this machine does not have; :func:`free_memory` is the free memory the
+vectorized engine may fill on that device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+
+
+def resolve_device(spec: str | torch.device | None = "cpu") -> torch.device:
+    """The ``torch.device`` named by ``spec``; ``"auto"`` (or None) takes CUDA device 0 when present, else CPU.
+
+    Raises ``ValueError`` (one line) for an unknown name, for CUDA on a machine without a usable CUDA
+    device, and for a CUDA index this machine does not have."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(spec.strip().lower() if isinstance(spec, str) else spec)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {spec!r}") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {spec!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} asked for, but no CUDA GPU is available here (use device 'cpu' or 'auto')")
+    index = 0 if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {spec!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0 ...)")
+    return torch.device("cuda", index)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Free bytes on a CUDA ``device`` (plus what torch's cache holds and could reuse); None on the CPU."""
+    if device.type != "cuda":
+        return None
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor of it (nested in dicts, lists, tuples) moved to ``device``; the rest unchanged."""
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    return value

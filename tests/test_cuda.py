@@ -1,0 +1,109 @@
+"""CPU and GPU give the same run: the same cohorts, size reports and data draws (bit for bit), parameters
+within float tolerance, for every recipe on both backends; checkpoints move between the devices.
+
+Needs a CUDA GPU: skipped (with the reason shown) where there is none, e.g. on CI.
+Run on a GPU machine: ``PYTHONPATH=src python -m pytest -q -rs tests/test_cuda.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedsample import rng as frng
+from fedsample.models import MLP
+from fedsample.simulation import SimulationState, make_federation, simulate
+from device_runs import SMALL, recorded_run
+from helpers import blobs, federate
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+EXACT = ("round", "cohort", "updates", "size_estimate", "ratio", "strata_nonempty", "tau_eff", "beta")
+
+
+def assert_same_run(cpu, gpu, tol: float = 1e-4) -> None:
+    """Counts and estimates (functions of the draws) equal; losses and parameters within ``tol``."""
+    assert len(cpu.history) == len(gpu.history)
+    for a, b in zip(cpu.history, gpu.history):
+        assert a.keys() == b.keys()
+        for key in a:
+            if key in EXACT:
+                assert a[key] == b[key], key
+            else:
+                assert b[key] == pytest.approx(a[key], rel=tol, abs=tol), key
+    for k in cpu.params:
+        assert gpu.params[k].device.type == "cuda"
+        torch.testing.assert_close(gpu.params[k].cpu(), cpu.params[k], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", ["vectorized", "loop"])
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_recipe_same_draws_and_parameters_on_cpu_and_gpu(name, backend):
+    cpu, cpu_calls = recorded_run(name, backend, "cpu")
+    gpu, gpu_calls = recorded_run(name, backend, "cuda")
+    assert gpu_calls.calls == cpu_calls.calls  # the same cohorts, call by call
+    assert gpu_calls.size_reports == cpu_calls.size_reports  # the same randomized size reports
+    assert_same_run(cpu, gpu)
+
+
+@pytest.mark.parametrize("backend", ["vectorized", "loop"])
+@pytest.mark.parametrize("name", ["fedsampling", "fedavg", "fedadam"])
+def test_cnn_same_run_on_cpu_and_gpu_in_strict_float32(name, backend):
+    """Convolutions too, with TF32 switched off (PyTorch's default lets cuDNN use TF32 on Ampere and later)."""
+    cpu, cpu_calls = recorded_run(name, backend, "cpu", images=True)
+    matmul = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            gpu, gpu_calls = recorded_run(name, backend, "cuda", images=True)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+    assert gpu_calls.calls == cpu_calls.calls and gpu_calls.size_reports == cpu_calls.size_reports
+    assert_same_run(cpu, gpu)
+
+
+def test_cohort_streams_on_the_gpu_are_the_numpy_streams():
+    clients = np.arange(0, 3_000_000, 7, dtype=np.int64)
+    counts = (clients % 5).astype(np.int64)
+    host, gpu = frng.CohortRandom(11, 2, clients, "train"), frng.CohortRandom(11, 2, clients, "train", device="cuda")
+    assert gpu.streams.device.type == "cuda"
+    np.testing.assert_array_equal(gpu.columns(2), host.columns(2))
+    np.testing.assert_array_equal(gpu.ragged(counts, 1), host.ragged(counts, 1))
+    np.testing.assert_array_equal(gpu.ragged_below(counts, 0.01), host.ragged_below(counts, 0.01))
+
+
+def test_data_and_model_live_on_the_gpu():
+    fed = federate(blobs(n=200), [20] * 10)
+    module = MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes).cuda()
+    federation = make_federation("vectorized", fed, module, seed=0, device="cuda")
+    assert federation.x.device.type == "cuda" and federation.y.device.type == "cuda"
+    assert 0 < federation.chunk_budget() <= federation.memory_budget
+    result = simulate(SMALL["fedadam"](), fed, module, rounds=1, seed=0, federation=federation, device="cuda")
+    assert all(v.device.type == "cuda" for v in result.params.values())
+
+
+@pytest.mark.parametrize("first, second", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_checkpoint_moves_between_devices(tmp_path, first, second):
+    fed = federate(blobs(n=200), [20] * 10)
+    path = tmp_path / "run.pt"
+    whole = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, device="cpu")
+    simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=3, checkpoint=path, device=first)
+    saved = SimulationState.load(path, device=second)
+    assert all(t.device.type == second for t in saved.params.values())
+    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, checkpoint=path, resume=True, device=second)
+    assert [h["cohort"] for h in resumed.history] == [h["cohort"] for h in whole.history]
+    for k in whole.params:
+        torch.testing.assert_close(resumed.params[k].cpu(), whole.params[k], rtol=1e-4, atol=1e-4)
+
+
+def test_a_missing_gpu_index_is_one_clear_error():
+    with pytest.raises(ValueError, match="CUDA device"):
+        simulate(SMALL["fedavg"](), federate(blobs(n=60), [6] * 10), MLP(hidden=4), rounds=1, device=f"cuda:{torch.cuda.device_count()}")
+
+
+def test_cli_runs_on_the_gpu(tmp_path):
+    from fedsample.cli import main
+
+    assert main(["run", "quickstart", "--device", "cuda", "--rounds", "1", "--seeds", "0", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert (tmp_path / "o" / "results.json").exists()
