@@ -11,9 +11,6 @@ import numpy as np
 
 from workload import CIFAR, Workload
 
-FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist"
-
-
 def per_channel_standardized(x: np.ndarray) -> np.ndarray:
     """(x - channel mean) / channel std over all rows and pixels, as pfl's CIFAR-10 preprocessing does."""
     mean = x.mean(axis=(0, 2, 3), dtype=np.float64).reshape(1, -1, 1, 1)
@@ -41,12 +38,9 @@ def cifar_rows(w: Workload = CIFAR, cifar_dir: str | None = None) -> tuple[np.nd
 
 def fashion_mnist_rows(w: Workload) -> tuple[np.ndarray, np.ndarray, str]:
     """The first ``users × per_user`` Fashion-MNIST training rows; a missing dataset stops the run."""
-    from fedsample.data import load_dataset
+    from _common import dataset
 
-    try:
-        ds = load_dataset("fashion-mnist")
-    except FileNotFoundError as error:
-        raise SystemExit(f"Fashion-MNIST is not installed; install it with `{FASHION_MNIST_INSTALL}` ({error})") from None
+    ds = dataset()
     n = w.users * w.per_user
     return ds.x_train[:n].astype(np.float32), ds.y_train[:n].astype(np.int64), "fashion-mnist"
 
