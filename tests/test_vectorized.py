@@ -11,7 +11,7 @@ import torch
 from fedsample import recipes
 from fedsample.client import LocalSample, SizeQuery, TrainPayload
 from fedsample.federation.simulator import Simulator
-from fedsample.federation.vectorized import VectorizedSimulator, _masked
+from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import MLP, initial_parameters
 from fedsample.sampling.clients import PoissonClients, UniformClients
 from fedsample.sampling.data import AllSamples, BernoulliSamples, FixedRatio, FixedSizeSamples, UniformSubset
@@ -99,16 +99,6 @@ def test_heterogeneous_steps_are_taken(fed, setup):
     vec = VectorizedSimulator(fed, module, seed=1).run("train", np.arange(10), payload, 0)
     steps = [r.steps if r else 0 for r in vec]
     assert steps == [int(np.ceil(n / 8)) for n in SIZES]
-
-
-def test_masked_step_leaves_parameters_and_momentum_bitwise_unchanged():
-    old = {"w": torch.randn(3, 4, 5), "b": torch.randn(3, 5)}
-    new = {k: v + torch.randn_like(v) for k, v in old.items()}
-    taken = torch.tensor([True, False, True])
-    out = _masked(taken, new, old)
-    for k in old:
-        assert torch.equal(out[k][1], old[k][1])
-        assert torch.equal(out[k][0], new[k][0]) and torch.equal(out[k][2], new[k][2])
 
 
 def test_short_client_unaffected_by_longer_clients(fed, setup):

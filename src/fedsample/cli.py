@@ -29,8 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
     run.add_argument("--seeds", type=str, default=None, help="override the seeds, e.g. 0,1,2")
     run.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the models are small)")
-    run.add_argument("--backend", choices=("vectorized", "loop"), default="vectorized",
-                     help="in-process federation: batched cohorts (default) or the per-client reference loop")
+    run.add_argument("--backend", choices=("auto", "vectorized", "loop"), default="auto",
+                     help="in-process federation: auto (default: the faster engine for each strategy), batched cohorts, or the per-client loop")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sub.add_parser("presets", help="list the presets")

@@ -23,6 +23,16 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
 
 @torch.no_grad()
 def evaluate(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int = 4096) -> dict:
+    """Test metrics with the module in eval mode (dropout off), its training flag restored afterwards."""
+    was_training = module.training
+    module.eval()
+    try:
+        return _metrics(module, params, x, y, task, num_classes, batch)
+    finally:
+        module.train(was_training)
+
+
+def _metrics(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int) -> dict:
     losses, preds = [], []
     for start in range(0, len(y), batch):
         xb, yb = x[start : start + batch], y[start : start + batch]

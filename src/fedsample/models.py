@@ -71,10 +71,38 @@ class CNN:
         return nn.Sequential(features, nn.Linear(flat, self.hidden), nn.ReLU(), nn.Linear(self.hidden, _outputs(num_classes)))
 
 
-MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN)}
+@dataclass(frozen=True)
+class PflCNN:
+    """pfl-research's CIFAR-10 benchmark model: 3x3 conv (32, ReLU) → 3x3 conv (64, ReLU) → 2x2 max-pool →
+    dropout 0.25 → flatten → fully connected (128, ReLU) → dropout 0.5 → output. No padding: on 3x32x32
+    inputs the flattened features are 64x14x14 = 12,544 and the model has 1,626,442 parameters."""
+
+    channels: tuple[int, int] = (32, 64)
+    hidden: int = 128
+    dropout: tuple[float, float] = (0.25, 0.5)
+    name: ClassVar[str] = "pfl_cnn"
+
+    def __post_init__(self) -> None:
+        if not all(0.0 <= p < 1.0 for p in self.dropout):
+            raise ValueError(f"PflCNN dropout probabilities must be in [0, 1), got {self.dropout}")
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        if len(input_shape) != 3 or min(input_shape[1:]) < 6:
+            raise ValueError(f"PflCNN needs image inputs of shape (C, H, W) with H, W >= 6, got {input_shape}")
+        c, h, w = input_shape
+        c1, c2 = self.channels
+        flat = c2 * ((h - 4) // 2) * ((w - 4) // 2)
+        return nn.Sequential(
+            nn.Conv2d(c, c1, 3), nn.ReLU(), nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(self.dropout[0]),
+            nn.Flatten(), nn.Linear(flat, self.hidden), nn.ReLU(), nn.Dropout(self.dropout[1]),
+            nn.Linear(self.hidden, _outputs(num_classes)),
+        )
 
 
-def model_from_name(name: str, **params) -> "LogisticRegression | MLP | CNN":
+MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN, PflCNN)}
+
+
+def model_from_name(name: str, **params) -> "LogisticRegression | MLP | CNN | PflCNN":
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
     return MODELS[name](**params)

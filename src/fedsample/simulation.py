@@ -17,6 +17,7 @@ from torch import nn
 
 from fedsample.data.types import FederatedData
 from fedsample.evaluation import evaluate
+from fedsample.federation.choose import BackendChoice, choose_backend
 from fedsample.federation.simulator import Simulator
 from fedsample.models import initial_parameters
 from fedsample.strategy import Strategy
@@ -50,10 +51,15 @@ class SimulationState:
 
 @dataclass
 class SimulationResult:
+    """A finished run; ``backend`` is the engine that trained it and ``backend_reason`` why (``backend="auto"``
+    records the rule that picked it, :mod:`fedsample.federation.choose`)."""
+
     history: list[dict]
     params: Params
     strategy: str
     seed: int
+    backend: str = ""
+    backend_reason: str = ""
 
     @property
     def final(self) -> dict:
@@ -85,14 +91,16 @@ def simulate(
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
     federation: Any = None,
-    backend: str = "vectorized",
+    backend: str = "auto",
     memory_budget: int | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
     the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run.
-    ``backend`` picks the in-process federation when none is given: ``"vectorized"`` (batched cohorts) or
-    ``"loop"`` (the per-client reference); both give the same numbers within float tolerance.
+    ``backend`` picks the in-process federation when none is given: ``"auto"`` (default: the faster engine for
+    this strategy, model and data, by the rule of :mod:`fedsample.federation.choose`), ``"vectorized"`` (batched
+    cohorts) or ``"loop"`` (the per-client reference); all give the same numbers within float tolerance, and the
+    result records the engine and why (``backend``, ``backend_reason``).
     ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
     :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it."""
     if rounds < 1 or eval_every < 1:
@@ -100,7 +108,8 @@ def simulate(
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
-    fed = federation or make_federation(backend, data, module, seed, memory_budget)
+    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module)
+    fed = federation or make_federation(choice.backend, data, module, seed, memory_budget)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
     _load_client_states(fed, state.client_states)
@@ -119,7 +128,9 @@ def simulate(
             progress(t + 1)
     if checkpoint:
         _save(state, fed, Path(checkpoint))
-    return SimulationResult(history=state.history, params=state.params, strategy=strategy.name, seed=seed)
+    return SimulationResult(
+        history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
+    )
 
 
 def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool) -> SimulationState:
@@ -144,6 +155,19 @@ def _load_client_states(fed: Any, states: dict) -> None:
     load = getattr(fed, "load_client_states", None)
     if load is not None:
         load(states)
+
+
+BACKENDS = ("auto", "vectorized", "loop")
+
+
+def resolve_backend(backend: str, strategy: Strategy, data: FederatedData, module: nn.Module) -> BackendChoice:
+    """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
+    picks for this strategy, data and model."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend != "auto":
+        return BackendChoice(backend, "asked for")
+    return choose_backend(strategy, data.sizes(), module, torch.as_tensor(data.dataset.x_train[:1]))
 
 
 def make_federation(backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None) -> Any:

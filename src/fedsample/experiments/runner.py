@@ -75,7 +75,7 @@ def run_plan(
     resume: bool = False,
     checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None,
-    backend: str = "vectorized",
+    backend: str = "auto",
 ) -> dict[str, list[SimulationResult]]:
     """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round."""
     config = plan.config
@@ -107,7 +107,10 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
             if any(v is None for v in values):
                 continue
             final[metric] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "per_seed": values}
-        strategies[label] = {"final": final, "history": [run.history for run in runs], "seeds": [run.seed for run in runs]}
+        strategies[label] = {
+            "final": final, "history": [run.history for run in runs], "seeds": [run.seed for run in runs],
+            "backend": [{"engine": run.backend, "reason": run.backend_reason} for run in runs],
+        }
     return {"config": config.model_dump(), "strategies": strategies}
 
 

@@ -43,8 +43,9 @@ from fedsample.data.types import FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
 from fedsample.sampling.data import AllSamples, BernoulliSamples
+from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
-from fedsample.training.local import LocalSGD, OneGradient, effective_steps, sgd_step
+from fedsample.training.local import LocalSGD, OneGradient, effective_steps, sgd_step_
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
 
@@ -61,7 +62,7 @@ class VectorizedSimulator(Simulator):
             raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
         self.memory_budget = int(memory_budget)
         self.sizes = data.sizes()
-        self._loss_fn = weighted_loss_fn(module, self.task)
+        self._loss_fn = weighted_loss_fn(self.train_module, self.task)
         self._batched_loss = None
         self._activation_bytes: int | None = None
 
@@ -87,6 +88,8 @@ class VectorizedSimulator(Simulator):
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport | None]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
+        if self.needs_loop() is not None:
+            return super().run("train", ids, payloads, round)
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
         if isinstance(payloads, list):
@@ -110,6 +113,21 @@ class VectorizedSimulator(Simulator):
             for position, report in zip(positions, got):
                 reports[position] = report
         return reports
+
+    def needs_loop(self) -> str | None:
+        """Why this model's training cannot be batched (None: it can): a layer mixing the samples of a batch
+        (BatchNorm without running statistics), or random operations outside the injected dropout layers."""
+        if self.random.couples_samples is not None:
+            return f"layer {self.random.couples_samples!r} normalises over the batch"
+        if self.random.has_unmanaged_random_ops(self.x):
+            return "the model draws random numbers outside nn.Dropout layers"
+        return None
+
+    def _mask_generators(self, ids: np.ndarray, round: int) -> list[torch.Generator] | None:
+        """Each client's dropout-mask generator (None for a model without dropout)."""
+        if not self.random.layers:
+            return None
+        return [random_layers.client_generator(self.seed, round, int(k)) for k in ids]
 
     # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
 
@@ -151,13 +169,15 @@ class VectorizedSimulator(Simulator):
         schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
         if not schedules:
             return reports
+        generators = self._mask_generators(ids[active], round)
         if all(len(batches) == 1 for batches, _ in schedules):
-            return self._single_step(ids, active, schedules, payload, solver.learning_rate(round))
+            return self._single_step(ids, active, schedules, payload, solver.learning_rate(round), generators)
         per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
         chunk = max(1, self.memory_budget // per_client)
         for start in range(0, len(active), chunk):
             part = schedules[start : start + chunk]
-            updates, steps, losses = self._sgd_chunk(part, payload.params, solver, round)
+            gens = generators[start : start + chunk] if generators is not None else None
+            updates, steps, losses = self._sgd_chunk(part, payload.params, solver, round, gens)
             for j, i in enumerate(active[start : start + chunk]):
                 reports[i] = TrainReport(
                     update={k: v[j] for k, v in updates.items()}, steps=int(steps[j]), loss=float(losses[j]),
@@ -165,7 +185,9 @@ class VectorizedSimulator(Simulator):
                 )
         return reports
 
-    def _single_step(self, ids: np.ndarray, active: list[int], schedules: list, payload: TrainPayload, lr: float) -> "CohortReports":
+    def _single_step(
+        self, ids: np.ndarray, active: list[int], schedules: list, payload: TrainPayload, lr: float, generators: list | None
+    ) -> "CohortReports":
         """Every client takes one step from the global parameters w0, so its update is linear in its minibatch
         gradient: Delta_c = lr * (g_c + weight_decay * w0) (momentum's first buffer is the step itself and the
         proximal term is 0 at w0). Computed like a one-gradient cohort: one forward over the union of the
@@ -173,9 +195,10 @@ class VectorizedSimulator(Simulator):
         member = np.repeat(np.asarray(active), [len(batches[0]) for batches, _ in schedules])
         rows = np.concatenate([batches[0] for batches, _ in schedules])
         weights = np.concatenate([w[0] for _, w in schedules])
+        masks = self.random.draw_many(generators, [len(batches[0]) for batches, _ in schedules], self.x.dtype) if generators else None
         return CohortReports.one_gradient(
             self, payload.params, rows, member, weights, np.bincount(member, minlength=len(ids)), np.ones(len(ids)),
-            step=lr, decay=payload.solver.weight_decay, losses_per_client=True,
+            step=lr, decay=payload.solver.weight_decay, losses_per_client=True, masks=masks,
         )
 
     def _schedule(self, k: int, sample: LocalSample, solver: LocalSGD, rng: ClientRandom) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -186,8 +209,12 @@ class VectorizedSimulator(Simulator):
         weights = [np.full(len(b), 1.0 / len(b)) * (1.0 if scale is None else scale[b]) for b in batches]
         return [rows[b] for b in batches], weights
 
-    def _sgd_chunk(self, schedules: list, anchor: Params, solver: LocalSGD, round: int) -> tuple[Params, np.ndarray, np.ndarray]:
-        """Run the stacked clients' local steps; returns stacked updates, steps taken and mean losses."""
+    def _sgd_chunk(
+        self, schedules: list, anchor: Params, solver: LocalSGD, round: int, generators: list | None = None
+    ) -> tuple[Params, np.ndarray, np.ndarray]:
+        """Run the stacked clients' local steps (in place); returns stacked updates, steps taken and mean losses.
+        A client past its last step is put back to its parameters before the step (its momentum no longer
+        matters), so it ends bit-for-bit where its own last step left it."""
         C = len(schedules)
         steps = np.array([len(s[0]) for s in schedules])
         S, B = int(steps.max()), max(len(b) for s in schedules for b in s[0])
@@ -199,28 +226,43 @@ class VectorizedSimulator(Simulator):
                 weights[c, s, : len(b)] = w
         rows_t, weights_t = torch.from_numpy(rows), torch.from_numpy(weights).to(self.x.dtype)
         lr = solver.learning_rate(round)
-        w = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in anchor.items()}
-        buf = {k: torch.zeros_like(v) for k, v in w.items()} if solver.momentum else None
+        names, base = list(anchor), [v.detach() for v in anchor.values()]
+        w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
+        buf = [torch.zeros_like(v) for v in w] if solver.momentum else None
         losses = torch.zeros(C, S, dtype=torch.float64)
         for s in range(S):
             taken = torch.from_numpy(steps > s)
-            g, loss = self._stacked_gradient(w, self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s])
-            new_w, new_buf = sgd_step(w, g, buf, anchor, lr, solver.momentum, solver.weight_decay, solver.prox_mu)
-            w = _masked(taken, new_w, w)
-            buf = _masked(taken, new_buf, buf) if buf is not None else None
+            masks = self._step_masks(schedules, generators, s, B) if generators is not None else {}
+            g, loss = self._stacked_gradient(dict(zip(names, w)), self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s], masks)
+            done = (~taken).nonzero().flatten()
+            kept = [v[done] for v in w] if len(done) else None
+            sgd_step_(w, list(g.values()), buf, base, lr, solver.momentum, solver.weight_decay, solver.prox_mu)
+            if kept is not None:
+                for v, old in zip(w, kept):
+                    v[done] = old
             losses[:, s] = torch.where(taken, loss.double(), 0.0)
-        update = {k: anchor[k].unsqueeze(0) - w[k] for k in w}
+        update = {k: a.unsqueeze(0) - v for k, a, v in zip(names, base, w)}
         return update, steps, (losses.sum(1) / torch.from_numpy(steps)).numpy()
 
-    def _stacked_gradient(self, w: Params, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> tuple[Params, torch.Tensor]:
-        """Per-client gradients of the weighted losses at stacked parameters: vmap forward, one backward."""
+    def _step_masks(self, schedules: list, generators: list, s: int, width: int) -> random_layers.Masks:
+        """Step s's dropout masks of every client in the chunk, drawn as the client's own step s draws them
+        (nothing for a client past its last step), padded to ``width`` rows and stacked."""
+        sizes = [len(batches[s]) if s < len(batches) else 0 for batches, _ in schedules]
+        drawn = [self.random.draw(g, n, self.x.dtype) if n else {} for g, n in zip(generators, sizes)]
+        return random_layers.padded(drawn, sizes, width, self.random)
+
+    def _stacked_gradient(
+        self, w: Params, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor, masks: random_layers.Masks
+    ) -> tuple[Params, torch.Tensor]:
+        """Per-client gradients of the weighted losses at stacked parameters (with stacked dropout masks):
+        vmap forward, one backward."""
         if self._batched_loss is None:
             from torch.func import vmap
 
             self._batched_loss = vmap(self._loss_fn)
         leaves = {k: v.detach().requires_grad_(True) for k, v in w.items()}
         with torch.enable_grad():
-            loss = self._batched_loss(leaves, x, y, weights)
+            loss = self._batched_loss(leaves, x, y, weights, masks)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         return dict(zip(leaves, grads)), loss.detach()
 
@@ -228,7 +270,7 @@ class VectorizedSimulator(Simulator):
         """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
         plus the activations of one minibatch kept for the backward pass."""
         if self._activation_bytes is None:
-            self._activation_bytes = _activation_bytes_per_sample(self.module, self.x[:1], params)
+            self._activation_bytes = _activation_bytes_per_sample(self.module, self.x[:1], params) + random_layers.mask_bytes_per_sample(self.random)
         param_bytes = sum(v.numel() * v.element_size() for v in params.values())
         return param_bytes * (5 + int(momentum)) + batch * self._activation_bytes
 
@@ -252,7 +294,10 @@ class VectorizedSimulator(Simulator):
         rows = self.data.order[self.data.offsets[ids[member]] + local]
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
-        return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm)
+        drew = np.flatnonzero(counts)
+        generators = self._mask_generators(ids[drew], round)
+        masks = self.random.draw_many(generators, counts[drew].tolist(), self.x.dtype) if generators else None
+        return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
 
 
 class _Repeated:
@@ -275,19 +320,22 @@ class CohortReports(list):
     def one_gradient(
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
         counts: np.ndarray, norm: np.ndarray, step: float = 1.0, decay: float = 0.0, losses_per_client: bool = False,
+        masks: random_layers.Masks | None = None,
     ) -> "CohortReports":
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
         ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
         loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
-        (a local SGD step's minibatch loss)."""
+        (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.from_numpy(rows)
         with torch.enable_grad():
-            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.module, leaves, sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t), sim.task)
+            x, y = sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t)
+            terms = torch.as_tensor(weights, dtype=sim.x.dtype) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports = cls([None] * len(counts))
         reports._union = (leaves, terms, member, rows, weights, sim)
+        reports._masks = masks or {}
         reports._step, reports._decay = step, decay
         reports._updates = None
         reports._received = np.flatnonzero(counts)
@@ -332,13 +380,18 @@ class CohortReports(list):
         padded_rows = np.zeros((C, B), dtype=np.int64)
         padded_w = np.zeros((C, B), dtype=np.float32)
         padded_rows[member, slot], padded_w[member, slot] = rows, weights
+        padded_masks = {}
+        for key, m in self._masks.items():
+            padded_masks[key] = torch.zeros((C, B, *m.shape[1:]), dtype=m.dtype)
+            padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
         per_client = sim._client_bytes(leaves, B, False)
         chunk = max(1, sim.memory_budget // per_client)
         parts = []
         for start in range(0, C, chunk):
             r = torch.from_numpy(padded_rows[start : start + chunk])
             stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in leaves.items()}
-            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype))
+            masks = {k: m[start : start + chunk] for k, m in padded_masks.items()}
+            g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], torch.from_numpy(padded_w[start : start + chunk]).to(sim.x.dtype), masks)
             parts.append(g)
         return {k: torch.cat([p[k] for p in parts]) for k in leaves}
 
@@ -357,11 +410,6 @@ class _DeferredReport(TrainReport):
 
     def __repr__(self) -> str:
         return f"TrainReport(client position {self._position}, steps=1, loss={self.loss:.4g}, update deferred)"
-
-
-def _masked(taken: torch.Tensor, new: Params, old: Params) -> Params:
-    """``new`` for clients that take this step, ``old`` (bit-for-bit) for the others."""
-    return {k: torch.where(taken.view(-1, *([1] * (old[k].dim() - 1))), new[k], old[k]) for k in old}
 
 
 def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Params) -> int:

@@ -10,12 +10,16 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 from torch.nn import functional as F
 
+from fedsample.training.random_layers import Masks, injected
+
 Params = dict[str, torch.Tensor]
 
 
-def per_sample_losses(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
-    """Loss of each sample: cross-entropy for classification, squared error for regression."""
-    out = functional_call(module, params, (x,))
+def per_sample_losses(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, masks: Masks | None = None) -> torch.Tensor:
+    """Loss of each sample: cross-entropy for classification, squared error for regression. ``masks``: the
+    dropout masks of this forward (:mod:`fedsample.training.random_layers`; None: dropout off)."""
+    with injected(masks):
+        out = functional_call(module, params, (x,))
     if task == "regression":
         return (out.reshape(-1) - y.reshape(-1)) ** 2
     return F.cross_entropy(out, y, reduction="none")
@@ -25,8 +29,8 @@ def weighted_loss_fn(module: nn.Module, task: str) -> Callable[[Params, torch.Te
     """``loss(params, x, y, w) = sum_i w_i * l_i(params)``: every solver expresses its estimator through ``w``
     (1/B for a minibatch mean, 1/K for FedSampling's G_c, importance weights for ISFedAvg)."""
 
-    def loss(params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.sum(w * per_sample_losses(module, params, x, y, task))
+    def loss(params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, masks: Masks | None = None) -> torch.Tensor:
+        return torch.sum(w * per_sample_losses(module, params, x, y, task, masks))
 
     return loss
 
@@ -36,9 +40,9 @@ def weighted_gradient(module: nn.Module, task: str) -> Callable:
     autograd through ``functional_call``: the fastest form for one client at a time."""
     loss_fn = weighted_loss_fn(module, task)
 
-    def gradient(params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple[Params, torch.Tensor]:
+    def gradient(params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, masks: Masks | None = None) -> tuple[Params, torch.Tensor]:
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        loss = loss_fn(leaves, x, y, w)
+        loss = loss_fn(leaves, x, y, w, masks)
         grads = torch.autograd.grad(loss, list(leaves.values()))
         return dict(zip(leaves, grads)), loss.detach()
 

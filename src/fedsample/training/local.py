@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from fedsample import checks
-from fedsample.training.functional import Params, tree_map, weighted_gradient, zeros_like
+from fedsample.training.functional import Params, weighted_gradient, weighted_loss_fn
+from fedsample.training.random_layers import generator_for, random_layers_of
 
 if TYPE_CHECKING:
     from fedsample.client import ClientContext, LocalSample
@@ -83,22 +84,32 @@ class LocalSGD:
         return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
 
     def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
-        grad_fn = weighted_gradient(ctx.module, ctx.task)
-        lr = self.learning_rate(round)
-        x, y = ctx.x[sample.indices], ctx.y[sample.indices]
-        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=x.dtype)
-        w = {k: v.clone() for k, v in params.items()}
-        buf = zeros_like(params) if self.momentum else None
+        """The local steps, each an in-place update of one working copy of the parameters; minibatches are
+        gathered from the client's data by position (no copy of the drawn sample), dropout masks come from the
+        client's stream (:mod:`fedsample.training.random_layers`)."""
+        loss_fn = weighted_loss_fn(ctx.module, ctx.task)
+        layers, lr = random_layers_of(ctx.module), self.learning_rate(round)
+        generator = generator_for(rng) if layers is not None else None
+        positions = torch.as_tensor(sample.indices)
+        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=ctx.x.dtype)
+        anchor = list(params.values())
+        w = [v.detach().clone().requires_grad_(True) for v in anchor]
+        buf = [torch.zeros_like(v) for v in anchor] if self.momentum else None
         losses = []
         for batch in self.batches(sample, rng):
             batch = torch.as_tensor(batch)
-            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=x.dtype)
+            rows = positions[batch]
+            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=ctx.x.dtype)
             if scale is not None:
                 weights = weights * scale[batch]
-            g, loss = grad_fn(w, x[batch], y[batch], weights)
-            w, buf = sgd_step(w, g, buf, params, lr, self.momentum, self.weight_decay, self.prox_mu)
-            losses.append(float(loss))
-        update = tree_map(lambda a, b: a - b, params, w)
+            masks = layers.draw(generator, len(batch), ctx.x.dtype) if layers is not None else None
+            with torch.enable_grad():
+                loss = loss_fn(dict(zip(params, w)), ctx.x[rows], ctx.y[rows], weights, masks)
+                grads = list(torch.autograd.grad(loss, w))
+            with torch.no_grad():
+                sgd_step_(w, grads, buf, anchor, lr, self.momentum, self.weight_decay, self.prox_mu)
+            losses.append(loss.item())
+        update = {k: a - v.detach() for k, a, v in zip(params, anchor, w)}
         steps = len(losses)
         norm = effective_steps(steps, self.momentum, lr * self.prox_mu)
         return LocalResult(update=update, steps=steps, loss=float(np.mean(losses)), norm_steps=norm)
@@ -131,15 +142,35 @@ def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> fl
     return -e
 
 
+def sgd_step_(
+    w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor],
+    lr: float, momentum: float, weight_decay: float, prox_mu: float,
+) -> None:
+    """One SGD step in place: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b.
+    Zero terms cost nothing; ``w`` and ``buf`` are updated in place (``anchor`` broadcasts against stacked
+    ``w``), ``g`` is left as it is."""
+    d = g
+    if weight_decay:
+        d = torch._foreach_add(d, w, alpha=weight_decay)
+    if prox_mu:
+        d = torch._foreach_add(d, [wi - ai for wi, ai in zip(w, anchor)], alpha=prox_mu)
+    if buf is not None:
+        torch._foreach_mul_(buf, momentum)
+        torch._foreach_add_(buf, d)
+        d = buf
+    torch._foreach_add_(w, d, alpha=-lr)
+
+
 def sgd_step(
     w: Params, g: Params, buf: Params | None, anchor: Params, lr: float, momentum: float, weight_decay: float, prox_mu: float
 ) -> tuple[Params, Params | None]:
-    """One SGD step: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b."""
-    d = {k: g[k] + weight_decay * w[k] + prox_mu * (w[k] - anchor[k]) for k in w}
-    if buf is not None:
-        buf = {k: momentum * buf[k] + d[k] for k in w}
-        d = buf
-    return {k: w[k] - lr * d[k] for k in w}, buf
+    """:func:`sgd_step_` on copies: returns the new parameters and momentum buffer, leaves the inputs alone."""
+    new_w = {k: v.detach().clone() for k, v in w.items()}
+    new_buf = {k: v.clone() for k, v in buf.items()} if buf is not None else None
+    with torch.no_grad():
+        sgd_step_(list(new_w.values()), [g[k] for k in w], None if new_buf is None else list(new_buf.values()),
+                  [anchor[k] for k in w], lr, momentum, weight_decay, prox_mu)
+    return new_w, new_buf
 
 
 @dataclass(frozen=True)
@@ -159,7 +190,9 @@ class OneGradient:
         weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=x.dtype)
         if sample.scale is not None:
             weights = weights * torch.as_tensor(sample.scale, dtype=x.dtype)
-        g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights)
+        layers = random_layers_of(ctx.module)
+        masks = layers.draw(generator_for(rng), len(x), x.dtype) if layers is not None else None
+        g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights, masks)
         return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
 
 

@@ -1,0 +1,99 @@
+"""``backend="auto"``: which in-process engine trains a run, and why.
+
+Both engines give the same numbers; they differ in speed. The rule, measured on CPU
+(``benchmarks/vectorized_vs_loop_every_recipe.py``, figures in ``benchmarks/README.md``), in order:
+
+1. A model the vectorized engine cannot batch (BatchNorm without running statistics, random operations
+   outside ``nn.Dropout``): **loop** (the vectorized engine would run it through the loop anyway).
+2. A one-gradient solver (FedSampling's ``OneGradient``): **vectorized** (one forward/backward over the union
+   of the drawn samples, the cost of one centralized step).
+3. Local SGD in which every client takes exactly one step (``steps=1``, or one epoch whose batch holds the
+   largest client's data): **vectorized** (the same union shortcut).
+4. Any other solver than plain ``LocalSGD`` (``EpochSGD``, custom subclasses): **loop** (the vectorized engine
+   trains them client by client).
+5. Multi-step local SGD on an accelerator (``device`` other than "cpu"): **vectorized** (stacked clients fill
+   the device).
+6. Multi-step local SGD with convolutions on CPU: **loop** (stacked clients run as grouped convolutions, about
+   3× slower on CPU than the same convolutions one client after the other).
+7. Multi-step local SGD of a convolution-free model: **vectorized** when at least
+   :data:`STACKED_MIN_CLIENTS` clients train per round (a stacked step costs a fixed overhead of about six
+   plain steps, shared by the cohort), otherwise **loop**.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedsample.training import random_layers
+from fedsample.training.local import LocalSGD, OneGradient
+
+STACKED_MIN_CLIENTS = 16
+_CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The engine ``backend="auto"`` picked and the rule that picked it (recorded with the run)."""
+
+    backend: str
+    reason: str
+
+
+def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu") -> BackendChoice:
+    """The engine for ``strategy`` training ``module`` on clients of ``sizes`` (``sample``: one input row);
+    see the module docstring for the rule."""
+    unbatchable = _unbatchable(module, sample)
+    if unbatchable:
+        return BackendChoice("loop", f"{unbatchable}: the vectorized engine would train it client by client")
+    solver = strategy.local
+    if type(solver) is OneGradient:
+        return BackendChoice("vectorized", "one-gradient cohort: one forward/backward over the union of the drawn samples")
+    if type(solver) is LocalSGD and _single_step(solver, sizes):
+        return BackendChoice("vectorized", "every client takes one local step: one forward/backward over the union of the minibatches")
+    if type(solver) is not LocalSGD:
+        return BackendChoice("loop", f"{type(solver).__name__} is trained client by client on either engine")
+    if device != "cpu":
+        return BackendChoice("vectorized", f"multi-step local SGD on {device}: stacked clients fill the device")
+    conv = next((type(m).__name__ for m in module.modules() if isinstance(m, _CONVOLUTIONS)), None)
+    if conv is not None:
+        return BackendChoice("loop", f"multi-step local SGD with {conv} on CPU: stacked clients would run grouped convolutions, slower than one client after the other")
+    m = expected_cohort(strategy.clients, len(sizes))
+    if m >= STACKED_MIN_CLIENTS:
+        return BackendChoice("vectorized", f"multi-step local SGD, no convolutions, ~{m:g} clients per round (>= {STACKED_MIN_CLIENTS}): stacked steps share their overhead")
+    return BackendChoice("loop", f"multi-step local SGD, ~{m:g} clients per round (< {STACKED_MIN_CLIENTS}): too few to pay for stacking")
+
+
+def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
+    """Why the vectorized engine cannot batch this model (None: it can)."""
+    layers = random_layers.prepare(module, sample[:1])
+    if layers.couples_samples is not None:
+        return f"layer {layers.couples_samples!r} normalises over the batch"
+    if layers.has_unmanaged_random_ops(sample[:1]):
+        return "the model draws random numbers outside nn.Dropout layers"
+    return None
+
+
+def _single_step(solver: LocalSGD, sizes: np.ndarray) -> bool:
+    """Whether every client takes exactly one step (whatever its drawn sample, which is at most its data)."""
+    if solver.steps is not None:
+        return solver.steps == 1
+    largest = int(np.max(sizes)) if len(sizes) else 0
+    return solver.epochs == 1 and (solver.batch_size is None or solver.batch_size >= largest)
+
+
+def expected_cohort(sampler: Any, num_clients: int) -> float:
+    """Clients per round a client sampler is expected to pick (its ``m`` or ``L``, ``q * N`` for Poisson
+    sampling, every client otherwise)."""
+    for name in ("m", "L"):
+        value = getattr(sampler, name, None)
+        if isinstance(value, (int, np.integer)):
+            return float(min(value, num_clients))
+    q = getattr(sampler, "q", None)
+    if isinstance(q, float):
+        return q * num_clients
+    return float(num_clients)

@@ -1,0 +1,236 @@
+"""Random layers driven by each client's own stream, so every engine draws the very same dropout masks.
+
+A dropout layer's mask is a random draw; left to torch's global generator it depends on the order in which
+clients run (and ``torch.func.vmap`` refuses it outright). The engines therefore train a copy of the model in
+which every ``nn.Dropout`` / ``nn.Dropout1d/2d/3d`` is an :class:`InjectedDropout` that multiplies by a mask
+passed in with the minibatch. Client c's masks come from a ``torch.Generator`` seeded from its counter-based
+stream (seed, round, c, "dropout") (:func:`client_generator`) and are drawn in a fixed order: for each forward
+the client runs (each local step), for each dropout layer in ``named_modules`` order, a tensor of shape
+``(rows, *mask_shape)`` (:meth:`RandomLayers.draw`). The loop draws them step by step; the vectorized engine
+draws the same tensors client by client, pads and stacks them and feeds them through ``vmap`` with the
+minibatches. The numbers therefore depend on neither the backend nor chunking.
+
+Without masks (evaluation, probes at the global model) an :class:`InjectedDropout` is the identity, as
+``nn.Dropout`` is in eval mode. Other random operations (``F.dropout`` called in a ``forward``,
+``torch.randn``, ...) read torch's global generator, which the loop reseeds per client and procedure
+(:func:`seeded_torch`); the vectorized engine detects them (:meth:`RandomLayers.has_unmanaged_random_ops`) and
+runs such models through that loop.
+
+BatchNorm couples the samples of a batch: with running statistics (``track_running_stats=True``) it would
+keep server-side buffers that every client overwrites, so :func:`prepare` refuses it with the layer's name and
+the remedy (``nn.GroupNorm``/``nn.LayerNorm``, or ``track_running_stats=False``); without running statistics
+it normalises with the batch's own statistics, which the loop computes on each client's real minibatch and
+the vectorized engine cannot (padding, union batches), so such models train through the loop
+(:attr:`RandomLayers.couples_samples`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from fedsample.rng import ClientRandom
+
+Masks = dict[str, torch.Tensor]
+
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+_ACTIVE: list[Masks | None] = [None]  # the masks of the forward being run (None: dropout off)
+_STREAM_PURPOSE = "dropout"
+
+
+class InjectedDropout(nn.Module):
+    """Dropout whose mask (already scaled by 1/(1-p)) is given with the batch; the identity without one."""
+
+    def __init__(self, key: str, p: float, per_channel: bool) -> None:
+        super().__init__()
+        self.key, self.p, self.per_channel = key, p, per_channel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        masks = _ACTIVE[0]
+        if masks is None or self.key not in masks:
+            return x
+        return x * masks[self.key]
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, per_channel={self.per_channel}"
+
+
+@dataclass
+class RandomLayers:
+    """The training copy of a model (``module``) and its injected dropout layers: ``(key, p, mask shape per
+    sample)`` in ``named_modules`` order, the order in which :meth:`draw` draws their masks."""
+
+    module: nn.Module
+    layers: list[tuple[str, float, tuple[int, ...]]] = field(default_factory=list)
+    couples_samples: str | None = None  # the name of a layer whose output mixes the samples of a batch
+    _unmanaged: bool | None = None
+
+    def draw(self, generator: torch.Generator | None, rows: int, dtype: torch.dtype = torch.float32) -> Masks:
+        """One forward's masks for ``rows`` samples, each layer's ``(rows, *shape)`` Bernoulli(1-p)/(1-p)."""
+        masks: Masks = {}
+        for key, p, shape in self.layers:
+            keep = torch.empty((rows, *shape), dtype=dtype).bernoulli_(1.0 - p, generator=generator)
+            masks[key] = keep if p == 0.0 else keep.mul_(1.0 / (1.0 - p)) if p < 1.0 else keep
+        return masks
+
+    def draw_many(self, generators: list[torch.Generator | None], rows: list[int], dtype: torch.dtype = torch.float32) -> Masks:
+        """The masks of one forward of each client (client i: ``rows[i]`` samples from ``generators[i]``),
+        concatenated along the sample axis in client order: a union batch's masks."""
+        if not self.layers:
+            return {}
+        parts = [self.draw(g, n, dtype) for g, n in zip(generators, rows)]
+        return {key: torch.cat([p[key] for p in parts]) for key, _, _ in self.layers}
+
+    def has_unmanaged_random_ops(self, x: torch.Tensor) -> bool:
+        """Whether a forward draws from torch's generator outside the injected dropout layers (``vmap`` in
+        its default randomness="error" mode refuses such an operation); checked once on one sample."""
+        if self._unmanaged is None:
+            from torch.func import vmap
+
+            masks = {key: torch.ones((1, 1, *shape), dtype=x.dtype) for key, _, shape in self.layers}
+
+            def forward(xi: torch.Tensor, m: Masks) -> torch.Tensor:
+                with injected(m):
+                    return self.module(xi)
+
+            try:
+                with torch.no_grad():
+                    vmap(forward)(x[:1].unsqueeze(0), masks)
+                self._unmanaged = False
+            except RuntimeError as error:
+                if "random" not in str(error):
+                    raise
+                self._unmanaged = True
+        return self._unmanaged
+
+
+def prepare(module: nn.Module, sample: torch.Tensor) -> RandomLayers:
+    """The model the engines train: ``module`` itself when it has no dropout layer, else a copy whose dropout
+    layers are :class:`InjectedDropout`; ``sample`` (one input row) gives each layer's per-sample mask shape.
+    Raises for BatchNorm with running statistics (see the module docstring)."""
+    coupled = _refuse_running_statistics(module)
+    dropouts = [(name, m) for name, m in module.named_modules() if isinstance(m, _DROPOUTS)]
+    if not dropouts:
+        return RandomLayers(module, couples_samples=coupled)
+    shapes = _input_shapes(module, [m for _, m in dropouts], sample[:1])
+    trained = copy.deepcopy(module)
+    layers = []
+    for (name, m), shape in zip(dropouts, shapes):
+        per_channel = not isinstance(m, nn.Dropout)
+        mask_shape = (shape[0],) + (1,) * (len(shape) - 1) if per_channel else shape
+        _replace(trained, name, InjectedDropout(name, float(m.p), per_channel))
+        layers.append((name, float(m.p), mask_shape))
+    return RandomLayers(trained, layers, couples_samples=coupled)
+
+
+def _refuse_running_statistics(module: nn.Module) -> str | None:
+    """Raise for a BatchNorm layer with running statistics; return the name of one without (or None)."""
+    coupled = None
+    for name, m in module.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            if m.track_running_stats:
+                raise ValueError(
+                    f"layer {name!r} ({type(m).__name__}) keeps running statistics, which would be shared by every "
+                    "client and the server; use nn.GroupNorm or nn.LayerNorm, or pass track_running_stats=False"
+                )
+            coupled = coupled or name
+    return coupled
+
+
+def _input_shapes(module: nn.Module, layers: list[nn.Module], x: torch.Tensor) -> list[tuple[int, ...]]:
+    """The per-sample input shape of each of ``layers`` in one forward of ``x`` (one sample)."""
+    seen: dict[int, tuple[int, ...]] = {}
+
+    def record(m: nn.Module, inputs: tuple) -> None:
+        seen.setdefault(id(m), tuple(inputs[0].shape[1:]))
+
+    handles = [m.register_forward_pre_hook(record) for m in layers]
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            module(x)
+    finally:
+        for h in handles:
+            h.remove()
+    missing = [type(m).__name__ for m in layers if id(m) not in seen]
+    if missing:
+        raise ValueError(f"dropout layers never called in a forward pass ({', '.join(missing)}): remove them from the model")
+    return [seen[id(m)] for m in layers]
+
+
+def _replace(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent_name) if parent_name else root, child, new)
+
+
+@contextmanager
+def injected(masks: Masks | None) -> Iterator[None]:
+    """Run forwards with ``masks`` in the injected dropout layers (None or ``{}``: dropout off)."""
+    previous, _ACTIVE[0] = _ACTIVE[0], masks
+    try:
+        yield
+    finally:
+        _ACTIVE[0] = previous
+
+
+def random_layers_of(module: nn.Module) -> RandomLayers | None:
+    """The :class:`RandomLayers` a training copy was prepared with (None for a model without dropout)."""
+    return getattr(module, "_fedsample_random_layers", None)
+
+
+def attach(layers: RandomLayers) -> nn.Module:
+    """The training module, marked so that solvers find its dropout layers from ``ctx.module``."""
+    if layers.layers:
+        object.__setattr__(layers.module, "_fedsample_random_layers", layers)
+    return layers.module
+
+
+def client_generator(seed: int, round: int, client: int) -> torch.Generator:
+    """Client ``client``'s generator of dropout masks in ``round``: seeded from its (seed, round, client,
+    "dropout") counter-based stream."""
+    g = torch.Generator()
+    g.manual_seed(ClientRandom(seed, round, client, _STREAM_PURPOSE).stream & (2**63 - 1))
+    return g
+
+
+def generator_for(rng: Any) -> torch.Generator:
+    """The mask generator of the client whose procedure received ``rng`` (a :class:`ClientRandom`); a plain
+    numpy Generator seeds one from its own next draw."""
+    if isinstance(rng, ClientRandom):
+        return client_generator(rng.seed, rng.round, rng.client)
+    g = torch.Generator()
+    g.manual_seed(int(rng.integers(0, 2**62)))
+    return g
+
+
+@contextmanager
+def seeded_torch(seed: int, round: int, client: int, purpose: str) -> Iterator[None]:
+    """Torch's global generator seeded from the client's (seed, round, client, purpose + "/torch") stream for
+    the duration (restored after): random operations outside the injected layers become a function of the
+    client and the round, whatever ran before."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ClientRandom(seed, round, client, purpose + "/torch").stream & (2**63 - 1))
+        yield
+
+
+def padded(masks: list[Masks], rows: list[int], width: int, layers: RandomLayers) -> Masks:
+    """Per-client masks (client i's of ``rows[i]`` samples, or ``{}`` for a client not stepping) zero-padded to
+    ``width`` rows and stacked: ``(clients, width, *shape)`` per layer (padding rows carry weight 0)."""
+    out: Masks = {}
+    for key, _, shape in layers.layers:
+        stacked = torch.zeros((len(masks), width, *shape))
+        for i, m in enumerate(masks):
+            if key in m:
+                stacked[i, : rows[i]] = m[key]
+        out[key] = stacked
+    return out
+
+
+def mask_bytes_per_sample(layers: RandomLayers | None) -> int:
+    """Bytes of one sample's masks (float32)."""
+    return 0 if layers is None else 4 * sum(math.prod(shape) for _, _, shape in layers.layers)
