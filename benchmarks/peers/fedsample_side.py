@@ -5,31 +5,10 @@ vectorized, auto). Run by run.py with the project's python and ``PYTHONPATH=src`
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from workload import CIFAR, Workload, emit_result, load_rows, set_threads, timed_rounds, workload_cnn, workload_named
-
-
-@dataclass(frozen=True)
-class WorkloadCNN:
-    """A model spec for pfl-research's CIFAR-10 CNN, used until ``fedsample.models`` has one."""
-
-    name: ClassVar[str] = "workload-cnn"
-
-    def build(self, input_shape: tuple[int, ...], num_classes: int):
-        return workload_cnn(num_classes)
-
-
-def model_spec(w: Workload):
-    """The workload's model as a fedsample spec (the library's own ``PflCNN`` when it has one)."""
-    from fedsample import models
-
-    if w is CIFAR:
-        return models.PflCNN() if hasattr(models, "PflCNN") else WorkloadCNN()
-    return models.MLP(hidden=64)
+from workload import Workload, emit_result, load_rows, model_spec, set_threads, timed_rounds, workload_named
 
 
 def federated_data(path: str, w: Workload):
@@ -46,14 +25,15 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
     set_threads(threads)
     from fedsample import recipes
     from fedsample.models import initial_parameters
-    from fedsample.simulation import build_module, make_federation
+    from fedsample.simulation import build_module, make_federation, resolve_backend
 
     w = workload_named(workload)
     fed, source = federated_data(path, w)
     module = build_module(model_spec(w), fed)
     strategy = recipes.fedavg(clients_per_round=w.cohort, lr=w.lr, epochs=w.epochs, steps=w.steps, batch_size=w.batch,
                               server_lr=w.server_lr)
-    federation = make_federation(backend, fed, module, seed=0)
+    choice = resolve_backend(backend, strategy, fed, module)
+    federation = make_federation(choice.backend, fed, module, seed=0)
     params = initial_parameters(module, 0)
     state = strategy.init_state(params)
     current = {"params": params}
@@ -63,7 +43,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
 
     first, times = timed_rounds(one_round, rounds)
     emit_result(f"fedsample-{backend}", first, times, data=source, threads=threads,
-                engine=type(federation).__name__)
+                engine=f"{choice.backend} ({choice.reason})")
 
 
 if __name__ == "__main__":

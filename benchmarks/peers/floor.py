@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from workload import CIFAR, Workload, emit_result, load_rows, set_threads, small_mlp, timed_rounds, workload_cnn, workload_named
+from workload import Workload, build_model, emit_result, load_rows, set_threads, timed_rounds, workload_named
 
 
 def local_sgd_(module: nn.Module, x: torch.Tensor, y: torch.Tensor, w: Workload) -> None:
@@ -62,7 +62,7 @@ def main(kind: str, path: str, workload: str, threads: int, rounds: int) -> None
     w = workload_named(workload)
     x, y, source = load_rows(path)
     torch.manual_seed(0)
-    module = workload_cnn() if w is CIFAR else small_mlp(x[0].numel())
+    module = build_model(w, x)
     global_params = [p.detach().clone() for p in module.parameters()]
     rng = np.random.default_rng(0)
 

@@ -17,7 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from floor import local_sgd_
-from workload import Workload, load_rows, small_mlp, workload_named
+from workload import Workload, build_model, load_rows, workload_named
 
 ROUND_ENDS: list[float] = []
 client_app = ClientApp()
@@ -33,7 +33,7 @@ def worker_state() -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
     """This worker's copy of the rows and its one model, made on the first message it serves."""
     torch.set_num_threads(1)
     x, y, _ = load_rows(os.environ["PEERS_WORKLOAD_FILE"])
-    return x, y, small_mlp(x[0].numel())
+    return x, y, build_model(workload(), x)
 
 
 @client_app.train()
@@ -60,5 +60,6 @@ def main(grid: Grid, context: Context) -> None:
     w = workload()
     torch.manual_seed(0)
     strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=w.cohort, min_available_nodes=w.users)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(small_mlp().state_dict()), train_config=ConfigRecord({}),
+    x, _, _ = worker_state()
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(build_model(w, x).state_dict()), train_config=ConfigRecord({}),
                    num_rounds=int(os.environ["PEERS_ROUNDS"]) + 1, evaluate_fn=stamp_round_end)

@@ -14,7 +14,7 @@ import numpy as np
 import pfl
 import torch
 
-from workload import CIFAR, emit_result, load_rows, set_threads, workload_cnn
+from workload import CIFAR, build_model, emit_result, load_rows, set_threads
 
 from pfl.aggregate.simulate import SimulatedBackend  # noqa: E402
 from pfl.aggregate.weighting import WeightByUser  # noqa: E402
@@ -54,9 +54,9 @@ class RoundClock(TrainingProcessCallback):
         return False, Metrics()
 
 
-def pfl_model() -> PyTorchModel:
+def pfl_model(x: torch.Tensor) -> PyTorchModel:
     """The workload CNN with pfl's ``loss``/``metrics``, local SGD and central SGD at the server lr."""
-    module = workload_cnn()
+    module = build_model(CIFAR, x)
     module.loss = types.MethodType(classification_loss, module)
     module.metrics = types.MethodType(classification_metrics, module)
     params = [p for p in module.parameters() if p.requires_grad]
@@ -83,7 +83,7 @@ def main(path: str, threads: int, rounds: int) -> None:
     FederatedAveraging().run(
         algorithm_params=NNAlgorithmParams(central_num_iterations=rounds + 1, evaluation_frequency=10**9,
                                            train_cohort_size=w.cohort, val_cohort_size=0),
-        backend=backend, model=pfl_model(),
+        backend=backend, model=pfl_model(x),
         model_train_params=NNTrainHyperParams(local_learning_rate=w.lr, local_num_epochs=w.epochs,
                                               local_batch_size=w.batch),
         model_eval_params=NNEvalHyperParams(local_batch_size=10000), callbacks=[clock])

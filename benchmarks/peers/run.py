@@ -94,21 +94,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="+", default=["cifar", "small-1", "small-5"])
     parser.add_argument("--cifar10", default=None, help="folder of CIFAR-10's python pickles (else synthetic rows)")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--append", action="store_true", help="add to the measurements already in OUT/results.json")
     args = parser.parse_args(argv)
     if args.rounds < 1 or min(args.threads) < 1:
         parser.error("--rounds and --threads must be >= 1")
     for name in args.only:
         workload_named(name)
-    about = machine()
-    with tempfile.TemporaryDirectory(prefix="fedsample-peers-") as work:
-        results = measure(args.only, args.threads, args.rounds, args.cifar10, Path(work))
-    about["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-    table_rows = rows(results)
     out = Path(args.out)
+    earlier = json.loads((out / "results.json").read_text()) if args.append else {}
+    about = earlier.get("machine") or machine()
+    with tempfile.TemporaryDirectory(prefix="fedsample-peers-") as work:
+        results = earlier.get("results", []) + measure(args.only, args.threads, args.rounds, args.cifar10, Path(work))
+    about["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(markdown(table_rows, about))
-    (out / "results.json").write_text(as_json(table_rows, about))
-    print(markdown(table_rows, about))
+    (out / "results.md").write_text(markdown(rows(results), about))
+    (out / "results.json").write_text(as_json(results, about))
+    print(markdown(rows(results), about))
 
 
 if __name__ == "__main__":

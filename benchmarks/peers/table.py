@@ -100,5 +100,6 @@ def _rss(r: dict[str, Any]) -> float | None:
     return max(values) if values else None
 
 
-def as_json(table_rows: list[dict[str, Any]], about: dict[str, Any]) -> str:
-    return json.dumps({"machine": about, "rows": table_rows}, indent=1)
+def as_json(results: list[dict[str, Any]], about: dict[str, Any]) -> str:
+    """The machine, every raw measurement (``--append`` reads them back) and the table's rows."""
+    return json.dumps({"machine": about, "results": results, "rows": rows(results)}, indent=1)

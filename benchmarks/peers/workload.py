@@ -1,6 +1,6 @@
 """The two workloads of the peers benchmark, and what every side shares: the data file, the models, the
 round clock and the one-line JSON result. Imports only numpy and torch, so the pfl and Flower sides (each in
-its own virtual environment, without fedsample) use it too.
+its own virtual environment) use it too; of fedsample they import only the model specs.
 
 - ``cifar``: pfl-research's CIFAR-10 IID benchmark (its ``benchmarks/image_classification`` baseline config):
   1,000 users × 50 images (3×32×32, 10 classes), FedAvg, 50 users per round drawn uniformly, 1 local epoch
@@ -62,18 +62,17 @@ def workload_named(name: str) -> Workload:
     raise ValueError(f"unknown workload {name!r}; expected cifar or small-STEPS")
 
 
-def workload_cnn(num_classes: int = 10) -> nn.Module:
-    """pfl-research's ``simple_cnn`` for 3×32×32 inputs (channels first): conv 3→32 (3×3) ReLU, conv 32→64
-    (3×3) ReLU, max-pool 2, dropout 0.25, flatten, dense 12544→128 ReLU, dropout 0.5, dense 128→10."""
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
-        nn.Flatten(), nn.Linear(64 * 14 * 14, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, num_classes),
-    )
+def model_spec(w: Workload):
+    """The workload's model as a fedsample spec: ``PflCNN`` (pfl-research's CIFAR-10 CNN, with dropout) or
+    ``MLP(hidden=64)``. fedsample.models needs only torch, so the pfl and Flower sides build the same layers."""
+    from fedsample import models
+
+    return models.PflCNN() if w.name == CIFAR.name else models.MLP(hidden=64)
 
 
-def small_mlp(inputs: int = 784, hidden: int = 64, num_classes: int = 10) -> nn.Module:
-    """The layers of ``fedsample.models.MLP(hidden=64)`` (flatten, dense, ReLU, dense)."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+def build_model(w: Workload, x: torch.Tensor) -> nn.Module:
+    """The workload's model for inputs shaped like the rows ``x``, 10 classes."""
+    return model_spec(w).build(tuple(x.shape[1:]), 10)
 
 
 def load_rows(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, str]:
