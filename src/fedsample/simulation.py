@@ -108,7 +108,7 @@ def simulate(
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data)
-    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module)
+    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget)
     fed = federation or make_federation(choice.backend, data, module, seed, memory_budget)
     key = run_key(strategy, seed)
     state = _start(strategy, module, seed, key, checkpoint, resume)
@@ -160,9 +160,13 @@ def _load_client_states(fed: Any, states: dict) -> None:
 BACKENDS = ("auto", "vectorized", "loop")
 
 
-def resolve_backend(backend: str, strategy: Strategy, data: FederatedData, module: nn.Module) -> BackendChoice:
+def resolve_backend(
+    backend: str, strategy: Strategy, data: FederatedData, module: nn.Module, memory_budget: int | None = None
+) -> BackendChoice:
     """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
     picks for this strategy, data and model."""
+    if memory_budget is not None and memory_budget <= 0:
+        raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend != "auto":

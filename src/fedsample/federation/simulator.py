@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Sequence
 
@@ -23,8 +24,9 @@ class Simulator:
     depend on the order or grouping of clients: the procedure's ``rng``, the dropout masks drawn from it
     (:mod:`fedsample.training.random_layers`) and torch's global generator, reseeded for each call. Each
     client's ``ClientContext.state`` lives here across rounds; :meth:`client_states` and
-    :meth:`load_client_states` move it in and out of checkpoints. A client's data is gathered from the shared
-    training tensors for each call (a view where its rows are contiguous) and not kept afterwards.
+    :meth:`load_client_states` move it in and out of checkpoints. The training tensors are kept in client
+    order (``x[offsets[k]:offsets[k+1]]`` is client k's data: the dataset's own arrays when the partition is
+    already in that order, else one permuted copy made here), so a client's data is a view, never a copy.
     """
 
     def __init__(self, data: FederatedData, module: nn.Module, seed: int) -> None:
@@ -32,8 +34,7 @@ class Simulator:
         self.data = data
         self.module = module
         self.seed = seed
-        self.x = torch.as_tensor(ds.x_train)
-        self.y = torch.as_tensor(ds.y_train)
+        self.x, self.y = _in_client_order(torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), data.order)
         self.task = ds.task
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])
@@ -45,15 +46,18 @@ class Simulator:
         return self.data.num_clients
 
     def context(self, k: int) -> procedures.ClientContext:
-        """Client k's data as tensors: views of the shared training tensors where its rows are one ascending
-        run, else a gathered copy that lives as long as the call."""
-        rows = self.data.client_indices(k)
-        if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and np.all(np.diff(rows) == 1):
-            x, y = self.x[rows[0] : rows[-1] + 1], self.y[rows[0] : rows[-1] + 1]
-        else:
-            index = torch.as_tensor(rows)
-            x, y = self.x[index], self.y[index]
-        return procedures.ClientContext(k, x, y, self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {}))
+        """Client k's data: views of the shared training tensors (rows ``offsets[k]:offsets[k+1]``), no copy."""
+        a, b = int(self.data.offsets[k]), int(self.data.offsets[k + 1])
+        return procedures.ClientContext(
+            k, self.x[a:b], self.y[a:b], self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {})
+        )
+
+    def _torch_random(self, round: int, k: int, procedure: str) -> Any:
+        """Torch's global generator seeded for client k's call where the model draws from it (random operations
+        outside nn.Dropout); nothing to do otherwise."""
+        if self.random.has_unmanaged_random_ops(self.x):
+            return random_layers.seeded_torch(self.seed, round, k, procedure)
+        return contextlib.nullcontext()
 
     def client_states(self) -> dict[int, dict]:
         """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy)."""
@@ -74,6 +78,15 @@ class Simulator:
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
             rng = client_rng(self.seed, round, int(k), procedure)
-            with random_layers.seeded_torch(self.seed, round, int(k), procedure):
+            with self._torch_random(round, int(k), procedure):
                 reports.append(fn(self.context(int(k)), payload_for(payload, position, per_client), rng))
         return reports
+
+
+def _in_client_order(x: torch.Tensor, y: torch.Tensor, order: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training rows ``order`` lists, in that order: views of ``x``/``y`` when ``order`` is 0, 1, 2, ...,
+    else one gathered copy."""
+    if np.array_equal(order, np.arange(len(order))):
+        return x[: len(order)], y[: len(order)]
+    index = torch.as_tensor(order)
+    return x[index], y[index]

@@ -20,7 +20,11 @@ within float tolerance, because every client still draws its sample and minibatc
   a linear aggregator; everything else reads the per-client updates.
 - Size reports: randomized responses for the whole cohort in one numpy pass (:class:`~fedsample.rng.CohortRandom`
   gives each client the draws its own :class:`~fedsample.rng.ClientRandom` would give).
-- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop.
+- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop, and
+  so does training of a model the engine cannot batch (:meth:`VectorizedSimulator.needs_loop`).
+- Dropout: each client's masks are drawn from its own generator exactly as its loop run draws them
+  (:mod:`fedsample.training.random_layers`), then padded and stacked into the ``vmap`` (or concatenated for
+  the union forward), so the numbers equal the loop's and do not depend on chunking.
 
 ``torch.func.vmap`` is used for the forward only, with ``torch.autograd.grad`` for the backward: the
 gradient of ``sum_c loss_c`` with respect to stacked parameters is each client's gradient in its own slice,
@@ -90,29 +94,28 @@ class VectorizedSimulator(Simulator):
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows."""
         if self.needs_loop() is not None:
             return super().run("train", ids, payloads, round)
+        if not isinstance(payloads, list):  # one payload for all: one group
+            return self._train_group(ids, payloads, payloads, round)
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
-        if isinstance(payloads, list):
-            for position, p in enumerate(payloads):
-                groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
-        else:  # one payload for all: one group
-            groups[()] = list(range(len(ids)))
-            payloads = _Repeated(payloads)
+        for position, p in enumerate(payloads):
+            groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
         for positions in groups.values():
             members = np.asarray(positions)
-            payload = payloads[positions[0]]
-            solver = payload.solver
-            if type(solver) is LocalSGD:
-                got = self._train_sgd(ids[members], payload, round)
-            elif type(solver) is OneGradient:
-                got = self._train_one_gradient(ids[members], payload, round)
-            else:  # a solver the engine cannot batch: the reference loop, with the same per-client streams
-                got = super().run("train", ids[members], [payloads[i] for i in positions], round)
+            got = self._train_group(ids[members], payloads[positions[0]], [payloads[i] for i in positions], round)
             if len(groups) == 1:
-                return got if isinstance(got, CohortReports) else list(got)
+                return got
             for position, report in zip(positions, got):
                 reports[position] = report
         return reports
+
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> list[TrainReport | None]:
+        """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop)."""
+        if type(payload.solver) is LocalSGD:
+            return self._train_sgd(ids, payload, round)
+        if type(payload.solver) is OneGradient:
+            return self._train_one_gradient(ids, payload, round)
+        return super().run("train", ids, payloads, round)  # a solver the engine cannot batch: the reference loop
 
     def needs_loop(self) -> str | None:
         """Why this model's training cannot be batched (None: it can): a layer mixing the samples of a batch
@@ -120,7 +123,7 @@ class VectorizedSimulator(Simulator):
         if self.random.couples_samples is not None:
             return f"layer {self.random.couples_samples!r} normalises over the batch"
         if self.random.has_unmanaged_random_ops(self.x):
-            return "the model draws random numbers outside nn.Dropout layers"
+            return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
         return None
 
     def _mask_generators(self, ids: np.ndarray, round: int) -> list[torch.Generator] | None:
@@ -156,8 +159,8 @@ class VectorizedSimulator(Simulator):
         return None
 
     def _rows(self, k: int, local: np.ndarray) -> np.ndarray:
-        """Training-row indices of client k's local positions."""
-        return self.data.order[self.data.offsets[k] + np.asarray(local, dtype=np.int64)]
+        """Rows of the simulator's training tensors (kept in client order) of client k's local positions."""
+        return self.data.offsets[k] + np.asarray(local, dtype=np.int64)
 
     # --- LocalSGD -----------------------------------------------------------------------------------------
 
@@ -291,23 +294,13 @@ class VectorizedSimulator(Simulator):
         counts = np.bincount(member, minlength=len(ids))
         if len(member) == 0:
             return CohortReports([None] * len(ids))
-        rows = self.data.order[self.data.offsets[ids[member]] + local]
+        rows = self.data.offsets[ids[member]] + local
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
         drew = np.flatnonzero(counts)
         generators = self._mask_generators(ids[drew], round)
         masks = self.random.draw_many(generators, counts[drew].tolist(), self.x.dtype) if generators else None
         return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
-
-
-class _Repeated:
-    """One payload standing for every cohort member."""
-
-    def __init__(self, payload: TrainPayload) -> None:
-        self.payload = payload
-
-    def __getitem__(self, position: int) -> TrainPayload:
-        return self.payload
 
 
 class CohortReports(list):

@@ -74,6 +74,7 @@ class RandomLayers:
     def draw(self, generator: torch.Generator | None, rows: int, dtype: torch.dtype = torch.float32) -> Masks:
         """One forward's masks for ``rows`` samples, each layer's ``(rows, *shape)`` Bernoulli(1-p)/(1-p)."""
         masks: Masks = {}
+        dtype = dtype if dtype.is_floating_point else torch.get_default_dtype()  # token-id inputs: float masks
         for key, p, shape in self.layers:
             keep = torch.empty((rows, *shape), dtype=dtype).bernoulli_(1.0 - p, generator=generator)
             masks[key] = keep if p == 0.0 else keep.mul_(1.0 / (1.0 - p)) if p < 1.0 else keep
@@ -89,11 +90,12 @@ class RandomLayers:
 
     def has_unmanaged_random_ops(self, x: torch.Tensor) -> bool:
         """Whether a forward draws from torch's generator outside the injected dropout layers (``vmap`` in
-        its default randomness="error" mode refuses such an operation); checked once on one sample."""
+        its default randomness="error" mode refuses such an operation; a forward that ``vmap`` cannot run at
+        all counts as one, so that it is seeded and trained client by client); checked once on one sample."""
         if self._unmanaged is None:
             from torch.func import vmap
 
-            masks = {key: torch.ones((1, 1, *shape), dtype=x.dtype) for key, _, shape in self.layers}
+            masks = {key: torch.ones((1, 1, *shape)) for key, _, shape in self.layers}
 
             def forward(xi: torch.Tensor, m: Masks) -> torch.Tensor:
                 with injected(m):
@@ -103,9 +105,7 @@ class RandomLayers:
                 with torch.no_grad():
                     vmap(forward)(x[:1].unsqueeze(0), masks)
                 self._unmanaged = False
-            except RuntimeError as error:
-                if "random" not in str(error):
-                    raise
+            except Exception:  # noqa: BLE001 - a random op, or a forward vmap cannot run: treat it as random
                 self._unmanaged = True
         return self._unmanaged
 
