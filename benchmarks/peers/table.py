@@ -86,7 +86,7 @@ def markdown(table_rows: list[dict[str, Any]], about: dict[str, Any]) -> str:
     for r in table_rows:
         note = r.get("error") or "; ".join(str(x) for x in (r.get("data"), r.get("engine"), _cpus(r), r.get("rss_note")) if x)
         lines.append(f"| {r['workload']} (peer: {peer_of(r['workload'])}) | {r['threads']} | {r['name']} | "
-                     f"{_fmt(_seconds(r), '.3g')} | {_fmt(r['x_floor'], '.2f', '×')} | {_fmt(r['x_peer'], '.2f', '×')} | "
+                     f"{_fmt(_seconds(r), '.3g')} | {_fmt(r['x_floor'], '.2f', '×')} | {_fmt(r['x_peer'], '.3g', '×')} | "
                      f"{_fmt(r.get('time_to_first_round_s'), '.3g')} | {_fmt(_rss(r), '.0f')} | {note} |")
     return head + "\n".join(lines) + "\n"
 
