@@ -32,14 +32,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist"
+
+
 def dataset():
-    """Fashion-MNIST when installed (Debian's dataset-fashion-mnist), else scikit-learn's digits."""
+    """Fashion-MNIST (Debian's dataset-fashion-mnist). A missing dataset stops the benchmark with the command
+    that installs it: figures on another data set would be silently different figures."""
     from fedsample.data import load_dataset
 
     try:
         return load_dataset("fashion-mnist")
-    except Exception:  # noqa: BLE001 - any failure to find the files falls back to the embedded set
-        return load_dataset("digits")
+    except FileNotFoundError as error:
+        raise SystemExit(f"Fashion-MNIST is not installed; install it with `{FASHION_MNIST_INSTALL}` "
+                         f"or name its folder in FEDSAMPLE_FASHION_MNIST_DIR ({error})") from None
 
 
 def emit(name: str, value: float | str) -> None:

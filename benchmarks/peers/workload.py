@@ -1,0 +1,118 @@
+"""The two workloads of the peers benchmark, and what every side shares: the data file, the models, the
+round clock and the one-line JSON result. Imports only numpy and torch, so the pfl and Flower sides (each in
+its own virtual environment) use it too; of fedsample they import only the model specs.
+
+- ``cifar``: pfl-research's CIFAR-10 IID benchmark (its ``benchmarks/image_classification`` baseline config):
+  1,000 users × 50 images (3×32×32, 10 classes), FedAvg, 50 users per round drawn uniformly, 1 local epoch
+  of batch 10 (5 steps), local SGD lr 0.1, server SGD lr 1.0, weights by user, no evaluation in timed rounds.
+- ``small``: 1,000 clients × 2 Fashion-MNIST samples, every client in every round, ``steps`` local SGD steps
+  on both samples at lr 0.05, uniform mean, MLP(64).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+PROCESS_START = time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One federated round's shape: ``users`` clients of ``per_user`` rows, ``cohort`` of them a round."""
+
+    name: str
+    users: int
+    per_user: int
+    cohort: int
+    batch: int
+    epochs: int | None
+    steps: int | None
+    lr: float
+    server_lr: float
+
+    def local_steps(self) -> int:
+        """Local SGD steps per client (an epoch of ``per_user / batch`` batches, or ``steps``)."""
+        return self.steps if self.steps is not None else self.epochs * -(-self.per_user // self.batch)
+
+
+CIFAR = Workload("cifar", users=1000, per_user=50, cohort=50, batch=10, epochs=1, steps=None, lr=0.1, server_lr=1.0)
+
+
+def small(steps: int) -> Workload:
+    """1,000 × 2-sample clients, all of them every round, ``steps`` full-batch local steps."""
+    return Workload(f"small-{steps}", users=1000, per_user=2, cohort=1000, batch=2, epochs=None, steps=steps,
+                    lr=0.05, server_lr=1.0)
+
+
+def workload_named(name: str) -> Workload:
+    """``cifar`` or ``small-STEPS``."""
+    if name == CIFAR.name:
+        return CIFAR
+    if name.startswith("small-") and name[len("small-"):].isdigit():
+        return small(int(name[len("small-"):]))
+    raise ValueError(f"unknown workload {name!r}; expected cifar or small-STEPS")
+
+
+def model_spec(w: Workload):
+    """The workload's model as a fedsample spec: ``PflCNN`` (pfl-research's CIFAR-10 CNN, with dropout) or
+    ``MLP(hidden=64)``. fedsample.models needs only torch, so the pfl and Flower sides build the same layers."""
+    from fedsample import models
+
+    return models.PflCNN() if w.name == CIFAR.name else models.MLP(hidden=64)
+
+
+def build_model(w: Workload, x: torch.Tensor) -> nn.Module:
+    """The workload's model for inputs shaped like the rows ``x``, 10 classes."""
+    return model_spec(w).build(tuple(x.shape[1:]), 10)
+
+
+def load_rows(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The workload file written by ``run.py``: float32 inputs (users × per_user rows, user ``u`` owns rows
+    ``u*per_user … (u+1)*per_user - 1``), int64 labels and where the rows come from."""
+    with np.load(path) as f:
+        return torch.from_numpy(f["x"]), torch.from_numpy(f["y"]), str(f["source"])
+
+
+def set_threads(threads: int) -> None:
+    """Intra-op threads for this process (the env var OMP_NUM_THREADS is set by the runner as well)."""
+    torch.set_num_threads(threads)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB: Linux's ``VmHWM`` (reset when the process execs), else
+    ``ru_maxrss``, which on Linux keeps the high-water mark of the parent it was forked from."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed_rounds(one_round: Callable[[int], object], rounds: int) -> tuple[float, list[float]]:
+    """Run round 0 (its end, from process start, is the time to the first round), then ``rounds`` warm
+    rounds; returns (time to first round, warm round times), seconds."""
+    one_round(0)
+    first = time.perf_counter() - PROCESS_START
+    times = []
+    for t in range(1, rounds + 1):
+        start = time.perf_counter()
+        one_round(t)
+        times.append(time.perf_counter() - start)
+    return first, times
+
+
+def emit_result(name: str, first_round_s: float, round_times: list[float], **extra: object) -> None:
+    """Print the side's one result line, ``RESULT {json}``: median warm round, all warm rounds, time to
+    the first round, peak RSS of this process."""
+    record = {"name": name, "s_per_round": float(np.median(round_times)), "round_times_s": round_times,
+              "time_to_first_round_s": first_round_s, "peak_rss_mb": peak_rss_mb(), **extra}
+    print("RESULT " + json.dumps(record), flush=True)
