@@ -83,7 +83,7 @@ class _LinearReport(TrainReport):
 
     def __init__(self, owner: LinearReports, position: int, steps: int, norm_steps: float) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps = steps, float("nan"), norm_steps
+        self.steps, self.loss, self.norm_steps = steps, 0.0, norm_steps  # no loss is computed here (0.0: a finite reply)
 
     @property
     def update(self) -> Params:  # type: ignore[override]
@@ -163,12 +163,12 @@ class LinearisedFederation(VectorizedSimulator):
         if isinstance(solver, OneGradient):
             norm = solver.K if solver.K is not None else len(sample)
             scale = np.ones(len(sample)) if sample.scale is None else np.asarray(sample.scale, dtype=np.float64)
-            rows = self._rows(k, sample.indices)
+            rows = self.data.order[self._rows(k, sample.indices)]  # dataset rows, as the gradient basis is indexed
             return rows, np.full(len(rows), position), scale / norm, (np.array([position]), 1, 1.0)
         batches, weights = self._schedule(k, sample, _sgd(solver), rng)
         lr_mu = solver.learning_rate(round) * solver.prox_mu
         a = step_weights(len(batches), solver.momentum, lr_mu)
-        rows = np.concatenate(batches)
+        rows = self.data.order[np.concatenate(batches)]  # the engine's positions in client order -> dataset rows
         coef = np.concatenate([a_t * w for a_t, w in zip(a, weights)])
         return rows, np.full(len(rows), position), coef, (np.array([position]), len(batches), float(a.sum()))
 
