@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fedsample import privacy
@@ -65,7 +65,10 @@ weights = st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=60).
 
 @FAST
 @given(w=weights, frac=st.floats(0, 1))
+@example(w=[2.0, 5e-324], frac=0.75)
 def test_inclusion_probabilities_sum_to_n_and_lie_in_0_1(w, frac):
+    """(Regression found by this test: weights [2.0, 5e-324] with n = 1.5 gave NaN when the certainty step
+    worked on weights scaled by their maximum, which underflowed the subnormal weight to 0.)"""
     w = np.array(w)
     n = frac * np.count_nonzero(w)
     pi = design.inclusion_probabilities(w, n)

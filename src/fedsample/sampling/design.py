@@ -189,11 +189,11 @@ def inclusion_probabilities(weights: np.ndarray, n: float) -> np.ndarray:
     if n >= num_positive:  # every positive unit is certain
         return positive.astype(np.float64)
 
-    w = w / w.max()  # scale-free: subnormal or huge weights neither overflow nor underflow n / sum(w)
-    total = float(w.sum())
-    pi = w * (n / total)
+    scaled = w / w.max()  # scale-free: subnormal or huge weights neither overflow nor underflow n / sum(w)
+    pi = scaled * (n / float(scaled.sum()))
     if not np.any(pi > 1):
         return pi
+    # the certainty step works on the unscaled weights: scaling could underflow a subnormal weight to 0
 
     # Candidates for certainty: the K = ceil(n) largest weights (at most floor(n) < K units can be certain).
     K = min(int(np.ceil(n)), num_positive)
