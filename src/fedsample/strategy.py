@@ -1,4 +1,4 @@
-"""The server's side of a round, composed of parts (DESIGN.md, "Three layers, one door").
+"""The server's side of a round, composed of parts (three layers, one door: docs/architecture.md).
 
 A round: size reports (if the strategy declares them) -> client selection -> data plans -> train ->
 aggregate -> server step. The strategy talks to clients only through ``Federation.run``.
