@@ -104,8 +104,7 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
     (seed, PERMANENT_ROUND, client, PERMANENT_REPORT), which any backend computes alike; with any other
     ``rng`` the first answer is memoized in the client-held ``ctx.state``."""
     if isinstance(rng, ClientRandom):
-        cell_round, purpose = report_cell(query, rng.round)
-        stream = client_rng(rng.seed, cell_round, rng.client, purpose)
+        stream = client_rng(rng.seed, PERMANENT_ROUND, rng.client, PERMANENT_REPORT)
         return int(privacy.randomized_response(ctx.size, query.epsilon, query.M, stream))
     memo = ctx.state.setdefault("permanent_reports", {})
     key = (float(query.epsilon), int(query.M))

@@ -147,6 +147,8 @@ def simulate(
         data = data.pooled()
     module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
     if federation == "ray":
+        if where.type != "cpu":
+            raise ValueError(f"federation='ray' computes on the actors' CPUs (docs/ray.md); got device={device!r}")
         from fedsample.federation.ray import simulate_on_ray
 
         return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
@@ -184,7 +186,8 @@ def simulate(
 
 
 def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) -> Exception:
-    """The error of a round, re-raised with the strategy, seed and round named (the type is kept)."""
+    """The error of a round, re-raised with the strategy, seed and round named: a ValueError or ArithmeticError
+    keeps its type, anything else (subclasses included) becomes a ValueError; "non-finite" ones are Diverged."""
     if isinstance(error, (Diverged, CheckpointError)):
         return error
     message = f"{strategy.name}, seed {seed}, round {round}: {error}"

@@ -32,7 +32,7 @@ def command_diagnose(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(max(1, args.threads))
     config = resolve(args.target)
-    out = args.out if args.out is not None else Path("runs") / f"{config.name}-diagnose"
+    out = args.out if args.out is not None else Path("runs") / f"{runner.folder_name(config.name)}-diagnose"
     if not out.parent.exists():
         raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
     plan = runner.prepare(config)
@@ -40,7 +40,7 @@ def command_diagnose(args: argparse.Namespace) -> None:
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
     diagnosis = diagnose(plan.strategies, plan.federation(seed), plan.model, params=params, rounds=args.draws, seed=seed,
-                         sketch_dim=args.sketch_dim or DEFAULT_SKETCH_DIM, progress=_report_progress)
+                         sketch_dim=DEFAULT_SKETCH_DIM if args.sketch_dim is None else args.sketch_dim, progress=_report_progress)
     write_diagnosis(diagnosis, out)
     print(summary_table(diagnosis.to_dict()))
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")

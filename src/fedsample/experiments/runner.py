@@ -280,7 +280,3 @@ def write_outputs(plan: Plan, out: Path, document: dict) -> None:
         os.replace(folder / "partition" / "partition.png", folder / "partition.png")
         for name in ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json"):
             os.replace(folder / name, out / name)
-
-
-def remove_checkpoints(out: Path) -> None:
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)

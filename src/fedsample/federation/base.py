@@ -15,7 +15,9 @@ class Federation(Protocol):
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
         """Run ``procedure`` on each client in ``client_ids`` with ``payload`` (one for all, or one per
-        client) and return the reports in the same order (``None`` where a client sent nothing)."""
+        client) and return the replies in the same order: every asked client's report (a client whose plan
+        drew nothing sends an empty one), or :class:`fedsample.rounds.Failed` where a client did not answer or
+        was rejected."""
         ...
 
 

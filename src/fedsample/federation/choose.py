@@ -72,12 +72,7 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
 
 def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     """Why the vectorized engine cannot batch this model (None: it can)."""
-    layers = random_layers.prepare(module, sample[:1])
-    if layers.couples_samples is not None:
-        return f"layer {layers.couples_samples!r} normalises over the batch"
-    if layers.has_unmanaged_random_ops(sample[:1]):
-        return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
-    return None
+    return random_layers.prepare(module, sample[:1]).unbatchable(sample[:1])
 
 
 def _single_step(solver: LocalSGD, sizes: np.ndarray) -> bool:

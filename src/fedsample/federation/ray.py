@@ -35,7 +35,7 @@ from fedsample.data.types import FederatedData
 from fedsample.rounds import FederationLost
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
-from fedsample.training.aggregate import received, weighted_sum
+from fedsample.training.aggregate import received, sum_updates
 from fedsample.training.functional import Params
 
 
@@ -74,11 +74,7 @@ class ClientShard:
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, token: int) -> Params:
         """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token``."""
-        reports = self._reports(token)
-        fused = getattr(reports, "weighted_update_sum", None)
-        if fused is not None:
-            return fused(positions, weights)
-        return weighted_sum([reports[int(i)].update for i in positions], weights)
+        return sum_updates(self._reports(token), positions, weights)
 
     def updates(self, positions: np.ndarray, token: int) -> list[Params]:
         """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
@@ -99,7 +95,7 @@ class ClientShard:
 
 def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray, np.ndarray]:
     """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN) per received report; clients that sent nothing cost nothing."""
+    one row (steps, loss, FedNova's a_k or NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
     positions, got = received(reports)
     rows = [(r.steps, r.loss, np.nan if getattr(r, "norm_steps", None) is None else r.norm_steps) for r in got]
     return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 3)

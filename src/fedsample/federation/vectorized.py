@@ -7,8 +7,8 @@ within float tolerance, because every client still draws its sample and minibatc
 - :class:`~fedsample.training.local.LocalSGD`: the clients' parameters are stacked along a leading axis and
   each local step is one ``torch.func.vmap`` of :func:`~fedsample.training.functional.weighted_loss_fn`
   over (stacked parameters, padded minibatches, weights), followed by one reverse pass. Padding rows carry
-  weight 0; a client with fewer steps is masked out of the steps it does not take with ``torch.where``,
-  which leaves its parameters and momentum bit-for-bit unchanged. The cohort is cut into chunks whose
+  weight 0; a client past its last step gets its parameters put back after each further step (its momentum
+  no longer matters), so it ends bit-for-bit where its own last step left it. The cohort is cut into chunks whose
   stacked parameters, gradients, momentum and activations fit ``memory_budget`` bytes.
 - :class:`~fedsample.training.local.OneGradient` (FedSampling): every G_c is a gradient at the *same*
   global parameters, linear in the per-sample gradients. One weighted forward over the union of the drawn
@@ -122,7 +122,7 @@ class VectorizedSimulator(Simulator):
                 reports[position] = report
         return reports
 
-    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> list[TrainReport | None]:
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> list[TrainReport]:
         """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop)."""
         if type(payload.solver) is LocalSGD:
             return self._train_sgd(ids, payload, round)
@@ -131,13 +131,8 @@ class VectorizedSimulator(Simulator):
         return super().run("train", ids, payloads, round)  # a solver the engine cannot batch: the reference loop
 
     def needs_loop(self) -> str | None:
-        """Why this model's training cannot be batched (None: it can): a layer mixing the samples of a batch
-        (BatchNorm without running statistics), or random operations outside the injected dropout layers."""
-        if self.random.couples_samples is not None:
-            return f"layer {self.random.couples_samples!r} normalises over the batch"
-        if self.random.has_unmanaged_random_ops(self.x):
-            return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
-        return None
+        """Why this model's training cannot be batched (None: it can): :meth:`RandomLayers.unbatchable`."""
+        return self.random.unbatchable(self.x[:1])
 
     def _mask_generators(self, ids: np.ndarray, round: int) -> list[torch.Generator] | None:
         """Each client's dropout-mask generator (None for a model without dropout)."""
@@ -399,6 +394,11 @@ class CohortReports(list):
         for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
             reports[c] = _DeferredReport(reports, c, loss)
         return reports
+
+    def received_positions(self) -> np.ndarray:
+        """Positions of the replies that carry an update (the clients that drew samples): known without a
+        Python pass over the cohort."""
+        return np.flatnonzero(self._took_step)
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the losses of the clients that took a step, how many did): the replies' own fields, summed."""

@@ -106,11 +106,16 @@ def linear_combination(
     positions, got = received(reports)
     if not got:
         return None
-    weights = np.asarray(weights_of(positions, got), dtype=np.float64)
+    return sum_updates(reports, positions, np.asarray(weights_of(positions, got), dtype=np.float64))
+
+
+def sum_updates(reports: Sequence["TrainReport"], positions: np.ndarray, weights: np.ndarray) -> Params:
+    """sum_i weights_i * Delta_{positions_i}: by the reports' own ``weighted_update_sum`` where they offer one
+    (the vectorized engine's one-gradient cohorts: one backward pass), else update by update."""
     fused = getattr(reports, "weighted_update_sum", None)
     if fused is not None:
         return fused(positions, weights)
-    return weighted_sum([r.update for r in got], weights)
+    return weighted_sum([reports[int(i)].update for i in positions], weights)
 
 
 def normalizer(report: "TrainReport") -> float:

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad_and_value
+from torch.func import functional_call
 from torch.nn import functional as F
 
 from fedsample.training.random_layers import Masks, injected
@@ -47,16 +47,6 @@ def weighted_gradient(module: nn.Module, task: str) -> Callable:
         return dict(zip(leaves, grads)), loss.detach()
 
     return gradient
-
-
-def batched_weighted_gradient(module: nn.Module, task: str) -> Callable:
-    """The same gradient as a ``torch.func`` transform, composable with ``vmap`` over clients."""
-    return grad_and_value(weighted_loss_fn(module, task))
-
-
-def tree_map(fn: Callable[..., torch.Tensor], *trees: Params) -> Params:
-    """Apply ``fn`` key-wise to parameter dicts with the same keys."""
-    return {k: fn(*(t[k] for t in trees)) for k in trees[0]}
 
 
 def zeros_like(params: Params) -> Params:

@@ -117,7 +117,7 @@ class LocalSGD:
 
 
 def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
-    """FedNova's ||a_k||_1 for ``steps`` steps of :func:`sgd_step` (Wang et al. 2020, Eq. 7 and §5).
+    """FedNova's ||a_k||_1 for ``steps`` steps of :func:`sgd_step_` (Wang et al. 2020, Eq. 7 and §5).
 
     The local update of SGD-type solvers is w_global - w_local = lr * sum_t a_{k,t} * g_t (g_t the
     minibatch gradient at step t, weight decay counted as part of g_t, as in the authors' code), and
@@ -133,7 +133,7 @@ def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> fl
     Momentum and the proximal term together have no closed form in the paper; because the dynamics of
     e = w - w_global are linear, sum_t a_{k,t} is the response to a constant unit gradient, computed here by
     that scalar recursion (e_0 = b_0 = 0; b <- rho*b + 1 + mu*e; e <- e - lr*b; ||a||_1 = -e_tau / lr).
-    This equals the three closed forms above and is exact for :func:`sgd_step`. (The sum equals the L1
+    This equals the three closed forms above and is exact for :func:`sgd_step_`. (The sum equals the L1
     norm while every a_{k,t} >= 0, i.e. for lr*mu < 1, as in any sane setting.)
     """
     e, b = 0.0, 0.0

@@ -91,6 +91,16 @@ class RandomLayers:
         parts = [self.draw(g, n, dtype) for g, n in zip(generators, rows)]
         return {key: torch.cat([p[key] for p in parts]) for key, _, _ in self.layers}
 
+    def unbatchable(self, x: torch.Tensor) -> str | None:
+        """Why training this model cannot be batched over clients (None: it can): a layer mixing the samples
+        of a batch (BatchNorm without running statistics), or random operations outside the injected dropout
+        layers. ``x``: one input row."""
+        if self.couples_samples is not None:
+            return f"layer {self.couples_samples!r} normalises over the batch"
+        if self.has_unmanaged_random_ops(x):
+            return "the model draws random numbers outside nn.Dropout layers (or does not run under vmap)"
+        return None
+
     def has_unmanaged_random_ops(self, x: torch.Tensor) -> bool:
         """Whether a forward draws from torch's generator outside the injected dropout layers (``vmap`` in
         its default randomness="error" mode refuses such an operation; a forward that ``vmap`` cannot run at
