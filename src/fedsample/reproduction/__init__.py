@@ -1,0 +1,1 @@
+"""Reproducing the papers' tables: claims as data (:mod:`.spec`), one module per paper (:mod:`.papers`)."""
