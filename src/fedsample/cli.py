@@ -111,10 +111,7 @@ def command_run(args: argparse.Namespace) -> None:
         DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
         runner.check_output_folder(out, config, args.resume, args.overwrite)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
-        runner.start_output_folder(out, config, overwrite=args.overwrite)
-        results = _run_with_progress(plan, out, args, options)
-    document = runner.summarize(config, results)
-    runner.write_outputs(plan, out, document)
+        document, results = _run_with_progress(plan, out, args, options)
     _print_summary(document, out)
     stopped = runner.failures(results)
     if stopped:
@@ -161,9 +158,9 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict)
         def stopped(reason: str) -> None:  # plain stderr (the live bar redirects it above itself): one line
             print(f"fedsample: {reason}", file=sys.stderr)
 
-        return runner.run_plan(
-            plan, out, resume=args.resume, checkpoint_every=args.checkpoint_every, progress=advance, backend=args.backend,
-            on_failure=stopped, options=options, device=args.device,
+        return runner.run_experiment(
+            plan, out, resume=args.resume, overwrite=args.overwrite, checkpoint_every=args.checkpoint_every,
+            progress=advance, backend=args.backend, on_failure=stopped, options=options, device=args.device,
         )
 
 

@@ -194,6 +194,24 @@ def run_plan(
     return results
 
 
+def run_experiment(
+    plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, checkpoint_every: int = 10,
+    progress: Callable[[str, int], None] | None = None, backend: str = "auto",
+    on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
+) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
+    """The whole experiment into ``out`` (already checked with :func:`check_output_folder`): record it, run
+    every strategy and seed (:func:`run_plan`), write results.json, summary.md and the plots; returns the
+    results.json document and the raw results."""
+    start_output_folder(out, plan.config, overwrite=overwrite)
+    results = run_plan(
+        plan, out, resume=resume, checkpoint_every=checkpoint_every, progress=progress, backend=backend,
+        on_failure=on_failure, options=options, device=device,
+    )
+    document = summarize(plan.config, results)
+    write_outputs(plan, out, document)
+    return document, results
+
+
 def finite_or_none(value: Any) -> Any:
     """JSON-safe numbers: non-finite floats become None, recursively through dicts and lists."""
     if isinstance(value, float):
