@@ -73,3 +73,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, config, tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_diagnosis_that_fails_while_writing_leaves_no_file(config, tmp_path, monkeypatch):
+    """The last picture fails: nothing of the diagnosis is in the folder (no half-written set of files)."""
+    import fedsample.diagnostics.plots as plots
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(plots, "plot_labels", broken)
+    out = tmp_path / "diag"
+    with pytest.raises(RuntimeError, match="disk full"):
+        main(["diagnose", str(config), "--draws", "8", "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == []

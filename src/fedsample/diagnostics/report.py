@@ -35,15 +35,25 @@ def summary_table(document: dict) -> str:
 
 
 def write_diagnosis(diagnosis: Diagnosis, out: Path) -> list[Path]:
-    """diagnostics.json, summary.md, exploitation.png, estimator.png and labels.png in ``out``."""
+    """diagnostics.json, summary.md, exploitation.png, estimator.png and labels.png in ``out``: written into a
+    temporary folder inside ``out`` and moved into place only when every one is complete, so an interrupted
+    diagnosis never leaves a half-written file. Strict JSON (a non-finite number is null)."""
+    import os
+    import tempfile
+
     from fedsample.diagnostics.plots import plot_estimator, plot_exploitation, plot_labels
+    from fedsample.experiments.runner import finite_or_none
 
     out.mkdir(parents=True, exist_ok=True)
     document = diagnosis.to_dict()
-    written = [out / "diagnostics.json", out / "summary.md", out / "exploitation.png", out / "estimator.png", out / "labels.png"]
-    written[0].write_text(json.dumps(document, indent=1))
-    written[1].write_text(summary_table(document))
-    plot_exploitation(document, written[2])
-    plot_estimator(document, written[3])
-    plot_labels(diagnosis, written[4])
-    return written
+    names = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
+    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
+        staged = [Path(tmp) / name for name in names]
+        staged[0].write_text(json.dumps(finite_or_none(document), indent=1, allow_nan=False))
+        staged[1].write_text(summary_table(document))
+        plot_exploitation(document, staged[2])
+        plot_estimator(document, staged[3])
+        plot_labels(diagnosis, staged[4])
+        for path in staged:
+            os.replace(path, out / path.name)
+    return [out / name for name in names]
