@@ -109,11 +109,12 @@ class LocalSGD:
                 grads = list(torch.autograd.grad(loss, w))
             with torch.no_grad():
                 sgd_step_(w, grads, buf, anchor, lr, self.momentum, self.weight_decay, self.prox_mu)
-            losses.append(loss.item())
+            losses.append(loss.detach())  # no host sync per step (one at the end)
         update = {k: a - v.detach() for k, a, v in zip(params, anchor, w)}
         steps = len(losses)
         norm = effective_steps(steps, self.momentum, lr * self.prox_mu)
-        return LocalResult(update=update, steps=steps, loss=float(np.mean(losses)), norm_steps=norm)
+        mean_loss = float(torch.stack(losses).double().mean()) if losses else float("nan")
+        return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=norm)
 
 
 def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
