@@ -126,6 +126,24 @@ def test_only_actor_sums_cross_the_network_for_linear_aggregators(fed, local_ray
     assert 2 * param_bytes <= sent < 2 * param_bytes + 8_000  # the global parameters, once per actor
 
 
+def test_a_secure_summed_fedsampling_round_sends_no_per_client_array(local_ray):
+    """FedSampling over 20,000 one-sample clients under secure sum: the server cannot tell who drew nothing, so
+    it asks every actor for the sum over all its clients with one shared weight; that request is a range and one
+    number, not 16 bytes per client (it was 320 kB here, 16 MB at 10^6 clients). What comes back is bounded by
+    the size reports (8 bytes per client, inherent) plus one partial sum per actor."""
+    clients = 20_000
+    many = federate(blobs(n=clients, d=4, classes=2), [1] * clients)
+    module = fs.models.LogisticRegression().build(many.dataset.input_shape, many.dataset.num_classes)
+    param_bytes = sum(v.numel() * v.element_size() for v in module.state_dict().values())
+    federation = RayFederation(many, module, seed=5, workers=2, count_bytes=True)
+    try:
+        fs.simulate(fs.recipes.fedsampling(K=64, M=5, lr=0.5), data=many, model=module, rounds=1, seed=5, federation=federation)
+    finally:
+        federation.close()
+    assert federation.traffic["sent"] < 2 * param_bytes + 20_000
+    assert federation.traffic["received"] < 8 * clients + 2 * param_bytes + 20_000
+
+
 def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numbers(fed, module, ray_fed, tmp_path):
     strategy = RECIPES["isfedavg"]  # its clients hold state (Eq. 53 weights): resume must restore it on the actors
     uninterrupted = fs.simulate(strategy(), data=fed, model=module, rounds=6, seed=5, federation=ray_fed)

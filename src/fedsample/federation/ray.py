@@ -72,8 +72,11 @@ class ClientShard:
         self._held = (token, reports)
         return summarize_reports(reports)
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, token: int) -> Params:
-        """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token``."""
+    def weighted_update_sum(self, positions: np.ndarray | range, weights: np.ndarray | float, token: int) -> Params:
+        """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token`` (``positions`` may
+        come as a range and ``weights`` as one number shared by all: :func:`compact_weights`)."""
+        positions = np.arange(positions.start, positions.stop, positions.step, dtype=np.int64) if isinstance(positions, range) else positions
+        weights = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else weights
         return sum_updates(self._reports(token), positions, weights)
 
     def updates(self, positions: np.ndarray, token: int) -> list[Params]:
@@ -146,7 +149,7 @@ class ShardedReports(list):
         for w in range(len(self._parts)):
             mine = self._worker[positions] == w
             if mine.any():
-                calls[w] = ("weighted_update_sum", self._local[positions[mine]], weights[mine])
+                calls[w] = ("weighted_update_sum", as_range(self._local[positions[mine]]), compact_weights(weights[mine]))
         partial = self._fed._call_each(calls, self._token)
         total = None
         for w in sorted(partial):
@@ -259,6 +262,12 @@ class RayFederation:
         except ray.exceptions.RayActorError as error:
             raise ShardLost(f"a Ray actor holding clients died ({type(error).__name__}); rerun with --resume "
                             "(resume=True) to continue from the last checkpoint") from error
+
+
+def compact_weights(weights: np.ndarray) -> np.ndarray | float:
+    """One number where every weight is the same (FedSampling's sum over a secure-summed cohort of 10^6 clients:
+    8 bytes instead of 8 per client), else the array."""
+    return float(weights[0]) if len(weights) > 1 and np.all(weights == weights[0]) else weights
 
 
 def _in_cohort_order(answers: dict[int, Any], parts: list[np.ndarray], size: int) -> Any:
