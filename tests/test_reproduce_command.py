@@ -124,7 +124,7 @@ def test_the_whole_command_writes_tables_and_folders(reproduced):
     for row in comparisons.values():
         assert row["better_stats"]["n"] >= 2 and row["se"] is not None
     text = (out / "REPRODUCTION.md").read_text()
-    for piece in ("# Reproduction: fake", "IS beats uniform", "| holds |", "| reversed |", "a note the paper module keeps",
+    for piece in ("# Reproduction: fake (cpu profile)", "IS beats uniform", "| holds |", "| reversed |", "a note the paper module keeps",
                   "Hardware:", "torch", "fedsample reproduce fake --device cpu --out", "±", "(2 seeds)", "(3 seeds)"):
         assert piece in text, piece
 
@@ -135,7 +135,8 @@ def test_resume_reuses_finished_presets_and_studies(reproduced):
     (out / "gains" / "trace.txt").unlink()
     assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
     after = json.loads((out / "reproduction.json").read_text())
-    assert [r["status"] for r in after["runs"]] == ["reused (finished earlier)"] * 2
+    assert [r["status"] for r in after["runs"]] == ["reused (ran earlier)"] * 2
+    assert [r["wall_s"] for r in after["runs"]] == [r["wall_s"] for r in before["runs"]]  # the time it took then
     assert not (out / "gains" / "trace.txt").exists()  # the study did not run again
     assert after["figures"] == before["figures"] and after["comparisons"] == before["comparisons"]
 
@@ -207,3 +208,19 @@ def test_list_names_presets_profiles_and_costs(fake_paper, capsys):
     text = capsys.readouterr().out
     assert "fake: A. Author" in text and "[cpu] fake-digits: digits" in text and "[cuda] fake-digits-cuda" in text
     assert "~2 s on 2 CPU cores" in text and "[study] gains: a fake measurement (cost: ~0 s anywhere)" in text
+
+
+def test_splice_puts_the_tables_between_the_markers(reproduced, tmp_path, capsys):
+    from fedsample.reproduction.splice import main as splice_main
+
+    _, out = reproduced
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Doc\n\n## fake\n<!-- reproduction:fake:cpu -->\nnot yet run\n<!-- /reproduction:fake:cpu -->\nafter\n")
+    assert splice_main([str(doc), str(out / "reproduction.json")]) == 0
+    text = doc.read_text()
+    assert "not yet run" not in text and "### Reproduction: fake (cpu profile)" in text and "#### Comparisons" in text
+    assert text.endswith("<!-- /reproduction:fake:cpu -->\nafter\n")
+    assert splice_main([str(doc), str(out / "reproduction.json")]) == 0 and doc.read_text() == text  # idempotent
+    doc.write_text("no markers")
+    assert splice_main([str(doc), str(out / "reproduction.json")]) == 2
+    assert "no section <!-- reproduction:fake:cpu -->" in capsys.readouterr().err

@@ -146,7 +146,7 @@ def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argpars
     """Run one preset into OUT/key (or reuse it with --resume); its status and its one-line failures."""
     folder = sel.out / key
     if args.resume and finished(folder, config):
-        return "reused (finished earlier)", []
+        return "reused (ran earlier)", []
     plan = runner.prepare(config)
     stopped: list[str] = []
     runner.run_experiment(
@@ -163,7 +163,7 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     if args.resume and saved.exists():
         document = json.loads(saved.read_text())
         if document.get("seeds") == seeds and document.get("device") == sel.device:
-            return "reused (finished earlier)", study_values(document["values"])
+            return "reused (ran earlier)", study_values(document["values"])
     folder.mkdir(exist_ok=True)
     measured = study.run(sel.device, seeds, folder)
     document = {"seeds": seeds, "device": sel.device, "values": {k: {m: list(v) for m, v in d.items()} for k, d in measured.items()}}
@@ -171,9 +171,19 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     return "ran", study_values(document["values"])
 
 
+def earlier_wall_times(out: Path) -> dict[str, float]:
+    """``{run name: wall seconds}`` of the runs in ``out``'s last reproduction.json that ran (then or before)."""
+    try:
+        runs = json.loads((out / "reproduction.json").read_text())["runs"]
+        return {r["name"]: float(r["wall_s"]) for r in runs if r["wall_s"] is not None and r["status"].startswith(("ran", "reused"))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[str, Values], list[str]]:
     """Run every chosen preset, then every chosen study; a failure is recorded and the rest still run."""
     runs, values, failures = [], {}, []
+    earlier = earlier_wall_times(sel.out)
     total = len(sel.configs) + len(sel.studies)
     jobs = [(key, "preset", config) for key, config in sel.configs.items()] + [(k, "study", s) for k, s in sel.studies.items()]
     for i, (key, kind, what) in enumerate(jobs, 1):
@@ -191,6 +201,8 @@ def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[
             failures.append(f"{kind} {key}: {status}")
             print(f"fedsample: {kind} {key} {status}", file=sys.stderr)
         wall = time.perf_counter() - start
+        if status.startswith("reused"):  # the time it took when it ran, from the folder's last reproduction.json
+            wall = earlier.get(key, wall)
         description = what.description if kind == "preset" else f"{what.description} (cost: {what.cost})".strip()
         runs.append({"name": key, "kind": kind, "description": description, "wall_s": wall, "status": status})
         say(args, f"[{i}/{total}] {key}: {status} ({wall:.0f} s)")

@@ -68,22 +68,23 @@ def run_lines(runs: list[Mapping]) -> list[str]:
     return lines
 
 
-def markdown(document: Mapping) -> str:
-    """The whole REPRODUCTION.md for one paper's reproduction document."""
+def markdown(document: Mapping, level: int = 1) -> str:
+    """The whole REPRODUCTION.md for one paper's reproduction document (its title a heading of ``level``)."""
     hw = document["hardware"]
+    top, sub = "#" * level, "#" * (level + 1)
     lines = [
-        f"# Reproduction: {cell(document['paper'])}", "", cell(document["citation"]), "",
+        f"{top} Reproduction: {cell(document['paper'])} ({document['profile']} profile)", "", cell(document["citation"]), "",
         f"Command: `{document['command']}`  ", f"Profile: {document['profile']} (device {document['device']}); "
         f"seeds {document['seeds']}; {document['date']}  ",
         f"Hardware: {cell(hw['cpu'])}; GPU: {cell(hw['gpu'] or 'none')}; torch {hw['torch']}; Python {hw['python']}  ",
-        f"Total wall time: {document['wall_s']:.0f} s", "", "## Runs", "", *run_lines(document["runs"]), "",
-        "## Figures: the paper's numbers beside ours", "",
+        f"Total wall time: {document['wall_s']:.0f} s", "", f"{sub} Runs", "", *run_lines(document["runs"]), "",
+        f"{sub} Figures: the paper's numbers beside ours", "",
         "Percent figures show our fraction x100; a stand-in setting (CPU profile, or a note saying so) is not comparable.", "",
-        *figure_lines(document["figures"]), "", "## Comparisons: the orderings the paper claims", "",
+        *figure_lines(document["figures"]), "", f"{sub} Comparisons: the orderings the paper claims", "",
         "d = difference of means in the claimed direction (positive: the claim's better side is ahead), "
         "se = sqrt(sd_b²/n_b + sd_w²/n_w); holds if d > 2 se, reversed if d < −2 se (docs/reproduction.md).", "",
         *comparison_lines(document["comparisons"]),
     ]
     if document["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {cell(note)}" for note in document["notes"]]
+        lines += ["", f"{sub} Notes", ""] + [f"- {cell(note)}" for note in document["notes"]]
     return "\n".join(lines) + "\n"
