@@ -54,3 +54,15 @@ def test_a_consistent_paper_has_no_problems():
 def test_the_check_finds_each_mistake(broken, problem):
     problems = check_paper(broken)
     assert any(problem in line for line in problems), problems
+
+
+def test_docs_have_a_section_for_every_paper_and_profile():
+    from pathlib import Path
+
+    from fedsample.reproduction.splice import markers
+
+    text = (Path(__file__).parents[1] / "docs" / "reproduction.md").read_text()
+    for name in {"fedsampling", "iwds", "fedstas", "isfedavg"} | set(REGISTERED):
+        for profile in ("cpu", "cuda"):
+            begin, end = markers(name, profile)
+            assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end), (name, profile)
