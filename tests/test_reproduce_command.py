@@ -148,9 +148,10 @@ def test_a_second_run_into_the_same_folder_needs_resume_or_overwrite(reproduced,
     assert "--overwrite" in capsys.readouterr().err
 
 
-def test_only_runs_the_named_study(fake_paper):
+def test_only_runs_the_named_study(fake_paper, capsys):
     out = fake_paper / "only"
     assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--only", "gains"]) == 0
+    assert "fake: figures: 2 not measured, 1 matches; comparisons: 1 holds, 1 reversed, 3 not measured" in capsys.readouterr().out
     document = json.loads((out / "reproduction.json").read_text())
     assert {r["name"]: r["status"] for r in document["runs"]} == {"gains": "ran", "fake-digits": "not run (--only)"}
     assert not (out / "fake-digits").exists()

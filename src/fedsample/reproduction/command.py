@@ -259,6 +259,17 @@ def listing() -> str:
     return "\n".join(lines) if lines else "no papers registered"
 
 
+def verdict_counts(document: dict) -> str:
+    """How many rows got each verdict, e.g. 'figures: 2 matches, 1 differs; comparisons: 3 holds'."""
+    from collections import Counter
+
+    parts = []
+    for table in ("figures", "comparisons"):
+        counts = Counter(row["verdict"].split(" (")[0] for row in document[table])
+        parts.append(f"{table}: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none"))
+    return "; ".join(parts)
+
+
 def reproduce(args: argparse.Namespace) -> list[str]:
     """The whole command; returns the one-line failures (empty: every preset and study ran)."""
     if args.list:
@@ -270,5 +281,5 @@ def reproduce(args: argparse.Namespace) -> list[str]:
     runs, values, failures = execute(sel, args)
     document = reproduction_document(sel, args, runs, values, time.perf_counter() - start)
     write_reproduction(sel.out, document)
-    print(f"wrote {sel.out}/REPRODUCTION.md and reproduction.json")
+    print(f"{sel.paper.name}: {verdict_counts(document)}; wrote {sel.out}/REPRODUCTION.md and reproduction.json")
     return failures
