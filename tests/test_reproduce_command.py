@@ -181,6 +181,7 @@ BAD_INPUT = {
     "no paper": (["reproduce"], "name a paper"),
     "bad seeds": (["reproduce", "fake", "--seeds", "a,b"], "--seeds 'a,b'"),
     "bad rounds": (["reproduce", "fake", "--rounds", "0"], "--rounds must be >= 1"),
+    "bad jobs": (["reproduce", "fake", "--jobs", "0"], "--jobs must be >= 1"),
     "resume and overwrite": (["reproduce", "fake", "--resume", "--overwrite"], "exclude each other"),
 }
 

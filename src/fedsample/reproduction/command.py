@@ -57,6 +57,7 @@ class Selection:
     studies: dict[str, Study]
     seeds: list[int] | None
     skipped: list[str]
+    options: dict
 
 
 def parsed_seeds(text: str | None) -> list[int] | None:
@@ -109,14 +110,21 @@ def select(args: argparse.Namespace) -> Selection:
     if not out.parent.exists():
         raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
     configs = {key: preset_config(entries[key], seeds, args.rounds, device) for key in names if key in entries}
-    for key, config in configs.items():  # a new OUT holds nothing to protect; OUT itself is made once all is valid
-        if out.exists():
-            runner.check_output_folder(out / key, config, args.resume, args.overwrite)
-    for key in names:
-        if key in studies and (out / key / STUDY_FILE).exists() and not (args.resume or args.overwrite):
-            raise ValueError(f"output folder {out / key} holds a study's results: pass --overwrite or --resume")
+    chosen_studies = {k: studies[k] for k in names if k in studies}
+    check_folders(out, configs, chosen_studies, args)
     skipped = [name for name in [*entries, *studies] if name not in names]
-    return Selection(paper, device, profile, out, configs, {k: studies[k] for k in names if k in studies}, seeds, skipped)
+    return Selection(paper, device, profile, out, configs, chosen_studies, seeds, skipped, run_options(args))
+
+
+def check_folders(out: Path, configs: dict[str, ExperimentConfig], studies: dict[str, Study], args: argparse.Namespace) -> None:
+    """Earlier results in OUT are replaced only with --overwrite, or continued with --resume (same experiment)."""
+    if not out.exists():  # a new OUT holds nothing to protect; it is made once everything is valid
+        return
+    for key, config in configs.items():
+        runner.check_output_folder(out / key, config, args.resume, args.overwrite)
+    for key in studies:
+        if (out / key / STUDY_FILE).exists() and not (args.resume or args.overwrite):
+            raise ValueError(f"output folder {out / key} holds a study's results: pass --overwrite or --resume")
 
 
 def say(args: argparse.Namespace, text: str) -> None:
@@ -150,7 +158,7 @@ def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argpars
     plan = runner.prepare(config)
     stopped: list[str] = []
     runner.run_experiment(
-        plan, folder, resume=args.resume, overwrite=args.overwrite, on_failure=stopped.append, device=sel.device, **run_options(args)
+        plan, folder, resume=args.resume, overwrite=args.overwrite, on_failure=stopped.append, device=sel.device, **sel.options
     )
     return ("ran" if not stopped else f"ran; {len(stopped)} run(s) diverged"), stopped
 
