@@ -56,6 +56,12 @@ def test_the_check_finds_each_mistake(broken, problem):
     assert any(problem in line for line in problems), problems
 
 
+def test_a_preset_that_does_not_load_is_reported_once():
+    broken = Paper("p", "c", {"cpu": ("quickstart",), "cuda": ("nosuchpreset",)},
+                   figures=(Figure("f", "nosuchpreset", "Centralized", 1.0),))
+    assert len(check_paper(broken)) == 1
+
+
 def test_docs_have_a_section_for_every_paper_and_profile():
     from pathlib import Path
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fedsample.experiments import runner
-from fedsample.experiments.config import ExperimentConfig, parse_config
+from fedsample.experiments.config import ConfigError, ExperimentConfig, parse_config
 from fedsample.experiments.presets import resolve
 from fedsample.reproduction.collect import Values, read_experiment, study_values
 from fedsample.reproduction.environment import hardware, utc_now
@@ -255,6 +255,14 @@ def write_reproduction(out: Path, document: dict) -> None:
     runner.write_atomic(out / "REPRODUCTION.md", lambda p: p.write_text(markdown(document)))
 
 
+def preset_description(entry: str) -> str:
+    """The preset's description (it states the cost), or why the preset does not load."""
+    try:
+        return resolve(entry).description
+    except ConfigError as error:
+        return f"(does not load: {error})"
+
+
 def listing() -> str:
     """Every registered paper: its presets per profile with their stated costs, and its studies."""
     lines = []
@@ -262,7 +270,7 @@ def listing() -> str:
         lines.append(f"{name}: {paper.citation}")
         for profile, entries in paper.presets.items():
             for key, entry in profile_presets(paper, profile).items():
-                lines.append(f"  [{profile}] {key}: {resolve(entry).description}")
+                lines.append(f"  [{profile}] {key}: {preset_description(entry)}")
         lines += [f"  [study] {s.name}: {s.description} (cost: {s.cost})" for s in paper.studies]
     return "\n".join(lines) if lines else "no papers registered"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fedsample.experiments.config import ConfigError
 from fedsample.experiments.presets import resolve
 from fedsample.experiments.runner import METRICS
-from fedsample.reproduction.registry import PROFILES, preset_key
+from fedsample.reproduction.registry import PROFILES, preset_key, sources
 from fedsample.reproduction.spec import Paper
 from fedsample.reproduction.verdict import PERCENT_METRICS
 
@@ -30,8 +30,10 @@ def row_problems(paper: Paper, what: str, source: str, names: tuple[str, ...], m
     studies = {study.name for study in paper.studies}
     if source in studies:
         return [] if metric else [f"{paper.name}: {what}: empty metric"]
-    if source not in labels:
+    if source not in sources(paper):
         return [f"{paper.name}: {what}: source {source!r} is neither a preset nor a study of the paper"]
+    if source not in labels:  # a preset that does not load: reported once, by preset_labels
+        return []
     problems = [f"{paper.name}: {what}: label {name!r} is not a strategy of preset {source!r}" for name in names if name not in labels[source]]
     if metric not in METRICS:
         problems.append(f"{paper.name}: {what}: metric {metric!r} is not one of {', '.join(METRICS)}")
