@@ -53,6 +53,7 @@ def test_tie_claims_hold_within_two_standard_errors_and_state_the_resolution():
     far = stats_of([70.0, 71.0, 72.0])
     assert comparison_verdict(a, far, "accuracy", True, tie=True)[1] == "does not hold (first ahead)"
     assert comparison_verdict(far, a, "accuracy", True, tie=True)[1] == "does not hold (second ahead)"
+    assert comparison_verdict(far, a, "accuracy", True, tie=True, names=("FedAvg", "Centralized"))[1] == "does not hold (Centralized ahead)"
 
 
 def test_figure_matches_within_two_sd_or_one_point():

@@ -48,7 +48,8 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     row = {**asdict(comparison), "better_stats": stats_dict(better), "worse_stats": stats_dict(worse), "d": None, "se": None}
     if better is None or worse is None:
         return {**row, "verdict": "not measured"}
-    diff, verdict = comparison_verdict(better, worse, comparison.metric, comparison.higher_is_better, comparison.tie)
+    names = (comparison.better, comparison.worse)
+    diff, verdict = comparison_verdict(better, worse, comparison.metric, comparison.higher_is_better, comparison.tie, names)
     return {**row, "d": diff.d, "se": diff.se, "verdict": verdict}
 
 

@@ -36,7 +36,7 @@ def figure_lines(rows: list[Mapping]) -> list[str]:
     for row in rows:
         fmt = number_format(row["unit"], row["metric"])
         unit = row["unit"] if row["unit"] in ("", "%") else f" {row['unit']}"
-        paper = "only plotted" if row["paper"] is None else f"{row['paper']:g}{unit}"  # as the paper prints it
+        paper = "—" if row["paper"] is None else f"{row['paper']:g}{unit}"  # as the paper prints it
         where = f"{row['source']}: {row['label']}, {row['which']} {row['metric']}"
         claim = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
         if row["note"]:

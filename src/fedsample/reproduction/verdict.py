@@ -74,8 +74,11 @@ def large_gap(d: float, better: Stats, worse: Stats, metric: str) -> bool:
     return abs(d) >= LARGE_RELATIVE * max(abs(better.mean), abs(worse.mean))
 
 
-def comparison_verdict(better: Stats, worse: Stats, metric: str, higher_is_better: bool, tie: bool = False) -> tuple[Difference, str]:
-    """The difference and the verdict for "better beats worse" (``tie``: "the two are equal"); values in display units."""
+def comparison_verdict(
+    better: Stats, worse: Stats, metric: str, higher_is_better: bool, tie: bool = False, names: tuple[str, str] = ("first", "second")
+) -> tuple[Difference, str]:
+    """The difference and the verdict for "better beats worse" (``tie``: "the two are equal", and ``names``
+    say which is ahead when they are not); values in display units."""
     diff = difference(better, worse, higher_is_better)
     if diff.se is None:
         if not large_gap(diff.d, better, worse, metric):
@@ -87,7 +90,7 @@ def comparison_verdict(better: Stats, worse: Stats, metric: str, higher_is_bette
     if tie:
         if abs(diff.d) <= bound:
             return diff, f"holds (equal within ±{bound:.2g}, the resolution of {min(better.n, worse.n)} seeds)"
-        return diff, "does not hold (first ahead)" if diff.d > 0 else "does not hold (second ahead)"
+        return diff, f"does not hold ({names[0] if diff.d > 0 else names[1]} ahead)"
     if diff.d > bound:
         return diff, "holds"
     if diff.d < -bound:
