@@ -3,6 +3,7 @@ study): the experiment folders, REPRODUCTION.md and reproduction.json with verdi
 study, and bad input as one line with exit code 2 and nothing written."""
 
 import json
+import shutil
 import textwrap
 
 import pytest
@@ -82,16 +83,23 @@ def fake_package(root, name, fail=False):
     return name
 
 
+@pytest.fixture(scope="module")
+def fake_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fakepaper")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(root))
+        patch.setattr(registry, "PACKAGE", fake_package(root, f"fakepapers_{root.name}"))
+        yield root
+
+
 @pytest.fixture
-def fake_paper(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "PACKAGE", fake_package(tmp_path, f"fakepapers_{tmp_path.name}"))
+def fake_paper(fake_root, tmp_path):
     return tmp_path
 
 
-@pytest.fixture
-def reproduced(fake_paper):
-    out = fake_paper / "out"
+@pytest.fixture(scope="module")
+def reproduced(fake_root):
+    out = fake_root / "out"
     code = main(["reproduce", "fake", "--out", str(out), "--quiet"])
     return code, out
 
@@ -129,8 +137,9 @@ def test_the_whole_command_writes_tables_and_folders(reproduced):
         assert piece in text, piece
 
 
-def test_resume_reuses_finished_presets_and_studies(reproduced):
-    code, out = reproduced
+def test_resume_reuses_finished_presets_and_studies(reproduced, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(reproduced[1], out)
     before = json.loads((out / "reproduction.json").read_text())
     (out / "gains" / "trace.txt").unlink()
     assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
