@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     from fedsample.privacy_cli import add_parser as add_privacy_parser
 
     add_privacy_parser(sub)
+    from fedsample.reproduction.command import add_arguments as add_reproduce_arguments
+
+    add_reproduce_arguments(sub.add_parser("reproduce", help="run a paper's presets and write its numbers beside ours, with verdicts"))
     return parser
 
 
@@ -215,9 +218,17 @@ def command_privacy(args: argparse.Namespace) -> None:
     run_privacy(args)
 
 
+def command_reproduce(args: argparse.Namespace) -> None:
+    from fedsample.reproduction.command import reproduce
+
+    failed = reproduce(args)
+    if failed:
+        raise RunsFailed(f"{len(failed)} preset(s), study(ies) or run(s) failed (listed above; status in REPRODUCTION.md)")
+
+
 COMMANDS = {
     "run": command_run, "presets": command_presets, "partition": command_partition,
-    "diagnose": command_diagnose, "privacy": command_privacy,
+    "diagnose": command_diagnose, "privacy": command_privacy, "reproduce": command_reproduce,
 }
 
 

@@ -1,0 +1,65 @@
+"""Our measurements as per-seed values: ``{label: {which: {metric: [value per seed]}}}`` (``which`` is
+"final" or "best"), read from an experiment's results.json or a study's output.
+
+results.json has two shapes: ``{"mean", "std", "per_seed"}`` per final metric (before the study runner) and
+``{"mean", "sd", "n", "per_seed"}`` per final and best metric (after it). Only ``per_seed`` is read, so both
+work; a missing "best" is computed from each seed's round history (max accuracy/macro-F1, min loss).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from fedsample.reproduction.spec import LOWER_IS_BETTER
+
+Values = dict[str, dict[str, dict[str, list[float | None]]]]
+
+
+def best_of_history(history: Sequence[Mapping], metric: str) -> float | None:
+    """The best evaluated round's ``metric`` in one seed's history (min for loss-like metrics, else max)."""
+    values = [float(r[metric]) for r in history if r.get(metric) is not None]
+    if not values:
+        return None
+    return min(values) if metric in LOWER_IS_BETTER else max(values)
+
+
+def per_seed(stats: Mapping) -> list[float | None]:
+    """One value per seed (None for a seed that stopped) from a metric's summary, either shape."""
+    return list(stats.get("per_seed") or [])
+
+
+def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]:
+    """One strategy's per-seed final and best values of every metric it reports."""
+    final = {metric: per_seed(stats) for metric, stats in result.get("final", {}).items()}
+    if "best" in result:
+        best = {metric: per_seed(stats) for metric, stats in result["best"].items()}
+    else:
+        histories = result.get("history", [])
+        best = {metric: [best_of_history(h, metric) for h in histories] for metric in final}
+    return {"final": final, "best": best}
+
+
+def experiment_values(document: Mapping) -> Values:
+    """Every strategy's values from a results.json document."""
+    return {label: strategy_values(result) for label, result in document.get("strategies", {}).items()}
+
+
+def read_experiment(folder: Path) -> Values:
+    """The values in ``folder/results.json``."""
+    return experiment_values(json.loads((folder / "results.json").read_text()))
+
+
+def study_values(measured: Mapping[str, Mapping[str, Sequence[float]]]) -> Values:
+    """A study's ``{label: {metric: [per seed]}}``: one measurement, used as both "final" and "best"."""
+    out: Values = {}
+    for label, metrics in measured.items():
+        values = {metric: [None if v is None else float(v) for v in seq] for metric, seq in metrics.items()}
+        out[str(label)] = {"final": values, "best": {m: list(v) for m, v in values.items()}}
+    return out
+
+
+def lookup(values: Mapping[str, Values], source: str, label: str, which: str, metric: str) -> list[float | None] | None:
+    """The per-seed values of ``label``'s ``metric`` in ``source`` (None when that was not measured)."""
+    return values.get(source, {}).get(label, {}).get(which, {}).get(metric)

@@ -1,0 +1,301 @@
+"""``fedsample reproduce PAPER``: run a paper's presets (one experiment folder each, resumable) and studies
+for the device's profile, then write OUT/REPRODUCTION.md and OUT/reproduction.json with the paper's
+numbers beside ours and a verdict per row. Bad input is one ValueError line before anything runs; a preset
+or study that fails is reported and the others still run (the caller exits 1)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+from fedsample.experiments import runner
+from fedsample.experiments.config import ConfigError, ExperimentConfig, parse_config
+from fedsample.experiments.presets import resolve
+from fedsample.reproduction.collect import Values, read_experiment, study_values
+from fedsample.reproduction.environment import hardware, utc_now
+from fedsample.reproduction.registry import find_paper, papers, profile_of, profile_presets
+from fedsample.reproduction.rows import paper_rows
+from fedsample.reproduction.spec import Paper, Study
+from fedsample.reproduction.table import markdown
+
+DEFAULT_STUDY_SEEDS = (0, 1, 2)
+STUDY_FILE = "study.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``reproduce`` subcommand's arguments."""
+    parser.add_argument("paper", nargs="?", default=None, help="the paper (fedsample reproduce --list names them)")
+    parser.add_argument("--list", action="store_true", help="list the papers with their presets, profiles and costs")
+    parser.add_argument("--device", default="cpu", metavar="cpu|cuda|auto",
+                        help="cpu (default: the small CPU stand-ins), cuda (the papers' models), auto (cuda when present)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/reproduce-PAPER-PROFILE)")
+    parser.add_argument("--seeds", default=None, help="override every preset's seeds, e.g. 0,1,2 (studies: default 0,1,2)")
+    parser.add_argument("--rounds", type=int, default=None, help="override every preset's rounds")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="independent (strategy, seed) runs in N processes")
+    parser.add_argument("--only", action="append", default=[], metavar="PRESET", help="run only this preset or study (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="reuse finished presets and continue interrupted ones")
+    parser.add_argument("--overwrite", action="store_true", help="replace earlier results in OUT")
+    parser.add_argument("--quiet", action="store_true", help="print only the result")
+
+
+@dataclass
+class Selection:
+    """What one invocation runs: the paper, device, profile, output folder and the chosen presets and studies."""
+
+    paper: Paper
+    device: str
+    profile: str
+    out: Path
+    configs: dict[str, ExperimentConfig]
+    studies: dict[str, Study]
+    seeds: list[int] | None
+    skipped: list[str]
+    options: dict
+
+
+def parsed_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds {text!r}: expected integers separated by commas") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"--seeds {text!r}: expected distinct non-negative integers")
+    return seeds
+
+
+def preset_config(entry: str, seeds: list[int] | None, rounds: int | None, device: str) -> ExperimentConfig:
+    """The preset with this invocation's seeds, rounds and device (validated as a config file would be)."""
+    updates = {"device": device, **({"seeds": seeds} if seeds else {}), **({"rounds": rounds} if rounds else {})}
+    config = resolve(entry)
+    return parse_config({**config.model_dump(), **updates}, f"{config.name} (with command-line overrides)")
+
+
+def chosen(names: Sequence[str], only: Sequence[str], paper: Paper, profile: str) -> list[str]:
+    """The presets and studies to run: all, or those named by ``--only`` (each must exist)."""
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise ValueError(f"--only {unknown[0]!r}: not a {profile} preset or study of {paper.name}; known: {', '.join(names)}")
+    return [name for name in names if not only or name in only]
+
+
+def select(args: argparse.Namespace) -> Selection:
+    """Check every argument and build every config before anything runs or is written."""
+    from fedsample.device import resolve_device
+
+    if args.paper is None:
+        raise ValueError("name a paper (fedsample reproduce --list shows them)")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    if args.rounds is not None and args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    paper = find_paper(args.paper)
+    device = str(resolve_device(args.device))
+    profile = profile_of(device)
+    seeds = parsed_seeds(args.seeds)
+    entries = profile_presets(paper, profile)
+    studies = {study.name: study for study in paper.studies}
+    names = chosen([*entries, *studies], args.only, paper, profile)
+    out = args.out if args.out is not None else Path("runs") / f"reproduce-{paper.name}-{profile}"
+    if not out.parent.exists():
+        raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
+    configs = {key: preset_config(entries[key], seeds, args.rounds, device) for key in names if key in entries}
+    chosen_studies = {k: studies[k] for k in names if k in studies}
+    check_folders(out, configs, chosen_studies, args)
+    skipped = [name for name in [*entries, *studies] if name not in names]
+    return Selection(paper, device, profile, out, configs, chosen_studies, seeds, skipped, run_options(args))
+
+
+def check_folders(out: Path, configs: dict[str, ExperimentConfig], studies: dict[str, Study], args: argparse.Namespace) -> None:
+    """Earlier results in OUT are replaced only with --overwrite, or continued with --resume (same experiment)."""
+    if not out.exists():  # a new OUT holds nothing to protect; it is made once everything is valid
+        return
+    for key, config in configs.items():
+        runner.check_output_folder(out / key, config, args.resume, args.overwrite)
+    for key in studies:
+        if (out / key / STUDY_FILE).exists() and not (args.resume or args.overwrite):
+            raise ValueError(f"output folder {out / key} holds a study's results: pass --overwrite or --resume")
+
+
+def say(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text, flush=True)
+
+
+def finished(folder: Path, config: ExperimentConfig) -> bool:
+    """Whether ``folder`` holds the finished results of exactly this experiment."""
+    try:
+        saved = json.loads((folder / "results.json").read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return saved == config.model_dump(mode="json")
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """``jobs`` for the study runner (only passed where asked: the runner takes it after the study-runner merge)."""
+    if args.jobs == 1:
+        return {}
+    if "jobs" not in inspect.signature(runner.run_experiment).parameters:
+        raise ValueError("--jobs needs a runner that takes jobs= (this build runs one process)")
+    return {"jobs": args.jobs}
+
+
+def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argparse.Namespace) -> tuple[str, list[str]]:
+    """Run one preset into OUT/key (or reuse it with --resume); its status and its one-line failures."""
+    folder = sel.out / key
+    if args.resume and finished(folder, config):
+        return "reused (ran earlier)", []
+    plan = runner.prepare(config)
+    stopped: list[str] = []
+    runner.run_experiment(
+        plan, folder, resume=args.resume, overwrite=args.overwrite, on_failure=stopped.append, device=sel.device, **sel.options
+    )
+    return ("ran" if not stopped else f"ran; {len(stopped)} run(s) diverged"), stopped
+
+
+def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[str, Values]:
+    """Run one study into OUT/name/study.json (or reuse it with --resume: same seeds and device)."""
+    folder = sel.out / study.name
+    seeds = sel.seeds or list(DEFAULT_STUDY_SEEDS)
+    saved = folder / STUDY_FILE
+    if args.resume and saved.exists():
+        document = json.loads(saved.read_text())
+        if document.get("seeds") == seeds and document.get("device") == sel.device:
+            return "reused (ran earlier)", study_values(document["values"])
+    folder.mkdir(exist_ok=True)
+    measured = study.run(sel.device, seeds, folder)
+    document = {"seeds": seeds, "device": sel.device, "values": {k: {m: list(v) for m, v in d.items()} for k, d in measured.items()}}
+    runner.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
+    return "ran", study_values(document["values"])
+
+
+def earlier_wall_times(out: Path) -> dict[str, float]:
+    """``{run name: wall seconds}`` of the runs in ``out``'s last reproduction.json that ran (then or before)."""
+    try:
+        runs = json.loads((out / "reproduction.json").read_text())["runs"]
+        return {r["name"]: float(r["wall_s"]) for r in runs if r["wall_s"] is not None and r["status"].startswith(("ran", "reused"))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[str, Values], list[str]]:
+    """Run every chosen preset, then every chosen study; a failure is recorded and the rest still run."""
+    runs, values, failures = [], {}, []
+    earlier = earlier_wall_times(sel.out)
+    total = len(sel.configs) + len(sel.studies)
+    jobs = [(key, "preset", config) for key, config in sel.configs.items()] + [(k, "study", s) for k, s in sel.studies.items()]
+    for i, (key, kind, what) in enumerate(jobs, 1):
+        say(args, f"[{i}/{total}] {sel.paper.name}: {kind} {key} ...")
+        start = time.perf_counter()
+        try:
+            if kind == "preset":
+                status, stopped = run_preset(key, what, sel, args)
+                values[key] = read_experiment(sel.out / key)
+                failures += stopped
+            else:
+                status, values[key] = run_study(what, sel, args)
+        except Exception as error:  # a failing preset or study is reported; the others still run
+            status = f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            failures.append(f"{kind} {key}: {status}")
+            print(f"fedsample: {kind} {key} {status}", file=sys.stderr)
+        wall = time.perf_counter() - start
+        if status.startswith("reused"):  # the time it took when it ran, from the folder's last reproduction.json
+            wall = earlier.get(key, wall)
+        description = what.description if kind == "preset" else f"{what.description} (cost: {what.cost})".strip()
+        runs.append({"name": key, "kind": kind, "description": description, "wall_s": wall, "status": status})
+        say(args, f"[{i}/{total}] {key}: {status} ({wall:.0f} s)")
+    runs += [{"name": name, "kind": "skipped", "description": "", "wall_s": None, "status": "not run (--only)"} for name in sel.skipped]
+    return runs, values, failures
+
+
+def command_line(args: argparse.Namespace, sel: Selection) -> str:
+    """The exact command that reproduces this document (every setting spelled out)."""
+    words = ["fedsample", "reproduce", sel.paper.name, "--device", args.device, "--out", str(sel.out)]
+    words += ["--seeds", ",".join(map(str, sel.seeds))] if sel.seeds else []
+    words += ["--rounds", str(args.rounds)] if args.rounds else []
+    words += ["--jobs", str(args.jobs)] if args.jobs != 1 else []
+    for name in args.only:
+        words += ["--only", name]
+    return shlex.join(words)
+
+
+def ran_rows(paper: Paper, sources: set[str]) -> Paper:
+    """The paper with only the Figures and Comparisons whose source this profile runs."""
+    return replace(
+        paper, figures=tuple(f for f in paper.figures if f.source in sources),
+        comparisons=tuple(c for c in paper.comparisons if c.source in sources),
+    )
+
+
+def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[dict], values: dict[str, Values], wall: float) -> dict:
+    """reproduction.json: the settings, hardware, runs, and every row with its verdict."""
+    sources = set(profile_presets(sel.paper, sel.profile)) | {s.name for s in sel.paper.studies}
+    return {
+        "paper": sel.paper.name, "citation": sel.paper.citation, "profile": sel.profile, "device": sel.device,
+        "seeds": sel.seeds or "as in each preset", "command": command_line(args, sel), "date": utc_now(),
+        "hardware": hardware(sel.device), "wall_s": wall, "runs": runs,
+        **paper_rows(ran_rows(sel.paper, sources), values), "notes": list(sel.paper.notes),
+    }
+
+
+def write_reproduction(out: Path, document: dict) -> None:
+    """reproduction.json and REPRODUCTION.md, each written whole (temporary file, then renamed)."""
+    text = json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)
+    runner.write_atomic(out / "reproduction.json", lambda p: p.write_text(text))
+    runner.write_atomic(out / "REPRODUCTION.md", lambda p: p.write_text(markdown(document)))
+
+
+def preset_description(entry: str) -> str:
+    """The preset's description (it states the cost), or why the preset does not load."""
+    try:
+        return resolve(entry).description
+    except ConfigError as error:
+        return f"(does not load: {error})"
+
+
+def listing() -> str:
+    """Every registered paper: its presets per profile with their stated costs, and its studies."""
+    lines = []
+    for name, paper in papers().items():
+        lines.append(f"{name}: {paper.citation}")
+        for profile, entries in paper.presets.items():
+            for key, entry in profile_presets(paper, profile).items():
+                lines.append(f"  [{profile}] {key}: {preset_description(entry)}")
+        lines += [f"  [study] {s.name}: {s.description} (cost: {s.cost})" for s in paper.studies]
+    return "\n".join(lines) if lines else "no papers registered"
+
+
+def verdict_counts(document: dict) -> str:
+    """How many rows got each verdict, e.g. 'figures: 2 matches, 1 differs; comparisons: 3 holds'."""
+    from collections import Counter
+
+    parts = []
+    for table in ("figures", "comparisons"):
+        counts = Counter(row["verdict"].split(" (")[0] for row in document[table])
+        parts.append(f"{table}: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none"))
+    return "; ".join(parts)
+
+
+def reproduce(args: argparse.Namespace) -> list[str]:
+    """The whole command; returns the one-line failures (empty: every preset and study ran)."""
+    if args.list:
+        print(listing())
+        return []
+    sel = select(args)
+    sel.out.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    runs, values, failures = execute(sel, args)
+    document = reproduction_document(sel, args, runs, values, time.perf_counter() - start)
+    write_reproduction(sel.out, document)
+    print(f"{sel.paper.name}: {verdict_counts(document)}; wrote {sel.out}/REPRODUCTION.md and reproduction.json")
+    return failures

@@ -1,0 +1,40 @@
+"""Where a reproduction ran: CPU model and core count, GPU name, torch and Python versions, and the date."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one) and the number of cores."""
+    name = platform.processor() or platform.machine() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def gpu_name(device: str) -> str | None:
+    """The CUDA device's name (None on the CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def hardware(device: str) -> dict:
+    import torch
+
+    return {"cpu": cpu_model(), "gpu": gpu_name(device), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,52 @@
+"""Put a reproduction's tables into a document such as docs/reproduction.md: the text between
+``<!-- reproduction:PAPER:PROFILE -->`` and ``<!-- /reproduction:PAPER:PROFILE -->`` is replaced by the
+tables of OUT/reproduction.json (headings one level down, under the paper's section).
+
+    python -m fedsample.reproduction.splice docs/reproduction.md runs/reproduce-iwds-cuda/reproduction.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from fedsample.reproduction.table import markdown
+
+
+def markers(paper: str, profile: str) -> tuple[str, str]:
+    return f"<!-- reproduction:{paper}:{profile} -->", f"<!-- /reproduction:{paper}:{profile} -->"
+
+
+def splice(text: str, document: Mapping, level: int = 3) -> str:
+    """``text`` with the section between the document's markers replaced by its tables; a ValueError line
+    when the markers are missing."""
+    begin, end = markers(document["paper"], document["profile"])
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no section {begin} ... {end} in the document")
+    section = f"{begin}\n{markdown(document, level)}{end}"
+    return pattern.sub(lambda _: section, text, count=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print("usage: python -m fedsample.reproduction.splice DOC.md OUT/reproduction.json [...]", file=sys.stderr)
+        return 2
+    doc = Path(args[0])
+    try:
+        text = doc.read_text()
+        for source in args[1:]:
+            text = splice(text, json.loads(Path(source).read_text()))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"fedsample: error: {error}", file=sys.stderr)
+        return 2
+    doc.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
