@@ -140,6 +140,25 @@ def test_the_partitioned_data_excludes_the_validation_rows():
     assert not any(row.tobytes() in test_rows for row in val.x)
 
 
+def test_scoring_on_the_validation_split_changes_no_test_number(tmp_path):
+    """B run after A (whose validation scoring builds a module) equals B alone and B simulated directly."""
+    cfg = parse_config(config(rounds=2, seeds=[0], validation={"fraction": 0.1}))
+    plan = runner.prepare(cfg)
+    both, _ = runner.run_experiment(plan, tmp_path / "both")
+    alone, _ = runner.run_experiment(plan, tmp_path / "alone", only=["B"])
+    direct = simulate(plan.variants["B"][""], plan.federation(0), plan.model, rounds=2, seed=0, eval_every=2)
+    assert both["strategies"]["B"]["history"] == alone["strategies"]["B"]["history"] == [json.loads(json.dumps(direct.history))]
+    assert both["strategies"]["B"]["validation"]["final"]["accuracy"]["n"] == 1
+
+
+def test_a_configured_schedule_reaches_the_strategy():
+    cfg = parse_config(config(strategies=[{"recipe": "fedavg", "label": "A", "schedule": {"kind": "cosine"}},
+                                          {"recipe": "fedavg", "label": "B", "schedule": {"kind": "step", "every": 2, "gamma": 0.1}}]))
+    plan = runner.prepare(cfg)
+    assert plan.strategies["A"].schedule == Schedule("cosine", rounds=4)
+    assert plan.strategies["B"].schedule == Schedule("step", every=2, gamma=0.1)
+
+
 def test_partition_seed_fixes_the_partition_across_seeds():
     fixed = runner.prepare(parse_config(config(partition_seed=7)))
     assert fixed.federation(0) is fixed.federation(1)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from fedsample.device import resolve_device
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.experiments.validation import validation_metrics
@@ -81,9 +82,10 @@ def run_jobs(
     on_failure: Callable[[str], None] | None = None,
 ) -> dict[Job, Outcome]:
     """Every run of the plan, by job; ``progress(run label, round)`` after each round, ``on_failure(line)``
-    for each run that stopped. ``jobs > 1`` runs them in that many processes (not on CUDA, not with Ray)."""
+    for each run that stopped. ``jobs > 1`` runs them in that many processes on the CPU; on a GPU they run one
+after another in this process."""
     todo = plan.runs()
-    parallel = jobs > 1 and len(todo) > 1 and not settings.device.startswith("cuda")
+    parallel = jobs > 1 and len(todo) > 1 and resolve_device(settings.device).type == "cpu"
     outcomes = _in_processes(plan, todo, settings, jobs, threads, progress) if parallel else _in_turn(plan, todo, settings, progress)
     for job in todo:
         if isinstance(outcomes[job].result, Failure) and on_failure:

@@ -100,7 +100,9 @@ def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) ->
     strategy = recipe(s.recipe, **params)
     if s.schedule is None:
         return strategy
-    schedule = Schedule(s.schedule.kind, s.schedule.every, s.schedule.gamma, s.schedule.rounds or config.rounds)
+    # only a cosine schedule depends on the length of the run (the others resume into more rounds unchanged)
+    rounds = (s.schedule.rounds or config.rounds) if s.schedule.kind == "cosine" else 1
+    schedule = Schedule(s.schedule.kind, s.schedule.every, s.schedule.gamma, rounds)
     return dataclasses.replace(strategy, schedule=schedule)
 
 
