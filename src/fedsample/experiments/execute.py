@@ -123,7 +123,7 @@ def _in_processes(
 ) -> dict[Job, Outcome]:
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
-        rounds = manager.Queue()
+        rounds = manager.Queue()  # a put returns once the round is queued: none is in flight when the runs end
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(todo)), mp_context=context, initializer=_start_worker, initargs=(plan, threads or 1, rounds)
         ) as pool:
