@@ -39,7 +39,7 @@ def test_results_schema(quick_run):
                 assert min(stats["per_seed"]) <= stats["mean"] <= max(stats["per_seed"])
         assert len(result["history"]) == 2 and [r["round"] for r in result["history"][0]] == [1, 2, 3]
     summary = (out / "summary.md").read_text()
-    assert all(label in summary for label in labels) and "±" in summary
+    assert all(label in summary for label in labels) and "±" in summary and "ddof = 1" in summary and "Best round" in summary
 
 
 def test_resume_after_completion_gives_the_same_results(quick_run):

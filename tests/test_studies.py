@@ -3,6 +3,7 @@ the sample standard deviation, server learning-rate schedules (with resume), --o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -62,8 +63,6 @@ def test_scheduled_step_scales_the_server_learning_rate():
 
 
 def _fedavg(schedule: Schedule | None = None):
-    import dataclasses
-
     return dataclasses.replace(recipe("fedavg", clients_per_round=3, steps=2, lr=0.2), schedule=schedule)
 
 
@@ -128,6 +127,20 @@ def test_validation_split_is_stratified_and_disjoint():
     assert np.array_equal(again.x_train, train.x_train) and not np.array_equal(other.x_train, train.x_train)
 
 
+def test_a_natural_partition_keeps_each_rows_user_after_the_carve():
+    from fedsample.data import partition
+    from fedsample.data.partition import Natural
+
+    ds = blobs(n=200)
+    users = np.arange(200) % 7
+    ds = dataclasses.replace(ds, meta={"client_ids": users, "client_ids_test": np.zeros(60)})
+    train, val = carve_validation(ds, 0.25, seed=1)
+    kept = np.setdiff1d(np.arange(200), val.rows)
+    assert np.array_equal(train.meta["client_ids"], users[kept]) and len(train.meta["client_ids_test"]) == 60
+    fed = partition(train, Natural())
+    assert fed.num_clients == 7 and sum(fed.sizes()) == len(kept)
+
+
 def test_the_partitioned_data_excludes_the_validation_rows():
     plan = runner.prepare(parse_config(config(validation={"fraction": 0.1})))
     fed, val = plan.federation(0), plan.validation(0)
@@ -168,6 +181,12 @@ def test_partition_seed_fixes_the_partition_across_seeds():
 
 
 # --- grids ----------------------------------------------------------------------------------------
+
+
+def test_grid_selection_by_validation_loss_without_accuracy():
+    strategy = parse_config(config(validation={"fraction": 0.1}, strategies=[{"recipe": "fedavg", "grid": {"lr": [0.1, 0.2]}}])).strategies[0]
+    key, selected = grid.select(strategy, {"0.1": [{"loss": 0.4}], "0.2": [{"loss": 0.3}]})
+    assert key == "0.2" and selected["grid"] == {"0.1": pytest.approx(0.4), "0.2": pytest.approx(0.3)} and "loss" in selected["by"]
 
 
 def test_grid_selection_by_hand():

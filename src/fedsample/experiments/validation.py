@@ -44,8 +44,17 @@ def carve_validation(dataset: Dataset, fraction: float, seed: int) -> tuple[Data
         raise ValueError(f"validation fraction {fraction} of {dataset.num_train} training rows leaves no validation or no training data")
     keep = np.ones(dataset.num_train, dtype=bool)
     keep[rows] = False
-    train = dataclasses.replace(dataset, x_train=dataset.x_train[keep], y_train=dataset.y_train[keep])
+    meta = {key: per_train_row(key, value, dataset.num_train, keep) for key, value in dataset.meta.items()}
+    train = dataclasses.replace(dataset, x_train=dataset.x_train[keep], y_train=dataset.y_train[keep], meta=meta)
     return train, Validation(dataset.x_train[rows], dataset.y_train[rows], rows)
+
+
+def per_train_row(key: str, value: object, num_train: int, keep: np.ndarray) -> object:
+    """A ``meta`` entry with one value per training row (e.g. ``client_ids``, which a natural partition reads)
+    keeps the training rows' values; per-test-row entries (``*_test``) and everything else are unchanged."""
+    if isinstance(value, np.ndarray) and value.shape[:1] == (num_train,) and not key.endswith("_test"):
+        return value[keep]
+    return value
 
 
 def validation_metrics(module: torch.nn.Module, params: dict, validation: Validation, dataset: Dataset) -> dict:
