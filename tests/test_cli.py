@@ -33,12 +33,13 @@ def test_results_schema(quick_run):
     assert list(doc["strategies"]) == labels
     for result in doc["strategies"].values():
         for metric in ("accuracy", "macro_f1", "loss"):
-            stats = result["final"][metric]
-            assert set(stats) == {"mean", "std", "per_seed"} and len(stats["per_seed"]) == 2
-            assert min(stats["per_seed"]) <= stats["mean"] <= max(stats["per_seed"])
+            for kind in ("final", "best"):
+                stats = result[kind][metric]
+                assert set(stats) == {"mean", "sd", "n", "per_seed"} and len(stats["per_seed"]) == 2 and stats["n"] == 2
+                assert min(stats["per_seed"]) <= stats["mean"] <= max(stats["per_seed"])
         assert len(result["history"]) == 2 and [r["round"] for r in result["history"][0]] == [1, 2, 3]
     summary = (out / "summary.md").read_text()
-    assert all(label in summary for label in labels) and "±" in summary
+    assert all(label in summary for label in labels) and "±" in summary and "ddof = 1" in summary and "Best round" in summary
 
 
 def test_resume_after_completion_gives_the_same_results(quick_run):

@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default=None, metavar="DEVICE",
                      help="cpu, cuda, cuda:N or auto (CUDA when present); default: the experiment's device (cpu)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--only", action="append", default=None, metavar="LABEL", help="run only this strategy (repeatable)")
+    run.add_argument("--jobs", type=int, default=1, metavar="N",
+                     help="run the independent (strategy, grid value, seed) runs in N processes (same numbers; on CUDA one after another)")
     run.add_argument("--workers", type=int, default=None, metavar="N",
                      help="split the clients over N Ray actors (needs fedsample[ray]; default 2 with --ray-address)")
     run.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
@@ -106,6 +109,7 @@ def command_run(args: argparse.Namespace) -> None:
     config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
     args.device = _checked_device(config.device)
     config = config.model_copy(update={"device": args.device})  # results.json records the device used
+    config = runner.only_strategies(config, args.only)
     out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
     if args.out is not None:
         runner.check_output_folder(out, config, args.resume, args.overwrite)
@@ -151,7 +155,7 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict)
     from fedsample.experiments import runner
 
     config = plan.config
-    total = config.rounds * len(config.seeds) * len(plan.strategies)
+    total = config.rounds * len(plan.runs())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=args.quiet, transient=False) as bar:
         task = bar.add_task(f"{config.name}", total=total)
@@ -164,6 +168,7 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict)
         return runner.run_experiment(
             plan, out, resume=args.resume, overwrite=args.overwrite, checkpoint_every=args.checkpoint_every,
             progress=advance, backend=args.backend, on_failure=stopped, options=options, device=args.device,
+            jobs=args.jobs, threads=args.threads,
         )
 
 
@@ -172,16 +177,16 @@ def _print_summary(document: dict, out: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from fedsample.experiments.report import METRIC_TITLES, rows
+    from fedsample.experiments.report import caption, columns, rows
 
     table_rows = rows(document)
-    metrics = [m for m in METRIC_TITLES if any(m in cells for _, cells in table_rows)]
-    table = Table(title=escape(f"{document['config']['name']}: final metrics (mean ± std over seeds)"))
+    cols = columns(table_rows)
+    table = Table(title=escape(f"{document['config']['name']}"), caption=escape(caption(document)))
     table.add_column("strategy")
-    for m in metrics:
-        table.add_column(METRIC_TITLES[m], justify="right")
+    for _, title in cols:
+        table.add_column(title, justify="right")
     for label, cells in table_rows:
-        table.add_row(escape(label), *(cells.get(m, "—") for m in metrics))
+        table.add_row(escape(label), *(escape(cells.get(k, "—")) for k, _ in cols))
     console = Console()
     console.print(table)
     console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False)

@@ -23,6 +23,7 @@ from fedsample.sizes import ExactSizes, RandomizedSizes, SizeInfo
 from fedsample.training.aggregate import WeightedMean, received
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
+from fedsample.training.schedule import Schedule, scheduled_step
 from fedsample.training.server import ServerSGD
 
 __all__ = ["Strategy", "RoundContext", "Cohort", "RoundFailed"]
@@ -38,7 +39,8 @@ class Strategy:
     (centralized training). ``noise`` (a :class:`fedsample.privacy.UpdateNoise`) makes every client clip its
     update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
     :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
-    updates (linear aggregators). Each round's log states what a client has spent so far
+    updates (linear aggregators). ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
+optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
     (:func:`fedsample.accounting.run_spend`).
     """
 
@@ -52,6 +54,7 @@ class Strategy:
     pooled: bool = False
     noise: Any = None
     secure_sum: bool = False
+    schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -122,7 +125,7 @@ class Strategy:
         ctx.log.update(self.describe_round(ctx, cohort, replies))
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
-        params, state["server"] = self.server.step(params, delta, state["server"])
+        params, state["server"] = scheduled_step(self.server, self.schedule, round, params, delta, state["server"])
         return params, ctx.log
 
     def combine_valid(

@@ -55,16 +55,59 @@ def plain_label(label: str) -> str:
     return label
 
 
+class ScheduleConfig(_Strict):
+    """``[strategies.schedule]``: the server learning rate's factor per round (fedsample.training.schedule);
+    ``rounds`` of a cosine schedule defaults to the experiment's rounds."""
+
+    kind: Literal["constant", "step", "exponential", "cosine"]
+    every: int = Field(default=1, gt=0)
+    gamma: float = Field(default=1.0, gt=0)
+    rounds: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _needed(self) -> "ScheduleConfig":
+        if self.kind in ("step", "exponential") and "gamma" not in self.model_fields_set:
+            raise ValueError(f"a {self.kind} schedule needs gamma (the factor per {'step' if self.kind == 'step' else 'round'})")
+        if self.kind == "step" and "every" not in self.model_fields_set:
+            raise ValueError("a step schedule needs every (rounds between steps)")
+        return self
+
+
+GridValue = int | float | str | bool
+
+
 class StrategyConfig(_WithParams):
     model_config = ConfigDict(extra="allow", strict=True)
 
     recipe: str
     label: str | None = None
+    grid: dict[str, list[GridValue]] | None = None
+    schedule: ScheduleConfig | None = None
 
     @field_validator("label")
     @classmethod
     def _plain(cls, label: str | None) -> str | None:
         return None if label is None else plain_label(label)
+
+    @field_validator("grid")
+    @classmethod
+    def _one_parameter(cls, grid: dict | None) -> dict | None:
+        """A grid names one recipe parameter and at least two distinct values (a list of one is not a search)."""
+        if grid is None:
+            return None
+        if len(grid) != 1:
+            raise ValueError(f"a grid takes exactly one parameter, got {len(grid)} ({', '.join(grid) or 'none'})")
+        (name, values), = grid.items()
+        if len(values) < 2 or len({repr(v) for v in values}) != len(values):
+            raise ValueError(f"grid {name}: needs at least two distinct values, got {values}")
+        return grid
+
+    @model_validator(mode="after")
+    def _grid_not_fixed(self) -> "StrategyConfig":
+        fixed = sorted(set(self.grid or {}) & set(self.params))
+        if fixed:
+            raise ValueError(f"{fixed[0]!r} is both a parameter and a grid of strategy {self.display!r}: keep one")
+        return self
 
     @property
     def display(self) -> str:
@@ -91,6 +134,13 @@ class FaultsConfig(_Strict):
         return dropout
 
 
+class ValidationConfig(_Strict):
+    """``[validation]``: ``fraction`` of the training data carved off (stratified by label, with the partition
+    seed) before partitioning; every run is also scored on it, and grids select on it."""
+
+    fraction: float = Field(gt=0, lt=1)
+
+
 class ExperimentConfig(_Strict):
     name: str
     description: str = ""
@@ -99,6 +149,8 @@ class ExperimentConfig(_Strict):
     model: ModelConfig
     rounds: int = Field(gt=0)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    partition_seed: int | None = Field(default=None, ge=0, lt=2**63)
+    validation: ValidationConfig | None = None
     eval_every: int = Field(default=1, gt=0)
     device: str = "cpu"
     strategies: list[StrategyConfig] = Field(min_length=1)
@@ -132,6 +184,9 @@ class ExperimentConfig(_Strict):
         duplicate = next((label for label in labels if labels.count(label) > 1), None)
         if duplicate:
             raise ValueError(f"two strategies share the label {duplicate!r}: give each a distinct 'label'")
+        gridded = next((s.display for s in self.strategies if s.grid), None)
+        if gridded and self.validation is None:
+            raise ValueError(f"strategy {gridded!r} has a grid: add a [validation] table (fraction = 0.1) to select on")
         return self
 
 

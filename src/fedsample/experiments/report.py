@@ -7,39 +7,80 @@ from pathlib import Path
 METRIC_TITLES = {"accuracy": "Accuracy", "macro_f1": "Macro-F1", "loss": "Loss"}
 
 
+def cell(stats: dict, metric: str, seeds: int) -> str:
+    """'mean ± sd' (accuracy and macro-F1 in percent, as the papers); the sd is left out for one seed, and
+    the number of seeds is added when some seeds stopped (n < seeds)."""
+    scale = 1.0 if metric in ("loss", "mse") else 100.0
+    text = f"{stats['mean'] * scale:.2f}"
+    if stats.get("sd") is not None:
+        text += f" ± {stats['sd'] * scale:.2f}"
+    return text + (f" (n={stats['n']})" if stats.get("n", seeds) < seeds else "")
+
+
+def best_metric(result: dict) -> str | None:
+    """The metric of the best-round column: accuracy, or the loss when there is none (regression)."""
+    return next((m for m in ("accuracy", "loss") if m in result.get("best", {})), None)
+
+
 def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
-    """Per strategy, each final metric as 'mean ± std' (accuracy and macro-F1 in percent, as the papers)."""
+    """Per strategy, each final metric and the best round's accuracy (``best``) as 'mean ± sd', and the
+    selected value of a grid (``selected``, e.g. 'lr=0.05')."""
+    seeds = len(document["config"]["seeds"])
     out = []
     for label, result in document["strategies"].items():
-        cells = {}
-        for metric, stats in result["final"].items():
-            scale = 1.0 if metric == "loss" else 100.0
-            cells[metric] = f"{stats['mean'] * scale:.2f} ± {stats['std'] * scale:.2f}"
+        cells = {metric: cell(stats, metric, seeds) for metric, stats in result["final"].items()}
+        best = best_metric(result)
+        if best:
+            cells["best"] = cell(result["best"][best], best, seeds)
+        if "selected" in result:
+            cells["selected"] = f"{result['selected']['param']}={result['selected']['value']}"
         out.append((label, cells))
     return out
 
 
-def summary_table(document: dict) -> str:
-    """A markdown table of final metrics (mean ± std over seeds)."""
+def columns(table_rows: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
+    """The (key, title) of each column some row has: final metrics, best round, selected grid value."""
+    titles = {**METRIC_TITLES, "best": "Best round", "selected": "Selected"}
+    return [(key, title) for key, title in titles.items() if any(key in cells for _, cells in table_rows)]
+
+
+def caption(document: dict) -> str:
+    """What the numbers are: rounds, seeds, the sample standard deviation, units."""
     config = document["config"]
-    metrics = [m for m in METRIC_TITLES if any(m in cells for _, cells in rows(document))]
+    seeds = config["seeds"]
+    return (
+        f"Final round ({config['rounds']} rounds) and best evaluated round, mean ± sd ({len(seeds)} seeds: {seeds}; "
+        "sd = sample standard deviation, ddof = 1) of the test metrics; accuracy and macro-F1 in %."
+    )
+
+
+def summary_table(document: dict) -> str:
+    """A markdown table of final and best-round metrics (mean ± sd over seeds)."""
+    config = document["config"]
+    table_rows = rows(document)
+    cols = columns(table_rows)
     lines = [
         f"# {markdown_text(config['name'])}",
         "",
         f"{config.get('description', '')}".strip(),
         "",
-        f"Final metrics after {config['rounds']} rounds, mean ± std over seeds {config['seeds']} "
-        "(accuracy and macro-F1 in %).",
+        caption(document) + selection_note(document),
         "",
-        "| strategy | " + " | ".join(METRIC_TITLES[m] for m in metrics) + " |",
-        "|---|" + "---|" * len(metrics),
+        "| strategy | " + " | ".join(title for _, title in cols) + " |",
+        "|---|" + "---|" * len(cols),
     ]
-    for label, cells in rows(document):
-        lines.append(f"| {markdown_text(label)} | " + " | ".join(cells.get(m, "—") for m in metrics) + " |")
+    for label, cells in table_rows:
+        lines.append(f"| {markdown_text(label)} | " + " | ".join(markdown_text(cells.get(k, "—")) for k, _ in cols) + " |")
     stopped = [reason for result in document["strategies"].values() for reason in result.get("status", []) if reason != "ok"]
     if stopped:
         lines += ["", "Runs that stopped (left out of the means):", ""] + [f"- {markdown_text(r)}" for r in stopped]
     return "\n".join(lines) + "\n"
+
+
+def selection_note(document: dict) -> str:
+    """How grid values were selected, when some strategy has a grid."""
+    chosen = [r["selected"] for r in document["strategies"].values() if "selected" in r]
+    return f" Grid values selected by {chosen[0]['by']} on the validation split." if chosen else ""
 
 
 def markdown_text(text: str) -> str:

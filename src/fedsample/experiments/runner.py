@@ -7,99 +7,27 @@ together. A strategy/seed that diverges is contained (docs/reliability.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
-from fedsample.data import load_dataset, make_scheme, partition
-from fedsample.data.types import Dataset, FederatedData
+from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
-from fedsample.federation.faults import FaultModel, Straggler
-from fedsample.models import model_from_name
-from fedsample.recipes import recipe
-from fedsample.simulation import Diverged, SimulationResult, simulate
-from fedsample.strategy import Strategy
+from fedsample.experiments.execute import RunSettings, checkpoint_path, run_jobs
+from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
+    Failure, Job, Outcome, Plan, check_cohort_size, fault_model, only_strategies, prepare, restricted,
+)
+from fedsample.experiments.stats import best_round, metric_table
+from fedsample.simulation import SimulationResult
 
 METRICS = ("accuracy", "macro_f1", "loss")
 
 
 OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "checkpoints", "run.json")
-
-
-@dataclass
-class Plan:
-    """An experiment with every part built: what will run."""
-
-    config: ExperimentConfig
-    dataset: Dataset
-    scheme: Any
-    model: Any
-    strategies: dict[str, Strategy]
-    faults: FaultModel | None = None
-    federations: dict[int, FederatedData] = field(default_factory=dict)
-
-    def federation(self, seed: int) -> FederatedData:
-        if seed not in self.federations:
-            self.federations[seed] = partition(self.dataset, self.scheme, seed=seed)
-        return self.federations[seed]
-
-
-@dataclass
-class Failure:
-    """A strategy/seed run that stopped (diverged): the one-line reason."""
-
-    seed: int
-    reason: str
-
-
-def _built(what: str, build: Callable[[], Any]) -> Any:
-    try:
-        return build()
-    except (ValueError, TypeError, FileNotFoundError, OverflowError) as error:
-        raise ConfigError(f"{what}: {error}") from None
-
-
-def prepare(config: ExperimentConfig) -> Plan:
-    """Build dataset, partition scheme, model, strategies and the failure model, partition every seed and
-    check each strategy's cohort size against the number of clients; any problem is one ConfigError line."""
-    dataset = _built(f"dataset {config.dataset.name!r}", lambda: load_dataset(config.dataset.name, **config.dataset.params))
-    scheme = _built("partition", lambda: make_scheme(config.partition.scheme, **config.partition.params))
-    model = _built("model", lambda: model_from_name(config.model.name, **config.model.params))
-    strategies = {
-        s.display: _built(f"strategy {s.display!r}", lambda s=s: recipe(s.recipe, **s.params)) for s in config.strategies
-    }
-    plan = Plan(config, dataset, scheme, model, strategies, fault_model(config))
-    for seed in config.seeds:
-        fed = _built(f"partition (seed {seed})", lambda seed=seed: plan.federation(seed))
-        for label, strategy in strategies.items():
-            check_cohort_size(label, strategy, fed.num_clients)
-    return plan
-
-
-def fault_model(config: ExperimentConfig) -> FaultModel | None:
-    """The experiment's failure model (None without a [faults] table)."""
-    if config.faults is None:
-        return None
-    straggler = config.faults.straggler
-    return FaultModel(
-        dropout=dict(config.faults.dropout), straggler=Straggler(straggler.deadline, straggler.mean) if straggler else None
-    )
-
-
-def check_cohort_size(label: str, strategy: Strategy, num_clients: int) -> None:
-    """Clients per round (``m``, ISFedAvg's ``L``) must not exceed the number of clients N (no silent clamp)."""
-    for name in ("m", "L"):
-        value = getattr(strategy.clients, name, None)
-        if isinstance(value, int) and value > num_clients:
-            raise ConfigError(f"strategy {label!r}: {name} = {value} clients per round exceeds the number of clients N = {num_clients}")
 
 
 def folder_name(name: str) -> str:
@@ -149,14 +77,6 @@ def start_output_folder(out: Path, config: ExperimentConfig, overwrite: bool = F
     write_atomic(out / "run.json", lambda p: p.write_text(json.dumps({"config": config.model_dump(mode="json")}, indent=1)))
 
 
-def checkpoint_path(out: Path, label: str, seed: int) -> Path:
-    """One file per (label, seed): the label's safe characters for reading, plus a digest of the whole label
-    so that two labels never share a file; never a path outside ``out/checkpoints``."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40]
-    tag = hashlib.blake2b(label.encode(), digest_size=6).hexdigest()
-    return out / "checkpoints" / f"{safe}-{tag}-seed{seed}.pt"
-
-
 def run_plan(
     plan: Plan,
     out: Path,
@@ -167,49 +87,62 @@ def run_plan(
     on_failure: Callable[[str], None] | None = None,
     options: dict | None = None,
     device: str | None = None,
-) -> dict[str, list[SimulationResult | Failure]]:
-    """Run every strategy for every seed; ``progress(label, rounds_done_total)`` is called after each round.
-    A run that diverges is contained: ``on_failure(one line)`` is called, its slot holds a :class:`Failure`,
-    and the other strategies and seeds still run. ``options`` are further ``simulate`` arguments (e.g.
-    ``federation="ray", workers=4``); ``device`` overrides the experiment's ``device`` (default ``"cpu"``)."""
-    config = plan.config
-    device = device or config.device
+    jobs: int = 1,
+    threads: int | None = None,
+) -> dict[Job, Outcome]:
+    """Run every strategy (every grid value) for every seed; ``progress(run label, round)`` is called after
+    each round. A run that diverges is contained: ``on_failure(one line)`` is called, its outcome holds a
+    :class:`Failure`, and the other runs still go on. ``options`` are further ``simulate`` arguments (e.g.
+    ``federation="ray", workers=4``); ``device`` overrides the experiment's ``device`` (default ``"cpu"``);
+    ``jobs > 1`` runs the independent runs in that many processes with ``threads`` torch threads each
+    (default 1), with the numbers of ``jobs = 1`` (fedsample.experiments.execute)."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if jobs > 1 and (options or {}).get("federation") == "ray":
+        raise ConfigError("--jobs and Ray (--workers/--ray-address) exclude each other: Ray already spreads each run")
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[SimulationResult | Failure]] = {label: [] for label in plan.strategies}
-    for seed in config.seeds:
-        fed = plan.federation(seed)
-        for label, strategy in plan.strategies.items():
-            try:
-                result: SimulationResult | Failure = simulate(
-                    strategy, data=fed, model=plan.model, rounds=config.rounds, seed=seed, eval_every=config.eval_every,
-                    checkpoint=checkpoint_path(out, label, seed), checkpoint_every=checkpoint_every, resume=resume,
-                    progress=(lambda t, label=label: progress(label, t)) if progress else None, backend=backend,
-                    faults=plan.faults, device=device, **(options or {}),
-                )
-            except Diverged as error:
-                result = Failure(seed, f"{label!r} diverged: {error}")
-                if on_failure:
-                    on_failure(result.reason)
-            results[label].append(result)
-    return results
+    settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}))
+    return run_jobs(plan, settings, jobs, threads, progress, on_failure)
 
 
 def run_experiment(
     plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None, backend: str = "auto",
     on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
+    jobs: int = 1, only: list[str] | None = None, threads: int | None = None,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
     """The whole experiment into ``out`` (already checked with :func:`check_output_folder`): record it, run
-    every strategy and seed (:func:`run_plan`), write results.json, summary.md and the plots; returns the
-    results.json document and the raw results."""
+    every strategy, grid value and seed (:func:`run_plan`; ``only`` a subset of the labels), select each
+    grid's value on the validation split, write results.json, summary.md and the plots; returns the
+    results.json document and the raw results of each label (its selected value's runs)."""
+    plan = restricted(plan, only)
     start_output_folder(out, plan.config, overwrite=overwrite)
-    results = run_plan(
+    outcomes = run_plan(
         plan, out, resume=resume, checkpoint_every=checkpoint_every, progress=progress, backend=backend,
-        on_failure=on_failure, options=options, device=device,
+        on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads,
     )
-    document = summarize(plan.config, results)
+    results, extras = selected_runs(plan, outcomes)
+    document = summarize(plan.config, results, extras)
     write_outputs(plan, out, document)
     return document, results
+
+
+def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict]]:
+    """Per label, the runs of its selected grid value (its only runs without a grid), and the results.json
+    entries beside them: ``validation`` (final-round metrics on the validation split) and ``selected``."""
+    results, extras = {}, {}
+    seeds = plan.config.seeds
+    for s in plan.config.strategies:
+        label = s.display
+        by_key = {key: [outcomes[Job(label, key, seed)] for seed in seeds] for key in plan.variants[label]}
+        key = ""
+        extras[label] = {}
+        if s.grid:
+            key, extras[label]["selected"] = grid.select(s, {k: [o.validation for o in runs] for k, runs in by_key.items()})
+        results[label] = [o.result for o in by_key[key]]
+        if plan.config.validation is not None:
+            extras[label]["validation"] = {"final": metric_table([o.validation for o in by_key[key]], METRICS)}
+    return results, extras
 
 
 def finite_or_none(value: Any) -> Any:
@@ -223,27 +156,24 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
-def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]]) -> dict:
-    """The results.json document: config, and per strategy the final metrics (mean, std over the seeds
-    that finished; ``per_seed`` null for a seed that did not), each seed's ``status`` ("ok" or the reason
-    it stopped) and the per-seed round histories. Strict JSON: no NaN or Infinity anywhere."""
+def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict] | None = None) -> dict:
+    """The results.json document: config, and per strategy the final-round and best-round metrics
+    (``{"mean", "sd", "n", "per_seed"}`` over the seeds that finished, sd with ddof = 1 and null for one seed;
+    ``per_seed`` null for a seed that did not; best = the best evaluated round of each seed: highest accuracy
+    and macro-F1, lowest loss), each seed's ``status`` ("ok" or the reason it stopped), the per-seed round
+    histories, and ``extras[label]`` (validation metrics, a grid's selection). Strict JSON: no NaN or Infinity."""
     strategies = {}
     for label, runs in results.items():
-        done = [run for run in runs if isinstance(run, SimulationResult)]
-        final = {}
-        for metric in METRICS:
-            values = [run.final.get(metric) for run in done]
-            if not done or any(v is None for v in values):
-                continue
-            per_seed = [run.final.get(metric) if isinstance(run, SimulationResult) else None for run in runs]
-            final[metric] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "per_seed": per_seed}
+        finished = [run if isinstance(run, SimulationResult) else None for run in runs]
         strategies[label] = {
-            "final": final,
+            "final": metric_table([run and run.final for run in finished], METRICS),
+            "best": metric_table([run and {m: best_round(run.history, m) for m in METRICS} for run in finished], METRICS),
             "status": ["ok" if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
             "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
             "backend": [{"engine": run.backend, "reason": run.backend_reason} if isinstance(run, SimulationResult) else None for run in runs],
+            **(extras or {}).get(label, {}),
         }
     return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})
 

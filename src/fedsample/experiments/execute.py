@@ -1,0 +1,150 @@
+"""Running a plan's runs, one after another or in parallel processes.
+
+Each run (strategy label, grid value, training seed) is independent: its numbers depend only on the seed
+(fedsample.rng), so ``jobs = N`` processes give the numbers of one process. Processes are started with the
+``spawn`` method (never fork a process that may hold CUDA or thread pools); each receives the prepared plan
+once, sets its torch threads, and reports every finished round back through a queue for the progress bar.
+On a CUDA device the runs go one after another in this process (one GPU, the data loaded once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import queue as queue_module
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedsample.device import resolve_device
+from fedsample.experiments import grid
+from fedsample.experiments.plan import Failure, Job, Outcome, Plan
+from fedsample.experiments.validation import validation_metrics
+from fedsample.simulation import Diverged, SimulationResult, build_module, simulate
+
+Progress = Callable[[str, int], None]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How every run of an experiment is run (the same for all of them)."""
+
+    out: Path
+    resume: bool = False
+    checkpoint_every: int = 10
+    backend: str = "auto"
+    device: str = "cpu"
+    options: dict = field(default_factory=dict)
+
+
+def checkpoint_path(out: Path, label: str, seed: int) -> Path:
+    """One file per (run label, seed): the label's safe characters for reading, plus a digest of the whole
+    label so that two labels never share a file; never a path outside ``out/checkpoints``."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40]
+    tag = hashlib.blake2b(label.encode(), digest_size=6).hexdigest()
+    return out / "checkpoints" / f"{safe}-{tag}-seed{seed}.pt"
+
+
+def job_name(plan: Plan, job: Job) -> str:
+    """The run's label: the strategy's, with ``[param=value]`` for a grid value."""
+    config = next(s for s in plan.config.strategies if s.display == job.label)
+    return grid.run_label(job.label, config, job.key)
+
+
+def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int], None] | None = None) -> Outcome:
+    """One run with its checkpoint; a run that diverges is a :class:`Failure` (one line), not an error.
+    The final parameters are scored on the validation split when the experiment has one."""
+    name = job_name(plan, job)
+    fed = plan.federation(job.seed)
+    config = plan.config
+    try:
+        result = simulate(
+            plan.variants[job.label][job.key], data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
+            eval_every=config.eval_every, checkpoint=checkpoint_path(settings.out, name, job.seed),
+            checkpoint_every=settings.checkpoint_every, resume=settings.resume, progress=progress,
+            backend=settings.backend, faults=plan.faults, device=settings.device, **settings.options,
+        )
+    except Diverged as error:
+        return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))
+    validation = plan.validation(job.seed)
+    if validation is None:
+        return Outcome(result)
+    with torch.random.fork_rng(devices=[]):  # building a module draws initial weights: keep the global stream
+        module = build_module(plan.model, fed)
+    return Outcome(result, validation_metrics(module, result.params, validation, fed.dataset))
+
+
+def run_jobs(
+    plan: Plan, settings: RunSettings, jobs: int = 1, threads: int | None = None, progress: Progress | None = None,
+    on_failure: Callable[[str], None] | None = None,
+) -> dict[Job, Outcome]:
+    """Every run of the plan, by job; ``progress(run label, round)`` after each round, ``on_failure(line)``
+    for each run that stopped. ``jobs > 1`` runs them in that many processes on the CPU; on a GPU they run one
+after another in this process."""
+    todo = plan.runs()
+    parallel = jobs > 1 and len(todo) > 1 and resolve_device(settings.device).type == "cpu"
+    outcomes = _in_processes(plan, todo, settings, jobs, threads, progress) if parallel else _in_turn(plan, todo, settings, progress)
+    for job in todo:
+        if isinstance(outcomes[job].result, Failure) and on_failure:
+            on_failure(outcomes[job].result.reason)
+    return {job: outcomes[job] for job in todo}
+
+
+def _in_turn(plan: Plan, todo: list[Job], settings: RunSettings, progress: Progress | None) -> dict[Job, Outcome]:
+    outcomes = {}
+    for job in todo:
+        name = job_name(plan, job)
+        outcomes[job] = run_job(plan, job, settings, (lambda t, name=name: progress(name, t)) if progress else None)
+    return outcomes
+
+
+# --- parallel processes ---------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _start_worker(plan: Plan, threads: int, rounds: Any) -> None:
+    """A spawned process: keep the plan and the progress queue, one torch thread unless asked otherwise."""
+    torch.set_num_threads(max(1, threads))
+    _WORKER.update(plan=plan, rounds=rounds)
+
+
+def _run_in_worker(job: Job, settings: RunSettings) -> Outcome:
+    plan, rounds = _WORKER["plan"], _WORKER["rounds"]
+    name = job_name(plan, job)
+    return run_job(plan, job, settings, lambda t: rounds.put((name, t)))
+
+
+def _in_processes(
+    plan: Plan, todo: list[Job], settings: RunSettings, jobs: int, threads: int | None, progress: Progress | None
+) -> dict[Job, Outcome]:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        rounds = manager.Queue()  # a put returns once the round is queued: none is in flight when the runs end
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(todo)), mp_context=context, initializer=_start_worker, initargs=(plan, threads or 1, rounds)
+        ) as pool:
+            futures = {pool.submit(_run_in_worker, job, settings): job for job in todo}
+            _wait_reporting(set(futures), rounds, progress)
+            return {job: future.result() for future, job in futures.items()}
+
+
+def _wait_reporting(pending: set[Future], rounds: Any, progress: Progress | None) -> None:
+    """Wait for every run, passing the rounds the processes report to ``progress`` as they come."""
+    while pending:
+        _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+        _drain(rounds, progress)
+    _drain(rounds, progress)
+
+
+def _drain(rounds: Any, progress: Progress | None) -> None:
+    while True:
+        try:
+            name, t = rounds.get_nowait()
+        except queue_module.Empty:
+            return
+        if progress:
+            progress(name, t)

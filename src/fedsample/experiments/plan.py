@@ -1,0 +1,171 @@
+"""A prepared experiment: every part the config names built and checked (``prepare``), and the runs it
+holds: one per (strategy label, grid value, training seed)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from fedsample.data import load_dataset, make_scheme, partition
+from fedsample.data.types import Dataset, FederatedData
+from fedsample.experiments import grid
+from fedsample.experiments.config import ConfigError, ExperimentConfig, StrategyConfig
+from fedsample.experiments.validation import Validation, carve_validation
+from fedsample.federation.faults import FaultModel, Straggler
+from fedsample.models import model_from_name
+from fedsample.recipes import recipe
+from fedsample.simulation import SimulationResult
+from fedsample.strategy import Strategy
+from fedsample.training.schedule import Schedule
+
+
+@dataclass
+class Plan:
+    """An experiment with every part built: what will run. ``variants[label]`` are the strategies of one
+    label, by grid value key ("" without a grid); ``strategies[label]`` is its first one."""
+
+    config: ExperimentConfig
+    dataset: Dataset
+    scheme: Any
+    model: Any
+    strategies: dict[str, Strategy]
+    faults: FaultModel | None = None
+    federations: dict[int, FederatedData] = field(default_factory=dict)
+    variants: dict[str, dict[str, Strategy]] = field(default_factory=dict)
+    validations: dict[int, Validation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            self.variants = {label: {"": strategy} for label, strategy in self.strategies.items()}
+
+    def partition_seed(self, seed: int) -> int:
+        """The seed that carves the validation split and partitions: ``partition_seed`` or the run's seed."""
+        return seed if self.config.partition_seed is None else self.config.partition_seed
+
+    def federation(self, seed: int) -> FederatedData:
+        """The clients' data of training seed ``seed`` (the training data less the validation split)."""
+        key = self.partition_seed(seed)
+        if key not in self.federations:
+            dataset = self.dataset
+            if self.config.validation is not None:
+                dataset, self.validations[key] = carve_validation(dataset, self.config.validation.fraction, key)
+            self.federations[key] = partition(dataset, self.scheme, seed=key)
+        return self.federations[key]
+
+    def validation(self, seed: int) -> Validation | None:
+        """The validation split of training seed ``seed`` (None without a [validation] table)."""
+        self.federation(seed)
+        return self.validations.get(self.partition_seed(seed))
+
+    def runs(self) -> list[Job]:
+        """Every (label, grid value, seed) run, seeds outermost (the order of a sequential run)."""
+        return [Job(label, key, seed) for seed in self.config.seeds for label, by_key in self.variants.items() for key in by_key]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a strategy label, a grid value key ("" without a grid) and a training seed."""
+
+    label: str
+    key: str
+    seed: int
+
+
+@dataclass
+class Failure:
+    """A strategy/seed run that stopped (diverged): the one-line reason."""
+
+    seed: int
+    reason: str
+
+
+@dataclass
+class Outcome:
+    """What one run gives: the result (or why it stopped) and its final validation metrics (None without a split)."""
+
+    result: SimulationResult | Failure
+    validation: dict | None = None
+
+
+def _built(what: str, build: Callable[[], Any]) -> Any:
+    try:
+        return build()
+    except (ValueError, TypeError, FileNotFoundError, OverflowError) as error:
+        raise ConfigError(f"{what}: {error}") from None
+
+
+def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) -> Strategy:
+    """A strategy from its recipe and parameters, with its ``[strategies.schedule]`` attached."""
+    strategy = recipe(s.recipe, **params)
+    if s.schedule is None:
+        return strategy
+    # only a cosine schedule depends on the length of the run (the others resume into more rounds unchanged)
+    rounds = (s.schedule.rounds or config.rounds) if s.schedule.kind == "cosine" else 1
+    schedule = Schedule(s.schedule.kind, s.schedule.every, s.schedule.gamma, rounds)
+    return dataclasses.replace(strategy, schedule=schedule)
+
+
+def prepare(config: ExperimentConfig) -> Plan:
+    """Build dataset, partition scheme, model, strategies (every grid value) and the failure model, carve
+    the validation split and partition every seed, and check each strategy's cohort size against the number
+    of clients; any problem is one ConfigError line."""
+    dataset = _built(f"dataset {config.dataset.name!r}", lambda: load_dataset(config.dataset.name, **config.dataset.params))
+    scheme = _built("partition", lambda: make_scheme(config.partition.scheme, **config.partition.params))
+    model = _built("model", lambda: model_from_name(config.model.name, **config.model.params))
+    variants = {
+        s.display: {
+            key: _built(f"strategy {grid.run_label(s.display, s, key)!r}", lambda s=s, params=params: build_strategy(config, s, params))
+            for key, params in grid.variants(s).items()
+        }
+        for s in config.strategies
+    }
+    strategies = {label: next(iter(by_key.values())) for label, by_key in variants.items()}
+    plan = Plan(config, dataset, scheme, model, strategies, fault_model(config), variants=variants)
+    for seed in config.seeds:
+        fed = _built(f"partition (seed {plan.partition_seed(seed)})", lambda seed=seed: plan.federation(seed))
+        for label, by_key in variants.items():
+            for strategy in by_key.values():
+                check_cohort_size(label, strategy, fed.num_clients)
+    return plan
+
+
+def only_strategies(config: ExperimentConfig, only: list[str] | None) -> ExperimentConfig:
+    """The experiment with only the strategies labelled in ``only`` (None: all); an unknown label is one
+    ConfigError line listing the labels."""
+    if not only:
+        return config
+    labels = [s.display for s in config.strategies]
+    unknown = [label for label in only if label not in labels]
+    if unknown:
+        raise ConfigError(f"--only {unknown[0]!r}: no such strategy in {config.name!r}; its labels: {', '.join(labels)}")
+    return config.model_copy(update={"strategies": [s for s in config.strategies if s.display in only]})
+
+
+def restricted(plan: Plan, only: list[str] | None) -> Plan:
+    """The plan with only the strategies labelled in ``only`` (None: all), sharing its data and partitions."""
+    if not only:
+        return plan
+    config = only_strategies(plan.config, only)
+    keep = [s.display for s in config.strategies]
+    return dataclasses.replace(
+        plan, config=config, strategies={k: plan.strategies[k] for k in keep}, variants={k: plan.variants[k] for k in keep}
+    )
+
+
+def fault_model(config: ExperimentConfig) -> FaultModel | None:
+    """The experiment's failure model (None without a [faults] table)."""
+    if config.faults is None:
+        return None
+    straggler = config.faults.straggler
+    return FaultModel(
+        dropout=dict(config.faults.dropout), straggler=Straggler(straggler.deadline, straggler.mean) if straggler else None
+    )
+
+
+def check_cohort_size(label: str, strategy: Strategy, num_clients: int) -> None:
+    """Clients per round (``m``, ISFedAvg's ``L``) must not exceed the number of clients N (no silent clamp)."""
+    for name in ("m", "L"):
+        value = getattr(strategy.clients, name, None)
+        if isinstance(value, int) and value > num_clients:
+            raise ConfigError(f"strategy {label!r}: {name} = {value} clients per round exceeds the number of clients N = {num_clients}")

@@ -1,0 +1,36 @@
+"""Summaries over seeds: mean, sample standard deviation (ddof = 1) and n; best and final rounds."""
+
+from __future__ import annotations
+
+import math
+
+LOWER_IS_BETTER = frozenset({"loss", "mse"})
+
+
+def over_seeds(per_seed: list[float | None]) -> dict:
+    """``{"mean", "sd", "n", "per_seed"}`` over the seeds with a value (None marks a seed that stopped):
+    sd is the sample standard deviation, sqrt(sum (x - mean)^2 / (n - 1)), null for n = 1."""
+    values = [float(v) for v in per_seed if v is not None]
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return {"mean": mean, "sd": sd, "n": n, "per_seed": per_seed}
+
+
+def best_round(history: list[dict], metric: str) -> float | None:
+    """The best value of ``metric`` over the evaluated rounds (max, or min for a loss); None if never measured."""
+    values = [h[metric] for h in history if h.get(metric) is not None]
+    if not values:
+        return None
+    return min(values) if metric in LOWER_IS_BETTER else max(values)
+
+
+def metric_table(per_seed_metrics: list[dict | None], metrics: tuple[str, ...]) -> dict:
+    """Per metric measured in every finished seed, its :func:`over_seeds` summary (None: a seed that stopped)."""
+    done = [m for m in per_seed_metrics if m is not None]
+    table = {}
+    for metric in metrics:
+        if not done or any(m.get(metric) is None for m in done):
+            continue
+        table[metric] = over_seeds([None if m is None else m[metric] for m in per_seed_metrics])
+    return table
