@@ -105,7 +105,7 @@ class VGG9:
     """VGG-9 as federated-learning papers use it (FedMA, Wang et al. 2020; IWDS, Tang et al. 2021): 3x3
     convolutions (padding 1, ReLU) of widths ``widths`` in pairs, each pair followed by a 2x2 max-pool, then
     fully connected layers ``hidden`` (ReLU) and the output; ``dropout`` before each hidden fully connected layer
-    (0: none). On 3x32x32 inputs with 10 classes it has 3,491,530 parameters. No normalization by default, as
+    (0: none; the layer names do not depend on it). On 3x32x32 inputs with 10 classes it has 3,491,530 parameters. No normalization by default, as
     in FedMA; ``norm="group"``: GroupNorm after each convolution (BatchNorm replaced by GroupNorm: running
     statistics are not federated-safe / not vmappable)."""
 
@@ -137,7 +137,7 @@ class VGG9:
         layers.append(nn.Flatten())
         features = c * (h >> pools) * (w >> pools)
         for width in self.hidden:
-            layers += ([nn.Dropout(self.dropout)] if self.dropout else []) + [nn.Linear(features, width), nn.ReLU()]
+            layers += [nn.Dropout(self.dropout) if self.dropout else nn.Identity(), nn.Linear(features, width), nn.ReLU()]
             features = width
         layers.append(nn.Linear(features, outputs(num_classes)))
         return nn.Sequential(*layers)

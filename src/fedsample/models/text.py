@@ -45,6 +45,13 @@ def check_token_ids(module: nn.Module, x: torch.Tensor) -> None:
         )
 
 
+def embed(tokens: nn.Embedding, x: torch.Tensor) -> torch.Tensor:
+    """Token embeddings with padding positions set to zero by a mask, not by ``padding_idx`` alone: under
+    ``vmap`` the embedding's backward does not honour ``padding_idx``, the mask makes the padding row's gradient
+    zero in both engines."""
+    return tokens(x) * (x != PAD).unsqueeze(-1).to(tokens.weight.dtype)
+
+
 class TextCNNNet(nn.Module):
     """The Text-CNN module: see :class:`TextCNN`."""
 
@@ -56,7 +63,7 @@ class TextCNNNet(nn.Module):
         self.out = nn.Linear(filters * len(widths), classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        e = self.tokens(x).transpose(1, 2)  # (batch, dim, seq_len)
+        e = embed(self.tokens, x).transpose(1, 2)  # (batch, dim, seq_len)
         pooled = [torch.relu(conv(e)).amax(dim=2) for conv in self.convs]  # max over time
         return self.out(self.dropout(torch.cat(pooled, dim=1)))
 
@@ -133,7 +140,7 @@ class TransformerNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         keep = x != PAD
-        h = self.dropout(self.tokens(x) + self.positions(torch.arange(x.shape[-1], device=x.device)))
+        h = self.dropout(embed(self.tokens, x) + self.positions(torch.arange(x.shape[-1], device=x.device)))
         for layer in self.layers:
             h = layer(h, keep)
         weight = keep.to(h.dtype).unsqueeze(-1)
