@@ -46,8 +46,8 @@ def images(channels: int, side: int, n: int = 60, test: int = 20) -> Dataset:
 SMALL = {  # (spec, data): tiny configurations of every paper model, with dropout where the model has it
     "textcnn": (TextCNN(vocab_size=VOCAB, dim=4, widths=(2, 3), filters=5, dropout=0.5), tokens),
     "transformer": (Transformer(vocab_size=VOCAB, dim=4, heads=2, layers=2, hidden=6, dropout=0.3), tokens),
-    "resnet": (ResNet(widths=(4, 8), blocks=1, groups=2), lambda: images(1, 8)),
-    "vgg9": (VGG9(widths=(2, 4, 4, 4), hidden=(6, 5), dropout=0.4), lambda: images(3, 8)),
+    "resnet": (ResNet(widths=(4, 8), blocks=1, groups=2), lambda **kw: images(1, 8, **kw)),
+    "vgg9": (VGG9(widths=(2, 4, 4, 4), hidden=(6, 5), dropout=0.4), lambda **kw: images(3, 8, **kw)),
 }
 
 
