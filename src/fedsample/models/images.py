@@ -31,9 +31,12 @@ def norm_layer(kind: str, channels: int, groups: int) -> nn.Module:
     return nn.GroupNorm(groups, channels) if kind == "group" else nn.Identity()
 
 
-def check_groups(spec: object, widths: tuple[int, ...], groups: int, norm: str) -> None:
-    if norm == "group" and any(w % groups for w in widths):
-        raise ValueError(f"{type(spec).__name__}: every width {widths} must be divisible by groups={groups} for GroupNorm")
+def check_norm(spec: "ResNet | VGG9") -> None:
+    """``spec.norm`` is known, ``spec.groups`` >= 1 divides every width where GroupNorm is used."""
+    at_least(spec, 1, "groups")
+    one_of(spec, "norm", NORMS)
+    if spec.norm == "group" and any(w % spec.groups for w in spec.widths):
+        raise ValueError(f"{type(spec).__name__}: every width {spec.widths} must be divisible by groups={spec.groups} for GroupNorm")
 
 
 class BasicBlock(nn.Module):
@@ -91,9 +94,8 @@ class ResNet:
 
     def __post_init__(self) -> None:
         int_tuple(self, "widths")
-        at_least(self, 1, "blocks", "groups")
-        one_of(self, "norm", NORMS)
-        check_groups(self, self.widths, self.groups, self.norm)
+        at_least(self, 1, "blocks")
+        check_norm(self)
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         c, _, _ = image_shape(self, input_shape, smallest=2 ** (len(self.widths) - 1))
@@ -105,9 +107,9 @@ class VGG9:
     """VGG-9 as federated-learning papers use it (FedMA, Wang et al. 2020; IWDS, Tang et al. 2021): 3x3
     convolutions (padding 1, ReLU) of widths ``widths`` in pairs, each pair followed by a 2x2 max-pool, then
     fully connected layers ``hidden`` (ReLU) and the output; ``dropout`` before each hidden fully connected layer
-    (0: none; the layer names do not depend on it). On 3x32x32 inputs with 10 classes it has 3,491,530 parameters. No normalization by default, as
-    in FedMA; ``norm="group"``: GroupNorm after each convolution (BatchNorm replaced by GroupNorm: running
-    statistics are not federated-safe / not vmappable)."""
+    (0: none; the layer names do not depend on it). On 3x32x32 inputs with 10 classes it has 3,491,530
+    parameters. No normalization by default, as in FedMA; ``norm="group"``: GroupNorm after each convolution
+    (BatchNorm replaced by GroupNorm: running statistics are not federated-safe / not vmappable)."""
 
     widths: tuple[int, ...] = (32, 64, 128, 128, 256, 256)
     hidden: tuple[int, ...] = (512, 512)
@@ -122,9 +124,7 @@ class VGG9:
         if len(self.widths) % 2:
             raise ValueError(f"VGG9 widths come in pairs (one max-pool after each pair), got {self.widths}")
         probability(self, "dropout")
-        at_least(self, 1, "groups")
-        one_of(self, "norm", NORMS)
-        check_groups(self, self.widths, self.groups, self.norm)
+        check_norm(self)
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         pools = len(self.widths) // 2
