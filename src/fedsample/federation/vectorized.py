@@ -206,7 +206,7 @@ class VectorizedSimulator(Simulator):
         member = np.repeat(np.asarray(active), [len(batches[0]) for batches, _ in schedules])
         rows = np.concatenate([batches[0] for batches, _ in schedules])
         weights = np.concatenate([w[0] for _, w in schedules])
-        masks = self.random.draw_many(generators, [len(batches[0]) for batches, _ in schedules], self.x.dtype) if generators else None
+        masks = self.random.draw_many(generators, [len(batches[0]) for batches, _ in schedules], self.dtype) if generators else None
         return CohortReports.one_gradient(
             self, payload.params, rows, member, weights, np.bincount(member, minlength=len(ids)), np.ones(len(ids)),
             step=lr, decay=payload.solver.weight_decay, losses_per_client=True, masks=masks,
@@ -235,7 +235,7 @@ class VectorizedSimulator(Simulator):
             for s, (b, w) in enumerate(zip(batches, ws)):
                 rows[c, s, : len(b)] = b
                 weights[c, s, : len(b)] = w
-        rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.x.dtype)
+        rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.dtype)
         lr = solver.learning_rate(round)
         names, base = list(anchor), [v.detach() for v in anchor.values()]
         w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
@@ -259,7 +259,7 @@ class VectorizedSimulator(Simulator):
         """Step s's dropout masks of every client in the chunk, drawn as the client's own step s draws them
         (nothing for a client past its last step), padded to ``width`` rows and stacked."""
         sizes = [len(batches[s]) if s < len(batches) else 0 for batches, _ in schedules]
-        drawn = [self.random.draw(g, n, self.x.dtype) if n else {} for g, n in zip(generators, sizes)]
+        drawn = [self.random.draw(g, n, self.dtype) if n else {} for g, n in zip(generators, sizes)]
         return random_layers.padded(drawn, sizes, width, self.random)
 
     def _stacked_gradient(
@@ -313,7 +313,7 @@ class VectorizedSimulator(Simulator):
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
         drew = np.flatnonzero(counts)
         generators = self._mask_generators(ids[drew], round)
-        masks = self.random.draw_many(generators, counts[drew].tolist(), self.x.dtype) if generators else None
+        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
         return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
 
 
@@ -353,7 +353,7 @@ class _Union:
             r = torch.as_tensor(padded_rows[start : start + chunk], device=sim.device)
             stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in self.leaves.items()}
             masks = {k: m[start : start + chunk] for k, m in padded_masks.items()}
-            w = torch.as_tensor(padded_w[start : start + chunk], device=sim.device).to(sim.x.dtype)
+            w = torch.as_tensor(padded_w[start : start + chunk], device=sim.device).to(sim.dtype)
             g, _ = sim._stacked_gradient(stacked, sim.x[r], sim.y[r], w, masks)
             parts.append(g)
         return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
@@ -381,7 +381,7 @@ class CohortReports(list):
         with torch.enable_grad():
             x, y = sim.x.index_select(0, rows_t), sim.y.index_select(0, rows_t)
             masks = {k: m.to(sim.device) for k, m in (masks or {}).items()}
-            terms = torch.as_tensor(weights, dtype=sim.x.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
+            terms = torch.as_tensor(weights, dtype=sim.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports = cls([empty_report(params)] * len(counts))  # one shared empty reply (never mutated)

@@ -53,7 +53,8 @@ def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.
     this client's partition of the configured dataset (built the same way on every node from ``data-seed``)."""
     if "data-path" in node_config:
         with np.load(str(node_config["data-path"])) as f:
-            x, y = f["x"].astype(np.float32), f["y"]
+            x, y = f["x"], f["y"]
+            x = x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float32)  # token ids stay integers
         num_classes = int(node_config.get("num-classes", int(y.max()) + 1))
         return torch.as_tensor(x), torch.as_tensor(y.astype(np.int64)), "classification", num_classes, x.shape[1:]
     dataset, fed = _federated(config.json())

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from fedsample import checks
+from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_gradient, weighted_loss_fn
 from fedsample.training.random_layers import generator_for, random_layers_of
 
@@ -90,9 +91,9 @@ class LocalSGD:
         loss_fn = weighted_loss_fn(ctx.module, ctx.task)
         layers, lr = random_layers_of(ctx.module), self.learning_rate(round)
         generator = generator_for(rng) if layers is not None else None
-        device = ctx.x.device
+        device, dtype = ctx.x.device, float_dtype(ctx.x)
         positions = torch.as_tensor(sample.indices, device=device)
-        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=ctx.x.dtype, device=device)
+        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=dtype, device=device)
         anchor = list(params.values())
         w = [v.detach().clone().requires_grad_(True) for v in anchor]
         buf = [torch.zeros_like(v) for v in anchor] if self.momentum else None
@@ -100,10 +101,10 @@ class LocalSGD:
         for batch in self.batches(sample, rng):
             batch = torch.as_tensor(batch, device=device)
             rows = positions[batch]
-            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=ctx.x.dtype, device=device)
+            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=dtype, device=device)
             if scale is not None:
                 weights = weights * scale[batch]
-            masks = layers.draw(generator, len(batch), ctx.x.dtype, device) if layers is not None else None
+            masks = layers.draw(generator, len(batch), dtype, device) if layers is not None else None
             with torch.enable_grad():
                 loss = loss_fn(dict(zip(params, w)), ctx.x[rows], ctx.y[rows], weights, masks)
                 grads = list(torch.autograd.grad(loss, w))
@@ -188,12 +189,13 @@ class OneGradient:
 
     def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]
+        dtype = float_dtype(x)
         norm = self.K if self.K is not None else len(sample.indices)
-        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=x.dtype, device=x.device)
+        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=dtype, device=x.device)
         if sample.scale is not None:
-            weights = weights * torch.as_tensor(sample.scale, dtype=x.dtype, device=x.device)
+            weights = weights * torch.as_tensor(sample.scale, dtype=dtype, device=x.device)
         layers = random_layers_of(ctx.module)
-        masks = layers.draw(generator_for(rng), len(x), x.dtype, x.device) if layers is not None else None
+        masks = layers.draw(generator_for(rng), len(x), dtype, x.device) if layers is not None else None
         g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights, masks)
         return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
 

@@ -1,5 +1,4 @@
-"""Model specifications. A spec is a small frozen dataclass; ``build(input_shape, num_classes)`` makes the
-``torch.nn.Module`` whose parameters the strategies move around as plain tensor dicts."""
+"""The small models: logistic regression, MLP, McMahan et al.'s CNN and pfl-research's CIFAR-10 CNN."""
 
 from __future__ import annotations
 
@@ -7,12 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
 from torch import nn
 
-
-def _outputs(num_classes: int) -> int:
-    return num_classes if num_classes > 0 else 1  # regression: one output
+from fedsample.models.common import outputs
 
 
 @dataclass(frozen=True)
@@ -23,7 +19,7 @@ class LogisticRegression:
     name: ClassVar[str] = "logreg"
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), _outputs(num_classes)))
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), outputs(num_classes)))
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,7 @@ class MLP:
         for _ in range(self.layers):
             modules += [nn.Linear(width, self.hidden), nn.ReLU()]
             width = self.hidden
-        modules.append(nn.Linear(width, _outputs(num_classes)))
+        modules.append(nn.Linear(width, outputs(num_classes)))
         return nn.Sequential(*modules)
 
 
@@ -68,7 +64,7 @@ class CNN:
             nn.Flatten(),
         )
         flat = c2 * (h // 4) * (w // 4)
-        return nn.Sequential(features, nn.Linear(flat, self.hidden), nn.ReLU(), nn.Linear(self.hidden, _outputs(num_classes)))
+        return nn.Sequential(features, nn.Linear(flat, self.hidden), nn.ReLU(), nn.Linear(self.hidden, outputs(num_classes)))
 
 
 @dataclass(frozen=True)
@@ -95,27 +91,5 @@ class PflCNN:
         return nn.Sequential(
             nn.Conv2d(c, c1, 3), nn.ReLU(), nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(self.dropout[0]),
             nn.Flatten(), nn.Linear(flat, self.hidden), nn.ReLU(), nn.Dropout(self.dropout[1]),
-            nn.Linear(self.hidden, _outputs(num_classes)),
+            nn.Linear(self.hidden, outputs(num_classes)),
         )
-
-
-MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN, PflCNN)}
-
-
-def model_from_name(name: str, **params) -> "LogisticRegression | MLP | CNN | PflCNN":
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
-    return MODELS[name](**params)
-
-
-def initial_parameters(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
-    """Re-initialise ``module`` with torch's default initialisers under a seed derived from ``seed``
-    (the global torch RNG is forked, not disturbed) and return its parameters as a detached dict."""
-    from fedsample.rng import torch_seed
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch_seed(seed))
-        for layer in module.modules():
-            if hasattr(layer, "reset_parameters"):
-                layer.reset_parameters()
-    return {name: p.detach().clone() for name, p in module.named_parameters()}
