@@ -94,3 +94,16 @@ def test_ambiguous_or_bad_targets_are_one_line_errors(build):
 def test_target_without_positive_sizes_is_refused():
     with pytest.raises(ValueError, match="positive reported size"):
         UniformClients(samples_per_round=30).select(context(0, np.zeros(N, dtype=int)))
+
+
+def test_fedsts_derives_its_cohort_from_sizes_and_keeps_one_client_per_stratum():
+    from fedsample.sampling.stratify import StratifiedClients
+
+    strategy = recipes.fedsts(H=2, samples_per_round=30)
+    assert strategy.sizes == ExactSizes(scope="all")
+    sampler = strategy.clients
+    counts = [sampler.clients_per_round(context(r)) for r in range(ROUNDS)]
+    assert abs(np.mean(counts) - 30 / SIZES.mean()) <= 4 * np.std(counts) / np.sqrt(ROUNDS)
+    assert min(StratifiedClients(H=6, samples_per_round=10).clients_per_round(context(r)) for r in range(50)) == 6
+    with pytest.raises(ValueError, match="not both"):
+        recipes.fedsts(m=10, samples_per_round=30)

@@ -215,17 +215,21 @@ def fedadagrad(
 
 
 def fedsts(
-    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", lr: float = 0.01, steps: int = 3,
+    H: int = 10, m: int | None = None, dim: int = 9, compression: str = "squeeze", lr: float = 0.01, steps: int = 3,
     batch_size: int = 128, aggregation: str = "unbiased", spread: str = "std", within: str = "norm",
     recompute_every: int = 1, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    samples_per_round: int | None = None,
 ) -> Strategy:
     """FedSTS (Gao et al. 2024, as in Slessor et al. 2025, Algorithms 1-2): strata from k-means of the
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
     ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
     for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
-    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
+    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128.
+    ``samples_per_round=K`` instead of m derives m each round from every client's exact size."""
+    m = cohort_size.one_of("m", m, samples_per_round, default=10, check=False)
+    clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
     return Strategy(
-        clients=clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within),
+        clients=clients, sizes=ExactSizes(scope="all") if clients.needs_sizes == "exact" else None,
         data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
         aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
     )
