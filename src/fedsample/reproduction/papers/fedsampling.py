@@ -116,5 +116,12 @@ PAPER = Paper(
         "EMNIST).",
         "CPU stand-ins use lr 0.5 for FedSampling/centralized (the paper's eta = 0.05 barely moves an MLP in 30 "
         "rounds of one step); the cuda presets use the paper's 0.05.",
+        "Measured 2026-11-23 (seed 0, 20 rounds, 2 shared CPU cores): sigma 4 - centralized 54.9, FedSampling 27.7, "
+        "naive 61.2, FedAvg 65.6, size-weighted FedAvg 70.6 (accuracy %). FedSampling's size estimate sat at its "
+        "floor, the number of clients (30,000, half the true 60,000), in every round (permanent reports give the "
+        "same estimate each round), so each round drew about 2K samples and took a step twice too long; the "
+        "FedAvg family, one local epoch per client, takes many more steps per round than one step of K.",
+        "Measured (seed 0, 20 rounds): label-sorted shards - FedSampling 53.8, naive 47.4, centralized 46.7, FedAvg "
+        "41.9, FedYogi 38.3, FedAdam 37.5, FedAdagrad 28.1: FedSampling > the FedAvg family holds (Fig. 5).",
     ),
 )
