@@ -121,6 +121,9 @@ PAPER = Paper(
         "floor, the number of clients (30,000, half the true 60,000), in every round (permanent reports give the "
         "same estimate each round), so each round drew about 2K samples and took a step twice too long; the "
         "FedAvg family, one local epoch per client, takes many more steps per round than one step of K.",
+        "Measured (seed 0, 20 rounds): sigma 1 - centralized 54.9, FedSampling 21.2, naive 49.9: the same floor "
+        "(N~ = 30,000 in every round, about 3,900 clients sending per round), so FedSampling's shortfall does not "
+        "depend on sigma; the size estimate, not the imbalance, sets it.",
         "Measured (seed 0, 20 rounds): label-sorted shards - FedSampling 53.8, naive 47.4, centralized 46.7, FedAvg "
         "41.9, FedYogi 38.3, FedAdam 37.5, FedAdagrad 28.1: FedSampling > the FedAvg family holds (Fig. 5).",
     ),
