@@ -29,7 +29,8 @@ def test_results_schema(quick_run):
     _, out = quick_run
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["name"] == "quickstart" and doc["config"]["rounds"] == 3
-    labels = ["Centralized", "FedAvg (uniform clients)", "FedAvg (size-weighted clients)", "FedSampling (eps=3)", "Naive fixed ratio"]
+    labels = ["Centralized", "FedSampling (eps=3)", "FedAvg (uniform clients)", "FedAvg (size-weighted clients)",
+              "FedAvg (one step)", "Naive fixed ratio"]
     assert list(doc["strategies"]) == labels
     for result in doc["strategies"].values():
         for metric in ("accuracy", "macro_f1", "loss"):

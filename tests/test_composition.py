@@ -52,12 +52,13 @@ INCOMPATIBLE = {
     ("isfedavg", "size_proportional", None): "needs exact sizes",
     ("fedsts", None, "fedsampling"): "needs size reports",
     ("fedsts", None, "participants"): "needs size reports",
-    ("fedsts", "size_proportional", None): "needs exact sizes",
     ("fedstas", "size_proportional", None): "needs exact sizes",
 }
 
 
 def refusal(name: str, client_name: str, data_name: str) -> str | None:
+    if name == "fedsts" and client_name == "size_proportional":
+        return None  # FedSTS collects exact sizes of all when its sampler needs them: every data sampler gets them
     for key in ((name, client_name, None), (name, None, data_name)):
         if key in INCOMPATIBLE:
             return INCOMPATIBLE[key]

@@ -24,20 +24,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--M", type=int, required=True, help="size threshold M (reports lie in 1..M-1)")
     p.add_argument("--rounds", type=int, required=True, help="rounds of the run")
     p.add_argument("--sizes", type=str, default=None,
-                   help="client sizes: comma-separated integers, or a file of integers (default: the quickstart partition)")
+                   help="client sizes: comma-separated integers, or a file of integers (default: the quickstart-lognormal partition)")
     p.add_argument("--delta", type=float, default=accounting.DEFAULT_DELTA, help="delta of advanced composition")
     p.add_argument("--draws", type=int, default=200_000, help="Monte Carlo draws per size in the audit")
     p.add_argument("--seed", type=int, default=0)
 
 
 def read_sizes(spec: str | None) -> np.ndarray:
-    """Sizes from a comma list or a file of whitespace/comma-separated integers; the quickstart partition's
+    """Sizes from a comma list or a file of whitespace/comma-separated integers; the quickstart-lognormal partition's
     sizes (seed 0) when ``spec`` is None."""
     if spec is None:
         from fedsample.experiments.presets import load_preset
         from fedsample.experiments.runner import prepare
 
-        return prepare(load_preset("quickstart")).federation(0).sizes()
+        return prepare(load_preset("quickstart-lognormal")).federation(0).sizes()
     text = Path(spec).read_text() if Path(spec).is_file() else spec
     try:
         sizes = np.array([int(v) for v in text.replace(",", " ").split()], dtype=np.int64)

@@ -10,6 +10,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Literal
 
+from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
@@ -37,8 +38,9 @@ ClientSampling = Literal["uniform", "weighted"]
 
 
 def _federated(
-    name: str, local: LocalSGD, server: Any, client_sampling: ClientSampling, clients_per_round: int,
+    name: str, local: LocalSGD, server: Any, client_sampling: ClientSampling, clients_per_round: int | None,
     clients: Any = None, data: Any = None, aggregate: Callable[[str], Any] = WeightedMean,
+    samples_per_round: int | None = None,
 ) -> Strategy:
     """The FedAvg family's common construction (FedAvg, FedProx, FedNova, FedAvgM, FedAdam, FedYogi,
     FedAdagrad differ only in ``local``, ``aggregate`` and ``server``).
@@ -51,12 +53,18 @@ def _federated(
     for :class:`SizeProportional` (its draws already carry n_k/n), cohort sizes for every other sampler
     (right for equal-probability designs: uniform, all, Poisson). Sizes are asked of every client where
     the sampler needs them, otherwise of the cohort only.
+
+    ``clients_per_round`` (m, default 10) or ``samples_per_round`` (K, not both): with K, m is derived
+    each round from every client's exact reported size so that the cohort holds K samples in
+    expectation (:mod:`fedsample.sampling.cohort_size`); the server then learns every client's size.
     """
     if client_sampling not in ("uniform", "weighted"):
         raise ValueError(f"client_sampling must be 'uniform' or 'weighted', got {client_sampling!r}")
     weighted = client_sampling == "weighted"
+    m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, default=10)
     if clients is None:
-        clients = SizeProportional(clients_per_round) if weighted else UniformClients(clients_per_round)
+        sampler = SizeProportional if weighted else UniformClients
+        clients = sampler(m=m, samples_per_round=samples_per_round)
     by = "uniform" if isinstance(clients, SizeProportional) else "size"
     scope = "all" if getattr(clients, "needs_sizes", None) == "exact" else "cohort"
     return Strategy(
@@ -66,28 +74,28 @@ def _federated(
 
 
 def fedavg(
-    clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    clients_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedAvg (McMahan et al. 2017): m clients uniformly, local SGD, average weighted by the cohort's
     exact data sizes (collected from the cohort only). ``client_sampling="weighted"`` is
     :func:`weighted_fedavg`."""
     return _fedopt("fedavg", ServerSGD(server_lr), clients_per_round, lr, epochs, steps, batch_size, clients, data,
-                   local_momentum, weight_decay, lr_decay, client_sampling)
+                   local_momentum, weight_decay, lr_decay, client_sampling, samples_per_round)
 
 
 def weighted_fedavg(
-    clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    clients_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, samples_per_round: int | None = None,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
     (needs every client's exact size), uniform average over the draws. Same as
     ``fedavg(client_sampling="weighted")``."""
     return fedavg(
         clients_per_round, lr, epochs, steps, batch_size, server_lr, clients, data, local_momentum, weight_decay,
-        lr_decay, client_sampling="weighted",
+        lr_decay, client_sampling="weighted", samples_per_round=samples_per_round,
     )
 
 
@@ -127,94 +135,101 @@ def centralized(K: int = 2048, lr: float = 0.05, steps: int = 1) -> Strategy:
 
 
 def fedprox(
-    mu: float = 0.01, clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    mu: float = 0.01, clients_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedProx (Li et al. 2020): FedAvg whose local objective adds mu/2 * ||w - w_global||^2 (gradient
     mu * (w - w_global) in every local step). mu = 0 is FedAvg; the paper tries mu in {0.001, 0.01, 0.1, 1}."""
     local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, mu, lr_decay)
-    return _federated("fedprox", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data)
+    return _federated("fedprox", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data,
+                      samples_per_round=samples_per_round)
 
 
 def fednova(
-    clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    clients_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
     batch_size: int | None = 32, server_lr: float = 1.0, clients: Any = None, data: Any = None,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, mu: float = 0.0,
-    client_sampling: ClientSampling = "uniform",
+    client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedNova (Wang et al. 2020): each client's cumulative update divided by its effective number of
     steps a_k, weighted average, rescaled by tau_eff = sum p_k a_k (:class:`FedNova`). Works with local
     momentum (IWDS runs it with ``local_momentum=0.9``) and FedProx's ``mu``."""
     local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, mu, lr_decay)
-    return _federated("fednova", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data, FedNova)
+    return _federated("fednova", local, ServerSGD(server_lr), client_sampling, clients_per_round, clients, data, FedNova,
+                      samples_per_round)
 
 
 def fedavgm(
-    momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int = 10, lr: float = 0.05, epochs: int | None = 1,
+    momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1,
     steps: int | None = None, batch_size: int | None = 32, clients: Any = None, data: Any = None,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- momentum*v + Delta, w <- w - server_lr*v."""
     return _fedopt("fedavgm", ServerSGD(server_lr, momentum), clients_per_round, lr, epochs, steps, batch_size, clients,
-                   data, local_momentum, weight_decay, lr_decay, client_sampling)
+                   data, local_momentum, weight_decay, lr_decay, client_sampling, samples_per_round)
 
 
-def _fedopt(name: str, server: Any, clients_per_round: int, lr: float, epochs: int | None, steps: int | None,
+def _fedopt(name: str, server: Any, clients_per_round: int | None, lr: float, epochs: int | None, steps: int | None,
             batch_size: int | None, clients: Any, data: Any, local_momentum: float, weight_decay: float,
-            lr_decay: float, client_sampling: ClientSampling) -> Strategy:
+            lr_decay: float, client_sampling: ClientSampling, samples_per_round: int | None = None) -> Strategy:
     """FedAvg's local SGD (no proximal term) under the server optimizer ``server``."""
     local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay)
-    return _federated(name, local, server, client_sampling, clients_per_round, clients, data)
+    return _federated(name, local, server, client_sampling, clients_per_round, clients, data,
+                      samples_per_round=samples_per_round)
 
 
 def fedadam(
-    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int = 10,
+    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int | None = None,
     lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
     clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedAdam (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adam on the server without bias
     correction (:class:`~fedsample.training.server.FedAdam`)."""
     return _fedopt("fedadam", FedAdam(server_lr, beta1, beta2, tau), clients_per_round, lr, epochs, steps, batch_size,
-                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling, samples_per_round)
 
 
 def fedyogi(
-    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int = 10,
+    server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, clients_per_round: int | None = None,
     lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
     clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedYogi (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Yogi on the server."""
     return _fedopt("fedyogi", FedYogi(server_lr, beta1, beta2, tau), clients_per_round, lr, epochs, steps, batch_size,
-                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling, samples_per_round)
 
 
 def fedadagrad(
-    server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int = 10,
+    server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int | None = None,
     lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
     clients: Any = None, data: Any = None, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform", samples_per_round: int | None = None,
 ) -> Strategy:
     """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
     the server."""
     return _fedopt("fedadagrad", FedAdagrad(server_lr, beta1, tau), clients_per_round, lr, epochs, steps, batch_size,
-                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling)
+                   clients, data, local_momentum, weight_decay, lr_decay, client_sampling, samples_per_round)
 
 
 def fedsts(
-    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", lr: float = 0.01, steps: int = 3,
+    H: int = 10, m: int | None = None, dim: int = 9, compression: str = "squeeze", lr: float = 0.01, steps: int = 3,
     batch_size: int = 128, aggregation: str = "unbiased", spread: str = "std", within: str = "norm",
     recompute_every: int = 1, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    samples_per_round: int | None = None,
 ) -> Strategy:
     """FedSTS (Gao et al. 2024, as in Slessor et al. 2025, Algorithms 1-2): strata from k-means of the
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
     ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
     for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
-    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
+    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128.
+    ``samples_per_round=K`` instead of m derives m each round from every client's exact size."""
+    m = cohort_size.one_of("m", m, samples_per_round, default=10, check=False)
+    clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
     return Strategy(
-        clients=clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within),
+        clients=clients, sizes=ExactSizes(scope="all") if clients.needs_sizes == "exact" else None,
         data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
         aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
     )
@@ -297,7 +312,7 @@ def iwds(
     if momentum is None and base == "fednova":
         momentum = 0.9
     options = {k: v for k, v in {"momentum": momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
-    params = {"clients_per_round": 5} if "clients_per_round" in takes else {}
+    params = {"clients_per_round": 5} if "clients_per_round" in takes and "samples_per_round" not in base_params else {}
     params.update(base_params)
     passed = {name: BASE_NAMES[name] for name in options if BASE_NAMES[name] in takes}
     params.update({base_name: options[name] for name, base_name in passed.items()})

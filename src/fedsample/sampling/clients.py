@@ -1,5 +1,13 @@
 """Client samplers: who trains this round. Each returns a :class:`Cohort` that carries every chosen
-client's inclusion probability pi_k, so aggregators can weight honestly."""
+client's inclusion probability pi_k, so aggregators can weight honestly.
+
+:class:`UniformClients`, :class:`SizeProportional` and :class:`PoissonClients` take either a fixed
+cohort parameter (m or q) or ``samples_per_round=K``: a target for the expected number of training
+samples the cohort holds, from which m (or q) is derived each round from the clients' exact reported
+sizes (see :mod:`fedsample.sampling.cohort_size`). That target asks every client for its exact size
+each round (the server learns all sizes, as size-weighted sampling already requires); a sampler given
+a fixed m asks nothing.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +18,18 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.rounds import Cohort, RoundContext
-from fedsample.sampling import design
+from fedsample.sampling import cohort_size, design
 
 __all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients"]
+
+NeedsSizes = Literal["exact", None]
 
 
 @dataclass(frozen=True)
 class AllClients:
     """Every available client takes part (pi_k = 1), as in FedSampling (Algorithm 1)."""
 
-    needs_sizes: ClassVar[Literal["exact", None]] = None
+    needs_sizes: ClassVar[NeedsSizes] = None
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
@@ -28,47 +38,83 @@ class AllClients:
 
 @dataclass(frozen=True)
 class UniformClients:
-    """m of N clients uniformly without replacement (FedAvg, McMahan et al. 2017): pi_k = m/N."""
+    """m of N clients uniformly without replacement (FedAvg, McMahan et al. 2017): pi_k = m/N.
 
-    m: int = 10
-    needs_sizes: ClassVar[Literal["exact", None]] = None
+    ``samples_per_round=K`` instead of m: m = K / mean(n_k) from the exact reported sizes, rounded at
+    random so that E[m] = K / mean(n_k) and the expected number of samples in the cohort is exactly K
+    (:func:`fedsample.sampling.cohort_size.uniform_count`); pi_k = E[m]/N."""
+
+    m: int | None = None
+    samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
-        checks.count("clients per round m", self.m)
+        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, default=10))
+
+    @property
+    def needs_sizes(self) -> NeedsSizes:
+        return "exact" if self.samples_per_round is not None else None
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
-        return Cohort.from_sample(design.simple_random(N, min(self.m, N), ctx.rng("clients")), N)
+        if self.samples_per_round is None:
+            return Cohort.from_sample(design.simple_random(N, min(self.m, N), ctx.rng("clients")), N)
+        expected = min(cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round), N)
+        m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
+        sample = design.simple_random(N, min(m, N), ctx.rng("clients"))
+        return Cohort(sample.ids, np.full(len(sample), expected / N), N, sample.multiplicity)
 
 
 @dataclass(frozen=True)
 class SizeProportional:
     """m draws with replacement with p_k = n_k / n (Li et al. 2019, scheme I); a client drawn twice
-    counts twice in the average. pi_k = 1 - (1 - p_k)^m. Needs exact sizes of every client."""
+    counts twice in the average. pi_k = 1 - (1 - p_k)^m. Needs exact sizes of every client.
 
-    m: int = 10
-    needs_sizes: ClassVar[Literal["exact", None]] = "exact"
+    ``samples_per_round=K`` instead of m: m = K / (sum n_k^2 / n), the count whose draws carry K samples
+    in expectation (multiplicities counted), rounded at random; pi_k averages over the two counts."""
+
+    m: int | None = None
+    samples_per_round: int | None = None
+    needs_sizes: ClassVar[NeedsSizes] = "exact"
 
     def __post_init__(self) -> None:
-        checks.count("clients per round m", self.m)
+        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, default=10))
 
     def select(self, ctx: RoundContext) -> Cohort:
         sizes = ctx.require_sizes(exact=True)
         p = np.zeros(ctx.num_clients)
         p[sizes.ids] = sizes.reports / sizes.reports.sum()
-        return Cohort.from_sample(design.pps_with_replacement(p, self.m, ctx.rng("clients")), ctx.num_clients)
+        if self.samples_per_round is None:
+            return Cohort.from_sample(design.pps_with_replacement(p, self.m, ctx.rng("clients")), ctx.num_clients)
+        expected = cohort_size.size_weighted_count(sizes.reports, self.samples_per_round)
+        m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
+        sample = design.pps_with_replacement(p, m, ctx.rng("clients"))
+        inclusion = cohort_size.with_replacement_inclusion(p[sample.ids], expected)
+        return Cohort(sample.ids, inclusion, ctx.num_clients, sample.multiplicity)
 
 
 @dataclass(frozen=True)
 class PoissonClients:
-    """Each client independently with probability q (Poisson sampling): pi_k = q; the cohort size varies."""
+    """Each client independently with probability q (Poisson sampling): pi_k = q; the cohort size varies.
 
-    q: float = 0.1
-    needs_sizes: ClassVar[Literal["exact", None]] = None
+    ``samples_per_round=K`` instead of q: q = min(1, K / sum n_k) from the exact reported sizes, so the
+    cohort holds K samples in expectation."""
+
+    q: float | None = None
+    samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
-        checks.in_interval("client probability q", self.q, 0, 1, closed="(]")
+        q = cohort_size.one_of("q", self.q, self.samples_per_round, default=0.1, check=False)
+        if self.samples_per_round is None:
+            checks.in_interval("client probability q", q, 0, 1, closed="(]")
+        object.__setattr__(self, "q", q)
+
+    @property
+    def needs_sizes(self) -> NeedsSizes:
+        return "exact" if self.samples_per_round is not None else None
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
-        return Cohort.from_sample(design.bernoulli(N, self.q, ctx.rng("clients")), N)
+        q = self.q
+        if self.samples_per_round is not None:
+            q = min(1.0, self.samples_per_round / float(np.sum(ctx.require_sizes(exact=True).reports)))
+        return Cohort.from_sample(design.bernoulli(N, q, ctx.rng("clients")), N)

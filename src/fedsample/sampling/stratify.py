@@ -12,14 +12,15 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample.client import ProbeRequest
 from fedsample.compression import check_compression, check_dim
 from fedsample.rng import SERVER, generator
-from fedsample.sampling import design
+from fedsample import checks
+from fedsample.sampling import cohort_size, design
 from fedsample.rounds import Cohort
 
 if TYPE_CHECKING:
@@ -101,7 +102,10 @@ class StratifiedClients:
     strata re-clustered every ``recompute_every`` rounds (1 in the paper; between recomputations the
     labels are kept in ``ctx.state`` while norms and S_h are refreshed from this round's probes),
     ``spread`` "std" (paper) or "pairwise" (authors' code), ``within`` "norm" (pi proportional to
-    ||X_k||, paper) or "uniform" (simple random sampling in each stratum).
+    ||X_k||, paper) or "uniform" (simple random sampling in each stratum). ``samples_per_round=K``
+    instead of m: m = max(H, K / mean(n_k)) from every client's exact reported size, rounded at random
+    (:mod:`fedsample.sampling.cohort_size`; K samples in expectation under equal-probability selection,
+    approximately under gradient-norm selection).
 
     The returned Cohort has ``strata`` (each chosen client's stratum) and ``info`` with
     ``stratum_sizes`` (N_h) and ``allocation`` (m_h), which :class:`~fedsample.training.aggregate.StratifiedMean`
@@ -115,11 +119,13 @@ class StratifiedClients:
     recompute_every: int = 1
     spread: Spread = "std"
     within: Within = "norm"
-    needs_sizes: ClassVar[Literal["exact", None]] = None
+    samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
         _check_strata_count(self.H)
-        if isinstance(self.m, bool) or int(self.m) != self.m or self.m < self.H:
+        if self.samples_per_round is not None:
+            checks.count("samples_per_round", self.samples_per_round)
+        elif isinstance(self.m, bool) or int(self.m) != self.m or self.m < self.H:
             raise ValueError(f"clients per round m must be an integer >= H = {self.H} (one per stratum), got {self.m!r}")
         check_dim(self.dim)
         check_compression(self.compression)
@@ -129,6 +135,17 @@ class StratifiedClients:
             raise ValueError(f"spread must be 'std' or 'pairwise', got {self.spread!r}")
         if self.within not in ("norm", "uniform"):
             raise ValueError(f"within must be 'norm' or 'uniform', got {self.within!r}")
+
+    @property
+    def needs_sizes(self) -> Literal["exact", None]:
+        return "exact" if self.samples_per_round is not None else None
+
+    def clients_per_round(self, ctx: "RoundContext") -> int:
+        """m, or the count derived from the reported sizes for ``samples_per_round`` (at least H)."""
+        if self.samples_per_round is None:
+            return self.m
+        expected = cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round)
+        return min(ctx.num_clients, max(self.H, cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))))
 
     def probe(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's compressed gradient at the current global parameters (one row per client)."""
@@ -152,13 +169,14 @@ class StratifiedClients:
     def select(self, ctx: "RoundContext") -> Cohort:
         N = ctx.num_clients
         _check_strata_count(self.H, N)
-        if self.m > N:
-            raise ValueError(f"clients per round m = {self.m} exceeds the number of clients N = {N}")
+        m = self.clients_per_round(ctx)
+        if m > N:
+            raise ValueError(f"clients per round m = {m} exceeds the number of clients N = {N}")
         vectors = self.probe(ctx)
         labels = self.strata(ctx, vectors)
         N_h = np.bincount(labels, minlength=self.H)
         S_h = stratum_spread(vectors, labels, self.H, self.spread)
-        m_h = design.allocate_neyman(N_h, S_h, self.m)
+        m_h = design.allocate_neyman(N_h, S_h, m)
         sample = design.stratified(labels, m_h, ctx.rng("clients"), weights=selection_weights(vectors, self.within))
         ctx.log["strata_nonempty"] = int(np.count_nonzero(N_h))
         return Cohort.from_sample(

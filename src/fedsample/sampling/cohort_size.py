@@ -1,0 +1,66 @@
+"""How many clients a round needs for a target number of training samples (``samples_per_round``).
+
+The FedSampling paper (Qi et al. 2023, §4) asks for K = 2048 samples per round; a client-level
+baseline matched to it must choose its cohort so that the chosen clients hold K samples in expectation.
+The count follows from the clients' reported sizes, so it changes as the population does and is never
+computed by hand. What the server needs: the mean size (uniform sampling), the size-weighted mean
+size sum n_k^2 / sum n_k (size-proportional sampling) or the total (Poisson sampling); all three are
+taken from exact size reports of every client, which reveals each client's size to the server.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedsample import checks
+
+
+def one_of(name: str, fixed: float | None, samples_per_round: int | None, default: float, check: bool = True) -> float | None:
+    """The fixed cohort parameter ``name`` (m or q), or None when ``samples_per_round`` replaces it;
+    ``default`` when neither is given. Giving both is an error."""
+    if fixed is not None and samples_per_round is not None:
+        raise ValueError(f"give either {name} or samples_per_round, not both")
+    if samples_per_round is not None:
+        checks.count("samples_per_round", samples_per_round)
+        return None
+    value = default if fixed is None else fixed
+    if check:
+        checks.count(f"clients per round {name}", value)
+    return value
+
+
+def _positive_sizes(sizes: np.ndarray) -> np.ndarray:
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sizes.size == 0 or not np.all(np.isfinite(sizes)) or sizes.sum() <= 0:
+        raise ValueError("samples_per_round needs at least one client with a positive reported size")
+    return sizes
+
+
+def uniform_count(sizes: np.ndarray, samples_per_round: int) -> float:
+    """E[m] for uniform sampling without replacement: the cohort holds m * mean(n_k) samples in
+    expectation, so m = K / mean(n_k) (at least 1)."""
+    return max(1.0, samples_per_round / float(np.mean(_positive_sizes(sizes))))
+
+
+def size_weighted_count(sizes: np.ndarray, samples_per_round: int) -> float:
+    """E[m] for m draws with replacement, p_k = n_k / n: one draw carries sum_k p_k n_k = sum n_k^2 / n
+    samples in expectation (a client drawn twice counts twice), so m = K n / sum n_k^2 (at least 1)."""
+    sizes = _positive_sizes(sizes)
+    return max(1.0, samples_per_round * float(sizes.sum()) / float(np.sum(sizes**2)))
+
+
+def randomly_rounded(expected: float, rng: np.random.Generator) -> int:
+    """floor(expected) or floor(expected) + 1, the latter with probability frac(expected): an integer
+    whose mean is ``expected`` exactly."""
+    low = math.floor(expected)
+    return low + int(rng.random() < expected - low)
+
+
+def with_replacement_inclusion(p: np.ndarray, expected: float) -> np.ndarray:
+    """pi_k = 1 - E[(1 - p_k)^m] for m randomly rounded from ``expected`` (a mixture of the two counts)."""
+    low = math.floor(expected)
+    frac = expected - low
+    miss = (1 - frac) * (1 - p) ** low + frac * (1 - p) ** (low + 1)
+    return 1 - miss
