@@ -3,8 +3,9 @@
 (beta_m in {0.95, 0.98, 0.99}), on 10 clients (5 per round) under LLT (alpha_l 0.9, 0.99) and LDA
 (alpha_d 0.1, 0.5) partitions.
 
-The "cpu" profile runs an MLP stand-in for 20 rounds at one fixed lr (minutes on 2 cores); the "cuda" profile
-runs the paper's McMahan CNN, FedAvg/FedProx/FedNova, and the paper's lr grid chosen on a validation split.
+The "cpu" profile runs an MLP stand-in for 20 rounds of 50 local steps at one fixed lr; the "cuda" profile runs
+the paper's McMahan CNN for 100 rounds of one local epoch with the paper's lr grid chosen on a validation
+split. Both add FedNova (momentum 0.9) on LLT 0.9, where the paper's CIFAR-10 rows show Uni-Samp failing.
 Every figure appears once per profile, so each profile's table has the paper's number beside ours.
 """
 
