@@ -101,3 +101,9 @@ def test_cpu_and_cuda_presets_partition_alike():
         assert _raw(cpu)["partition"] == _raw(cuda)["partition"]
     lda = _raw("iwds-fmnist-lda01")["partition"]
     assert lda == {"scheme": "dirichlet", "num_clients": 10, "alpha": 0.1, "cap": True}
+
+
+@pytest.mark.parametrize("name", [n for names in PAPER.presets.values() for n in names])
+def test_every_preset_states_its_cost(name):
+    description = _raw(name)["description"]
+    assert "min on 2 CPU cores (measured" in description or "GPU: not yet measured" in description
