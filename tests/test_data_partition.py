@@ -167,3 +167,33 @@ def test_label_counts_and_client_of_row():
     owner = fed.client_of_row()
     for k in range(5):
         np.testing.assert_array_equal(np.flatnonzero(owner == k), np.sort(fed.client_indices(k)))
+
+
+def test_capped_shares_zero_the_full_clients_and_renormalize():
+    from fedsample.data.partition import capped_shares
+    shares = np.array([0.5, 0.3, 0.2])
+    np.testing.assert_allclose(capped_shares(shares, np.array([10, 0, 3]), limit=10), [0.0, 0.6, 0.4])
+    np.testing.assert_allclose(capped_shares(shares, np.array([0, 0, 0]), limit=10), shares)
+    # every eligible share 0: the draw is kept as it was rather than divided by zero
+    np.testing.assert_allclose(capped_shares(np.array([1.0, 0.0]), np.array([10, 0]), limit=10), [1.0, 0.0])
+
+
+def test_dirichlet_cap_bounds_client_sizes_like_fedml():
+    """FedML's LDA (cap=True): a client stops receiving classes once it holds n/K, so none ends above
+    n/K + one class (200); the plain split at alpha 0.1 exceeds that bound for some seed."""
+    ds = _toy(n_per_class=200)
+    limit = ds.num_train / 10 + 200
+    capped = [partition(ds, Dirichlet(10, 0.1, cap=True), seed=s) for s in range(8)]
+    plain = [partition(ds, Dirichlet(10, 0.1), seed=s) for s in range(8)]
+    for fed in capped:
+        _assert_exact_cover(fed)
+        assert fed.sizes().max() <= limit and fed.sizes().min() >= 10
+    assert max(fed.sizes().max() for fed in plain) > limit
+    assert np.mean([f.stats()["label_mix"]["mean_dominant_share"] for f in capped]) > 0.5  # still label-skewed
+
+
+def test_dirichlet_without_cap_keeps_its_numbers():
+    """The sizes and first rows the plain split gave before ``cap`` existed (same seed, same draws)."""
+    fed = partition(_toy(), Dirichlet(10, 0.3), seed=3)
+    assert fed.sizes().tolist() == [159, 67, 93, 83, 92, 82, 73, 77, 170, 104]
+    assert int(fed.order[:50].sum()) == 6505

@@ -79,12 +79,18 @@ class Dirichlet:
     Every client is guaranteed ``min_size`` samples: the draw is repeated (up to ``max_tries`` times, as in
     FedML's implementation) and, if still short, the missing samples are moved from the largest clients
     (random rows of theirs), which keeps every sample assigned exactly once.
+
+    ``cap=True`` adds the balance rule of the FedMA/FedML implementation that IWDS and most FL papers ran:
+    classes are dealt in label order, and a client already holding n/K samples or more gets no share of the
+    next classes (the other clients' shares are renormalized), so no client ends above n/K plus one class.
+    ``cap=False`` (the default) is the plain per-class Dirichlet split.
     """
 
     num_clients: int
     alpha: float
     min_size: int = 10
     max_tries: int = 100
+    cap: bool = False
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:
@@ -106,14 +112,17 @@ class Dirichlet:
         by_class = [np.flatnonzero(y == c) for c in range(dataset.num_classes)]
         owner = np.empty(n, dtype=np.int64)
         for _ in range(self.max_tries):
+            sizes = np.zeros(k, dtype=np.int64)
             for rows in by_class:
                 if len(rows) == 0:
                     continue
                 rows = rng.permutation(rows)
                 shares = rng.dirichlet(np.full(k, self.alpha))
+                if self.cap:
+                    shares = capped_shares(shares, sizes, n / k)
                 counts = _largest_remainder(shares * len(rows), len(rows))
                 owner[rows] = np.repeat(np.arange(k), counts)
-            sizes = np.bincount(owner, minlength=k)
+                sizes += counts
             if sizes.min() >= self.min_size:
                 break
         else:
@@ -129,6 +138,14 @@ class Dirichlet:
                 owner[moved] = client
                 sizes[donor] -= take
                 sizes[client] += take
+
+
+def capped_shares(shares: np.ndarray, sizes: np.ndarray, limit: float) -> np.ndarray:
+    """The FedMA/FedML balance rule: clients holding ``limit`` (n/K) samples or more get share 0, the others'
+    shares renormalized to sum to 1 (unchanged shares if every eligible share is 0)."""
+    kept = shares * (sizes < limit)
+    total = kept.sum()
+    return kept / total if total > 0 else shares
 
 
 def _groups(owner: np.ndarray, k: int) -> list[np.ndarray]:

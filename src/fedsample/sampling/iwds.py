@@ -16,8 +16,10 @@ The server only sends beta_t, decayed per global round t (Eq. 6):
 
 Paper settings (§4): beta_0 = 0.9999, beta_m in {0.95, 0.98, 0.99}, rho = 0.992. The authors' code defined
 the decay but never called its update hook, so their runs used beta_0 throughout; here the plan of round t
-carries beta_t. Uni-Samp (uniform sampling) is the same sampler with beta = 0 (every weight is 1), Imb-Samp
-is beta fixed at 0.9999 (``schedule="fixed"``).
+carries beta_t. Imb-Samp is beta fixed at 0.9999 (``schedule="fixed"``). The paper's Uni-Samp is the base
+algorithm's ordinary shuffled epochs (plain FedAvg, ``FullData``: every sample once per epoch, the
+``iwds-fmnist-*`` presets' Uni-Samp rows); :meth:`IWDSData.uniform` (beta = 0, every weight 1) is the same
+distribution drawn with replacement, like the two resampled rows.
 """
 
 from __future__ import annotations
