@@ -156,6 +156,8 @@ class SealedReplies(Sequence):
 
     def drawn_total(self) -> int:
         """The samples the cohort drew, summed, from the same secure sum (after the update's sum)."""
-        if self._loss is None or self._drawn is None:
-            raise ValueError("normalize='drawn' needs the drawn-sample count from the secure sum of the update (ask for the sum first)")
+        if self._loss is None:
+            raise RuntimeError("the drawn count comes with the secure sum of the update: ask for that sum first")
+        if self._drawn is None:
+            raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send (the loop and vectorized engines do)")
         return self._drawn
