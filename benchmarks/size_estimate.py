@@ -91,11 +91,13 @@ OPTIONS = {
     "fresh reports (permanent=False)": dict(M=300, permanent=False),
     "normalize='drawn'": dict(M=300, normalize="drawn"),
     "fresh, average=5": dict(M=300, permanent=False, average=5),
+    "fresh, reuse=5": dict(M=300, permanent=False, reuse=5),
 }
 
 
 def accuracy(rounds: int, seeds: list[int], lr: float) -> None:
-    """Fashion-MNIST logreg on the paper's partition, each option, final test accuracy per seed."""
+    """Fashion-MNIST logreg on the paper's partition, each option: final test accuracy per seed, its mean and
+    sample sd (ddof = 1), and the mean effective step E[S]/K = ratio * N / K over the run's rounds."""
     from _common import dataset
 
     import fedsample as fs
@@ -103,17 +105,19 @@ def accuracy(rounds: int, seeds: list[int], lr: float) -> None:
 
     ds = dataset()
     model = fs.models.LogisticRegression()
-    print(f"| option | {' | '.join(f'seed {s}' for s in seeds)} | mean | seconds |")
-    print("|---|" + "---|" * (len(seeds) + 2))
+    print(f"| option | {' | '.join(f'seed {s}' for s in seeds)} | mean ± sd | mean E[S]/K | seconds |")
+    print("|---|" + "---|" * (len(seeds) + 3))
     for name, options in OPTIONS.items():
-        accs, t = [], time.perf_counter()
+        accs, steps, t = [], [], time.perf_counter()
         for seed in seeds:
             fed = partition(ds, LogNormalSizes(MEAN, SIGMA), seed=seed)
             strategy = fs.recipes.fedsampling(K=K, epsilon=EPSILON, lr=lr, **options)
             result = fs.simulation.simulate(strategy, fed, model, rounds, seed=seed, eval_every=rounds, backend="vectorized")
             accs.append(result.history[-1]["accuracy"])
+            steps += [h["ratio"] * ds.num_train / K for h in result.history]
         cells = " | ".join(f"{a:.3f}" for a in accs)
-        print(f"| {name} | {cells} | {np.mean(accs):.3f} | {time.perf_counter() - t:.0f} |", flush=True)
+        sd = np.std(accs, ddof=1) if len(accs) > 1 else float("nan")
+        print(f"| {name} | {cells} | {np.mean(accs):.3f} ± {sd:.3f} | {np.mean(steps):.2f} | {time.perf_counter() - t:.0f} |", flush=True)
 
 
 def main() -> None:

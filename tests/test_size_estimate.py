@@ -133,13 +133,28 @@ def test_reuse_asks_every_R_rounds_and_the_accountant_counts_those_reports(perma
 
 def test_average_is_the_mean_of_the_last_A_fresh_estimates():
     """The same seed sends the same fresh reports; averaged estimate at round t = mean of the plain run's
-    estimates at rounds t-A+1..t (fewer at the start). Cost: one fresh report per round, as without averaging."""
-    plain, _ = run_rounds(fs.recipes.fedsampling(K=20, epsilon=1.0, M=10, lr=0.1, permanent=False), 5)
-    averaged, _ = run_rounds(fs.recipes.fedsampling(K=20, epsilon=1.0, M=10, lr=0.1, permanent=False, average=3), 5)
+    estimates at rounds t-A+1..t (fewer at the start), floored at the number of clients after averaging (here
+    no plain estimate is floored, eps = 3, so the plain run shows the raw values). Cost: one fresh report per
+    round, as without averaging."""
+    kwargs = dict(K=20, epsilon=3.0, M=10, lr=0.1, permanent=False)
+    plain, _ = run_rounds(fs.recipes.fedsampling(**kwargs), 5)
+    averaged, _ = run_rounds(fs.recipes.fedsampling(**kwargs, average=3), 5)
     raw = [log["size_estimate"] for log in plain]
+    assert min(raw) > len(SIZES)  # the premise: no floor, so these are the unclamped estimates
+    assert len(set(raw)) == 5  # fresh reports: a new estimate every round
     for t, log in enumerate(averaged):
         assert log["size_estimate"] == pytest.approx(np.mean(raw[max(0, t - 2): t + 1]))
-        assert log["size_epsilon"] == plain[t]["size_epsilon"] == t + 1
+        assert log["size_epsilon"] == plain[t]["size_epsilon"] == 3.0 * (t + 1)
+
+
+def test_average_floors_the_mean_not_each_estimate():
+    """Reports (1, 1, 1) with M = 4, e^eps = 3 (alpha = 0.4): raw N~ = (3 - 0.6 * 4 * 3 / 2) / 0.4 = -1.5, floored
+    to 3 alone; averaging takes the raw value (scaled to the clients asked) so the mean stays unbiased."""
+    policy = RandomizedSizes(math.log(3), 4, permanent=False, average=2)
+    info = policy.summarize(np.arange(3), np.array([1, 1, 1]))
+    assert info.total == 3.0
+    assert policy.unclamped_total(info, asked=3) == pytest.approx(-1.5)
+    assert policy.unclamped_total(info, asked=6) == pytest.approx(-3.0)
 
 
 def test_M_rmse_is_logged_and_used():

@@ -23,6 +23,7 @@ import numpy as np
 
 from fedsample import accounting, privacy, size_estimate
 from fedsample.client import SizeQuery
+from fedsample.missing import scaled_total
 
 Scope = Literal["all", "cohort"]
 
@@ -130,6 +131,13 @@ class RandomizedSizes:
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
         total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
         return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False, policy=self)
+
+    def unclamped_total(self, info: SizeInfo, asked: int) -> float:
+        """Eq. 2 without the floor at the number of answers, scaled from the clients that answered to the
+        ``asked`` (as :meth:`fedsample.strategy.Strategy.collect_sizes` scales the clamped total): the unbiased
+        value that ``average`` averages before flooring the mean."""
+        raw = privacy.estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
+        return scaled_total(raw, asked, len(info.ids))
 
 
 SizeReporting = ExactSizes | RandomizedSizes

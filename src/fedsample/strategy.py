@@ -101,7 +101,7 @@ class Strategy:
     def sizes_of_everyone(self, ctx: RoundContext) -> SizeInfo:
         """Every client's size reports (FedSampling). With ``reuse=R`` reports are asked for only every R rounds
         and the estimate is kept in between; with ``average=A`` the estimate is the mean of the last A
-        estimates (docs/size-estimate.md). The memo lives in the strategy state (saved with checkpoints)."""
+        unclamped estimates, then floored at the number of clients (docs/size-estimate.md). The memo lives in the strategy state (saved with checkpoints)."""
         reuse, average = getattr(self.sizes, "reuse", 1), getattr(self.sizes, "average", 1)
         if reuse == 1 and average == 1:
             return self.collect_sizes(ctx, np.arange(ctx.num_clients))
@@ -109,8 +109,9 @@ class Strategy:
         if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
             return memo["info"]
         info = self.collect_sizes(ctx, np.arange(ctx.num_clients))
-        memo["totals"] = (memo["totals"] + [info.total])[-average:]
-        memo.update(asked=ctx.round, info=replace(info, total=float(np.mean(memo["totals"]))))
+        memo["totals"] = (memo["totals"] + [self.size_policy(ctx).unclamped_total(info, ctx.num_clients)])[-average:]
+        total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
+        memo.update(asked=ctx.round, info=replace(info, total=total))
         return memo["info"]
 
     def select(self, ctx: RoundContext) -> tuple[Cohort, int]:
