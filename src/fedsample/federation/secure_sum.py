@@ -32,6 +32,7 @@ class SecureSum:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self._pending: dict[int, Sequence[Any]] = {}
+        self._counted: dict[int, bool] = {}  # whether the cohort's plan asked for drawn counts (summed then)
         self._calls = 0
 
     @property
@@ -51,8 +52,11 @@ class SecureSum:
             return replies
         replies = client_side_check(replies, client_ids, payload)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
+        self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
+        first = payload[0] if isinstance(payload, (list, tuple)) else payload
+        self._counted[self._calls] = bool(getattr(first.plan, "report_count", False))
         token = self._calls
         return SealedReplies(self, token, len(replies), failed_positions(replies))
 
@@ -71,7 +75,8 @@ class SecureSum:
             keep = [j for j, i in enumerate(positions.tolist()) if carries_update(replies[i])]
             updates = [replies[int(positions[j])].update for j in keep]
             total = weighted_sum(updates, np.asarray(weights, dtype=np.float64)[keep]) if keep else None
-        return (total, *summed_loss(replies), summed_samples(replies))
+        drawn = summed_samples(replies) if self._counted.pop(token, False) else None
+        return (total, *summed_loss(replies), drawn)
 
 
 def client_side_check(replies: Sequence[Any], client_ids: np.ndarray, payload: Any) -> Sequence[Any]:
