@@ -99,12 +99,13 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
 
 def run_spend(sizes: object, noise: object, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
-    (a client asked every round, the worst case for cohort-scoped reports) where ``sizes`` is randomized, and
+    (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
+    ``sizes`` is randomized, and
     the update's epsilon at ``delta`` (RDP accountant, one Gaussian mechanism per round, no amplification:
     the server knows the cohort) where ``noise`` is set. Exact size reports and noiseless updates add no key."""
     spent: dict = {}
     if getattr(sizes, "epsilon_spent", None) is not None:
-        spent.update(sizes.epsilon_spent(rounds, delta))
+        spent.update(sizes.epsilon_spent(sizes.reports_after(rounds), delta))
     if noise is not None and getattr(noise, "noise_multiplier", 0) > 0:
         spent["update_epsilon"] = gaussian_update_epsilon(noise.noise_multiplier, rounds, delta)
         spent["update_delta"] = delta

@@ -183,13 +183,17 @@ class TrainPayload:
 
 @dataclass
 class TrainReport:
-    """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss and,
-    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k)."""
+    """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss,
+    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), and the
+    number of local samples it drew (``samples``: only when the plan asks for it, ``report_count``, which the
+    self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
+    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise)."""
 
     update: Params
     steps: int
     loss: float
     norm_steps: float | None = None
+    samples: int | None = None
 
 
 def empty_report(params: Params) -> TrainReport:
@@ -207,7 +211,8 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     else:
         result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
         report = TrainReport(
-            update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None)
+            update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
+            samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
         )
     if payload.noise is not None:
         report.update = payload.noise.privatize(report.update, rng)

@@ -19,7 +19,7 @@ from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.stratify import StratifiedClients
 from fedsample.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.training.aggregate import FedNova, StratifiedMean, Sum, WeightedMean
+from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, StratifiedMean, Sum, WeightedMean
 from fedsample.training.local import LocalSGD, OneGradient
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 
@@ -100,18 +100,39 @@ def weighted_fedavg(
 
 
 def fedsampling(
-    K: int = 2048, epsilon: float = 3.0, M: int = 300, lr: float = 0.05, clients: Any = None, data: Any = None,
-    secure_sum: bool = True, permanent: bool = True,
+    K: int = 2048, epsilon: float = 3.0, M: int | Literal["rmse"] = 300, lr: float = 0.05, clients: Any = None,
+    data: Any = None, secure_sum: bool = True, permanent: bool = True, sizes: Literal["randomized", "exact"] = "randomized",
+    reuse: int = 1, average: int = 1, normalize: Literal["K", "drawn"] = "K", size_prior: tuple[float, float] = (2.0, 4.0),
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
     G_c = (1/K) * sum g_s, and Theta <- Theta - eta * sum_c G_c. Paper defaults: K = 2048, eps = 3, M = 300,
     eta = 0.05. By default the size reports are permanent (a run costs epsilon) and the server learns only
-    sum_c G_c (secure sum); ``permanent=False`` and ``secure_sum=False`` give the paper's literal protocol."""
+    sum_c G_c (secure sum); ``permanent=False`` and ``secure_sum=False`` give the paper's literal protocol.
+
+    The size estimate's remedies (docs/size-estimate.md; the defaults are the paper's method): ``sizes="exact"``
+    the non-private control (true sizes, same K/N sampling); ``M="rmse"`` the M minimizing N~'s RMSE for
+    |C| clients of the assumed ``size_prior = (mean size, log-normal sigma)``; ``reuse=R`` one estimate for R
+    rounds; ``average=A`` the mean of the last A estimates (needs ``permanent=False``); ``normalize="drawn"``
+    the self-normalized update (1/S) sum g_s, S the drawn count from the secure sum, instead of (1/K) sum g_s."""
+    if sizes not in ("randomized", "exact"):
+        raise ValueError(f"sizes must be 'randomized' or 'exact', got {sizes!r}")
+    if normalize not in ("K", "drawn"):
+        raise ValueError(f"normalize must be 'K' or 'drawn', got {normalize!r}")
+    if M != "rmse" and isinstance(M, str):
+        raise ValueError(f"M must be an integer >= 2 or 'rmse', got {M!r}")
+    if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
+        raise ValueError("M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
+    if normalize == "drawn" and not secure_sum:
+        raise ValueError("normalize='drawn' needs secure_sum=True: the server may learn only the summed drawn count, not each client's")
+    policy = (
+        ExactSizes(scope="all") if sizes == "exact" else
+        RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=tuple(size_prior))
+    )
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K), local=OneGradient(K), aggregate=Sum(),
-        server=ServerSGD(lr), sizes=RandomizedSizes(epsilon, M, scope="all", permanent=permanent), name="fedsampling",
-        secure_sum=secure_sum,
+        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=normalize == "drawn"),
+        local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if normalize == "drawn" else Sum(), server=ServerSGD(lr), sizes=policy,
+        name="fedsampling", secure_sum=secure_sum,
     )
 
 

@@ -7,17 +7,23 @@ client before selection (FedSampling) or only the chosen cohort after it (FedSTa
 Randomized reports are *permanent* by default (each client randomizes once and repeats its answer every
 round, so a whole run costs one report's epsilon); ``permanent=False`` re-draws them every round, and
 :meth:`RandomizedSizes.epsilon_spent` says what a client has then spent (:mod:`fedsample.accounting`).
+
+The remedies for a noisy estimate (docs/size-estimate.md): ``M="rmse"`` (M minimizing the estimate's RMSE for
+an assumed population, :mod:`fedsample.size_estimate`), ``reuse=R`` (one estimate for R rounds: fresh reports
+are sent only every R rounds) and ``average=A`` (the mean of the last A estimates from fresh reports). The
+paper's method is ``M`` given, ``reuse=1``, ``average=1``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
-from fedsample import accounting, privacy
+from fedsample import accounting, privacy, size_estimate
 from fedsample.client import SizeQuery
+from fedsample.missing import scaled_total
 
 Scope = Literal["all", "cohort"]
 
@@ -71,20 +77,52 @@ class ExactSizes:
 @dataclass(frozen=True)
 class RandomizedSizes:
     """epsilon-LDP randomized-response size reports with threshold M; total estimated by Eq. 2. ``permanent``
-    (default): one randomized answer per client for the whole run; False: a fresh answer every round."""
+    (default): one randomized answer per client for the whole run; False: a fresh answer every round.
+
+    ``M="rmse"``: M is chosen, once the number of clients is known, to minimize the RMSE of N~ over
+    populations from ``size_prior = (mean client size, log-normal sigma)``, an assumption the user states
+    (public inputs: no privacy cost; :func:`fedsample.size_estimate.rmse_M`). ``reuse=R``: the server asks
+    for reports only every R rounds and keeps the estimate in between. ``average=A`` (fresh reports only):
+    the estimate is the mean of the last A estimates, variance / A at the same privacy cost as fresh reports."""
 
     epsilon: float = 3.0
-    M: int = 100
+    M: int | Literal["rmse"] = 100
     scope: Scope = "all"
     permanent: bool = True
+    reuse: int = 1
+    average: int = 1
+    size_prior: tuple[float, float] = (2.0, 4.0)
 
     def __post_init__(self) -> None:
         _check_scope(self.scope)
-        privacy.alpha_for(self.epsilon, self.M)  # validates epsilon and M
+        privacy.alpha_for(self.epsilon, 2 if self.M == "rmse" else self.M)  # validates epsilon and M
+        for name in ("reuse", "average"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if (self.reuse > 1 or self.average > 1) and self.scope != "all":
+            raise ValueError("reuse and average need size reports from every client (scope='all'): a cohort changes every round")
+        if self.average > 1 and self.permanent:
+            raise ValueError("average needs fresh reports (permanent=False): permanent reports repeat the same answer")
+        mean, sigma = self.size_prior
+        if mean < 1 or sigma < 0:
+            raise ValueError(f"size_prior must be (mean client size >= 1, log-normal sigma >= 0), got {self.size_prior!r}")
+
+    def for_population(self, num_clients: int) -> "RandomizedSizes":
+        """This policy with a numeric M: ``M="rmse"`` resolved for ``num_clients`` clients and the prior."""
+        if self.M != "rmse":
+            return self
+        return replace(self, M=size_estimate.rmse_M(int(num_clients), float(self.epsilon), *map(float, self.size_prior)))
 
     @property
     def query(self) -> SizeQuery:
+        if self.M == "rmse":
+            raise RuntimeError("M='rmse' is resolved per population: use for_population(num_clients).query")
         return SizeQuery("randomized", self.epsilon, self.M, self.permanent)
+
+    def reports_after(self, rounds: int) -> int:
+        """Size queries a client has answered after ``rounds`` rounds: one every ``reuse`` rounds."""
+        return -(-int(rounds) // self.reuse)
 
     def epsilon_spent(self, reports: int, delta: float = accounting.DEFAULT_DELTA) -> dict:
         """What one client has spent after sending ``reports`` answers (:func:`fedsample.accounting.size_report_spend`)."""
@@ -93,6 +131,13 @@ class RandomizedSizes:
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
         total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
         return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False, policy=self)
+
+    def unclamped_total(self, info: SizeInfo, asked: int) -> float:
+        """Eq. 2 without the floor at the number of answers, scaled from the clients that answered to the
+        ``asked`` (as :meth:`fedsample.strategy.Strategy.collect_sizes` scales the clamped total): the unbiased
+        value that ``average`` averages before flooring the mean."""
+        raw = privacy.estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
+        return scaled_total(raw, asked, len(info.ids))
 
 
 SizeReporting = ExactSizes | RandomizedSizes

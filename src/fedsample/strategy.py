@@ -80,22 +80,48 @@ optimizer's learning rate by a factor per round. Each round's log states what a 
     def collect_sizes(self, ctx: RoundContext, ids: np.ndarray) -> SizeInfo:
         """Size reports of ``ids``: invalid or missing ones are left out (named in ``failed``); a randomized
         total from the a of n asked that answered is scaled by n/a (docs/reliability.md)."""
-        replies = ctx.federation.run("report_size", ids, self.sizes.query, ctx.round)
-        M = self.sizes.M if isinstance(self.sizes, RandomizedSizes) else None
+        policy = self.size_policy(ctx)
+        replies = ctx.federation.run("report_size", ids, policy.query, ctx.round)
+        M = policy.M if isinstance(policy, RandomizedSizes) else None
         kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
         _note_failures(ctx, failed)
         if len(kept) == 0:
             raise RoundFailed("no valid size report arrived")
-        info = self.sizes.summarize(kept, reports)
+        info = policy.summarize(kept, reports)
         if not info.exact and len(kept) < len(ids):
             info = replace(info, total=scaled_total(info.total, len(ids), len(kept)))
         return info
+
+    def size_policy(self, ctx: RoundContext) -> ExactSizes | RandomizedSizes:
+        """The size policy with its threshold resolved for this federation (``M="rmse"``: from the number of
+        clients and the user's size prior, :func:`fedsample.size_estimate.rmse_M`)."""
+        if not (isinstance(self.sizes, RandomizedSizes) and self.sizes.M == "rmse"):
+            return self.sizes
+        policy = self.sizes.for_population(ctx.num_clients)
+        ctx.log["size_M"] = policy.M
+        return policy
+
+    def sizes_of_everyone(self, ctx: RoundContext) -> SizeInfo:
+        """Every client's size reports (FedSampling). With ``reuse=R`` reports are asked for only every R rounds
+        and the estimate is kept in between; with ``average=A`` the estimate is the mean of the last A
+        unclamped estimates, then floored at the number of clients (docs/size-estimate.md). The memo lives in the strategy state (saved with checkpoints)."""
+        reuse, average = getattr(self.sizes, "reuse", 1), getattr(self.sizes, "average", 1)
+        if reuse == 1 and average == 1:
+            return self.collect_sizes(ctx, np.arange(ctx.num_clients))
+        memo = ctx.state.setdefault("size_estimates", {"asked": None, "totals": [], "info": None})
+        if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
+            return memo["info"]
+        info = self.collect_sizes(ctx, np.arange(ctx.num_clients))
+        memo["totals"] = (memo["totals"] + [self.size_policy(ctx).unclamped_total(info, ctx.num_clients)])[-average:]
+        total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
+        memo.update(asked=ctx.round, info=replace(info, total=total))
+        return memo["info"]
 
     def select(self, ctx: RoundContext) -> tuple[Cohort, int]:
         """The cohort, and how many chosen clients were left out of it because their size report failed
         (they count as non-responders in the response rate)."""
         if self.sizes is not None and self.sizes.scope == "all":
-            ctx.sizes = self.collect_sizes(ctx, np.arange(ctx.num_clients))
+            ctx.sizes = self.sizes_of_everyone(ctx)
         cohort = self.clients.select(ctx)
         if self.sizes is not None and self.sizes.scope == "cohort":
             ctx.sizes = self.collect_sizes(ctx, cohort.ids)

@@ -67,6 +67,7 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dic
     sizes = strategy.sizes
     if not isinstance(sizes, RandomizedSizes):
         return None
+    sizes = sizes.for_population(fed.num_clients)  # M="rmse" resolved as the strategy resolves it
     estimates = np.array([log["size_estimate"] for log in draws.logs if "size_estimate" in log])
     theory = np.sqrt(privacy.estimator_variance(fed.sizes(), sizes.epsilon, sizes.M)) if sizes.scope == "all" else None
     return {

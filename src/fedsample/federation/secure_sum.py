@@ -5,7 +5,8 @@ SecAgg+ in a deployment) in-process: the clients' ``train`` replies stay inside 
 side of the door), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
 weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
 server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
-loss and the number of clients that took a step (two more coordinates of the same sum, for the round log).
+loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
+the number of samples they drew (for the self-normalized FedSampling update).
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from fedsample import validate
 from fedsample.rounds import Failed, carries_update, failed_positions
-from fedsample.training.aggregate import weighted_sum
+from fedsample.training.aggregate import drawn_total, weighted_sum
 from fedsample.training.functional import Params
 
 
@@ -31,6 +32,7 @@ class SecureSum:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self._pending: dict[int, Sequence[Any]] = {}
+        self._counted: dict[int, bool] = {}  # whether the cohort's plan asked for drawn counts (summed then)
         self._calls = 0
 
     @property
@@ -50,13 +52,17 @@ class SecureSum:
             return replies
         replies = client_side_check(replies, client_ids, payload)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
+        self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
+        first = payload[0] if isinstance(payload, (list, tuple)) else payload
+        self._counted[self._calls] = bool(getattr(first.plan, "report_count", False))
         token = self._calls
         return SealedReplies(self, token, len(replies), failed_positions(replies))
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params, float, int]:
-        """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many trained)."""
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params, float, int, int | None]:
+        """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
+        trained, how many samples they drew: None where the replies do not carry the count)."""
         replies = self._pending.pop(token, None)
         if replies is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
@@ -69,7 +75,8 @@ class SecureSum:
             keep = [j for j, i in enumerate(positions.tolist()) if carries_update(replies[i])]
             updates = [replies[int(positions[j])].update for j in keep]
             total = weighted_sum(updates, np.asarray(weights, dtype=np.float64)[keep]) if keep else None
-        return (total, *summed_loss(replies))
+        drawn = summed_samples(replies) if self._counted.pop(token, False) else None
+        return (total, *summed_loss(replies), drawn)
 
 
 def client_side_check(replies: Sequence[Any], client_ids: np.ndarray, payload: Any) -> Sequence[Any]:
@@ -89,6 +96,14 @@ def summed_loss(replies: Sequence[Any]) -> tuple[float, int]:
         return batched()
     trained = [r for r in replies if carries_update(r)]
     return float(sum(r.loss for r in trained)), len(trained)
+
+
+def summed_samples(replies: Sequence[Any]) -> int | None:
+    """The cohort's drawn samples, summed (one more coordinate of the secure sum); None when not reported."""
+    try:
+        return drawn_total(replies)
+    except ValueError:
+        return None
 
 
 class _Sealed:
@@ -113,6 +128,7 @@ class SealedReplies(Sequence):
     def __init__(self, federation: SecureSum, token: int, count: int, failed: dict[int, Failed] | None = None) -> None:
         self._federation, self._token, self._count = federation, token, count
         self._loss: tuple[float, int] | None = None
+        self._drawn: int | None = None
         self.failed = failed or {}
 
     def __len__(self) -> int:
@@ -134,7 +150,7 @@ class SealedReplies(Sequence):
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         """``sum_i weights_i * Delta_{positions_i}``, revealed once."""
-        total, loss_sum, trained = self._federation.secure_sum(self._token, positions, weights)
+        total, loss_sum, trained, self._drawn = self._federation.secure_sum(self._token, positions, weights)
         self._loss = (loss_sum, trained)
         return total
 
@@ -142,3 +158,11 @@ class SealedReplies(Sequence):
         """(sum of the trained clients' losses, how many took a step), from the same secure sum; (0.0, 0)
         before the sum is revealed."""
         return self._loss if self._loss is not None else (0.0, 0)
+
+    def drawn_total(self) -> int:
+        """The samples the cohort drew, summed, from the same secure sum (after the update's sum)."""
+        if self._loss is None:
+            raise RuntimeError("the drawn count comes with the secure sum of the update: ask for that sum first")
+        if self._drawn is None:
+            raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send (the loop and vectorized engines do)")
+        return self._drawn

@@ -314,7 +314,11 @@ class VectorizedSimulator(Simulator):
         drew = np.flatnonzero(counts)
         generators = self._mask_generators(ids[drew], round)
         masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
-        return CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
+        reports = CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
+        if getattr(payload.plan, "report_count", False):  # the plan asks each client to add its drawn count
+            for c in np.flatnonzero(counts).tolist():
+                reports[c].samples = int(counts[c])
+        return reports
 
 
 class _Union:

@@ -35,9 +35,11 @@ class AllSamples:
 
 @dataclass(frozen=True)
 class BernoulliSamples:
-    """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14)."""
+    """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14).
+    ``report_count``: the client adds how many it kept to its reply (for a secure sum of the counts only)."""
 
     p: float
+    report_count: bool = False
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
@@ -95,9 +97,11 @@ class FixedRatio:
 @dataclass(frozen=True)
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
-    probability K / N~, with N~ the server's estimate of the total size (capped at 1)."""
+    probability K / N~, with N~ the server's estimate of the total size (capped at 1). ``count_drawn``: the
+    clients also send how many samples they drew, for the self-normalized update under a secure sum."""
 
     K: int
+    count_drawn: bool = False
     needs_sizes: ClassVar[NeedsSizes] = "estimate"
 
     def __post_init__(self) -> None:
@@ -109,7 +113,7 @@ class FedSamplingData:
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         p = self.ratio(ctx)
         ctx.log["ratio"] = p
-        return BernoulliSamples(p)
+        return BernoulliSamples(p, report_count=self.count_drawn)
 
 
 @dataclass(frozen=True)

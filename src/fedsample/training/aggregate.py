@@ -91,6 +91,39 @@ class Sum:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
 
 
+@dataclass(frozen=True)
+class DrawnNormalizedSum:
+    """The self-normalized FedSampling update (``fedsampling(normalize="drawn")``): the clients' G_c =
+    (1/K) sum g_s summed and rescaled by K / S, S = sum_c |S_c| the number of samples actually drawn (learned
+    through the same secure sum as the update), i.e. (1/S) sum_s g_s instead of Algorithm 1's (1/K) sum_s g_s.
+    A ratio estimator: slightly biased (O(1/E[S])), but its step no longer scales with S/K = N/N~ * (noise),
+    so an error in N~ changes only how many samples are drawn, not the step size. No response-rate scaling:
+    the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`)."""
+
+    K: int
+    needs_sizes: ClassVar[None] = None
+
+    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
+        drawn = drawn_total(reports) if total is not None else 0
+        if drawn == 0:
+            return None
+        return {k: v * (self.K / drawn) for k, v in total.items()}
+
+
+def drawn_total(reports: Sequence["TrainReport | None"]) -> int:
+    """sum_c |S_c|, the samples the cohort drew: from the federation (vectorized engine, secure sum) where it
+    sums them itself, else from the received reports' ``samples`` fields."""
+    batched = getattr(reports, "drawn_total", None)
+    if batched is not None:
+        return batched()
+    _, got = received(reports)
+    counts = [getattr(r, "samples", None) for r in got]
+    if any(c is None for c in counts):
+        raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
+    return int(sum(counts))
+
+
 def response_rate_of(ctx: "RoundContext | None") -> float:
     """The round's response rate (1 without a context)."""
     return 1.0 if ctx is None else float(getattr(ctx, "response_rate", 1.0))
