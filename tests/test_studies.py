@@ -165,8 +165,8 @@ def test_scoring_on_the_validation_split_changes_no_test_number(tmp_path):
 
 
 def test_a_configured_schedule_reaches_the_strategy():
-    cfg = parse_config(config(strategies=[{"recipe": "fedavg", "label": "A", "schedule": {"kind": "cosine"}},
-                                          {"recipe": "fedavg", "label": "B", "schedule": {"kind": "step", "every": 2, "gamma": 0.1}}]))
+    cfg = parse_config(config(strategies=[{"recipe": "fedavg", "label": "A", "lr_schedule": {"kind": "cosine"}},
+                                          {"recipe": "fedavg", "label": "B", "lr_schedule": {"kind": "step", "every": 2, "gamma": 0.1}}]))
     plan = runner.prepare(cfg)
     assert plan.strategies["A"].schedule == Schedule("cosine", rounds=4)
     assert plan.strategies["B"].schedule == Schedule("step", every=2, gamma=0.1)
@@ -295,9 +295,9 @@ BAD = {
                            "both a parameter and a grid"),
     "validation fraction 0": (dict(validation={"fraction": 0.0}), "validation.fraction"),
     "negative partition seed": (dict(partition_seed=-1), "partition_seed"),
-    "step schedule without gamma": (dict(strategies=[{"recipe": "fedavg", "schedule": {"kind": "step", "every": 2}}]), "needs gamma"),
-    "unknown schedule kind": (dict(strategies=[{"recipe": "fedavg", "schedule": {"kind": "warmup"}}]), "schedule.kind"),
-    "unknown schedule key": (dict(strategies=[{"recipe": "fedavg", "schedule": {"kind": "cosine", "period": 3}}]), "unknown key"),
+    "step schedule without gamma": (dict(strategies=[{"recipe": "fedavg", "lr_schedule": {"kind": "step", "every": 2}}]), "needs gamma"),
+    "unknown schedule kind": (dict(strategies=[{"recipe": "fedavg", "lr_schedule": {"kind": "warmup"}}]), "lr_schedule.kind"),
+    "unknown schedule key": (dict(strategies=[{"recipe": "fedavg", "lr_schedule": {"kind": "cosine", "period": 3}}]), "unknown key"),
 }
 
 

@@ -56,7 +56,7 @@ def plain_label(label: str) -> str:
 
 
 class ScheduleConfig(_Strict):
-    """``[strategies.schedule]``: the server learning rate's factor per round (fedsample.training.schedule);
+    """``[strategies.lr_schedule]``: the server learning rate's factor per round (fedsample.training.schedule);
     ``rounds`` of a cosine schedule defaults to the experiment's rounds."""
 
     kind: Literal["constant", "step", "exponential", "cosine"]
@@ -82,7 +82,7 @@ class StrategyConfig(_WithParams):
     recipe: str
     label: str | None = None
     grid: dict[str, list[GridValue]] | None = None
-    schedule: ScheduleConfig | None = None
+    lr_schedule: ScheduleConfig | None = None
 
     @field_validator("label")
     @classmethod

@@ -96,13 +96,13 @@ def _built(what: str, build: Callable[[], Any]) -> Any:
 
 
 def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) -> Strategy:
-    """A strategy from its recipe and parameters, with its ``[strategies.schedule]`` attached."""
+    """A strategy from its recipe and parameters, with its ``[strategies.lr_schedule]`` attached."""
     strategy = recipe(s.recipe, **params)
-    if s.schedule is None:
+    if s.lr_schedule is None:
         return strategy
     # only a cosine schedule depends on the length of the run (the others resume into more rounds unchanged)
-    rounds = (s.schedule.rounds or config.rounds) if s.schedule.kind == "cosine" else 1
-    schedule = Schedule(s.schedule.kind, s.schedule.every, s.schedule.gamma, rounds)
+    rounds = (s.lr_schedule.rounds or config.rounds) if s.lr_schedule.kind == "cosine" else 1
+    schedule = Schedule(s.lr_schedule.kind, s.lr_schedule.every, s.lr_schedule.gamma, rounds)
     return dataclasses.replace(strategy, schedule=schedule)
 
 
