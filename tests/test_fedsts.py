@@ -3,6 +3,7 @@ aggregation, the participants-only data level, recipes and short end-to-end runs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from fedsample.sampling import design
 from fedsample.sampling.clients import Cohort, UniformClients
 from fedsample.sampling.participant_data import FixedShareSamples, ParticipantData
 from fedsample.sampling.stratify import StratifiedClients, kmeans_strata, selection_weights, stratum_spread
-from fedsample.sizes import RandomizedSizes
+from fedsample.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import RoundContext
 from fedsample.training.aggregate import StratifiedMean
 
@@ -221,6 +222,32 @@ def test_participant_ratio_uses_eq8_over_the_cohort_only():
     # reports collected from more clients than the cohort: Eq. 8 still runs over the participants only
     ctx.sizes = sizes.summarize(np.array([2, 5, 7, 9]), np.append(reports, 10))
     assert ParticipantData(eta=50).ratio(ctx, cohort) == pytest.approx(50 / n_tilde)
+
+
+@pytest.mark.parametrize("epsilon", [None, "none"])
+def test_fedstas_without_dp_uses_the_participants_exact_total(epsilon):
+    """epsilon=None: the cohort reports exact sizes, so p = eta / (sum of the participants' true sizes)
+    every round (checked against the partition's sizes), and no size report is randomized."""
+    fed = tiny_federation()
+    strategy = fs.recipes.recipe("fedstas", H=3, m=6, eta=40, lr=0.05, batch_size=16, epsilon=epsilon)
+    assert strategy.sizes == ExactSizes(scope="cohort")
+    sizes = np.asarray(fed.sizes())
+    seen = []
+
+    class Spy(ParticipantData):
+        def plan(self, ctx, cohort):
+            assert ctx.sizes.exact
+            seen.append(self.ratio(ctx, cohort) * sizes[cohort.ids].sum())
+            return super().plan(ctx, cohort)
+
+    spied = dataclasses.replace(strategy, data=Spy(eta=40))
+    fs.simulate(spied, fed, LogisticRegression(), rounds=4, seed=1, eval_every=4)
+    np.testing.assert_allclose(seen, [40.0] * 4)
+
+
+def test_fedstas_epsilon_must_be_a_number_or_none():
+    with pytest.raises(ValueError, match="epsilon must be a number > 0 or 'none'"):
+        fs.recipes.recipe("fedstas", epsilon="off")
 
 
 def test_fixed_share_samples_keep_each_sample_with_probability_p():
