@@ -212,11 +212,14 @@ def fedsts(
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
     ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
     for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
-    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
+    Horvitz-Thompson of the client mean; ``aggregation="size"``: the size-weighted ratio estimator of FedAvg's
+    objective, with exact sizes from the cohort, see :class:`StratifiedMean`). Paper defaults: H = 10, m = 10,
+    d' = 9, 3 local SGD steps, lr 0.01, batch 128."""
     return Strategy(
         clients=clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within),
         data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
-        aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
+        aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",  # type: ignore[arg-type]
+        sizes=ExactSizes(scope="cohort") if aggregation == "size" else None,
     )
 
 
@@ -235,6 +238,8 @@ def fedstas(
     an experiment file, which has no null, writes ``epsilon = "none"``."""
     base = fedsts(H, m, dim, compression, lr, steps, batch_size, aggregation, spread, within, recompute_every, server_lr, clients)
     sizes = _participant_sizes(epsilon, M)
+    if aggregation == "size" and not isinstance(sizes, ExactSizes):
+        raise ValueError("fedstas: aggregation='size' weights each participant by its exact size; use epsilon=None")
     return dataclasses.replace(base, data=data or ParticipantData(eta, draw), sizes=sizes, name="fedstas")
 
 
