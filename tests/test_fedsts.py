@@ -3,6 +3,7 @@ aggregation, the participants-only data level, recipes and short end-to-end runs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,9 +19,9 @@ from fedsample.sampling import design
 from fedsample.sampling.clients import Cohort, UniformClients
 from fedsample.sampling.participant_data import FixedShareSamples, ParticipantData
 from fedsample.sampling.stratify import StratifiedClients, kmeans_strata, selection_weights, stratum_spread
-from fedsample.sizes import RandomizedSizes
+from fedsample.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import RoundContext
-from fedsample.training.aggregate import StratifiedMean
+from fedsample.training.aggregate import StratifiedMean, WeightedMean
 
 from helpers import blobs, federate
 
@@ -205,6 +206,53 @@ def test_missing_reports_count_as_zero_updates():
     assert float(StratifiedMean("paper").combine(reports, cohort, ctx)["w"]) == pytest.approx((1 + 6) / 4)
 
 
+def test_size_aggregation_by_hand_and_equal_to_fedavg_under_equal_inclusion():
+    cohort = Cohort(np.array([0, 1, 2]), np.array([0.5, 0.25, 1.0]), 4, strata=np.array([0, 0, 1]),
+                    info={"stratum_sizes": np.array([3, 1]), "allocation": np.array([2, 1])})
+    ctx = context(ProbeOnly(np.zeros((4, 2))))
+    ctx.sizes = ExactSizes("cohort").summarize(cohort.ids, np.array([10, 30, 20]))
+    # n_k / pi_k = 20, 120, 20 -> weights 1/8, 6/8, 1/8
+    reports = scalar_reports(np.array([1.0, 2.0, 3.0]), cohort.ids)
+    assert float(StratifiedMean("size").combine(reports, cohort, ctx)["w"]) == pytest.approx((1 + 12 + 3) / 8)
+    equal = Cohort(cohort.ids, np.full(3, 0.75), 4)
+    np.testing.assert_allclose(StratifiedMean("size").weights(np.arange(3), equal, ctx),
+                               WeightedMean("size").weights(np.arange(3), equal, ctx))
+
+
+def test_size_aggregation_targets_the_size_weighted_mean_and_unbiased_the_client_mean():
+    """Sizes correlated with the updates (as on a label-skewed partition): over 3000 rounds of the stratified
+    norm-proportional design, the default HT mean is within 4 SE of the client mean (1/N) sum Delta_k and far
+    from the size-weighted mean; the size-weighted ratio estimator is within 2% of the size-weighted mean
+    (its O(1/m) bias) and far from the client mean."""
+    X = three_clusters(4)
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(5, 200, len(X))
+    values = np.log(sizes) + rng.normal(0, 0.3, len(X))
+    sampler = StratifiedClients(H=3, m=6, dim=3, recompute_every=10**9)
+    fed, state = ProbeOnly(X), {}
+    est_u, est_s = [], []
+    for t in range(3000):
+        ctx = context(fed, round=t, state=state)
+        cohort = sampler.select(ctx)
+        ctx.sizes = ExactSizes("cohort").summarize(np.sort(cohort.ids), sizes[np.sort(cohort.ids)])
+        reports = scalar_reports(values, cohort.ids)
+        est_u.append(float(StratifiedMean().combine(reports, cohort, ctx)["w"]))
+        est_s.append(float(StratifiedMean("size").combine(reports, cohort, ctx)["w"]))
+    client_mean, size_mean = values.mean(), np.dot(sizes, values) / sizes.sum()
+    assert abs(size_mean - client_mean) > 0.1 * abs(size_mean)
+    est_u, est_s = np.array(est_u), np.array(est_s)
+    assert abs(est_u.mean() - client_mean) < 4 * est_u.std(ddof=1) / np.sqrt(len(est_u))
+    assert abs(est_s.mean() - size_mean) < 0.02 * abs(size_mean)
+    assert abs(est_s.mean() - client_mean) > 0.08 * abs(size_mean)
+
+
+def test_size_aggregation_needs_exact_sizes():
+    assert fs.recipes.recipe("fedsts", aggregation="size").sizes == ExactSizes(scope="cohort")
+    assert fs.recipes.recipe("fedstas", aggregation="size", epsilon=None).sizes == ExactSizes(scope="cohort")
+    with pytest.raises(ValueError, match="use epsilon=None"):
+        fs.recipes.recipe("fedstas", aggregation="size", epsilon=3.0)
+
+
 # --- FedSTaS data level ------------------------------------------------------------------------------
 
 
@@ -221,6 +269,32 @@ def test_participant_ratio_uses_eq8_over_the_cohort_only():
     # reports collected from more clients than the cohort: Eq. 8 still runs over the participants only
     ctx.sizes = sizes.summarize(np.array([2, 5, 7, 9]), np.append(reports, 10))
     assert ParticipantData(eta=50).ratio(ctx, cohort) == pytest.approx(50 / n_tilde)
+
+
+@pytest.mark.parametrize("epsilon", [None, "none"])
+def test_fedstas_without_dp_uses_the_participants_exact_total(epsilon):
+    """epsilon=None: the cohort reports exact sizes, so p = eta / (sum of the participants' true sizes)
+    every round (checked against the partition's sizes), and no size report is randomized."""
+    fed = tiny_federation()
+    strategy = fs.recipes.recipe("fedstas", H=3, m=6, eta=40, lr=0.05, batch_size=16, epsilon=epsilon)
+    assert strategy.sizes == ExactSizes(scope="cohort")
+    sizes = np.asarray(fed.sizes())
+    seen = []
+
+    class Spy(ParticipantData):
+        def plan(self, ctx, cohort):
+            assert ctx.sizes.exact
+            seen.append(self.ratio(ctx, cohort) * sizes[cohort.ids].sum())
+            return super().plan(ctx, cohort)
+
+    spied = dataclasses.replace(strategy, data=Spy(eta=40))
+    fs.simulate(spied, fed, LogisticRegression(), rounds=4, seed=1, eval_every=4)
+    np.testing.assert_allclose(seen, [40.0] * 4)
+
+
+def test_fedstas_epsilon_must_be_a_number_or_none():
+    with pytest.raises(ValueError, match="epsilon must be a number > 0 or 'none'"):
+        fs.recipes.recipe("fedstas", epsilon="off")
 
 
 def test_fixed_share_samples_keep_each_sample_with_probability_p():
@@ -308,7 +382,7 @@ def test_more_strata_or_clients_than_the_federation_has():
 
 
 def test_bad_aggregation_and_data_settings():
-    with pytest.raises(ValueError, match="'unbiased' or 'paper'"):
+    with pytest.raises(ValueError, match="'unbiased', 'paper' or 'size'"):
         StratifiedMean("mean")
     ctx = context(ProbeOnly(np.zeros((4, 2))))
     cohort = UniformClients(2).select(ctx)

@@ -245,19 +245,24 @@ def fedsts(
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
     ||compressed gradient||, local SGD on all local data, stratified aggregation (``aggregation="paper"``
     for the paper's (1/N) sum_h N_h mean_h, biased under importance sampling; default: unbiased
-    Horvitz-Thompson). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128.
-    ``samples_per_round=K`` instead of m derives m each round from every client's exact size."""
+    Horvitz-Thompson of the client mean; ``aggregation="size"``: the size-weighted ratio estimator of FedAvg's
+    objective, with exact sizes from the cohort, see :class:`StratifiedMean`). Paper defaults: H = 10, m = 10,
+    d' = 9, 3 local SGD steps, lr 0.01, batch 128. ``samples_per_round=K`` instead of m derives m each round
+    from every client's exact size."""
     m = cohort_size.one_of("m", m, samples_per_round, default=10, check=False)
     clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
+    if clients.needs_sizes == "exact":
+        sizes = ExactSizes(scope="all")
+    else:
+        sizes = ExactSizes(scope="cohort") if aggregation == "size" else None
     return Strategy(
-        clients=clients, sizes=ExactSizes(scope="all") if clients.needs_sizes == "exact" else None,
-        data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
-        aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
+        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
+        aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",  # type: ignore[arg-type]
     )
 
 
 def fedstas(
-    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", eta: int = 2048, epsilon: float = 3.0,
+    H: int = 10, m: int = 10, dim: int = 9, compression: str = "squeeze", eta: int = 2048, epsilon: float | str | None = 3.0,
     M: int = 100, draw: str = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
     aggregation: str = "unbiased", spread: str = "std", within: str = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
@@ -266,11 +271,23 @@ def fedstas(
     epsilon-LDP size reports (Eq. 7), the server estimates their total n~ (Eq. 8) and each participant
     keeps each sample with probability eta/n~ (``draw="fixed"``: the authors' fixed-size variant).
     Paper defaults: H = 10, m = 10, d' = 9, eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616),
-    3 local SGD steps, lr 0.01, batch 128."""
+    3 local SGD steps, lr 0.01, batch 128. ``epsilon=None``: FedSTaS without the DP data level (the
+    participants report their exact sizes, n~ = n, the paper's non-private p = eta/n of §2.4; M is unused);
+    an experiment file, which has no null, writes ``epsilon = "none"``."""
     base = fedsts(H, m, dim, compression, lr, steps, batch_size, aggregation, spread, within, recompute_every, server_lr, clients)
-    return dataclasses.replace(
-        base, data=data or ParticipantData(eta, draw), sizes=RandomizedSizes(epsilon, M, scope="cohort"), name="fedstas"
-    )
+    sizes = _participant_sizes(epsilon, M)
+    if aggregation == "size" and not isinstance(sizes, ExactSizes):
+        raise ValueError("fedstas: aggregation='size' weights each participant by its exact size; use epsilon=None")
+    return dataclasses.replace(base, data=data or ParticipantData(eta, draw), sizes=sizes, name="fedstas")
+
+
+def _participant_sizes(epsilon: float | str | None, M: int) -> ExactSizes | RandomizedSizes:
+    """The cohort's size reports: exact for ``epsilon`` None (or "none"), else epsilon-LDP with threshold M."""
+    if epsilon is None or epsilon == "none":
+        return ExactSizes(scope="cohort")
+    if isinstance(epsilon, str):
+        raise ValueError(f"epsilon must be a number > 0 or 'none' (exact sizes), got {epsilon!r}")
+    return RandomizedSizes(epsilon, M, scope="cohort")
 
 
 def _checked(name: str, params: dict, what: str = "recipe") -> Callable[..., Strategy]:

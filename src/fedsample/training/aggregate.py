@@ -214,21 +214,32 @@ class StratifiedMean:
       (1/N) * sum_h N_h * (1/m_h) * sum_{k in s_h} Delta_k. Unbiased only when pi_k = m_h / N_h inside
       each stratum; with importance sampling proportional to ||X_k|| it over-weights large-norm clients
       (E = (1/N) * sum_h (N_h/m_h) * sum_{k in h} pi_k * Delta_k), contrary to the paper's Lemma 2.1.
+    - ``size``: the size-weighted ratio (Hajek) estimator sum_{k in s} (n_k/pi_k) Delta_k / sum_{k in s} n_k/pi_k
+      of FedAvg's objective, the size-weighted mean (1/n) * sum_k n_k * Delta_k (the paper's Eq. 1 with
+      omega_k = n_k/n); consistent (bias O(1/m)) and needing only the cohort's exact sizes. With equal pi_k it is
+      FedAvg's size-weighted mean. ``unbiased`` and ``paper`` target the client mean (omega_k = 1/N), which
+      on label-skewed partitions with unequal sizes is a different objective from FedAvg's.
 
     The papers aggregate models w_k; we aggregate updates Delta_k = w - w_k. For ``paper`` the weights sum
     to 1, so both agree; the ``unbiased`` weights do not sum to 1 and must be applied to updates.
     """
 
-    by: Literal["unbiased", "paper"] = "unbiased"
-    needs_sizes: ClassVar[None] = None
+    by: Literal["unbiased", "paper", "size"] = "unbiased"
 
     def __post_init__(self) -> None:
-        if self.by not in ("unbiased", "paper"):
-            raise ValueError(f"stratified mean 'by' must be 'unbiased' or 'paper', got {self.by!r}")
+        if self.by not in ("unbiased", "paper", "size"):
+            raise ValueError(f"stratified mean 'by' must be 'unbiased', 'paper' or 'size', got {self.by!r}")
+
+    @property
+    def needs_sizes(self) -> Literal["exact", None]:
+        return "exact" if self.by == "size" else None
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
             return WeightedMean("inverse_inclusion").weights(positions, cohort, ctx)
+        if self.by == "size":
+            sizes = ctx.require_sizes(exact=True).for_clients(cohort.ids[positions])  # type: ignore[union-attr]
+            return size_ratio_weights(sizes, cohort.inclusion[positions])
         if cohort.strata is None or "stratum_sizes" not in cohort.info or "allocation" not in cohort.info:
             raise ValueError("StratifiedMean('paper') needs a stratified cohort (strata, stratum_sizes, allocation)")
         h = np.asarray(cohort.strata)[positions]
@@ -238,3 +249,9 @@ class StratifiedMean:
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
+
+
+def size_ratio_weights(sizes: np.ndarray, inclusion: np.ndarray) -> np.ndarray:
+    """Hajek weights (n_k / pi_k) / sum_j (n_j / pi_j) of the size-weighted mean under inclusion probabilities pi_k."""
+    raw = np.asarray(sizes, dtype=np.float64) / np.asarray(inclusion, dtype=np.float64)
+    return raw / raw.sum()
