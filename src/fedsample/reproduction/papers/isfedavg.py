@@ -60,6 +60,10 @@ PAPER = Paper(
         "The regression study runs Algorithm 1 on numpy arrays (closed-form per-sample gradients, batched over "
         "repetitions) with the library's formulas; the classification preset runs the library's recipe.",
         "ijcnn1 (35,000 points) is replaced by scikit-learn's breast_cancer (456 training points, ~4.6 per agent): "
-        "offline, binary, LIBSVM-like dense features; far fewer points per agent than the paper's 79-688.",
+        "offline, binary, LIBSVM-like dense features; far fewer points per agent than the paper's 79-688. It is an "
+        "easy task (~94-95% for every rule) with 113 test points (one point = 0.88%), so the paper's 4-point "
+        "accuracy gain cannot be resolved on it (measured: IS ahead of FedAvg by +1.8 points on 1 seed of 3, tied on 2).",
+        "Measured (seeds 0-2): regression IS gain 3.67 ± 1.08 dB (optimal), 3.09 ± 0.75 (approx 49-50), "
+        "1.86 ± 0.94 (52-53) against the paper's 23.1 dB; the Eq. 21 bound allows 4.11 ± 0.06 dB on our generator.",
     ),
 )
