@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from fedsample import recipes
-from fedsample.client import ClientContext, ProbeRequest, probe
+import dataclasses
+
+from fedsample.client import ClientContext, ProbeRequest, probe, weighted_second_moment
 from fedsample.data.synthetic import isfedavg_regression
-from fedsample.data.types import FederatedData
+from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.sampling import importance as isx
 from fedsample.sampling.design import inclusion_probabilities
@@ -183,7 +185,7 @@ def test_cheap_plan_draws_from_and_refreshes_the_client_held_weights():
     assert not any(isinstance(v, np.ndarray) for v in vars(plan).values())
     sample = plan.draw(ctx, np.random.default_rng(0))
     np.testing.assert_array_equal(np.sort(sample.indices), [0, 1, 2, 3])  # pi = 4 * 0.25 = 1 for these
-    assert set(vars(sample)) <= {"indices", "probs", "scale", "block"}  # nothing else goes back in the report
+    assert set(vars(sample)) <= {"indices", "probs", "scale", "block", "step_scale"}  # stays on the client; step_scale is the server's own factor
     now = ctx.state["isfedavg"]["data_weights"]
     norms = isx.gradient_norms(ctx, as_params(np.zeros(2)), np.arange(4))
     np.testing.assert_allclose(now[:4], held[:4].sum() / held.sum() * norms / norms.sum())
@@ -216,6 +218,86 @@ def test_regression_importance_sampling_beats_uniform_msd():
     assert importance < uniform - 1.0, (importance, uniform)
 
 
+# --- the paper's agent scores (Eqs. 21-23, 43) and the l2 term (Eqs. 2, 55) ------------------------------
+
+
+def copies(K: int, x: np.ndarray, y: np.ndarray) -> FederatedData:
+    """K agents holding the same points (so every agent has the same gradient statistics)."""
+    xs, ys = np.tile(x, (K, 1)).astype(np.float32), np.tile(y, K).astype(np.float32)
+    ds = Dataset("copies", xs, ys, xs[:1], ys[:1], 0, task="regression")
+    return FederatedData.from_assignment(ds, np.repeat(np.arange(K), len(y)), K)
+
+
+def test_data_variability_eq23_and_alpha_by_hand():
+    """sigma^2_{s,k} = 6/(E_k B_k) (1/N^2) sum_n ||g_n||^2 / p_n; alpha_k = 3 + 6/(E_k B_k)."""
+    g = np.array([2.0, 4.0])
+    assert weighted_second_moment(g, np.array([0.5, 0.5])) == pytest.approx((4 / 0.5 + 16 / 0.5) / 4)  # mean g^2 = 10
+    assert weighted_second_moment(g, g / g.sum()) == pytest.approx(9.0)  # Lemma 6: (mean ||g||)^2
+    np.testing.assert_allclose(isx.data_variability(np.array([9.0, 9.0, 9.0]), np.array([1, 2, 5]), np.array([1, 1, 2])), [54.0, 27.0, 5.4])
+    np.testing.assert_allclose(isx.paper_alpha(np.array([1, 2, 5]), np.array([1, 1, 2])), [9.0, 6.0, 3.6])
+
+
+def test_probe_reports_the_weighted_second_moment_under_the_agents_rule():
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    ctx = ClientContext(0, x, torch.tensor([1.0, -1.0]), linear_module(), "regression", 0)
+    w = as_params(np.zeros(2))  # g_n = -2 y_n x_n: norms 2 and 4
+    gradient = probe(ctx, ProbeRequest(params=w, per_sample=True, data_weights=isx.DataRule("gradient")), np.random.default_rng(0))
+    assert gradient.extra["weighted_second_moment"] == pytest.approx(9.0, rel=1e-6)
+    held = probe(ctx, ProbeRequest(params=w, per_sample=True, data_weights=isx.DataRule("held")), np.random.default_rng(0))
+    assert held.extra["weighted_second_moment"] == pytest.approx(10.0, rel=1e-6)  # uniform before any round
+    ctx.state["isfedavg"] = {"data_weights": np.array([0.2, 0.8])}
+    held = probe(ctx, ProbeRequest(params=w, per_sample=True, data_weights=isx.DataRule("held")), np.random.default_rng(0))
+    assert held.extra["weighted_second_moment"] == pytest.approx((4 / 0.2 + 16 / 0.8) / 4, rel=1e-6)
+
+
+def test_agent_probabilities_carry_epochs_and_batch_sizes_by_hand():
+    """Three agents with the same data (g_n norms 2 and 4 at w = 0, mean gradient (-1, 2)): with Lemma 6's data
+    probabilities the reported sum is 9 and ||grad P_k||^2 = 5, so s_k^2 = 54/(E_k B_k) + (3 + 6/(E_k B_k)) 5:
+    99 for (E, B) = (1, 1), 57 for (2, 1), 23.4 for (5, 2). More epochs / larger batches: lower probability."""
+    fed = copies(3, np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([1.0, -1.0]))
+    w = as_params(np.zeros(2))
+    st = recipes.isfedavg(L=1, lr=0.01, epochs=(1, 2, 5), batch_size=(1, 1, 2), update="exact", reference=w, floor=0.0)
+    state = st.init_state(w)
+    st.round(Simulator(fed, linear_module(), seed=0), w, state, 0, 0)
+    np.testing.assert_allclose(state["isfedavg"]["agent_scores_exact"], np.sqrt([99.0, 57.0, 23.4]), rtol=1e-5)
+    same = recipes.isfedavg(L=1, lr=0.01, epochs=1, batch_size=1, update="exact", reference=w, floor=0.0)
+    state = same.init_state(w)
+    same.round(Simulator(fed, linear_module(), seed=0), w, state, 0, 0)
+    np.testing.assert_allclose(state["isfedavg"]["agent_scores_exact"], np.sqrt([99.0] * 3), rtol=1e-5)
+
+
+def fixed_point(st, fed: FederatedData, rounds: int = 150) -> np.ndarray:
+    sim, w = Simulator(fed, linear_module(), seed=0), as_params(np.zeros(2))
+    state = st.init_state(w)
+    for r in range(rounds):
+        w, _ = st.round(sim, w, state, r, 0)
+    return w["1.weight"].numpy()[0].astype(np.float64)
+
+
+def test_rho_fixed_point_is_the_regularized_optimum_heterogeneous_agents():
+    """Full participation, full batches, E_k = 1: the iteration's fixed point is the minimizer of
+    (1/K) sum_k [(1/N_k) sum_n |d - u w|^2 + rho ||w||^2], (R_u + rho I)^-1 r_du (Eq. 57), to 1e-6."""
+    K, N, rho = 4, 6, 0.5
+    ds = isfedavg_regression(num_agents=K, points_per_agent=N, rho=rho, seed=1)
+    fed = FederatedData.from_assignment(ds, ds.meta["client_ids"], K)
+    st = recipes.isfedavg(L=K, lr=0.2, epochs=1, batch_size=N, update="uniform", rho=rho)
+    np.testing.assert_allclose(fixed_point(st, fed), ds.meta["w_opt"], atol=1e-6)
+
+
+def test_rho_enters_each_local_step_like_the_data_term():
+    """Agents with the same data and E_k = 1, 2, 4 epochs: every local iteration has the regularized optimum
+    (R + rho I)^-1 r as its fixed point, so the federated one does (to 1e-6). A plain weight decay 2 rho w per
+    step (the data term divided by E_k, the decay not) lands elsewhere."""
+    x = np.array([[1.0, 0.2], [0.3, -1.5], [-0.7, 0.9]])
+    y = np.array([0.5, -1.0, 2.0])
+    rho, fed = 0.5, copies(3, x, y)
+    closed = np.linalg.solve(x.T @ x / 3 + rho * np.eye(2), x.T @ y / 3)
+    st = recipes.isfedavg(L=3, lr=0.2, epochs=(1, 2, 4), batch_size=3, update="uniform", rho=rho)
+    np.testing.assert_allclose(fixed_point(st, fed), closed, atol=1e-6)
+    decay = dataclasses.replace(st, local=isx.EpochSGD(lr=0.2, weight_decay=2 * rho))
+    assert np.max(np.abs(fixed_point(decay, fed) - closed)) > 1e-2
+
+
 # --- bad input ------------------------------------------------------------------------------------
 
 
@@ -246,3 +328,5 @@ def test_bad_input_gives_clear_errors():
         isx.ImportanceAgents(L=0)
     with pytest.raises(ValueError, match="scaling"):
         isx.ISFedAvgAggregate("both")
+    with pytest.raises(ValueError, match="rho"):
+        recipes.isfedavg(rho=-0.1)

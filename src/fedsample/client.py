@@ -64,6 +64,13 @@ class DataPlan(Protocol):
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample: ...
 
 
+class DataWeights(Protocol):
+    """A server-sent rule the client applies to its own data: its normalized data inclusion probabilities
+    p_n (sum 1) given the per-sample gradient norms at the probed model (ISFedAvg's Lemma 6 / Eq. 49 / Eq. 53)."""
+
+    def probabilities(self, ctx: ClientContext, grad_norms: np.ndarray) -> np.ndarray: ...
+
+
 # --- size reports -------------------------------------------------------------------------------
 
 
@@ -122,7 +129,10 @@ class ProbeRequest:
     """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
     ``gradient=True`` also the flattened gradient (compression hooks refine this). With ``per_sample=True``
     the report's ``extra["sigma2"]`` is the gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2
-    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients."""
+    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients; with ``data_weights`` (a rule the client
+    applies to its own data) also ``extra["weighted_second_moment"]`` = (1/N_k^2) sum_n ||grad Q(w; x_n)||^2 / p_n,
+    the sum in ISFedAvg's data-variability term sigma^2_{s,k} (Eq. 23), with the client's p_n; no per-sample
+    value leaves the client."""
 
     params: Params
     gradient: bool = False
@@ -130,6 +140,7 @@ class ProbeRequest:
     dim: int = 9  # compressed dimension d'
     projection_seed: int = 0  # seed of the shared Gaussian projection matrix
     per_sample: bool = False
+    data_weights: DataWeights | None = None
 
 
 @dataclass
@@ -154,16 +165,30 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
 
         report.compressed = compress(g, request.compression, request.dim, request.projection_seed)
     if request.per_sample:
-        report.extra["sigma2"] = gradient_noise_variance(ctx, request.params, flat)
+        from fedsample.training.functional import per_sample_gradients
+
+        per_sample = per_sample_gradients(ctx.module, ctx.task, request.params, ctx.x, ctx.y)
+        report.extra["sigma2"] = gradient_noise_variance(per_sample, flat)
+        if request.data_weights is not None:
+            norms = torch.linalg.vector_norm(per_sample, dim=1).cpu().numpy().astype(np.float64)
+            report.extra["weighted_second_moment"] = weighted_second_moment(norms, request.data_weights.probabilities(ctx, norms))
     return report
 
 
-def gradient_noise_variance(ctx: ClientContext, params: Params, mean_gradient: torch.Tensor) -> float:
-    """sigma^2_k = (1/N_k) sum_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 over the client's samples."""
-    from fedsample.training.functional import per_sample_gradients
-
-    per_sample = per_sample_gradients(ctx.module, ctx.task, params, ctx.x, ctx.y)
+def gradient_noise_variance(per_sample: torch.Tensor, mean_gradient: torch.Tensor) -> float:
+    """sigma^2_k = (1/N_k) sum_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 from the per-sample gradients (rows)."""
     return float(torch.mean(torch.sum((per_sample - mean_gradient) ** 2, dim=1)))
+
+
+def weighted_second_moment(grad_norms: np.ndarray, p: np.ndarray) -> float:
+    """(1/N^2) sum_n ||grad Q(w; x_n)||^2 / p_n (ISFedAvg Eq. 23's sum); a point with a zero gradient adds 0
+    whatever its p_n. Uniform p_n = 1/N gives the mean squared gradient norm; Lemma 6's p_n ∝ ||grad Q|| gives
+    its minimum, (mean_n ||grad Q(w; x_n)||)^2."""
+    g2, p = np.asarray(grad_norms, dtype=np.float64) ** 2, np.asarray(p, dtype=np.float64)
+    used = g2 > 0
+    if np.any(p[used] <= 0):
+        raise ValueError("ISFedAvg: a point with a nonzero gradient has data probability 0")
+    return float(np.sum(g2[used] / p[used]) / g2.size**2)
 
 
 # --- training ----------------------------------------------------------------------------------------

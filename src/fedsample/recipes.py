@@ -363,21 +363,25 @@ def iwds(
 
 def isfedavg(
     L: int = 6, lr: float = 0.01, epochs: int | tuple[int, ...] = 1, batch_size: int | tuple[int, ...] = 1,
-    alpha: float | tuple[float, ...] = 3.0, update: str = "approx", reference: Any = None, scaling: str = "step",
-    floor: float | None = None, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    alpha: float | tuple[float, ...] | None = None, update: str = "approx", reference: Any = None, scaling: str = "step",
+    floor: float | None = None, server_lr: float = 1.0, clients: Any = None, data: Any = None, rho: float = 0.0,
 ) -> Strategy:
     """ISFedAvg (Rizk, Vlaski & Sayed 2022, Algorithm 1): L of K agents by systematic sampling with
-    p_k ∝ sqrt(sigma^2_k + alpha_k ||grad P_k||^2) (Lemma 7), B_k points per epoch with p_n ∝ ||grad Q_k||
-    (Lemma 6), E_k epochs, unbiased 1/(K p_k) and 1/(N_k p_n) scaling (Eq. 8) and the mean of Eq. 9.
+    p_k ∝ sqrt(sigma^2_{s,k} + alpha_k ||grad P_k||^2) (Lemma 7; sigma^2_{s,k} of Eq. 23 carries E_k and B_k,
+    alpha_k = 3 + 6/(E_k B_k) unless ``alpha`` is given), B_k points per epoch with p_n ∝ ||grad Q_k|| (Lemma 6),
+    E_k epochs, unbiased 1/(K p_k) and 1/(N_k p_n) scaling (Eq. 8) and the mean of Eq. 9. ``rho``: the l2 term
+    rho ||w||^2 of the local risk (Eqs. 2, 55), in every local step with the step's 1/(K p_k E_k) factor.
     ``epochs``/``batch_size`` may be one value or one per agent (see
     :func:`fedsample.sampling.importance.paper_heterogeneity`). ``update``: "exact" (Lemmas 6-7 at
     ``reference``, the paper's w°), "approx" (Eqs. 49-50), "cheap" (Eqs. 52-53) or "uniform" (FedAvg with
     Eq. 6's epoch correction). Paper (§V-A): L = 6 of K = 300, mu = 0.01, B_k in [1, 10], E_k in [1, 5]."""
     floor = isx.DEFAULT_FLOOR if floor is None else floor
     return Strategy(
-        clients=clients or isx.ImportanceAgents(L=L, alpha=alpha, update=update, reference=reference, floor=floor),  # type: ignore[arg-type]
+        clients=clients or isx.ImportanceAgents(  # type: ignore[arg-type]
+            L=L, alpha=alpha, update=update, reference=reference, floor=floor, epochs=epochs, batch_size=batch_size,  # type: ignore[arg-type]
+        ),
         data=data or isx.ImportanceData(epochs, batch_size, update, reference, scaling, floor),  # type: ignore[arg-type]
-        local=isx.EpochSGD(lr=lr), aggregate=isx.ISFedAvgAggregate(scaling),  # type: ignore[arg-type]
+        local=isx.EpochSGD(lr=lr, rho=rho), aggregate=isx.ISFedAvgAggregate(scaling),  # type: ignore[arg-type]
         server=ServerSGD(server_lr), name="isfedavg" if update != "uniform" else "isfedavg_uniform",
     )
 

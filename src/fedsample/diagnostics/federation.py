@@ -126,7 +126,7 @@ class LinearisedFederation(VectorizedSimulator):
 
     def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> list[Any]:
         """Probe replies at the fixed model, computed once per (client, request options)."""
-        key = (request.gradient, request.compression, request.dim, request.projection_seed, request.per_sample)
+        key = (request.gradient, request.compression, request.dim, request.projection_seed, request.per_sample, request.data_weights)
         missing = np.array([k for k in ids.tolist() if (k, key) not in self._probes], dtype=np.int64)
         if len(missing):
             for k, reply in zip(missing.tolist(), super().run("probe", missing, request, round)):

@@ -39,11 +39,14 @@ use only 1/E_k and the server forms (1/K) sum_k Delta_k / pi_k). Both agree on t
 - ``"uniform"``: p_k = 1/K, p_n = 1/N_k: the same machinery as FedAvg with Eq. 6's epoch correction (the
   paper's baseline draws uniform minibatches with replacement; this one draws without).
 
-**What is garbled or chosen here.** The constant alpha_k of Lemma 7 is unreadable in our copy (a fragment
-"(3 + ...)" survives in the constants of Lemma 3): it is the parameter ``alpha`` (default 3). sigma^2_k is
-taken as the per-sample gradient variance mean_n ||grad Q_k(w; x_n) - grad P_k(w)||^2 reported by the
-``probe`` procedure (``ProbeRequest(per_sample=True)``); the paper's sigma^2_{s,k} (Eq. 23, garbled) also
-carries factors 1/(E_k B_k) and the data inclusion probabilities, which are not used. The E_k and B_k of the
+**The agent scores (Eqs. 21-23, 43).** sigma^2_{s,k} = 6 / (E_k B_k N_k^2) sum_n ||grad Q_k(w; x_n)||^2 / p_n^(k)
+(Eq. 23, :func:`data_variability`): the agent reports only the sum (1/N_k^2) sum_n ||grad Q_k||^2 / p_n^(k)
+(``ProbeRequest(data_weights=DataRule(...))``), computed with the data probabilities its plan draws with, and
+the server applies its E_k and B_k; alpha_k = 3 + 6 / (E_k B_k) (:func:`paper_alpha`). **Garbled in our copy:**
+Eq. 23's constant reads "_0" and Lemma 7's alpha_k only "(3 + ..."; both are read from Eq. 80 (the
+data-level bound 6/(E_k B_k N_k^2) sum_n ||grad Q_k||^2 / p_n + 6/(E_k B_k) ||grad P_k||^2) and Eq. 21's
+"(3 + 6/...)". ``alpha=`` overrides alpha_k. **The l2 term** rho ||w||^2 of the local risk (Eq. 55) is
+:class:`EpochSGD`'s ``rho``, scaled in each local step as the data term is. The E_k and B_k of the
 regression experiment are "chosen uniformly at random from [1, 10] and [1, 5]" (§V-A): we read that as fixed per
 agent, batch sizes from [1, 10] and epochs from [1, 5] (:func:`paper_heterogeneity`). Not in the paper:
 ``floor`` mixes every probability vector with the uniform one, p <- (1 - floor) p + floor / n, so that no unit
@@ -72,6 +75,7 @@ from fedsample.training.local import LocalSGD
 if TYPE_CHECKING:
     from fedsample.client import TrainReport
     from fedsample.rounds import RoundContext
+    from fedsample.training.local import LocalResult
 
 Update = Literal["exact", "approx", "cheap", "uniform"]
 Scaling = Literal["step", "aggregate"]
@@ -85,14 +89,32 @@ DEFAULT_FLOOR = 1e-3
 
 
 def agent_scores(sigma2: np.ndarray, grad_norm: np.ndarray, alpha: float | np.ndarray = 3.0) -> np.ndarray:
-    """s_k = sqrt(sigma^2_k + alpha_k * ||grad P_k(w)||^2), the unnormalized optimal agent inclusion
-    probabilities (Lemma 7, Eq. 43; Eq. 50 at the current model). ``alpha`` may be one value or one per agent."""
+    """s_k = sqrt(sigma^2_{s,k} + alpha_k * ||grad P_k(w)||^2), the unnormalized optimal agent inclusion
+    probabilities (Lemma 7, Eq. 43; Eq. 50 at the current model); ``sigma2`` is the data variability of
+    :func:`data_variability`, ``alpha`` one value or one per agent (:func:`paper_alpha`)."""
     sigma2 = _finite_nonnegative(sigma2, "sigma^2_k")
     grad_norm = _finite_nonnegative(grad_norm, "||grad P_k||")
     alpha = np.asarray(alpha, dtype=np.float64)
     if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
         raise ValueError(f"ISFedAvg: alpha_k must be finite and >= 0, got {alpha!r}")
     return np.sqrt(sigma2 + alpha * grad_norm**2)
+
+
+def data_variability(second_moment: np.ndarray, epochs: np.ndarray | int, batch: np.ndarray | int) -> np.ndarray:
+    """sigma^2_{s,k} = 6 / (E_k B_k N_k^2) * sum_n ||grad Q_k(w; x_{k,n})||^2 / p_n^(k) (Eq. 23; also the first
+    term of Eq. 80), from ``second_moment`` = (1/N_k^2) sum_n ||grad Q_k||^2 / p_n^(k) as the agent reports it
+    (:func:`fedsample.client.weighted_second_moment` with its own data probabilities p_n^(k)). An agent that
+    runs more epochs or larger batches averages more gradients per round, so its data variability and hence
+    its inclusion probability are smaller. Eq. 23's constant is garbled in our copy ("_0"); Eq. 80 reads 6."""
+    m = _finite_nonnegative(second_moment, "data second moment")
+    return 6.0 * m / (np.asarray(epochs, dtype=np.float64) * np.asarray(batch, dtype=np.float64))
+
+
+def paper_alpha(epochs: np.ndarray | int, batch: np.ndarray | int) -> np.ndarray:
+    """alpha_k = 3 + 6 / (E_k B_k), the model-variability weight of Lemma 7 (Eq. 43) and Eq. 21. Our copy
+    keeps only "(3 + ..." of it; the 6 / (E_k B_k) is the ||grad P_k(w°)||^2 term of Eq. 80, the data-level
+    share of the bound that Eq. 21 adds to the agent-level 3 ||grad P_k(w°)||^2."""
+    return 3.0 + 6.0 / (np.asarray(epochs, dtype=np.float64) * np.asarray(batch, dtype=np.float64))
 
 
 def normalized_probabilities(scores: np.ndarray, floor: float = 0.0) -> np.ndarray:
@@ -176,9 +198,29 @@ def _state(ctx: "RoundContext") -> dict:
 
 @dataclass
 class EpochBatches(LocalSample):
-    """A local sample made of consecutive minibatches of ``block`` positions, one per local epoch."""
+    """A local sample made of consecutive minibatches of ``block`` positions, one per local epoch;
+    ``step_scale`` is the factor 1/(K p_k E_k) of Eq. 8 that multiplies each step's estimate of grad P_k (the
+    regularizer's gradient gets it too, :class:`EpochSGD`)."""
 
     block: int = 1
+    step_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class DataRule:
+    """The data probabilities p_n^(k) an agent uses, as a rule it applies to its own data
+    (:class:`fedsample.client.DataWeights`): ``"gradient"`` p_n ∝ ||grad Q_k(w; x_n)|| at the probed model
+    (Lemma 6 at w°, Eq. 49 at w_{i-1}), ``"held"`` the Eq. 53 weights it keeps (uniform before its first
+    round); both mixed with the uniform distribution by ``floor`` as the data plan draws them."""
+
+    rule: Literal["gradient", "held"]
+    floor: float = 0.0
+
+    def probabilities(self, ctx: ClientContext, grad_norms: np.ndarray) -> np.ndarray:
+        raw = grad_norms if self.rule == "gradient" else stored_data_weights(ctx)
+        if np.sum(raw) <= 0:  # every gradient is 0: no variability whatever p_n is
+            return np.full(len(raw), 1.0 / max(len(raw), 1))
+        return (1.0 - self.floor) * raw / np.sum(raw) + self.floor / len(raw)
 
 
 def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None = None) -> np.ndarray:
@@ -223,7 +265,7 @@ class ImportanceBatches:
         scale = self.agent_scale / self.epochs * data_scale(inclusion, ctx.size, batch)
         if self.refresh:
             ctx.state.setdefault(STATE_KEY, {})["data_weights"] = self.refreshed(ctx, raw / raw.sum(), np.unique(indices))
-        return EpochBatches(indices, scale=scale, block=batch)
+        return EpochBatches(indices, scale=scale, block=batch, step_scale=self.agent_scale / self.epochs)
 
     def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Eq. 53: the drawn points share their probability mass by their gradient norms at ``params``."""
@@ -245,13 +287,33 @@ class EpochSGD(LocalSGD):
     """Local SGD over the minibatches an :class:`ImportanceBatches` plan drew: one step per epoch block, in
     order, each step w <- w - lr * (1/B) * sum_b scale_b * grad Q(w; x_b) (Eq. 8 with the plan's scales).
     ``epochs``, ``steps`` and ``batch_size`` of :class:`LocalSGD` are not used with such a plan (it fixes them
-    per agent); under any other data plan (a ``data=`` override) this is plain :class:`LocalSGD`."""
+    per agent); under any other data plan (a ``data=`` override) this is plain :class:`LocalSGD`.
+
+    ``rho`` is the l2 term of the paper's risk, Q_k(w; x) = loss(w; x) + rho ||w||^2 (Eqs. 2 and 55), so every
+    local step's estimate of grad P_k carries 2 rho w with the same factor 1/(K p_k E_k) as the data term
+    (``EpochBatches.step_scale``): the fixed point is that of (1/K) sum_k P_k. A plain weight decay lambda w per
+    step instead would count the regularizer E_k times per round (the data term is divided by E_k, the
+    decay is not). Eq. 8 multiplies each sampled point's copy of 2 rho w by 1/(N_k p_b^(k)) too, whose
+    minibatch mean has expectation 1; we add that expectation, exactly: same mean, no sampling noise on
+    the regularizer (identical to Eq. 8 for full batches)."""
+
+    rho: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not np.isfinite(self.rho) or self.rho < 0:
+            raise ValueError(f"ISFedAvg: rho (the l2 term of the local risk) must be finite and >= 0, got {self.rho!r}")
 
     def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
         block = getattr(sample, "block", None)
         if block is None:
             return super().batches(sample, rng)
         return [np.arange(start, start + block) for start in range(0, len(sample), block)]
+
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> "LocalResult":
+        """:meth:`LocalSGD.run` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
+        decay = self.weight_decay + 2.0 * self.rho * getattr(sample, "step_scale", 1.0)
+        return LocalSGD.run(dataclasses.replace(self, weight_decay=decay, rho=0.0), ctx, sample, params, round, rng)
 
 
 # --- the samplers (run on the server) -------------------------------------------------------------
@@ -272,34 +334,59 @@ def _for_agent(value: int | tuple[int, ...], k: int, name: str) -> int:
     return value[k]
 
 
-def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params) -> tuple[np.ndarray, np.ndarray]:
-    """sigma^2_k and ||grad P_k(params)|| reported by the agents ``ids``."""
-    reports = ctx.federation.run("probe", ids, ProbeRequest(params=params, per_sample=True), ctx.round)
-    return np.array([r.extra["sigma2"] for r in reports]), np.array([r.grad_norm for r in reports])
+def _agent_values(value: int | tuple[int, ...], ids: np.ndarray, name: str) -> np.ndarray:
+    return np.array([_for_agent(value, int(k), name) for k in ids], dtype=np.float64)
+
+
+def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule) -> tuple[np.ndarray, np.ndarray]:
+    """(1/N_k^2) sum_n ||grad Q_k||^2 / p_n^(k) (under the agents' data ``rule``) and ||grad P_k(params)||
+    reported by the agents ``ids``."""
+    request = ProbeRequest(params=params, per_sample=True, data_weights=rule)
+    reports = ctx.federation.run("probe", ids, request, ctx.round)
+    return np.array([r.extra["weighted_second_moment"] for r in reports]), np.array([r.grad_norm for r in reports])
 
 
 @dataclass(frozen=True)
 class ImportanceAgents:
     """ISFedAvg's agent sampler: L of K agents without replacement by systematic sampling on pi_k = L p_k,
-    p_k from Lemma 7 under the chosen ``update`` rule (see the module notes). ``alpha`` is alpha_k of
-    Lemma 7 (one value or one per agent; the paper's value is unreadable in our copy, default 3)."""
+    p_k from Lemma 7 under the chosen ``update`` rule (see the module notes), with each agent's
+    sigma^2_{s,k} (:func:`data_variability`) from its ``epochs`` E_k and ``batch_size`` B_k (one value or one
+    per agent, as :class:`ImportanceData`). ``alpha`` is alpha_k of Lemma 7 (one value or one per agent;
+    None: :func:`paper_alpha`, 3 + 6 / (E_k B_k))."""
 
     L: int = 6
-    alpha: float | tuple[float, ...] = 3.0
+    alpha: float | tuple[float, ...] | None = None
     update: Update = "approx"
     reference: Params | None = field(default=None, compare=False, repr=False)
     floor: float = DEFAULT_FLOOR
+    epochs: int | tuple[int, ...] = 1
+    batch_size: int | tuple[int, ...] = 1
     needs_sizes: ClassVar[None] = None
 
     def __post_init__(self) -> None:
         if int(self.L) != self.L or self.L < 1:
             raise ValueError(f"ISFedAvg: L (agents per round) must be an integer >= 1, got {self.L!r}")
         _check_update(self.update)
-        agent_scores(np.zeros(1), np.zeros(1), self.alpha)  # validates alpha
+        object.__setattr__(self, "epochs", _per_agent(self.epochs, "epochs E_k"))
+        object.__setattr__(self, "batch_size", _per_agent(self.batch_size, "batch sizes B_k"))
+        if self.alpha is not None:
+            agent_scores(np.zeros(1), np.zeros(1), self.alpha)  # validates alpha
         if self.update == "exact" and self.reference is None:
             raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
         if not 0.0 <= self.floor < 1.0:
             raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {self.floor!r}")
+
+    def scores(self, ctx: "RoundContext", ids: np.ndarray, params: Params) -> np.ndarray:
+        """sqrt(sigma^2_{s,k} + alpha_k ||grad P_k(params)||^2) of the agents ``ids`` (Lemma 7 / Eqs. 50, 52),
+        each agent using the data probabilities its own plan draws with (Lemma 6 / Eq. 49, or Eq. 53's)."""
+        rule = DataRule("held" if self.update == "cheap" else "gradient", self.floor)
+        second_moment, grad_norm = _probe(ctx, ids, params, rule)
+        epochs, batch = _agent_values(self.epochs, ids, "epochs"), _agent_values(self.batch_size, ids, "batch_size")
+        if self.alpha is None:
+            alpha = paper_alpha(epochs, batch)
+        else:
+            alpha = self.alpha if np.ndim(self.alpha) == 0 else np.asarray(self.alpha)[ids]
+        return agent_scores(data_variability(second_moment, epochs, batch), grad_norm, alpha)
 
     def probabilities(self, ctx: "RoundContext") -> np.ndarray:
         """The normalized inclusion probabilities p_k (sum 1) used to choose this round's agents."""
@@ -309,18 +396,17 @@ class ImportanceAgents:
             return np.full(K, 1.0 / K)
         if self.update == "exact":
             if "agent_scores_exact" not in state:
-                state["agent_scores_exact"] = agent_scores(*_probe(ctx, everyone, self.reference), self.alpha)
+                state["agent_scores_exact"] = self.scores(ctx, everyone, self.reference)
             return normalized_probabilities(state["agent_scores_exact"], self.floor)
         if self.update == "approx":
-            return normalized_probabilities(agent_scores(*_probe(ctx, everyone, ctx.params), self.alpha), self.floor)
+            return normalized_probabilities(self.scores(ctx, everyone, ctx.params), self.floor)
         return normalized_probabilities(state.setdefault("agent_p", np.full(K, 1.0 / K)), self.floor)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         p = self.probabilities(ctx)
         sample = random_order_systematic(p, min(self.L, ctx.num_clients), ctx.rng("clients"))
         if self.update == "cheap":  # Eq. 52: the participants report at w_{i-1}; used from the next round on
-            alpha = self.alpha if np.ndim(self.alpha) == 0 else np.asarray(self.alpha)[sample.ids]
-            scores = agent_scores(*_probe(ctx, sample.ids, ctx.params), alpha)
+            scores = self.scores(ctx, sample.ids, ctx.params)
             _state(ctx)["agent_p"] = rescale_subset(_state(ctx)["agent_p"], sample.ids, scores)
         ctx.log["agent_p_max"] = float(p.max())
         return Cohort.from_sample(sample, ctx.num_clients)

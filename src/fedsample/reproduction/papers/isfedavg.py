@@ -1,0 +1,69 @@
+"""ISFedAvg (Rizk, Vlaski & Sayed, IEEE TSP 2022): the §V-A regression study (MSD in dB, Fig. 1) and the
+§V-B classification table (testing error, Fig. 2), with the paper's figures beside ours."""
+
+from __future__ import annotations
+
+from fedsample.reproduction.isfedavg_msd import BOUND, VARIANTS, run_study
+from fedsample.reproduction.spec import Comparison, Figure, Paper, Study
+
+REGRESSION = "isfedavg-regression"
+CLASSIFICATION = "isfedavg-breast-cancer"
+UNIFORM, EXACT, APPROX, CHEAP = (VARIANTS[v] for v in ("uniform", "exact", "approx", "cheap"))
+FEDAVG, IS_APPROX, IS_CHEAP = "FedAvg (uniform)", "ISFedAvg (approx 49-50)", "ISFedAvg (cheap 52-53)"
+
+STUDY = Study(
+    name=REGRESSION,
+    run=run_study,
+    cost="numpy on the CPU: about 2-4 min on 2 shared cores for 3 seeds x 10 repetitions x 600 iterations x 4 variants",
+    description=(
+        "§V-A: K = 300 agents, N_k = 100, 2-D linear regression, rho = 0.001, L = 6, mu = 0.01, B_k in [1, 10], "
+        "E_k in [1, 5]; MSD ||w_i - w°||^2 averaged over 10 repetitions per seed and the last 300 of 600 iterations, "
+        "in dB; gain_db = uniform's steady-state MSD minus the variant's (same seed, same problem)."
+    ),
+)
+
+PAPER = Paper(
+    name="isfedavg",
+    citation="E. Rizk, S. Vlaski, A. H. Sayed, Federated Learning Under Importance Sampling, IEEE TSP 70, 2022",
+    presets={"cpu": (CLASSIFICATION,), "cuda": (CLASSIFICATION,)},
+    figures=(
+        Figure("IS gain over uniform sampling, optimal probabilities (§V-A text: 'improved the MSD bound by 23.1 dB')",
+               REGRESSION, EXACT, 23.1, metric="gain_db", unit="dB"),
+        Figure("IS gain, approx (49)-(50) (Fig. 1: 'outperform the other solutions'; no number given)",
+               REGRESSION, APPROX, None, metric="gain_db", unit="dB"),
+        Figure("IS gain, approx (52)-(53) (Fig. 1: 'performs just as well as using the true probabilities')",
+               REGRESSION, CHEAP, None, metric="gain_db", unit="dB"),
+        Figure("What the variance bound of Eq. 21 allows: sum_k c_k/p_k at uniform over optimal probabilities (not in the paper)",
+               REGRESSION, BOUND, None, metric="gain_db", unit="dB",
+               note="if this is far below 23.1 dB, our generator's agents are too alike for the paper's gain"),
+        Figure("FedAvg testing accuracy on ijcnn1 (§V-B: testing error 22.45%)", CLASSIFICATION, FEDAVG, 77.55,
+               note="ijcnn1 replaced by breast_cancer (offline); the paper's error read as 100 - accuracy"),
+        Figure("ISFedAvg testing accuracy on ijcnn1 (§V-B: testing error 18.46%)", CLASSIFICATION, IS_APPROX, 81.54,
+               note="the paper does not say which probability update its classification run uses; approx (49)-(50) here"),
+    ),
+    comparisons=(
+        Comparison("IS (optimal probabilities) reaches a lower MSD than uniform sampling", REGRESSION, EXACT, UNIFORM, metric="msd_db"),
+        Comparison("IS (approx 49-50) reaches a lower MSD than uniform sampling", REGRESSION, APPROX, UNIFORM, metric="msd_db"),
+        Comparison("IS (approx 52-53) reaches a lower MSD than uniform sampling", REGRESSION, CHEAP, UNIFORM, metric="msd_db"),
+        Comparison("approx (52)-(53) performs as well as the optimal probabilities", REGRESSION, CHEAP, EXACT, metric="msd_db", tie=True),
+        Comparison("ISFedAvg's testing accuracy beats FedAvg's (§V-B)", CLASSIFICATION, IS_APPROX, FEDAVG),
+        Comparison("ISFedAvg (cheap 52-53) testing accuracy beats FedAvg's", CLASSIFICATION, IS_CHEAP, FEDAVG),
+    ),
+    studies=(STUDY,),
+    notes=(
+        "The paper's generator leaves R_u,k and sigma^2_v,k unstated; ours draws R_u,k = diag(U[0.5, 2]) and "
+        "sigma^2_v,k ~ U[0.01, 0.1] per agent. The IS gain grows with how unequal the agents' data variability "
+        "sigma^2_{s,k} and model variability ||grad P_k(w°)|| are, so the 23.1 dB figure is tied to the paper's "
+        "(unknown) heterogeneity.",
+        "Eq. 23's constant and Lemma 7's alpha_k are garbled in our copy; read from Eq. 80 and Eq. 21 as "
+        "sigma^2_{s,k} = 6/(E_k B_k N_k^2) sum_n ||grad Q_k||^2 / p_n and alpha_k = 3 + 6/(E_k B_k).",
+        "The regression study runs Algorithm 1 on numpy arrays (closed-form per-sample gradients, batched over "
+        "repetitions) with the library's formulas; the classification preset runs the library's recipe.",
+        "ijcnn1 (35,000 points) is replaced by scikit-learn's breast_cancer (456 training points, ~4.6 per agent): "
+        "offline, binary, LIBSVM-like dense features; far fewer points per agent than the paper's 79-688. It is an "
+        "easy task (~94-95% for every rule) with 113 test points (one point = 0.88%), so the paper's 4-point "
+        "accuracy gain cannot be resolved on it (measured: IS ahead of FedAvg by +1.8 points on 1 seed of 3, tied on 2).",
+        "Measured (seeds 0-2): regression IS gain 3.67 ± 1.08 dB (optimal), 3.09 ± 0.75 (approx 49-50), "
+        "1.86 ± 0.94 (52-53) against the paper's 23.1 dB; the Eq. 21 bound allows 4.11 ± 0.06 dB on our generator.",
+    ),
+)
