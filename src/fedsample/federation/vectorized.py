@@ -222,19 +222,20 @@ class VectorizedSimulator(Simulator):
 
     def _sgd_chunk(
         self, schedules: list, anchor: Params, solver: LocalSGD, round: int, generators: list | None = None
-    ) -> tuple[Params, np.ndarray, np.ndarray]:
-        """Run the stacked clients' local steps (in place); returns stacked updates, steps taken and mean losses.
-        A client past its last step is put back to its parameters before the step (its momentum no longer
-        matters), so it ends bit-for-bit where its own last step left it."""
+    ) -> tuple[dict[str, "_Rows"], np.ndarray, np.ndarray]:
+        """Run the stacked clients' local steps (in place); returns the stacked updates (indexed by chunk position),
+        steps taken and mean losses.
+        The clients are stacked by decreasing number of steps, so step s runs only the first n_s of them (those
+        that still step: views of the stack, updated in place); a client past its last step is left where its
+        own last step put it. Uneven cohorts (one client of 100 steps among a thousand of one) cost the sum of
+        their steps, not the largest times the cohort."""
+        order = np.argsort([-len(s[0]) for s in schedules], kind="stable")
+        schedules = [schedules[i] for i in order]
+        generators = [generators[i] for i in order] if generators is not None else None
         C = len(schedules)
         steps = np.array([len(s[0]) for s in schedules])
-        S, B = int(steps.max()), max(len(b) for s in schedules for b in s[0])
-        rows = np.zeros((C, S, B), dtype=np.int64)
-        weights = np.zeros((C, S, B), dtype=np.float32)
-        for c, (batches, ws) in enumerate(schedules):
-            for s, (b, w) in enumerate(zip(batches, ws)):
-                rows[c, s, : len(b)] = b
-                weights[c, s, : len(b)] = w
+        S, B = int(steps[0]), max(len(b) for s in schedules for b in s[0])
+        rows, weights = _padded_batches(schedules, S, B)
         rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.dtype)
         lr = solver.learning_rate(round)
         names, base = list(anchor), [v.detach() for v in anchor.values()]
@@ -242,18 +243,16 @@ class VectorizedSimulator(Simulator):
         buf = [torch.zeros_like(v) for v in w] if solver.momentum else None
         losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
-            taken = torch.as_tensor(steps > s, device=self.device)
-            masks = self._step_masks(schedules, generators, s, B) if generators is not None else {}
-            g, loss = self._stacked_gradient(dict(zip(names, w)), self.x[rows_t[:, s]], self.y[rows_t[:, s]], weights_t[:, s], masks)
-            done = (~taken).nonzero().flatten()
-            kept = [v[done] for v in w] if len(done) else None
-            sgd_step_(w, list(g.values()), buf, base, lr, solver.momentum, solver.weight_decay, solver.prox_mu)
-            if kept is not None:
-                for v, old in zip(w, kept):
-                    v[done] = old
-            losses[:, s] = torch.where(taken, loss.double(), 0.0)
-        update = {k: a.unsqueeze(0) - v for k, a, v in zip(names, base, w)}
-        return update, steps, losses.sum(1).cpu().numpy() / steps
+            n = int(np.count_nonzero(steps > s))  # the clients still stepping: the first n (sorted by steps)
+            live = [v[:n] for v in w]
+            masks = self._step_masks(schedules[:n], generators[:n], s, B) if generators is not None else {}
+            g, loss = self._stacked_gradient(dict(zip(names, live)), self.x[rows_t[:n, s]], self.y[rows_t[:n, s]], weights_t[:n, s], masks)
+            sgd_step_(live, list(g.values()), None if buf is None else [v[:n] for v in buf], base, lr, solver.momentum,
+                      solver.weight_decay, solver.prox_mu)
+            losses[:n, s] = loss.double()
+        update = {k: v.neg_().add_(a.unsqueeze(0)) for k, a, v in zip(names, base, w)}  # w0 - w, in place
+        inverse = np.argsort(order)  # chunk position -> row of the stack
+        return {k: _Rows(v, inverse) for k, v in update.items()}, steps[inverse], (losses.sum(1).cpu().numpy() / steps)[inverse]
 
     def _step_masks(self, schedules: list, generators: list, s: int, width: int) -> random_layers.Masks:
         """Step s's dropout masks of every client in the chunk, drawn as the client's own step s draws them
@@ -319,6 +318,33 @@ class VectorizedSimulator(Simulator):
             for c in np.flatnonzero(counts).tolist():
                 reports[c].samples = int(counts[c])
         return reports
+
+
+class _Rows:
+    """A stack of per-client tensors read by cohort position: ``rows[j]`` is the row ``where[j]`` of ``stack``
+    (a view, no copy of the stack into cohort order)."""
+
+    __slots__ = ("stack", "where")
+
+    def __init__(self, stack: torch.Tensor, where: np.ndarray) -> None:
+        self.stack, self.where = stack, where
+
+    def __getitem__(self, j: int) -> torch.Tensor:
+        return self.stack[int(self.where[j])]
+
+
+def _padded_batches(schedules: list, steps: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's minibatch rows and weights as (clients, steps, width) arrays, zero-padded (weight 0) where a
+    client takes fewer steps or a smaller batch; filled with one numpy assignment per client."""
+    rows = np.zeros((len(schedules), steps, width), dtype=np.int64)
+    weights = np.zeros((len(schedules), steps, width), dtype=np.float32)
+    for c, (batches, ws) in enumerate(schedules):
+        sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
+        step = np.repeat(np.arange(len(batches)), sizes)
+        slot = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        rows[c, step, slot] = np.concatenate(batches)
+        weights[c, step, slot] = np.concatenate(ws)
+    return rows, weights
 
 
 class _Union:
