@@ -37,9 +37,9 @@ PAPER = Paper(
                REGRESSION, BOUND, None, metric="gain_db", unit="dB",
                note="if this is far below 23.1 dB, our generator's agents are too alike for the paper's gain"),
         Figure("FedAvg testing accuracy on ijcnn1 (§V-B: testing error 22.45%)", CLASSIFICATION, FEDAVG, 77.55,
-               note="ijcnn1 replaced by breast_cancer (offline); the paper's error read as 100 - accuracy"),
+               note="stand-in: ijcnn1 replaced by breast_cancer (offline); the paper's error read as 100 - accuracy"),
         Figure("ISFedAvg testing accuracy on ijcnn1 (§V-B: testing error 18.46%)", CLASSIFICATION, IS_APPROX, 81.54,
-               note="the paper does not say which probability update its classification run uses; approx (49)-(50) here"),
+               note="stand-in: breast_cancer for ijcnn1; the paper does not say which probability update its classification run uses; approx (49)-(50) here"),
     ),
     comparisons=(
         Comparison("IS (optimal probabilities) reaches a lower MSD than uniform sampling", REGRESSION, EXACT, UNIFORM, metric="msd_db"),
