@@ -235,3 +235,24 @@ def test_splice_puts_the_tables_between_the_markers(reproduced, tmp_path, capsys
     doc.write_text("no markers")
     assert splice_main([str(doc), str(out / "reproduction.json")]) == 2
     assert "no section <!-- reproduction:fake:cpu -->" in capsys.readouterr().err
+
+
+def test_a_changed_description_still_counts_as_the_same_experiment(tmp_path):
+    """The description is prose (a preset's stated cost is updated after measuring it): a finished folder is
+    still reused and an interrupted one still resumes; any real setting that changed is still refused."""
+    import json
+
+    from fedsample.experiments import runner
+    from fedsample.experiments.presets import load_preset
+    from fedsample.reproduction.command import finished
+
+    config = load_preset("quickstart")
+    (tmp_path / "results.json").write_text(json.dumps({"config": config.model_dump(mode="json")}))
+    (tmp_path / "run.json").write_text(json.dumps({"config": config.model_dump(mode="json")}))
+    reworded = config.model_copy(update={"description": "measured: 24 s"})
+    assert finished(tmp_path, reworded)
+    runner.check_output_folder(tmp_path, reworded, resume=True)
+    other = config.model_copy(update={"eval_every": 5})
+    assert not finished(tmp_path, other)
+    with pytest.raises(runner.ConfigError, match="eval_every"):
+        runner.check_output_folder(tmp_path, other, resume=True)

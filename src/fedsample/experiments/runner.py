@@ -57,13 +57,14 @@ def check_output_folder(out: Path, config: ExperimentConfig | None = None, resum
 
 
 def _changed_settings(marker: Path, config: ExperimentConfig) -> list[str]:
-    """Top-level settings that differ between the folder's run.json and ``config`` (rounds may grow)."""
+    """Top-level settings that differ between the folder's run.json and ``config`` (rounds may grow; the
+    description is prose, not a setting: a preset whose stated cost was updated still resumes)."""
     try:
         saved = json.loads(marker.read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return ["run.json (missing or unreadable)"]
     current = config.model_dump(mode="json")
-    return sorted(k for k in set(saved) | set(current) if k != "rounds" and saved.get(k) != current.get(k))
+    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description") and saved.get(k) != current.get(k))
 
 
 def start_output_folder(out: Path, config: ExperimentConfig, overwrite: bool = False) -> None:

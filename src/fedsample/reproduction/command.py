@@ -133,12 +133,15 @@ def say(args: argparse.Namespace, text: str) -> None:
 
 
 def finished(folder: Path, config: ExperimentConfig) -> bool:
-    """Whether ``folder`` holds the finished results of exactly this experiment."""
+    """Whether ``folder`` holds the finished results of exactly this experiment (its description, prose such
+    as the stated cost, may have changed since)."""
     try:
-        saved = json.loads((folder / "results.json").read_text())["config"]
+        saved = dict(json.loads((folder / "results.json").read_text())["config"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return saved == config.model_dump(mode="json")
+    current = config.model_dump(mode="json")
+    saved.pop("description", None), current.pop("description", None)
+    return saved == current
 
 
 def run_options(args: argparse.Namespace) -> dict:
