@@ -68,6 +68,16 @@ def run_lines(runs: list[Mapping]) -> list[str]:
     return lines
 
 
+def total_wall(document: dict) -> str:
+    """This invocation's wall time, and the runs' own where some were reused from an earlier invocation."""
+    line = f"Total wall time: {document['wall_s']:.0f} s"
+    reused = [r for r in document["runs"] if r["status"].startswith("reused") and r["wall_s"] is not None]
+    if reused:
+        runs = sum(r["wall_s"] for r in document["runs"] if r["wall_s"] is not None)
+        line += f" ({len(reused)} run(s) reused from an earlier invocation; the runs' own wall times add up to {runs:.0f} s)"
+    return line
+
+
 def markdown(document: Mapping, level: int = 1) -> str:
     """The whole REPRODUCTION.md for one paper's reproduction document (its title a heading of ``level``)."""
     hw = document["hardware"]
@@ -77,7 +87,7 @@ def markdown(document: Mapping, level: int = 1) -> str:
         f"Command: `{document['command']}`  ", f"Profile: {document['profile']} (device {document['device']}); "
         f"seeds {document['seeds']}; {document['date']}  ",
         f"Hardware: {cell(hw['cpu'])}; GPU: {cell(hw['gpu'] or 'none')}; torch {hw['torch']}; Python {hw['python']}  ",
-        f"Total wall time: {document['wall_s']:.0f} s", "", f"{sub} Runs", "", *run_lines(document["runs"]), "",
+        total_wall(document), "", f"{sub} Runs", "", *run_lines(document["runs"]), "",
         f"{sub} Figures: the paper's numbers beside ours", "",
         "Percent figures show our fraction x100; a stand-in setting (CPU profile, or a note saying so) is not comparable.", "",
         *figure_lines(document["figures"]), "", f"{sub} Comparisons: the orderings the paper claims", "",
