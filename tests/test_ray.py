@@ -48,6 +48,7 @@ def ray_fed(local_ray, fed, module):
 
 RECIPES = {
     "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, lr=0.5),
+    "fedsampling_drawn": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, lr=0.5, normalize="drawn"),
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),
     "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),

@@ -98,10 +98,14 @@ class ClientShard:
 
 def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray, np.ndarray]:
     """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
+    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
     positions, got = received(reports)
-    rows = [(r.steps, r.loss, np.nan if getattr(r, "norm_steps", None) is None else r.norm_steps) for r in got]
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 3)
+    rows = [(r.steps, r.loss, _or_nan(getattr(r, "norm_steps", None)), _or_nan(getattr(r, "samples", None))) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4)
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
 
 
 # --- the server's side -------------------------------------------------------------------------------------
@@ -110,9 +114,10 @@ def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray
 class RemoteReport(TrainReport):
     """A client's train report whose update stays on its actor until read."""
 
-    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None) -> None:
+    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
+                 samples: int | None = None) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps = steps, loss, norm_steps
+        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
 
     @property
     def update(self) -> Params:  # type: ignore[override]
@@ -134,8 +139,9 @@ class ShardedReports(list):
         self._local = np.zeros(size, dtype=np.int64)
         for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm) in zip(positions[got].tolist(), table.tolist()):
-                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm)
+            for j, (steps, loss, norm, drawn) in zip(positions[got].tolist(), table.tolist()):
+                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
+                                       None if np.isnan(drawn) else int(drawn))
         self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:
@@ -211,7 +217,7 @@ class RayFederation:
         }
         answers = self._call_each(calls, self._token)
         if procedure == "train":
-            nothing = (np.zeros(0, np.int64), np.zeros((0, 3)))
+            nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return _in_cohort_order(answers, parts, len(ids))
 
