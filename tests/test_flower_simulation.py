@@ -15,6 +15,7 @@ from flower_reference import flower_output, max_difference, same_rounds, simulat
 
 RECIPES = {
     "fedsampling": ({"K": 64, "epsilon": 8.0, "M": 400, "lr": 0.5}, ("ratio", "size_estimate", "train_loss")),
+    "fedsampling/drawn": ({"K": 64, "epsilon": 8.0, "M": 400, "lr": 0.5, "normalize": "drawn"}, ("ratio", "size_estimate", "train_loss")),
     "fedsts": ({"H": 3, "m": 4, "dim": 4, "lr": 0.1, "steps": 2, "batch_size": 16}, ("train_loss", "updates")),
     "isfedavg": ({"L": 3, "lr": 0.05, "epochs": 2, "batch_size": 4, "update": "cheap"}, ("train_loss", "updates")),
 }
@@ -25,7 +26,7 @@ BACKEND = {"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2, "in
 def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
     args, keys = RECIPES[name]
     settings = {"dataset": "digits", "partition-args": json.dumps({"sigma": 1.0}), "model": "logreg",
-                "recipe": name, "recipe-args": json.dumps(args), "num-clients": 10, "num-server-rounds": 2,
+                "recipe": name.split("/")[0], "recipe-args": json.dumps(args), "num-clients": 10, "num-server-rounds": 2,
                 "seed": 3, "round-timeout": 600.0, "out": str(tmp_path)}
     run_simulation(server_app(settings), client_app(settings), num_supernodes=10, backend_config=BACKEND)
     flower, params = flower_output(tmp_path)

@@ -164,5 +164,5 @@ class SealedReplies(Sequence):
         if self._loss is None:
             raise RuntimeError("the drawn count comes with the secure sum of the update: ask for that sum first")
         if self._drawn is None:
-            raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send (the loop, vectorized and Ray engines do; Flower does not yet)")
+            raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
         return self._drawn

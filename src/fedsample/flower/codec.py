@@ -89,6 +89,8 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
         metrics = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
+        if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
+            metrics["samples"] = int(report.samples)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
     raise ValueError(f"unknown procedure {procedure!r}")
 
@@ -158,7 +160,10 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
         raise MalformedReply("no update arrays")
     update = params_of(content.array_records[ARRAYS])
     _check_like(update, sent)
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps)
+    samples = record.get("samples")
+    if samples is not None and (_field(record, "samples", int) < 0):
+        raise MalformedReply(f"negative drawn-sample count {samples}")
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples)
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

@@ -1,0 +1,34 @@
+"""The Flower codec carries a training report's fields as typed records: the drawn-sample count travels only
+when the client reports it (the self-normalized FedSampling update), and a malformed count is refused."""
+
+import pytest
+
+pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+
+import torch  # noqa: E402
+
+from fedsample.client import TrainReport  # noqa: E402
+from fedsample.flower.codec import REPORT, MalformedReply, decode_report, encode_report  # noqa: E402
+
+from types import SimpleNamespace  # noqa: E402
+
+SENT = SimpleNamespace(params={"w": torch.zeros(2, 3), "b": torch.zeros(3)})  # the train payload's parameters
+
+
+def _report(samples):
+    return TrainReport(update={"w": torch.ones(2, 3), "b": torch.full((3,), 0.5)}, steps=2, loss=0.25, samples=samples)
+
+
+@pytest.mark.parametrize("samples", [None, 0, 7])
+def test_a_train_report_round_trips_with_or_without_its_drawn_count(samples):
+    got = decode_report("train", encode_report("train", _report(samples)), SENT)
+    assert got.samples == samples and got.steps == 2 and got.loss == 0.25
+    assert torch.equal(got.update["w"], torch.ones(2, 3))
+    assert ("samples" in encode_report("train", _report(samples))[REPORT]) == (samples is not None)
+
+
+def test_a_negative_drawn_count_is_refused():
+    content = encode_report("train", _report(3))
+    content[REPORT]["samples"] = -1
+    with pytest.raises(MalformedReply, match="negative drawn-sample count"):
+        decode_report("train", content, SENT)
