@@ -38,22 +38,16 @@ def write_diagnosis(diagnosis: Diagnosis, out: Path) -> list[Path]:
     """diagnostics.json, summary.md, exploitation.png, estimator.png and labels.png in ``out``: written into a
     temporary folder inside ``out`` and moved into place only when every one is complete, so an interrupted
     diagnosis never leaves a half-written file. Strict JSON (a non-finite number is null)."""
-    import os
-    import tempfile
-
     from fedsample.diagnostics.plots import plot_estimator, plot_exploitation, plot_labels
-    from fedsample.experiments.runner import finite_or_none
+    from fedsample.experiments.runner import finite_or_none, written_together
 
     out.mkdir(parents=True, exist_ok=True)
     document = diagnosis.to_dict()
     names = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
-    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
-        staged = [Path(tmp) / name for name in names]
-        staged[0].write_text(json.dumps(finite_or_none(document), indent=1, allow_nan=False))
-        staged[1].write_text(summary_table(document))
-        plot_exploitation(document, staged[2])
-        plot_estimator(document, staged[3])
-        plot_labels(diagnosis, staged[4])
-        for path in staged:
-            os.replace(path, out / path.name)
+    with written_together(out, names) as folder:
+        (folder / names[0]).write_text(json.dumps(finite_or_none(document), indent=1, allow_nan=False))
+        (folder / names[1]).write_text(summary_table(document))
+        plot_exploitation(document, folder / names[2])
+        plot_estimator(document, folder / names[3])
+        plot_labels(diagnosis, folder / names[4])
     return [out / name for name in names]

@@ -12,8 +12,9 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
@@ -212,6 +213,16 @@ def current_umask() -> int:
     return mask
 
 
+@contextmanager
+def written_together(out: Path, names: tuple[str, ...]) -> Iterator[Path]:
+    """A staging folder inside ``out``: the block writes the files ``names`` there, and they are moved into
+    ``out`` only when the block ends without error, so a failure leaves none of them half-written."""
+    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
+        yield Path(tmp)
+        for name in names:
+            os.replace(Path(tmp) / name, out / name)
+
+
 def write_outputs(plan: Plan, out: Path, document: dict) -> None:
     """results.json, summary.md, curves.png and the partition picture of the first seed: all written into a
     temporary folder inside ``out`` and moved into place only when every one is complete."""
@@ -219,13 +230,10 @@ def write_outputs(plan: Plan, out: Path, document: dict) -> None:
     from fedsample.experiments.report import plot_curves, summary_table
 
     text = json.dumps(document, indent=1, allow_nan=False)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
-        folder = Path(tmp)
+    with written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json")) as folder:
         (folder / "results.json").write_text(text)
         (folder / "summary.md").write_text(summary_table(document))
         plot_curves(document, folder / "curves.png")
         write_partition_report(plan.federation(plan.config.seeds[0]), folder / "partition")
         os.replace(folder / "partition" / "stats.json", folder / "partition_stats.json")
         os.replace(folder / "partition" / "partition.png", folder / "partition.png")
-        for name in ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json"):
-            os.replace(folder / name, out / name)
