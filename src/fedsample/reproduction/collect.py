@@ -1,8 +1,8 @@
 """Our measurements as per-seed values: ``{label: {which: {metric: [value per seed]}}}`` (``which`` is
 "final" or "best"), read from an experiment's results.json or a study's output.
 
-results.json has two shapes: ``{"mean", "std", "per_seed"}`` per final metric (before the study runner) and
-``{"mean", "sd", "n", "per_seed"}`` per final and best metric (after it). Only ``per_seed`` is read, so both
+results.json has two shapes: ``{"mean", "sd", "n", "per_seed"}`` per final and best metric (written now) and
+``{"mean", "std", "per_seed"}`` per final metric, with no "best" (folders written by earlier versions). Only ``per_seed`` is read, so both
 work; a missing "best" is computed from each seed's round history (max accuracy/macro-F1, min loss).
 """
 

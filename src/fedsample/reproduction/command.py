@@ -6,7 +6,6 @@ or study that fails is reported and the others still run (the caller exits 1).""
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import shlex
 import sys
@@ -145,12 +144,8 @@ def finished(folder: Path, config: ExperimentConfig) -> bool:
 
 
 def run_options(args: argparse.Namespace) -> dict:
-    """``jobs`` for the study runner (only passed where asked: the runner takes it after the study-runner merge)."""
-    if args.jobs == 1:
-        return {}
-    if "jobs" not in inspect.signature(runner.run_experiment).parameters:
-        raise ValueError("--jobs needs a runner that takes jobs= (this build runs one process)")
-    return {"jobs": args.jobs}
+    """The runner's options from the command line (``jobs``: independent runs in that many processes)."""
+    return {"jobs": args.jobs} if args.jobs > 1 else {}
 
 
 def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argparse.Namespace) -> tuple[str, list[str]]:
