@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from fedsample.reproduction.collect import best_of_history, experiment_values
+from fedsample.experiments.stats import best_round
+from fedsample.reproduction.collect import experiment_values
 from fedsample.reproduction.verdict import comparison_verdict, difference, figure_verdict, stats_of
 
 
@@ -79,7 +80,7 @@ def test_results_json_before_the_study_runner_best_from_history():
     values = experiment_values(document)["A"]
     assert values["final"]["accuracy"] == [0.6, 0.8]
     assert values["best"]["accuracy"] == [0.9, 0.8]
-    assert best_of_history(history(0.5, 0.9, 0.6), "loss") == pytest.approx(0.1)  # loss: the smallest
+    assert best_round(history(0.5, 0.9, 0.6), "loss") == pytest.approx(0.1)  # loss: the smallest
 
 
 def test_results_json_after_the_study_runner_reads_best_as_given():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-LOWER_IS_BETTER = frozenset({"loss", "mse"})
+# Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better.
+LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
 
 
 def over_seeds(per_seed: list[float | None]) -> dict:

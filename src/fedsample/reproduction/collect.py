@@ -12,17 +12,9 @@ import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from fedsample.reproduction.spec import LOWER_IS_BETTER
+from fedsample.experiments.stats import best_round
 
 Values = dict[str, dict[str, dict[str, list[float | None]]]]
-
-
-def best_of_history(history: Sequence[Mapping], metric: str) -> float | None:
-    """The best evaluated round's ``metric`` in one seed's history (min for loss-like metrics, else max)."""
-    values = [float(r[metric]) for r in history if r.get(metric) is not None]
-    if not values:
-        return None
-    return min(values) if metric in LOWER_IS_BETTER else max(values)
 
 
 def per_seed(stats: Mapping) -> list[float | None]:
@@ -37,7 +29,7 @@ def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]
         best = {metric: per_seed(stats) for metric, stats in result["best"].items()}
     else:
         histories = result.get("history", [])
-        best = {metric: [best_of_history(h, metric) for h in histories] for metric in final}
+        best = {metric: [best_round(list(h), metric) for h in histories] for metric in final}
     return {"final": final, "best": best}
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Sequence
 
+from fedsample.experiments.stats import LOWER_IS_BETTER  # smaller is better for these metrics, larger for the rest
+
 Which = Literal["final", "best"]
-# Metrics where smaller is better; every other metric (accuracy, macro_f1, gain_db, ...) is larger-is-better.
-LOWER_IS_BETTER = frozenset({"loss", "msd_db", "rmse", "mse"})
 
 
 @dataclass(frozen=True)
