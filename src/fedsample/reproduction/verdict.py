@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from fedsample.experiments.stats import over_seeds
+
 # Metrics stored as fractions and shown (and compared) in percentage points, as the papers report them.
 PERCENT_METRICS = frozenset({"accuracy", "macro_f1"})
 # One seed: a difference counts as large from 5 percentage points (percent metrics) or 10% of the larger mean.
@@ -40,9 +42,8 @@ def stats_of(values: Sequence[float | None]) -> Stats | None:
     kept = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not kept:
         return None
-    mean = sum(kept) / len(kept)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1)) if len(kept) > 1 else None
-    return Stats(mean, sd, len(kept), tuple(kept))
+    summary = over_seeds(kept)  # the runner's own mean and sample sd (ddof = 1)
+    return Stats(summary["mean"], summary["sd"], summary["n"], tuple(kept))
 
 
 def display_scale(metric: str) -> float:
