@@ -40,7 +40,7 @@ class Strategy:
     update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
     :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
     updates (linear aggregators). ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
-optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
+    optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
     (:func:`fedsample.accounting.run_spend`).
     """
 

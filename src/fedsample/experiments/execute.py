@@ -83,7 +83,7 @@ def run_jobs(
 ) -> dict[Job, Outcome]:
     """Every run of the plan, by job; ``progress(run label, round)`` after each round, ``on_failure(line)``
     for each run that stopped. ``jobs > 1`` runs them in that many processes on the CPU; on a GPU they run one
-after another in this process."""
+    after another in this process."""
     todo = plan.runs()
     parallel = jobs > 1 and len(todo) > 1 and resolve_device(settings.device).type == "cpu"
     outcomes = _in_processes(plan, todo, settings, jobs, threads, progress) if parallel else _in_turn(plan, todo, settings, progress)
