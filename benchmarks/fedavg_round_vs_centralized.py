@@ -13,7 +13,7 @@ import torch
 from _common import best_of, dataset, emit, peak_rss_mb
 
 from fedsample import recipes
-from fedsample.client import ClientContext, LocalSample
+from fedsample.messages import ClientContext, LocalSample
 from fedsample.data.types import FederatedData
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import MLP, initial_parameters

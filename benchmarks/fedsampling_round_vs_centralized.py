@@ -54,7 +54,7 @@ def main() -> None:
 
 def _plan_payload(strategy, sim, params):
     """The round-0 train payload (to read back which rows the round draws)."""
-    from fedsample.client import TrainPayload
+    from fedsample.messages import TrainPayload
     from fedsample.strategy import RoundContext
 
     ctx = RoundContext(sim, params, 0, 0, {})

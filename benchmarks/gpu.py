@@ -35,7 +35,7 @@ import torch
 from _common import best_of, emit
 
 from fedsample import recipes
-from fedsample.client import ClientContext, LocalSample
+from fedsample.messages import ClientContext, LocalSample
 from fedsample.data import LogNormalSizes, partition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.device import resolve_device, to_device

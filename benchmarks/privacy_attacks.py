@@ -25,7 +25,9 @@ import _common  # noqa: F401  (puts src/ on the path, one torch thread)
 from _common import emit
 
 import fedsample as fs
-from fedsample import attacks, privacy
+from fedsample import privacy
+from fedsample.sampling.data import sampling_ratio
+from fedsample.privacy import attacks
 from fedsample.experiments.presets import load_preset
 from fedsample.experiments.runner import prepare
 from fedsample.federation.secure_sum import SecureSum
@@ -52,8 +54,8 @@ def presence(sizes: np.ndarray, p: float, fed, params) -> None:
     ids = np.arange(len(sizes))
     arrived = np.zeros(len(sizes))
     for t in range(ROUNDS):
-        payload = fs.client.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t)
-        arrived += [isinstance(r, fs.client.TrainReport) for r in fed.run("train", ids, payload, t)]
+        payload = fs.messages.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t)
+        arrived += [isinstance(r, fs.messages.TrainReport) for r in fed.run("train", ids, payload, t)]
     emit("presence (after): min over clients of the arrival rate", float(arrived.min() / ROUNDS))
     emit("presence (after): max over clients of the arrival rate", float(arrived.max() / ROUNDS))
 
@@ -64,7 +66,7 @@ def update_norms(sizes: np.ndarray, p: float, fed, params, noise=None) -> tuple[
     ids = np.arange(len(sizes))
     counts, norms = [], []
     for t in range(ROUNDS):
-        payload = fs.client.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t, noise)
+        payload = fs.messages.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t, noise)
         replies = fed.run("train", ids, payload, t)
         member, _ = fs.sampling.data.BernoulliSamples(p).draw_cohort(sizes, CohortRandom(SEED, t, ids, "train"))  # client side
         counts.extend(np.bincount(member, minlength=len(sizes)).tolist())
@@ -75,7 +77,7 @@ def update_norms(sizes: np.ndarray, p: float, fed, params, noise=None) -> tuple[
 
 
 def secure_sum_view(fed, params, p: float) -> None:
-    sealed = SecureSum(fed).run("train", np.arange(fed.num_clients), fs.client.TrainPayload(
+    sealed = SecureSum(fed).run("train", np.arange(fed.num_clients), fs.messages.TrainPayload(
         params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), 0), 0)
     try:
         sealed[0].update
@@ -92,20 +94,20 @@ def main() -> None:
     module = fs.models.MLP(hidden=64).build(data.dataset.input_shape, data.dataset.num_classes)
     params = fs.models.initial_parameters(module, SEED)
     reports = attacks.size_reports_over_rounds(sizes, EPSILON, M, 1, True, SEED)[0]
-    p = privacy.sampling_ratio(K, privacy.estimate_total(reports, EPSILON, M))
+    p = sampling_ratio(K, privacy.estimate_total(reports, EPSILON, M))
     fed = make_federation("vectorized", data, module, SEED)
     repeated_reports(sizes)
     presence(sizes, p, fed, params)
     every, drew = update_norms(sizes, p, fed, params)
     emit("Spearman(drawn count, update norm), plain replies: all / drew >= 1", f"{every:.3f} / {drew:.3f}")
     typical = float(np.median([float(torch.sqrt(sum((v ** 2).sum() for v in r.update.values())))
-                               for r in fed.run("train", np.arange(len(sizes)), fs.client.TrainPayload(
+                               for r in fed.run("train", np.arange(len(sizes)), fs.messages.TrainPayload(
                                    params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), 0), 0) if r.steps]))
     for z in (0.5, 1.0):
         noise = privacy.UpdateNoise(clip=typical, noise_multiplier=z)
         every, drew = update_norms(sizes, p, fed, params, noise)
         emit(f"Spearman(drawn count, update norm), clip {typical:.3g} + noise z={z}: all / drew >= 1", f"{every:.3f} / {drew:.3f}")
-        emit(f"  update epsilon per client over {ROUNDS} rounds (delta 1e-5, RDP)", fs.accounting.gaussian_update_epsilon(z, ROUNDS))
+        emit(f"  update epsilon per client over {ROUNDS} rounds (delta 1e-5, RDP)", fs.privacy.accounting.gaussian_update_epsilon(z, ROUNDS))
     secure_sum_view(fed, params, p)
 
 

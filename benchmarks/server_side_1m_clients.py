@@ -17,7 +17,7 @@ from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.rng import CohortRandom
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FedSamplingData
-from fedsample.sizes import RandomizedSizes
+from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.strategy import RoundContext
 
 N = 1_000_000

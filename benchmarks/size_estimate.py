@@ -21,7 +21,9 @@ import time
 import numpy as np
 from _common import emit
 
-from fedsample import privacy, size_estimate
+from fedsample import privacy
+
+from fedsample.privacy import size_estimate
 from fedsample.data.partition import LogNormalSizes
 
 CLIENTS, MEAN, SIGMA, EPSILON, K = 30_000, 2.0, 4.0, 3.0, 2048

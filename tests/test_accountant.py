@@ -6,9 +6,11 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from fedsample import accounting, recipes
+from fedsample import recipes
+
+from fedsample.privacy import accounting
 from fedsample.privacy import UpdateNoise
-from fedsample.sizes import RandomizedSizes
+from fedsample.privacy.sizes import RandomizedSizes
 
 
 def test_basic_composition_hand_computed():

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
-from fedsample.sizes import ExactSizes
+from fedsample.privacy.sizes import ExactSizes
 from fedsample.strategy import RoundContext
 from fedsample.training.aggregate import Sum, WeightedMean
-from fedsample.client import TrainReport
+from fedsample.messages import TrainReport
 
 N = 12
 SIZES = np.array([1, 2, 3, 5, 8, 13, 1, 1, 2, 40, 7, 4])

@@ -1,4 +1,4 @@
-"""Client-side gradient compression for FedSTS/FedSTaS probes (fedsample.compression)."""
+"""Client-side gradient compression for FedSTS/FedSTaS probes (fedsample.sampling.compression)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedsample import compression as C
-from fedsample.client import ClientContext, ProbeRequest, probe
+from fedsample.sampling import compression as C
+from fedsample.messages import ClientContext, ProbeRequest
+from fedsample.client import probe
 from fedsample.models import MLP, initial_parameters
 
 

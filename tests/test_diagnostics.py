@@ -17,7 +17,7 @@ from fedsample.models import initial_parameters
 from fedsample.sampling.clients import AllClients, UniformClients
 from fedsample.sampling.data import FedSamplingData, FullData, UniformSubset
 from fedsample.simulation import build_module
-from fedsample.sizes import ExactSizes, RandomizedSizes
+from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
 from fedsample.training.aggregate import Sum, WeightedMean
 from fedsample.training.functional import flatten

@@ -110,7 +110,7 @@ def test_randomized_reports_never_reveal_true_sizes(backend):
 @pytest.mark.parametrize("backend", ["loop", "vectorized"])
 def test_the_scan_finds_sizes_when_the_strategy_asks_for_exact_ones(backend):
     """Same recipe, but the strategy explicitly asks for exact sizes: the scan must find them."""
-    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, lr=0.1), sizes=fs.sizes.ExactSizes())
+    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, lr=0.1), sizes=fs.privacy.ExactSizes())
     server_side, _ = run_rounds(strategy, backend=backend)
     assert holds_true_sizes(server_side, SIZES)
 
@@ -124,12 +124,12 @@ def test_train_reports_carry_no_sample_counts(backend):
     trains = [(ids, reports) for (procedure, _), (ids, reports) in zip(server_side[4], federation_returns) if procedure == "train"]
     assert trains and any(r.steps == 0 for _, reports in trains for r in reports)  # some clients drew nothing
     for ids, reports in trains:
-        assert len(reports) == len(ids) and all(isinstance(r, fs.client.TrainReport) for r in reports)
+        assert len(reports) == len(ids) and all(isinstance(r, fs.messages.TrainReport) for r in reports)
         shapes = {tuple((k, tuple(v.shape)) for k, v in r.update.items()) for r in reports}
         assert len(shapes) == 1
         for r in reports:
             assert r.steps in (0, 1)
-            message = [getattr(r, f.name) for f in dataclasses.fields(fs.client.TrainReport)]
+            message = [getattr(r, f.name) for f in dataclasses.fields(fs.messages.TrainReport)]
             assert not any(isinstance(v, (int, np.integer)) and v > 1 for v in message)
 
 

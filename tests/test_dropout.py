@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fedsample import recipes
-from fedsample.client import TrainPayload
+from fedsample.messages import TrainPayload
 from fedsample.data.types import Dataset
 from fedsample.evaluation import evaluate
 from fedsample.federation.simulator import Simulator

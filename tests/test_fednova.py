@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 from fedsample import recipes
-from fedsample.client import TrainReport
+from fedsample.messages import TrainReport
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.sampling.clients import AllClients, Cohort, SizeProportional
 from fedsample.simulation import simulate
-from fedsample.sizes import SizeInfo
+from fedsample.privacy.sizes import SizeInfo
 from fedsample.strategy import RoundContext
 from fedsample.training.aggregate import FedNova, WeightedMean
 

@@ -12,14 +12,14 @@ import torch
 
 import fedsample as fs
 from fedsample import privacy
-from fedsample.client import ClientContext, ProbeReport, TrainReport
+from fedsample.messages import ClientContext, ProbeReport, TrainReport
 from fedsample.evaluation import evaluate
 from fedsample.models import LogisticRegression, initial_parameters
 from fedsample.sampling import design
 from fedsample.sampling.clients import Cohort, UniformClients
 from fedsample.sampling.participant_data import FixedShareSamples, ParticipantData
 from fedsample.sampling.stratify import StratifiedClients, kmeans_strata, selection_weights, stratum_spread
-from fedsample.sizes import ExactSizes, RandomizedSizes
+from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import RoundContext
 from fedsample.training.aggregate import StratifiedMean, WeightedMean
 

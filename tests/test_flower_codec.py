@@ -7,7 +7,7 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 
 import torch  # noqa: E402
 
-from fedsample.client import TrainReport  # noqa: E402
+from fedsample.messages import TrainReport  # noqa: E402
 from fedsample.flower.codec import REPORT, MalformedReply, decode_report, encode_report  # noqa: E402
 
 from types import SimpleNamespace  # noqa: E402

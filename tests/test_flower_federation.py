@@ -15,7 +15,7 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
 
 import fedsample as fs  # noqa: E402
-from fedsample.client import ProbeRequest, SizeQuery  # noqa: E402
+from fedsample.messages import ProbeRequest, SizeQuery  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402

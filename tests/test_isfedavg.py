@@ -11,13 +11,17 @@ import torch
 from fedsample import recipes
 import dataclasses
 
-from fedsample.client import ClientContext, ProbeRequest, probe, weighted_second_moment
+from fedsample.messages import ClientContext, ProbeRequest
+
+from fedsample.client import probe, weighted_second_moment
 from fedsample.data.synthetic import isfedavg_regression
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.sampling import importance as isx
 from fedsample.sampling.design import inclusion_probabilities
 from fedsample.simulation import simulate
+from fedsample.training.aggregate import ISFedAvgAggregate
+from fedsample.training.local import EpochSGD
 
 
 def linear_module() -> torch.nn.Module:
@@ -294,7 +298,7 @@ def test_rho_enters_each_local_step_like_the_data_term():
     closed = np.linalg.solve(x.T @ x / 3 + rho * np.eye(2), x.T @ y / 3)
     st = recipes.isfedavg(L=3, lr=0.2, epochs=(1, 2, 4), batch_size=3, update="uniform", rho=rho)
     np.testing.assert_allclose(fixed_point(st, fed), closed, atol=1e-6)
-    decay = dataclasses.replace(st, local=isx.EpochSGD(lr=0.2, weight_decay=2 * rho))
+    decay = dataclasses.replace(st, local=EpochSGD(lr=0.2, weight_decay=2 * rho))
     assert np.max(np.abs(fixed_point(decay, fed) - closed)) > 1e-2
 
 
@@ -327,6 +331,6 @@ def test_bad_input_gives_clear_errors():
     with pytest.raises(ValueError, match="L"):
         isx.ImportanceAgents(L=0)
     with pytest.raises(ValueError, match="scaling"):
-        isx.ISFedAvgAggregate("both")
+        ISFedAvgAggregate("both")
     with pytest.raises(ValueError, match="rho"):
         recipes.isfedavg(rho=-0.1)

@@ -12,7 +12,7 @@ import torch
 from helpers import blobs, federate
 
 from fedsample import models, recipes
-from fedsample.client import ClientContext
+from fedsample.messages import ClientContext
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.simulator import Simulator
 from fedsample.sampling import iwds

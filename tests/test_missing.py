@@ -2,7 +2,7 @@
 
 Horvitz-Thompson weights and FedSampling's sum divided by the observed response rate stay unbiased;
 normalized (ratio) means stay unbiased without adjustment; N~ from the reports received, scaled by
-asked/answered, is unbiased with the variance of ``missing.scaled_total_variance``. Tolerances: 4
+asked/answered, is unbiased with the variance of ``size_estimate.scaled_total_variance``. Tolerances: 4
 standard errors of the Monte Carlo mean (a false alarm about once in 15,000 runs)."""
 
 import numpy as np
@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from fedsample import missing, privacy
-from fedsample.client import TrainReport
+from fedsample.privacy import size_estimate
+from fedsample.messages import TrainReport
 from fedsample.federation.faults import FaultModel, Faulty
 from fedsample.federation.simulator import Simulator
 from fedsample.models import LogisticRegression
 from fedsample.rounds import RoundContext
 from fedsample.sampling.clients import AllClients, UniformClients
-from fedsample.sizes import RandomizedSizes
+from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.strategy import Strategy
 from fedsample.training.aggregate import Sum, WeightedMean
 from helpers import blobs, federate
@@ -91,18 +92,18 @@ def test_scaled_total_variance_matches_monte_carlo():
     for _ in range(20000):
         kept = rng.choice(len(sizes), answered, replace=False)
         reports = privacy.randomized_response(sizes[kept], epsilon, M, rng)
-        estimates.append(missing.scaled_total(privacy.estimate_total(reports, epsilon, M, clamp=False), len(sizes), answered))
+        estimates.append(size_estimate.scaled_total(privacy.estimate_total(reports, epsilon, M, clamp=False), len(sizes), answered))
     estimates = np.array(estimates)
     assert_unbiased(estimates, float(privacy.clip_size(sizes, M).sum()))
-    predicted = missing.scaled_total_variance(sizes, epsilon, M, answered)
+    predicted = size_estimate.scaled_total_variance(sizes, epsilon, M, answered)
     # the sample variance of 20,000 draws is within 5% of the truth with overwhelming probability
     assert estimates.var(ddof=1) == pytest.approx(predicted, rel=0.05), alpha
 
 
 def test_scaled_total_rejects_nobody_answering_and_bad_counts():
     with pytest.raises(ValueError):
-        missing.scaled_total(10.0, 5, 0)
+        size_estimate.scaled_total(10.0, 5, 0)
     with pytest.raises(ValueError):
         missing.response_rate(3, 4)
     with pytest.raises(ValueError, match="1-D"):
-        missing.scaled_total_variance(np.ones((2, 2)), 1.0, 10, 1)
+        size_estimate.scaled_total_variance(np.ones((2, 2)), 1.0, 10, 1)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsample.client import ClientContext, LocalSample
+from fedsample.messages import ClientContext, LocalSample
 from fedsample.training.local import LocalSGD, effective_steps, sgd_step
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedsample import recipes
-from fedsample.client import TrainPayload
+from fedsample.messages import TrainPayload
 from fedsample.data.types import Dataset
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedsample import privacy
+from fedsample.sampling.data import sampling_ratio
 
 
 @pytest.mark.parametrize(
@@ -70,10 +71,10 @@ def test_clamp_to_number_of_answers():
 
 
 def test_sampling_ratio_capped():
-    assert privacy.sampling_ratio(64, 32.0) == 1.0
-    assert privacy.sampling_ratio(64, 640.0) == pytest.approx(0.1)
+    assert sampling_ratio(64, 32.0) == 1.0
+    assert sampling_ratio(64, 640.0) == pytest.approx(0.1)
     with pytest.raises(ValueError):
-        privacy.sampling_ratio(0, 100.0)
+        sampling_ratio(0, 100.0)
 
 
 def test_report_outside_range_is_rejected_naming_the_client():

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample import attacks, privacy
-from fedsample.client import SizeQuery, TrainPayload, TrainReport
+from fedsample import privacy
+from fedsample.sampling.data import sampling_ratio
+from fedsample.privacy import attacks
+from fedsample.messages import SizeQuery, TrainPayload, TrainReport
 from fedsample.federation.secure_sum import SealedReplies, SecureSum
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import CohortRandom
@@ -60,7 +62,7 @@ def test_engines_send_permanent_reports_by_default(backend):
 
 
 def test_permanent_reports_without_a_client_stream_are_memoized_in_client_state():
-    ctx = fs.client.ClientContext(0, torch.zeros(7, 2), torch.zeros(7, dtype=torch.long), None, "classification", 2)
+    ctx = fs.messages.ClientContext(0, torch.zeros(7, 2), torch.zeros(7, dtype=torch.long), None, "classification", 2)
     query = SizeQuery("randomized", 1.0, 10)
     answers = {fs.client.report_size(ctx, query, np.random.default_rng(s)) for s in range(20)}
     assert len(answers) == 1 and ctx.state["permanent_reports"][(1.0, 10)] in answers
@@ -83,7 +85,7 @@ def test_each_sample_is_kept_with_the_same_probability_under_permanent_reports()
     kept, expected, draws = np.zeros(sizes.sum()), 0.0, 0
     for seed in range(600):
         reports = attacks.size_reports_over_rounds(sizes, eps, M, 1, True, seed)[0]
-        p = privacy.sampling_ratio(K, privacy.estimate_total(reports, eps, M))
+        p = sampling_ratio(K, privacy.estimate_total(reports, eps, M))
         for t in range(3):
             member, local = BernoulliSamples(p).draw_cohort(sizes, CohortRandom(seed, t, ids, "train"))
             kept[(np.cumsum(sizes) - sizes)[member] + local] += 1
@@ -304,4 +306,4 @@ def test_noised_runs_agree_across_backends_and_log_their_epsilon():
     for k in out["loop"][0]:
         torch.testing.assert_close(out["loop"][0][k], out["vectorized"][0][k])
     log = out["loop"][1]
-    assert log["size_epsilon"] == 3.0 and log["update_epsilon"] == pytest.approx(fs.accounting.gaussian_update_epsilon(1.0, 2))
+    assert log["size_epsilon"] == 3.0 and log["update_epsilon"] == pytest.approx(fs.privacy.accounting.gaussian_update_epsilon(1.0, 2))

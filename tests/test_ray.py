@@ -80,7 +80,7 @@ def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
 
 def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, ray_fed):
     """For aggregators that read every client's update: the same steps, loss, a_k and update as the engine's."""
-    from fedsample.client import TrainPayload
+    from fedsample.messages import TrainPayload
     from fedsample.federation.vectorized import VectorizedSimulator
     from fedsample.models import initial_parameters
     from fedsample.sampling.data import AllSamples

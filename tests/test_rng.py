@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from fedsample import privacy
-from fedsample.client import ClientContext
+from fedsample.messages import ClientContext
 from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, generator, mix64
 from fedsample.sampling.data import BernoulliSamples
 

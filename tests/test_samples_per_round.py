@@ -10,7 +10,7 @@ import pytest
 from fedsample import recipes
 from fedsample.sampling import cohort_size
 from fedsample.sampling.clients import PoissonClients, SizeProportional, UniformClients
-from fedsample.sizes import ExactSizes
+from fedsample.privacy.sizes import ExactSizes
 from fedsample.strategy import RoundContext
 
 N = 12

@@ -6,7 +6,7 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
-from fedsample.client import TrainPayload
+from fedsample.messages import TrainPayload
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import initial_parameters
 from fedsample.sampling.data import AllSamples

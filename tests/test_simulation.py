@@ -141,7 +141,7 @@ def test_bad_recipe_input(bad):
 
 def test_size_proportional_sampler_requires_exact_sizes():
     from fedsample.sampling.clients import SizeProportional
-    from fedsample.sizes import RandomizedSizes
+    from fedsample.privacy.sizes import RandomizedSizes
 
     with pytest.raises(ValueError, match="exact sizes"):
         fs.Strategy(clients=SizeProportional(3), sizes=RandomizedSizes())

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample import privacy, size_estimate
+from fedsample import privacy
+from fedsample.privacy import size_estimate
 from fedsample.data.partition import LogNormalSizes
 from fedsample.simulation import make_federation
-from fedsample.sizes import RandomizedSizes
+from fedsample.privacy.sizes import RandomizedSizes
 from helpers import blobs, federate
 
 

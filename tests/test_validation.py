@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedsample import privacy, recipes, validate
-from fedsample.client import TrainReport
+from fedsample.messages import TrainReport
 from fedsample.federation.simulator import Simulator
 from fedsample.models import LogisticRegression, initial_parameters
 from fedsample.rounds import Failed, is_failed

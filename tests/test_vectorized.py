@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedsample import recipes
-from fedsample.client import LocalSample, SizeQuery, TrainPayload
+from fedsample.messages import LocalSample, SizeQuery, TrainPayload
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import MLP, initial_parameters

@@ -1,27 +1,22 @@
 """fedsample: sampling for federated learning, with honest probabilities and private size reports.
 
-Submodules load on first use, so ``import fedsample`` stays cheap and a run pays only for what it uses.
+Every submodule loads on first use (``fs.privacy``, ``fs.privacy.accounting``, ``fs.rounds``, ...), so
+``import fedsample`` stays cheap, a run pays only for what it uses, and the public face does not depend on what
+was imported before.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedsample import lazy
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "client", "data", "diagnostics", "evaluation", "experiments", "federation", "models", "privacy", "recipes", "rng",
-    "sampling", "simulation", "sizes", "strategy", "training",
-}
-_NAMES = {"simulate": "fedsample.simulation", "diagnose": "fedsample.diagnostics", "SimulationResult": "fedsample.simulation", "Strategy": "fedsample.strategy"}
+_NAMES = {"simulate": "simulation", "diagnose": "diagnostics", "SimulationResult": "simulation", "Strategy": "strategy"}
 
-__all__ = sorted(_SUBMODULES | set(_NAMES) | {"__version__"})
+__all__ = [
+    "SimulationResult", "Strategy", "__version__", "client", "data", "device", "diagnose", "diagnostics", "evaluation",
+    "experiments", "federation", "messages", "models", "privacy", "recipes", "reproduction", "rng", "rounds", "sampling",
+    "simulate", "simulation", "strategy", "training",
+]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"fedsample.{name}")
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'fedsample' has no attribute {name!r}")
+__getattr__, __dir__ = lazy.submodules(__name__, __path__, _NAMES)

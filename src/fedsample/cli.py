@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     from fedsample.diagnostics.command import add_arguments
 
     add_arguments(sub.add_parser("diagnose", help="bias, variance and data exploitation of each strategy's round"))
-    from fedsample.privacy_cli import add_parser as add_privacy_parser
+    from fedsample.privacy.command import add_parser as add_privacy_parser
 
     add_privacy_parser(sub)
     from fedsample.reproduction.command import add_arguments as add_reproduce_arguments
@@ -218,9 +218,17 @@ def command_diagnose(args: argparse.Namespace) -> None:
 
 
 def command_privacy(args: argparse.Namespace) -> None:
-    from fedsample.privacy_cli import command_privacy as run_privacy
+    from fedsample.privacy.command import command_privacy as run_privacy
 
-    run_privacy(args)
+    run_privacy(args, default_sizes=_quickstart_lognormal_sizes)
+
+
+def _quickstart_lognormal_sizes():
+    """The client sizes of the quickstart-lognormal preset's partition (seed 0): ``fedsample privacy``'s default."""
+    from fedsample.experiments.presets import load_preset
+    from fedsample.experiments.runner import prepare
+
+    return prepare(load_preset("quickstart-lognormal")).federation(0).sizes()
 
 
 def command_reproduce(args: argparse.Namespace) -> None:

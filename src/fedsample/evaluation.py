@@ -7,7 +7,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedsample.training.functional import Params, per_sample_losses
+from fedsample.training.functional import Params, losses_of_outputs
+
+__all__ = ["evaluate", "macro_f1"]
 
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
@@ -33,12 +35,13 @@ def evaluate(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
 
 
 def _metrics(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int) -> dict:
+    """Each test batch goes forward once: its outputs give both the losses and the predicted labels."""
     losses, preds = [], []
     for start in range(0, len(y), batch):
-        xb, yb = x[start : start + batch], y[start : start + batch]
-        losses.append(per_sample_losses(module, params, xb, yb, task))
+        out = functional_call(module, params, (x[start : start + batch],))
+        losses.append(losses_of_outputs(out, y[start : start + batch], task))
         if task != "regression":
-            preds.append(functional_call(module, params, (xb,)).argmax(dim=1))
+            preds.append(out.argmax(dim=1))
     loss = float(torch.cat(losses).mean())
     if task == "regression":
         return {"loss": loss, "mse": loss}

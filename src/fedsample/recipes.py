@@ -17,10 +17,10 @@ from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
 from fedsample.sampling.iwds import IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.stratify import StratifiedClients
-from fedsample.sizes import ExactSizes, RandomizedSizes
+from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, StratifiedMean, Sum, WeightedMean
-from fedsample.training.local import LocalSGD, OneGradient
+from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, StratifiedMean, Sum, WeightedMean
+from fedsample.training.local import EpochSGD, LocalSGD, OneGradient
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 
@@ -381,7 +381,7 @@ def isfedavg(
             L=L, alpha=alpha, update=update, reference=reference, floor=floor, epochs=epochs, batch_size=batch_size,  # type: ignore[arg-type]
         ),
         data=data or isx.ImportanceData(epochs, batch_size, update, reference, scaling, floor),  # type: ignore[arg-type]
-        local=isx.EpochSGD(lr=lr, rho=rho), aggregate=isx.ISFedAvgAggregate(scaling),  # type: ignore[arg-type]
+        local=EpochSGD(lr=lr, rho=rho), aggregate=ISFedAvgAggregate(scaling),  # type: ignore[arg-type]
         server=ServerSGD(server_lr), name="isfedavg" if update != "uniform" else "isfedavg_uniform",
     )
 

@@ -11,15 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from fedsample import accounting, validate
-from fedsample.client import TrainPayload
+from fedsample import validate
+
+from fedsample.privacy import accounting
+from fedsample.messages import TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.federation.secure_sum import SealedReplies, SecureSum
-from fedsample.missing import response_rate, scaled_total
+from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, RoundContext
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
-from fedsample.sizes import ExactSizes, RandomizedSizes, SizeInfo
+from fedsample.privacy.size_estimate import scaled_total
+from fedsample.privacy.sizes import ExactSizes, RandomizedSizes, SizeInfo
 from fedsample.training.aggregate import WeightedMean, received
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
@@ -36,12 +39,12 @@ class Strategy:
     ``clients`` picks the cohort, ``data`` plans each client's local sample, ``local`` is the local
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
-    (centralized training). ``noise`` (a :class:`fedsample.privacy.UpdateNoise`) makes every client clip its
+    (centralized training). ``noise`` (a :class:`fedsample.privacy.noise.UpdateNoise`) makes every client clip its
     update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
     :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
     updates (linear aggregators). ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
     optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
-    (:func:`fedsample.accounting.run_spend`).
+    (:func:`fedsample.privacy.accounting.run_spend`).
     """
 
     clients: Any = field(default_factory=AllClients)
@@ -94,7 +97,7 @@ class Strategy:
 
     def size_policy(self, ctx: RoundContext) -> ExactSizes | RandomizedSizes:
         """The size policy with its threshold resolved for this federation (``M="rmse"``: from the number of
-        clients and the user's size prior, :func:`fedsample.size_estimate.rmse_M`)."""
+        clients and the user's size prior, :func:`fedsample.privacy.size_estimate.rmse_M`)."""
         if not (isinstance(self.sizes, RandomizedSizes) and self.sizes.M == "rmse"):
             return self.sizes
         policy = self.sizes.for_population(ctx.num_clients)

@@ -3,6 +3,8 @@
 Heavy dependencies (scikit-learn, matplotlib) are imported inside the functions that need them.
 """
 
+from fedsample import lazy
+
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.data.datasets import load_dataset, available_datasets
 from fedsample.data.partition import IID, Dirichlet, LocalLongTail, LogNormalSizes, Natural, Shards, partition
@@ -15,3 +17,5 @@ __all__ = [
     "fedprox_synthetic", "isfedavg_regression", "msd_db",
     "make_scheme", "partition_stats", "write_partition_report",
 ]
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

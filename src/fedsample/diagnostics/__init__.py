@@ -5,14 +5,10 @@ Names load on first use, so the command line's parser stays cheap."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedsample import lazy
 
 __all__ = ["Diagnosis", "diagnose", "write_diagnosis"]
-_HOME = {"Diagnosis": "measure", "diagnose": "measure", "write_diagnosis": "report"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"fedsample.diagnostics.{_HOME[name]}"), name)
-    raise AttributeError(f"module 'fedsample.diagnostics' has no attribute {name!r}")
+__getattr__, __dir__ = lazy.submodules(
+    __name__, __path__, {"Diagnosis": "measure", "diagnose": "measure", "write_diagnosis": "report"}
+)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.client import LocalSample, ProbeRequest, TrainPayload, TrainReport
+from fedsample.messages import LocalSample, ProbeRequest, TrainPayload, TrainReport
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator

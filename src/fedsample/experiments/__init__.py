@@ -1,1 +1,5 @@
 """Experiments: TOML configs, presets, the runner and its reports."""
+
+from fedsample import lazy
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

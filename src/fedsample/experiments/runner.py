@@ -187,7 +187,7 @@ def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
 
 def privacy_spent(runs: list[SimulationResult]) -> dict:
     """What one client spent over the whole run (the last round's accountant keys; the same for every seed)."""
-    from fedsample.accounting import SPEND_KEYS
+    from fedsample.privacy.accounting import SPEND_KEYS
 
     last = runs[0].history[-1] if runs and runs[0].history else {}
     return {k: last[k] for k in SPEND_KEYS if k in last}

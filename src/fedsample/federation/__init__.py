@@ -1,6 +1,10 @@
 """Federations run client procedures on chosen clients and return their reports."""
 
+from fedsample import lazy
+
 from fedsample.federation.base import Federation
 from fedsample.federation.simulator import Simulator
 
 __all__ = ["Federation", "Simulator"]
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

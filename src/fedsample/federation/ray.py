@@ -30,7 +30,7 @@ import numpy as np
 import ray
 from torch import nn
 
-from fedsample.client import TrainReport
+from fedsample.messages import TrainReport
 from fedsample.data.types import FederatedData
 from fedsample.rounds import FederationLost
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of

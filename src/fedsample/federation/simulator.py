@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fedsample import client as procedures
+from fedsample.messages import ClientContext
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import payload_for
 from fedsample.rng import client_rng
@@ -51,10 +52,10 @@ class Simulator:
     def num_clients(self) -> int:
         return self.data.num_clients
 
-    def context(self, k: int) -> procedures.ClientContext:
+    def context(self, k: int) -> ClientContext:
         """Client k's data: views of the shared training tensors (rows ``offsets[k]:offsets[k+1]``), no copy."""
         a, b = int(self.data.offsets[k]), int(self.data.offsets[k + 1])
-        return procedures.ClientContext(
+        return ClientContext(
             k, self.x[a:b], self.y[a:b], self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {})
         )
 

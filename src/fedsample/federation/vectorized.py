@@ -42,9 +42,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedsample import client as procedures
-from fedsample import privacy
-from fedsample.client import LocalSample, TrainPayload, TrainReport, empty_report
+from fedsample.privacy.reports import randomized_response, report_cell
+from fedsample.messages import LocalSample, SizeQuery, TrainPayload, TrainReport
+from fedsample.client import empty_report
 from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
@@ -92,13 +92,13 @@ class VectorizedSimulator(Simulator):
             return self.train(ids, list(payload) if per_client else payload, round)
         return super().run(procedure, ids, payload, round)
 
-    def report_sizes(self, ids: np.ndarray, query: procedures.SizeQuery, round: int) -> np.ndarray:
+    def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> np.ndarray:
         """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass."""
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return sizes.copy()
-        cell_round, purpose = procedures.report_cell(query, round)
-        return privacy.randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device))
+        cell_round, purpose = report_cell(query, round)
+        return randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device))
 
     def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport]:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.client import ProbeReport, TrainReport
+from fedsample.messages import ProbeReport, TrainReport
 from fedsample.training.functional import Params
 
 HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"

@@ -13,6 +13,7 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedsample import client as procedures
+from fedsample.messages import ClientContext
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
 from fedsample.flower.codec import decode_request, encode_report
@@ -72,11 +73,11 @@ def _module(model: str, args_json: str, shape: tuple, num_classes: int) -> Any:
     return model_from_name(model, **json.loads(args_json)).build(shape, num_classes)
 
 
-def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict) -> procedures.ClientContext:
+def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict) -> ClientContext:
     """The ``ClientContext`` the procedures run on: this node's data, the model, its own held state."""
     x, y, task, num_classes, shape = node_data(config, node_config)
     module = _module(config.model, json.dumps(config.model_args, sort_keys=True), tuple(shape), num_classes)
-    return procedures.ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
+    return ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
 
 
 def load_state(context: Context) -> dict:

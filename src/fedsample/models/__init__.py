@@ -8,6 +8,8 @@ BatchNorm running statistics). ``docs/models.md`` lists them with their paramete
 
 from __future__ import annotations
 
+from fedsample import lazy
+
 import dataclasses
 
 import torch
@@ -57,3 +59,5 @@ def initial_parameters(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
             if hasattr(layer, "reset_parameters"):
                 layer.reset_parameters()
     return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

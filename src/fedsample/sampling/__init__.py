@@ -1,5 +1,9 @@
 """Sampling: designs with inclusion probabilities, client samplers and data samplers."""
 
+from fedsample import lazy
+
 from fedsample.sampling import design
 
 __all__ = ["design"]
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

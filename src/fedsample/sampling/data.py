@@ -4,7 +4,7 @@ client replies with a report of the same shape (a zero update, no step, when it 
 engines keep the drawn rows on the clients' side. The update itself is computed from the drawn samples (its
 norm grows with their number, and an empty draw gives a zero update); with
 :class:`fedsample.federation.secure_sum.SecureSum` the server sees only the cohort's sum, and with
-:class:`fedsample.privacy.UpdateNoise` each update is clipped and noised (see docs/privacy.md)."""
+:class:`fedsample.privacy.noise.UpdateNoise` each update is clipped and noised (see docs/privacy.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample import checks, privacy
-from fedsample.client import ClientContext, LocalSample
+from fedsample import checks
+from fedsample.messages import ClientContext, LocalSample
 from fedsample.rng import CohortRandom
 
 if TYPE_CHECKING:
@@ -94,6 +94,14 @@ class FixedRatio:
         return BernoulliSamples(self.ratio)
 
 
+def sampling_ratio(K: int, total_estimate: float) -> float:
+    """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2)."""
+    if K <= 0:
+        raise ValueError(f"K must be > 0, got {K}")
+    return min(1.0, K / total_estimate) if total_estimate > 0 else 1.0
+
+
+
 @dataclass(frozen=True)
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
@@ -108,7 +116,7 @@ class FedSamplingData:
         checks.count("K (desired samples per round)", self.K)
 
     def ratio(self, ctx: "RoundContext") -> float:
-        return privacy.sampling_ratio(self.K, ctx.require_sizes().total)
+        return sampling_ratio(self.K, ctx.require_sizes().total)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         p = self.ratio(ctx)

@@ -46,7 +46,7 @@ the server applies its E_k and B_k; alpha_k = 3 + 6 / (E_k B_k) (:func:`paper_al
 Eq. 23's constant reads "_0" and Lemma 7's alpha_k only "(3 + ..."; both are read from Eq. 80 (the
 data-level bound 6/(E_k B_k N_k^2) sum_n ||grad Q_k||^2 / p_n + 6/(E_k B_k) ||grad P_k||^2) and Eq. 21's
 "(3 + 6/...)". ``alpha=`` overrides alpha_k. **The l2 term** rho ||w||^2 of the local risk (Eq. 55) is
-:class:`EpochSGD`'s ``rho``, scaled in each local step as the data term is. The E_k and B_k of the
+:class:`~fedsample.training.local.EpochSGD`'s ``rho``, scaled in each local step as the data term is. The E_k and B_k of the
 regression experiment are "chosen uniformly at random from [1, 10] and [1, 5]" (§V-A): we read that as fixed per
 agent, batch sizes from [1, 10] and epochs from [1, 5] (:func:`paper_heterogeneity`). Not in the paper:
 ``floor`` mixes every probability vector with the uniform one, p <- (1 - floor) p + floor / n, so that no unit
@@ -58,27 +58,22 @@ sampling: first-order inclusion probabilities are unchanged and fixed joint-incl
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 
 import numpy as np
 import torch
 
-from fedsample.client import ClientContext, LocalSample, ProbeRequest
+from fedsample.messages import ClientContext, LocalSample, ProbeRequest
 from fedsample.sampling import design
 from fedsample.rounds import Cohort
-from fedsample.training.aggregate import WeightedMean
+from fedsample.training.aggregate import Scaling, check_scaling
 from fedsample.training.functional import Params, per_sample_gradients
-from fedsample.training.local import LocalSGD
 
 if TYPE_CHECKING:
-    from fedsample.client import TrainReport
     from fedsample.rounds import RoundContext
-    from fedsample.training.local import LocalResult
 
 Update = Literal["exact", "approx", "cheap", "uniform"]
-Scaling = Literal["step", "aggregate"]
 UPDATES = ("exact", "approx", "cheap", "uniform")
 STATE_KEY = "isfedavg"
 #: Default mixing with the uniform distribution (not in the paper; see the module notes).
@@ -196,16 +191,6 @@ def _state(ctx: "RoundContext") -> dict:
 # --- the data plan (runs on the client) -----------------------------------------------------------
 
 
-@dataclass
-class EpochBatches(LocalSample):
-    """A local sample made of consecutive minibatches of ``block`` positions, one per local epoch;
-    ``step_scale`` is the factor 1/(K p_k E_k) of Eq. 8 that multiplies each step's estimate of grad P_k (the
-    regularizer's gradient gets it too, :class:`EpochSGD`)."""
-
-    block: int = 1
-    step_scale: float = 1.0
-
-
 @dataclass(frozen=True)
 class DataRule:
     """The data probabilities p_n^(k) an agent uses, as a rule it applies to its own data
@@ -265,7 +250,7 @@ class ImportanceBatches:
         scale = self.agent_scale / self.epochs * data_scale(inclusion, ctx.size, batch)
         if self.refresh:
             ctx.state.setdefault(STATE_KEY, {})["data_weights"] = self.refreshed(ctx, raw / raw.sum(), np.unique(indices))
-        return EpochBatches(indices, scale=scale, block=batch, step_scale=self.agent_scale / self.epochs)
+        return LocalSample(indices, scale=scale, block=batch, step_scale=self.agent_scale / self.epochs)
 
     def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Eq. 53: the drawn points share their probability mass by their gradient norms at ``params``."""
@@ -280,40 +265,6 @@ def stored_data_weights(ctx: ClientContext) -> np.ndarray:
     if len(weights) != ctx.size:
         raise ValueError(f"ISFedAvg: {len(weights)} stored data weights for a client with {ctx.size} samples")
     return np.asarray(weights, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class EpochSGD(LocalSGD):
-    """Local SGD over the minibatches an :class:`ImportanceBatches` plan drew: one step per epoch block, in
-    order, each step w <- w - lr * (1/B) * sum_b scale_b * grad Q(w; x_b) (Eq. 8 with the plan's scales).
-    ``epochs``, ``steps`` and ``batch_size`` of :class:`LocalSGD` are not used with such a plan (it fixes them
-    per agent); under any other data plan (a ``data=`` override) this is plain :class:`LocalSGD`.
-
-    ``rho`` is the l2 term of the paper's risk, Q_k(w; x) = loss(w; x) + rho ||w||^2 (Eqs. 2 and 55), so every
-    local step's estimate of grad P_k carries 2 rho w with the same factor 1/(K p_k E_k) as the data term
-    (``EpochBatches.step_scale``): the fixed point is that of (1/K) sum_k P_k. A plain weight decay lambda w per
-    step instead would count the regularizer E_k times per round (the data term is divided by E_k, the
-    decay is not). Eq. 8 multiplies each sampled point's copy of 2 rho w by 1/(N_k p_b^(k)) too, whose
-    minibatch mean has expectation 1; we add that expectation, exactly: same mean, no sampling noise on
-    the regularizer (identical to Eq. 8 for full batches)."""
-
-    rho: float = 0.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not np.isfinite(self.rho) or self.rho < 0:
-            raise ValueError(f"ISFedAvg: rho (the l2 term of the local risk) must be finite and >= 0, got {self.rho!r}")
-
-    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
-        block = getattr(sample, "block", None)
-        if block is None:
-            return super().batches(sample, rng)
-        return [np.arange(start, start + block) for start in range(0, len(sample), block)]
-
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> "LocalResult":
-        """:meth:`LocalSGD.run` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
-        decay = self.weight_decay + 2.0 * self.rho * getattr(sample, "step_scale", 1.0)
-        return LocalSGD.run(dataclasses.replace(self, weight_decay=decay, rho=0.0), ctx, sample, params, round, rng)
 
 
 # --- the samplers (run on the server) -------------------------------------------------------------
@@ -430,8 +381,7 @@ class ImportanceData:
         object.__setattr__(self, "epochs", _per_agent(self.epochs, "epochs E_k"))
         object.__setattr__(self, "batch_size", _per_agent(self.batch_size, "batch sizes B_k"))
         _check_update(self.update)
-        if self.scaling not in ("step", "aggregate"):
-            raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {self.scaling!r}")
+        check_scaling(self.scaling)
         if self.update == "exact" and self.reference is None:
             raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
         if not 0.0 <= self.floor < 1.0:
@@ -451,21 +401,3 @@ class ImportanceData:
             )
             for k, factor in zip(cohort.ids, self.agent_factors(cohort))
         ]
-
-
-@dataclass(frozen=True)
-class ISFedAvgAggregate:
-    """Eq. 9's plain mean of the agents' updates (``scaling="step"``: the 1/(K p_k) factor was in the local
-    steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). The data weights
-    of Eq. 53 stay on the clients (:func:`stored_data_weights`)."""
-
-    scaling: Scaling = "step"
-    needs_sizes: ClassVar[None] = None
-
-    def __post_init__(self) -> None:
-        if self.scaling not in ("step", "aggregate"):
-            raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {self.scaling!r}")
-
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
-        mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
-        return mean.combine(reports, cohort, ctx)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample.client import ClientContext, LocalSample
+from fedsample.messages import ClientContext, LocalSample
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort

@@ -1,7 +1,7 @@
 """FedSTaS's data level (Slessor et al. 2025, §2.4, Eq. 7-8 and Algorithm 3): data-uniform sampling
 across the *participating* clients only.
 
-The chosen clients send epsilon-LDP size reports r_k (Eq. 7; :class:`~fedsample.sizes.RandomizedSizes`
+The chosen clients send epsilon-LDP size reports r_k (Eq. 7; :class:`~fedsample.privacy.sizes.RandomizedSizes`
 with ``scope="cohort"``), the server estimates their total n~ = (R - (1 - alpha) * M * m / 2) / alpha
 (Eq. 8, :func:`fedsample.privacy.estimate_total` over the m answers), and every participant keeps each of
 its samples with probability p = eta / n~ (capped at 1), eta being the desired number of samples across
@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample import checks, privacy
-from fedsample.client import ClientContext, LocalSample
-from fedsample.sampling.data import BernoulliSamples
+from fedsample import checks
+from fedsample.messages import ClientContext, LocalSample
+from fedsample.privacy.reports import estimate_total
+from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort
@@ -70,7 +71,7 @@ class ParticipantData:
 
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
         """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1)."""
-        return privacy.sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids))
+        return sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids))
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples | FixedShareSamples:
         p = self.ratio(ctx, cohort)

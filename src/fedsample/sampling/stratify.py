@@ -1,7 +1,7 @@
 """FedSTS / FedSTaS client sampling: strata from compressed gradients, Neyman allocation, and importance
 sampling inside strata (Gao et al. 2024; Slessor et al. 2025, Algorithms 1 and 2).
 
-Each round the server probes every client for its compressed gradient X_k (:mod:`fedsample.compression`),
+Each round the server probes every client for its compressed gradient X_k (:mod:`fedsample.sampling.compression`),
 clusters the X_k into H strata with k-means (Algorithm 1; recomputed every ``recompute_every`` rounds),
 allocates m_h = m * N_h * S_h / sum_h N_h * S_h (Algorithm 2, Neyman 1934) and, independently in each
 stratum, draws m_h clients without replacement with probability proportional to ||X_k|| (Algorithm 2,
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from fedsample.client import ProbeRequest
-from fedsample.compression import check_compression, check_dim
+from fedsample.messages import ProbeRequest
+from fedsample.sampling.compression import check_compression, check_dim
 from fedsample.rng import SERVER, generator
 from fedsample import checks
 from fedsample.sampling import cohort_size, design

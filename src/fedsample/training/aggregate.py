@@ -20,7 +20,7 @@ from fedsample.training.functional import Params
 from fedsample.rounds import answered
 
 if TYPE_CHECKING:
-    from fedsample.client import TrainReport
+    from fedsample.messages import TrainReport
     from fedsample.rounds import Cohort, RoundContext
 
 
@@ -255,3 +255,29 @@ def size_ratio_weights(sizes: np.ndarray, inclusion: np.ndarray) -> np.ndarray:
     """Hajek weights (n_k / pi_k) / sum_j (n_j / pi_j) of the size-weighted mean under inclusion probabilities pi_k."""
     raw = np.asarray(sizes, dtype=np.float64) / np.asarray(inclusion, dtype=np.float64)
     return raw / raw.sum()
+
+
+Scaling = Literal["step", "aggregate"]
+
+
+def check_scaling(scaling: object) -> None:
+    """ISFedAvg's ``scaling`` is "step" (the 1/(K p_k) factor inside the local steps, Eq. 8) or "aggregate"."""
+    if scaling not in ("step", "aggregate"):
+        raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {scaling!r}")
+
+
+@dataclass(frozen=True)
+class ISFedAvgAggregate:
+    """ISFedAvg's aggregation (Rizk, Vlaski & Sayed 2022): Eq. 9's plain mean of the agents' updates (``scaling="step"``: the 1/(K p_k) factor was in the local
+    steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). The data weights
+    of Eq. 53 stay on the clients (:func:`fedsample.sampling.importance.stored_data_weights`)."""
+
+    scaling: Scaling = "step"
+    needs_sizes: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        check_scaling(self.scaling)
+
+    def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
+        mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
+        return mean.combine(reports, cohort, ctx)

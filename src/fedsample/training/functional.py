@@ -10,9 +10,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from fedsample.messages import Params
 from fedsample.training.random_layers import Masks, injected
-
-Params = dict[str, torch.Tensor]
 
 
 def per_sample_losses(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, masks: Masks | None = None) -> torch.Tensor:
@@ -20,6 +19,11 @@ def per_sample_losses(module: nn.Module, params: Params, x: torch.Tensor, y: tor
     dropout masks of this forward (:mod:`fedsample.training.random_layers`; None: dropout off)."""
     with injected(masks):
         out = functional_call(module, params, (x,))
+    return losses_of_outputs(out, y, task)
+
+
+def losses_of_outputs(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
+    """Per-sample loss of the model's outputs ``out``: cross-entropy of the logits (classification) or squared error."""
     if task == "regression":
         return (out.reshape(-1) - y.reshape(-1)) ** 2
     return F.cross_entropy(out, y, reduction="none")
@@ -55,10 +59,6 @@ def zeros_like(params: Params) -> Params:
 
 def flatten(params: Params) -> torch.Tensor:
     return torch.cat([v.reshape(-1) for v in params.values()])
-
-
-def squared_norm(params: Params) -> torch.Tensor:
-    return sum(torch.sum(v * v) for v in params.values())
 
 
 def per_sample_gradients(module: nn.Module, task: str, params: Params, x: torch.Tensor, y: torch.Tensor, chunk_size: int | None = 1024) -> torch.Tensor:

@@ -7,20 +7,19 @@ taken: for SGD the update is ``w_global - w_local``; for FedSampling's one-gradi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedsample import checks
+from fedsample.messages import ClientContext, LocalSample
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_gradient, weighted_loss_fn
 from fedsample.training.random_layers import generator_for, random_layers_of
 
-if TYPE_CHECKING:
-    from fedsample.client import ClientContext, LocalSample
 
 
 @dataclass
@@ -68,7 +67,7 @@ class LocalSGD:
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
 
-    def batches(self, sample: "LocalSample", rng: np.random.Generator) -> list[np.ndarray]:
+    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
         """Positions (into the drawn sample) of each minibatch: shuffled passes without replacement, or,
         when the plan gives a sampling distribution, batches drawn with replacement from it."""
         n = len(sample.indices)
@@ -84,7 +83,7 @@ class LocalSGD:
         per_epoch = math.ceil(n / b)
         return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
 
-    def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         """The local steps, each an in-place update of one working copy of the parameters; minibatches are
         gathered from the client's data by position (no copy of the drawn sample), dropout masks come from the
         client's stream (:mod:`fedsample.training.random_layers`)."""
@@ -177,6 +176,40 @@ def sgd_step(
 
 
 @dataclass(frozen=True)
+class EpochSGD(LocalSGD):
+    """ISFedAvg's local solver (Rizk, Vlaski & Sayed 2022): local SGD over the minibatches an
+    :class:`~fedsample.sampling.importance.ImportanceBatches` plan drew: one step per epoch block, in
+    order, each step w <- w - lr * (1/B) * sum_b scale_b * grad Q(w; x_b) (Eq. 8 with the plan's scales).
+    ``epochs``, ``steps`` and ``batch_size`` of :class:`LocalSGD` are not used with such a plan (it fixes them
+    per agent); under any other data plan (a ``data=`` override) this is plain :class:`LocalSGD`.
+
+    ``rho`` is the l2 term of the paper's risk, Q_k(w; x) = loss(w; x) + rho ||w||^2 (Eqs. 2 and 55), so every
+    local step's estimate of grad P_k carries 2 rho w with the same factor 1/(K p_k E_k) as the data term
+    (``LocalSample.step_scale``): the fixed point is that of (1/K) sum_k P_k. A plain weight decay lambda w per
+    step instead would count the regularizer E_k times per round (the data term is divided by E_k, the
+    decay is not). Eq. 8 multiplies each sampled point's copy of 2 rho w by 1/(N_k p_b^(k)) too, whose
+    minibatch mean has expectation 1; we add that expectation, exactly: same mean, no sampling noise on
+    the regularizer (identical to Eq. 8 for full batches)."""
+
+    rho: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not np.isfinite(self.rho) or self.rho < 0:
+            raise ValueError(f"ISFedAvg: rho (the l2 term of the local risk) must be finite and >= 0, got {self.rho!r}")
+
+    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
+        if sample.block is None:
+            return super().batches(sample, rng)
+        return [np.arange(start, start + sample.block) for start in range(0, len(sample), sample.block)]
+
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+        """:meth:`LocalSGD.run` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
+        decay = self.weight_decay + 2.0 * self.rho * sample.step_scale
+        return LocalSGD.run(dataclasses.replace(self, weight_decay=decay, rho=0.0), ctx, sample, params, round, rng)
+
+
+@dataclass(frozen=True)
 class OneGradient:
     """One gradient at the global model over the drawn sample, normalized by ``K`` (FedSampling,
     §3.2: G_c = (1/K) * sum_{s in S_c} g_s) or, with ``K=None``, by the local sample size
@@ -187,7 +220,7 @@ class OneGradient:
     def __post_init__(self) -> None:
         checks.positive("K", self.K, optional=True)
 
-    def run(self, ctx: "ClientContext", sample: "LocalSample", params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]
         dtype = float_dtype(x)
         norm = self.K if self.K is not None else len(sample.indices)
@@ -200,4 +233,4 @@ class OneGradient:
         return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
 
 
-LocalSolver = LocalSGD | OneGradient
+LocalSolver = LocalSGD | EpochSGD | OneGradient

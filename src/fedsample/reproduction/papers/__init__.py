@@ -1,1 +1,5 @@
 """One module per paper, each defining ``PAPER`` (a :class:`fedsample.reproduction.spec.Paper`)."""
+
+from fedsample import lazy
+
+__getattr__, __dir__ = lazy.submodules(__name__, __path__)

@@ -6,10 +6,10 @@ sampling and size-weighted FedAvg need); ``RandomizedSizes`` asks for epsilon-LD
 client before selection (FedSampling) or only the chosen cohort after it (FedSTaS, size-weighted FedAvg).
 Randomized reports are *permanent* by default (each client randomizes once and repeats its answer every
 round, so a whole run costs one report's epsilon); ``permanent=False`` re-draws them every round, and
-:meth:`RandomizedSizes.epsilon_spent` says what a client has then spent (:mod:`fedsample.accounting`).
+:meth:`RandomizedSizes.epsilon_spent` says what a client has then spent (:mod:`fedsample.privacy.accounting`).
 
 The remedies for a noisy estimate (docs/size-estimate.md): ``M="rmse"`` (M minimizing the estimate's RMSE for
-an assumed population, :mod:`fedsample.size_estimate`), ``reuse=R`` (one estimate for R rounds: fresh reports
+an assumed population, :mod:`fedsample.privacy.size_estimate`), ``reuse=R`` (one estimate for R rounds: fresh reports
 are sent only every R rounds) and ``average=A`` (the mean of the last A estimates from fresh reports). The
 paper's method is ``M`` given, ``reuse=1``, ``average=1``.
 """
@@ -21,9 +21,10 @@ from typing import Literal
 
 import numpy as np
 
-from fedsample import accounting, privacy, size_estimate
-from fedsample.client import SizeQuery
-from fedsample.missing import scaled_total
+from fedsample.messages import SizeQuery
+from fedsample.privacy import accounting, size_estimate
+from fedsample.privacy.reports import alpha_for, estimate_total
+from fedsample.privacy.size_estimate import scaled_total
 
 Scope = Literal["all", "cohort"]
 
@@ -81,7 +82,7 @@ class RandomizedSizes:
 
     ``M="rmse"``: M is chosen, once the number of clients is known, to minimize the RMSE of N~ over
     populations from ``size_prior = (mean client size, log-normal sigma)``, an assumption the user states
-    (public inputs: no privacy cost; :func:`fedsample.size_estimate.rmse_M`). ``reuse=R``: the server asks
+    (public inputs: no privacy cost; :func:`fedsample.privacy.size_estimate.rmse_M`). ``reuse=R``: the server asks
     for reports only every R rounds and keeps the estimate in between. ``average=A`` (fresh reports only):
     the estimate is the mean of the last A estimates, variance / A at the same privacy cost as fresh reports."""
 
@@ -95,7 +96,7 @@ class RandomizedSizes:
 
     def __post_init__(self) -> None:
         _check_scope(self.scope)
-        privacy.alpha_for(self.epsilon, 2 if self.M == "rmse" else self.M)  # validates epsilon and M
+        alpha_for(self.epsilon, 2 if self.M == "rmse" else self.M)  # validates epsilon and M
         for name in ("reuse", "average"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
@@ -125,18 +126,18 @@ class RandomizedSizes:
         return -(-int(rounds) // self.reuse)
 
     def epsilon_spent(self, reports: int, delta: float = accounting.DEFAULT_DELTA) -> dict:
-        """What one client has spent after sending ``reports`` answers (:func:`fedsample.accounting.size_report_spend`)."""
+        """What one client has spent after sending ``reports`` answers (:func:`fedsample.privacy.accounting.size_report_spend`)."""
         return accounting.size_report_spend(self.epsilon, reports, self.permanent, delta)
 
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
-        total = privacy.estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
+        total = estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
         return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False, policy=self)
 
     def unclamped_total(self, info: SizeInfo, asked: int) -> float:
         """Eq. 2 without the floor at the number of answers, scaled from the clients that answered to the
         ``asked`` (as :meth:`fedsample.strategy.Strategy.collect_sizes` scales the clamped total): the unbiased
         value that ``average`` averages before flooring the mean."""
-        raw = privacy.estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
+        raw = estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
         return scaled_total(raw, asked, len(info.ids))
 
 

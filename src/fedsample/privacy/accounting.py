@@ -8,7 +8,7 @@ Two budgets, kept apart:
   Vadhan 2010; Dwork & Roth Thm 3.20), whichever is smaller. A *permanent* report is sent once and repeated:
   repeating it is post-processing, so the run costs one report's epsilon (RAPPOR's memoization, Erlingsson
   et al. 2014), as long as the client's data size does not change.
-- **updates** with clipping and Gaussian noise (:class:`fedsample.privacy.UpdateNoise`): T Gaussian mechanisms
+- **updates** with clipping and Gaussian noise (:class:`fedsample.privacy.noise.UpdateNoise`): T Gaussian mechanisms
   of noise multiplier z, composed with a Renyi-DP accountant (Mironov 2017) or the privacy-loss-distribution
   accountant of the ``dp-accounting`` package (the ``privacy`` extra; imported only here, only when asked).
 """

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedsample import privacy
+from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance
 
 PRIOR_DRAWS = 8  # synthetic populations averaged when M is chosen from a prior
 PRIOR_SEED = 0  # public: the choice must be reproducible by anyone holding the same inputs
@@ -30,12 +30,12 @@ PRIOR_SEED = 0  # public: the choice must be reproducible by anyone holding the 
 def estimator_bias(sizes: np.ndarray, M: int) -> float:
     """E[N~] - N = -sum_c (n_c - (M - 1))^+: what clipping at M - 1 removes from the total."""
     n = np.asarray(sizes, dtype=np.float64)
-    return -float(np.sum(n - privacy.clip_size(sizes, M)))
+    return -float(np.sum(n - clip_size(sizes, M)))
 
 
 def estimator_rmse(sizes: np.ndarray, epsilon: float, M: int) -> float:
     """sqrt(bias^2 + Var) of the raw (unclamped) N~ against the true total, for true sizes ``sizes``."""
-    return math.sqrt(estimator_bias(sizes, M) ** 2 + privacy.estimator_variance(sizes, epsilon, M))
+    return math.sqrt(estimator_bias(sizes, M) ** 2 + estimator_variance(sizes, epsilon, M))
 
 
 def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
@@ -43,7 +43,7 @@ def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
 
     With k_M clients below M - 1 (kept) and the rest clipped to M - 1:
     sum n_clip = S_k + (|C| - k)(M - 1), sum n_clip^2 = Q_k + (|C| - k)(M - 1)^2, and
-    Var = sum [alpha n^2 + (1-alpha) M(2M-1)/6 - (alpha n + (1-alpha) M/2)^2] / alpha^2 (:func:`privacy.estimator_variance`)."""
+    Var = sum [alpha n^2 + (1-alpha) M(2M-1)/6 - (alpha n + (1-alpha) M/2)^2] / alpha^2 (:func:`~fedsample.privacy.reports.estimator_variance`)."""
     n = np.sort(np.asarray(sizes, dtype=np.float64))
     C = len(n)
     prefix, prefix_sq = np.concatenate([[0.0], np.cumsum(n)]), np.concatenate([[0.0], np.cumsum(n**2)])
@@ -52,7 +52,7 @@ def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
     kept = np.searchsorted(n, top, side="right")
     s1 = prefix[kept] + (C - kept) * top
     s2 = prefix_sq[kept] + (C - kept) * top**2
-    alpha = np.array([privacy.alpha_for(epsilon, int(M)) for M in Ms])
+    alpha = np.array([alpha_for(epsilon, int(M)) for M in Ms])
     Mf = Ms.astype(np.float64)
     a, b = (1 - alpha) * Mf * (2 * Mf - 1) / 6, (1 - alpha) * Mf / 2
     variance = (alpha * s2 + C * a - (alpha**2 * s2 + 2 * alpha * b * s1 + C * b**2)) / alpha**2
@@ -92,17 +92,11 @@ def rmse_M(num_clients: int, epsilon: float, mean: float, sigma: float) -> int:
     return int(Ms[np.argmin(mse)])
 
 
-def floor_frequency(sizes: np.ndarray, epsilon: float, M: int, draws: int, rng: np.random.Generator) -> float:
-    """How often the raw N~ falls below the number of answers |C| (so the clamped N~ is |C|): Monte Carlo."""
-    totals = simulated_totals(sizes, epsilon, M, draws, rng)
-    return float(np.mean(totals < len(sizes)))
-
-
 def simulated_totals(sizes: np.ndarray, epsilon: float, M: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """``draws`` raw (unclamped) N~ for the population ``sizes``, from randomized responses (Eq. 1-2): each
     client tells the truth with probability alpha, otherwise sends a uniform fake size on {1, ..., M-1}."""
-    alpha = privacy.alpha_for(epsilon, M)
-    clipped = privacy.clip_size(sizes, M)
+    alpha = alpha_for(epsilon, M)
+    clipped = clip_size(sizes, M)
     C = len(clipped)
     totals = np.empty(draws)
     for i in range(draws):
@@ -111,3 +105,33 @@ def simulated_totals(sizes: np.ndarray, epsilon: float, M: int, draws: int, rng:
         report_sum = float(clipped[truthful].sum()) + float(rng.integers(1, M, size=liars).sum())
         totals[i] = (report_sum - (1 - alpha) * M * C / 2) / alpha
     return totals
+
+
+# --- the estimate from the clients that answered (docs/reliability.md, missing replies) ------------------
+
+
+def scaled_total(total_over_answered: float, asked: int, answered: int) -> float:
+    """N~_adj = (n / a) * N~_a: the estimate over the a answering clients scaled to the n asked."""
+    if answered <= 0:
+        raise ValueError("no size report arrived: the total cannot be estimated")
+    return total_over_answered * asked / answered
+
+
+def scaled_total_variance(sizes: np.ndarray, epsilon: float, M: int, answered: int) -> float:
+    """Var(N~_adj) when ``answered`` = a of the n = len(sizes) asked clients answer, a uniform random subset:
+
+        Var = (n/a)^2 * (a/n) * sum_c Var(r_c) / alpha^2   +   n^2 (1 - a/n) S^2 / a,
+
+    the randomized-response noise of the a reports (:func:`~fedsample.privacy.reports.estimator_variance`, averaged over which
+    clients answered) plus the sampling variance of expanding a simple random sample's total, S^2 the
+    variance (ddof=1) of the clipped sizes over the asked clients."""
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1:
+        raise ValueError(f"sizes must be a 1-D array of client sizes, got shape {sizes.shape}")
+    n, a = len(sizes), int(answered)
+    if not 1 <= a <= n:
+        raise ValueError(f"answered must be in [1, {n}], got {answered}")
+    noise = (n / a) ** 2 * (a / n) * estimator_variance(sizes, epsilon, M)
+    clipped = clip_size(sizes, M).astype(np.float64)
+    spread = float(np.var(clipped, ddof=1)) if n > 1 else 0.0
+    return noise + n**2 * (1 - a / n) * spread / a

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from fedsample import accounting, attacks, privacy
+from fedsample.privacy import accounting, attacks
+from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def read_sizes(spec: str | None) -> np.ndarray:
-    """Sizes from a comma list or a file of whitespace/comma-separated integers; the quickstart-lognormal partition's
-    sizes (seed 0) when ``spec`` is None."""
+def read_sizes(spec: str | None, default: Callable[[], np.ndarray]) -> np.ndarray:
+    """Sizes from a comma list or a file of whitespace/comma-separated integers; ``default()`` when ``spec`` is None
+    (the command line passes the quickstart-lognormal partition's sizes, seed 0)."""
     if spec is None:
-        from fedsample.experiments.presets import load_preset
-        from fedsample.experiments.runner import prepare
-
-        return prepare(load_preset("quickstart-lognormal")).federation(0).sizes()
+        return default()
     text = Path(spec).read_text() if Path(spec).is_file() else spec
     try:
         sizes = np.array([int(v) for v in text.replace(",", " ").split()], dtype=np.int64)
@@ -52,12 +51,12 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
     """The lines ``fedsample privacy`` prints."""
     if rounds < 1 or draws < 1:
         raise ValueError(f"--rounds and --draws must be >= 1, got {rounds} and {draws}")
-    alpha = privacy.alpha_for(epsilon, M)
-    clipped = float(privacy.clip_size(sizes, M).sum())
-    se = math.sqrt(privacy.estimator_variance(sizes, epsilon, M))
+    alpha = alpha_for(epsilon, M)
+    clipped = float(clip_size(sizes, M).sum())
+    se = math.sqrt(estimator_variance(sizes, epsilon, M))
     permanent = accounting.size_report_spend(epsilon, rounds, True, delta)
     fresh = accounting.size_report_spend(epsilon, rounds, False, delta)
-    audit = privacy.privacy_audit(epsilon, M, draws, np.random.default_rng(seed))
+    audit = privacy_audit(epsilon, M, draws, np.random.default_rng(seed))
     lines = [
         f"alpha = {alpha:.6f}  (P(true clipped size is reported), Eq. 21)",
         f"population: {len(sizes)} clients, total {int(sizes.sum())}, clipped total {clipped:.0f} "
@@ -77,6 +76,7 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
     return lines
 
 
-def command_privacy(args: argparse.Namespace) -> None:
-    for line in report(args.epsilon, args.M, args.rounds, read_sizes(args.sizes), args.delta, args.draws, args.seed):
+def command_privacy(args: argparse.Namespace, default_sizes: Callable[[], np.ndarray]) -> None:
+    """Print :func:`report` for the command's arguments (``default_sizes``: the population without ``--sizes``)."""
+    for line in report(args.epsilon, args.M, args.rounds, read_sizes(args.sizes, default_sizes), args.delta, args.draws, args.seed):
         print(line)

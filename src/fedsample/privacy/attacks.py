@@ -8,7 +8,7 @@
   with ratio max over both outcomes of the probability ratio. With fixed-shape replies the bit is constant.
 - :func:`spearman`: rank correlation, for the update norm against the number of drawn samples.
 
-The draws are the ones the engines make (:func:`fedsample.client.report_cell` streams, the Bernoulli plan's
+The draws are the ones the engines make (:func:`fedsample.privacy.reports.report_cell` streams, the Bernoulli plan's
 cohort draw), so the figures describe the library's own behaviour.
 """
 
@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
-from fedsample import privacy
-from fedsample.client import SizeQuery, report_cell
+from fedsample.messages import SizeQuery
+from fedsample.privacy.reports import alpha_for, clip_size, randomized_response, report_cell
 from fedsample.rng import CohortRandom
 
 
@@ -31,7 +31,7 @@ def size_reports_over_rounds(sizes: np.ndarray, epsilon: float, M: int, rounds: 
     out = np.empty((rounds, len(sizes)), dtype=np.int64)
     for t in range(rounds):
         cell_round, purpose = report_cell(query, t)
-        out[t] = privacy.randomized_response(sizes, epsilon, M, CohortRandom(seed, cell_round, ids, purpose))
+        out[t] = randomized_response(sizes, epsilon, M, CohortRandom(seed, cell_round, ids, purpose))
     return out
 
 
@@ -45,12 +45,12 @@ def most_frequent(reports: np.ndarray, M: int) -> np.ndarray:
 def most_frequent_report_attack(sizes: np.ndarray, epsilon: float, M: int, rounds: int, permanent: bool, seed: int = 0) -> float:
     """Fraction of clients whose most frequent report over ``rounds`` rounds is their true clipped size."""
     reports = size_reports_over_rounds(sizes, epsilon, M, rounds, permanent, seed)
-    return float(np.mean(most_frequent(reports, M) == privacy.clip_size(sizes, M)))
+    return float(np.mean(most_frequent(reports, M) == clip_size(sizes, M)))
 
 
 def one_report_guess(epsilon: float, M: int) -> float:
     """P(report = true clipped size) for one report: alpha + (1 - alpha)/(M - 1) (Eq. 1)."""
-    alpha = privacy.alpha_for(epsilon, M)
+    alpha = alpha_for(epsilon, M)
     return alpha + (1 - alpha) / (M - 1)
 
 

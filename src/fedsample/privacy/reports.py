@@ -11,13 +11,21 @@ true total N only when no client holds M or more samples (the paper's Eq. 7 glos
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from fedsample import checks
+from fedsample.messages import SizeQuery
 from fedsample.rng import ClientRandom, CohortRandom, uniform_integers
+
+__all__ = [
+    "PERMANENT_REPORT", "PERMANENT_ROUND", "alpha_for", "clip_size", "estimate_total", "estimator_variance", "privacy_audit",
+    "randomized_response", "report_cell", "response_distribution", "validate_reports",
+]
+
+PERMANENT_REPORT = "report_size/permanent"  # purpose of the round-independent stream of permanent reports
+PERMANENT_ROUND = 0  # the one (fixed) round index of that stream
 
 
 def _check(epsilon: float, M: int) -> None:
@@ -105,13 +113,6 @@ def estimator_variance(sizes: np.ndarray, epsilon: float, M: int) -> float:
     return float(np.sum(second - first**2) / alpha**2)
 
 
-def sampling_ratio(K: int, total_estimate: float) -> float:
-    """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2)."""
-    if K <= 0:
-        raise ValueError(f"K must be > 0, got {K}")
-    return min(1.0, K / total_estimate) if total_estimate > 0 else 1.0
-
-
 def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, sizes: Sequence[int] = (1,)) -> dict:
     """Monte Carlo privacy audit: for each pair of true sizes, the largest empirical ratio
     P^(report = y | n) / P^(report = y | n') over outputs y, to compare with e^epsilon (Definition 3.2).
@@ -136,38 +137,7 @@ def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, 
     return {"epsilon": epsilon, "bound": math.exp(epsilon) if epsilon < 700 else math.inf, "max_ratio": best[0], "pair": best[1], "y": best[2]}
 
 
-# --- the update: clipping and Gaussian noise (client-level DP) -----------------------------------------
-
-
-@dataclass(frozen=True)
-class UpdateNoise:
-    """Client-level DP for the update (the Gaussian mechanism, Dwork & Roth 2014, Thm 3.22; McMahan et al.
-    2018's per-client clipping): the client scales its update to L2 norm at most ``clip`` and adds
-    N(0, (noise_multiplier * clip)^2) to every coordinate. Changing all of one client's data (or replacing it
-    by nothing: a zero update) moves the clipped update by at most ``clip``, so each released update is a
-    Gaussian mechanism with noise multiplier ``noise_multiplier``; :mod:`fedsample.accounting` composes the
-    rounds. This budget is separate from the size report's epsilon."""
-
-    clip: float
-    noise_multiplier: float
-
-    def __post_init__(self) -> None:
-        checks.positive("clip", self.clip)
-        checks.non_negative("noise_multiplier", self.noise_multiplier)
-
-    def clipped(self, update: dict) -> dict:
-        """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""
-        norm = math.sqrt(sum(float((v.double() ** 2).sum()) for v in update.values()))
-        factor = min(1.0, self.clip / norm) if norm > 0 else 1.0
-        return {k: v * factor for k, v in update.items()}
-
-    def privatize(self, update: dict, rng: "np.random.Generator | ClientRandom") -> dict:
-        """Clip, then add Gaussian noise of standard deviation noise_multiplier * clip (from the client's rng)."""
-        import torch
-
-        sigma = self.noise_multiplier * self.clip
-        out = {}
-        for k, v in self.clipped(update).items():
-            noise = rng.normal(0.0, 1.0, size=tuple(v.shape)) if sigma > 0 else np.zeros(tuple(v.shape))
-            out[k] = v + torch.as_tensor(sigma * noise, dtype=v.dtype)
-        return out
+def report_cell(query: SizeQuery, round: int) -> tuple[int, str]:
+    """The (round, purpose) cell whose client streams draw randomized size reports: the round's own cell,
+    or one fixed cell for every round when the reports are permanent."""
+    return (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (int(round), "report_size")

@@ -1,0 +1,141 @@
+"""The messages that cross the door between the server and a client, and the client's own context.
+
+A leaf module (it imports no other fedsample module but the parameter type): the strategy's parts, the
+client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
+
+- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`;
+- client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`;
+- on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
+  data plan drew) and the :class:`DataWeights` rule it applies to its own data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+Params = dict[str, torch.Tensor]
+
+__all__ = [
+    "ClientContext", "DataWeights", "LocalSample", "Params", "ProbeReport", "ProbeRequest", "SizeQuery", "TrainPayload",
+    "TrainReport",
+]
+
+
+@dataclass
+class ClientContext:
+    """One client's data (as tensors) and the shared model architecture, plus ``state``: a dict the client
+    procedures may read and write that stays with the client across rounds and never goes to the server
+    (the federation keeps it, and exports it only into checkpoints, e.g. ISFedAvg's Eq. 53 data weights)."""
+
+    client_id: int
+    x: torch.Tensor
+    y: torch.Tensor
+    module: nn.Module
+    task: str
+    num_classes: int
+    state: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+    def label_counts(self) -> np.ndarray:
+        return np.bincount(self.y.cpu().numpy(), minlength=self.num_classes)
+
+
+@dataclass
+class LocalSample:
+    """What a data plan drew on a client: positions into its data, optionally a distribution over them for
+    minibatches drawn with replacement (``probs``) and a per-sample gradient scale (``scale``). ``block``: the
+    sample is made of consecutive minibatches of ``block`` positions, one local step each, in order (ISFedAvg's
+    epochs), and ``step_scale`` multiplies each step's regularizer gradient (the factor 1/(K p_k E_k) of its Eq. 8,
+    :class:`fedsample.training.local.EpochSGD`)."""
+
+    indices: np.ndarray
+    probs: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    block: int | None = None
+    step_scale: float = 1.0
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class DataWeights(Protocol):
+    """A server-sent rule the client applies to its own data: its normalized data inclusion probabilities
+    p_n (sum 1) given the per-sample gradient norms at the probed model (ISFedAvg's Lemma 6 / Eq. 49 / Eq. 53)."""
+
+    def probabilities(self, ctx: ClientContext, grad_norms: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class SizeQuery:
+    """The server's question about data size: ``exact`` (only when the strategy declares it) or
+    ``randomized`` response with budget ``epsilon`` and threshold ``M``. With ``permanent`` (the default)
+    each client randomizes once and repeats that answer every round (RAPPOR's memoization), so a run
+    reveals what one report reveals; ``permanent=False`` re-draws the answer every round."""
+
+    mode: Literal["exact", "randomized"]
+    epsilon: float | None = None
+    M: int | None = None
+    permanent: bool = True
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
+    ``gradient=True`` also the flattened gradient (compression hooks refine this). With ``per_sample=True``
+    the report's ``extra["sigma2"]`` is the gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2
+    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients; with ``data_weights`` (a rule the client
+    applies to its own data) also ``extra["weighted_second_moment"]`` = (1/N_k^2) sum_n ||grad Q(w; x_n)||^2 / p_n,
+    the sum in ISFedAvg's data-variability term sigma^2_{s,k} (Eq. 23), with the client's p_n; no per-sample
+    value leaves the client."""
+
+    params: Params
+    gradient: bool = False
+    compression: str | None = None  # "squeeze" or "projection" (fedsample.sampling.compression), FedSTS/FedSTaS
+    dim: int = 9  # compressed dimension d'
+    projection_seed: int = 0  # seed of the shared Gaussian projection matrix
+    per_sample: bool = False
+    data_weights: DataWeights | None = None
+
+
+@dataclass
+class ProbeReport:
+    loss: float
+    grad_norm: float
+    gradient: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+    compressed: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class TrainPayload:
+    """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
+    privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies."""
+
+    params: Params
+    plan: Any
+    solver: Any
+    round: int
+    noise: Any = None
+
+
+@dataclass
+class TrainReport:
+    """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss,
+    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), and the
+    number of local samples it drew (``samples``: only when the plan asks for it, ``report_count``, which the
+    self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
+    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise)."""
+
+    update: Params
+    steps: int
+    loss: float
+    norm_steps: float | None = None
+    samples: int | None = None
