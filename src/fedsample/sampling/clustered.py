@@ -3,21 +3,21 @@
 MD sampling (Li et al. 2019, the paper's baseline) draws m clients with replacement, each draw choosing
 client i with probability p_i = n_i / n. Clustered sampling replaces the m identical draws by m *different*
 distributions W_1..W_m over the clients, one draw from each: ``r[k, i]`` is the probability that draw k picks
-client i, every row sums to 1 and every column to m p_i (the paper's conditions for unbiasedness, Eq. 7-8:
+client i, every row sums to 1 and every column to m p_i (the paper's conditions for unbiasedness:
 sum_k r_{k,i} = m p_i). Then E[number of draws of i] = m p_i as under MD, the aggregation weight
-omega_i = (draws of i) / m has the same expectation p_i (Proposition 1), and its variance
-Var(omega_i) = (1/m^2) sum_k r_{k,i}(1 - r_{k,i}) is never larger than MD's p_i (1 - p_i) / m (Theorem 1:
-by Cauchy-Schwarz, sum_k r_{k,i}^2 >= (m p_i)^2 / m). The exact first-order inclusion probability, the draws
-being independent, is P(i in S) = 1 - prod_k (1 - r_{k,i}).
+omega_i = (draws of i) / m has the same expectation p_i, and its variance
+Var(omega_i) = (1/m^2) sum_k r_{k,i}(1 - r_{k,i}) is never larger than MD's p_i (1 - p_i) / m (the paper's
+variance theorem; by Cauchy-Schwarz, sum_k r_{k,i}^2 >= (m p_i)^2 / m). The exact first-order inclusion
+probability, the draws being independent, is P(i in S) = 1 - prod_k (1 - r_{k,i}).
 
 - :func:`size_distributions` is Algorithm 1 (clustering by sample size): the clients' masses m p_i are poured,
-  largest first, into m distributions of mass 1 (a client may straddle two consecutive distributions).
+  largest first, into m distributions of mass 1 (a client may straddle consecutive distributions).
 - :func:`similarity_distributions` is Algorithm 2 (clustering by model similarity): a hierarchical
   clustering of the clients' representative gradients (:func:`similarity_linkage`, Ward's method), cut into
   clusters of mass at most 1/m (:func:`mass_clusters`); the m heaviest clusters each seed one distribution
   and the clients of the other clusters fill the remaining room as in Algorithm 1
   (:func:`cluster_distributions`). The cut and the filling order are not spelled out in the paper as far as
-  we read it; we follow the authors' released code: the tree's merge heights are replaced by the merged
+  we remember it; we follow the authors' released code: the tree's merge heights are replaced by the merged
   clusters' total p, cut at 1/m, the kept distributions ordered by increasing mass and filled in that order by
   the other clusters, smallest cluster first. The released code shuffles the clients inside a leftover
   cluster at random; we keep them in id order, so ``r`` is a function of the inputs (every order gives a
@@ -131,7 +131,7 @@ def similarity_linkage(
     similarity: Similarity = "L2",
     linkage_input: LinkageInput = "embedded",
 ) -> np.ndarray:
-    """Ward's hierarchical clustering of the clients' representative gradients (Algorithm 2, line 1), as a
+    """Ward's hierarchical clustering of the clients' representative gradients (Algorithm 2's first step), as a
     scipy linkage matrix.
 
     ``gradients`` holds one row per client (the paper: the difference between the client's last local model
@@ -195,7 +195,7 @@ def similarity_linkage(
 
 
 def mass_clusters(Z: np.ndarray, p: np.ndarray, m: int) -> np.ndarray:
-    """Cut the tree ``Z`` into the largest subtrees whose total p is at most 1/m (Algorithm 2, line 2; the
+    """Cut the tree ``Z`` into the largest subtrees whose total p is at most 1/m (Algorithm 2's cut; the
     rule of the authors' code): each merge's height becomes the p-mass of the merged cluster (monotone up the
     tree) and the tree is cut at 1/m. A single client with p_i > 1/m stays a cluster of its own. Returns a
     cluster label in 0..K-1 per client."""
@@ -217,7 +217,7 @@ def mass_clusters(Z: np.ndarray, p: np.ndarray, m: int) -> np.ndarray:
 
 
 def cluster_distributions(labels: np.ndarray, sizes: np.ndarray, m: int) -> np.ndarray:
-    """The m distributions of Algorithm 2 from the clusters ``labels`` (lines 3-5, as the authors' code).
+    """The m distributions of Algorithm 2 from the clusters ``labels`` (as the authors' code builds them).
 
     The m heaviest clusters (by total p; ties by their smallest client id) each seed one distribution with
     their clients' masses m p_i (at most 1 by the cut; a lone client with m p_i > 1 fills its row and its
@@ -313,8 +313,8 @@ def inclusion_from_distributions(r: np.ndarray) -> np.ndarray:
 
 def aggregation_weight_variance(r: np.ndarray) -> np.ndarray:
     """Var(omega_i) for the aggregation weight omega_i = (draws of i) / m under independent draws from the
-    rows of ``r``: (1/m^2) sum_k r_{k,i} (1 - r_{k,i}) (the paper's Eq. 10). With
-    ``md_distributions(sizes, m)`` it is MD sampling's p_i (1 - p_i) / m; Theorem 1 says clustered sampling's
+    rows of ``r``: (1/m^2) sum_k r_{k,i} (1 - r_{k,i}). With
+    ``md_distributions(sizes, m)`` it is MD sampling's p_i (1 - p_i) / m; the paper proves clustered sampling's
     is never larger, the expectation p_i being the same."""
     r = _check_distributions(r, "aggregation_weight_variance")
     return (r * (1.0 - r)).sum(axis=0) / r.shape[0] ** 2

@@ -13,7 +13,7 @@ deterministic function of K (inclusion probabilities 0 or 1).
 **The kernel** (:func:`loss_change_covariance`). FedCor's kernel is a polynomial kernel on learned client
 embeddings plus observation noise, fitted by maximizing the marginal likelihood of the recorded loss changes.
 For the order-1 (linear) kernel with embeddings of dimension q, K = E E^T + sigma^2 I, that maximum has a
-closed form: probabilistic PCA (Tipping & Bishop 1999, Eqs. 7-8): the q leading eigenvectors of the (here
+closed form: probabilistic PCA (Tipping & Bishop 1999): the q leading eigenvectors of the (here
 optionally discounted) sample covariance of the loss-change rounds, their eigenvalues reduced by sigma^2 =
 the mean of the other N - q eigenvalues. We use that closed form instead of FedCor's gradient ascent; the
 paper's kernel details (a bias term, normalization of the losses) may differ.

@@ -2,7 +2,7 @@
 federated learning via guided participant selection", OSDI 2021). The system-speed part of Oort (the preferred
 round duration T, the penalty (T / t_i)^alpha and the pacer) is left out: there is no system-time model here.
 
-- Statistical utility (Eq. 1 of the paper, :func:`statistical_utility`): U_i = |B_i| sqrt((1/|B_i|) sum_{k in B_i}
+- Statistical utility (:func:`statistical_utility`): U_i = |B_i| sqrt((1/|B_i|) sum_{k in B_i}
   Loss(k)^2), from the size of the client's last training sample set B_i and its mean squared per-sample loss,
   which the client reports after participating.
 - Staleness (Algorithm 1, :func:`staleness_bonus`): an explored client's utility gains sqrt(0.1 log R / L_i),
@@ -51,7 +51,7 @@ SLOT_TOLERANCE = 1e-9
 
 
 def statistical_utility(batch_sizes: np.ndarray, mean_squared_losses: np.ndarray) -> np.ndarray:
-    """U_i = |B_i| sqrt(mean_{k in B_i} Loss(k)^2) (the paper's Eq. 1), one entry per client."""
+    """U_i = |B_i| sqrt(mean_{k in B_i} Loss(k)^2) (the paper's statistical utility), one entry per client."""
     where = "statistical_utility"
     B = design.nonnegative_vector(batch_sizes, "batch_sizes", where)
     L2 = design.nonnegative_vector(mean_squared_losses, "mean_squared_losses", where)

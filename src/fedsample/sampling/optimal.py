@@ -10,13 +10,15 @@ sum_i (1/p_i - 1) ||w_i U_i||^2 under sum_i p_i = m and p_i <= 1 gives the paper
 largest integer with 0 < m + l - n <= sum_{i<=l} u_(i) / u_(l); then p_(i) = (m + l - n) u_(i) / sum_{j<=l} u_(j)
 for i <= l and p_(i) = 1 for the n - l largest.
 
-:func:`aocs_probabilities` is the paper's Algorithm 2 (approximate optimal client sampling), which reaches the
-same probabilities with only secure-aggregation sums: start from min(m u_i / sum u, 1) and, at most j_max
-times, rescale the clients still below 1 so that the total returns to m, capping at 1 again. We do not have
-the paper's text at hand; the iteration is written as we remember it (aggregate I = #{i : p_i < 1} and
-P = sum_{p_i < 1} p_i, C = (m - n + I) / P, stop when C <= 1, else p_i <- min(C p_i, 1) for p_i < 1).
+:func:`aocs_probabilities` is the paper's AOCS (approximate optimal client sampling, its Algorithm 2 as we
+recall), which reaches the same probabilities with only secure-aggregation sums: start from
+min(m u_i / sum u, 1) and, at most j_max times, rescale the clients still below 1 so that the total returns
+to m, capping at 1 again. We do not have the paper's text at hand; the iteration is written as we remember it
+(aggregate I = #{i : p_i < 1} and P = sum_{p_i < 1} p_i, C = (m - n + I) / P, stop when C <= 1, else
+p_i <- min(C p_i, 1) for p_i < 1).
 
-Every total here is exact: sum p = m (up to rounding) and p <= 1 always. (FedLab's implementation of this
+The exact rule's totals are exact: sum p = m (up to rounding) and p <= 1 always (AOCS: p <= 1 and
+sum p <= m, = m once converged). (FedLab's implementation of this
 sampler was reported to return p_i = 1.17 and sum p = 8.17 for 32 log-normal norms and m = 8; the tests
 check that case.)
 """
@@ -76,7 +78,7 @@ def optimal_probabilities(norms: np.ndarray, m: int) -> np.ndarray:
 
 
 def aocs_probabilities(norms: np.ndarray, m: int, j_max: int) -> np.ndarray:
-    """Algorithm 2 (AOCS): p_i = min(m u_i / sum_j u_j, 1), then at most ``j_max`` rounds of
+    """AOCS: p_i = min(m u_i / sum_j u_j, 1), then at most ``j_max`` rounds of
     C = (m - n + I) / P over the clients below 1 (I of them, probabilities summing to P) and
     p_i <- min(C p_i, 1) for those, stopping when C <= 1. Every p_i stays in [0, 1] and sum p <= m; once
     converged (after at most as many rounds as there are capping steps) p equals

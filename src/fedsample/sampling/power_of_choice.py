@@ -1,7 +1,7 @@
 """Power-of-choice client selection (Cho, Wang & Joshi, "Towards understanding biased client selection in
 federated learning", AISTATS 2022; arXiv 2010.01243).
 
-Each round (Algorithm 1 of the paper, as we read it):
+Each round (the paper's algorithm, as we recall it):
 
 1. the server draws a candidate set A of d clients *without replacement*, each draw proportional to the
    data fractions p_k = n_k / n (:func:`candidate_set`; numpy's successive sampling);
