@@ -18,6 +18,12 @@ Designs (references are to the standard survey-sampling literature, e.g. Sarndal
   size-weighted client sampling).
 - :func:`stratified`: independent designs inside strata, with :func:`allocate_proportional` and
   :func:`allocate_neyman` (Neyman 1934) to split the sample size among strata.
+- :func:`successive_sampling_inclusion`: the exact inclusion probabilities of successive sampling (n draws
+  without replacement, each proportional to ``p`` among the units not yet drawn: numpy's
+  ``Generator.choice(replace=False, p=p)``), by enumerating subsets (small populations only).
+- :func:`replay_inclusion`: Monte Carlo inclusion frequencies of any selection procedure, for the designs
+  whose probabilities have no closed form (the published samplers of ``sampling/power_of_choice.py``,
+  ``fedcbs.py``, ``oort.py``).
 
 All randomness comes from the ``numpy.random.Generator`` passed in; nothing draws from global state.
 All work is vectorized numpy over units (the only Python loop is over strata in :func:`stratified`).
@@ -42,12 +48,22 @@ __all__ = [
     "allocate_proportional",
     "allocate_neyman",
     "stratified",
+    "successive_sampling_sets",
+    "successive_sampling_inclusion",
+    "replay_inclusion",
+    "check_rng",
+    "check_count",
+    "nonnegative_vector",
+    "probability_vector",
+    "finite_matrix",
 ]
 
 #: How far the inclusion probabilities given to :func:`systematic` may sum from an integer.
 SUM_TOLERANCE = 1e-6
 #: How far outside [0, 1] a probability may lie from rounding before it is an error (it is then clipped).
 PROB_TOLERANCE = 1e-9
+#: The largest population :func:`successive_sampling_sets` enumerates (2^20 subsets, 8 MiB per array).
+SUCCESSIVE_EXACT_LIMIT = 20
 
 
 @dataclass(frozen=True)
@@ -145,6 +161,29 @@ def _int_vector(values: object, name: str, where: str) -> np.ndarray:
         bad = np.flatnonzero(arr < 0)
         raise ValueError(f"{where}: {name} contains negative values (first at index {bad[0]}: {arr[bad[0]]})")
     return arr
+
+
+def _float_matrix(values: object, name: str, where: str) -> np.ndarray:
+    """2-D float64 array (one row per unit) with finite entries."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {name} must be numeric, got {values!r}") from exc
+    if arr.ndim != 2:
+        raise ValueError(f"{where}: {name} must be 2-D (one row per unit), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: {name} contains NaN or infinite values")
+    return arr
+
+
+#: Public names of the validation helpers, for the published designs built on this module
+#: (``sampling/clustered.py``, ``power_of_choice.py``, ...): each raises one ``ValueError`` naming the parameter
+#: (``check_rng``: ``TypeError`` for a non-Generator).
+check_rng = _check_rng
+check_count = _check_int
+nonnegative_vector = _float_vector
+probability_vector = _prob_vector
+finite_matrix = _float_matrix
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -585,3 +624,85 @@ def stratified(
     pis = np.concatenate(pi_parts)
     sort = np.argsort(ids, kind="stable")
     return Sample(ids[sort], pis[sort], np.ones(ids.size, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------------------------------
+# successive sampling (draws without replacement proportional to p) and replayed designs
+
+
+def successive_sampling_sets(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every set of ``n`` units that successive sampling can draw, with its probability.
+
+    Successive sampling (Hajek 1964; what ``numpy.random.Generator.choice(N, n, replace=False, p=p)`` does):
+    draw a unit with probability ``p_k``, remove it, renormalize ``p`` over the rest, repeat ``n`` times. The
+    probability that the first ``k + 1`` draws are the set ``A + {j}`` satisfies
+    ``f(A + {j}) = sum_j f(A) * p_j / (1 - p(A))``, computed here over all subsets by their size (dynamic
+    programming over bit masks, ``O(2^N N)``). ``p`` is normalized to sum to 1.
+
+    Returns ``(members, probs)``: ``members[s]`` a boolean row marking the units of set ``s``, ``probs[s]``
+    its probability (summing to 1). Raises ``ValueError`` for an invalid ``p``, for ``n`` above the number
+    of units with positive ``p``, or for more than ``SUCCESSIVE_EXACT_LIMIT`` (20) units.
+    """
+    where = "successive_sampling_sets"
+    q = _float_vector(p, "p", where)
+    n = _check_int(n, "n", where)
+    N = q.size
+    if N > SUCCESSIVE_EXACT_LIMIT:
+        raise ValueError(
+            f"{where}: p has {N} units; exact enumeration is limited to {SUCCESSIVE_EXACT_LIMIT} "
+            "(use replay_inclusion for larger populations)"
+        )
+    if q.sum() <= 0:
+        raise ValueError(f"{where}: p is all zero; drawing needs positive probability mass")
+    if n > np.count_nonzero(q):
+        raise ValueError(f"{where}: n = {n} exceeds the number of units with positive p ({np.count_nonzero(q)})")
+    q = q / q.sum()
+    masks = np.arange(1 << N, dtype=np.int64)
+    size = np.zeros(masks.size, dtype=np.int8)
+    drawn = np.zeros(masks.size)
+    for j in range(N):  # one pass per unit: no (2^N x N) array
+        bit = (masks >> j) & 1
+        size += bit.astype(np.int8)
+        drawn += q[j] * bit
+    left = np.maximum(1.0 - drawn, 0.0)  # probability mass not yet drawn
+    del drawn
+    f = np.zeros(masks.size)
+    f[0] = 1.0
+    for k in range(n):
+        layer = masks[(size == k) & (f > 0)]
+        for j in np.flatnonzero(q > 0):
+            src = layer[((layer >> j) & 1) == 0]
+            src = src[left[src] > 0]
+            f[src | (1 << j)] += f[src] * q[j] / left[src]
+    final = masks[size == n]
+    return ((final[:, None] >> np.arange(N)) & 1).astype(bool), f[final]
+
+
+def successive_sampling_inclusion(p: np.ndarray, n: int) -> np.ndarray:
+    """Exact first-order inclusion probabilities of successive sampling of ``n`` units with draw
+    probabilities ``p`` (``numpy.random.Generator.choice(N, n, replace=False, p=p)``), by enumeration
+    (:func:`successive_sampling_sets`; at most 20 units). They differ from ``n * p`` in general: the design
+    under-includes the large-``p`` units relative to ``n * p`` (a unit cannot be drawn twice)."""
+    members, probs = successive_sampling_sets(p, n)
+    return probs @ members
+
+
+def replay_inclusion(draw, population: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Monte Carlo inclusion frequencies of a selection procedure: run ``draw(rng)`` (returning a
+    :class:`Sample` or an array of ids) ``draws`` times from frozen inputs and count, for each of the
+    ``population`` units, the fraction of runs that include it. Each frequency has standard error
+    ``sqrt(pi (1 - pi) / draws)``; the frequencies sum to the mean number of distinct units selected.
+
+    Raises ``ValueError`` for ``population`` or ``draws`` not positive integers, and ``TypeError`` for a
+    non-Generator ``rng``.
+    """
+    where = "replay_inclusion"
+    rng = _check_rng(rng, where)
+    population = _check_int(population, "population", where, minimum=1)
+    draws = _check_int(draws, "draws", where, minimum=1)
+    counts = np.zeros(population)
+    for _ in range(draws):
+        chosen = draw(rng)
+        ids = np.asarray(getattr(chosen, "ids", chosen), dtype=np.int64)
+        counts[np.unique(ids)] += 1
+    return counts / draws

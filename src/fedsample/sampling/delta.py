@@ -1,0 +1,172 @@
+"""DELTA: diverse client sampling (Wang, Ji, et al., "DELTA: Diverse client sampling for fasting federated
+learning", NeurIPS 2023; arXiv 2205.13925).
+
+DELTA's sampling probability (its optimal unbiased sampling, as we recall the paper's Theorem/Corollary):
+p_i proportional to sqrt(alpha_1 zeta_i^2 + alpha_2 sigma_i^2), where zeta_i = ||grad F_i(x) - grad f(x)|| is
+client i's gradient diversity (:func:`gradient_diversity`) and sigma_i^2 its local stochastic-gradient
+variance (:func:`local_variance`); alpha_1, alpha_2 are constants of the bound (hyperparameters of the
+practical algorithm). :func:`delta_scores` and :func:`delta_probabilities` compute them.
+
+The estimator is unbiased only with a draw that matches its weights. Two such draws:
+
+- ``with_replacement``: m independent draws with probabilities p (:func:`with_replacement_sample`), each draw
+  of client i weighted w_i / (m p_i) (:func:`with_replacement_weights`, Hansen-Hurwitz): the paper's
+  aggregation sum_{i in S} (1 / (m p_i)) w_i Delta_i with S a multiset;
+- ``poisson``: client i independently with pi_i proportional to the score, capped at 1, sum pi = m
+  (:func:`poisson_sample`), weighted w_i / pi_i (Horvitz-Thompson, :func:`optimal.horvitz_thompson_weights`).
+
+``reference``: the public reference implementation draws m clients *without* replacement proportionally to
+p (numpy's ``choice(replace=False, p=p)``, :func:`reference_sample`) but weights them as if with replacement,
+w_i / (m p_i). Its true inclusion probabilities pi_i (:func:`reference_inclusion`: exact by enumeration for at
+most 20 clients, by replay otherwise) are not m p_i, so E[estimate] = sum_i (pi_i / (m p_i)) w_i Delta_i
+differs from the target by :func:`reference_bias`. (The description of the reference code is the project
+issue's; a public re-implementation we read draws the same way. We have not read the authors' code.)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from fedsample.sampling import design, optimal
+from fedsample.sampling.design import Sample
+
+__all__ = [
+    "PROBABILITY_KIND",
+    "SERVER_LEARNS",
+    "gradient_diversity",
+    "local_variance",
+    "delta_scores",
+    "delta_probabilities",
+    "with_replacement_sample",
+    "with_replacement_weights",
+    "poisson_sample",
+    "reference_sample",
+    "reference_inclusion",
+    "reference_bias",
+]
+
+Draw = Literal["with_replacement", "poisson", "reference"]
+
+#: Kind of inclusion probabilities of each draw (the reference draw's are exact by enumeration up to
+#: ``design.SUCCESSIVE_EXACT_LIMIT`` clients and estimated by replay above).
+PROBABILITY_KIND = {"with_replacement": "exact", "poisson": "exact", "reference": "estimated"}
+#: What the server must learn: every client's gradient (for zeta_i, against the weighted mean gradient) and
+#: local gradient variance sigma_i^2.
+SERVER_LEARNS = {draw: ("gradients", "local_variances") for draw in ("with_replacement", "poisson", "reference")}
+
+
+def _shares(weights: object, n: int, where: str) -> np.ndarray:
+    w = design.nonnegative_vector(weights, "weights", where)
+    if w.size != n:
+        raise ValueError(f"{where}: weights has {w.size} entries, expected {n}")
+    if w.sum() <= 0:
+        raise ValueError(f"{where}: weights are all zero")
+    return w / w.sum()
+
+
+def gradient_diversity(gradients: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """zeta_i = ||grad F_i - grad f|| with grad f = sum_j w_j grad F_j (``weights`` normalized to sum 1),
+    one row of ``gradients`` per client."""
+    where = "gradient_diversity"
+    G = design.finite_matrix(gradients, "gradients", where)
+    w = _shares(weights, G.shape[0], where)
+    return np.linalg.norm(G - w @ G, axis=1)
+
+
+def local_variance(minibatch_gradients: np.ndarray) -> float:
+    """sigma_i^2 as a client estimates it: the mean squared distance of its minibatch gradients (one per row)
+    to their mean."""
+    G = design.finite_matrix(minibatch_gradients, "minibatch_gradients", "local_variance")
+    if G.shape[0] == 0:
+        raise ValueError("local_variance: minibatch_gradients is empty")
+    return float(np.mean(np.sum((G - G.mean(axis=0)) ** 2, axis=1)))
+
+
+def delta_scores(diversity: np.ndarray, variance: np.ndarray, alpha1: float = 1.0, alpha2: float = 1.0) -> np.ndarray:
+    """sqrt(alpha_1 zeta_i^2 + alpha_2 sigma_i^2), DELTA's unnormalized sampling probabilities."""
+    where = "delta_scores"
+    zeta = design.nonnegative_vector(diversity, "diversity", where)
+    sigma2 = design.nonnegative_vector(variance, "variance", where)
+    if zeta.shape != sigma2.shape:
+        raise ValueError(f"{where}: diversity and variance differ in length ({zeta.size} vs {sigma2.size})")
+    for name, value in (("alpha1", alpha1), ("alpha2", alpha2)):
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{where}: {name} must be finite and >= 0, got {value!r}")
+    return np.sqrt(alpha1 * zeta**2 + alpha2 * sigma2)
+
+
+def delta_probabilities(scores: np.ndarray) -> np.ndarray:
+    """p_i = score_i / sum_j score_j. All-zero scores (identical clients without noise) give the uniform p."""
+    s = design.nonnegative_vector(scores, "scores", "delta_probabilities")
+    if s.size == 0:
+        raise ValueError("delta_probabilities: scores is empty")
+    return s / s.sum() if s.sum() > 0 else np.full(s.size, 1.0 / s.size)
+
+
+def with_replacement_sample(p: np.ndarray, m: int, rng: np.random.Generator) -> Sample:
+    """m independent draws with probabilities p (:func:`design.pps_with_replacement`): distinct ids, their
+    draw counts, and their exact inclusion probabilities 1 - (1 - p_i)^m."""
+    return design.pps_with_replacement(p, m, rng)
+
+
+def with_replacement_weights(sample: Sample, p: np.ndarray, m: int, weights: np.ndarray) -> np.ndarray:
+    """Per chosen client, multiplicity * w_i / (m p_i): sum_{i in S} of these times Delta_i is unbiased for
+    sum_i w_i Delta_i under :func:`with_replacement_sample` (Hansen & Hurwitz 1943). Applied to a
+    without-replacement sample (multiplicity 1) these are the reference implementation's weights."""
+    where = "with_replacement_weights"
+    q = delta_probabilities(p)
+    w = _shares(weights, q.size, where)
+    m = design.check_count(m, "m", where, minimum=1)
+    if np.any(q[sample.ids] <= 0):
+        raise ValueError(f"{where}: a chosen client has p_i = 0")
+    return sample.multiplicity * w[sample.ids] / (m * q[sample.ids])
+
+
+def poisson_sample(scores: np.ndarray, m: int, rng: np.random.Generator) -> Sample:
+    """Client i independently with pi_i proportional to its score, capped at 1 and summing to m
+    (:func:`optimal.optimal_sample`); weight w_i / pi_i (:func:`optimal.horvitz_thompson_weights`)."""
+    return optimal.optimal_sample(scores, m, rng)
+
+
+def reference_sample(p: np.ndarray, m: int, rng: np.random.Generator) -> Sample:
+    """The reference implementation's draw: m distinct clients, successively with probabilities p
+    (``rng.choice(N, m, replace=False, p=p)``). ``inclusion`` is NaN (see :func:`reference_inclusion`)."""
+    where = "reference_sample"
+    rng = design.check_rng(rng, where)
+    q = delta_probabilities(p)
+    m = design.check_count(m, "m", where, minimum=1)
+    if m > np.count_nonzero(q):
+        raise ValueError(f"{where}: m = {m} exceeds the number of clients with positive p ({np.count_nonzero(q)})")
+    ids = np.sort(rng.choice(q.size, size=m, replace=False, p=q)).astype(np.int64)
+    return Sample(ids, np.full(m, np.nan), np.ones(m, dtype=np.int64))
+
+
+def reference_inclusion(
+    p: np.ndarray, m: int, draws: int | None = None, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """The true P(i in S) of :func:`reference_sample`: exact (:func:`design.successive_sampling_inclusion`)
+    for at most ``design.SUCCESSIVE_EXACT_LIMIT`` clients when ``draws`` is None, else the replayed frequencies
+    over ``draws`` draws from ``rng``."""
+    q = delta_probabilities(p)
+    if draws is None:
+        return design.successive_sampling_inclusion(q, m)
+    if rng is None:
+        raise ValueError("reference_inclusion: draws given without rng")
+    return design.replay_inclusion(lambda g: reference_sample(q, m, g), q.size, draws, rng)
+
+
+def reference_bias(p: np.ndarray, m: int, weights: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    """E[reference estimate] - target = sum_i (pi_i / (m p_i) - 1) w_i Delta_i, with pi_i the reference
+    draw's exact inclusion probabilities (at most 20 clients) and ``updates`` one row Delta_i per client.
+    Zero only when pi_i = m p_i for every client with w_i Delta_i != 0."""
+    where = "reference_bias"
+    q = delta_probabilities(p)
+    w = _shares(weights, q.size, where)
+    U = design.finite_matrix(updates, "updates", where)
+    if U.shape[0] != q.size:
+        raise ValueError(f"{where}: updates has {U.shape[0]} rows, expected {q.size}")
+    pi = reference_inclusion(q, m)
+    factor = np.divide(pi, m * q, out=np.ones_like(pi), where=q > 0) - 1.0
+    return (factor * w) @ U

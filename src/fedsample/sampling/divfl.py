@@ -1,0 +1,97 @@
+"""DivFL: diverse client selection by submodular maximization (Balakrishnan, Li, Zhou, Himayat, Smith &
+Bilmes, "Diverse client selection for federated learning via submodular maximization", ICLR 2022).
+
+DivFL picks the m clients whose gradients best represent all clients' gradients: it minimizes the
+facility-location cost G(S) = sum_i min_{j in S} ||g_i - g_j|| (each client represented by its nearest
+selected client), equivalently maximizes the submodular sum_i max_{j in S} sim(g_i, g_j) with
+sim = C - distance, and does so greedily: S grows by the client that lowers G the most, m times
+(:func:`facility_location_greedy`; for the empty set, min over S is read as a constant larger than every
+distance, so the first pick is the client with the smallest total distance to all others). The gradients are,
+as in the paper, the clients' latest updates (stale for clients not selected recently). Public
+implementations also offer a stochastic-greedy variant (each step searches a random subset of the
+clients); only the plain greedy is implemented here.
+
+The greedy selection is deterministic given the gradients: inclusion probabilities 0 or 1. The relaxation
+behind DivFL approximates the full gradient by sum_{j in S} gamma_j g_j, gamma_j the number of clients whose
+nearest selected client is j (:func:`represented_by`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from fedsample.sampling import design
+from fedsample.sampling.design import Sample
+
+__all__ = [
+    "PROBABILITY_KIND",
+    "SERVER_LEARNS",
+    "dissimilarity",
+    "facility_location_greedy",
+    "represented_by",
+    "divfl_select",
+]
+
+Metric = Literal["l2", "cosine"]
+
+#: Kind of inclusion probabilities.
+PROBABILITY_KIND = {"divfl": "degenerate"}
+#: What the server must learn: every client's (latest) gradient or update.
+SERVER_LEARNS = {"divfl": ("gradients",)}
+
+
+def dissimilarity(gradients: np.ndarray, metric: Metric = "l2") -> np.ndarray:
+    """The N x N matrix of ``l2`` distances ||g_i - g_j|| (the paper's) or ``cosine`` dissimilarities
+    1 - cos(g_i, g_j) between the clients' gradients (one row per client)."""
+    from scipy.spatial.distance import cdist
+
+    where = "dissimilarity"
+    G = design.finite_matrix(gradients, "gradients", where)
+    if metric == "l2":
+        return cdist(G, G, "euclidean")
+    if metric == "cosine":
+        if np.any(np.linalg.norm(G, axis=1) == 0):
+            raise ValueError(f"{where}: a zero gradient has no cosine dissimilarity")
+        return np.clip(cdist(G, G, "cosine"), 0.0, 2.0)
+    raise ValueError(f"{where}: metric must be 'l2' or 'cosine', got {metric!r}")
+
+
+def facility_location_greedy(distances: np.ndarray, m: int) -> np.ndarray:
+    """Greedy minimization of G(S) = sum_i min_{j in S} D_ij over |S| = m: each step adds the j minimizing
+    G(S + {j}) (ties to the smaller id). Returns the chosen ids, sorted."""
+    where = "facility_location_greedy"
+    D = design.finite_matrix(distances, "distances", where)
+    N = D.shape[0]
+    if D.shape != (N, N) or np.any(D < 0):
+        raise ValueError(f"{where}: distances must be a square non-negative matrix, got shape {D.shape}")
+    m = design.check_count(m, "m", where, minimum=1)
+    if m > N:
+        raise ValueError(f"{where}: m = {m} exceeds the number of clients ({N})")
+    nearest = np.full(N, np.inf)
+    free = np.ones(N, dtype=bool)
+    for _ in range(m):
+        cost = np.minimum(nearest[:, None], D).sum(axis=0)
+        cost[~free] = np.inf
+        j = int(np.argmin(cost))
+        free[j] = False
+        nearest = np.minimum(nearest, D[:, j])
+    return np.flatnonzero(~free).astype(np.int64)
+
+
+def represented_by(distances: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """gamma_j for each selected client j (in the order of ``ids``): how many clients have j as their
+    nearest selected client (ties to the first of ``ids``); the gammas sum to N."""
+    D = design.finite_matrix(distances, "distances", "represented_by")
+    chosen = np.asarray(ids, dtype=np.int64)
+    if chosen.ndim != 1 or chosen.size == 0:
+        raise ValueError("represented_by: ids must be a non-empty 1-D array")
+    return np.bincount(np.argmin(D[:, chosen], axis=1), minlength=chosen.size).astype(np.int64)
+
+
+def divfl_select(gradients: np.ndarray, m: int, metric: Metric = "l2") -> Sample:
+    """DivFL's selection: :func:`facility_location_greedy` on :func:`dissimilarity`. Deterministic
+    (``inclusion`` 1 for the chosen, 0 for the others)."""
+    ids = facility_location_greedy(dissimilarity(gradients, metric), m)
+    return Sample(ids, np.ones(ids.size), np.ones(ids.size, dtype=np.int64))

@@ -1,0 +1,213 @@
+"""Fed-CBS: class-balanced client sampling (Zhang et al., "Fed-CBS: A heterogeneity-aware client sampling
+mechanism for federated learning via class-imbalance reduction", ICML 2023; arXiv 2209.15245).
+
+The class-imbalance of a group S of clients is the quadratic class-imbalance degree of its pooled label
+histogram (:func:`qcid`): QCID(S) = sum_b (alpha_b - 1/B)^2, alpha the pooled class proportions over B classes
+(0 for a perfectly balanced pool). The paper computes it under homomorphic encryption from the pairwise
+products n_i n_j alpha_i . alpha_j, so the server learns those inner products of the clients' label
+histograms, never the histograms themselves; this pure layer takes the histograms (one row per client).
+
+The m clients are drawn one at a time without replacement (:func:`fedcbs_sample`), each step's probabilities
+given by :func:`step_probabilities`:
+
+- first client: P(i) proportional to 1 / QCID({i})^beta_1 + lambda sqrt(3 ln t / (2 T_i))
+  (:func:`exploration_bonus`; t the round, T_i how often client i was selected so far);
+- k-th client (k >= 2): P(i | S) proportional to 1 / QCID(S + {i})^beta_k over the clients not yet chosen.
+
+The paper writes the k-th step with the factor QCID(S)^beta_{k-1} in the numerator (and, at k = 2, the first
+step's weight in the denominator) so that the product telescopes; both factors are constant over the
+candidates and cancel in the normalization, so they are left out here. The exponents beta_k and lambda are
+hyperparameters; the default beta_k = k (``beta=None``) is how we remember the paper's setting and is not
+confirmed from its text. A never-selected client (T_i = 0) has
+an unbounded bonus in the formula; we use T_i = 1 for it, as a public re-implementation does (not confirmed
+from the paper). A candidate with QCID = 0 (a perfectly balanced pool) has infinite weight: the step then
+chooses uniformly among such candidates (the limit of the formula).
+
+The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed form:
+:func:`estimate_inclusion` replays the draw from frozen inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from fedsample.sampling import design
+from fedsample.sampling.design import Sample
+
+__all__ = [
+    "PROBABILITY_KIND",
+    "SERVER_LEARNS",
+    "qcid",
+    "qcid_with_each",
+    "exploration_bonus",
+    "step_exponents",
+    "step_probabilities",
+    "fedcbs_sample",
+    "estimate_inclusion",
+]
+
+#: Kind of inclusion probabilities.
+PROBABILITY_KIND = {"fedcbs": "estimated"}
+#: What the server must learn: the clients' label histograms (in the paper, only their pairwise inner
+#: products, under homomorphic encryption) and how often each client has been selected.
+SERVER_LEARNS = {"fedcbs": ("label_histograms", "participation_counts")}
+#: QCID values at or below this count as 0 (a balanced pool).
+QCID_ZERO = 1e-15
+
+
+def _histograms(histograms: object, where: str) -> np.ndarray:
+    H = design.finite_matrix(histograms, "histograms", where)
+    if np.any(H < 0):
+        raise ValueError(f"{where}: histograms contain negative counts")
+    if H.shape[1] < 2:
+        raise ValueError(f"{where}: histograms need at least 2 classes, got {H.shape[1]}")
+    empty = np.flatnonzero(H.sum(axis=1) <= 0)
+    if empty.size:
+        raise ValueError(f"{where}: client {int(empty[0])} has an empty label histogram")
+    return H
+
+
+def qcid(histogram: np.ndarray) -> float:
+    """QCID of a pooled label histogram (1-D counts per class), or of a group given as one histogram per
+    row (pooled first): sum_b (alpha_b - 1/B)^2 with alpha the class proportions."""
+    h = np.asarray(histogram, dtype=np.float64)
+    pooled = h.sum(axis=0) if h.ndim == 2 else h
+    valid = pooled.ndim == 1 and pooled.size >= 2 and np.all(np.isfinite(pooled)) and np.all(pooled >= 0)
+    if not valid or pooled.sum() <= 0:
+        raise ValueError("qcid: histogram must hold finite non-negative counts over at least 2 classes, not all zero")
+    alpha = pooled / pooled.sum()
+    return float(np.sum((alpha - 1.0 / pooled.size) ** 2))
+
+
+def qcid_with_each(pooled: np.ndarray, histograms: np.ndarray) -> np.ndarray:
+    """QCID(S + {i}) for every client i at once, ``pooled`` being the pooled histogram of S (zeros for the
+    empty group)."""
+    H = _histograms(histograms, "qcid_with_each")
+    base = np.asarray(pooled, dtype=np.float64)
+    if base.shape != (H.shape[1],):
+        raise ValueError(f"qcid_with_each: pooled has shape {base.shape}, expected ({H.shape[1]},)")
+    joined = H + base
+    alpha = joined / joined.sum(axis=1, keepdims=True)
+    return np.sum((alpha - 1.0 / H.shape[1]) ** 2, axis=1)
+
+
+def exploration_bonus(counts: np.ndarray, t: int, lam: float) -> np.ndarray:
+    """lambda sqrt(3 ln t / (2 T_i)), the first step's exploration term (T_i = ``counts``, raised to 1 for
+    never-selected clients; t >= 1 the round)."""
+    where = "exploration_bonus"
+    T = design.nonnegative_vector(counts, "counts", where)
+    t = design.check_count(t, "t", where, minimum=1)
+    if not np.isfinite(lam) or lam < 0:
+        raise ValueError(f"{where}: lam must be finite and >= 0, got {lam!r}")
+    return lam * np.sqrt(3.0 * np.log(t) / (2.0 * np.maximum(T, 1.0)))
+
+
+def step_exponents(m: int, beta: float | Sequence[float] | None = None) -> np.ndarray:
+    """beta_1..beta_m: ``None`` gives beta_k = k, a number the same beta at every step, a sequence one per
+    step (all > 0)."""
+    m = design.check_count(m, "m", "step_exponents", minimum=1)
+    if beta is None:
+        return np.arange(1, m + 1, dtype=np.float64)
+    b = np.asarray(beta, dtype=np.float64)
+    if b.ndim == 0:
+        b = np.full(m, float(b))
+    if b.shape != (m,) or not np.all(np.isfinite(b)) or np.any(b <= 0):
+        raise ValueError(f"step_exponents: beta must be positive, one number or one per step ({m}), got {beta!r}")
+    return np.array(b)
+
+
+def _inverse_power(q: np.ndarray, beta: float, bonus: np.ndarray | None) -> np.ndarray:
+    """Weights 1/q^beta (+ bonus); candidates with q = 0 (infinite weight) share the step uniformly."""
+    zero = q <= QCID_ZERO
+    if np.any(zero):
+        return zero.astype(np.float64)
+    with np.errstate(over="ignore"):
+        w = np.exp(-beta * np.log(q))
+    if not np.all(np.isfinite(w)):
+        return np.isinf(w).astype(np.float64)
+    return w if bonus is None else w + bonus
+
+
+def step_probabilities(
+    histograms: np.ndarray,
+    selected: Sequence[int],
+    beta: float,
+    bonus: np.ndarray | None = None,
+) -> np.ndarray:
+    """The probability of each client being the next one drawn after ``selected`` (0 for those already
+    chosen): proportional to 1 / QCID(selected + {i})^beta, plus ``bonus`` (the exploration term, first step
+    only)."""
+    where = "step_probabilities"
+    H = _histograms(histograms, where)
+    chosen = np.asarray(selected, dtype=np.int64)
+    if chosen.size and (chosen.min() < 0 or chosen.max() >= H.shape[0] or np.unique(chosen).size != chosen.size):
+        raise ValueError(f"{where}: selected must be distinct client ids in [0, {H.shape[0]})")
+    if chosen.size == H.shape[0]:
+        raise ValueError(f"{where}: every client is already selected")
+    return _step(H, chosen, beta, None if bonus is None else np.asarray(bonus, dtype=np.float64))
+
+
+def _step(H: np.ndarray, chosen: np.ndarray, beta: float, bonus: np.ndarray | None) -> np.ndarray:
+    """:func:`step_probabilities` on validated inputs."""
+    free = np.ones(H.shape[0], dtype=bool)
+    free[chosen] = False
+    joined = H[free] + H[chosen].sum(axis=0)
+    alpha = joined / joined.sum(axis=1, keepdims=True)
+    q = np.sum((alpha - 1.0 / H.shape[1]) ** 2, axis=1)
+    w = _inverse_power(q, beta, None if bonus is None else bonus[free])
+    p = np.zeros(H.shape[0])
+    p[free] = w / w.sum()
+    return p
+
+
+def fedcbs_sample(
+    histograms: np.ndarray,
+    m: int,
+    rng: np.random.Generator,
+    *,
+    t: int,
+    counts: np.ndarray,
+    lam: float = 1.0,
+    beta: float | Sequence[float] | None = None,
+) -> Sample:
+    """Fed-CBS's draw of m distinct clients in round ``t`` (>= 1), ``counts[i]`` the times client i was
+    selected before: one :func:`step_probabilities` draw per step. ``inclusion`` is NaN
+    (:func:`estimate_inclusion`)."""
+    where = "fedcbs_sample"
+    rng = design.check_rng(rng, where)
+    H = _histograms(histograms, where)
+    m = design.check_count(m, "m", where, minimum=1)
+    if m > H.shape[0]:
+        raise ValueError(f"{where}: m = {m} exceeds the number of clients ({H.shape[0]})")
+    T = design.nonnegative_vector(counts, "counts", where)
+    if T.size != H.shape[0]:
+        raise ValueError(f"{where}: counts has {T.size} entries, expected {H.shape[0]}")
+    betas = step_exponents(m, beta)
+    bonus = exploration_bonus(T, t, lam)
+    chosen: list[int] = []
+    for k in range(m):
+        p = _step(H, np.asarray(chosen, dtype=np.int64), float(betas[k]), bonus if k == 0 else None)
+        chosen.append(int(rng.choice(p.size, p=p)))
+    ids = np.sort(np.asarray(chosen, dtype=np.int64))
+    return Sample(ids, np.full(m, np.nan), np.ones(m, dtype=np.int64))
+
+
+def estimate_inclusion(
+    histograms: np.ndarray,
+    m: int,
+    draws: int,
+    rng: np.random.Generator,
+    *,
+    t: int,
+    counts: np.ndarray,
+    lam: float = 1.0,
+    beta: float | Sequence[float] | None = None,
+) -> np.ndarray:
+    """Monte Carlo P(i in S) of :func:`fedcbs_sample` with the inputs frozen (standard error
+    sqrt(pi (1 - pi) / draws)); sums to exactly m."""
+    H = _histograms(histograms, "estimate_inclusion")
+    return design.replay_inclusion(
+        lambda g: fedcbs_sample(H, m, g, t=t, counts=counts, lam=lam, beta=beta), H.shape[0], draws, rng
+    )

@@ -1,0 +1,150 @@
+"""Power-of-choice client selection (Cho, Wang & Joshi, "Towards understanding biased client selection in
+federated learning", AISTATS 2022; arXiv 2010.01243).
+
+Each round (the paper's algorithm, as we recall it):
+
+1. the server draws a candidate set A of d clients *without replacement*, each draw proportional to the
+   data fractions p_k = n_k / n (:func:`candidate_set`; numpy's successive sampling);
+2. the candidates report their local loss F_k(w) at the current global model;
+3. the server keeps the m candidates with the highest losses (:func:`highest_losses`), m <= d.
+
+The global model is then the plain average of the m selected local models (weights 1/m). The variants differ
+only in what "loss" the server ranks by:
+
+- ``pow-d``: F_k(w) on the candidate's whole local data (one extra forward pass over it per candidate);
+- ``cpow-d``: an estimate on a minibatch of b samples (:func:`minibatch_loss`, computed by the client);
+- ``rpow-d``: no extra communication: the server ranks by each client's stale loss, the average training loss
+  it reported the last time it participated (:func:`record_losses`). We do not recall what the paper assigns
+  to a client that never participated; :func:`record_losses` leaves that to the caller's initial array
+  (``np.inf`` ranks unseen clients first).
+
+**Biased by design.** Selection favours high-loss clients on purpose (the paper's point: faster convergence,
+at the price of a bias term in its bound); no weighting makes the average unbiased for FedAvg's objective.
+Given the losses the selection is deterministic, but the candidate draw makes the inclusion probabilities
+P(k in S) = P(k in A and fewer than m candidates in A rank above k), which have no closed form:
+:func:`estimate_inclusion` replays the selection from frozen inputs (``design.replay_inclusion``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsample.sampling import design
+from fedsample.sampling.design import Sample
+
+__all__ = [
+    "VARIANTS",
+    "PROBABILITY_KIND",
+    "SERVER_LEARNS",
+    "candidate_set",
+    "highest_losses",
+    "power_of_choice",
+    "estimate_inclusion",
+    "minibatch_loss",
+    "record_losses",
+]
+
+VARIANTS = ("pow-d", "cpow-d", "rpow-d")
+#: Kind of inclusion probabilities of each variant.
+PROBABILITY_KIND = {variant: "estimated" for variant in VARIANTS}
+#: What the server must learn to run each variant: the data sizes of all clients (for the candidate draw) and
+#: the candidates' full-data losses (pow-d), minibatch losses (cpow-d), or the participants' training losses
+#: kept from their last round (rpow-d).
+SERVER_LEARNS = {
+    "pow-d": ("sizes", "losses"),
+    "cpow-d": ("sizes", "minibatch_losses"),
+    "rpow-d": ("sizes", "stale_losses"),
+}
+
+
+def _check_sizes_d_m(sizes: object, d: object, m: object, where: str) -> tuple[np.ndarray, int, int]:
+    n = design.nonnegative_vector(sizes, "sizes", where)
+    d = design.check_count(d, "d", where, minimum=1)
+    m = design.check_count(m, "m", where, minimum=1)
+    positive = int(np.count_nonzero(n))
+    if m > d:
+        raise ValueError(f"{where}: m = {m} exceeds the candidate set size d = {d}")
+    if d > positive:
+        raise ValueError(f"{where}: d = {d} exceeds the number of clients with positive size ({positive})")
+    return n / n.sum(), d, m
+
+
+def candidate_set(sizes: np.ndarray, d: int, rng: np.random.Generator) -> np.ndarray:
+    """Step 1: d distinct candidates, drawn without replacement with probabilities p_k = n_k / n
+    (successive sampling: ``rng.choice(N, d, replace=False, p=p)``). Returns their ids, sorted."""
+    where = "candidate_set"
+    rng = design.check_rng(rng, where)
+    p, d, _ = _check_sizes_d_m(sizes, d, 1, where)
+    return np.sort(rng.choice(p.size, size=d, replace=False, p=p)).astype(np.int64)
+
+
+def highest_losses(candidates: np.ndarray, losses: np.ndarray, m: int) -> np.ndarray:
+    """Step 3: the m candidates with the highest losses (ties broken towards the smaller id). ``losses`` is
+    indexed by client id (entries of non-candidates are ignored, so they may be NaN). Returns sorted ids."""
+    where = "highest_losses"
+    ids = np.asarray(candidates, dtype=np.int64)
+    m = design.check_count(m, "m", where, minimum=1)
+    if m > ids.size:
+        raise ValueError(f"{where}: m = {m} exceeds the number of candidates ({ids.size})")
+    values = np.asarray(losses, dtype=np.float64)
+    if values.ndim != 1 or (ids.size and ids.max() >= values.size):
+        raise ValueError(f"{where}: losses must be 1-D and indexed by client id, got shape {values.shape}")
+    ranked = values[ids]
+    if np.any(np.isnan(ranked)):
+        raise ValueError(f"{where}: losses of the candidates contain NaN")
+    order = np.lexsort((ids, -ranked))  # highest loss first, then smaller id
+    return np.sort(ids[order[:m]])
+
+
+def power_of_choice(sizes: np.ndarray, losses: np.ndarray, d: int, m: int, rng: np.random.Generator) -> Sample:
+    """One round of power-of-choice from frozen losses (one per client; only the candidates' are read):
+    :func:`candidate_set`, then :func:`highest_losses`. ``inclusion`` is NaN: the probabilities have no
+    closed form (:func:`estimate_inclusion`)."""
+    where = "power_of_choice"
+    rng = design.check_rng(rng, where)
+    p, d, m = _check_sizes_d_m(sizes, d, m, where)
+    values = np.asarray(losses, dtype=np.float64)
+    if values.shape != p.shape:
+        raise ValueError(f"{where}: losses has shape {values.shape}, expected one per client ({p.size})")
+    ids = highest_losses(candidate_set(sizes, d, rng), values, m)
+    return Sample(ids, np.full(ids.size, np.nan), np.ones(ids.size, dtype=np.int64))
+
+
+def estimate_inclusion(
+    sizes: np.ndarray, losses: np.ndarray, d: int, m: int, draws: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Monte Carlo P(k in S) of :func:`power_of_choice` with the inputs frozen: the fraction of ``draws``
+    replayed rounds that select k (standard error sqrt(pi (1 - pi) / draws)). Sums to exactly m."""
+    p = design.nonnegative_vector(sizes, "sizes", "estimate_inclusion")
+    return design.replay_inclusion(lambda g: power_of_choice(sizes, losses, d, m, g), p.size, draws, rng)
+
+
+def minibatch_loss(sample_losses: np.ndarray, b: int, rng: np.random.Generator) -> float:
+    """cpow-d's loss estimate, computed by a client: the mean loss over b of its samples drawn uniformly
+    without replacement (all of them when it holds at most b)."""
+    where = "minibatch_loss"
+    rng = design.check_rng(rng, where)
+    values = np.asarray(sample_losses, dtype=np.float64)
+    b = design.check_count(b, "b", where, minimum=1)
+    if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"{where}: sample_losses must be a non-empty 1-D finite vector")
+    if values.size <= b:
+        return float(values.mean())
+    return float(values[rng.choice(values.size, size=b, replace=False)].mean())
+
+
+def record_losses(stale: np.ndarray, ids: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    """rpow-d's bookkeeping: a copy of ``stale`` (one loss per client) where the participants ``ids`` get
+    the training losses they just reported; the others keep their last value."""
+    where = "record_losses"
+    updated = np.array(stale, dtype=np.float64)
+    ids = np.asarray(ids, dtype=np.int64)
+    values = np.asarray(losses, dtype=np.float64)
+    if updated.ndim != 1 or ids.shape != values.shape or ids.ndim != 1:
+        raise ValueError(f"{where}: stale must be 1-D and ids, losses of the same length")
+    if ids.size and (ids.min() < 0 or ids.max() >= updated.size):
+        raise ValueError(f"{where}: ids must lie in [0, {updated.size})")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{where}: losses contain NaN or infinite values")
+    updated[ids] = values
+    return updated
