@@ -215,6 +215,9 @@ def test_from_flwr_keeps_natural_ids():
     for k, user in enumerate(fed.user_ids):
         assert set(cols["user"][fed.client_indices(k)]) == {user}
     assert fed.stats()["user_ids"] == [f"u{i}" for i in range(7)]
+    ours = fs.data.partition(fed.dataset, fs.data.Natural(key="column:user"))  # fedsample's Natural is the same partition
+    np.testing.assert_array_equal(ours.order, fed.order)
+    np.testing.assert_array_equal(ours.offsets, fed.offsets)
     grouped = from_flwr(P.GroupedNaturalIdPartitioner(partition_by="user", group_size=2), hf, data=fed.dataset)
     assert grouped.user_ids.tolist() == ["u0+u1", "u2+u3", "u4+u5", "u6"]
 
