@@ -36,8 +36,54 @@ class _WithParams(BaseModel):
         return dict(self.model_extra or {})
 
 
+class HFDatasetOptions(_Strict):
+    """``[dataset] source = "hf"``: the keys of ``fedsample.data.hf.load_hf`` (read offline)."""
+
+    path: str | None = None
+    format: Literal["csv", "parquet", "json", "imagefolder"] | None = None
+    data_files: str | list[str] | dict[str, str | list[str]] | None = None
+    subset: str | None = None
+    split: str = "train"
+    test: str | None = None
+    test_fraction: float = Field(default=0.2, gt=0, lt=1)
+    features: str | list[str] | None = None
+    label: str = "label"
+    task: Literal["classification", "regression"] = "classification"
+
+    @model_validator(mode="after")
+    def _source(self) -> "HFDatasetOptions":
+        if self.path is None and self.format is None:
+            raise ValueError("needs path (a local dataset directory or a cached Hub name) or format with data_files")
+        if self.format is not None and self.path is None and self.data_files is None:
+            raise ValueError(f"format {self.format!r} needs data_files (or path, a directory)")
+        return self
+
+
 class DatasetConfig(_WithParams):
-    name: str
+    """A dataset by name (``source = "builtin"``, fedsample.data.load_dataset) or read with Hugging Face
+    ``datasets`` (``source = "hf"``: the keys of :class:`HFDatasetOptions`; ``name`` is then optional, the
+    dataset's display name)."""
+
+    name: str | None = None
+    source: Literal["builtin", "hf"] = "builtin"
+
+    @model_validator(mode="after")
+    def _named(self) -> "DatasetConfig":
+        if self.source == "builtin" and self.name is None:
+            raise ValueError('needs a name (or source = "hf" with its keys)')
+        if self.source == "hf":
+            try:
+                HFDatasetOptions.model_validate(self.params)
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].splitlines()[0]
+                raise ValueError(f"{where + ': ' if where else ''}{message}") from None
+        return self
+
+    @property
+    def display(self) -> str:
+        return self.name or str(self.params.get("path") or self.params.get("data_files") or self.source)
 
 
 class PartitionConfig(_WithParams):

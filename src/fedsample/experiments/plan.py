@@ -10,7 +10,7 @@ from typing import Any, Callable
 from fedsample.data import load_dataset, make_scheme, partition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.experiments import grid
-from fedsample.experiments.config import ConfigError, ExperimentConfig, StrategyConfig
+from fedsample.experiments.config import ConfigError, DatasetConfig, ExperimentConfig, PartitionConfig, StrategyConfig
 from fedsample.experiments.validation import Validation, carve_validation
 from fedsample.federation.faults import FaultModel, Straggler
 from fedsample.models import model_from_name
@@ -91,8 +91,26 @@ class Outcome:
 def _built(what: str, build: Callable[[], Any]) -> Any:
     try:
         return build()
-    except (ValueError, TypeError, FileNotFoundError, OverflowError) as error:
+    except (ValueError, TypeError, FileNotFoundError, OverflowError, ImportError) as error:
         raise ConfigError(f"{what}: {error}") from None
+
+
+def build_dataset(config: DatasetConfig) -> Dataset:
+    """The dataset by name, or (``source = "hf"``) read with Hugging Face ``datasets``, offline."""
+    if config.source == "hf":
+        from fedsample.data.hf import load_hf
+
+        return load_hf(name=config.name, **config.params)
+    return load_dataset(config.name, **config.params)
+
+
+def build_scheme(config: PartitionConfig):
+    """A fedsample partition scheme by name, or ``flwr:NAME``: a Flower Datasets partitioner."""
+    if config.scheme.startswith("flwr:"):
+        from fedsample.data.flower_partitions import FlowerScheme
+
+        return FlowerScheme(config.scheme.removeprefix("flwr:"), config.params)
+    return make_scheme(config.scheme, **config.params)
 
 
 def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) -> Strategy:
@@ -110,8 +128,8 @@ def prepare(config: ExperimentConfig) -> Plan:
     """Build dataset, partition scheme, model, strategies (every grid value) and the failure model, carve
     the validation split and partition every seed, and check each strategy's cohort size against the number
     of clients; any problem is one ConfigError line."""
-    dataset = _built(f"dataset {config.dataset.name!r}", lambda: load_dataset(config.dataset.name, **config.dataset.params))
-    scheme = _built("partition", lambda: make_scheme(config.partition.scheme, **config.partition.params))
+    dataset = _built(f"dataset {config.dataset.display!r}", lambda: build_dataset(config.dataset))
+    scheme = _built("partition", lambda: build_scheme(config.partition))
     model = _built("model", lambda: model_from_name(config.model.name, **config.model.params))
     variants = {
         s.display: {
