@@ -77,7 +77,8 @@ PAPER = Paper(
     notes=(
         "Measured (fedstas-fmnist, 3 seeds, final accuracy %, mean ± sd ddof=1): FedAvg 61.0 ± 5.2, FedSTS 46.0 ± 5.3, "
         "FedSTaS 45.9 ± 6.6, DP+FedSTaS 46.7 ± 6.9, FedSTS (size-weighted) 60.6 ± 6.1, FedSTaS (size-weighted) 58.3 ± 4.8. FedSTaS >= FedSTS and "
-        "DP+FedSTaS ~ FedSTaS hold only as ties; FedSTS >= FedAvg fails by 15 points (paired by seed: -9.1, -13.1, -22.7).",
+        "DP+FedSTaS ~ FedSTaS are inconclusive (differences under 1 point, 95% intervals about ±14 points at 3 seeds); "
+        "FedSTS >= FedAvg is reversed by 15 points (paired by seed: -9.1, -13.1, -22.7).",
         "Why FedSTS loses to FedAvg: its aggregation (the paper's (1/N) sum_h N_h mean_h and the unbiased Horvitz-Thompson "
         "form alike) estimates the clients' plain mean, FedAvg's the size-weighted mean. Under Dir(0.01) a few clients "
         "hold nearly all samples (seed 0: median 16, largest 5,201), so the client mean's label distribution is 0.40 "

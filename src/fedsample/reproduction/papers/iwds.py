@@ -128,7 +128,8 @@ NOTES = (
     "The CIFAR-10 half of Table 1 (VGG-9) is not run: CIFAR-10 is not on the machines. Its FedAvg LLT 0.9 row "
     "has Uni-Samp 80.81 above Imb-Samp 76.31 and IWDS 79.95-80.26, the opposite of the Fashion-MNIST row "
     "(58.81 vs 89.25): the paper's own numbers show the large LLT gain on one data set only.",
-    "Measured (cpu profile, 2026-11-23, 2 shared CPU cores at load 8-13; best round, mean +- sd over 3 seeds): "
+    "Measured (cpu profile, 2026-11-23, 2 shared CPU cores at load 8-13; best round on the test set, i.e. the oracle, "
+    "mean +- sd over 3 seeds): "
     "LLT 0.9 FedAvg Uni-Samp 75.3 +- 0.4, Imb-Samp 82.7 +- 0.2, IWDS 0.95 / 0.98 / 0.99 80.9 / 81.9 / 82.2 "
     "(paper 58.8, 89.3, 88.9 / 89.2 / 89.3); FedNova Uni-Samp 70.5 +- 1.7, Imb-Samp 82.3 +- 0.1, IWDS 0.99 82.0 +- 0.2. "
     "LLT 0.99 Uni-Samp 57.1 +- 0.6, Imb-Samp 80.2 +- 0.2, IWDS 0.99 80.0 +- 0.5 (paper 37.4, 84.3, 84.4). "
@@ -146,7 +147,7 @@ NOTES = (
     "Each round's 5 clients bring 5 dominant classes and a long local pass pulls the model to them; the paper's "
     "58.8 lies in that oscillating range. Its runs (CNN, lr from a grid up to 0.5, full local epochs) are not "
     "reproducible exactly: it states neither rounds nor epochs.",
-    "What does not hold here: IWDS beating Imb-Samp. Eq. 6 removes most of the rebalancing within tens of "
+    "What is not shown here: IWDS beating Imb-Samp (Imb-Samp 0.3-0.5 points ahead; inconclusive at 3 seeds). Eq. 6 removes most of the rebalancing within tens of "
     "rounds because the effective-number weights only rebalance for beta very close to 1: on an LLT 0.9 client "
     "(5,400 samples of its class, 67 of each other) the dominant label's share of the local draws is 0.90 "
     "uniformly, 0.13 under Imb-Samp, and under IWDS beta_m = 0.99 0.24 / 0.46 / 0.74 at rounds 5 / 19 / 99 "
