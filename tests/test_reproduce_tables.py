@@ -149,3 +149,10 @@ def test_a_tie_claim_without_a_margin_is_a_problem_of_the_paper():
     assert any("a tie claim needs a margin" in line for line in check_paper(replace(base, comparisons=(tie,))))
     stated = replace(tie, margin=1.0, margin_reason="why")
     assert check_paper(replace(base, comparisons=(stated,))) == []
+
+
+def test_a_row_of_an_older_reproduction_json_still_renders():
+    old = {"claim": "A beats B", "source": "x", "better": "A", "worse": "B", "metric": "accuracy", "which": "final",
+           "tie": False, "note": "", "better_stats": None, "worse_stats": None, "d": 2.0, "se": 1.3, "verdict": "within noise"}
+    (line,) = comparison_lines([old])[2:]
+    assert line.endswith("| +2.0 | — | — | — | — | within noise |")

@@ -22,7 +22,7 @@ from fedsample.experiments.report import markdown_text
 from fedsample.reproduction.registry import papers
 from fedsample.reproduction.rows import tested_row
 from fedsample.reproduction.spec import Comparison, Paper
-from fedsample.reproduction.table import COMPARISON_HEADER, ORACLE, claim_text, comparison_rules, test_cells
+from fedsample.reproduction.table import COMPARISON_HEADER, ORACLE, claim_text, comparison_rules, result_cells
 from fedsample.reproduction.verdict import Stats
 
 SECTION = re.compile(r"<!-- reproduction:(?P<paper>[\w-]+):(?P<profile>\w+) -->\n(?P<body>.*?)<!-- /reproduction:(?P=paper):(?P=profile) -->", re.S)
@@ -76,7 +76,7 @@ def rederived_row(paper: Paper, line: str) -> str:
     comparison = find_comparison(paper, source, better, worse, "(tie claim" in claim_cell)
     row = tested_row(comparison, better_stats, worse_stats)
     claim = claim_text({**asdict(comparison), "which": which})
-    return "| " + " | ".join([claim, better_cell, worse_cell, *test_cells(row)]) + " |"
+    return "| " + " | ".join([claim, better_cell, worse_cell, *result_cells(row)]) + " |"
 
 
 def rederive_section(paper: Paper, body: str) -> str:

@@ -86,35 +86,37 @@ def difference_text(row: Mapping, fmt: str) -> str:
     """'+d [low, high]', or '+d' without a test, or '—'."""
     if row["d"] is None:
         return "—"
-    if row["ci"] is None:
+    if row.get("ci") is None:
         return f"{row['d']:+{fmt}}"
     low, high = row["ci"]
     return f"{row['d']:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}]"
 
 
-def test_text(row: Mapping) -> str:
+def method_text(row: Mapping) -> str:
     """'Welch (3.1), 3 + 3', 'paired (2), 3 pairs', or '—, 1 + 3' without a test."""
-    if row["n"] is None:
+    n, test = row.get("n"), row.get("test")
+    if n is None:
         return "—"
-    if row["test"] is None:
-        return f"—, {row['n'][0]} + {row['n'][1]}"
-    if row["test"] == "paired":
-        return f"paired ({row['df']:.0f}), {row['n'][0]} pairs"
-    return f"Welch ({row['df']:.1f}), {row['n'][0]} + {row['n'][1]}"
+    if test is None:
+        return f"—, {n[0]} + {n[1]}"
+    if test == "paired":
+        return f"paired ({row['df']:.0f}), {n[0]} pairs"
+    return f"Welch ({row['df']:.1f}), {n[0]} + {n[1]}"
 
 
 def seeds_text(row: Mapping) -> str:
     """The seeds per arm this run's d and spread call for (with the paper module's planned figure where it
     differs)."""
-    if row["test"] is None or row["p"] is None:
+    measured = row.get("seeds_needed_measured")
+    if row.get("test") is None or row.get("p") is None:
         text = "—"
-    elif row["seeds_needed_measured"] is None:
+    elif measured is None:
         target = resolution_target(row["d"], row["tie"], row.get("margin"))
         text = f"> {MAX_SEEDS:,}" if target > 0 else "none at this d"
     else:
-        text = str(row["seeds_needed_measured"])
+        text = str(measured)
     planned = row.get("seeds_needed")
-    return text if planned is None or planned == row["seeds_needed_measured"] else f"{text} (planned {planned})"
+    return text if planned is None or planned == measured else f"{text} (planned {planned})"
 
 
 def claim_text(row: Mapping) -> str:
@@ -130,11 +132,12 @@ def claim_text(row: Mapping) -> str:
     return text
 
 
-def test_cells(row: Mapping) -> list[str]:
-    """The test's cells of a Comparison row: d [CI], p, test (df) and n, MDD, n needed, verdict."""
+def result_cells(row: Mapping) -> list[str]:
+    """The cells of a Comparison row after the two sides: d [CI], p, test (df) and n, MDD, n needed, verdict
+    (rows of an older reproduction.json, without the test's fields, show "—" there)."""
     fmt = number_format("", row["metric"])
-    mdd = "—" if row["mdd"] is None else f"{row['mdd']:{fmt}}"
-    return [difference_text(row, fmt), p_text(row["p"]), test_text(row), mdd, seeds_text(row), cell(row["verdict"])]
+    mdd = "—" if row.get("mdd") is None else f"{row['mdd']:{fmt}}"
+    return [difference_text(row, fmt), p_text(row.get("p")), method_text(row), mdd, seeds_text(row), cell(row["verdict"])]
 
 
 def comparison_lines(rows: list[Mapping]) -> list[str]:
@@ -143,7 +146,7 @@ def comparison_lines(rows: list[Mapping]) -> list[str]:
         fmt = number_format("", row["metric"])
         better = f"{cell(row['better'])}: {mean_sd(row['better_stats'], fmt)}"
         worse = f"{cell(row['worse'])}: {mean_sd(row['worse_stats'], fmt)}"
-        lines.append("| " + " | ".join([claim_text(row), better, worse, *test_cells(row)]) + " |")
+        lines.append("| " + " | ".join([claim_text(row), better, worse, *result_cells(row)]) + " |")
     return lines
 
 
