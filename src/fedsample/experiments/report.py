@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 METRIC_TITLES = {"accuracy": "Accuracy", "macro_f1": "Macro-F1", "loss": "Loss"}
+ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a result
 
 
 def cell(stats: dict, metric: str, seeds: int) -> str:
@@ -23,8 +24,8 @@ def best_metric(result: dict) -> str | None:
 
 
 def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
-    """Per strategy, each final metric and the best round's accuracy (``best``) as 'mean ± sd', and the
-    selected value of a grid (``selected``, e.g. 'lr=0.05')."""
+    """Per strategy, each final metric and the oracle best round's accuracy (``best``: the best round on the
+    test set) as 'mean ± sd', and the selected value of a grid (``selected``, e.g. 'lr=0.05')."""
     seeds = len(document["config"]["seeds"])
     out = []
     for label, result in document["strategies"].items():
@@ -39,23 +40,26 @@ def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
 
 
 def columns(table_rows: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
-    """The (key, title) of each column some row has: final metrics, best round, selected grid value."""
-    titles = {**METRIC_TITLES, "best": "Best round", "selected": "Selected"}
+    """The (key, title) of each column some row has: final metrics, the oracle best round, selected grid value."""
+    titles = {**METRIC_TITLES, "best": ORACLE_TITLE, "selected": "Selected"}
     return [(key, title) for key, title in titles.items() if any(key in cells for _, cells in table_rows)]
 
 
 def caption(document: dict) -> str:
-    """What the numbers are: rounds, seeds, the sample standard deviation, units."""
+    """What the numbers are: rounds, seeds, the sample standard deviation, units, and that the best round is
+    an oracle."""
     config = document["config"]
     seeds = config["seeds"]
     return (
-        f"Final round ({config['rounds']} rounds) and best evaluated round, mean ± sd ({len(seeds)} seeds: {seeds}; "
-        "sd = sample standard deviation, ddof = 1) of the test metrics; accuracy and macro-F1 in %."
+        f"Final round ({config['rounds']} rounds), mean ± sd ({len(seeds)} seeds: {seeds}; sd = sample standard "
+        "deviation, ddof = 1) of the test metrics; accuracy and macro-F1 in %. "
+        f"{ORACLE_TITLE} = oracle: best round on the test set, picked by the test metric itself (an optimistic "
+        "bound, not a result)."
     )
 
 
 def summary_table(document: dict) -> str:
-    """A markdown table of final and best-round metrics (mean ± sd over seeds)."""
+    """A markdown table of final-round metrics and the oracle best round (mean ± sd over seeds)."""
     config = document["config"]
     table_rows = rows(document)
     cols = columns(table_rows)

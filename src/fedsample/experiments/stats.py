@@ -1,4 +1,5 @@
-"""Summaries over seeds: mean, sample standard deviation (ddof = 1) and n; best and final rounds."""
+"""Summaries over seeds: mean, sample standard deviation (ddof = 1) and n; final rounds, and the oracle best
+round on the test set."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def over_seeds(per_seed: list[float | None]) -> dict:
 
 
 def best_round(history: list[dict], metric: str) -> float | None:
-    """The best value of ``metric`` over the evaluated rounds (max, or min for a loss); None if never measured."""
+    """The oracle: the best value of ``metric`` over the evaluated rounds on the test set (max, or min for a
+    loss), picked by looking at the test metric itself, so an optimistic bound and not a result; None if
+    never measured."""
     values = [h[metric] for h in history if h.get(metric) is not None]
     if not values:
         return None

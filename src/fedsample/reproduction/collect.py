@@ -1,5 +1,7 @@
 """Our measurements as per-seed values: ``{label: {which: {metric: [value per seed]}}}`` (``which`` is
-"final" or "best"), read from an experiment's results.json or a study's output.
+"final", the last round, or "best", the oracle: each seed's best round on the test set, which no verdict
+uses), read from an experiment's results.json or a study's output. Each list holds one value per seed of
+the source's seed list, in that order (None: a seed that stopped), so two labels of one source pair by seed.
 
 results.json has two shapes: ``{"mean", "sd", "n", "per_seed"}`` per final and best metric (written now) and
 ``{"mean", "std", "per_seed"}`` per final metric, with no "best" (folders written by earlier versions). Only ``per_seed`` is read, so both
@@ -23,7 +25,7 @@ def per_seed(stats: Mapping) -> list[float | None]:
 
 
 def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]:
-    """One strategy's per-seed final and best values of every metric it reports."""
+    """One strategy's per-seed final and best (oracle) values of every metric it reports."""
     final = {metric: per_seed(stats) for metric, stats in result.get("final", {}).items()}
     if "best" in result:
         best = {metric: per_seed(stats) for metric, stats in result["best"].items()}

@@ -1,5 +1,6 @@
 """A paper module checked against its presets: every profile has presets that load, every Figure and
-Comparison cites a preset or study of the paper, a label that preset defines, and a metric it reports."""
+Comparison cites a preset or study of the paper, a label that preset defines, and a metric it reports; every
+tie claim states its equivalence margin and why."""
 
 from __future__ import annotations
 
@@ -53,4 +54,6 @@ def check_paper(paper: Paper) -> list[str]:
     for comparison in paper.comparisons:
         names = (comparison.better, comparison.worse)
         problems += row_problems(paper, f"comparison {comparison.claim!r}", comparison.source, names, comparison.metric, labels)
+        if comparison.tie and (comparison.margin is None or not comparison.margin_reason):
+            problems.append(f"{paper.name}: comparison {comparison.claim!r}: a tie claim needs a margin and its reason (margin=, margin_reason=)")
     return problems

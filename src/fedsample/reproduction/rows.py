@@ -1,16 +1,20 @@
 """The rows of a paper's tables: each Figure with our mean ± sd beside the paper's number, each Comparison
-with the difference ± its standard error, and the verdict (:mod:`.verdict`); plain dicts, for the markdown
-table and reproduction.json alike."""
+with its test (the difference, its confidence interval, p, the test and n, the minimal detectable
+difference, the seeds needed) and the verdict (:mod:`.verdict`); plain dicts, for the markdown table and
+reproduction.json alike."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from fedsample.reproduction.collect import Values, lookup
 from fedsample.reproduction.registry import profile_presets
 from fedsample.reproduction.spec import Comparison, Figure, Paper
-from fedsample.reproduction.verdict import Stats, comparison_verdict, display_scale, figure_verdict, stats_of
+from fedsample.reproduction.verdict import (
+    ALPHA, CONFIDENCE, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
+)
 
 
 def measured(values: Mapping[str, Values], source: str, label: str, which: str, metric: str, scale: float) -> Stats | None:
@@ -18,6 +22,19 @@ def measured(values: Mapping[str, Values], source: str, label: str, which: str, 
     found = lookup(values, source, label, which, metric)
     stats = stats_of(found) if found is not None else None
     return None if stats is None else stats.scaled(scale)
+
+
+def seed_pairs(better: Sequence[float | None], worse: Sequence[float | None], scale: float) -> list[tuple[float, float]]:
+    """``(better, worse)`` of every seed both sides finished, in display units; the lists of one source hold
+    one value per seed of the same seed list (None: a seed that stopped)."""
+    if len(better) != len(worse):
+        raise ValueError(f"paired values: the two sides ran {len(better)} and {len(worse)} seeds")
+    return [(float(b) * scale, float(w) * scale) for b, w in zip(better, worse) if finished(b) and finished(w)]
+
+
+def finished(value: float | None) -> bool:
+    """Whether a seed's value exists (a seed that stopped is None; a diverged value is not finite)."""
+    return value is not None and math.isfinite(float(value))
 
 
 def stand_in(paper: Paper, figure: Figure) -> bool:
@@ -32,25 +49,47 @@ def stats_dict(stats: Stats | None) -> dict | None:
 
 
 def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> dict:
-    """One Figure: the paper's number, ours (in the figure's unit; '%' shows our fraction x100) and the verdict."""
+    """One Figure: the paper's number, ours (in the figure's unit; '%' shows our fraction x100) and the
+    verdict; the oracle (best round on the test set) is never compared."""
     ours = measured(values, figure.source, figure.label, figure.which, figure.metric, 100.0 if figure.unit == "%" else 1.0)
-    return {
-        **asdict(figure), "ours": stats_dict(ours),
-        "verdict": figure_verdict(figure.paper, ours, figure.unit, comparable=not stand_in(paper, figure)),
+    oracle = figure.which == "best"
+    comparable = not (oracle or stand_in(paper, figure))
+    reason = ORACLE if oracle else "stand-in"
+    return {**asdict(figure), "ours": stats_dict(ours), "verdict": figure_verdict(figure.paper, ours, figure.unit, comparable, reason)}
+
+
+def tested_row(
+    comparison: Comparison, better: Stats | None, worse: Stats | None, pairs: Sequence[tuple[float, float]] | None = None
+) -> dict:
+    """A Comparison's row from both sides' Stats (display units) and, for a paired comparison, the per-seed
+    pairs: the claim's fields, both sides, the test's numbers (see :class:`~.verdict.Tested`) and the verdict."""
+    row = {
+        **asdict(comparison), "better_stats": stats_dict(better), "worse_stats": stats_dict(worse),
+        "alpha": ALPHA, "ci_level": CONFIDENCE, "power": POWER, "d": None, "se": None, "df": None, "ci": None,
+        "p": None, "test": None, "n": None, "mdd": None, "seeds_needed_measured": None,
     }
-
-
-def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
-    """One Comparison: both sides' stats, the difference in the claimed direction ± its standard error, the verdict."""
-    scale = display_scale(comparison.metric)
-    better = measured(values, comparison.source, comparison.better, comparison.which, comparison.metric, scale)
-    worse = measured(values, comparison.source, comparison.worse, comparison.which, comparison.metric, scale)
-    row = {**asdict(comparison), "better_stats": stats_dict(better), "worse_stats": stats_dict(worse), "d": None, "se": None}
     if better is None or worse is None:
         return {**row, "verdict": "not measured"}
     names = (comparison.better, comparison.worse)
-    diff, verdict = comparison_verdict(better, worse, comparison.metric, comparison.higher_is_better, comparison.tie, names)
-    return {**row, "d": diff.d, "se": diff.se, "verdict": verdict}
+    tested = comparison_test(better, worse, comparison.higher_is_better, comparison.tie, comparison.margin, names, pairs)
+    row.update(d=tested.d, p=tested.p, mdd=tested.mdd, seeds_needed_measured=tested.seeds_needed, verdict=tested.verdict)
+    if tested.estimate is None:
+        return {**row, "n": [better.n, worse.n]}
+    est = tested.estimate
+    return {**row, "se": est.se, "df": est.df, "ci": list(tested.ci), "test": est.test, "n": list(est.n)}
+
+
+def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
+    """One Comparison from the measured values: Welch's test, or the paired test over the seeds both sides
+    finished where the comparison is ``paired``."""
+    scale = display_scale(comparison.metric)
+    better = measured(values, comparison.source, comparison.better, comparison.which, comparison.metric, scale)
+    worse = measured(values, comparison.source, comparison.worse, comparison.which, comparison.metric, scale)
+    pairs = None
+    if comparison.paired and better is not None and worse is not None:
+        sides = [lookup(values, comparison.source, label, comparison.which, comparison.metric) for label in (comparison.better, comparison.worse)]
+        pairs = seed_pairs(*sides, scale)
+    return tested_row(comparison, better, worse, pairs)
 
 
 def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict]]:

@@ -8,12 +8,14 @@ verdict per row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal, Mapping, Sequence
 
 from fedsample.experiments.stats import LOWER_IS_BETTER  # smaller is better for these metrics, larger for the rest
 
+# "final": the last round (a grid's value selected on the validation split); "best": the oracle, the best round
+# on the test set (Figures only, for information; no verdict).
 Which = Literal["final", "best"]
 
 
@@ -24,7 +26,9 @@ class Figure:
     ``source`` names a preset (run by the reproduction) or a :class:`Study` of the same paper; ``label`` is
     the strategy label in that source. ``paper`` is the paper's figure in ``unit`` (None where the paper
     only plots it; say where in ``claim``). ``unit="%"`` means our value (a fraction) is shown x100.
-    ``which``: the final round's metric or the best evaluated round's (the papers differ; say which they use).
+    ``which``: "final", the last round's metric (on a grid, the value selected on the validation split), or
+    "best", the oracle: each seed's best evaluated round on the test set, picked by the test metric itself.
+    An oracle row is shown for information and never gets a matches/differs verdict.
     """
 
     claim: str
@@ -39,8 +43,18 @@ class Figure:
 
 @dataclass(frozen=True)
 class Comparison:
-    """An ordering the paper asserts: ``better`` beats ``worse`` on ``metric`` in ``source``
-    (``tie=True``: the paper claims the two are equal, e.g. FedSampling matches centralized training)."""
+    """An ordering the paper asserts: ``better`` beats ``worse`` on ``metric`` in ``source``, tested as
+    docs/reproduction.md states (:mod:`fedsample.reproduction.verdict`).
+
+    ``tie=True``: the paper claims the two are equal (e.g. FedSampling matches centralized training), tested
+    for equivalence within ±``margin`` (in display units: accuracy points, dB), with ``margin_reason`` saying
+    in one line why that margin. ``paired=True``: the two sides' runs pair by seed (same source: the runs of
+    one seed share the partition, the validation split and the initial weights), so the paired t-test on
+    per-seed differences is used instead of Welch's. ``seeds_needed``: seeds per arm that a conclusive
+    verdict needs at 80% power, from the minimal detectable difference at the observed d and spread of the
+    last stored run (None: not yet measured). ``which`` is always "final": a verdict never uses the oracle
+    best round on the test set.
+    """
 
     claim: str
     source: str
@@ -50,10 +64,27 @@ class Comparison:
     which: Which = "final"
     tie: bool = False
     note: str = ""
+    paired: bool = False
+    margin: float | None = None
+    margin_reason: str = ""
+    seeds_needed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.which != "final":
+            raise ValueError(f"which: a comparison uses the final round, got {self.which!r} (the best round on the test set is an oracle)")
+        if self.margin is not None and not (self.tie and self.margin > 0):
+            raise ValueError(f"margin: a positive equivalence margin of a tie claim, got {self.margin!r} (tie={self.tie})")
+        if self.seeds_needed is not None and self.seeds_needed < 2:
+            raise ValueError(f"seeds_needed must be >= 2, got {self.seeds_needed}")
 
     @property
     def higher_is_better(self) -> bool:
         return self.metric not in LOWER_IS_BETTER
+
+
+def with_seeds_needed(comparisons: Sequence[Comparison], needed: Mapping[tuple[str, str, str], int]) -> tuple[Comparison, ...]:
+    """The comparisons with ``seeds_needed`` filled in from ``{(source, better, worse): seeds per arm}``."""
+    return tuple(replace(c, seeds_needed=needed.get((c.source, c.better, c.worse), c.seeds_needed)) for c in comparisons)
 
 
 # run(device, seeds, out) -> {label: {metric: [one value per seed]}}

@@ -1,13 +1,15 @@
 """REPRODUCTION.md: a reproduction document (reproduction.json) as markdown — the runs with their wall
-time, the Figures (claim | paper | ours | verdict), the Comparisons (claim | better | worse | difference ±
-se | verdict), the paper's notes, and the hardware and exact command."""
+time, the Figures (claim | paper | ours | verdict), the Comparisons (claim | better | worse | d with its
+confidence interval | p | test and n | minimal detectable difference | seeds needed | verdict), the
+paper's notes, and the hardware and exact command."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
 from fedsample.experiments.report import markdown_text
-from fedsample.reproduction.verdict import PERCENT_METRICS
+from fedsample.reproduction.significance import MAX_SEEDS
+from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, PERCENT_METRICS, POWER, resolution_target
 
 
 def number_format(unit: str, metric: str) -> str:
@@ -31,13 +33,18 @@ def cell(text: str) -> str:
     return markdown_text(str(text))
 
 
+def which_text(which: str, metric: str) -> str:
+    """'final accuracy', or 'oracle: best round on the test set, accuracy' for the best round."""
+    return f"{ORACLE}, {metric}" if which == "best" else f"{which} {metric}"
+
+
 def figure_lines(rows: list[Mapping]) -> list[str]:
     lines = ["| claim | paper | ours (mean ± sd) | verdict |", "|---|---|---|---|"]
     for row in rows:
         fmt = number_format(row["unit"], row["metric"])
         unit = row["unit"] if row["unit"] in ("", "%") else f" {row['unit']}"
         paper = "—" if row["paper"] is None else f"{row['paper']:g}{unit}"  # as the paper prints it
-        where = f"{row['source']}: {row['label']}, {row['which']} {row['metric']}"
+        where = f"{row['source']}: {row['label']}, {which_text(row['which'], row['metric'])}"
         claim = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
         if row["note"]:
             claim += f"<br><sub>note: {cell(row['note'])}</sub>"
@@ -45,18 +52,101 @@ def figure_lines(rows: list[Mapping]) -> list[str]:
     return lines
 
 
+COMPARISON_HEADER = [
+    f"| claim | better | worse | d [{CONFIDENCE:.0%} CI] | p | test (df), n | MDD | n needed | verdict |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+
+
+def comparison_rules() -> str:
+    """The paragraph above a Comparisons table: what each column is and the verdict rules, with the constants."""
+    return (
+        f"Each claim is a t-test at α = {ALPHA:g} two-sided (each one-sided test at {ONE_SIDED:g}), read off the "
+        f"{CONFIDENCE:.0%} confidence interval of d, the difference of means in the claimed direction (positive: the "
+        "claim's better side is ahead). Ordering claims: holds if the interval lies above 0, reversed if below 0, "
+        "else inconclusive; p is one-sided in the claimed direction. Tie claims: equivalence (TOST) within ±margin: "
+        "holds if the interval lies inside ±margin, differs if entirely outside, else inconclusive; p = the larger "
+        "of the two one-sided p. Test: Welch (df by Welch–Satterthwaite; n per arm) or paired (per-seed "
+        f"differences, df = pairs − 1). MDD = (t_{{{1 - ONE_SIDED:g},df}} + t_{{{POWER:g},df}})·se, the difference "
+        f"this n detects with {POWER:.0%} power; n needed: seeds per arm for {POWER:.0%} power at the observed d "
+        "(tie claims: at margin − |d|) and spread (planned: the paper module's figure from the last stored run). "
+        "See docs/reproduction.md."
+    )
+
+
+def p_text(p: float | None) -> str:
+    if p is None:
+        return "—"
+    if p < 0.001:
+        return "<0.001"
+    return ">0.999" if p > 0.999 else f"{p:.3f}"
+
+
+def difference_text(row: Mapping, fmt: str) -> str:
+    """'+d [low, high]', or '+d' without a test, or '—'."""
+    if row["d"] is None:
+        return "—"
+    if row.get("ci") is None:
+        return f"{row['d']:+{fmt}}"
+    low, high = row["ci"]
+    return f"{row['d']:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}]"
+
+
+def method_text(row: Mapping) -> str:
+    """'Welch (3.1), 3 + 3', 'paired (2), 3 pairs', or '—, 1 + 3' without a test."""
+    n, test = row.get("n"), row.get("test")
+    if n is None:
+        return "—"
+    if test is None:
+        return f"—, {n[0]} + {n[1]}"
+    if test == "paired":
+        return f"paired ({row['df']:.0f}), {n[0]} pairs"
+    return f"Welch ({row['df']:.1f}), {n[0]} + {n[1]}"
+
+
+def seeds_text(row: Mapping) -> str:
+    """The seeds per arm this run's d and spread call for (with the paper module's planned figure where it
+    differs)."""
+    measured = row.get("seeds_needed_measured")
+    if row.get("test") is None or row.get("p") is None:
+        text = "—"
+    elif measured is None:
+        target = resolution_target(row["d"], row["tie"], row.get("margin"))
+        text = f"> {MAX_SEEDS:,}" if target > 0 else "none at this d"
+    else:
+        text = str(measured)
+    planned = row.get("seeds_needed")
+    return text if planned is None or planned == measured else f"{text} (planned {planned})"
+
+
+def claim_text(row: Mapping) -> str:
+    """The claim, where it is measured, the margin of a tie claim and why, and the note."""
+    where = f"{row['source']}: {which_text(row['which'], row['metric'])}"
+    if row["tie"]:
+        where += " (tie claim" + (f", margin ±{row['margin']:g})" if row.get("margin") is not None else ", no margin stated)")
+    text = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
+    if row.get("margin_reason"):
+        text += f"<br><sub>margin: {cell(row['margin_reason'])}</sub>"
+    if row["note"]:
+        text += f"<br><sub>note: {cell(row['note'])}</sub>"
+    return text
+
+
+def result_cells(row: Mapping) -> list[str]:
+    """The cells of a Comparison row after the two sides: d [CI], p, test (df) and n, MDD, n needed, verdict
+    (rows of an older reproduction.json, without the test's fields, show "—" there)."""
+    fmt = number_format("", row["metric"])
+    mdd = "—" if row.get("mdd") is None else f"{row['mdd']:{fmt}}"
+    return [difference_text(row, fmt), p_text(row.get("p")), method_text(row), mdd, seeds_text(row), cell(row["verdict"])]
+
+
 def comparison_lines(rows: list[Mapping]) -> list[str]:
-    lines = ["| claim | better | worse | difference ± se | verdict |", "|---|---|---|---|---|"]
+    lines = list(COMPARISON_HEADER)
     for row in rows:
         fmt = number_format("", row["metric"])
-        where = f"{row['source']}: {row['which']} {row['metric']}" + (" (tie claim)" if row["tie"] else "")
-        claim = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
-        if row["note"]:
-            claim += f"<br><sub>note: {cell(row['note'])}</sub>"
         better = f"{cell(row['better'])}: {mean_sd(row['better_stats'], fmt)}"
         worse = f"{cell(row['worse'])}: {mean_sd(row['worse_stats'], fmt)}"
-        gap = "—" if row["d"] is None else f"{row['d']:+{fmt}}" + ("" if row["se"] is None else f" ± {row['se']:{fmt}}")
-        lines.append(f"| {claim} | {better} | {worse} | {gap} | {cell(row['verdict'])} |")
+        lines.append("| " + " | ".join([claim_text(row), better, worse, *result_cells(row)]) + " |")
     return lines
 
 
@@ -89,11 +179,10 @@ def markdown(document: Mapping, level: int = 1) -> str:
         f"Hardware: {cell(hw['cpu'])}; GPU: {cell(hw['gpu'] or 'none')}; torch {hw['torch']}; Python {hw['python']}  ",
         total_wall(document), "", f"{sub} Runs", "", *run_lines(document["runs"]), "",
         f"{sub} Figures: the paper's numbers beside ours", "",
-        "Percent figures show our fraction x100; a stand-in setting (CPU profile, or a note saying so) is not comparable.", "",
+        "Percent figures show our fraction x100; a stand-in setting (CPU profile, or a note saying so) is not comparable, "
+        f"nor is the {ORACLE} (shown for information only).", "",
         *figure_lines(document["figures"]), "", f"{sub} Comparisons: the orderings the paper claims", "",
-        "d = difference of means in the claimed direction (positive: the claim's better side is ahead), "
-        "se = sqrt(sd_b²/n_b + sd_w²/n_w); holds if d > 2 se, reversed if d < −2 se (docs/reproduction.md).", "",
-        *comparison_lines(document["comparisons"]),
+        comparison_rules(), "", *comparison_lines(document["comparisons"]),
     ]
     if document["notes"]:
         lines += ["", f"{sub} Notes", ""] + [f"- {cell(note)}" for note in document["notes"]]

@@ -1,12 +1,24 @@
-"""Verdicts: our measurement beside a paper's number or ordering, by rules stated in docs/reproduction.md.
+"""Verdicts: our measurement beside a paper's number or ordering, by the rules stated in docs/reproduction.md.
 
-- A :class:`~fedsample.reproduction.spec.Comparison` ("better beats worse"): ``d`` is the difference of the
-  means in the claimed direction, ``se = sqrt(sd_b^2/n_b + sd_w^2/n_w)`` (sample standard deviations,
-  ddof = 1). "holds" if ``d > 2 se``, "reversed" if ``d < -2 se``, "within noise" otherwise. With one seed on
-  either side there is no standard error: "one seed: no verdict" unless ``|d|`` is large
-  (:func:`large_gap`). A tie claim holds when ``|d| <= 2 se``; the verdict states that resolution.
+- A :class:`~fedsample.reproduction.spec.Comparison` is a test (:mod:`.significance`) of the difference d of
+  the two means in the claimed direction (positive: the claim's better side is ahead): Welch's t-test, or
+  the paired t-test on per-seed differences where the comparison declares ``paired``. Every verdict is at
+  the two-sided level :data:`ALPHA`, each one-sided test at ``ALPHA / 2``, so each verdict reads off the
+  ``1 - ALPHA`` (95%) confidence interval of d:
+
+  - ordering claim ("better beats worse"): "holds" when the one-sided test in the claimed direction rejects
+    (p < ALPHA/2: the interval lies above 0), "reversed" when the one-sided test in the opposite direction
+    rejects (the interval lies below 0), "inconclusive" otherwise. Together: a two-sided test at ALPHA.
+  - tie claim ("the two are equal", within the claim's ``margin``): TOST; "holds" when both one-sided tests
+    reject at ALPHA/2 (the interval lies inside ±margin), "differs (X ahead)" when the interval lies
+    entirely outside ±margin, "inconclusive" otherwise.
+  - one seed on either side (fewer than two pairs when paired): "one seed: no test".
+
+  Each row also carries the minimal detectable difference at this n, ALPHA/2 one-sided and :data:`POWER`,
+  and the seeds per arm a conclusive verdict needs at the observed d and spread.
 - A :class:`~fedsample.reproduction.spec.Figure`: "matches" when our mean is within ``max(2 sd, 1 point)``
-  of the paper's figure, else "differs (+x.x)"; "not comparable" where our setting is a stand-in.
+  of the paper's figure, else "differs (+x.x)"; "not comparable" where our setting is a stand-in or our
+  number is the oracle (the best round on the test set).
 """
 
 from __future__ import annotations
@@ -16,12 +28,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from fedsample.experiments.stats import over_seeds
+from fedsample.reproduction.significance import (
+    Estimate, confidence_interval, minimal_detectable_difference, p_greater, p_less, paired, seeds_needed, tost_p, welch,
+)
 
 # Metrics stored as fractions and shown (and compared) in percentage points, as the papers report them.
 PERCENT_METRICS = frozenset({"accuracy", "macro_f1"})
-# One seed: a difference counts as large from 5 percentage points (percent metrics) or 10% of the larger mean.
-LARGE_POINTS = 5.0
-LARGE_RELATIVE = 0.10
+ALPHA = 0.05  # the two-sided level of every verdict; each one-sided test is at ALPHA / 2
+ONE_SIDED = ALPHA / 2
+CONFIDENCE = 1 - ALPHA  # the confidence interval the verdicts read (95%)
+POWER = 0.80  # the power of the minimal detectable difference and of the seeds needed
+ORACLE = "oracle: best round on the test set"
 
 
 @dataclass(frozen=True)
@@ -51,52 +68,85 @@ def display_scale(metric: str) -> float:
     return 100.0 if metric in PERCENT_METRICS else 1.0
 
 
+def difference(better: Stats, worse: Stats, higher_is_better: bool) -> Estimate | None:
+    """Welch's estimate of the difference in the claimed direction (d = better - worse, or worse - better for
+    a loss), se = sqrt(sd_b²/n_b + sd_w²/n_w); None with one seed on either side."""
+    a, b = (better, worse) if higher_is_better else (worse, better)
+    if a.sd is None or b.sd is None:
+        return None
+    return welch(a.mean, a.sd, a.n, b.mean, b.sd, b.n)
+
+
+def paired_difference(pairs: Sequence[tuple[float, float]], higher_is_better: bool) -> Estimate | None:
+    """The paired estimate in the claimed direction from ``(better, worse)`` values of the same seed; None
+    with fewer than two pairs."""
+    if len(pairs) < 2:
+        return None
+    better, worse = [p[0] for p in pairs], [p[1] for p in pairs]
+    return paired(better, worse) if higher_is_better else paired(worse, better)
+
+
+def ordering_verdict(estimate: Estimate) -> tuple[float, str]:
+    """The one-sided p in the claimed direction and "holds" / "reversed" / "inconclusive" (each one-sided
+    test at ALPHA/2)."""
+    p = p_greater(estimate)
+    if p < ONE_SIDED:
+        return p, "holds"
+    if p_less(estimate) < ONE_SIDED:
+        return p, "reversed"
+    return p, "inconclusive"
+
+
+def equivalence_verdict(estimate: Estimate, margin: float, names: tuple[str, str]) -> tuple[float, str]:
+    """The TOST p against ±margin and "holds" (equivalent), "differs (X ahead)" (the difference lies beyond
+    the margin: a one-sided test against +margin or -margin rejects) or "inconclusive"."""
+    p = tost_p(estimate, margin)
+    if p < ONE_SIDED:
+        return p, "holds"
+    if p_greater(estimate, margin) < ONE_SIDED or p_less(estimate, -margin) < ONE_SIDED:
+        return p, f"differs ({names[0] if estimate.d > 0 else names[1]} ahead)"
+    return p, "inconclusive"
+
+
 @dataclass(frozen=True)
-class Difference:
-    """``d`` in the claimed direction (positive: the claim's better side is ahead) and its standard error."""
+class Tested:
+    """One Comparison's test: d in the claimed direction, the estimate (None: one seed, no test), the p value
+    (one-sided in the claimed direction, or TOST's), the CONFIDENCE interval of d, the minimal detectable
+    difference, the seeds per arm a conclusive verdict needs at the observed d, and the verdict."""
 
     d: float
-    se: float | None
+    estimate: Estimate | None
+    p: float | None
+    ci: tuple[float, float] | None
+    mdd: float | None
+    seeds_needed: int | None
+    verdict: str
 
 
-def difference(better: Stats, worse: Stats, higher_is_better: bool) -> Difference:
-    """Signed difference of means in the claimed direction and ``sqrt(sd_b^2/n_b + sd_w^2/n_w)`` (None with one seed)."""
-    d = better.mean - worse.mean if higher_is_better else worse.mean - better.mean
-    if better.sd is None or worse.sd is None:
-        return Difference(d, None)
-    return Difference(d, math.sqrt(better.sd**2 / better.n + worse.sd**2 / worse.n))
+def resolution_target(d: float, tie: bool, margin: float | None) -> float:
+    """What a conclusive verdict must resolve: |d| for an ordering, |margin - |d|| for a tie (the distance
+    from the observed difference to the margin, either way)."""
+    return abs(margin - abs(d)) if tie and margin is not None else abs(d)
 
 
-def large_gap(d: float, better: Stats, worse: Stats, metric: str) -> bool:
-    """Whether a one-seed difference is large enough to call: 5 points for percent metrics (values already in
-    points), else 10% of the larger of the two means' magnitudes."""
-    if metric in PERCENT_METRICS:
-        return abs(d) >= LARGE_POINTS
-    return abs(d) >= LARGE_RELATIVE * max(abs(better.mean), abs(worse.mean))
-
-
-def comparison_verdict(
-    better: Stats, worse: Stats, metric: str, higher_is_better: bool, tie: bool = False, names: tuple[str, str] = ("first", "second")
-) -> tuple[Difference, str]:
-    """The difference and the verdict for "better beats worse" (``tie``: "the two are equal", and ``names``
-    say which is ahead when they are not); values in display units."""
-    diff = difference(better, worse, higher_is_better)
-    if diff.se is None:
-        if not large_gap(diff.d, better, worse, metric):
-            return diff, "one seed: no verdict"
-        if tie:
-            return diff, "does not hold (one seed, large gap)"
-        return diff, "holds (one seed, large gap)" if diff.d > 0 else "reversed (one seed, large gap)"
-    bound = 2 * diff.se
-    if tie:
-        if abs(diff.d) <= bound:
-            return diff, f"holds (equal within ±{bound:.2g}, the resolution of {min(better.n, worse.n)} seeds)"
-        return diff, f"does not hold ({names[0] if diff.d > 0 else names[1]} ahead)"
-    if diff.d > bound:
-        return diff, "holds"
-    if diff.d < -bound:
-        return diff, "reversed"
-    return diff, "within noise"
+def comparison_test(
+    better: Stats, worse: Stats, higher_is_better: bool, tie: bool = False, margin: float | None = None,
+    names: tuple[str, str] = ("first", "second"), pairs: Sequence[tuple[float, float]] | None = None,
+) -> Tested:
+    """The test of "better beats worse" (``tie``: "the two are equal within ±margin", ``names`` say which is
+    ahead when they differ); ``pairs``: per-seed ``(better, worse)`` values of the same seed for the paired
+    test (None: Welch's test). Values in display units."""
+    estimate = difference(better, worse, higher_is_better) if pairs is None else paired_difference(pairs, higher_is_better)
+    if estimate is None:
+        d = better.mean - worse.mean if higher_is_better else worse.mean - better.mean
+        return Tested(d, None, None, None, None, None, "one seed: no test")
+    ci = confidence_interval(estimate, CONFIDENCE)
+    mdd = minimal_detectable_difference(estimate, ONE_SIDED, POWER)
+    if tie and margin is None:
+        return Tested(estimate.d, estimate, None, ci, mdd, None, "inconclusive (no equivalence margin stated)")
+    needed = seeds_needed(estimate, resolution_target(estimate.d, tie, margin), ONE_SIDED, POWER)
+    p, verdict = equivalence_verdict(estimate, margin, names) if tie else ordering_verdict(estimate)
+    return Tested(estimate.d, estimate, p, ci, mdd, needed, verdict)
 
 
 def figure_tolerance(ours: Stats, unit: str, paper: float) -> float:
@@ -105,15 +155,16 @@ def figure_tolerance(ours: Stats, unit: str, paper: float) -> float:
     return max(2 * ours.sd if ours.sd is not None else 0.0, point)
 
 
-def figure_verdict(paper: float | None, ours: Stats | None, unit: str, comparable: bool = True) -> str:
-    """Our number (in the figure's unit) beside the paper's: "matches", "differs (+x.x)" or "not comparable"."""
+def figure_verdict(paper: float | None, ours: Stats | None, unit: str, comparable: bool = True, reason: str = "stand-in") -> str:
+    """Our number (in the figure's unit) beside the paper's: "matches", "differs (+x.x)" or "not comparable
+    (``reason``; +x.x)" (a stand-in setting, or the oracle)."""
     if ours is None:
         return "not measured"
     if paper is None:
         return "paper gives no number"
     gap = ours.mean - paper
     if not comparable:
-        return f"not comparable (stand-in; {gap:+.1f})"
+        return f"not comparable ({reason}; {gap:+.1f})"
     if abs(gap) <= figure_tolerance(ours, unit, paper):
         return "matches"
     return f"differs ({gap:+.1f})"
