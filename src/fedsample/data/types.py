@@ -11,6 +11,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from fedsample.data.stats import partition_stats
+
 Task = Literal["classification", "regression"]
 
 
@@ -124,8 +126,6 @@ class FederatedData:
 
     def stats(self) -> dict:
         """JSON-able statistics: client sizes, per-client label counts, an imbalance summary."""
-        from fedsample.data.stats import partition_stats
-
         return partition_stats(self)
 
     def pooled(self) -> "FederatedData":
