@@ -197,3 +197,15 @@ def test_dirichlet_without_cap_keeps_its_numbers():
     fed = partition(_toy(), Dirichlet(10, 0.3), seed=3)
     assert fed.sizes().tolist() == [159, 67, 93, 83, 92, 82, 73, 77, 170, 104]
     assert int(fed.order[:50].sum()) == 6505
+
+
+def test_lognormal_sizes_use_the_lognormal_draws_as_logarithms():
+    """The weights are rng.lognormal(0, sigma)'s draws, kept as logarithms: at an ordinary sigma the sizes
+    are the largest-remainder apportionment of the plain log-normal weights (one sample each)."""
+    from fedsample.data.partition import apportion
+
+    for sigma in (0.5, 1.5, 4.0):
+        sizes = LogNormalSizes(5, sigma).sizes(1000, np.random.default_rng(7))
+        weights = np.random.default_rng(7).lognormal(0.0, sigma, 200)
+        np.testing.assert_array_equal(sizes, apportion(weights, 1000, minimum=1))
+        assert sizes.sum() == 1000 and sizes.min() >= 1

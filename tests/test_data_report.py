@@ -77,3 +77,36 @@ def test_report_out_dir_is_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="exists and is not a directory"):
         write_partition_report(partition(load_dataset("digits"), IID(3)), tmp_path / "f")
+
+
+def test_data_modules_import_one_way():
+    """No import cycle inside fedsample.data, counting imports inside functions and under TYPE_CHECKING
+    (on main, types imported stats inside ``FederatedData.stats`` while stats imported types)."""
+    import ast
+    from pathlib import Path
+
+    import fedsample.data
+
+    folder = Path(fedsample.data.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            targets |= {name.split(".")[2] for name in names if name.startswith("fedsample.data.")}
+        graph[path.stem] = targets - {path.stem}
+    assert graph["stats"] == set()  # a leaf: types imports it
+    assert graph.get("checks", set()) == set()  # a leaf: types, formats, datasets and partition import it
+
+    def reaches(start, goal, seen=()):
+        return any(t == goal or (t not in seen and reaches(t, goal, seen + (t,))) for t in graph.get(start, ()))
+
+    cycles = sorted(m for m in graph if reaches(m, m))
+    assert cycles == [], f"import cycles through {cycles}: {graph}"

@@ -1,4 +1,5 @@
-"""Property-based tests (hypothesis): partitioners, sampling designs, the size estimator, the config loader."""
+"""Property-based tests (hypothesis): sampling designs, the size estimator, the config loader (the partitioners' are in
+test_partition_properties.py)."""
 
 import numpy as np
 import pytest
@@ -6,58 +7,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fedsample import privacy
-from fedsample.data.partition import IID, Dirichlet, LogNormalSizes, Shards, partition
 from fedsample.experiments.config import ConfigError, parse_config
 from fedsample.experiments.runner import prepare
 from fedsample.sampling import design
-from helpers import blobs
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-DATA = blobs(n=120, classes=3)
-
-
-def assert_each_sample_once(fed, n):
-    assigned = np.concatenate([fed.client_indices(k) for k in range(fed.num_clients)])
-    assert np.array_equal(np.sort(assigned), np.arange(n))
-
-
-@FAST
-@given(clients=st.integers(1, 120), seed=st.integers(0, 2**32 - 1))
-def test_iid_assigns_every_sample_once_in_near_equal_parts(clients, seed):
-    fed = partition(DATA, IID(clients), seed=seed)
-    assert fed.num_clients == clients
-    assert_each_sample_once(fed, 120)
-    assert fed.sizes().max() - fed.sizes().min() <= 1
-
-
-@FAST
-@given(mean=st.floats(1, 60), sigma=st.floats(0, 6), seed=st.integers(0, 2**32 - 1))
-def test_lognormal_assigns_every_sample_once_every_client_nonempty(mean, sigma, seed):
-    fed = partition(DATA, LogNormalSizes(mean, sigma), seed=seed)
-    assert fed.num_clients == max(1, round(120 / mean))
-    assert_each_sample_once(fed, 120)
-    assert fed.sizes().min() >= 1
-
-
-@FAST
-@given(clients=st.integers(1, 10), alpha=st.floats(0.01, 100), min_size=st.integers(0, 10), seed=st.integers(0, 2**32 - 1))
-def test_dirichlet_assigns_every_sample_once_with_min_size(clients, alpha, min_size, seed):
-    fed = partition(DATA, Dirichlet(clients, alpha, min_size=min_size), seed=seed)
-    assert fed.num_clients == clients
-    assert_each_sample_once(fed, 120)
-    assert fed.sizes().min() >= min_size
-
-
-@FAST
-@given(shard=st.sampled_from([1, 2, 3, 4, 5, 6, 10, 12, 15, 20]), per=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
-def test_shards_give_every_client_the_requested_size(shard, per, seed):
-    try:
-        fed = partition(DATA, Shards(shard, per), seed=seed)
-    except ValueError as error:  # the shards do not divide among clients: a clear error, as documented
-        assert "shard" in str(error).lower()
-        return
-    assert np.all(fed.sizes() == shard * per)
-    assert_each_sample_once(fed, 120)
 
 
 weights = st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=60).filter(lambda w: sum(w) > 0)

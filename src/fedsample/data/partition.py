@@ -1,12 +1,54 @@
-"""Partitioners: each scheme is a frozen dataclass; ``partition`` turns it into a FederatedData."""
+"""Partitioners: each scheme is a frozen dataclass; ``partition`` turns it into a FederatedData.
+
+Every scheme gives a partition in the strict sense, for any parameter it accepts: each training row goes to
+at most one client, once, and no client is empty (:func:`~fedsample.data.checks.check_partition` checks the
+result). Sizes are allocated by :func:`apportion`, exact in integers at any spread of the weights; a
+parameter the data cannot honour (more clients than samples, a shard size larger than the data, a local
+long tail that leaves a client empty) is refused with one ValueError line.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from fedsample.data.checks import check_partition, listed
 from fedsample.data.types import Dataset, FederatedData
+
+
+def apportion(weights: np.ndarray, total: int, minimum: int = 0) -> np.ndarray:
+    """Hamilton's largest-remainder apportionment of ``total`` units among ``len(weights)`` parts, exact in
+    integers: every part gets ``minimum``, the other ``total - minimum·k`` units go in proportion to the
+    non-negative ``weights`` (each part its quota's floor, then one more to the largest remainders, ties to
+    the lower index). The counts sum to ``total`` exactly and each differs from its quota by less than one;
+    only the ratios of the weights matter, so log-normal weights can be passed as ``exp(z - max z)``."""
+    w = np.asarray(weights, dtype=np.float64)
+    k = len(w)
+    if k == 0 or total < minimum * k:
+        raise ValueError(f"apportion: {total} units cannot give {k} parts at least {minimum} each")
+    if not (np.all(np.isfinite(w)) and np.all(w >= 0) and w.max() > 0):
+        raise ValueError(f"apportion: weights must be finite, non-negative and not all zero, got {w[:5]}")
+    w = w / w.max()  # the sum is now at most k: no overflow
+    spare = total - minimum * k
+    quotas = w / w.sum() * spare
+    counts = np.floor(quotas).astype(np.int64)
+    short = spare - int(counts.sum())  # in [0, k), but for rounding in the quotas
+    if short > 0:
+        counts += short // k
+        counts[np.argsort(counts - quotas, kind="stable")[: short % k]] += 1
+    while short < 0:  # the quotas' rounding overshot: one fewer to the smallest remainders still above 0
+        held = np.flatnonzero(counts > 0)
+        take = held[np.argsort(quotas[held] - counts[held], kind="stable")[: -short]]
+        counts[take] -= 1
+        short += len(take)
+    return counts + minimum
+
+
+def _refuse_more_clients_than_samples(scheme: str, clients: int, n: int) -> None:
+    if clients > n:
+        raise ValueError(f"{scheme}: {clients} clients for {n} samples; expected at most one client per sample")
 
 
 @dataclass(frozen=True)
@@ -20,8 +62,7 @@ class IID:
             raise ValueError(f"IID: num_clients must be >= 1, got {self.num_clients}")
 
     def assign(self, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
-        if self.num_clients > dataset.num_train:
-            raise ValueError(f"IID: {self.num_clients} clients for {dataset.num_train} samples")
+        _refuse_more_clients_than_samples("IID", self.num_clients, dataset.num_train)
         return np.array_split(rng.permutation(dataset.num_train), self.num_clients)
 
 
@@ -29,26 +70,30 @@ class IID:
 class LogNormalSizes:
     """FedSampling's size-imbalanced partition (Qi et al. 2023, §4.1): client sizes drawn proportional to
     LogNormal(0, sigma) and rescaled to the given mean; the number of clients is n_train / mean.
-    Every client holds at least one sample and every sample is assigned exactly once."""
+    Every client holds at least one sample and every sample is assigned exactly once, at any sigma: the
+    weights are handled as logarithms (exp(z − max z), z ~ N(0, sigma²)), so a wide spread never overflows,
+    and :func:`apportion` gives one sample each plus the rest by largest remainder."""
 
     mean: float = 2.0
     sigma: float = 4.0
 
     def __post_init__(self) -> None:
-        if self.mean < 1:
-            raise ValueError(f"LogNormalSizes: mean must be >= 1, got {self.mean}")
-        if self.sigma < 0:
-            raise ValueError(f"LogNormalSizes: sigma must be >= 0, got {self.sigma}")
+        if not (self.mean >= 1 and math.isfinite(self.mean)):
+            raise ValueError(f"LogNormalSizes: mean must be >= 1 and finite, got {self.mean}")
+        if not (self.sigma >= 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"LogNormalSizes: sigma must be >= 0 and finite, got {self.sigma}")
+
+    def num_clients(self, n: int) -> int:
+        """n / mean clients, rounded (at least one; at most n, since mean >= 1)."""
+        return max(1, int(round(n / self.mean)))
 
     def sizes(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        clients = max(1, int(round(n / self.mean)))
-        weights = rng.lognormal(0.0, self.sigma, size=clients)
-        spare = n - clients  # one sample each, the rest proportional to the log-normal weights
-        shares = weights / weights.sum() * spare
-        sizes = 1 + np.floor(shares).astype(np.int64)
-        remainder = n - sizes.sum()
-        sizes[np.argsort(shares - np.floor(shares))[::-1][:remainder]] += 1
-        return sizes
+        """Client sizes summing to ``n``: one sample each, the rest in proportion to LogNormal(0, sigma)
+        weights (the same draws as ``rng.lognormal(0, sigma)``, kept as their logarithms)."""
+        clients = self.num_clients(n)
+        _refuse_more_clients_than_samples("LogNormalSizes", clients, n)
+        log_weights = rng.normal(0.0, self.sigma, size=clients)
+        return apportion(np.exp(log_weights - log_weights.max()), n, minimum=1)
 
     def assign(self, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
         sizes = self.sizes(dataset.num_train, rng)
@@ -61,24 +106,15 @@ def _check_classification(scheme: str, dataset: Dataset) -> np.ndarray:
     return np.asarray(dataset.y_train, dtype=np.int64)
 
 
-def _largest_remainder(quotas: np.ndarray, total: int) -> np.ndarray:
-    """Integers that sum to ``total`` and differ from the real ``quotas`` (which sum to ``total``) by < 1."""
-    base = np.floor(quotas).astype(np.int64)
-    short = total - int(base.sum())
-    if short > 0:
-        base[np.argsort(-(quotas - base), kind="stable")[:short]] += 1
-    return base
-
-
 @dataclass(frozen=True)
 class Dirichlet:
     """Label-based Dirichlet partition ("LDA", Hsu et al. 2019, as used by FedMA, FedML and IWDS):
     for every class, the shares of its samples going to the ``num_clients`` clients are drawn from
     Dir(alpha·1); small alpha gives clients few dominant labels, large alpha near-IID label mixes.
 
-    Every client is guaranteed ``min_size`` samples: the draw is repeated (up to ``max_tries`` times, as in
-    FedML's implementation) and, if still short, the missing samples are moved from the largest clients
-    (random rows of theirs), which keeps every sample assigned exactly once.
+    Every client is guaranteed ``min_size`` (at least 1) samples: the draw is repeated (up to ``max_tries``
+    times, as in FedML's implementation) and, if still short, the missing samples are moved from the largest
+    clients (random rows of theirs), which keeps every sample assigned exactly once.
 
     ``cap=True`` adds the balance rule of the FedMA/FedML implementation that IWDS and most FL papers ran:
     classes are dealt in label order, and a client already holding n/K samples or more gets no share of the
@@ -95,18 +131,17 @@ class Dirichlet:
     def __post_init__(self) -> None:
         if self.num_clients < 1:
             raise ValueError(f"Dirichlet: num_clients must be >= 1, got {self.num_clients}")
-        if not self.alpha > 0:
-            raise ValueError(f"Dirichlet: alpha must be > 0, got {self.alpha}")
-        if self.min_size < 0:
-            raise ValueError(f"Dirichlet: min_size must be >= 0, got {self.min_size}")
+        if not (self.alpha > 0 and math.isfinite(self.alpha)):
+            raise ValueError(f"Dirichlet: alpha must be > 0 and finite, got {self.alpha}")
+        if self.min_size < 1:
+            raise ValueError(f"Dirichlet: min_size must be >= 1 (a client without samples cannot train), got {self.min_size}")
         if self.max_tries < 1:
             raise ValueError(f"Dirichlet: max_tries must be >= 1, got {self.max_tries}")
 
     def assign(self, dataset: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
         y = _check_classification("Dirichlet", dataset)
         n, k = len(y), self.num_clients
-        if k > n:
-            raise ValueError(f"Dirichlet: {k} clients for {n} samples")
+        _refuse_more_clients_than_samples("Dirichlet", k, n)
         if k * self.min_size > n:
             raise ValueError(f"Dirichlet: {k} clients x min_size {self.min_size} = {k * self.min_size} exceeds {n} samples")
         by_class = [np.flatnonzero(y == c) for c in range(dataset.num_classes)]
@@ -120,7 +155,7 @@ class Dirichlet:
                 shares = rng.dirichlet(np.full(k, self.alpha))
                 if self.cap:
                     shares = capped_shares(shares, sizes, n / k)
-                counts = _largest_remainder(shares * len(rows), len(rows))
+                counts = apportion(shares, len(rows))
                 owner[rows] = np.repeat(np.arange(k), counts)
                 sizes += counts
             if sizes.min() >= self.min_size:
@@ -202,7 +237,8 @@ class LocalLongTail:
     """IWDS's local long-tail partition (Tang et al. 2021, §3.1): C clients for C classes; of every class c,
     client c gets the share ``alpha_l`` and each other client (1 − alpha_l)/(C − 1). alpha_l = 1/C is
     label-balanced; alpha_l = 1 gives each client a single class. Shares are rounded by largest remainder
-    so that every sample is assigned exactly once."""
+    (:func:`apportion`) so that every sample is assigned exactly once. Where the rounding leaves a client
+    without samples (tiny classes, or a class with no training rows) the partition is refused."""
 
     alpha_l: float
 
@@ -220,7 +256,12 @@ class LocalLongTail:
             rows = rng.permutation(np.flatnonzero(y == label))
             shares = np.full(c, (1.0 - self.alpha_l) / (c - 1))
             shares[label] = self.alpha_l
-            owner[rows] = np.repeat(np.arange(c), _largest_remainder(shares * len(rows), len(rows)))
+            owner[rows] = np.repeat(np.arange(c), apportion(shares, len(rows)))
+        empty = np.flatnonzero(np.bincount(owner, minlength=c) == 0)
+        if len(empty):
+            raise ValueError(f"LocalLongTail: alpha_l={self.alpha_l} leaves {listed(empty, 'client')} without samples "
+                             f"(class sizes {', '.join(str(v) for v in np.bincount(y, minlength=c)[:8])}"
+                             f"{', ...' if c > 8 else ''}); expected enough samples per class for every client")
         return _groups(owner, c)
 
 
@@ -251,11 +292,19 @@ class Natural:
 
 
 def partition(dataset: Dataset, scheme, seed: int = 0) -> FederatedData:
-    """Divide ``dataset``'s training split among clients according to ``scheme``."""
+    """Divide ``dataset``'s training split among clients according to ``scheme``.
+
+    The result is checked (:func:`~fedsample.data.checks.check_partition`): every row at most once, no
+    client without samples; a scheme that breaks this (a user's own ``assign``) is one ValueError naming
+    the rows or clients."""
     if not (hasattr(scheme, "assign") or hasattr(scheme, "build")):
         raise TypeError(f"unknown partition scheme {scheme!r}; expected IID, Dirichlet, Shards, LogNormalSizes, LocalLongTail or Natural")
+    if dataset.num_train == 0:
+        raise ValueError(f"partition {scheme!r}: dataset {dataset.name!r} has no training samples")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A27]))
     if hasattr(scheme, "build"):
-        return scheme.build(dataset, rng)
-    indices = scheme.assign(dataset, rng)
-    return FederatedData.from_client_indices(dataset, indices, scheme=repr(scheme))
+        fed = scheme.build(dataset, rng)
+    else:
+        fed = FederatedData.from_client_indices(dataset, scheme.assign(dataset, rng), scheme=repr(scheme))
+    check_partition(f"partition {fed.scheme} of dataset {dataset.name!r}", fed.order, fed.offsets, dataset.num_train)
+    return fed

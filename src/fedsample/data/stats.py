@@ -1,10 +1,31 @@
-"""Statistics of a partition: client sizes, label mixes, imbalance summaries (numpy only)."""
+"""Statistics of a partition: client sizes, label mixes, imbalance summaries (numpy only).
+
+A leaf module: it imports nothing from fedsample, and :mod:`fedsample.data.types` imports it
+(``FederatedData.stats()``), so imports between the two go one way only.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
-from fedsample.data.types import FederatedData
+
+class Partition(Protocol):
+    """What the statistics read of a partition (a :class:`~fedsample.data.types.FederatedData`)."""
+
+    @property
+    def dataset(self) -> Any: ...
+    @property
+    def order(self) -> np.ndarray: ...
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def user_ids(self) -> np.ndarray | None: ...
+    @property
+    def num_clients(self) -> int: ...
+    def sizes(self) -> np.ndarray: ...
+    def label_counts(self) -> np.ndarray: ...
 
 
 def gini(values: np.ndarray) -> float:
@@ -59,8 +80,8 @@ def label_mix_summary(counts: np.ndarray) -> dict:
     }
 
 
-def partition_stats(fed: FederatedData) -> dict:
-    """JSON-able statistics of a partition.
+def partition_stats(fed: Partition) -> dict:
+    """JSON-able statistics of a partition (a :class:`~fedsample.data.types.FederatedData`).
 
     Keys: dataset, scheme, task, num_clients, num_train, num_assigned, num_unassigned, sizes (summary),
     imbalance (gini, cv, max/min ratio, max/mean ratio), client_sizes (per client), label_counts (per client

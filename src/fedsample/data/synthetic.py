@@ -11,6 +11,7 @@ Both put a client id per training row in ``meta["client_ids"]`` (and per test ro
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -38,12 +39,15 @@ def isfedavg_regression(
     minimizer (eqs. 57–59) is w° = (R̂_u + ρI)⁻¹ r̂_du with R̂_u = (1/K) Σ_k (1/N_k) Σ_n u_{k,n}ᵀu_{k,n}
     and r̂_du = (1/K) Σ_k (1/N_k) Σ_n d_k(n) u_{k,n}ᵀ, computed on the training points and stored in
     ``meta["w_opt"]`` (``meta["w_star"]`` holds w*). Test points are fresh draws from the same agents.
+    Non-finite parameters are refused; parameters so large that the data overflow float32 give data that the
+    dataset's own check refuses, naming the rows.
     """
     if num_agents < 1:
         raise ValueError(f"isfedavg_regression: num_agents must be >= 1, got {num_agents}")
     sizes = np.broadcast_to(np.asarray(points_per_agent, dtype=np.int64), (num_agents,)).copy()
     if np.any(sizes < 1):
         raise ValueError("isfedavg_regression: every agent needs points_per_agent >= 1")
+    _refuse_non_finite("isfedavg_regression", rho=rho, regressor_var=regressor_var, noise_var=noise_var)
     if rho < 0 or dim < 1 or test_points_per_agent < 0:
         raise ValueError(f"isfedavg_regression: need rho >= 0, dim >= 1, test_points_per_agent >= 0 (got {rho}, {dim}, {test_points_per_agent})")
     for name, (lo, hi) in (("regressor_var", regressor_var), ("noise_var", noise_var)):
@@ -60,12 +64,14 @@ def isfedavg_regression(
         d = u @ w_star + rng.standard_normal(len(ids)) * np.sqrt(v_var[ids])
         return u, d, ids
 
-    u, d, ids = draw(sizes)
-    u_test, d_test, ids_test = draw(np.full(num_agents, test_points_per_agent, dtype=np.int64))
-    weight = 1.0 / (num_agents * sizes[ids])  # (1/K)(1/N_k) for each row
-    r_u = (u * weight[:, None]).T @ u
-    r_du = (u * weight[:, None]).T @ d
-    w_opt = np.linalg.solve(r_u + rho * np.eye(dim), r_du)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing data are named by the Dataset's check
+        u, d, ids = draw(sizes)
+        u_test, d_test, ids_test = draw(np.full(num_agents, test_points_per_agent, dtype=np.int64))
+        weight = 1.0 / (num_agents * sizes[ids])  # (1/K)(1/N_k) for each row
+        r_u = (u * weight[:, None]).T @ u
+        r_du = (u * weight[:, None]).T @ d
+        w_opt = np.linalg.solve(r_u + rho * np.eye(dim), r_du) if np.all(np.isfinite(r_u)) else np.full(dim, np.nan)
+        u, d, u_test, d_test = (a.astype(np.float32) for a in (u, d, u_test, d_test))
     meta = {
         "client_ids": ids,
         "client_ids_test": ids_test,
@@ -78,10 +84,7 @@ def isfedavg_regression(
         "noise_var": v_var,
         "source": "ISFedAvg (Rizk et al. 2022) §V-A",
     }
-    return Dataset(
-        "isfedavg-regression", u.astype(np.float32), d.astype(np.float32), u_test.astype(np.float32),
-        d_test.astype(np.float32), 0, task="regression", meta=meta,
-    )
+    return Dataset("isfedavg-regression", u, d, u_test, d_test, 0, task="regression", meta=meta)
 
 
 def msd_db(w: np.ndarray, w_opt: np.ndarray) -> np.ndarray:
@@ -108,7 +111,10 @@ def fedprox_synthetic(
     standard deviations of the normal draws and device sizes are ⌊LogNormal(4, 2)⌋ + 50 (a power law).
     ``iid=True`` gives Synthetic-IID: one W, b ~ N(0, 1) for all devices and v_k = 0.
     Each device's first ⌊train_fraction·n_k⌋ samples are training rows, the rest test rows.
+    Non-finite α or β are refused; values so large that x overflows float32 give data that the dataset's
+    own check refuses, naming the rows.
     """
+    _refuse_non_finite("fedprox_synthetic", alpha=alpha, beta=beta, train_fraction=train_fraction)
     if alpha < 0 or beta < 0:
         raise ValueError(f"fedprox_synthetic: alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
     if num_devices < 1 or dim < 1 or num_classes < 2:
@@ -123,18 +129,20 @@ def fedprox_synthetic(
     w_global = rng.normal(0, 1, (num_classes, dim))
     b_global = rng.normal(0, 1, num_classes)
     xs_tr, ys_tr, ids_tr, xs_te, ys_te, ids_te = [], [], [], [], [], []
-    for k in range(num_devices):
-        if iid:
-            w, b, v = w_global, b_global, np.zeros(dim)
-        else:
-            w = rng.normal(u[k], 1, (num_classes, dim))
-            b = rng.normal(u[k], 1, num_classes)
-            v = rng.normal(b_mean[k], 1, dim)
-        x = v + rng.standard_normal((sizes[k], dim)) * np.sqrt(cov_diag)
-        y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone: argmax of the logits
-        n_train = int(train_fraction * sizes[k])
-        xs_tr.append(x[:n_train]); ys_tr.append(y[:n_train]); ids_tr.append(np.full(n_train, k))
-        xs_te.append(x[n_train:]); ys_te.append(y[n_train:]); ids_te.append(np.full(sizes[k] - n_train, k))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing data are named by the Dataset's check
+        for k in range(num_devices):
+            if iid:
+                w, b, v = w_global, b_global, np.zeros(dim)
+            else:
+                w = rng.normal(u[k], 1, (num_classes, dim))
+                b = rng.normal(u[k], 1, num_classes)
+                v = rng.normal(b_mean[k], 1, dim)
+            x = v + rng.standard_normal((sizes[k], dim)) * np.sqrt(cov_diag)
+            y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone: argmax of the logits
+            n_train = int(train_fraction * sizes[k])
+            xs_tr.append(x[:n_train]); ys_tr.append(y[:n_train]); ids_tr.append(np.full(n_train, k))
+            xs_te.append(x[n_train:]); ys_te.append(y[n_train:]); ids_te.append(np.full(sizes[k] - n_train, k))
+        x_tr, x_te = np.concatenate(xs_tr).astype(np.float32), np.concatenate(xs_te).astype(np.float32)
     name = "fedprox-synthetic-iid" if iid else f"fedprox-synthetic({alpha:g},{beta:g})"
     meta = {
         "client_ids": np.concatenate(ids_tr).astype(np.int64),
@@ -145,7 +153,12 @@ def fedprox_synthetic(
         "iid": iid,
         "source": "FedProx (Li et al. 2020) §5.1",
     }
-    return Dataset(
-        name, np.concatenate(xs_tr).astype(np.float32), np.concatenate(ys_tr).astype(np.int64),
-        np.concatenate(xs_te).astype(np.float32), np.concatenate(ys_te).astype(np.int64), num_classes, meta=meta,
-    )
+    return Dataset(name, x_tr, np.concatenate(ys_tr).astype(np.int64), x_te, np.concatenate(ys_te).astype(np.int64),
+                   num_classes, meta=meta)
+
+
+def _refuse_non_finite(generator: str, **params: float | tuple[float, ...]) -> None:
+    """One ValueError naming the first parameter that is (or holds) a NaN or an infinity."""
+    for name, value in params.items():
+        if not all(math.isfinite(v) for v in np.atleast_1d(np.asarray(value, dtype=np.float64))):
+            raise ValueError(f"{generator}: {name} must be finite, got {value}")

@@ -11,6 +11,9 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from fedsample.data.checks import check_indices, check_split
+from fedsample.data.stats import partition_stats
+
 Task = Literal["classification", "regression"]
 
 
@@ -21,6 +24,9 @@ class Dataset:
     ``x_*`` are float32 arrays of shape ``(n, *input_shape)`` (int64 token ids for text loaded with
     ``representation="tokens"``); ``y_*`` are int64 class labels for classification and float32 targets for
     regression (``num_classes == 0``).
+
+    Construction checks both splits (:func:`~fedsample.data.checks.check_split`): NaN or infinite features,
+    non-finite targets and labels outside ``0..num_classes-1`` are one ValueError naming the rows.
     """
 
     name: str
@@ -37,6 +43,8 @@ class Dataset:
             raise ValueError(f"dataset {self.name!r}: x_train has {len(self.x_train)} rows, y_train {len(self.y_train)}")
         if len(self.x_test) != len(self.y_test):
             raise ValueError(f"dataset {self.name!r}: x_test has {len(self.x_test)} rows, y_test {len(self.y_test)}")
+        check_split(f"dataset {self.name!r}, training split", self.x_train, self.y_train, self.num_classes, self.task)
+        check_split(f"dataset {self.name!r}, test split", self.x_test, self.y_test, self.num_classes, self.task)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -53,6 +61,10 @@ class FederatedData:
 
     ``order`` lists training-row indices grouped by client; client ``k`` owns
     ``order[offsets[k]:offsets[k + 1]]``. ``user_ids`` optionally names each client (natural partitions).
+
+    Construction checks that every index is a training row; :func:`~fedsample.data.partition.partition`
+    checks more (each row at most once, no empty client), which a hand-built federation need not satisfy
+    (a worker's shard holds other workers' clients as empty ones).
     """
 
     dataset: Dataset
@@ -67,6 +79,7 @@ class FederatedData:
             raise ValueError("offsets must start at 0, end at len(order) and list at least one client")
         if np.any(np.diff(offsets) < 0):
             raise ValueError("offsets must be non-decreasing")
+        check_indices(f"partition {self.scheme or '(unnamed)'} of dataset {self.dataset.name!r}", self.order, self.dataset.num_train)
 
     @classmethod
     def from_client_indices(
@@ -124,8 +137,6 @@ class FederatedData:
 
     def stats(self) -> dict:
         """JSON-able statistics: client sizes, per-client label counts, an imbalance summary."""
-        from fedsample.data.stats import partition_stats
-
         return partition_stats(self)
 
     def pooled(self) -> "FederatedData":
