@@ -44,19 +44,18 @@ def drawn_rows(strategy: Strategy, federation, data: FederatedData, params, roun
     return data.order[data.offsets[cohort.ids[member]] + position]
 
 
-def round_and_step(fed: FederatedData, spec, K: int, repeats: int, device: str = "cpu") -> tuple[float, float, int]:
+def round_and_step(fed: FederatedData, spec, K: int, repeats: int) -> tuple[float, float, int]:
     """(seconds of a FedSampling round, seconds of one centralized step on the rows it drew, rows drawn)."""
     ds = fed.dataset
     module = spec.build(ds.input_shape, ds.num_classes)
-    params = {k: v.to(device) for k, v in initial_parameters(module, 0).items()}
-    module = module.to(device)
-    sim = VectorizedSimulator(fed, module, seed=0, device=device)
+    params = initial_parameters(module, 0)
+    sim = VectorizedSimulator(fed, module, seed=0)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=LR)
     state = strategy.init_state(params)
     round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
-    rows = torch.as_tensor(drawn_rows(strategy, sim, fed, params), device=device)
-    x, y = torch.as_tensor(ds.x_train, device=device), torch.as_tensor(ds.y_train, device=device)
-    w = torch.full((len(rows),), 1.0 / K, device=device)
+    rows = torch.from_numpy(drawn_rows(strategy, sim, fed, params))
+    x, y = torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train)
+    w = torch.full((len(rows),), 1.0 / K)
     grad = weighted_gradient(module, ds.task)
 
     def centralized_step():  # gather the minibatch from the pooled data, forward/backward, SGD update
