@@ -1,22 +1,106 @@
-"""Shared helpers for the benchmarks: timing, peak memory, data. Not part of the library."""
+"""Shared helpers for the benchmarks: the ``--smoke`` flag, the machine header, timing, peak memory, data and
+progress lines. Not part of the library.
+
+Smoke mode (``python benchmarks/NAME.py --smoke``): tiny sizes, a few seconds per script; the figures are
+printed but mean nothing (they are not the benchmark's figures and are never checked). It exists so that
+``tests/test_benchmarks_smoke.py`` runs every script the way a user does and a broken script fails CI. What a
+script cannot do here (no GPU, no Fashion-MNIST, a missing extra or peer environment) it says on a
+``skipped: ...`` line and does the rest.
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import os
+import platform
 import resource
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)  # the benchmark machine is shared; one thread keeps ratios comparable
 
+T = TypeVar("T")
+STARTED = time.perf_counter()
+SMOKE = False  # set by header(smoke=True): best_of then makes one call, no warm-up
+SMOKE_HELP = "smoke mode: tiny sizes, a few seconds; checks that the script runs (figures printed, not meaningful)"
+SMOKE_ROWS = 2000  # Fashion-MNIST training rows in smoke mode
+
+
+def arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The benchmark's argument parser (its description: the docstring's first line) with ``--smoke``."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    return parser
+
+
+def machine() -> dict[str, object]:
+    """CPU model, cores, torch version and intra-op threads, UTC date and load average of this run."""
+    model = platform.processor() or platform.machine() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            "load_average": [round(v, 2) for v in os.getloadavg()]}
+
+
+def header(smoke: bool = False) -> None:
+    """Print the machine, the date and the load average (before the figures), and whether this is smoke mode
+    (which also makes :func:`best_of` time one call without warm-up)."""
+    global SMOKE
+    SMOKE = smoke
+    m = machine()
+    emit("machine", f"{m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['torch_threads']} torch thread(s)")
+    emit("date_utc", m["date_utc"])
+    emit("load_average", " ".join(f"{v:.2f}" for v in m["load_average"]))
+    if smoke:
+        emit("mode", "smoke (tiny sizes: checks that the script runs; the figures below are not benchmark figures)")
+
+
+def footer() -> None:
+    """Print the load average at the end and the process's wall time so far (imports included)."""
+    emit("load_average_end", " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    emit("process_wall_s", process_seconds())
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux's /proc; elsewhere since this module was imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - STARTED
+
+
+def skipped(what: str, why: str) -> None:
+    """Say what this run does not do and why (stdout, with the figures): nothing is skipped silently."""
+    print(f"skipped: {what}: {why}", flush=True)
+
+
+def progress(items: Iterable[T], label: Callable[[T], str] = str) -> Iterator[T]:
+    """Yield ``items``, printing ``[i/n] label (s since start)`` to stderr before each: progress on long runs."""
+    items = list(items)
+    for i, item in enumerate(items, 1):
+        print(f"[{i}/{len(items)}] {label(item)} ({time.perf_counter() - STARTED:.0f} s)", file=sys.stderr, flush=True)
+        yield item
+
 
 def best_of(call: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Fastest wall time of ``repeats`` calls after ``warmup`` untimed calls (seconds)."""
+    """Fastest wall time of ``repeats`` calls after ``warmup`` untimed calls (seconds); in smoke mode one call."""
+    if SMOKE:
+        repeats, warmup = 1, 0
     for _ in range(warmup):
         call()
     times = []
@@ -35,16 +119,36 @@ def peak_rss_mb() -> float:
 FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist"
 
 
-def dataset():
+def dataset(smoke: bool = False, rows: int = SMOKE_ROWS):
     """Fashion-MNIST (Debian's dataset-fashion-mnist). A missing dataset stops the benchmark with the command
-    that installs it: figures on another data set would be silently different figures."""
+    that installs it: figures on another data set would be silently different figures.
+
+    In smoke mode: its first ``rows`` training rows; when it is not installed, random images of its shape
+    (named so, and said on a ``skipped:`` line), since smoke figures are not figures."""
     from fedsample.data import load_dataset
+    from fedsample.data.types import Dataset
 
     try:
-        return load_dataset("fashion-mnist")
+        ds = load_dataset("fashion-mnist")
     except FileNotFoundError as error:
+        if smoke:
+            skipped("Fashion-MNIST", f"not installed (`{FASHION_MNIST_INSTALL}`); smoke mode uses random images of its shape")
+            return synthetic_images(rows, (1, 28, 28), "synthetic (Fashion-MNIST shape)")
         raise SystemExit(f"Fashion-MNIST is not installed; install it with `{FASHION_MNIST_INSTALL}` "
                          f"or name its folder in FEDSAMPLE_FASHION_MNIST_DIR ({error})") from None
+    if not smoke:
+        return ds
+    return Dataset(f"{ds.name} (first {rows} rows)", ds.x_train[:rows], ds.y_train[:rows], ds.x_test[:500], ds.y_test[:500], ds.num_classes)
+
+
+def synthetic_images(rows: int, shape: tuple[int, ...], name: str, classes: int = 10, test: int = 500):
+    """Seeded standard-normal images of ``shape`` with uniform labels: timings depend on the shape only."""
+    from fedsample.data.types import Dataset
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows + test, *shape)).astype(np.float32)
+    y = rng.integers(0, classes, rows + test)
+    return Dataset(name, x[:rows], y[:rows], x[rows:], y[rows:], classes)
 
 
 def emit(name: str, value: float | str) -> None:

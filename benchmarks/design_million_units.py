@@ -1,30 +1,33 @@
 """Seconds per call of each sampling design over 10^6 units (prints `name: value` lines).
 
-Run: python benchmarks/design_million_units.py
+Run: python benchmarks/design_million_units.py [--smoke]
 """
 
 import numpy as np
-from _common import best_of, emit
+from _common import arguments, best_of, emit, footer, header
 
 from fedsample.sampling import design as d
 
 
-def main() -> None:
+def main(smoke: bool) -> None:
+    header(smoke)
     rng = np.random.default_rng(0)
-    N = 1_000_000
+    N, n = (10_000, 100) if smoke else (1_000_000, 1000)
     w = rng.lognormal(0, 2, N)
     strata = rng.integers(0, 20, N)
-    alloc = d.allocate_neyman(np.bincount(strata, minlength=20), rng.uniform(0.5, 2, 20), 2000)
+    alloc = d.allocate_neyman(np.bincount(strata, minlength=20), rng.uniform(0.5, 2, 20), 2 * n)
+    units = "1m" if N == 1_000_000 else f"{N}"
     calls = {
-        "systematic_sample_1000_of_1m_s": lambda: d.systematic_sample(w, 1000, rng),
-        "stratified_srs_1m_s": lambda: d.stratified(strata, alloc, rng),
-        "stratified_weighted_1m_s": lambda: d.stratified(strata, alloc, rng, weights=w),
-        "poisson_1m_s": lambda: d.poisson(d.inclusion_probabilities(w, 1000), rng),
-        "pps_with_replacement_1m_s": lambda: d.pps_with_replacement(w, 1000, rng),
+        f"systematic_sample_{n}_of_{units}_s": lambda: d.systematic_sample(w, n, rng),
+        f"stratified_srs_{units}_s": lambda: d.stratified(strata, alloc, rng),
+        f"stratified_weighted_{units}_s": lambda: d.stratified(strata, alloc, rng, weights=w),
+        f"poisson_{units}_s": lambda: d.poisson(d.inclusion_probabilities(w, n), rng),
+        f"pps_with_replacement_{units}_s": lambda: d.pps_with_replacement(w, n, rng),
     }
     for name, call in calls.items():
         emit(name, best_of(call, repeats=3, warmup=0))
+    footer()
 
 
 if __name__ == "__main__":
-    main()
+    main(arguments(__doc__).parse_args().smoke)

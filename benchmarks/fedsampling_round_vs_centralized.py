@@ -3,9 +3,15 @@
 The round is the whole round on the vectorized federation: every client's randomized size report, the
 estimate N~, Bernoulli draws with p = K/N~ on every client, the fused one-gradient step over the union of the
 drawn samples (one weighted forward/backward), the Sum aggregation and the server step. The centralized step
-is one forward/backward and SGD update on exactly the rows that round drew. Goal: ratio <= 1.2.
+is one forward/backward and SGD update on exactly the rows that round drew, gathered from the pooled data.
+Goal: ratio <= 1.2.
 
-Run: python benchmarks/fedsampling_round_vs_centralized.py
+Which rows the round drew is recomputed from public interfaces, as the server could not: the round's cohort
+and plan (``Strategy.select``, ``strategy.data.plan``: Bernoulli(K/N~)), then every client's draw in one pass
+(``BernoulliSamples.draw_cohort`` with the clients' ``CohortRandom`` streams, the same numbers each client
+draws alone) mapped to dataset rows through the partition (``FederatedData.order``/``offsets``).
+
+Run: python benchmarks/fedsampling_round_vs_centralized.py [--smoke]
 """
 
 from __future__ import annotations
@@ -13,54 +19,70 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from _common import best_of, dataset, emit, peak_rss_mb
+from _common import arguments, best_of, dataset, emit, footer, header, peak_rss_mb
 
 from fedsample import recipes
 from fedsample.data import LogNormalSizes, partition
+from fedsample.data.types import FederatedData
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import CNN, MLP, initial_parameters
+from fedsample.rng import CohortRandom
+from fedsample.strategy import RoundContext, Strategy
 from fedsample.training.functional import weighted_gradient
 
+LR = 0.05
 
-def main() -> None:
-    ds = dataset()
+
+def drawn_rows(strategy: Strategy, federation, data: FederatedData, params, round: int = 0, seed: int = 0) -> np.ndarray:
+    """Dataset rows (indices into ``data.dataset``'s training arrays) that round ``round`` of the FedSampling
+    ``strategy`` draws on ``federation`` (seeded ``seed``): the cohort and Bernoulli plan of that round, and
+    each client's draws from its own (seed, round, client, "train") stream."""
+    ctx = RoundContext(federation, params, round, seed, strategy.init_state(params))
+    cohort, _ = strategy.select(ctx)
+    plan = strategy.data.plan(ctx, cohort)
+    member, position = plan.draw_cohort(data.sizes()[cohort.ids], CohortRandom(seed, round, cohort.ids, "train"))
+    return data.order[data.offsets[cohort.ids[member]] + position]
+
+
+def round_and_step(fed: FederatedData, spec, K: int, repeats: int) -> tuple[float, float, int]:
+    """(seconds of a FedSampling round, seconds of one centralized step on the rows it drew, rows drawn)."""
+    ds = fed.dataset
+    module = spec.build(ds.input_shape, ds.num_classes)
+    params = initial_parameters(module, 0)
+    sim = VectorizedSimulator(fed, module, seed=0)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=LR)
+    state = strategy.init_state(params)
+    round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
+    rows = torch.from_numpy(drawn_rows(strategy, sim, fed, params))
+    x, y = torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train)
+    w = torch.full((len(rows),), 1.0 / K)
+    grad = weighted_gradient(module, ds.task)
+
+    def centralized_step():  # gather the minibatch from the pooled data, forward/backward, SGD update
+        g, _ = grad(params, x.index_select(0, rows), y.index_select(0, rows), w)
+        return {k: params[k] - LR * g[k] for k in params}
+
+    return round_s, best_of(centralized_step, repeats=repeats), len(rows)
+
+
+def main(smoke: bool) -> None:
+    header(smoke)
+    ds = dataset(smoke)
     fed = partition(ds, LogNormalSizes(mean=2, sigma=4), seed=0)
+    K = 128 if smoke else 2048
     emit("dataset", ds.name)
     emit("clients", fed.num_clients)
-    strategy = recipes.fedsampling(K=2048, epsilon=3.0, M=300, lr=0.05)
+    emit("K", K)
     for label, spec in (("mlp", MLP(hidden=64)), ("cnn", CNN())):
-        module = spec.build(ds.input_shape, ds.num_classes)
-        params = initial_parameters(module, 0)
-        sim = VectorizedSimulator(fed, module, seed=0)
-        state = strategy.init_state(params)
         repeats = 5 if label == "mlp" else 2
-        round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
-        reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
-        rows = torch.from_numpy(reports._union[3])
-        w = torch.full((len(rows),), 1.0 / 2048)
-        grad = weighted_gradient(module, ds.task)
-
-        def centralized_step():  # gather the minibatch from the pooled data, forward/backward, SGD update
-            g, _ = grad(params, sim.x.index_select(0, rows), sim.y.index_select(0, rows), w)
-            return {k: params[k] - 0.05 * g[k] for k in params}
-
-        central_s = best_of(centralized_step, repeats=repeats)
-        emit(f"{label}_samples_drawn", len(rows))
+        round_s, central_s, drawn = round_and_step(fed, spec, K, repeats)
+        emit(f"{label}_samples_drawn", drawn)
         emit(f"{label}_fedsampling_round_s", round_s)
         emit(f"{label}_centralized_step_s", central_s)
         emit(f"{label}_fedsampling_round_vs_centralized", round_s / central_s)
     emit("peak_rss_mb", peak_rss_mb())
-
-
-def _plan_payload(strategy, sim, params):
-    """The round-0 train payload (to read back which rows the round draws)."""
-    from fedsample.messages import TrainPayload
-    from fedsample.strategy import RoundContext
-
-    ctx = RoundContext(sim, params, 0, 0, {})
-    cohort = strategy.select(ctx)
-    return TrainPayload(params=params, plan=strategy.data.plan(ctx, cohort), solver=strategy.local, round=0)
+    footer()
 
 
 if __name__ == "__main__":
-    main()
+    main(arguments(__doc__).parse_args().smoke)

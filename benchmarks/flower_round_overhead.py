@@ -6,29 +6,30 @@ The Flower round is timed inside the ServerApp after a warm-up round (Ray actors
 split into its two phases (``report_size`` to every client, ``train`` to every client); the server's own
 encoding/decoding of the records and the clients' procedures (fedsample's loop simulator, the same work
 without any transport) are timed separately, the rest is Flower's: Ray actor dispatch, the in-memory
-SuperLink state, message (de)serialization, polling. Needs the flower extra.
-Run: python benchmarks/flower_round_overhead.py [N ...]
+SuperLink state, message (de)serialization, polling. Needs the flower extra (without it, it says so and stops).
+Run: python benchmarks/flower_round_overhead.py [N ...] [--smoke]   (--smoke: 4 SuperNodes, one timed call)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import sys
 import time
 
-from _common import best_of, emit  # noqa: F401  (sets the source path and one torch thread)
+from _common import arguments, best_of, emit, footer, header, progress, skipped  # (sets the source path and one torch thread)
 
 import fedsample as fs  # noqa: E402
+from fedsample.client import PROCEDURES  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.federation.vectorized import VectorizedSimulator  # noqa: E402
-from fedsample.flower import FlowerFederation, client_app, discover_nodes  # noqa: E402
-from fedsample.client import PROCEDURES  # noqa: E402
-from fedsample.flower.codec import decode_report, decode_request, encode_report, encode_request  # noqa: E402
-from fedsample.flower.config import AppConfig  # noqa: E402
-from fedsample.flower.node import client_context, scheme_for  # noqa: E402
 from fedsample.rng import client_rng  # noqa: E402
-from fedsample.flower.tolerance import TolerantView  # noqa: E402
+
+FLOWER = importlib.util.find_spec("flwr") is not None  # the flower extra
+if FLOWER:
+    from fedsample.flower import FlowerFederation, client_app, discover_nodes
+    from fedsample.flower.codec import decode_report, decode_request, encode_report, encode_request
+    from fedsample.flower.config import AppConfig
+    from fedsample.flower.node import client_context, scheme_for
 
 RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "lr": 0.5}
 
@@ -85,7 +86,7 @@ def flower_round(n: int, strategy, module) -> dict:
         params = fs.models.initial_parameters(module, 0)
         state = strategy.init_state(params)
         for r in range(2):
-            federation = TimedFederation(TolerantView(FlowerFederation(grid, nodes, n, seed=0, timeout=600)))
+            federation = TimedFederation(FlowerFederation(grid, nodes, n, seed=0, timeout=600))
             t = time.perf_counter()
             params, log = strategy.round(federation, params, state, r, 0)
             timing[f"round{r}"] = time.perf_counter() - t
@@ -152,11 +153,20 @@ def node_handler_seconds(fed, module, strategy, n: int) -> float:
     return best_of(handle_all, repeats=3)
 
 
-def main(sizes: list[int]) -> None:
-    emit("load average (1, 5, 15 min)", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("sizes", nargs="*", type=int, metavar="N", help="SuperNodes per run (default 100 1000)")
+    args = parser.parse_args()
+    sizes = args.sizes or ([4] if args.smoke else [100, 1000])
+    header(args.smoke)
+    if not FLOWER:
+        skipped("the whole benchmark (a round through Flower's runtime)", "Flower (flwr) is not installed: the `flower` extra, "
+                "pip install -e '.[flower]'")
+        footer()
+        return
     print("| SuperNodes | Flower round (s) | vectorized round (s) | ratio | overhead per client (ms) | report_size phase (s) | train phase (s) | server codec (s) | node handlers (s) | client procedures, loop (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for n in sizes:
+    for n in progress(sizes, lambda n: f"{n} SuperNodes: in-process rounds, codec, handlers, then Flower's simulation"):
         fed, module, strategy = setup(n)
         vectorized = in_process_round(VectorizedSimulator(fed, module, 0), strategy, module)
         loop = in_process_round(Simulator(fed, module, 0), strategy, module)
@@ -169,8 +179,8 @@ def main(sizes: list[int]) -> None:
         emit(f"  n={n}: roll call (query.identify to every node) s", flower["discover"])
         emit(f"  n={n}: first round (warm-up) s", flower["round0"])
         emit(f"  n={n}: whole run_simulation s", flower["total"])
-    emit("load average after", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    footer()
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 1000])
+    main()

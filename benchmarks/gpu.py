@@ -14,16 +14,14 @@
 - peak device memory (torch.cuda.max_memory_allocated) of each.
 
 Run on a CUDA machine:   python benchmarks/gpu.py            (needs Fashion-MNIST: dataset-fashion-mnist)
-Check the script on CPU: python benchmarks/gpu.py --device cpu --tiny
+Check the script:        python benchmarks/gpu.py --smoke    (tiny sizes, no verdicts; on the CPU when there is no
+                         CUDA device, which it says: the CPU half of the script runs, the GPU figures are not measured)
 ``--synthetic`` uses random data of Fashion-MNIST's shape instead (labelled so in the output).
 ``--profile`` adds a torch profile of the FedSampling MLP round (where the time goes).
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from _common import best_of, emit
+from _common import SMOKE_ROWS, arguments, best_of, dataset, emit, footer, header, progress, skipped, synthetic_images
 
 from fedsample import recipes
 from fedsample.messages import ClientContext, LocalSample
@@ -45,13 +43,13 @@ from fedsample.models import CNN, MLP, initial_parameters
 from fedsample.rng import client_rng
 from fedsample.training.functional import weighted_gradient
 from fedsample.training.local import LocalSGD
-from fedsampling_round_vs_centralized import _plan_payload
+from fedsampling_round_vs_centralized import drawn_rows
 from server_side_1m_clients import federation as million_clients, server_round
 
 
 @dataclass(frozen=True)
 class Scale:
-    """The sizes of one run: the issue's (full) or a quick check of the script (tiny)."""
+    """The sizes of one run: the issue's (full) or a quick check of the script (smoke)."""
 
     rows: int | None  # Fashion-MNIST training rows used (None: all 60,000)
     K: int
@@ -63,7 +61,7 @@ class Scale:
 
 
 FULL = Scale(rows=None, K=2048, fedavg_clients=10, fedavg_per_client=600, million=1_000_000, recipe_per_client=6000, repeats=5)
-TINY = Scale(rows=2000, K=128, fedavg_clients=4, fedavg_per_client=50, million=10_000, recipe_per_client=40, repeats=2)
+SMOKE = Scale(rows=SMOKE_ROWS, K=128, fedavg_clients=4, fedavg_per_client=50, million=10_000, recipe_per_client=40, repeats=1)
 
 
 @dataclass
@@ -104,23 +102,12 @@ class Clock:
         return torch.cuda.max_memory_allocated(self.device) / 2**20
 
 
-def fashion_mnist(synthetic: bool, rows: int | None) -> Dataset:
-    """Fashion-MNIST (Debian's dataset-fashion-mnist), or with ``synthetic`` random data of its shape."""
-    from fedsample.data import load_dataset
-
+def fashion_mnist(synthetic: bool, smoke: bool) -> Dataset:
+    """Fashion-MNIST (Debian's dataset-fashion-mnist; its first rows in smoke mode), or with ``synthetic``
+    random data of its shape."""
     if synthetic:
-        rng = np.random.default_rng(0)
-        n = rows or 60_000
-        x = rng.normal(size=(n + 1000, 1, 28, 28)).astype(np.float32)
-        y = rng.integers(0, 10, n + 1000)
-        return Dataset("synthetic (Fashion-MNIST shape)", x[:n], y[:n], x[n:], y[n:], 10)
-    try:
-        ds = load_dataset("fashion-mnist")
-    except (FileNotFoundError, ValueError) as error:
-        sys.exit(f"benchmarks/gpu.py: Fashion-MNIST not found ({error}); install dataset-fashion-mnist or pass --synthetic")
-    if rows is None:
-        return ds
-    return Dataset(f"{ds.name} (first {rows} rows)", ds.x_train[:rows], ds.y_train[:rows], ds.x_test, ds.y_test, ds.num_classes)
+        return synthetic_images(SMOKE.rows if smoke else 60_000, (1, 28, 28), "synthetic (Fashion-MNIST shape)", test=1000)
+    return dataset(smoke)
 
 
 def model_on(spec, ds: Dataset, device: torch.device):
@@ -140,13 +127,13 @@ def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: i
     one_round = lambda: strategy.round(sim, params, state, 0, 0)  # noqa: E731
     round_s = clock.seconds(one_round, repeats)
     peak = clock.peak_mib(one_round)
-    reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
-    rows = torch.as_tensor(reports._union[3], device=device)
+    rows = torch.as_tensor(drawn_rows(strategy, sim, fed, params), device=device)
+    x, y = torch.as_tensor(ds.x_train, device=device), torch.as_tensor(ds.y_train, device=device)
     weights = torch.full((len(rows),), 1.0 / K, device=device)
     grad = weighted_gradient(module, ds.task)
 
     def centralized_step():  # gather the rows from the pooled data on the device, forward/backward, SGD update
-        g, _ = grad(params, sim.x.index_select(0, rows), sim.y.index_select(0, rows), weights)
+        g, _ = grad(params, x.index_select(0, rows), y.index_select(0, rows), weights)
         return {k: params[k] - 0.05 * g[k] for k in params}
 
     return round_s, clock.seconds(centralized_step, repeats), peak, len(rows)
@@ -200,18 +187,18 @@ def every_recipe(K: int, per_client: int) -> dict[str, object]:
     }
 
 
-def vectorized_vs_loop(clock: Clock, ds: Dataset, K: int, per_client: int) -> list[tuple[str, float, float, float]]:
+def vectorized_vs_loop(clock: Clock, ds: Dataset, K: int, per_client: int, repeats: int) -> list[tuple[str, float, float, float]]:
     """(recipe, loop seconds, vectorized seconds, loop ÷ vectorized) of one round of every recipe (MLP)."""
     fed = FederatedData.from_client_indices(ds, [np.arange(k * per_client, (k + 1) * per_client) for k in range(10)])
     out = []
-    for name, strategy in every_recipe(K, per_client).items():
+    for name, strategy in progress(every_recipe(K, per_client).items(), lambda item: f"recipe {item[0]}, loop and vectorized"):
         data = fed.pooled() if strategy.pooled else fed
         module, params = model_on(MLP(hidden=64), ds, clock.device)
         seconds = {}
         for backend, kind in (("loop", Simulator), ("vectorized", VectorizedSimulator)):
             sim = kind(data, module, seed=0, device=clock.device)
             state = strategy.init_state(params)
-            seconds[backend] = clock.seconds(lambda: strategy.round(sim, params, state, 0, 0), repeats=2)
+            seconds[backend] = clock.seconds(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
         out.append((name, seconds["loop"], seconds["vectorized"], seconds["loop"] / seconds["vectorized"]))
         emit(f"vectorized_vs_loop/{name}", out[-1][3])
     return out
@@ -247,13 +234,10 @@ def print_table(rows: list[Row]) -> None:
         print(f"| {r.name} | {r.value:.4g} | {r.goal} | {met} | {peak} |")
 
 
-def print_header(device: torch.device, ds: Dataset, tiny: bool) -> None:
+def print_header(device: torch.device, ds: Dataset, smoke: bool) -> None:
     emit("device", device_name(device))
-    emit("date_utc", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"))
-    emit("torch", torch.__version__)
     emit("dataset", ds.name)
-    emit("scale", "tiny (script check, not the goals)" if tiny else "full (the issue's sizes)")
-    emit("loadavg", " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    emit("scale", "smoke (script check, not the goals)" if smoke else "full (the issue's sizes)")
 
 
 def round_rows(clock: Clock, ds: Dataset, scale: Scale, verdict: Callable[[bool], bool | None]) -> list[Row]:
@@ -287,32 +271,36 @@ def engine_rows(clock: Clock, ds: Dataset, scale: Scale, verdict: Callable[[bool
     for name, value in steps.items():
         emit(f"server_side_{name}_s", value)
     rows = [Row(f"gpu_server_side_1m_clients (s, {scale.million} clients)", seconds, "< 0.020", verdict(seconds < 0.020), peak)]
-    for name, loop_s, vec_s, ratio in vectorized_vs_loop(clock, ds, scale.K, scale.recipe_per_client):
+    for name, loop_s, vec_s, ratio in vectorized_vs_loop(clock, ds, scale.K, scale.recipe_per_client, scale.repeats):
         rows.append(Row(f"vectorized_vs_loop/{name} (loop ÷ vectorized; {vec_s:.3g} s)", ratio, ">= 1", verdict(ratio >= 1)))
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu to check the script")
-    parser.add_argument("--tiny", action="store_true", help="small sizes: checks that the script runs, not the goals")
+    parser = arguments(__doc__)
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu")
     parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape (labelled)")
     parser.add_argument("--profile", action="store_true", help="print a torch profile of the FedSampling MLP round")
     args = parser.parse_args(argv)
     try:
         device = resolve_device(args.device)
     except ValueError as error:
-        print(f"benchmarks/gpu.py: {error}; the GPU figures need a CUDA device (or --device cpu --tiny to check the script)", file=sys.stderr)
-        return 2
-    scale, clock = (TINY if args.tiny else FULL), Clock(device)
-    ds = fashion_mnist(args.synthetic, scale.rows)
-    print_header(device, ds, args.tiny)
-    judged = device.type == "cuda" and not args.tiny  # the goals are GPU goals at the issue's sizes
+        if not args.smoke:
+            print(f"benchmarks/gpu.py: {error}; the GPU figures need a CUDA device (or --smoke to check the script)", file=sys.stderr)
+            return 2
+        skipped("the GPU half (every GPU figure)", f"{error}; smoke mode runs the CPU half on the CPU")
+        device = torch.device("cpu")
+    header(args.smoke)
+    scale, clock = (SMOKE if args.smoke else FULL), Clock(device)
+    ds = fashion_mnist(args.synthetic, args.smoke)
+    print_header(device, ds, args.smoke)
+    judged = device.type == "cuda" and not args.smoke  # the goals are GPU goals at the issue's sizes
     verdict = lambda met: met if judged else None  # noqa: E731
     rows = round_rows(clock, ds, scale, verdict) + engine_rows(clock, ds, scale, verdict)
     if args.profile:
         profile_round(clock, partition(ds, LogNormalSizes(mean=2, sigma=4), seed=0), scale.K)
     print_table(rows)
+    footer()
     return 0
 
 

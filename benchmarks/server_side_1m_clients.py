@@ -1,7 +1,7 @@
 """Server side of a FedSampling round at 10^6 clients: randomized size reports + estimate N~ + selection +
 Bernoulli data draws, all vectorized (the same numbers each client would compute alone). Goal < 0.5 s.
 
-Run: python benchmarks/server_side_1m_clients.py
+Run: python benchmarks/server_side_1m_clients.py [--smoke]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from _common import best_of, emit, peak_rss_mb
+from _common import arguments, best_of, emit, footer, header, peak_rss_mb
 
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.vectorized import VectorizedSimulator
@@ -53,7 +53,8 @@ def server_round(sim: VectorizedSimulator, timings: dict[str, list[float]], roun
     cohort = clients.select(ctx)
     steps["selection"] = time.perf_counter()
     plan = data.plan(ctx, cohort)
-    member, _ = plan.draw_cohort(sim.sizes[cohort.ids], CohortRandom(0, round, cohort.ids, "train", sim._draw_device))
+    on_device = sim.device if sim.device.type == "cuda" else None  # the streams computed where the engine computes them
+    member, _ = plan.draw_cohort(sim.sizes[cohort.ids], CohortRandom(0, round, cohort.ids, "train", on_device))
     sync()
     steps["data_draws"] = time.perf_counter()
     last = t0
@@ -63,9 +64,10 @@ def server_round(sim: VectorizedSimulator, timings: dict[str, list[float]], roun
     return len(member)
 
 
-def main() -> None:
+def main(smoke: bool) -> None:
+    header(smoke)
     t = time.perf_counter()
-    sim = federation()
+    sim = federation(clients=10_000 if smoke else N)
     emit("setup_s", time.perf_counter() - t)
     emit("clients", sim.num_clients)
     emit("samples", int(sim.sizes.sum()))
@@ -75,9 +77,10 @@ def main() -> None:
     emit("samples_drawn", drawn)
     for name, values in timings.items():
         emit(f"{name}_s", min(values))
-    emit("server_side_1m_clients_s", total)
+    emit("server_side_1m_clients_s" if sim.num_clients == N else f"server_side_{sim.num_clients}_clients_s", total)
     emit("peak_rss_mb", peak_rss_mb())
+    footer()
 
 
 if __name__ == "__main__":
-    main()
+    main(arguments(__doc__).parse_args().smoke)

@@ -9,17 +9,17 @@ update is lr * (S/K) * mean drawn gradient; 1 is centralized SGD with batch K; n
 Part 2 (``--accuracy``, minutes): Fashion-MNIST logistic regression, the same partition, the options trained
 side by side (vectorized engine), final test accuracy per seed.
 
-    python benchmarks/size_estimate.py [--draws 2000] [--accuracy --rounds 30 --seeds 0 1]
+    python benchmarks/size_estimate.py [--draws 2000] [--accuracy --rounds 30 --seeds 0 1] [--smoke]
+
+``--smoke``: 50 draws, and part 2 at 2 rounds on Fashion-MNIST's first rows (seconds; figures not meaningful).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
 import numpy as np
-from _common import emit
+from _common import arguments, emit, footer, header, progress
 
 from fedsample import privacy
 
@@ -97,7 +97,7 @@ OPTIONS = {
 }
 
 
-def accuracy(rounds: int, seeds: list[int], lr: float) -> None:
+def accuracy(rounds: int, seeds: list[int], lr: float, smoke: bool = False) -> None:
     """Fashion-MNIST logreg on the paper's partition, each option: final test accuracy per seed, its mean and
     sample sd (ddof = 1), and the mean effective step E[S]/K = ratio * N / K over the run's rounds."""
     from _common import dataset
@@ -105,11 +105,11 @@ def accuracy(rounds: int, seeds: list[int], lr: float) -> None:
     import fedsample as fs
     from fedsample.data import partition
 
-    ds = dataset()
+    ds = dataset(smoke)
     model = fs.models.LogisticRegression()
     print(f"| option | {' | '.join(f'seed {s}' for s in seeds)} | mean ± sd | mean E[S]/K | seconds |")
     print("|---|" + "---|" * (len(seeds) + 3))
-    for name, options in OPTIONS.items():
+    for name, options in progress(OPTIONS.items(), lambda item: f"accuracy: {item[0]}, {len(seeds)} seed(s) x {rounds} rounds"):
         accs, steps, t = [], [], time.perf_counter()
         for seed in seeds:
             fed = partition(ds, LogNormalSizes(MEAN, SIGMA), seed=seed)
@@ -123,13 +123,16 @@ def accuracy(rounds: int, seeds: list[int], lr: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arguments(__doc__)
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--accuracy", action="store_true")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--lr", type=float, default=0.05)
     args = parser.parse_args()
+    if args.smoke:
+        args.draws, args.accuracy, args.rounds, args.seeds = 50, True, 2, [0, 1]
+    header(args.smoke)
     rng = np.random.default_rng(0)
     sizes = population()
     Ms = {"20": 20, "100": 100, "300": 300, "rmse": size_estimate.rmse_M(CLIENTS, EPSILON, MEAN, SIGMA)}
@@ -138,13 +141,13 @@ def main() -> None:
     emit("largest client", int(sizes.max()))
     emit("M by rmse (prior: log-normal mean 2, sigma 4)", Ms["rmse"])
     emit("M by rmse (oracle: the true sizes)", size_estimate.best_M(sizes, EPSILON))
-    emit("load average", str(os.getloadavg()))
     totals = estimate_table(sizes, Ms, args.draws, rng)
     print()
     print_steps(step_rows(sizes, totals, Ms, args.draws, rng))
     if args.accuracy:
         print()
-        accuracy(args.rounds, args.seeds, args.lr)
+        accuracy(args.rounds, args.seeds, args.lr, args.smoke)
+    footer()
 
 
 if __name__ == "__main__":

@@ -37,12 +37,13 @@ def cifar_rows(w: Workload = CIFAR, cifar_dir: str | None = None) -> tuple[np.nd
 
 
 def fashion_mnist_rows(w: Workload) -> tuple[np.ndarray, np.ndarray, str]:
-    """The first ``users × per_user`` Fashion-MNIST training rows; a missing dataset stops the run."""
+    """The first ``users × per_user`` Fashion-MNIST training rows; a missing dataset stops the run (a tiny
+    workload, ``--smoke``, uses random images of its shape instead, and says so)."""
     from _common import dataset
 
-    ds = dataset()
+    ds = dataset(smoke=w.tiny, rows=w.users * w.per_user)
     n = w.users * w.per_user
-    return ds.x_train[:n].astype(np.float32), ds.y_train[:n].astype(np.int64), "fashion-mnist"
+    return ds.x_train[:n].astype(np.float32), ds.y_train[:n].astype(np.int64), ds.name
 
 
 def write_rows(path: Path, rows: tuple[np.ndarray, np.ndarray, str]) -> str:

@@ -1,5 +1,5 @@
 """Flower (``flwr[simulation]``, Ray backend) on a small-clients workload with ``num_cpus`` per client
-actor. Run with Flower's own virtual environment and this folder on PYTHONPATH (run.py does both):
+actor (fractions: several actors per core). Run with Flower's own virtual environment and this folder on PYTHONPATH (run.py does both):
 ``python benchmarks/peers/flower_side.py WORKLOAD_FILE WORKLOAD NUM_CPUS ROUNDS``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from flwr.simulation import run_simulation
 from workload import PROCESS_START, emit_result, workload_named
 
 
-def main(path: str, workload: str, num_cpus: int, rounds: int) -> None:
+def main(path: str, workload: str, num_cpus: float, rounds: int) -> None:
     os.environ.update(PEERS_WORKLOAD_FILE=path, PEERS_WORKLOAD=workload, PEERS_ROUNDS=str(rounds))
     import flower_apps
 
@@ -29,4 +29,4 @@ def main(path: str, workload: str, num_cpus: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))

@@ -2,7 +2,8 @@
 (``benchmarks/image_classification`` with the baseline config: FederatedAveraging, ``SimulatedBackend``,
 ``WeightByUser``, a ``PyTorchModel`` with local and central ``torch.optim.SGD``, no central evaluation, no
 validation cohort). Run with pfl's own virtual environment (see setup_venvs.sh):
-``.venv-pfl/bin/python benchmarks/peers/pfl_side.py WORKLOAD_FILE THREADS ROUNDS``."""
+``.venv-pfl/bin/python benchmarks/peers/pfl_side.py WORKLOAD_FILE THREADS ROUNDS [WORKLOAD]`` (``cifar``, or
+``tiny-cifar`` for ``run.py --smoke``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pfl
 import torch
 
-from workload import CIFAR, build_model, emit_result, load_rows, set_threads
+from workload import CIFAR, Workload, build_model, emit_result, load_rows, set_threads, workload_named
 
 from pfl.aggregate.simulate import SimulatedBackend  # noqa: E402
 from pfl.aggregate.weighting import WeightByUser  # noqa: E402
@@ -54,36 +55,34 @@ class RoundClock(TrainingProcessCallback):
         return False, Metrics()
 
 
-def pfl_model(x: torch.Tensor) -> PyTorchModel:
+def pfl_model(w: Workload, x: torch.Tensor) -> PyTorchModel:
     """The workload CNN with pfl's ``loss``/``metrics``, local SGD and central SGD at the server lr."""
-    module = build_model(CIFAR, x)
+    module = build_model(w, x)
     module.loss = types.MethodType(classification_loss, module)
     module.metrics = types.MethodType(classification_metrics, module)
     params = [p for p in module.parameters() if p.requires_grad]
     return PyTorchModel(model=module, local_optimizer_create=torch.optim.SGD,
-                        central_optimizer=torch.optim.SGD(params, CIFAR.server_lr))
+                        central_optimizer=torch.optim.SGD(params, w.server_lr))
 
 
-def federated_dataset(x: torch.Tensor, y: torch.Tensor) -> FederatedDataset:
+def federated_dataset(w: Workload, x: torch.Tensor, y: torch.Tensor) -> FederatedDataset:
     """User ``u`` owns rows ``u*50 … u*50+49``; users are sampled by pfl's ``random`` sampler."""
-    w = CIFAR
     users = {u: [x[u * w.per_user:(u + 1) * w.per_user], y[u * w.per_user:(u + 1) * w.per_user]] for u in range(w.users)}
     return FederatedDataset.from_slices(users, get_user_sampler("random", list(range(w.users))))
 
 
-def main(path: str, threads: int, rounds: int) -> None:
+def main(path: str, threads: int, rounds: int, w: Workload = CIFAR) -> None:
     set_threads(threads)
     torch.manual_seed(0)
     np.random.seed(0)
     x, y, source = load_rows(path)
-    data = federated_dataset(x, y)
+    data = federated_dataset(w, x, y)
     backend = SimulatedBackend(training_data=data, val_data=data, postprocessors=[WeightByUser()])
     clock = RoundClock()
-    w = CIFAR
     FederatedAveraging().run(
         algorithm_params=NNAlgorithmParams(central_num_iterations=rounds + 1, evaluation_frequency=10**9,
                                            train_cohort_size=w.cohort, val_cohort_size=0),
-        backend=backend, model=pfl_model(x),
+        backend=backend, model=pfl_model(w, x),
         model_train_params=NNTrainHyperParams(local_learning_rate=w.lr, local_num_epochs=w.epochs,
                                               local_batch_size=w.batch),
         model_eval_params=NNEvalHyperParams(local_batch_size=10000), callbacks=[clock])
@@ -92,4 +91,4 @@ def main(path: str, threads: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), workload_named(sys.argv[4]) if len(sys.argv) > 4 else CIFAR)

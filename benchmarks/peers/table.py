@@ -4,33 +4,15 @@ round and the peak RSS; markdown for the README, JSON for machines. Pure functio
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
-import platform
 from typing import Any
 
 FLOOR = "floor-round"
 
 
 def peer_of(workload: str) -> str:
-    """pfl-research on its CIFAR-10 workload, Flower on the small clients."""
-    return "pfl" if workload == "cifar" else "flower"
-
-
-def machine() -> dict[str, Any]:
-    """CPU model, cores, torch version, load average and UTC date of this run."""
-    import torch
-
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__,
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "load_average": [round(v, 2) for v in os.getloadavg()]}
+    """pfl-research on its CIFAR-10 workload, Flower on the small clients (``tiny-`` workloads alike)."""
+    return "pfl" if workload.removeprefix("tiny-") == "cifar" else "flower"
 
 
 def _seconds(result: dict[str, Any]) -> float | None:
@@ -92,7 +74,15 @@ def markdown(table_rows: list[dict[str, Any]], about: dict[str, Any]) -> str:
 
 
 def _cpus(r: dict[str, Any]) -> str:
-    return f"num_cpus={r['num_cpus']} (best of {[t.get('num_cpus') for t in r.get('tried', [])]})" if "num_cpus" in r else ""
+    """Flower's ``num_cpus`` and, for a sweep, every value tried with its s/round (or why it has none)."""
+    if "num_cpus" not in r:
+        return ""
+    tried = r.get("tried", [])
+    if len(tried) < 2:
+        return f"num_cpus={r['num_cpus']:g}"
+    sweep = ", ".join(f"{t.get('num_cpus', '?'):g}: " + (f"{t['s_per_round']:.3g} s" if t.get("s_per_round") is not None else str(t.get("error", "?")))
+                      for t in tried)
+    return f"num_cpus={r['num_cpus']:g}, the fastest of the sweep ({sweep})"
 
 
 def _rss(r: dict[str, Any]) -> float | None:

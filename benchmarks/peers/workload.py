@@ -7,6 +7,8 @@ its own virtual environment) use it too; of fedsample they import only the model
   of batch 10 (5 steps), local SGD lr 0.1, server SGD lr 1.0, weights by user, no evaluation in timed rounds.
 - ``small``: 1,000 clients × 2 Fashion-MNIST samples, every client in every round, ``steps`` local SGD steps
   on both samples at lr 0.05, uniform mean, MLP(64).
+- ``tiny-cifar``, ``tiny-small-STEPS`` (``run.py --smoke``): the same rounds on 20 users of 50 images (2 per
+  round) and 50 clients of 2 samples, to check that every side runs; their figures are not the benchmark's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -39,12 +41,24 @@ class Workload:
     lr: float
     server_lr: float
 
+    @property
+    def tiny(self) -> bool:
+        """A smoke-mode workload (a few users): it checks the sides run, its figures mean nothing."""
+        return self.name.startswith(TINY)
+
+    @property
+    def base(self) -> str:
+        """The full workload this one scales down (``cifar`` or ``small-STEPS``)."""
+        return self.name[len(TINY):] if self.tiny else self.name
+
     def local_steps(self) -> int:
         """Local SGD steps per client (an epoch of ``per_user / batch`` batches, or ``steps``)."""
         return self.steps if self.steps is not None else self.epochs * -(-self.per_user // self.batch)
 
 
 CIFAR = Workload("cifar", users=1000, per_user=50, cohort=50, batch=10, epochs=1, steps=None, lr=0.1, server_lr=1.0)
+TINY = "tiny-"
+TINY_CIFAR_USERS, TINY_CIFAR_COHORT, TINY_SMALL_USERS = 20, 2, 50
 
 
 def small(steps: int) -> Workload:
@@ -54,12 +68,19 @@ def small(steps: int) -> Workload:
 
 
 def workload_named(name: str) -> Workload:
-    """``cifar`` or ``small-STEPS``."""
-    if name == CIFAR.name:
-        return CIFAR
-    if name.startswith("small-") and name[len("small-"):].isdigit():
-        return small(int(name[len("small-"):]))
-    raise ValueError(f"unknown workload {name!r}; expected cifar or small-STEPS")
+    """``cifar`` or ``small-STEPS``, or either with the ``tiny-`` prefix (a few users, for ``--smoke``)."""
+    base = name[len(TINY):] if name.startswith(TINY) else name
+    if base == CIFAR.name:
+        w = CIFAR
+    elif base.startswith("small-") and base[len("small-"):].isdigit():
+        w = small(int(base[len("small-"):]))
+    else:
+        raise ValueError(f"unknown workload {name!r}; expected cifar or small-STEPS, optionally prefixed {TINY!r}")
+    if base == name:
+        return w
+    if w is CIFAR:
+        return replace(w, name=name, users=TINY_CIFAR_USERS, cohort=TINY_CIFAR_COHORT)
+    return replace(w, name=name, users=TINY_SMALL_USERS, cohort=TINY_SMALL_USERS)
 
 
 def model_spec(w: Workload):
@@ -67,7 +88,7 @@ def model_spec(w: Workload):
     ``MLP(hidden=64)``. fedsample.models needs only torch, so the pfl and Flower sides build the same layers."""
     from fedsample import models
 
-    return models.PflCNN() if w.name == CIFAR.name else models.MLP(hidden=64)
+    return models.PflCNN() if w.base == CIFAR.name else models.MLP(hidden=64)
 
 
 def build_model(w: Workload, x: torch.Tensor) -> nn.Module:
