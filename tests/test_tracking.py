@@ -127,7 +127,9 @@ def test_a_tracker_is_started_logged_and_closed_once(tmp_path):
         with pytest.raises(FileNotFoundError):
             tracker.log_artifact(tmp_path / "missing.png")
     tracker.close()
-    assert tracker.events == [("start", {"lr": 0.1}, 0), ("metrics", {"x": 1.0}, 1), ("metrics", {"y": 2.5, "ok": 1.0}, 2), ("close", False)]
+    assert tracker.events == [
+        ("start", {"lr": 0.1}, 0), ("metrics", {"x": 1.0}, 1), ("metrics", {"y": 2.5, "ok": 1.0}, 2), ("close", False)
+    ]
 
 
 def test_a_block_that_raises_closes_every_member_as_failed():
@@ -218,18 +220,53 @@ def test_jsonl_holds_config_every_round_and_the_end(tracked):
     assert artifacts == [str(f.resolve()) for f in files]
 
 
+def stopped_then_resumed(tmp_path, digits, make_trackers) -> list[dict]:
+    """4 rounds checkpointed every 2, stopped after round 3 (logged), resumed: the history of the whole run."""
+    strategy = fs.recipes.fedavg(clients_per_round=4, steps=1)
+    run = dict(data=digits, model=fs.models.LogisticRegression(), rounds=4, seed=0, checkpoint=tmp_path / "state.pt", checkpoint_every=2)
+    with pytest.raises(Stop):
+        fs.simulate(strategy, **run, progress=lambda t: stop_after_round_2(t - 1), trackers=make_trackers())
+    return fs.simulate(strategy, **run, resume=True, trackers=make_trackers()).history
+
+
 def test_jsonl_resume_drops_the_rounds_after_the_checkpoint(tmp_path, digits):
-    strategy, path, checkpoint = fs.recipes.fedavg(clients_per_round=4, steps=1), tmp_path / "run.jsonl", tmp_path / "state.pt"
-    run = dict(data=digits, model=fs.models.LogisticRegression(), rounds=4, seed=0, checkpoint=checkpoint, checkpoint_every=2)
-    with pytest.raises(Stop):  # stopped after round 3, logged; the checkpoint holds round 2
-        fs.simulate(strategy, **run, progress=lambda t: stop_after_round_2(t - 1), trackers=[JsonlTracker(path)])
-    assert [e["step"] for e in read_jsonl(path) if e["event"] == "metrics"] == [1, 2, 3]
-    whole = fs.simulate(strategy, **run, resume=True, trackers=[JsonlTracker(path)])
+    path = tmp_path / "run.jsonl"
+    attempts = []
+
+    def make():
+        if attempts:  # the stopped attempt logged round 3; its checkpoint holds round 2
+            assert [e["step"] for e in read_jsonl(path) if e["event"] == "metrics"] == [1, 2, 3]
+        attempts.append(JsonlTracker(path))
+        return attempts[-1:]
+
+    history = stopped_then_resumed(tmp_path, digits, make)
     lines = read_jsonl(path)
     metrics = [e for e in lines if e["event"] == "metrics"]
     assert [e["step"] for e in metrics] == [1, 2, 3, 4] and [e["status"] for e in lines if e["event"] == "end"] == ["failed", "finished"]
     assert {"event": "resume", "step": 2} == {k: v for k, v in lines[-4].items() if k != "time"}
-    assert [e["metrics"] for e in metrics] == [numeric_metrics(r) for r in whole.history]
+    assert [e["metrics"] for e in metrics] == [numeric_metrics(r) for r in history]
+
+
+@needs("tensorboard")
+@needs("mlflow")
+def test_a_resumed_run_continues_its_tensorboard_and_mlflow_runs(tmp_path, digits):
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedsample.tracking import MlflowTracker, TensorBoardTracker
+
+    make = lambda: [TensorBoardTracker(tmp_path / "tb"), MlflowTracker("resumed", "run", folder=tmp_path / "mlflow")]  # noqa: E731
+    history = stopped_then_resumed(tmp_path, digits, make)
+    expected = {r["round"]: r["train_loss"] for r in history}
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert {e.step: e.value for e in events.Scalars("train_loss")} == pytest.approx(expected, rel=1e-6)
+    assert len(events.Scalars("train_loss")) == 4  # round 3 of the stopped attempt purged
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("resumed").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["fedsample.resumed_at"] == "2"
+    logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train_loss")]
+    assert sorted(set(logged)) == sorted(expected.items())  # round 3 logged twice, with the same value
 
 
 @needs("tensorboard")
@@ -320,10 +357,12 @@ def test_wandb_offline_runs_hold_config_history_files_and_exit_codes(tracked):
     runs = wandb_runs(folder)
     assert set(runs) == {"ok", "failed", "files"}
     of = lambda records, kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]  # noqa: E731
-    config = {item.key: json.loads(item.value_json) for item in next(r.run for r in runs["ok"] if r.WhichOneof("record_type") == "run").config.update}
+    config = {item.key: json.loads(item.value_json) for item in of(runs["ok"], "run")[0].config.update}
     assert (config["seed"], config["experiment"], config["rounds"]) == (0, "tiny", ROUNDS)
     key = lambda item: item.key or "/".join(item.nested_key)  # noqa: E731
-    history = {h.step.num: {key(i): json.loads(i.value_json) for i in h.item if not key(i).startswith("_")} for h in of(runs["ok"], "history")}
+    history = {
+        h.step.num: {key(i): json.loads(i.value_json) for i in h.item if not key(i).startswith("_")} for h in of(runs["ok"], "history")
+    }
     assert history == {s: pytest.approx(m) for s, m in expected.items()}
     assert [e.exit_code for e in of(runs["ok"], "exit")] == [0] and [e.exit_code for e in of(runs["failed"], "exit")] == [1]
     assert sorted(h.step.num for h in of(runs["failed"], "history")) == [1, 2]
@@ -380,7 +419,8 @@ def test_run_with_track_logs_each_strategy_and_seed_as_a_run(config_file, tmp_pa
         history = [numeric_metrics(r) for r in result["history"][0]]
         assert [e["metrics"] for e in log if e["event"] == "metrics"] == history
     summary = read_jsonl(folder / "jsonl" / "tiny-tracked" / "summary.jsonl")
-    assert {Path(e["path"]).name for e in summary if e["event"] == "artifact"} == {"results.json", "summary.md", "curves.png", "partition.png"}
+    artifacts = {Path(e["path"]).name for e in summary if e["event"] == "artifact"}
+    assert artifacts == {"results.json", "summary.md", "curves.png", "partition.png"}
     names = {"FedSampling (eps=3) / seed 0", "FedAvg / seed 0", "summary"}
     if INSTALLED["tensorboard"]:
         assert len(list((folder / "tensorboard" / "tiny-tracked").iterdir())) == 3
@@ -391,7 +431,8 @@ def test_run_with_track_logs_each_strategy_and_seed_as_a_run(config_file, tmp_pa
         runs = client.search_runs([client.get_experiment_by_name("tiny-tracked").experiment_id])
         assert {r.info.run_name for r in runs} == names and {r.info.status for r in runs} == {"FINISHED"}
     if INSTALLED["wandb"]:
-        runs = [next(r.run for r in wandb_records(log) if r.WhichOneof("record_type") == "run") for log in folder.glob("wandb/offline-run-*/run-*.wandb")]
+        logs = folder.glob("wandb/offline-run-*/run-*.wandb")
+        runs = [next(r.run for r in wandb_records(log) if r.WhichOneof("record_type") == "run") for log in logs]
         assert {run.display_name for run in runs} == names and {(run.run_group, run.project) for run in runs} == {("tiny-tracked",) * 2}
 
 

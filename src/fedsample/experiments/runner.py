@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
-from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs  # noqa: F401 - folder_name: public here
+from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
 from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
     Failure, Job, Outcome, Plan, check_cohort_size, fault_model, only_strategies, prepare, restricted,
 )

@@ -130,7 +130,8 @@ class Tracker(ABC):
 
     def _check_open(self) -> None:
         if not self.started or self.closed:
-            raise RuntimeError(f"the {self.backend} run is not open: start it first" if not self.started else f"the {self.backend} run is closed")
+            state = "is closed" if self.started else "is not open: start it first"
+            raise RuntimeError(f"the {self.backend} run {state}")
 
     @abstractmethod
     def _open(self, config: dict, resumed_at: int) -> None: ...

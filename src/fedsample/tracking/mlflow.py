@@ -112,7 +112,9 @@ class MlflowTracker(Tracker):
 
     def _latest_run(self, experiment: str) -> Any:
         name = self.run_name.replace("\\", "\\\\").replace("'", "\\'")
-        runs = self._client.search_runs([experiment], filter_string=f"tags.`{RUN_TAG}` = '{name}'", order_by=["attributes.start_time DESC"], max_results=1)
+        runs = self._client.search_runs(
+            [experiment], filter_string=f"tags.`{RUN_TAG}` = '{name}'", order_by=["attributes.start_time DESC"], max_results=1
+        )
         return runs[0] if runs else None
 
     def _log_params(self, config: dict) -> None:

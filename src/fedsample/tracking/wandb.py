@@ -50,7 +50,8 @@ class WandbTracker(Tracker):
         if mode not in MODES:
             raise ValueError(f"wandb mode must be one of {', '.join(MODES)}, got {mode!r}")
         super().__init__()
-        self.folder, self.project, self.run_name, self.group, self.mode, self.entity = Path(folder), project, run_name, group, mode, entity
+        self.folder, self.project, self.run_name, self.group = Path(folder), project, run_name, group
+        self.mode, self.entity = mode, entity
         self.run: Any = None
 
     def _open(self, config: dict, resumed_at: int) -> None:
