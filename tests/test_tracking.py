@@ -148,6 +148,20 @@ def test_a_block_that_raises_closes_every_member_as_failed():
     assert ok.trackers[1].events[-1] == ("close", False)
 
 
+class FailsToStart(Recording):
+    def _open(self, config, resumed_at):
+        self.events.append(("half open",))
+        raise ConnectionError("no store")
+
+
+def test_a_tracker_that_fails_to_start_is_closed_and_so_are_the_started_ones():
+    started, broken, never = Recording(), FailsToStart(), Recording()
+    with pytest.raises(ConnectionError):
+        with TrackerGroup([started, broken, never]) as group:
+            group.start({})
+    assert started.events[-1] == ("close", True) and broken.events == [("half open",), ("close", True)] and never.events == []
+
+
 def test_numeric_metrics_keeps_numbers_and_flattens_dicts():
     record = {"round": 3, "loss": 0.5, "cohort": np.int64(4), "ok": True, "failed": [{"client": 1}], "why": "text",
               "size": {"total": 10.0, "asked": [1, 2]}, "nan": float("nan"), "none": None}
@@ -245,6 +259,9 @@ def test_jsonl_resume_drops_the_rounds_after_the_checkpoint(tmp_path, digits):
     assert [e["step"] for e in metrics] == [1, 2, 3, 4] and [e["status"] for e in lines if e["event"] == "end"] == ["failed", "finished"]
     assert {"event": "resume", "step": 2} == {k: v for k, v in lines[-4].items() if k != "time"}
     assert [e["metrics"] for e in metrics] == [numeric_metrics(r) for r in history]
+    again = fs.simulate(fs.recipes.fedavg(clients_per_round=4, steps=1), digits, fs.models.LogisticRegression(), rounds=4, seed=0,
+                        checkpoint=tmp_path / "state.pt", resume=True, trackers=[JsonlTracker(path)])
+    assert len(again.history) == 4 and read_jsonl(path) == lines  # a finished run resumed: no round to track, no new run
 
 
 @needs("tensorboard")

@@ -144,7 +144,7 @@ def simulate(
     and size reports on every device, and the parameters agree within float tolerance.
     ``trackers`` (:mod:`fedsample.tracking`) are started with the run's config, get every round's numbers
     (:func:`~fedsample.tracking.base.numeric_metrics` of its record) at the round as the step, and are closed
-    at the end, as failed when the run raises (docs/tracking.md)."""
+    at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none."""
     where = resolve_device(device)
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
@@ -168,7 +168,7 @@ def simulate(
     _load_client_states(fed, state.client_states)
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
-    with TrackerGroup(trackers or ()) as track:
+    with TrackerGroup((trackers or ()) if state.round < rounds else ()) as track:  # a finished run resumed: nothing to track
         track.start(tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint), resumed_at=state.round)
         for t in range(state.round, rounds):
             try:

@@ -92,7 +92,11 @@ class Tracker(ABC):
         backend allows it (docs/tracking.md)."""
         if self.started:
             raise RuntimeError(f"the {self.backend} run was already started")
-        self._open(dict(config), int(resumed_at))
+        try:
+            self._open(dict(config), int(resumed_at))
+        except BaseException:
+            self._close_quietly()  # whatever the backend had opened before the failure
+            raise
         self.started = True
 
     def log(self, name: str, value: float, step: int) -> None:
@@ -128,6 +132,12 @@ class Tracker(ABC):
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         self.close(failed=kind is not None)
 
+    def _close_quietly(self) -> None:
+        try:
+            self._close(failed=True)
+        except Exception:  # noqa: BLE001 - the error that stopped the start is the one to report
+            pass
+
     def _check_open(self) -> None:
         if not self.started or self.closed:
             state = "is closed" if self.started else "is not open: start it first"
@@ -162,12 +172,8 @@ class TrackerGroup(Tracker):
         return len(self.trackers)
 
     def _open(self, config: dict, resumed_at: int) -> None:
-        try:
-            for tracker in self.trackers:
-                tracker.start({**self.config, **config}, resumed_at)
-        except BaseException:
-            self._close_all(failed=True, raising=False)
-            raise
+        for tracker in self.trackers:  # a member that fails to start: the started ones are closed as failed
+            tracker.start({**self.config, **config}, resumed_at)
 
     def _write(self, metrics: dict[str, float], step: int) -> None:
         for tracker in self.trackers:
