@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
                      help="run on this Ray cluster ('auto': the one started here by 'ray start'); without it, "
                           "--workers starts and stops a local Ray")
+    from fedsample.tracking.setup import add_track_argument
+
+    add_track_argument(run)
 
     sub.add_parser("presets", help="list the presets")
 
@@ -113,13 +116,14 @@ def command_run(args: argparse.Namespace) -> None:
     out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
     if args.out is not None:
         runner.check_output_folder(out, config, args.resume, args.overwrite)
+    tracking = runner.tracking_spec(config, args.track, out / "tracking")
     plan = runner.prepare(config)
     if args.out is None:
         DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
         runner.check_output_folder(out, config, args.resume, args.overwrite)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
-        document, results = _run_with_progress(plan, out, args, options)
-    _print_summary(document, out)
+        document, results = _run_with_progress(plan, out, args, options, tracking)
+    _print_summary(document, out, tracking)
     stopped = runner.failures(results)
     if stopped:
         raise RunsFailed(f"{len(stopped)} run(s) diverged (listed above; status in results.json)")
@@ -148,7 +152,7 @@ def _checked_device(device: str) -> str:
     return str(resolve_device(device))
 
 
-def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict):
+def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict, tracking=None):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -168,11 +172,11 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict)
         return runner.run_experiment(
             plan, out, resume=args.resume, overwrite=args.overwrite, checkpoint_every=args.checkpoint_every,
             progress=advance, backend=args.backend, on_failure=stopped, options=options, device=args.device,
-            jobs=args.jobs, threads=args.threads,
+            jobs=args.jobs, threads=args.threads, tracking=tracking,
         )
 
 
-def _print_summary(document: dict, out: Path) -> None:
+def _print_summary(document: dict, out: Path, tracking=None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -190,6 +194,8 @@ def _print_summary(document: dict, out: Path) -> None:
     console = Console()
     console.print(table)
     console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False)
+    if tracking is not None:
+        console.print(escape(f"tracked ({', '.join(tracking.backends)}) in {tracking.folder}"), highlight=False)
 
 
 def command_presets(args: argparse.Namespace) -> None:

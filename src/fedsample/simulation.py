@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ from fedsample.federation.simulator import Simulator
 from fedsample.fingerprint import differences, run_fingerprint
 from fedsample.models import initial_parameters
 from fedsample.strategy import Strategy
+from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 
 
@@ -119,6 +120,7 @@ def simulate(
     workers: int = 2,
     ray_address: str | None = None,
     device: str | torch.device = "cpu",
+    trackers: Sequence[Tracker] | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
     (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
@@ -139,7 +141,10 @@ def simulate(
     at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md).
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data,
     the model, training, evaluation and the server optimizer live; the seed gives the same cohorts, draws
-    and size reports on every device, and the parameters agree within float tolerance."""
+    and size reports on every device, and the parameters agree within float tolerance.
+    ``trackers`` (:mod:`fedsample.tracking`) are started with the run's config, get every round's numbers
+    (:func:`~fedsample.tracking.base.numeric_metrics` of its record) at the round as the step, and are closed
+    at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none."""
     where = resolve_device(device)
     if rounds < 1 or eval_every < 1:
         raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
@@ -153,7 +158,7 @@ def simulate(
 
         return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
                                seed=seed, eval_every=eval_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                               resume=resume, progress=progress, memory_budget=memory_budget, faults=faults)
+                               resume=resume, progress=progress, memory_budget=memory_budget, faults=faults, trackers=trackers)
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
     state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
@@ -163,26 +168,44 @@ def simulate(
     _load_client_states(fed, state.client_states)
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
-    for t in range(state.round, rounds):
-        try:
-            state.params, log = strategy.round(fed, state.params, state.state, t, seed)
-        except (ValueError, ArithmeticError) as error:
-            raise _round_error(error, strategy, seed, t + 1) from None
-        record = {"round": t + 1, **log}
-        if (t + 1) % eval_every == 0 or t + 1 == rounds:
-            record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
-        _check_divergence(record, state.params, strategy, seed)
-        state.history.append(record)
-        state.round = t + 1
-        if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
+    with TrackerGroup((trackers or ()) if state.round < rounds else ()) as track:  # a finished run resumed: nothing to track
+        track.start(tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint), resumed_at=state.round)
+        for t in range(state.round, rounds):
+            try:
+                state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+            except (ValueError, ArithmeticError) as error:
+                raise _round_error(error, strategy, seed, t + 1) from None
+            record = {"round": t + 1, **log}
+            if (t + 1) % eval_every == 0 or t + 1 == rounds:
+                record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
+            track.log_dict(numeric_metrics(record), step=t + 1)
+            _check_divergence(record, state.params, strategy, seed)
+            state.history.append(record)
+            state.round = t + 1
+            if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
+                _save(state, fed, Path(checkpoint))
+            if progress:
+                progress(t + 1)
+        if checkpoint:
             _save(state, fed, Path(checkpoint))
-        if progress:
-            progress(t + 1)
-    if checkpoint:
-        _save(state, fed, Path(checkpoint))
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
     )
+
+
+def tracked_config(
+    strategy: Strategy, data: FederatedData, seed: int, rounds: int, eval_every: int, choice: BackendChoice, device: torch.device,
+    fingerprint: dict,
+) -> dict:
+    """What the trackers record of a run: the strategy (name and full spec), seed, rounds, evaluation period,
+    failure model, model, dataset (name, digest of data and partition, number of clients), engine, device and
+    fedsample's version (the run's fingerprint, :func:`fedsample.fingerprint.run_fingerprint`, and more)."""
+    return {
+        "name": strategy.name, "strategy": fingerprint["strategy"], "seed": seed, "rounds": rounds, "eval_every": eval_every,
+        "faults": fingerprint["faults"], "model": fingerprint["model"], "dataset": data.dataset.name, "data_digest": fingerprint["data"],
+        "clients": data.num_clients, "backend": choice.backend, "backend_reason": choice.reason, "device": str(device),
+        "version": fingerprint["version"],
+    }
 
 
 def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) -> Exception:

@@ -16,7 +16,7 @@ from fedsample import validate
 from fedsample.privacy import accounting
 from fedsample.messages import TrainPayload
 from fedsample.federation.base import Federation
-from fedsample.federation.secure_sum import SealedReplies, SecureSum
+from fedsample.federation.secure_sum import SealedReplies, SecureSum, summed_samples
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, RoundContext
 from fedsample.sampling.clients import AllClients
@@ -184,19 +184,46 @@ class Strategy:
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies | SealedReplies) -> dict:
         _note_failures(ctx, reports.failures())
         log: dict[str, Any] = {"cohort": len(cohort)}
+        drawn = None
         if isinstance(reports, SealedReplies):  # a secure sum reveals only the summed loss and count
             loss_sum, log["updates"] = reports.summed_loss()
             if log["updates"]:
                 log["train_loss"] = loss_sum / log["updates"]
+                drawn = summed_samples(reports)
         else:
             _, got = received(reports)
             log["updates"] = len(got)
             if got:
                 log["train_loss"] = float(np.mean([r.loss for r in got]))
+                counts = [getattr(r, "samples", None) for r in got]
+                drawn = None if None in counts else int(sum(counts))
+        log["answered"] = len(cohort) - len(reports.failures())
+        if log["updates"] and drawn is not None:  # known only where the clients report their counts
+            log["samples"] = drawn
+        log.update(cohort_figures(cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         return log
+
+
+def cohort_figures(cohort: Cohort) -> dict[str, float]:
+    """The sampler's figures of a round (none for an empty cohort): the min, mean and max inclusion probability
+    pi_k of the cohort, and Kish's (1965) effective sample size of its design weights w_k = 1/pi_k, each drawn
+    m_k times (the multiplicity): n_eff = (sum_k m_k w_k)^2 / sum_k m_k w_k^2, with the weights' coefficient
+    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2)."""
+    if len(cohort) == 0:
+        return {}
+    pi = np.asarray(cohort.inclusion, dtype=np.float64)
+    m = np.asarray(cohort.multiplicity, dtype=np.float64)
+    w = 1.0 / pi
+    total, squares, n = float(m @ w), float(m @ (w * w)), float(m.sum())
+    mean = total / n
+    return {
+        "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
+        "effective_cohort": total * total / squares,
+        "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+    }
 
 
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:

@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=None, help="a run's checkpoint (.pt): diagnose at its parameters")
     parser.add_argument("--sketch-dim", type=int, default=None, help="CountSketch size when the gradients do not fit (default 1024)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    from fedsample.tracking.setup import add_track_argument
+
+    add_track_argument(parser)
 
 
 def command_diagnose(args: argparse.Namespace) -> None:
@@ -35,13 +38,17 @@ def command_diagnose(args: argparse.Namespace) -> None:
     out = args.out if args.out is not None else Path("runs") / f"{runner.folder_name(config.name)}-diagnose"
     if not out.parent.exists():
         raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
+    tracking = runner.tracking_spec(config, getattr(args, "track", None), out / "tracking")
     plan = runner.prepare(config)
     seed = config.seeds[0] if args.seed is None else args.seed
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
     diagnosis = diagnose(plan.strategies, plan.federation(seed), plan.model, params=params, rounds=args.draws, seed=seed,
                          sketch_dim=DEFAULT_SKETCH_DIM if args.sketch_dim is None else args.sketch_dim, progress=_report_progress)
-    write_diagnosis(diagnosis, out)
+    written = write_diagnosis(diagnosis, out)
+    if tracking is not None:  # the tables and pictures, as the artifacts of a run named "diagnose"
+        settings = {"experiment_config": config.model_dump(mode="json"), "draws": args.draws, "seed": seed}
+        tracking.log_files(config.name, "diagnose", f"{runner.folder_name(config.name)}/diagnose", written, settings)
     print(summary_table(diagnosis.to_dict()))
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")
 

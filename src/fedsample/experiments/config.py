@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fedsample.tracking.setup import BACKENDS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -187,6 +189,40 @@ class ValidationConfig(_Strict):
     fraction: float = Field(gt=0, lt=1)
 
 
+class MlflowConfig(_Strict):
+    """``[tracking.mlflow]``: ``tracking_uri`` replaces the local store (OUT/tracking/mlflow/mlflow.db)."""
+
+    tracking_uri: str | None = None
+
+
+class WandbConfig(_Strict):
+    """``[tracking.wandb]``: the project (default: the experiment's name), the mode (offline unless set here),
+    and the entity of an online run."""
+
+    project: str | None = None
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    entity: str | None = None
+
+
+class TrackingConfig(_Strict):
+    """``[tracking]``: the trackers every run is logged to (fedsample.tracking; docs/tracking.md), and their
+    options. ``backends = []`` turns tracking off; ``fedsample run --track`` replaces the list."""
+
+    backends: list[str] = Field(default_factory=lambda: ["jsonl"])
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    @field_validator("backends")
+    @classmethod
+    def _known(cls, backends: list[str]) -> list[str]:
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}")
+        if len(set(backends)) != len(backends):
+            raise ValueError("a backend is named twice")
+        return backends
+
+
 class ExperimentConfig(_Strict):
     name: str
     description: str = ""
@@ -201,6 +237,7 @@ class ExperimentConfig(_Strict):
     device: str = "cpu"
     strategies: list[StrategyConfig] = Field(min_length=1)
     faults: FaultsConfig | None = None
+    tracking: TrackingConfig | None = None
 
     @field_validator("name")
     @classmethod

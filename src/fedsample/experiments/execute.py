@@ -24,6 +24,7 @@ from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.experiments.validation import validation_metrics
 from fedsample.simulation import Diverged, SimulationResult, build_module, simulate
+from fedsample.tracking.setup import TrackingSpec
 
 Progress = Callable[[str, int], None]
 
@@ -38,14 +39,37 @@ class RunSettings:
     backend: str = "auto"
     device: str = "cpu"
     options: dict = field(default_factory=dict)
+    tracking: TrackingSpec | None = None
+
+
+def folder_name(name: str) -> str:
+    """The default output folder's name for an experiment name: one path component, never '..'."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).strip(".")
+    return safe or "experiment"
 
 
 def checkpoint_path(out: Path, label: str, seed: int) -> Path:
-    """One file per (run label, seed): the label's safe characters for reading, plus a digest of the whole
-    label so that two labels never share a file; never a path outside ``out/checkpoints``."""
+    """One file per (run label, seed), never a path outside ``out/checkpoints`` (:func:`run_file_name`)."""
+    return out / "checkpoints" / f"{run_file_name(label, seed)}.pt"
+
+
+def run_file_name(label: str, seed: int) -> str:
+    """A (run label, seed)'s file name: the label's safe characters for reading, plus a digest of the whole
+    label so that two labels never share a file."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40]
     tag = hashlib.blake2b(label.encode(), digest_size=6).hexdigest()
-    return out / "checkpoints" / f"{safe}-{tag}-seed{seed}.pt"
+    return f"{safe}-{tag}-seed{seed}"
+
+
+def run_trackers(plan: Plan, job: Job, name: str, settings: RunSettings) -> list:
+    """The run's trackers (none without tracking): run "LABEL / seed N" of the experiment (its files in the
+    experiment's folder), with the experiment's settings, the label and grid value added to its config."""
+    if settings.tracking is None or not settings.tracking.backends:
+        return []
+    experiment = plan.config.name
+    config = {"experiment_config": plan.config.model_dump(mode="json"), "label": job.label, "grid_value": job.key}
+    path = f"{folder_name(experiment)}/{run_file_name(name, job.seed)}"
+    return [settings.tracking.open(experiment, f"{name} / seed {job.seed}", path, config)]
 
 
 def job_name(plan: Plan, job: Job) -> str:
@@ -65,7 +89,8 @@ def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int
             plan.variants[job.label][job.key], data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
             eval_every=config.eval_every, checkpoint=checkpoint_path(settings.out, name, job.seed),
             checkpoint_every=settings.checkpoint_every, resume=settings.resume, progress=progress,
-            backend=settings.backend, faults=plan.faults, device=settings.device, **settings.options,
+            backend=settings.backend, faults=plan.faults, device=settings.device, trackers=run_trackers(plan, job, name, settings),
+            **settings.options,
         )
     except Diverged as error:
         return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))

@@ -18,23 +18,19 @@ from typing import Any, Callable, Iterator
 
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
-from fedsample.experiments.execute import RunSettings, checkpoint_path, run_jobs
+from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
 from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
     Failure, Job, Outcome, Plan, check_cohort_size, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
 from fedsample.simulation import SimulationResult
+from fedsample.tracking.setup import TrackingSpec, parse_backends
 
 METRICS = ("accuracy", "macro_f1", "loss")
 
 
-OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "checkpoints", "run.json")
-
-
-def folder_name(name: str) -> str:
-    """The default output folder's name for an experiment name: one path component, never '..'."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).strip(".")
-    return safe or "experiment"
+OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "checkpoints", "run.json", "tracking")
+SUMMARY_FILES = ("results.json", "summary.md", "curves.png", "partition.png")
 
 
 def _ours(out: Path) -> list[str]:
@@ -59,13 +55,14 @@ def check_output_folder(out: Path, config: ExperimentConfig | None = None, resum
 
 def _changed_settings(marker: Path, config: ExperimentConfig) -> list[str]:
     """Top-level settings that differ between the folder's run.json and ``config`` (rounds may grow; the
-    description is prose, not a setting: a preset whose stated cost was updated still resumes)."""
+    description is prose, not a setting: a preset whose stated cost was updated still resumes; tracking does
+    not change the numbers)."""
     try:
         saved = json.loads(marker.read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return ["run.json (missing or unreadable)"]
     current = config.model_dump(mode="json")
-    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description") and saved.get(k) != current.get(k))
+    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description", "tracking") and saved.get(k) != current.get(k))
 
 
 def start_output_folder(out: Path, config: ExperimentConfig, overwrite: bool = False) -> None:
@@ -91,19 +88,23 @@ def run_plan(
     device: str | None = None,
     jobs: int = 1,
     threads: int | None = None,
+    tracking: TrackingSpec | None = None,
 ) -> dict[Job, Outcome]:
     """Run every strategy (every grid value) for every seed; ``progress(run label, round)`` is called after
     each round. A run that diverges is contained: ``on_failure(one line)`` is called, its outcome holds a
     :class:`Failure`, and the other runs still go on. ``options`` are further ``simulate`` arguments (e.g.
     ``federation="ray", workers=4``); ``device`` overrides the experiment's ``device`` (default ``"cpu"``);
     ``jobs > 1`` runs the independent runs in that many processes with ``threads`` torch threads each
-    (default 1), with the numbers of ``jobs = 1`` (fedsample.experiments.execute)."""
+    (default 1), with the numbers of ``jobs = 1`` (fedsample.experiments.execute). ``tracking`` logs each
+    (label, grid value, seed) run to its trackers (fedsample.tracking)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     if jobs > 1 and (options or {}).get("federation") == "ray":
         raise ConfigError("--jobs and Ray (--workers/--ray-address) exclude each other: Ray already spreads each run")
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}))
+    settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}), tracking)
+    if tracking is not None:
+        tracking.prepare(plan.config.name)
     return run_jobs(plan, settings, jobs, threads, progress, on_failure)
 
 
@@ -111,22 +112,45 @@ def run_experiment(
     plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None, backend: str = "auto",
     on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
-    jobs: int = 1, only: list[str] | None = None, threads: int | None = None,
+    jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
     """The whole experiment into ``out`` (already checked with :func:`check_output_folder`): record it, run
     every strategy, grid value and seed (:func:`run_plan`; ``only`` a subset of the labels), select each
     grid's value on the validation split, write results.json, summary.md and the plots; returns the
-    results.json document and the raw results of each label (its selected value's runs)."""
+    results.json document and the raw results of each label (its selected value's runs). With ``tracking``
+    each run is a tracked run, and a run named "summary" holds the experiment's result files."""
     plan = restricted(plan, only)
+    if tracking is not None:
+        tracking.check()
     start_output_folder(out, plan.config, overwrite=overwrite)
     outcomes = run_plan(
         plan, out, resume=resume, checkpoint_every=checkpoint_every, progress=progress, backend=backend,
-        on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads,
+        on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads, tracking=tracking,
     )
     results, extras = selected_runs(plan, outcomes)
     document = summarize(plan.config, results, extras)
     write_outputs(plan, out, document)
+    if tracking is not None and tracking.backends:
+        config = {"experiment_config": plan.config.model_dump(mode="json")}
+        tracking.log_files(plan.config.name, "summary", f"{folder_name(plan.config.name)}/summary", [out / name for name in SUMMARY_FILES], config)
     return document, results
+
+
+def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> TrackingSpec | None:
+    """The trackers of an experiment's runs: ``--track`` (a comma list, ``none``: off) or else the config's
+    ``[tracking]`` backends, with the config's per-backend options; None when neither asks for any. The local
+    stores go in ``folder``. A missing extra is one error line (checked here, before anything runs)."""
+    table = config.tracking
+    backends = parse_backends(track) if track is not None else tuple(table.backends) if table is not None else ()
+    if not backends:
+        return None
+    options = {} if table is None else {
+        "mlflow_uri": table.mlflow.tracking_uri, "wandb_project": table.wandb.project, "wandb_mode": table.wandb.mode,
+        "wandb_entity": table.wandb.entity,
+    }
+    spec = TrackingSpec(backends, Path(folder), **options)
+    spec.check()
+    return spec
 
 
 def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict]]:

@@ -23,6 +23,7 @@ from fedsample.reproduction.registry import find_paper, papers, profile_of, prof
 from fedsample.reproduction.rows import paper_rows
 from fedsample.reproduction.spec import Paper, Study
 from fedsample.reproduction.table import markdown
+from fedsample.tracking.setup import TrackingSpec, parse_backends
 
 DEFAULT_STUDY_SEEDS = (0, 1, 2)
 STUDY_FILE = "study.json"
@@ -42,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="reuse finished presets and continue interrupted ones")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results in OUT")
     parser.add_argument("--quiet", action="store_true", help="print only the result")
+    from fedsample.tracking.setup import add_track_argument
+
+    add_track_argument(parser)
 
 
 @dataclass
@@ -112,7 +116,7 @@ def select(args: argparse.Namespace) -> Selection:
     chosen_studies = {k: studies[k] for k in names if k in studies}
     check_folders(out, configs, chosen_studies, args)
     skipped = [name for name in [*entries, *studies] if name not in names]
-    return Selection(paper, device, profile, out, configs, chosen_studies, seeds, skipped, run_options(args))
+    return Selection(paper, device, profile, out, configs, chosen_studies, seeds, skipped, run_options(args, out))
 
 
 def check_folders(out: Path, configs: dict[str, ExperimentConfig], studies: dict[str, Study], args: argparse.Namespace) -> None:
@@ -139,13 +143,21 @@ def finished(folder: Path, config: ExperimentConfig) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     current = config.model_dump(mode="json")
-    saved.pop("description", None), current.pop("description", None)
+    for key in ("description", "tracking"):  # prose, and trackers: neither changes the numbers
+        saved.pop(key, None), current.pop(key, None)
     return saved == current
 
 
-def run_options(args: argparse.Namespace) -> dict:
-    """The runner's options from the command line (``jobs``: independent runs in that many processes)."""
-    return {"jobs": args.jobs} if args.jobs > 1 else {}
+def run_options(args: argparse.Namespace, out: Path) -> dict:
+    """The runner's options from the command line (``jobs``: independent runs in that many processes;
+    ``tracking``: every preset's runs logged to the trackers of ``--track``, stored in OUT/tracking)."""
+    options: dict = {"jobs": args.jobs} if args.jobs > 1 else {}
+    if getattr(args, "track", None) is not None:
+        backends = parse_backends(args.track)
+        if backends:
+            options["tracking"] = TrackingSpec(backends, out / "tracking")
+            options["tracking"].check()
+    return options
 
 
 def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -295,5 +307,10 @@ def reproduce(args: argparse.Namespace) -> list[str]:
     runs, values, failures = execute(sel, args)
     document = reproduction_document(sel, args, runs, values, time.perf_counter() - start)
     write_reproduction(sel.out, document)
+    tracking = sel.options.get("tracking")
+    if tracking is not None:  # REPRODUCTION.md and reproduction.json, as the artifacts of a run named "reproduction"
+        name = f"reproduce-{sel.paper.name}-{sel.profile}"
+        tracking.log_files(name, "reproduction", f"{runner.folder_name(name)}/reproduction",
+                           [sel.out / "REPRODUCTION.md", sel.out / "reproduction.json"], {"command": document["command"]})
     print(f"{sel.paper.name}: {verdict_counts(document)}; wrote {sel.out}/REPRODUCTION.md and reproduction.json")
     return failures
