@@ -20,6 +20,7 @@ from fedsample.data import LogNormalSizes, partition
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import CNN, MLP, initial_parameters
 from fedsample.training.functional import weighted_gradient
+from fedsample.federation.secure_sum import with_secure_sum
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
         sim = VectorizedSimulator(fed, module, seed=0)
         state = strategy.init_state(params)
         repeats = 5 if label == "mlp" else 2
-        round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
+        round_s = best_of(lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0), repeats=repeats)
         reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
         rows = torch.from_numpy(reports._union[3])
         w = torch.full((len(rows),), 1.0 / 2048)

@@ -36,6 +36,7 @@ def seconds_per_round(name: str) -> None:
     from fedsample import recipes
     from fedsample.data.types import FederatedData
     from fedsample.federation.simulator import Simulator
+    from fedsample.federation.secure_sum import with_secure_sum
     from fedsample.federation.vectorized import VectorizedSimulator
     from fedsample.models import initial_parameters, model_from_name
 
@@ -47,7 +48,7 @@ def seconds_per_round(name: str) -> None:
     state = strategy.init_state(params)
     times = {}
     for engine, federation in (("vectorized", VectorizedSimulator(fed, module, seed=0)), ("loop", Simulator(fed, module, seed=0))):
-        times[engine] = best_of(lambda: strategy.round(federation, params, state, 0, 0), repeats=2)
+        times[engine] = best_of(lambda: strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, 0, 0), repeats=2)
     emit(f"{name}_parameters", str(sum(v.numel() for v in params.values())))
     emit(f"{name}_vectorized_round_s", times["vectorized"])
     emit(f"{name}_loop_round_s", times["loop"])
