@@ -194,5 +194,5 @@ def payloads_for(payload: Any, count: int) -> PerClient | Shared:
             raise ValueError(f"{len(payload)} payloads for {count} clients")
         return payload
     if isinstance(payload, (list, tuple)):
-        raise TypeError("one payload per client is declared with fedsample.messages.PerClient(payloads), not a bare sequence")
+        raise TypeError("one payload per client is declared as fedsample.messages.PerClient(payloads), not a bare sequence")
     return Shared(payload)

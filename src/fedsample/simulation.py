@@ -161,10 +161,12 @@ def simulate(
     with ExitStack() as stack:
         if isinstance(federation, FederationFactory):
             federation = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
-        inner = federation if federation is not None else make_federation(choice.backend, data, module, seed, memory_budget, where)
-        fed = with_secure_sum(with_faults(inner, faults, seed), strategy.secure_sum)
+        if federation is None:
+            federation = make_federation(choice.backend, data, module, seed, memory_budget, where)
+        fed = with_secure_sum(with_faults(federation, faults, seed), strategy.secure_sum)
         load_client_states_into(fed, state.client_states)
-        _run_rounds(strategy, fed, module, data, state, rounds, seed, eval_every, checkpoint, checkpoint_every, progress, where)
+        _run_rounds(strategy, fed, module, data, state, rounds, seed, eval_every, checkpoint, checkpoint_every,
+                    progress, where)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
     )

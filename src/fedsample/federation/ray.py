@@ -4,16 +4,16 @@
 :class:`~fedsample.federation.base.FederationFactory`) opens a Ray session (the one already running, the
 cluster at ``address``, or a local Ray with one CPU per worker) and a :class:`RayFederation` for the run, and
 stops both at its end. :class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)``
-by splitting the asked clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its clients' training rows
-once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
+by splitting the asked clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its
+clients' training rows once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
 (:class:`~fedsample.federation.vectorized.VectorizedSimulator`) on its share of every call, on its GPU where
 Ray gave it one. Every client draw comes from (seed, round, client, purpose), so the reports are those of the
 single-process engine.
 
 ``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a reply list
 (:class:`~fedsample.rounds.ReplyList`) of light reports (steps, loss, FedNova's a_k, drawn samples) whose fused
-``weighted_update_sum(positions, weights)`` makes one call per actor, each returning its partial ``sum_k w_k * Delta_k`` (one backward pass on
-one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
+``weighted_update_sum(positions, weights)`` makes one call per actor, each returning its partial
+``sum_k w_k * Delta_k`` (one backward pass on one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
 to each actor and one parameter-sized sum back: O(actors x parameters), not O(clients x parameters).
 Reading a report's ``update`` (aggregators that need each client's update) fetches that actor's updates.
 
@@ -187,8 +187,8 @@ class ShardedReports(Replies):
 
 class RayFederation(Federation):
     """A federation over ``workers`` Ray actors (see the module docstring). Ray must be initialized
-    (:func:`ray_session`; :func:`ray_federation` opens both for a ``simulate`` run). ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources;
-    ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
+    (:func:`ray_session`; :func:`ray_federation` opens both for a ``simulate`` run).
+    ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources; ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
     seconds (the cluster lacks the resources) are an error. With ``count_bytes`` the pickled size of what
     each call sends and receives is added up in :attr:`traffic` (for benchmarks; it costs a serialization)."""
 
@@ -360,7 +360,9 @@ class RayFederationFactory(FederationFactory):
                 federation.close()
 
 
-def ray_federation(workers: int = 2, address: str | None = None, cpus_per_worker: float = 1, gpus_per_worker: float = 0) -> RayFederationFactory:
+def ray_federation(
+    workers: int = 2, address: str | None = None, cpus_per_worker: float = 1, gpus_per_worker: float = 0
+) -> RayFederationFactory:
     """The clients of a ``simulate`` run split over ``workers`` Ray actors: ``simulate(..., federation=
     ray_federation(workers=4))`` on a local Ray started and stopped for the run, ``address="auto"`` or
     ``"HOST:PORT"`` on a cluster, or the Ray your program already started (left running); the same numbers as

@@ -65,7 +65,9 @@ class SecureSum(Federation):
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, int | None]:
+    def secure_sum(
+        self, token: int, positions: np.ndarray, weights: np.ndarray
+    ) -> tuple[Params | None, float, int, int | None]:
         """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
         trained, how many samples they drew: None where the replies do not carry the count)."""
         replies = self._pending.pop(token, None)

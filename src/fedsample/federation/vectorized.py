@@ -97,7 +97,8 @@ class VectorizedSimulator(Simulator):
         if query.mode == "exact":
             return NumberReplies(sizes.copy())
         cell_round, purpose = report_cell(query, round)
-        return NumberReplies(randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)))
+        streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
+        return NumberReplies(randomized_response(sizes, query.epsilon, query.M, streams))
 
     def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> Replies:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
@@ -114,7 +115,8 @@ class VectorizedSimulator(Simulator):
             groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
         for positions in groups.values():
             members = np.asarray(positions)
-            got = self._train_group(ids[members], payloads[positions[0]], PerClient(tuple(payloads[i] for i in positions)), round)
+            theirs = PerClient(tuple(payloads[i] for i in positions))
+            got = self._train_group(ids[members], payloads[positions[0]], theirs, round)
             if len(groups) == 1:
                 return got
             for position, report in zip(positions, got):

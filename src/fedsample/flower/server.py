@@ -1,9 +1,10 @@
 """The server's side: a ServerApp whose main runs any fedsample strategy over a ``FlowerFederation``.
 
 The loop is ``fedsample.simulate``'s (strategy rounds, evaluation on the test split every ``eval-every``
-rounds; the federation sealed by a secure sum where the strategy declares one) with the deployment's additions: each round's record names the clients that failed, with the phase
-and reason, and which clients were asked to train. Failed replies are the strategy's to handle (left out,
-corrected for the response rate; a lost probe keeps the global model and says so: docs/reliability.md).
+rounds; the federation sealed by a secure sum where the strategy declares one) with the deployment's
+additions: each round's record names the clients that failed, with the phase and reason, and which clients
+were asked to train. Failed replies are the strategy's to handle (left out, corrected for the response rate;
+a lost probe keeps the global model and says so: docs/reliability.md).
 """
 
 from __future__ import annotations
