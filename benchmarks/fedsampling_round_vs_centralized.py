@@ -29,6 +29,7 @@ from fedsample.models import CNN, MLP, initial_parameters
 from fedsample.rng import CohortRandom
 from fedsample.strategy import RoundContext, Strategy
 from fedsample.training.functional import weighted_gradient
+from fedsample.federation.secure_sum import with_secure_sum
 
 LR = 0.05
 
@@ -52,7 +53,7 @@ def round_and_step(fed: FederatedData, spec, K: int, repeats: int) -> tuple[floa
     sim = VectorizedSimulator(fed, module, seed=0)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=LR)
     state = strategy.init_state(params)
-    round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
+    round_s = best_of(lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0), repeats=repeats)
     rows = torch.from_numpy(drawn_rows(strategy, sim, fed, params))
     x, y = torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train)
     w = torch.full((len(rows),), 1.0 / K)

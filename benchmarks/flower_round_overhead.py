@@ -23,6 +23,7 @@ from fedsample.client import PROCEDURES  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.federation.vectorized import VectorizedSimulator  # noqa: E402
 from fedsample.rng import client_rng  # noqa: E402
+from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
 
 FLOWER = importlib.util.find_spec("flwr") is not None  # the flower extra
 if FLOWER:
@@ -67,7 +68,7 @@ def setup(n: int):
 def in_process_round(federation, strategy, module) -> float:
     params = fs.models.initial_parameters(module, 0)
     state = strategy.init_state(params)
-    return best_of(lambda: strategy.round(federation, params, state, 1, 0), repeats=3)
+    return best_of(lambda: strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, 1, 0), repeats=3)
 
 
 def flower_round(n: int, strategy, module) -> dict:
@@ -88,7 +89,7 @@ def flower_round(n: int, strategy, module) -> dict:
         for r in range(2):
             federation = TimedFederation(FlowerFederation(grid, nodes, n, seed=0, timeout=600))
             t = time.perf_counter()
-            params, log = strategy.round(federation, params, state, r, 0)
+            params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, r, 0)
             timing[f"round{r}"] = time.perf_counter() - t
             timing["phases"], timing["log"] = federation.seconds, log
 
@@ -120,7 +121,7 @@ def codec_seconds(fed, module, strategy) -> float:
     reports of an in-process round; no transport)."""
     capture = CapturingFederation(Simulator(fed, module, 0))
     params = fs.models.initial_parameters(module, 0)
-    strategy.round(capture, params, strategy.init_state(params), 1, 0)
+    strategy.round(with_secure_sum(capture, strategy.secure_sum), params, strategy.init_state(params), 1, 0)
 
     def round_trip():
         for procedure, ids, payload, replies in capture.calls:
@@ -138,7 +139,7 @@ def node_handler_seconds(fed, module, strategy, n: int) -> float:
     decode the request, build the node's ClientContext (data rows, model), run the procedure, encode the reply."""
     capture = CapturingFederation(Simulator(fed, module, 0))
     params = fs.models.initial_parameters(module, 0)
-    strategy.round(capture, params, strategy.init_state(params), 1, 0)
+    strategy.round(with_secure_sum(capture, strategy.secure_sum), params, strategy.init_state(params), 1, 0)
     config = AppConfig.from_run_config(settings(n))
 
     def handle_all():

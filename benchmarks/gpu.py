@@ -43,6 +43,7 @@ from fedsample.models import CNN, MLP, initial_parameters
 from fedsample.rng import client_rng
 from fedsample.training.functional import weighted_gradient
 from fedsample.training.local import LocalSGD
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsampling_round_vs_centralized import drawn_rows
 from server_side_1m_clients import federation as million_clients, server_round
 
@@ -124,7 +125,7 @@ def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: i
     sim = VectorizedSimulator(fed, module, seed=0, device=device)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
     state = strategy.init_state(params)
-    one_round = lambda: strategy.round(sim, params, state, 0, 0)  # noqa: E731
+    one_round = lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)  # noqa: E731
     round_s = clock.seconds(one_round, repeats)
     peak = clock.peak_mib(one_round)
     rows = torch.as_tensor(drawn_rows(strategy, sim, fed, params), device=device)
@@ -150,7 +151,7 @@ def fedavg_round(clock: Clock, ds: Dataset, clients: int, per_client: int, repea
     n = clients * per_client
     pooled = ClientContext(0, sim.x[:n], sim.y[:n], module, ds.task, ds.num_classes)
     solver = LocalSGD(lr=0.05, epochs=1, batch_size=32)
-    one_round = lambda: strategy.round(sim, params, state, 0, 0)  # noqa: E731
+    one_round = lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)  # noqa: E731
     central = lambda: solver.run(pooled, LocalSample(np.arange(n)), params, 0, client_rng(0, 0, 0, "train"))  # noqa: E731
     round_s, central_s = clock.seconds(one_round, repeats), clock.seconds(central, repeats)
     return round_s, central_s, clock.peak_mib(one_round)
@@ -198,7 +199,7 @@ def vectorized_vs_loop(clock: Clock, ds: Dataset, K: int, per_client: int, repea
         for backend, kind in (("loop", Simulator), ("vectorized", VectorizedSimulator)):
             sim = kind(data, module, seed=0, device=clock.device)
             state = strategy.init_state(params)
-            seconds[backend] = clock.seconds(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
+            seconds[backend] = clock.seconds(lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0), repeats=repeats)
         out.append((name, seconds["loop"], seconds["vectorized"], seconds["loop"] / seconds["vectorized"]))
         emit(f"vectorized_vs_loop/{name}", out[-1][3])
     return out
@@ -212,10 +213,10 @@ def profile_round(clock: Clock, fed: FederatedData, K: int) -> None:
     sim = VectorizedSimulator(fed, module, seed=0, device=clock.device)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
     state = strategy.init_state(params)
-    strategy.round(sim, params, state, 0, 0)
+    strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if clock.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        strategy.round(sim, params, state, 0, 0)
+        strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)
         clock.sync()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 

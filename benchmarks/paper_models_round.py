@@ -57,6 +57,7 @@ def seconds_per_round(name: str, smoke: bool) -> None:
     from fedsample import recipes
     from fedsample.data.types import FederatedData
     from fedsample.federation.simulator import Simulator
+    from fedsample.federation.secure_sum import with_secure_sum
     from fedsample.federation.vectorized import VectorizedSimulator
     from fedsample.models import initial_parameters, model_from_name
 
@@ -70,7 +71,7 @@ def seconds_per_round(name: str, smoke: bool) -> None:
     state = strategy.init_state(params)
     times = {}
     for engine, federation in (("vectorized", VectorizedSimulator(fed, module, seed=0)), ("loop", Simulator(fed, module, seed=0))):
-        times[engine] = best_of(lambda: strategy.round(federation, params, state, 0, 0), repeats=size["repeats"])
+        times[engine] = best_of(lambda: strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, 0, 0), repeats=size["repeats"])
     emit(f"{name}_data", ds.name)
     emit(f"{name}_parameters", str(sum(v.numel() for v in params.values())))
     emit(f"{name}_vectorized_round_s", times["vectorized"])

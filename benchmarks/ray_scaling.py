@@ -26,6 +26,7 @@ from fedsample import recipes
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import CNN, initial_parameters
+from fedsample.federation.secure_sum import with_secure_sum
 
 
 def fedavg_case(cohort: int, steps: int | None, smoke: bool = False):
@@ -58,7 +59,7 @@ def measure(name: str, fed: FederatedData, module, strategy, actors: list[int], 
 
     def round_on(federation) -> float:
         state = strategy.init_state(params)
-        return best_of(lambda: strategy.round(federation, params, state, 0, 0), repeats=repeats)
+        return best_of(lambda: strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, 0, 0), repeats=repeats)
 
     t = time.perf_counter()
     single = round_on(VectorizedSimulator(fed, module, seed=0))
@@ -74,7 +75,7 @@ def measure(name: str, fed: FederatedData, module, strategy, actors: list[int], 
         on_ray = round_on(federation)
         federation.close()
         counting = RayFederation(fed, module, seed=0, workers=n, count_bytes=True)
-        strategy.round(counting, params, strategy.init_state(params), 0, 0)
+        strategy.round(with_secure_sum(counting, strategy.secure_sum), params, strategy.init_state(params), 0, 0)
         counting.close()
         emit(f"{name}.actors{n}.round_s", on_ray)
         emit(f"{name}.actors{n}.speedup", single / on_ray)

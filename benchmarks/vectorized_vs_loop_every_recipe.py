@@ -34,6 +34,7 @@ from fedsample import recipes
 from fedsample.data import IID, LogNormalSizes, load_dataset, partition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.models import MLP, PflCNN, initial_parameters
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.simulation import make_federation, resolve_backend
 
 ENGINES = ("loop", "vectorized", "auto")
@@ -97,7 +98,7 @@ def time_rounds(make, data: FederatedData, spec, repeats: int) -> tuple[dict[str
     for r in range(repeats + 1):  # round 0 warms up (and is the figure when repeats is 0)
         for e in ENGINES:
             start = time.perf_counter()
-            strategy.round(feds[e], params, states[e], r, 0)
+            strategy.round(with_secure_sum(feds[e], strategy.secure_sum), params, states[e], r, 0)
             if r or not repeats:
                 best[e] = min(best[e], time.perf_counter() - start)
     return best, f"{choice.backend} ({choice.reason})"

@@ -12,6 +12,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.estimator import estimator_statistics, squared_bias
 from fedsample.diagnostics.federation import step_weights
 from fedsample.diagnostics.gradients import gradient_basis
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import initial_parameters
 from fedsample.sampling.clients import AllClients, UniformClients
@@ -127,7 +128,7 @@ def _recorded_delta(strategy: Strategy, fed: FederatedData, params, round: int, 
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder)
     sim = VectorizedSimulator(fed, build_module(MODEL, fed), seed)
-    frozen.round(sim, params, frozen.init_state(params), round, seed)
+    frozen.round(with_secure_sum(sim, frozen.secure_sum), params, frozen.init_state(params), round, seed)
     return flatten(recorder.delta).double().numpy()
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fedsample as fs
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.simulation import make_federation
 from helpers import blobs, federate
@@ -91,7 +92,7 @@ def run_rounds(strategy, rounds=4, backend="loop"):
     state = strategy.init_state(params)
     history = []
     for t in range(rounds):
-        params, log = strategy.round(federation, params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, t, seed=0)
         history.append(log)
     server_side = [strategy, state, history, federation.returned, federation.queries, seen]
     return server_side, seen

@@ -18,6 +18,7 @@ import fedsample as fs  # noqa: E402
 from fedsample.flower import FlowerFederation, client_app, discover_nodes  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import scheme_for  # noqa: E402
+from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
 from test_door import RecordingFederation, SpyAggregator, holds_true_sizes  # noqa: E402
 
 SETTINGS = {"dataset": "digits", "partition-args": json.dumps({"sigma": 1.0}), "model": "logreg", "num-clients": 10}
@@ -42,7 +43,7 @@ def server_side_of(grid, strategy, rounds: int = 2) -> list:
     params = fs.models.initial_parameters(module, 0)
     state, history = strategy.init_state(params), []
     for t in range(rounds):
-        params, log = strategy.round(recording, params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(recording, strategy.secure_sum), params, state, t, seed=0)
         history.append(log)
     federation_logs = [federation.nodes, dict(federation.failures), dict(federation.asked), dict(federation.left_out)]
     return [strategy, state, history, recording.returned, recording.queries, seen, federation_logs]

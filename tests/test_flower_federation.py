@@ -16,7 +16,9 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict  # noqa: 
 
 import fedsample as fs  # noqa: E402
 from fedsample.messages import ProbeRequest, SizeQuery  # noqa: E402
+from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
+from fedsample.rounds import Replies  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import scheme_for, serve  # noqa: E402
@@ -106,19 +108,26 @@ def test_each_kind_of_bad_reply_is_a_named_failure_in_the_round_log():
     assert again[0].reason.startswith("left out of this round") and again[1] == replies[3]
 
 
+def test_flower_replies_are_a_plain_reply_list_naming_the_failed():
+    replies = federation({0: "silent"}).run("report_size", np.arange(4), SizeQuery("exact"), round=0)
+    assert type(replies) is Replies and list(replies.failed) == [0] and replies.failures() == [replies[0]]
+    numbers = replies.numbers()
+    assert np.isnan(numbers[0]) and numbers[1:].tolist() == list(replies[1:])
+
+
 def test_a_nan_update_is_rejected_and_never_averaged_in():
     data, module = local_data()
     strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, lr=0.5)
     params = fs.models.initial_parameters(module, 0)
     flower = federation({4: "nan"})
-    got, log = strategy.round(flower, params, strategy.init_state(params), 0, seed=0)
+    got, log = strategy.round(with_secure_sum(flower), params, strategy.init_state(params), 0, seed=0)
 
     class WithoutClient4(Simulator):
         def run(self, procedure, client_ids, payload, round):
             replies = super().run(procedure, client_ids, payload, round)
             return [Failed(4, "train", "rejected") if (procedure == "train" and k == 4) else r for k, r in zip(client_ids, replies)]
 
-    expected, reference_log = strategy.round(WithoutClient4(data, module, 0), params, strategy.init_state(params), 0, seed=0)
+    expected, reference_log = strategy.round(with_secure_sum(WithoutClient4(data, module, 0)), params, strategy.init_state(params), 0, seed=0)
     assert [(f.client, f.phase) for f in flower.failures[0]] == [(4, "train")]
     assert "non-finite" in flower.failures[0][0].reason
     assert log["updates"] == reference_log["updates"] == 7

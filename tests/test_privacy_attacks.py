@@ -14,7 +14,7 @@ from fedsample import privacy
 from fedsample.sampling.data import sampling_ratio
 from fedsample.privacy import attacks
 from fedsample.messages import SizeQuery, TrainPayload, TrainReport
-from fedsample.federation.secure_sum import SealedReplies, SecureSum
+from fedsample.federation.secure_sum import SealedReplies, SecureSum, with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import CohortRandom
 from fedsample.sampling.data import BernoulliSamples
@@ -249,7 +249,7 @@ def test_default_fedsampling_runs_through_a_secure_sum(backend):
         state = strategy.init_state(params)
         logs = []
         for t in range(2):
-            params, log = strategy.round(fed, params, state, t, seed=0)
+            params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, state, t, seed=0)
             logs.append(log)
         out[secure] = (params, logs)
         assert all(isinstance(reports, SealedReplies) == secure for reports in seen)
@@ -301,7 +301,7 @@ def test_noised_runs_agree_across_backends_and_log_their_epsilon():
         params = fs.models.initial_parameters(module, 0)
         state = strategy.init_state(params)
         for t in range(2):
-            params, log = strategy.round(fed, params, state, t, seed=0)
+            params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, state, t, seed=0)
         out[backend] = (params, log)
     for k in out["loop"][0]:
         torch.testing.assert_close(out["loop"][0][k], out["vectorized"][0][k])

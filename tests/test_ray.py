@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray", reason="the Ray tests need the extra: pip insta
 
 import fedsample as fs  # noqa: E402
 from fedsample.cli import main  # noqa: E402
-from fedsample.federation.ray import RayFederation, ShardLost, ray_session  # noqa: E402
+from fedsample.federation.ray import RayFederation, ShardLost, ray_federation, ray_session  # noqa: E402
 from helpers import blobs, federate  # noqa: E402
 
 ROUNDS = 4
@@ -175,7 +175,7 @@ def _run_on_fresh_actors(strategy, fed, module, rounds, **kwargs):
 
 def test_simulate_federation_ray_uses_the_running_ray(fed, local_ray):
     st = lambda: fs.recipes.fedavg(clients_per_round=6, epochs=1, batch_size=4, lr=0.1)  # noqa: E731
-    got = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation="ray", workers=2)
+    got = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=ray_federation(workers=2))
     want = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1)
     assert_same_run(got, want)
     assert ray.is_initialized()  # the session this test found is left running
@@ -221,3 +221,36 @@ def test_cli_rejects_bad_worker_counts(capsys, tmp_path):
     assert main(["run", "quickstart", "--workers", "0", "--out", str(tmp_path / "x")]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_ray_answers_reply_lists_whose_fused_sum_equals_the_plain_one(fed, module, ray_fed):
+    """Size reports come back as one array (NumberReplies); train replies as ShardedReports whose fused sum (one
+    partial sum per actor) equals the plain sum of the same replies (each update fetched)."""
+    from fedsample.federation.ray import ShardedReports
+    from fedsample.messages import SizeQuery, TrainPayload
+    from fedsample.models import initial_parameters
+    from fedsample.rounds import NumberReplies, Replies
+    from fedsample.sampling.data import BernoulliSamples
+    from fedsample.training.local import OneGradient
+
+    ids = np.arange(fed.num_clients)
+    sizes = ray_fed.run("report_size", ids, SizeQuery("exact"), 0)
+    assert isinstance(sizes, NumberReplies) and sizes.values.tolist() == SIZES
+    got = ray_fed.run("train", ids, TrainPayload(initial_parameters(module, 1), BernoulliSamples(0.5), OneGradient(20), 0), 0)
+    assert isinstance(got, ShardedReports) and got.fused
+    plain = Replies(list(got))
+    received = got.received_positions()
+    np.testing.assert_array_equal(received, plain.received_positions())
+    weights = np.linspace(1.0, 2.0, len(received))
+    fused, one_by_one = got.weighted_update_sum(received, weights), plain.weighted_update_sum(received, weights)
+    for k in fused:
+        torch.testing.assert_close(fused[k], one_by_one[k], rtol=1e-5, atol=1e-6)
+    assert got.summed_loss() == plain.summed_loss()
+
+
+def test_the_ray_factory_refuses_a_device_and_a_bad_worker_count_before_starting_ray(fed, module):
+    with pytest.raises(ValueError, match="actors' CPUs.*got device='cuda'"):
+        with ray_federation(workers=2).open(fed, module, 0, device="cuda"):
+            pass
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        ray_federation(workers=0)

@@ -15,6 +15,7 @@ from fedsample import privacy
 from fedsample.privacy import size_estimate
 from fedsample.data.partition import LogNormalSizes
 from fedsample.simulation import make_federation
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.privacy.sizes import RandomizedSizes
 from helpers import blobs, federate
 
@@ -107,7 +108,7 @@ def run_rounds(strategy, rounds, backend="vectorized"):
     params = fs.models.initial_parameters(module, 0)
     state, logs = strategy.init_state(params), []
     for t in range(rounds):
-        params, log = strategy.round(fed, params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, state, t, seed=0)
         logs.append(log)
     return logs, fed.size_queries
 
@@ -188,8 +189,8 @@ def test_drawn_normalized_update_is_the_mean_gradient_of_the_drawn_samples(backe
     params = fs.models.initial_parameters(module, 0)
     base = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=1.0)
     drawn = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=1.0, normalize="drawn")
-    by_K, _ = base.round(fed, params, base.init_state(params), 0, seed=0)
-    by_S, _ = drawn.round(fed, params, drawn.init_state(params), 0, seed=0)
+    by_K, _ = base.round(with_secure_sum(fed), params, base.init_state(params), 0, seed=0)
+    by_S, _ = drawn.round(with_secure_sum(fed), params, drawn.init_state(params), 0, seed=0)
     g_K = torch.cat([(params[k] - by_K[k]).flatten() for k in params])
     g_S = torch.cat([(params[k] - by_S[k]).flatten() for k in params])
     cosine = torch.dot(g_K, g_S) / (g_K.norm() * g_S.norm())
@@ -204,7 +205,7 @@ def monte_carlo_updates(strategy, fed, params, draws):
     reports, fresh size estimates), flattened."""
     out = []
     for t in range(draws):
-        new, _ = strategy.round(fed, params, strategy.init_state(params), t, seed=0)
+        new, _ = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, strategy.init_state(params), t, seed=0)
         out.append(torch.cat([(params[k] - new[k]).flatten() for k in params]).double())
     return torch.stack(out)
 

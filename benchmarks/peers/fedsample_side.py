@@ -25,6 +25,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
     set_threads(threads)
     from fedsample import recipes
     from fedsample.models import initial_parameters
+    from fedsample.federation.secure_sum import with_secure_sum
     from fedsample.simulation import build_module, make_federation, resolve_backend
 
     w = workload_named(workload)
@@ -39,7 +40,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
     current = {"params": params}
 
     def one_round(t: int) -> None:
-        current["params"], _ = strategy.round(federation, current["params"], state, t, 0)
+        current["params"], _ = strategy.round(with_secure_sum(federation, strategy.secure_sum), current["params"], state, t, 0)
 
     first, times = timed_rounds(one_round, rounds)
     emit_result(f"fedsample-{backend}", first, times, data=source, threads=threads,

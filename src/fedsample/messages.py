@@ -3,7 +3,8 @@
 A leaf module (it imports no other fedsample module but the parameter type): the strategy's parts, the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
-- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`;
+- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`; one payload shared by every
+  asked client, or :class:`PerClient` (one each), read by every federation through :func:`payloads_for`;
 - client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`;
 - on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
   data plan drew) and the :class:`DataWeights` rule it applies to its own data.
@@ -12,7 +13,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -21,8 +22,8 @@ from torch import nn
 Params = dict[str, torch.Tensor]
 
 __all__ = [
-    "ClientContext", "DataWeights", "LocalSample", "Params", "ProbeReport", "ProbeRequest", "SizeQuery", "TrainPayload",
-    "TrainReport",
+    "ClientContext", "DataWeights", "LocalSample", "Params", "PerClient", "ProbeReport", "ProbeRequest", "Shared",
+    "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 
@@ -139,3 +140,59 @@ class TrainReport:
     loss: float
     norm_steps: float | None = None
     samples: int | None = None
+
+
+# --- one payload for all, or one per client ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerClient:
+    """One payload per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent). Any
+    other payload handed to ``run`` is shared by every asked client."""
+
+    payloads: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "payloads", tuple(self.payloads))
+
+    shared = None  # no payload is shared by all
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.payloads)
+
+    def at(self, position: int) -> Any:
+        """The payload of the client at ``position``."""
+        return self.payloads[position]
+
+    def take(self, positions: Sequence[int] | np.ndarray) -> "PerClient":
+        """The payloads of the clients at ``positions`` (a sub-cohort), in that order."""
+        return PerClient(tuple(self.payloads[int(i)] for i in positions))
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A payload sent to every asked client (what :func:`payloads_for` makes of any payload but :class:`PerClient`)."""
+
+    shared: Any
+
+    def at(self, position: int) -> Any:
+        return self.shared
+
+    def take(self, positions: Sequence[int] | np.ndarray) -> Any:
+        return self.shared
+
+
+def payloads_for(payload: Any, count: int) -> PerClient | Shared:
+    """How ``count`` asked clients read ``payload``: a :class:`PerClient` as it is (one payload each; its length
+    checked), anything else as :class:`Shared` by all. A bare list or tuple is refused: per-client payloads are
+    declared with :class:`PerClient`."""
+    if isinstance(payload, PerClient):
+        if len(payload) != count:
+            raise ValueError(f"{len(payload)} payloads for {count} clients")
+        return payload
+    if isinstance(payload, (list, tuple)):
+        raise TypeError("one payload per client is declared as fedsample.messages.PerClient(payloads), not a bare sequence")
+    return Shared(payload)

@@ -1,22 +1,34 @@
 """Round types shared by every layer: the cohort, the round context, and the replies and their status.
 
-A leaf module: it imports only :mod:`fedsample.rng` (itself a leaf), so that sampling/, training/ and
-the federations use these types without importing :mod:`fedsample.strategy`.
+A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages`, so that sampling/,
+training/ and the federations use these types without importing :mod:`fedsample.strategy`.
 
-A federation answers ``run(procedure, ids, payload, round)`` with one reply per asked client, in order.
-A reply is the procedure's report, or :class:`Failed` when the client did not answer in time, raised,
-or sent something the server rejected; a failed client is left out of that round and named in the
-round's record.
+A federation answers ``run(procedure, ids, payload, round)`` with a :class:`ReplyList`: one reply per asked
+client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
+raised, or sent something the server rejected; a failed client is left out of that round and named in the
+round's record. :class:`ReplyList` is the one protocol for what the server may ask of a round's replies (the
+positions that carry an update, the weighted sum of the updates, the summed loss, the drawn-sample count, the
+size reports as numbers); its methods compute them reply by reply, and an engine's reply list computes them
+its own way (the vectorized engine's one backward pass, Ray's partial sums on the workers, a secure sum).
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Iterable
 
 import numpy as np
+import torch
 
+from fedsample.messages import Params
 from fedsample.rng import SERVER, generator
+
+__all__ = [
+    "Cohort", "Failed", "FederationLost", "NumberReplies", "Replies", "ReplyList", "RoundContext", "Widened",
+    "carries_update", "failed_positions", "is_failed", "replies_of", "weighted_sum",
+]
 
 
 @dataclass(frozen=True)
@@ -42,26 +54,29 @@ def is_failed(reply: Any) -> bool:
     return reply.__class__ is Failed
 
 
-def answered(replies: Sequence[Any]) -> np.ndarray:
-    """Positions of the replies that carry an update: neither :class:`Failed`, None, nor empty (a reply that
-    took no step: its plan drew nothing and its update is zero)."""
-    return np.array([i for i, r in enumerate(replies) if carries_update(r)], dtype=np.int64)
-
-
 def carries_update(reply: Any) -> bool:
     """A reply from at least one local step (not :class:`Failed`, not None, not an empty reply)."""
     return reply is not None and reply.__class__ is not Failed and getattr(reply, "steps", 1) != 0  # < 0: screened, rejected
 
 
-def failed_positions(replies: Sequence[Any], received: np.ndarray | None = None) -> dict[int, Failed]:
-    """Position -> reply for the :class:`Failed` replies. With ``received`` (the positions a federation says
-    hold updates) and every other slot None, only those positions are looked at; otherwise a C-level scan of
-    the reply types comes first, so a large cohort without failures costs no Python loop."""
-    if received is not None and isinstance(replies, list) and len(replies) - replies.count(None) == len(received):
-        return {i: replies[i] for i in np.asarray(received).tolist() if replies[i].__class__ is Failed}
+def failed_positions(replies: Iterable[Any]) -> dict[int, Failed]:
+    """Position -> reply for the :class:`Failed` replies; a C-level scan of the reply types comes first, so a
+    large cohort without failures costs no Python loop."""
+    replies = list(replies) if not isinstance(replies, list) else replies
     if Failed not in set(map(type, replies)):
         return {}
     return {i: r for i, r in enumerate(replies) if r.__class__ is Failed}
+
+
+def weighted_sum(updates: Sequence[Params], weights: Sequence[float] | np.ndarray) -> Params:
+    """sum_k w_k * Delta_k, key-wise, accumulated in place: no stacked copy of the cohort's updates (a cohort
+    of 50 CNN updates would otherwise hold a second 300 MB copy while it is averaged)."""
+    w = np.asarray(weights, dtype=np.float64).tolist()
+    total = {k: torch.zeros_like(v) for k, v in updates[0].items()}
+    for update, weight in zip(updates, w):
+        for k, acc in total.items():
+            acc.add_(update[k], alpha=weight)
+    return total
 
 
 @dataclass(frozen=True)
@@ -121,53 +136,211 @@ class RoundContext:
         return self.sizes
 
 
-class Replies(list):
-    """One reply per asked client, in order, that keeps an engine's fused weighted sum of updates.
+class ReplyList(Sequence):
+    """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
+    of them. Every method here computes its answer reply by reply (the plain implementation); an engine's reply
+    list overrides the ones it computes faster or keeps on the clients' side:
 
-    ``source`` is a reply list of a sub-cohort (e.g. only the clients that were reachable) that may offer
-    ``weighted_update_sum(positions, weights)`` (the vectorized engine's one-gradient cohorts) and
-    ``received_positions()``; ``source_position[i]`` is the position in ``source`` of this list's entry i
-    (-1: not in ``source``). Slots holding :class:`Failed` or None never enter a sum. ``failed`` maps the
-    positions that hold :class:`Failed` to it (found by a scan when not given); :meth:`reject` keeps it."""
+    - ``failed``: position -> :class:`Failed` (never in a sum); :meth:`failures` lists them in cohort order;
+    - :meth:`received_positions`: the positions whose reply carries an update (not failed, not empty);
+    - :meth:`weighted_update_sum`: ``sum_i w_i * Delta_{positions_i}``, the linear aggregators' one question;
+    - :meth:`summed_loss`: (sum of the losses of the clients that took a step, how many did);
+    - :meth:`drawn_total`: the samples the cohort drew (the self-normalized FedSampling update's S);
+    - :meth:`numbers`: the replies as numbers (size reports), NaN where failed;
+    - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept.
 
-    def __init__(
-        self, items: Sequence[Any], source: Any = None, source_position: np.ndarray | None = None,
-        failed: dict[int, Failed] | None = None,
-    ) -> None:
-        super().__init__(items)
-        self.source = source
-        self.source_position = source_position
-        self.failed = failed if failed is not None else failed_positions(self)
+    ``fused`` says that :meth:`weighted_update_sum` is formed without building each client's update (so a
+    non-finite sum, not each update, is what the server checks first); ``sealed`` that single replies cannot be
+    read at all (a secure sum: the server gets only the sums)."""
 
-    def reject(self, position: int, failure: Failed) -> None:
-        """Replace the reply at ``position`` by ``failure``."""
-        self[position] = failure
-        self.failed[position] = failure
+    fused: ClassVar[bool] = False
+    sealed: ClassVar[bool] = False
+    failed: dict[int, Failed]
+
+    @abstractmethod
+    def rejecting(self, failures: dict[int, Failed]) -> "ReplyList":
+        """A copy in which the positions of ``failures`` hold their :class:`Failed` (validation's rejections),
+        with the other replies and every fused ability of this list kept."""
 
     def failures(self) -> list[Failed]:
         """The Failed replies, in cohort order."""
         return [self.failed[i] for i in sorted(self.failed)]
 
-    def candidates(self) -> np.ndarray:
-        """Positions that may hold an update: from the source's ``received_positions`` where it knows them
-        (the vectorized engine: only the clients that drew samples), else every position."""
-        known = getattr(self.source, "received_positions", None)
-        if known is None or self.source_position is None:
-            return np.arange(len(self))
-        inverse = np.full(len(self.source), -1, dtype=np.int64)
-        present = np.flatnonzero(self.source_position >= 0)
-        inverse[self.source_position[present]] = present
-        mapped = inverse[np.asarray(known(), dtype=np.int64)]
-        return np.sort(mapped[mapped >= 0])
+    def without_failed(self, positions: np.ndarray) -> np.ndarray:
+        """``positions`` less the failed ones."""
+        if not self.failed:
+            return positions
+        return positions[~np.isin(positions, np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))]
 
     def received_positions(self) -> np.ndarray:
-        """Positions of the clients that sent an update (neither Failed nor None)."""
-        return np.array([i for i in self.candidates().tolist() if i not in self.failed and carries_update(self[i])], dtype=np.int64)
+        """Positions of the replies that carry an update: neither :class:`Failed`, None, nor empty (a reply
+        that took no step: its plan drew nothing and its update is zero)."""
+        return np.array([i for i, r in enumerate(self) if i not in self.failed and carries_update(r)], dtype=np.int64)
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}`` over the positions whose reply carries an update (empty
+        replies add zero, failed ones nothing); None when none does."""
+        keep = [(int(i), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
+                if int(i) not in self.failed and carries_update(self[int(i)])]
+        if not keep:
+            return None
+        return weighted_sum([self[i].update for i, _ in keep], [w for _, w in keep])
+
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the losses of the replies that took a step, how many did), in cohort order."""
+        got = [self[i] for i in self.received_positions().tolist()]
+        return float(sum(r.loss for r in got)), len(got)
+
+    def drawn_total(self) -> int:
+        """sum_c |S_c|, the samples the cohort drew, from the received replies' ``samples`` fields (sent only
+        when the plan asks for them); a ValueError when a reply does not carry it."""
+        counts = [getattr(self[i], "samples", None) for i in self.received_positions().tolist()]
+        if any(c is None for c in counts):
+            raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
+        return int(sum(counts))
+
+    def numbers(self) -> np.ndarray | None:
+        """The replies as floats (size reports), NaN where failed; None when a reply that did not fail is not a
+        number (then each reply is checked on its own)."""
+        values = np.full(len(self), np.nan)
+        for i, r in enumerate(self):
+            if i in self.failed:
+                continue
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.integer, np.floating)):
+                return None
+            values[i] = r
+        return values
+
+
+class Replies(list, ReplyList):
+    """The plain reply list: the replies themselves (a list), every ability computed reply by reply; the
+    vectorized engine's, Ray's and the diagnostics' reply lists are Replies with fused abilities.
+    ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
+
+    def __init__(self, items: Iterable[Any] = (), failed: dict[int, Failed] | None = None) -> None:
+        super().__init__(items)
+        self.failed = failed if failed is not None else failed_positions(self)
+
+    def rejecting(self, failures: dict[int, Failed]) -> "Replies":
+        out = type(self).__new__(type(self))  # a copy of the same class (its fused abilities), no __init__ again
+        list.extend(out, self)
+        out.__dict__.update(self.__dict__)
+        out.failed = {**self.failed, **failures}
+        for i, f in failures.items():
+            list.__setitem__(out, i, f)
+        return out
+
+
+class NumberReplies(ReplyList):
+    """Replies that are numbers (size reports), held as one array: 10^6 reports cost one numpy array, never a
+    Python object each. ``failed`` positions read as their :class:`Failed`."""
+
+    def __init__(self, values: np.ndarray, failed: dict[int, Failed] | None = None) -> None:
+        self.values = np.asarray(values)
+        self.failed = dict(failed or {})
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, position: Any) -> Any:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        i = _index(position, len(self))
+        return self.failed[i] if i in self.failed else self.values[i]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        values = self.numbers() if self.failed else self.values
+        return values if dtype is None else values.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"NumberReplies({self.values!r}, failed={len(self.failed)})"
+
+    def received_positions(self) -> np.ndarray:
+        return self.without_failed(np.arange(len(self), dtype=np.int64))
+
+    def numbers(self) -> np.ndarray:
+        values = self.values.astype(np.float64)
+        values[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = np.nan
+        return values
+
+    def rejecting(self, failures: dict[int, Failed]) -> "NumberReplies":
+        return NumberReplies(self.values, {**self.failed, **failures})
+
+
+class Widened(ReplyList):
+    """The replies of the clients at ``live`` (ascending positions of a larger cohort of ``size``), the other
+    positions holding their :class:`Failed` (e.g. clients the failure model dropped before they were asked).
+    Every ability is the source's, its positions mapped: a fused sum stays fused, size reports stay one array."""
+
+    def __init__(self, source: ReplyList, live: np.ndarray, size: int, failed: dict[int, Failed]) -> None:
+        self.source, self.live, self.size = source, np.asarray(live, dtype=np.int64), int(size)
+        self._inner = np.full(self.size, -1, dtype=np.int64)  # cohort position -> source position (-1: not asked)
+        self._inner[self.live] = np.arange(len(self.live))
+        self.failed = {**failed, **{int(self.live[j]): f for j, f in source.failed.items()}}
 
     @property
-    def weighted_update_sum(self) -> Any:
-        """``sum_i w_i * update_{positions_i}`` computed by the source's fused path, or None without one."""
-        fused = getattr(self.source, "weighted_update_sum", None)
-        if fused is None:
+    def fused(self) -> bool:  # type: ignore[override]
+        return self.source.fused
+
+    @property
+    def sealed(self) -> bool:  # type: ignore[override]
+        return self.source.sealed
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, position: Any) -> Any:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        i = _index(position, self.size)
+        if i in self.failed:
+            return self.failed[i]
+        return self.source[int(self._inner[i])]
+
+    def received_positions(self) -> np.ndarray:
+        return self.live[self.source.received_positions()]  # ascending: live and the source's positions are
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+        return self.source.weighted_update_sum(self._inner[np.asarray(positions, dtype=np.int64)], weights)
+
+    def summed_loss(self) -> tuple[float, int]:
+        return self.source.summed_loss()
+
+    def drawn_total(self) -> int:
+        return self.source.drawn_total()
+
+    def numbers(self) -> np.ndarray | None:
+        inner = self.source.numbers()
+        if inner is None:
             return None
-        return lambda positions, weights: fused(self.source_position[np.asarray(positions, dtype=np.int64)], weights)
+        values = np.full(self.size, np.nan)
+        values[self.live] = inner
+        return values
+
+    def rejecting(self, failures: dict[int, Failed]) -> "Widened":
+        """Rejections of asked clients go to the source (so its fused abilities leave them out)."""
+        if any(self._inner[i] < 0 for i in failures):
+            raise ValueError("only a reply that arrived can be rejected")
+        source = self.source.rejecting({int(self._inner[i]): f for i, f in failures.items()})
+        outer = {i: f for i, f in self.failed.items() if self._inner[i] < 0}
+        return Widened(source, self.live, self.size, outer)
+
+
+def _index(position: Any, size: int) -> int:
+    """A sequence index: negative ones count from the end; out of range is an IndexError."""
+    i = int(position)
+    i = i + size if i < 0 else i
+    if not 0 <= i < size:
+        raise IndexError(position)
+    return i
+
+
+def replies_of(answer: Sequence[Any] | np.ndarray) -> ReplyList:
+    """A federation's answer as a :class:`ReplyList`: itself where it is one (every fedsample federation's), a
+    numeric array as :class:`NumberReplies`, any other sequence (a federation written elsewhere that answers a
+    list) as plain :class:`Replies`."""
+    if isinstance(answer, ReplyList):
+        return answer
+    if isinstance(answer, np.ndarray) and answer.ndim == 1 and answer.dtype.kind in "iuf":
+        return NumberReplies(answer)
+    return Replies(answer)

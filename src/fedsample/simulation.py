@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -20,8 +21,10 @@ from fedsample import validate
 from fedsample.data.types import FederatedData
 from fedsample.device import resolve_device, to_device
 from fedsample.evaluation import evaluate
+from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend
 from fedsample.federation.faults import FaultModel, with_faults
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.fingerprint import differences, run_fingerprint
 from fedsample.models import initial_parameters
@@ -113,12 +116,10 @@ def simulate(
     checkpoint_every: int = 0,
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
-    federation: Any = None,
+    federation: Federation | FederationFactory | None = None,
     backend: str = "auto",
     memory_budget: int | None = None,
     faults: FaultModel | None = None,
-    workers: int = 2,
-    ray_address: str | None = None,
     device: str | torch.device = "cpu",
     trackers: Sequence[Tracker] | None = None,
 ) -> SimulationResult:
@@ -137,8 +138,11 @@ def simulate(
     whose parameters, loss or every update become non-finite raises :class:`Diverged`. A resumed run must
     have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
     ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs.
-    ``federation="ray"`` splits the clients over ``workers`` Ray actors (``pip install fedsample[ray]``; Ray
-    at ``ray_address``, or a local Ray started and stopped here) with the same numbers (docs/ray.md).
+    ``federation`` runs the clients elsewhere: a federation object as it is, or a
+    :class:`~fedsample.federation.base.FederationFactory` opened for this run and closed at its end (e.g.
+    ``fedsample.federation.ray.ray_federation(workers=4)``: the clients split over Ray actors with the same
+    numbers, docs/ray.md). Whichever it is, ``simulate`` wraps it in the failure model and, where the strategy
+    declares ``secure_sum``, in :class:`~fedsample.federation.secure_sum.SecureSum`.
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data,
     the model, training, evaluation and the server optimizer live; the seed gives the same cohorts, draws
     and size reports on every device, and the parameters agree within float tolerance.
@@ -151,25 +155,40 @@ def simulate(
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
-    if federation == "ray":
-        if where.type != "cpu":
-            raise ValueError(f"federation='ray' computes on the actors' CPUs (docs/ray.md); got device={device!r}")
-        from fedsample.federation.ray import simulate_on_ray
-
-        return simulate_on_ray(simulate, workers, ray_address, strategy=strategy, data=data, model=module, rounds=rounds,
-                               seed=seed, eval_every=eval_every, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                               resume=resume, progress=progress, memory_budget=memory_budget, faults=faults, trackers=trackers)
+    if isinstance(federation, str):
+        raise ValueError(f"federation must be a federation or a federation factory (e.g. fedsample.federation.ray."
+                         f"ray_federation(workers=2)), got {federation!r}")
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
     state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
     module.to(where)
     choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
-    fed = with_faults(federation or make_federation(choice.backend, data, module, seed, memory_budget, where), faults, seed)
-    _load_client_states(fed, state.client_states)
+    with ExitStack() as stack:
+        if isinstance(federation, FederationFactory):
+            federation = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
+        if federation is None:
+            federation = make_federation(choice.backend, data, module, seed, memory_budget, where)
+        fed = with_secure_sum(with_faults(federation, faults, seed), strategy.secure_sum)
+        load_client_states_into(fed, state.client_states)
+        tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
+        _run_rounds(strategy, fed, module, data, state, rounds, seed, eval_every, checkpoint, checkpoint_every,
+                    progress, where, trackers, tracked)
+    return SimulationResult(
+        history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
+    )
+
+
+def _run_rounds(
+    strategy: Strategy, fed: Federation, module: nn.Module, data: FederatedData, state: SimulationState, rounds: int,
+    seed: int, eval_every: int, checkpoint: str | Path | None, checkpoint_every: int,
+    progress: Callable[[int], None] | None, where: torch.device, trackers: Sequence[Tracker] | None, tracked: dict,
+) -> None:
+    """The rounds ``state.round`` to ``rounds`` on ``fed``: evaluation, divergence checks, checkpoints, and each
+    round's numbers to the ``trackers`` (started with ``tracked``, the run's config)."""
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
     with TrackerGroup((trackers or ()) if state.round < rounds else ()) as track:  # a finished run resumed: nothing to track
-        track.start(tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint), resumed_at=state.round)
+        track.start(tracked, resumed_at=state.round)
         for t in range(state.round, rounds):
             try:
                 state.params, log = strategy.round(fed, state.params, state.state, t, seed)
@@ -188,9 +207,6 @@ def simulate(
                 progress(t + 1)
         if checkpoint:
             _save(state, fed, Path(checkpoint))
-    return SimulationResult(
-        history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
-    )
 
 
 def tracked_config(
@@ -265,18 +281,10 @@ def _check_resumable(saved: SimulationState, path: Path, key: str, fingerprint: 
         raise CheckpointError(f"checkpoint {path} has {saved.round} rounds done, more than the {rounds} asked for")
 
 
-def _save(state: SimulationState, fed: Any, path: Path) -> None:
-    """Save with the federation's client-held states (federations without them save none)."""
-    export = getattr(fed, "client_states", None)
-    state.client_states = export() if export is not None else {}
+def _save(state: SimulationState, fed: Federation, path: Path) -> None:
+    """Save with the federation's client-held states (a federation whose clients keep none saves none)."""
+    state.client_states = client_states_of(fed)
     state.save(path)
-
-
-def _load_client_states(fed: Any, states: dict) -> None:
-    """Give the federation's clients their saved states (empty for a fresh run), where it keeps any."""
-    load = getattr(fed, "load_client_states", None)
-    if load is not None:
-        load(states)
 
 
 BACKENDS = ("auto", "vectorized", "loop")

@@ -14,16 +14,15 @@ import numpy as np
 from fedsample import validate
 
 from fedsample.privacy import accounting
-from fedsample.messages import TrainPayload
+from fedsample.messages import PerClient, TrainPayload
 from fedsample.federation.base import Federation
-from fedsample.federation.secure_sum import SealedReplies, SecureSum, summed_samples
 from fedsample.missing import response_rate
-from fedsample.rounds import Cohort, Failed, Replies, RoundContext
+from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes, SizeInfo
-from fedsample.training.aggregate import WeightedMean, received
+from fedsample.training.aggregate import WeightedMean
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
 from fedsample.training.schedule import Schedule, scheduled_step
@@ -40,9 +39,11 @@ class Strategy:
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
     (centralized training). ``noise`` (a :class:`fedsample.privacy.noise.UpdateNoise`) makes every client clip its
-    update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
-    :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
-    updates (linear aggregators). ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
+    update and add Gaussian noise (client-level DP). ``secure_sum`` declares that the training replies must be
+    sealed: the layer that builds the federation wraps it in :class:`~fedsample.federation.secure_sum.SecureSum`
+    (``simulate`` does; by hand: :func:`~fedsample.federation.secure_sum.with_secure_sum`), the aggregator gets
+    only the weighted sum of the updates (linear aggregators), and a round whose federation answers readable
+    updates is refused. ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
     optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
     (:func:`fedsample.privacy.accounting.run_spend`).
     """
@@ -144,11 +145,16 @@ class Strategy:
         except RoundFailed as why:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
-        # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
+        # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
-        payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
-        replies = (SecureSum(federation) if self.secure_sum else federation).run("train", cohort.ids, payload, round)
-        if not isinstance(replies, SealedReplies):  # sealed updates cannot be read: only their sum is checked
+        payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
+        replies = replies_of(federation.run("train", cohort.ids, payload, round))
+        if self.secure_sum and not replies.sealed:
+            raise ValueError(
+                f"{self.name} declares secure_sum but the federation answered readable updates: build it with "
+                "fedsample.federation.secure_sum.with_secure_sum(federation) (simulate does)"
+            )
+        if not replies.sealed:  # sealed updates cannot be read: only their sum is checked (on the clients' side)
             replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
@@ -158,17 +164,17 @@ class Strategy:
         return params, ctx.log
 
     def combine_valid(
-        self, replies: Replies, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
-    ) -> tuple[Replies, Params | None]:
-        """Aggregate the valid replies. A non-finite aggregate of replies not checked one by one (the
-        vectorized engine's fused sum) triggers the per-client check and a second aggregation; a
-        non-finite aggregate after that is rejected (None)."""
+        self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
+    ) -> tuple[ReplyList, Params | None]:
+        """Aggregate the valid replies. A non-finite aggregate of replies not checked one by one (a fused sum:
+        the vectorized engine's, Ray's) triggers the per-client check and a second aggregation, update by update;
+        a non-finite aggregate after that is rejected (None)."""
         ctx.response_rate = response_rate(len(cohort) + lost, len(cohort) - len(replies.failures()))
         delta = self.aggregate.combine(replies, cohort, ctx) if ctx.response_rate > 0 else None
-        sealed = isinstance(replies, SealedReplies)
-        if delta is not None and not checked and not sealed and not validate.params_finite(delta) and validate.has_fused_sum(replies):
+        if delta is not None and not checked and replies.fused and not replies.sealed and not validate.params_finite(delta):
             # per-client updates from here on: the fused sum would carry the rejected clients' NaN (0 * NaN)
-            replies = Replies(validate.screen_updates(replies, cohort.ids, ctx.params, deep=True))
+            plain = Replies(list(replies), dict(replies.failed))
+            replies = validate.screen_updates(plain, cohort.ids, ctx.params, deep=True)
             return self.combine_valid(replies, cohort, ctx, lost, checked=True)
         if delta is not None and not validate.params_finite(delta):
             ctx.log["rejected_aggregate"] = "non-finite aggregate of finite updates"
@@ -181,30 +187,32 @@ class Strategy:
         ctx.log["params_unchanged"] = why
         return ctx.log
 
-    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies | SealedReplies) -> dict:
+    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList) -> dict:
+        """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
+        replies' summed loss and count: all a secure sum reveals), the size estimate and the privacy spent."""
         _note_failures(ctx, reports.failures())
         log: dict[str, Any] = {"cohort": len(cohort)}
-        drawn = None
-        if isinstance(reports, SealedReplies):  # a secure sum reveals only the summed loss and count
-            loss_sum, log["updates"] = reports.summed_loss()
-            if log["updates"]:
-                log["train_loss"] = loss_sum / log["updates"]
-                drawn = summed_samples(reports)
-        else:
-            _, got = received(reports)
-            log["updates"] = len(got)
-            if got:
-                log["train_loss"] = float(np.mean([r.loss for r in got]))
-                counts = [getattr(r, "samples", None) for r in got]
-                drawn = None if None in counts else int(sum(counts))
+        loss_sum, log["updates"] = reports.summed_loss()
+        if log["updates"]:
+            log["train_loss"] = loss_sum / log["updates"]
+            drawn = drawn_or_none(reports)
+            if drawn is not None:  # known only where the clients report their counts
+                log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
-        if log["updates"] and drawn is not None:  # known only where the clients report their counts
-            log["samples"] = drawn
         log.update(cohort_figures(cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         return log
+
+
+def drawn_or_none(reports: ReplyList) -> int | None:
+    """The cohort's drawn-sample total where the clients report their counts (the self-normalized FedSampling
+    plan asks for them; a secure sum reveals only the total), else None."""
+    try:
+        return reports.drawn_total()
+    except ValueError:
+        return None
 
 
 def cohort_figures(cohort: Cohort) -> dict[str, float]:
@@ -254,8 +262,8 @@ class _CheckedProbes:
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> list:
-        replies = self.inner.run(procedure, client_ids, payload, round)
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 problem = validate.probe_problem(reply)

@@ -8,11 +8,12 @@ the round's record names it. Checks:
 - size reports: integral, and in range ({1, ..., M-1} for randomized responses, >= 0 for exact sizes);
 - probes: a finite loss and gradient norm (and finite compressed vectors).
 
-The vectorized engine's one-gradient cohorts (``weighted_update_sum``) never form the per-client updates
-unless asked. For them :func:`screen_updates` checks the losses only (their updates are computed by the
-engine from the global parameters, so their shapes are right by construction); the strategy checks the
-*aggregate* for non-finite values and only then validates each client's update (:func:`screen_updates`
-with ``deep=True``) and aggregates again without the bad ones.
+Reply lists whose weighted sum is fused (:attr:`fedsample.rounds.ReplyList.fused`: the vectorized engine's
+one-gradient cohorts, Ray's partial sums) never form the per-client updates unless asked. For them
+:func:`screen_updates` checks the losses only (their updates are computed by the engine from the global
+parameters, so their shapes are right by construction); the strategy checks the *aggregate* for non-finite
+values and only then validates each client's update (:func:`screen_updates` with ``deep=True``) and
+aggregates again without the bad ones.
 """
 
 from __future__ import annotations
@@ -23,20 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fedsample.rounds import Failed, Replies, failed_positions, is_failed
-
-
-def _as_replies(replies: Sequence[Any]) -> Replies:
-    """A :class:`Replies` copy that keeps the federation's fused sum (positions map one to one)."""
-    if isinstance(replies, Replies):
-        return Replies(list(replies), replies.source, replies.source_position, dict(replies.failed))
-    known = getattr(replies, "received_positions", None)
-    failed = failed_positions(replies, known() if known is not None else None)
-    return Replies(list(replies), replies, np.arange(len(replies)), failed)
-
-
-def has_fused_sum(replies: Any) -> bool:
-    return getattr(replies, "weighted_update_sum", None) is not None
+from fedsample.rounds import Failed, ReplyList, is_failed, replies_of
 
 
 def update_problem(update: Any, params: dict) -> str | None:
@@ -62,22 +50,24 @@ def report_problem(report: Any, params: dict, deep: bool) -> str | None:
     return update_problem(report.update, params) if deep else None
 
 
-def screen_updates(replies: Sequence[Any], ids: np.ndarray, params: dict, deep: bool | None = None) -> Replies:
-    """Training replies with every rejected one replaced by ``Failed(client, "train", reason)``.
+def screen_updates(replies: Sequence[Any] | ReplyList, ids: np.ndarray, params: dict, deep: bool | None = None) -> ReplyList:
+    """Training replies with every rejected one replaced by ``Failed(client, "train", reason)`` (the reply list's
+    own abilities kept: :meth:`~fedsample.rounds.ReplyList.rejecting`).
 
-    ``deep`` (default: unless the replies have a fused sum) also checks each update's keys, shapes and values."""
+    ``deep`` (default: unless the replies' sum is fused) also checks each update's keys, shapes and values."""
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} training replies for {len(ids)} clients")
-    out = _as_replies(replies)
-    deep = not has_fused_sum(replies) if deep is None else deep
+    replies = replies_of(replies)
+    deep = not replies.fused if deep is None else deep
     seen: set[int] = set()
-    for i in out.received_positions().tolist():
-        reply = out[i]
+    rejected: dict[int, Failed] = {}
+    for i in replies.received_positions().tolist():
+        reply = replies[i]
         problem = "duplicate reply" if id(reply) in seen else report_problem(reply, params, deep)
         seen.add(id(reply))
         if problem:
-            out.reject(i, Failed(int(ids[i]), "train", problem))
-    return out
+            rejected[i] = Failed(int(ids[i]), "train", problem)
+    return replies.rejecting(rejected) if rejected else replies
 
 
 def size_problem(value: Any, M: int | None) -> str | None:
@@ -97,7 +87,8 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} size reports for {len(ids)} clients")
     ids = np.asarray(ids, dtype=np.int64)
-    values, lost = numeric_sizes(replies)
+    replies = replies_of(replies)
+    values, lost = replies.numbers(), replies.failed
     if values is None:  # replies that are not all numbers: one by one
         return _screen_sizes_one_by_one(replies, ids, M)
     low, high = (0, np.inf) if M is None else (1, M - 1)
@@ -107,19 +98,6 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
     failed = [lost[i] if i in lost else Failed(int(ids[i]), "report_size", size_problem(values[i], M) or "invalid")
               for i in np.flatnonzero(~good).tolist()]
     return ids[good], values[good].astype(np.int64), failed
-
-
-def numeric_sizes(replies: Sequence[Any]) -> tuple[np.ndarray | None, dict[int, Failed]]:
-    """Size reports as floats (NaN where Failed) and the Failed ones by position, without a per-client loop
-    for a numeric array or a :class:`Replies` over one; ``(None, {})`` for anything else."""
-    if isinstance(replies, Replies) and isinstance(replies.source, np.ndarray) and replies.source.dtype.kind in "iuf":
-        values = np.full(len(replies), np.nan)
-        present = replies.source_position >= 0
-        values[present] = replies.source[replies.source_position[present]]
-        return values, dict(replies.failed)
-    if isinstance(replies, np.ndarray) and replies.ndim == 1 and replies.dtype.kind in "iuf":
-        return replies.astype(np.float64), {}
-    return None, {}
 
 
 def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from fedsample.diagnostics.federation import LinearisedFederation
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
@@ -57,12 +58,13 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder)
     state = frozen.init_state(params)
+    served = with_secure_sum(federation, frozen.secure_sum)  # sealed as in a run, where the strategy declares it
     n = len(federation.data.dataset.y_train)
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64), *(np.zeros(rounds, dtype=np.int64) for _ in range(4)), [])
     for i in range(rounds):
         recorder.delta = None
         federation.new_round()
-        _, log = frozen.round(federation, params, state, first_round + i, seed)
+        _, log = frozen.round(served, params, state, first_round + i, seed)
         cost = federation.new_round()
         if recorder.delta is not None:
             out.estimates[i] = recorder.delta["g"].double().numpy()

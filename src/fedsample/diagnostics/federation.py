@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.messages import LocalSample, ProbeRequest, TrainPayload, TrainReport
+from fedsample.messages import LocalSample, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.rng import client_rng
+from fedsample.rounds import Replies, ReplyList
 from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD, OneGradient, effective_steps
@@ -51,13 +52,15 @@ class RoundCost:
     bytes_up: int = 0
 
 
-class LinearReports(list):
+class LinearReports(Replies):
     """The train reports of one cohort, each client's update a combination of per-sample gradients; a linear
-    aggregator's ``sum_k w_k Delta_k`` is one product (the same interface as the vectorized engine's)."""
+    aggregator's ``sum_k w_k Delta_k`` is one product (a fused sum, like the vectorized engine's)."""
+
+    fused = True
 
     def __init__(self, basis: GradientBasis, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
                  steps: np.ndarray, norm_steps: np.ndarray) -> None:
-        super().__init__([None] * clients)
+        super().__init__([None] * clients, failed={})
         self.basis, self.rows, self.member, self.coef = basis, rows, member, coef
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
@@ -66,11 +69,12 @@ class LinearReports(list):
             self[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]))
 
     def received_positions(self) -> np.ndarray:
-        return self._received
+        return self.without_failed(self._received)
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         a = np.zeros(len(self))
         a[np.asarray(positions, dtype=np.int64)] = weights
+        a[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = 0.0  # a rejected reply adds nothing
         return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
 
     def update_of(self, position: int) -> Params:
@@ -106,11 +110,12 @@ class LinearisedFederation(VectorizedSimulator):
         done, self.cost = self.cost, RoundCost()
         return done
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> list[Any]:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         self.cost.contacted.update(ids.tolist())
-        if procedure == "probe" and not isinstance(payload, (list, tuple)):
-            replies = self._cached_probes(ids, payload, round)
+        sent = payloads_for(payload, len(ids))
+        if procedure == "probe" and sent.shared is not None:
+            replies = self._cached_probes(ids, sent.shared, round)
         else:
             replies = super().run(procedure, ids, payload, round)
         self.cost.bytes_up += self._reply_bytes(procedure, payload, replies)
@@ -124,22 +129,21 @@ class LinearisedFederation(VectorizedSimulator):
             return per * len(replies) + sum(4 * np.size(r.compressed) for r in replies if r.compressed is not None)
         return 0
 
-    def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> list[Any]:
+    def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:
         """Probe replies at the fixed model, computed once per (client, request options)."""
         key = (request.gradient, request.compression, request.dim, request.projection_seed, request.per_sample, request.data_weights)
         missing = np.array([k for k in ids.tolist() if (k, key) not in self._probes], dtype=np.int64)
         if len(missing):
             for k, reply in zip(missing.tolist(), super().run("probe", missing, request, round)):
                 self._probes[(k, key)] = reply
-        return [self._probes[(k, key)] for k in ids.tolist()]
+        return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
-    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> LinearReports:
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> LinearReports:
         """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`."""
-        if not isinstance(payloads, list) and self._flat_full_batch(payloads):
-            parts = [self._flat_terms(ids, payloads, round)]
+        if sent.shared is not None and self._flat_full_batch(sent.shared):
+            parts = [self._flat_terms(ids, sent.shared, round)]
         else:
-            payload_of = (lambda i: payloads[i]) if isinstance(payloads, list) else (lambda i: payloads)
-            parts = [self._client_terms(i, int(k), payload_of(i), round) for i, k in enumerate(ids)]
+            parts = [self._client_terms(i, int(k), sent.at(i), round) for i, k in enumerate(ids)]
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))  # an empty cohort (Poisson sampling)
         rows, member, coef = (np.concatenate([p[j] for p in parts] + [empty[j]]) for j in range(3))
         steps, norm = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))

@@ -93,13 +93,14 @@ def run_plan(
     """Run every strategy (every grid value) for every seed; ``progress(run label, round)`` is called after
     each round. A run that diverges is contained: ``on_failure(one line)`` is called, its outcome holds a
     :class:`Failure`, and the other runs still go on. ``options`` are further ``simulate`` arguments (e.g.
-    ``federation="ray", workers=4``); ``device`` overrides the experiment's ``device`` (default ``"cpu"``);
-    ``jobs > 1`` runs the independent runs in that many processes with ``threads`` torch threads each
-    (default 1), with the numbers of ``jobs = 1`` (fedsample.experiments.execute). ``tracking`` logs each
-    (label, grid value, seed) run to its trackers (fedsample.tracking)."""
+    ``federation=ray_federation(workers=4)``: :func:`fedsample.federation.ray.ray_federation`, which each run
+    opens and closes); ``device`` overrides the experiment's ``device`` (default ``"cpu"``); ``jobs > 1`` runs
+    the independent runs in that many processes with ``threads`` torch threads each (default 1), with the
+    numbers of ``jobs = 1`` (fedsample.experiments.execute). ``tracking`` logs each (label, grid value, seed) run to
+    its trackers (fedsample.tracking)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    if jobs > 1 and (options or {}).get("federation") == "ray":
+    if jobs > 1 and (options or {}).get("federation") is not None:
         raise ConfigError("--jobs and Ray (--workers/--ray-address) exclude each other: Ray already spreads each run")
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}), tracking)

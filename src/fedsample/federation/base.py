@@ -1,25 +1,76 @@
-"""The one verb a strategy uses: run this procedure on these clients with these payloads."""
+"""The one verb a strategy uses (run this procedure on these clients with these payloads), the one optional
+ability a federation may declare (its clients keep state between rounds), and the factory a federation that
+needs its own setup is passed as (e.g. Ray's workers: :func:`fedsample.federation.ray.ray_federation`)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ContextManager, Protocol, runtime_checkable
 
 import numpy as np
 
+from fedsample.rounds import ReplyList
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fedsample.data.types import FederatedData
+
+__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "client_states_of", "load_client_states_into"]
+
 
 class Federation(Protocol):
-    """How client procedures are executed (in-process simulator, Ray, Flower). Strategies see only this."""
+    """How client procedures are executed (in-process simulators, Ray, Flower). Strategies see only this."""
 
     @property
     def num_clients(self) -> int: ...
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
-        """Run ``procedure`` on each client in ``client_ids`` with ``payload`` (one for all, or one per
-        client) and return the replies in the same order: every asked client's report (a client whose plan
-        drew nothing sends an empty one), or :class:`fedsample.rounds.Failed` where a client did not answer or
-        was rejected."""
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        """Run ``procedure`` on each client in ``client_ids`` with ``payload`` (shared by all, or one each as a
+        :class:`fedsample.messages.PerClient`, read through :func:`fedsample.messages.payloads_for`) and return
+        the replies in the same order as a :class:`~fedsample.rounds.ReplyList`: every asked client's report (a
+        client whose plan drew nothing sends an empty one), or :class:`fedsample.rounds.Failed` where a client
+        did not answer or was rejected."""
         ...
 
 
-def payload_for(payload: Any, position: int, per_client: bool) -> Any:
-    return payload[position] if per_client else payload
+@runtime_checkable
+class KeepsClientStates(Protocol):
+    """The ability of a federation whose clients keep their own state between rounds (``ClientContext.state``,
+    e.g. ISFedAvg's Eq. 53 data weights): ``simulate`` saves it into checkpoints and gives it back on resume.
+    A federation without it keeps no state; wrappers (faults, secure sum) declare it and delegate."""
+
+    def client_states(self) -> dict[int, dict]:
+        """A copy of every non-empty client-held state, by client id (never handed to the strategy)."""
+        ...
+
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        """Replace every client's state by ``states`` (clients not in it start empty)."""
+        ...
+
+
+def client_states_of(federation: Any) -> dict[int, dict]:
+    """The clients' states of a federation that keeps them, else none."""
+    return federation.client_states() if isinstance(federation, KeepsClientStates) else {}
+
+
+def load_client_states_into(federation: Any, states: dict[int, dict]) -> None:
+    """Give a federation that keeps client states these ones (a federation that keeps none needs nothing)."""
+    if isinstance(federation, KeepsClientStates):
+        federation.load_client_states(states)
+
+
+class FederationFactory(ABC):
+    """A federation that starts with the run: its workers receive the clients' data and the model, and it has
+    its own setup and teardown (e.g. a Ray session and actors). ``simulate(..., federation=factory)`` opens it
+    once the run's state is ready and closes it at the end, also on error; everything else about the run (the
+    failure model, a strategy's secure sum, checkpoints) is the same as for any federation."""
+
+    @abstractmethod
+    def open(
+        self, data: FederatedData, module: nn.Module, seed: int, *, memory_budget: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> ContextManager[Federation]:
+        """A context manager that starts the federation over ``data`` with the model ``module`` and the run's
+        ``seed``, yields it, and stops it on exit."""

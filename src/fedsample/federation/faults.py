@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from fedsample import checks
+from fedsample.federation.base import Federation, client_states_of, load_client_states_into
+from fedsample.messages import PerClient, Shared, payloads_for
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, FederationLost, Replies, is_failed
+from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, replies_of
 
 PHASES = ("report_size", "probe", "train")
 
@@ -77,10 +79,11 @@ class FaultModel:
         return reasons
 
 
-class Faulty:
-    """A federation that fails clients as ``model`` says and turns a raising client into ``Failed``."""
+class Faulty(Federation):
+    """A federation that fails clients as ``model`` says and turns a raising client into ``Failed``. It keeps
+    whatever client states the inner federation keeps (declared delegation)."""
 
-    def __init__(self, inner: Any, model: FaultModel | None = None, seed: int = 0) -> None:
+    def __init__(self, inner: Federation, model: FaultModel | None = None, seed: int = 0) -> None:
         self.inner = inner
         self.model = model or FaultModel()
         self.seed = int(seed)
@@ -89,43 +92,47 @@ class Faulty:
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def __getattr__(self, name: str) -> Any:  # client_states, load_client_states, ... of the inner one
-        return getattr(self.inner, name)
+    def client_states(self) -> dict[int, dict]:
+        return client_states_of(self.inner)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        load_client_states_into(self.inner, states)
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        per_client = isinstance(payload, (list, tuple))
+        sent = payloads_for(payload, len(ids))
         reasons = self.model.decide(procedure, ids, self.seed, round)
         if not reasons:  # nobody fails by the model: the inner answer as it is (its fused paths intact)
             try:
-                return self.inner.run(procedure, ids, payload, round)
+                return replies_of(self.inner.run(procedure, ids, payload, round))
             except FederationLost:
                 raise
             except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
-                return self._one_by_one(procedure, ids, np.arange(len(ids)), payload, per_client, round, {})
+                return self._one_by_one(procedure, ids, np.arange(len(ids)), sent, round, {})
         failed = {i: Failed(int(ids[i]), procedure, r) for i, r in reasons.items()}
-        live = np.setdiff1d(np.arange(len(ids)), np.fromiter(failed, dtype=np.int64, count=len(failed)))
+        answering = np.ones(len(ids), dtype=bool)
+        answering[np.fromiter(failed, dtype=np.int64, count=len(failed))] = False
+        live = np.flatnonzero(answering)
         if len(live) == 0:
             return Replies([failed[i] for i in range(len(ids))], failed=failed)
-        sub_payload = [payload[i] for i in live] if per_client else payload
         try:
-            got = self.inner.run(procedure, ids[live], sub_payload, round)
+            got = replies_of(self.inner.run(procedure, ids[live], sent.take(live), round))
         except FederationLost:
             raise
         except Exception:  # noqa: BLE001
-            return self._one_by_one(procedure, ids, live, payload, per_client, round, failed)
+            return self._one_by_one(procedure, ids, live, sent, round, failed)
         if len(got) != len(live):
             raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
-        return merged(got, live, failed, len(ids))
+        return Widened(got, live, len(ids), failed)
 
-    def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, payload: Any, per_client: bool,
-                    round: int, failed: dict[int, Failed]) -> Replies:
+    def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, sent: PerClient | Shared, round: int,
+                    failed: dict[int, Failed]) -> Replies:
         """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
         client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""
         replies: list[Any] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
-            one = [payload[i]] if per_client else payload
+            one = sent.take([i])
             try:
                 replies[i] = self.inner.run(procedure, ids[i : i + 1], one, round)[0]
             except FederationLost:
@@ -138,20 +145,7 @@ class Faulty:
         return Replies(replies)
 
 
-def merged(got: Sequence[Any], live: np.ndarray, failed: dict[int, Failed], size: int) -> Replies:
-    """The replies of the ``live`` positions and the failures, in cohort order (``got`` kept as the source)."""
-    replies: list[Any] = [None] * size
-    for i, f in failed.items():
-        replies[i] = f
-    source_position = np.full(size, -1, dtype=np.int64)
-    source_position[live] = np.arange(len(live))
-    for j, i in enumerate(live.tolist()):
-        replies[i] = got[j]
-    inner_failed = {int(live[j]): r for j, r in enumerate(got) if is_failed(r)} if not isinstance(got, np.ndarray) else {}
-    return Replies(replies, got, source_position, {**failed, **inner_failed})
-
-
-def with_faults(federation: Any, model: FaultModel | None, seed: int) -> Faulty:
+def with_faults(federation: Federation, model: FaultModel | None, seed: int) -> Faulty:
     """``federation`` guarded: failing clients (``model``) and raising clients become ``Failed`` replies."""
     return federation if isinstance(federation, Faulty) else Faulty(federation, model, seed)
 

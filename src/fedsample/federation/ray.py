@@ -1,16 +1,19 @@
 """One simulation over a pool of Ray actors (the optional extra ``fedsample[ray]``; the core never imports this).
 
-:class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)`` by splitting the asked
-clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its clients' training rows
-once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
+``simulate(..., federation=ray_federation(workers=4))`` (:func:`ray_federation`, a
+:class:`~fedsample.federation.base.FederationFactory`) opens a Ray session (the one already running, the
+cluster at ``address``, or a local Ray with one CPU per worker) and a :class:`RayFederation` for the run, and
+stops both at its end. :class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)``
+by splitting the asked clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its
+clients' training rows once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
 (:class:`~fedsample.federation.vectorized.VectorizedSimulator`) on its share of every call, on its GPU where
 Ray gave it one. Every client draw comes from (seed, round, client, purpose), so the reports are those of the
 single-process engine.
 
-``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a list of light
-reports (steps, loss, FedNova's a_k) that answers the aggregators' ``weighted_update_sum(positions,
-weights)`` with one call per actor, each returning its partial ``sum_k w_k * Delta_k`` (one backward pass on
-one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
+``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a reply list
+(:class:`~fedsample.rounds.ReplyList`) of light reports (steps, loss, FedNova's a_k, drawn samples) whose fused
+``weighted_update_sum(positions, weights)`` makes one call per actor, each returning its partial
+``sum_k w_k * Delta_k`` (one backward pass on one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
 to each actor and one parameter-sized sum back: O(actors x parameters), not O(clients x parameters).
 Reading a report's ``update`` (aggregators that need each client's update) fetches that actor's updates.
 
@@ -24,18 +27,20 @@ from __future__ import annotations
 
 import pickle
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 import ray
+import torch
 from torch import nn
 
-from fedsample.messages import TrainReport
+from fedsample.messages import TrainReport, payloads_for
 from fedsample.data.types import FederatedData
-from fedsample.rounds import FederationLost
+from fedsample.federation.base import Federation, FederationFactory
+from fedsample.rounds import FederationLost, NumberReplies, Replies, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
-from fedsample.training.aggregate import received, sum_updates
 from fedsample.training.functional import Params
 
 
@@ -55,7 +60,7 @@ class ClientShard:
 
         torch.set_num_threads(threads)
         self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
-        self._held: tuple[int, Sequence[Any]] = (-1, [])
+        self._held: tuple[int, ReplyList] = (-1, Replies())
 
     def node(self) -> str:
         """The Ray node this actor runs on."""
@@ -77,7 +82,7 @@ class ClientShard:
         come as a range and ``weights`` as one number shared by all: :func:`compact_weights`)."""
         positions = np.arange(positions.start, positions.stop, positions.step, dtype=np.int64) if isinstance(positions, range) else positions
         weights = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else weights
-        return sum_updates(self._reports(token), positions, weights)
+        return self._reports(token).weighted_update_sum(positions, weights)
 
     def updates(self, positions: np.ndarray, token: int) -> list[Params]:
         """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
@@ -90,17 +95,19 @@ class ClientShard:
     def load_client_states(self, states: dict[int, dict]) -> None:
         self.sim.load_client_states(states)
 
-    def _reports(self, token: int) -> Sequence[Any]:
+    def _reports(self, token: int) -> ReplyList:
         if self._held[0] != token:
             raise RuntimeError(f"the reports of train call {token} are gone (a later call replaced them)")
         return self._held[1]
 
 
-def summarize_reports(reports: Sequence[TrainReport | None]) -> tuple[np.ndarray, np.ndarray]:
+def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
     """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
-    positions, got = received(reports)
-    rows = [(r.steps, r.loss, _or_nan(getattr(r, "norm_steps", None)), _or_nan(getattr(r, "samples", None))) for r in got]
+    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN) per received report; replies that carry no
+    update (empty: no step taken) are not summarized and cost nothing."""
+    positions = reports.received_positions()
+    got = [reports[int(i)] for i in positions]
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples)) for r in got]
     return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4)
 
 
@@ -127,12 +134,15 @@ class RemoteReport(TrainReport):
         return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its actor)"
 
 
-class ShardedReports(list):
-    """A ``train`` call's reports over the actors: a list like any federation's answer, plus
-    ``received_positions`` and ``weighted_update_sum`` for linear aggregators (one partial sum per actor)."""
+class ShardedReports(Replies):
+    """A ``train`` call's reports over the actors: a reply list like any federation's answer whose
+    ``received_positions`` come with the summaries and whose ``weighted_update_sum`` is fused (one partial sum
+    per actor, added here)."""
+
+    fused = True
 
     def __init__(self, fed: "RayFederation", token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
-        super().__init__([None] * size)
+        super().__init__([None] * size, failed={})
         self._fed, self._token, self._parts = fed, token, parts
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
@@ -145,12 +155,15 @@ class ShardedReports(list):
         self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:
-        return self._received
+        return self.without_failed(self._received)
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}``: each actor sums its own clients, the server adds the
-        actors' partial sums (in actor order, so the result is deterministic)."""
+        actors' partial sums (in actor order, so the result is deterministic); rejected replies add nothing."""
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        if self.failed:
+            keep = ~np.isin(positions, list(self.failed))
+            positions, weights = positions[keep], weights[keep]
         calls = {}
         for w in range(len(self._parts)):
             mine = self._worker[positions] == w
@@ -172,10 +185,10 @@ class ShardedReports(list):
         return self._fetched[w][position]
 
 
-class RayFederation:
+class RayFederation(Federation):
     """A federation over ``workers`` Ray actors (see the module docstring). Ray must be initialized
-    (:func:`ray_session`). ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources;
-    ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
+    (:func:`ray_session`; :func:`ray_federation` opens both for a ``simulate`` run).
+    ``cpus_per_worker``/``gpus_per_worker`` are each actor's Ray resources; ``spread`` places actors on as many nodes as possible; actors not running after ``start_timeout``
     seconds (the cluster lacks the resources) are an error. With ``count_bytes`` the pickled size of what
     each call sends and receives is added up in :attr:`traffic` (for benchmarks; it costs a serialization)."""
 
@@ -203,16 +216,14 @@ class RayFederation:
     def num_clients(self) -> int:
         return self.data.num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        per_client = isinstance(payload, (list, tuple))
-        if per_client and len(payload) != len(ids):
-            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
+        sent = payloads_for(payload, len(ids))
         self._token += 1
         parts = positions_by_worker(ids, self.owner, self.workers)
-        shared = None if per_client else ray.put(payload)  # serialized once, read by every actor
+        shared = None if sent.shared is None else ray.put(sent.shared)  # serialized once, read by every actor
         calls = {
-            w: ("run", procedure, as_range(ids[p]), [payload[i] for i in p] if per_client else shared, round)
+            w: ("run", procedure, as_range(ids[p]), sent.take(p) if shared is None else shared, round)
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
@@ -276,18 +287,20 @@ def compact_weights(weights: np.ndarray) -> np.ndarray | float:
     return float(weights[0]) if len(weights) > 1 and np.all(weights == weights[0]) else weights
 
 
-def _in_cohort_order(answers: dict[int, Any], parts: list[np.ndarray], size: int) -> Any:
-    """The actors' answers put back in cohort order: an array where every actor answered with one (size
-    reports), else a list."""
-    arrays = bool(answers) and all(isinstance(a, np.ndarray) for a in answers.values())
-    out: Any = np.zeros(size, dtype=next(iter(answers.values())).dtype) if arrays else [None] * size
+def _in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size: int) -> ReplyList:
+    """The actors' answers put back in cohort order: one array where every actor answered with one (size
+    reports, :class:`~fedsample.rounds.NumberReplies`), else a list."""
+    arrays = bool(answers) and all(isinstance(a, NumberReplies) and not a.failed for a in answers.values())
+    if arrays:
+        values = np.zeros(size, dtype=next(iter(answers.values())).values.dtype)
+        for w, answer in answers.items():
+            values[parts[w]] = answer.values
+        return NumberReplies(values)
+    out: list[Any] = [None] * size
     for w, answer in answers.items():
-        if arrays:
-            out[parts[w]] = answer
-        else:
-            for j, report in zip(parts[w].tolist(), answer):
-                out[j] = report
-    return out
+        for j, report in zip(parts[w].tolist(), answer):
+            out[j] = report
+    return Replies(out)
 
 
 def _pickled_size(value: Any) -> int:
@@ -316,28 +329,55 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
         ray.shutdown()
 
 
-def simulate_on_ray(
-    simulate: Callable[..., Any], workers: int, address: str | None, *, data: FederatedData, model: nn.Module, seed: int,
-    memory_budget: int | None = None, **run: Any,
-) -> Any:
-    """``simulate(federation="ray")``: ``simulate`` on a :class:`RayFederation` of ``workers`` actors, in a
-    Ray session (:func:`ray_session`: the one already running, the cluster at ``address``, or a local Ray
-    with one CPU per worker); the actors are stopped at the end, also on error."""
-    with ray_session(address, num_cpus=workers if address is None else None):
-        fed = RayFederation(data, model, seed, workers=workers, memory_budget=memory_budget)
-        try:
-            return simulate(data=data, model=model, seed=seed, federation=fed, **run)
-        finally:
-            fed.close()
+@dataclass(frozen=True)
+class RayFederationFactory(FederationFactory):
+    """A :class:`RayFederation` of ``workers`` actors for one run (:func:`ray_federation`)."""
+
+    workers: int = 2
+    address: str | None = None
+    cpus_per_worker: float = 1
+    gpus_per_worker: float = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+    @contextmanager
+    def open(
+        self, data: FederatedData, module: nn.Module, seed: int, *, memory_budget: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Iterator[RayFederation]:
+        """Ray (:func:`ray_session`: the one already running, the cluster at ``address``, or a local Ray with one
+        CPU per worker, stopped at the end) and the actors, stopped at the end, also on error."""
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"a Ray federation computes on the actors' CPUs (docs/ray.md); got device={str(device)!r}")
+        with ray_session(self.address, num_cpus=self.workers if self.address is None else None):
+            federation = RayFederation(data, module, seed, workers=self.workers, memory_budget=memory_budget,
+                                       cpus_per_worker=self.cpus_per_worker, gpus_per_worker=self.gpus_per_worker)
+            try:
+                yield federation
+            finally:
+                federation.close()
+
+
+def ray_federation(
+    workers: int = 2, address: str | None = None, cpus_per_worker: float = 1, gpus_per_worker: float = 0
+) -> RayFederationFactory:
+    """The clients of a ``simulate`` run split over ``workers`` Ray actors: ``simulate(..., federation=
+    ray_federation(workers=4))`` on a local Ray started and stopped for the run, ``address="auto"`` or
+    ``"HOST:PORT"`` on a cluster, or the Ray your program already started (left running); the same numbers as
+    the single-process engine (docs/ray.md)."""
+    return RayFederationFactory(workers, address, cpus_per_worker, gpus_per_worker)
 
 
 @contextmanager
 def cli_session(address: str | None, workers: int, error: type[Exception]) -> Iterator[dict]:
     """``fedsample run --workers N --ray-address A``: one Ray session for the whole experiment, yielding the
-    ``simulate`` options; a cluster that cannot be reached is ``error`` (one line, exit 2)."""
+    ``simulate`` options (a :func:`ray_federation` per run, on this session); a cluster that cannot be reached
+    is ``error`` (one line, exit 2)."""
     with ExitStack() as stack:
         try:
             stack.enter_context(ray_session(address, num_cpus=workers if address is None else None))
         except (ConnectionError, RuntimeError) as failure:
             raise error(f"--ray-address {address}: cannot connect to Ray ({str(failure).splitlines()[0]})") from None
-        yield {"federation": "ray", "workers": workers, "ray_address": address}
+        yield {"federation": ray_federation(workers=workers, address=address)}

@@ -12,26 +12,32 @@ A second sum is refused (two weight vectors would reveal single updates). Every 
 
 Supported: aggregators that are linear with server-known weights (``Sum``, ``WeightedMean``,
 ``StratifiedMean``). FedNova needs each client's step count and fails with a clear error.
+
+The layer that builds a run's federation applies it where the strategy declares ``secure_sum``
+(:func:`with_secure_sum`; ``simulate`` and the Flower server do), around the failure model; ``Strategy.round``
+refuses readable replies for a strategy that declares it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from fedsample import validate
-from fedsample.rounds import Failed, carries_update, failed_positions
-from fedsample.training.aggregate import drawn_total, weighted_sum
+from fedsample.federation.base import Federation, client_states_of, load_client_states_into
+from fedsample.messages import payloads_for
+from fedsample.rounds import Failed, Replies, ReplyList, replies_of
 from fedsample.training.functional import Params
 
 
-class SecureSum:
-    """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only."""
+class SecureSum(Federation):
+    """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only. It keeps
+    whatever client states the inner federation keeps (declared delegation)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Federation) -> None:
         self.inner = inner
-        self._pending: dict[int, Sequence[Any]] = {}
+        self._pending: dict[int, ReplyList] = {}
         self._counted: dict[int, bool] = {}  # whether the cohort's plan asked for drawn counts (summed then)
         self._calls = 0
 
@@ -39,69 +45,64 @@ class SecureSum:
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def client_states(self) -> dict:
-        return self.inner.client_states() if hasattr(self.inner, "client_states") else {}
+    def client_states(self) -> dict[int, dict]:
+        return client_states_of(self.inner)
 
-    def load_client_states(self, states: dict) -> None:
-        if hasattr(self.inner, "load_client_states"):
-            self.inner.load_client_states(states)
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        load_client_states_into(self.inner, states)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> Any:
-        replies = self.inner.run(procedure, client_ids, payload, round)
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure != "train":
             return replies
-        replies = client_side_check(replies, client_ids, payload)
+        first = payloads_for(payload, len(client_ids)).at(0) if len(client_ids) else None
+        replies = client_side_check(replies, client_ids, first)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
         self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
-        first = payload[0] if isinstance(payload, (list, tuple)) else payload
-        self._counted[self._calls] = bool(getattr(first.plan, "report_count", False))
+        self._counted[self._calls] = first is not None and bool(getattr(first.plan, "report_count", False))
         token = self._calls
-        return SealedReplies(self, token, len(replies), failed_positions(replies))
+        return SealedReplies(self, token, len(replies), dict(replies.failed))
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params, float, int, int | None]:
+    def secure_sum(
+        self, token: int, positions: np.ndarray, weights: np.ndarray
+    ) -> tuple[Params | None, float, int, int | None]:
         """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
         trained, how many samples they drew: None where the replies do not carry the count)."""
         replies = self._pending.pop(token, None)
         if replies is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
-        fused = getattr(replies, "weighted_update_sum", None)
         positions = np.asarray(positions, dtype=np.int64)
-        total = fused(positions, weights) if fused is not None else None
-        if total is None or not validate.params_finite(total):
-            # one by one (also when a failed client's rows made the fused backward non-finite: 0 * NaN);
-            # replies without an update (None, or no step taken) add zero
-            keep = [j for j, i in enumerate(positions.tolist()) if carries_update(replies[i])]
-            updates = [replies[int(positions[j])].update for j in keep]
-            total = weighted_sum(updates, np.asarray(weights, dtype=np.float64)[keep]) if keep else None
+        total = replies.weighted_update_sum(positions, weights)
+        if replies.fused and total is not None and not validate.params_finite(total):
+            # one by one when a failed client's rows made the fused sum non-finite (0 * NaN); replies without an
+            # update (None, or no step taken) add zero
+            total = Replies(list(replies), dict(replies.failed)).weighted_update_sum(positions, weights)
         drawn = summed_samples(replies) if self._counted.pop(token, False) else None
-        return (total, *summed_loss(replies), drawn)
+        return (total, *replies.summed_loss(), drawn)
 
 
-def client_side_check(replies: Sequence[Any], client_ids: np.ndarray, payload: Any) -> Sequence[Any]:
+def with_secure_sum(federation: Federation, on: bool = True) -> Federation:
+    """``federation`` with its ``train`` replies sealed (``on``: a strategy's declared ``secure_sum``); as it is
+    otherwise, or when it already seals them."""
+    return SecureSum(federation) if on and not isinstance(federation, SecureSum) else federation
+
+
+def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) -> ReplyList:
     """Each client checks its own reply before it enters the sum (the server cannot look inside a secure sum):
     a non-finite or malformed update is not sent, and the client counts as failed, which the server learns as
     in secure aggregation's dropout handling (:func:`fedsample.validate.screen_updates`, run on the clients'
     side)."""
-    first = payload[0] if isinstance(payload, (list, tuple)) else payload
-    return validate.screen_updates(replies, np.asarray(client_ids), first.params)
+    if payload is None:
+        return replies
+    return validate.screen_updates(replies, np.asarray(client_ids), payload.params)
 
 
-def summed_loss(replies: Sequence[Any]) -> tuple[float, int]:
-    """(sum of the losses of the replies that took a step, how many did); the engine's batched replies sum
-    their own loss array."""
-    batched = getattr(replies, "summed_loss", None)
-    if batched is not None:
-        return batched()
-    trained = [r for r in replies if carries_update(r)]
-    return float(sum(r.loss for r in trained)), len(trained)
-
-
-def summed_samples(replies: Sequence[Any]) -> int | None:
+def summed_samples(replies: ReplyList) -> int | None:
     """The cohort's drawn samples, summed (one more coordinate of the secure sum); None when not reported."""
     try:
-        return drawn_total(replies)
+        return replies.drawn_total()
     except ValueError:
         return None
 
@@ -121,9 +122,13 @@ class _Sealed:
 _SEALED = _Sealed()
 
 
-class SealedReplies(Sequence):
+class SealedReplies(ReplyList):
     """What the server holds after a secure-sum ``train`` call: one sealed reply per asked client and, once
-    asked, the weighted sum (the federation computes it; see :class:`SecureSum`)."""
+    asked, the weighted sum (the federation computes it; see :class:`SecureSum`). The reply-list protocol's
+    sums come from the one secure sum; nothing else can be read."""
+
+    fused = True
+    sealed = True
 
     def __init__(self, federation: SecureSum, token: int, count: int, failed: dict[int, Failed] | None = None) -> None:
         self._federation, self._token, self._count = federation, token, count
@@ -134,7 +139,7 @@ class SealedReplies(Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, position: int) -> _Sealed:  # type: ignore[override]
+    def __getitem__(self, position: int) -> Any:  # type: ignore[override]
         if not -self._count <= position < self._count:
             raise IndexError(position)
         return self.failed.get(position % self._count, _SEALED)
@@ -142,13 +147,9 @@ class SealedReplies(Sequence):
     def received_positions(self) -> np.ndarray:
         """Every asked client that answered: the server cannot tell an empty reply from another (a client
         that did not answer is known, as in secure aggregation's dropout handling)."""
-        return np.setdiff1d(np.arange(self._count), np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))
+        return self.without_failed(np.arange(self._count, dtype=np.int64))
 
-    def failures(self) -> list[Failed]:
-        """The clients that did not answer (or failed), in cohort order."""
-        return [self.failed[i] for i in sorted(self.failed)]
-
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}``, revealed once."""
         total, loss_sum, trained, self._drawn = self._federation.secure_sum(self._token, positions, weights)
         self._loss = (loss_sum, trained)
@@ -166,3 +167,10 @@ class SealedReplies(Sequence):
         if self._drawn is None:
             raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
         return self._drawn
+
+    def numbers(self) -> None:
+        """Sealed replies are updates, never numbers the server can read."""
+        return None
+
+    def rejecting(self, failures: dict[int, Failed]) -> "SealedReplies":
+        raise TypeError("sealed replies are checked on the clients' side; the server cannot reject one")

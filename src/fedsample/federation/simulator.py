@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedsample import client as procedures
-from fedsample.messages import ClientContext
+from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
-from fedsample.federation.base import payload_for
+from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
+from fedsample.rounds import Replies
 from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
 
-class Simulator:
+class Simulator(Federation):
     """Runs client procedures in this process, one client after the other.
 
     Each call draws the client's randomness from (seed, round, client, procedure), so the reports do not
@@ -77,17 +78,15 @@ class Simulator:
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies:
         fn = procedures.PROCEDURES[procedure]
-        per_client = isinstance(payload, (list, tuple))
-        if per_client and len(payload) != len(client_ids):
-            raise ValueError(f"{len(payload)} payloads for {len(client_ids)} clients")
+        sent = payloads_for(payload, len(client_ids))
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
             rng = client_rng(self.seed, round, int(k), procedure)
             with self._torch_random(round, int(k), procedure):
-                reports.append(fn(self.context(int(k)), payload_for(payload, position, per_client), rng))
-        return reports
+                reports.append(fn(self.context(int(k)), sent.at(position), rng))
+        return Replies(reports, failed={})
 
 
 def _in_client_order(x: torch.Tensor, y: torch.Tensor, order: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,19 +36,20 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import LocalSample, SizeQuery, TrainPayload, TrainReport
+from fedsample.messages import LocalSample, PerClient, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample.client import empty_report
 from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import ClientRandom, CohortRandom, client_rng
+from fedsample.rounds import NumberReplies, Replies
 from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
@@ -81,49 +82,50 @@ class VectorizedSimulator(Simulator):
 
     # --- the verb ----------------------------------------------------------------------------------
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies | NumberReplies:
         ids = np.asarray(client_ids, dtype=np.int64)
-        per_client = isinstance(payload, (list, tuple))
-        if per_client and len(payload) != len(ids):
-            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
-        if procedure == "report_size" and not per_client:
-            return self.report_sizes(ids, payload, round)
+        sent = payloads_for(payload, len(ids))
+        if procedure == "report_size" and sent.shared is not None:
+            return self.report_sizes(ids, sent.shared, round)
         if procedure == "train":
-            return self.train(ids, list(payload) if per_client else payload, round)
+            return self.train(ids, sent, round)
         return super().run(procedure, ids, payload, round)
 
-    def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> np.ndarray:
-        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass."""
+    def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> NumberReplies:
+        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array)."""
         sizes = self.sizes[ids]
         if query.mode == "exact":
-            return sizes.copy()
+            return NumberReplies(sizes.copy())
         cell_round, purpose = report_cell(query, round)
-        return randomized_response(sizes, query.epsilon, query.M, CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device))
+        streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
+        return NumberReplies(randomized_response(sizes, query.epsilon, query.M, streams))
 
-    def train(self, ids: np.ndarray, payloads: TrainPayload | list[TrainPayload], round: int) -> list[TrainReport]:
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> Replies:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
         Updates with clipping and noise (``payload.noise``) are per-client and nonlinear: the reference loop."""
         self._unions.clear()
-        noisy = any(p.noise is not None for p in (payloads if isinstance(payloads, list) else [payloads]))
-        if noisy or self.needs_loop() is not None:
-            return super().run("train", ids, payloads, round)
-        if not isinstance(payloads, list):  # one payload for all: one group
-            return self._train_group(ids, payloads, payloads, round)
+        payloads = [sent.shared] if sent.shared is not None else list(sent)
+        if any(p.noise is not None for p in payloads) or self.needs_loop() is not None:
+            return super().run("train", ids, _as_sent(sent), round)
+        if sent.shared is not None:  # one payload for all: one group
+            return self._train_group(ids, sent.shared, sent.shared, round)
         reports: list[Any] = [None] * len(ids)
         groups: dict[tuple, list[int]] = {}
         for position, p in enumerate(payloads):
             groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
         for positions in groups.values():
             members = np.asarray(positions)
-            got = self._train_group(ids[members], payloads[positions[0]], [payloads[i] for i in positions], round)
+            theirs = PerClient(tuple(payloads[i] for i in positions))
+            got = self._train_group(ids[members], payloads[positions[0]], theirs, round)
             if len(groups) == 1:
                 return got
             for position, report in zip(positions, got):
                 reports[position] = report
-        return reports
+        return Replies(reports, failed={})
 
-    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> list[TrainReport]:
-        """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop)."""
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> Replies:
+        """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs as sent, for
+        the loop)."""
         if type(payload.solver) is LocalSGD:
             return self._train_sgd(ids, payload, round)
         if type(payload.solver) is OneGradient:
@@ -172,10 +174,10 @@ class VectorizedSimulator(Simulator):
 
     # --- LocalSGD -----------------------------------------------------------------------------------------
 
-    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> list[TrainReport]:
+    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> Replies:
         solver: LocalSGD = payload.solver
         samples, rngs = self._draw(ids, payload.plan, round)
-        reports: list[TrainReport] = [empty_report(payload.params)] * len(ids)  # one shared empty reply (never mutated)
+        reports = Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         active = [i for i, s in enumerate(samples) if len(s)]
         schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
         if not schedules:
@@ -306,7 +308,7 @@ class VectorizedSimulator(Simulator):
                 scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
         counts = np.bincount(member, minlength=len(ids))
         if len(member) == 0:
-            return [empty_report(payload.params)] * len(ids)
+            return Replies([empty_report(payload.params)] * len(ids), failed={})
         rows = self.data.offsets[ids[member]] + local
         norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
         weights = 1.0 / norm[member] if scale is None else scale / norm[member]
@@ -389,11 +391,14 @@ class _Union:
         return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
 
 
-class CohortReports(list):
+class CohortReports(Replies):
     """The reports of a one-gradient (or single-step) cohort: a list of one fixed-shape report per client,
-    like any federation's answer, that can also have the federation compute ``sum_k a_k * G_k`` as one
-    backward pass of the union loss (linear aggregators). It holds message content only (each client's
-    loss and steps; the updates, computed when read); the drawn rows stay in the federation."""
+    like any federation's answer, whose :meth:`weighted_update_sum` the federation computes as one backward
+    pass of the union loss (linear aggregators: a fused sum) and whose :meth:`received_positions` it knows
+    without a pass over the cohort. It holds message content only (each client's loss and steps; the updates,
+    computed when read); the drawn rows stay in the federation."""
+
+    fused = True
 
     @classmethod
     def one_gradient(
@@ -414,10 +419,9 @@ class CohortReports(list):
             terms = torch.as_tensor(weights, dtype=sim.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
-        reports = cls([empty_report(params)] * len(counts))  # one shared empty reply (never mutated)
+        reports = cls([empty_report(params)] * len(counts), failed={})  # one shared empty reply (never mutated)
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
-        reports._losses = np.where(counts > 0, losses, 0.0)  # the replies' losses, as one array
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
@@ -426,13 +430,9 @@ class CohortReports(list):
         return reports
 
     def received_positions(self) -> np.ndarray:
-        """Positions of the replies that carry an update (the clients that drew samples): known without a
-        Python pass over the cohort."""
-        return np.flatnonzero(self._took_step)
-
-    def summed_loss(self) -> tuple[float, int]:
-        """(sum of the losses of the clients that took a step, how many did): the replies' own fields, summed."""
-        return float(self._losses[self._took_step].sum()), int(self._took_step.sum())
+        """Positions of the replies that carry an update (the clients that drew samples, less the rejected):
+        known without a Python pass over the cohort."""
+        return self.without_failed(np.flatnonzero(self._took_step))
 
     def _union(self) -> _Union:
         union = self._federation._unions.get(self._token)
@@ -443,12 +443,15 @@ class CohortReports(list):
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
         parameters (every G_c is linear in the sample gradients at one point; empty clients add zero)."""
+        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        if self.failed:  # a rejected reply adds nothing
+            weights = np.where(np.isin(positions, list(self.failed)), 0.0, weights)
         a = np.zeros(len(self))
-        a[np.asarray(positions, dtype=np.int64)] = weights
+        a[positions] = weights
         union = self._union()
         grads = union.weighted_gradient_sum(a)
-        trained = self._took_step[np.asarray(positions, dtype=np.int64)]
-        total = float(np.sum(np.asarray(weights, dtype=np.float64)[trained]))  # decay * w0 only in trained updates
+        trained = self._took_step[positions]
+        total = float(np.sum(weights[trained]))  # decay * w0 only in trained updates
         return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
     def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
@@ -499,6 +502,11 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
         for h in handles:
             h.remove()
     return 2 * sum(total)
+
+
+def _as_sent(sent: PerClient | Shared) -> Any:
+    """The payload as ``run`` takes it: the shared one, or the :class:`PerClient` itself."""
+    return sent.shared if sent.shared is not None else sent
 
 
 def _group_key(part: Any) -> Any:

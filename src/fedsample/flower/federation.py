@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedsample.federation.base import payload_for
+from fedsample.federation.base import Federation
 from fedsample.flower.codec import MalformedReply, decode_report, encode_request
-from fedsample.rounds import Failed
+from fedsample.messages import payloads_for
+from fedsample.rounds import Failed, Replies
 
 IDENTIFY = "query.identify"
 PULL_INTERVAL = 0.05  # seconds between pulls for replies
 
 
-class FlowerFederation:
-    """Client procedures as Flower messages through a ServerApp's ``Grid``.
+class FlowerFederation(Federation):
+    """Client procedures as Flower messages through a ServerApp's ``Grid``; its answers are plain
+    :class:`~fedsample.rounds.Replies` (each reply decoded from its own message: every sum is formed on the
+    server, reply by reply).
 
     ``nodes`` maps a fedsample client id to the Flower node id serving it (see :func:`discover_nodes`);
     ``num_clients`` is the number of clients the strategy samples from (a client whose node is missing
@@ -48,15 +51,13 @@ class FlowerFederation:
     def num_clients(self) -> int:
         return self._num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any | Sequence[Any], round: int) -> list[Any]:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies:
         ids = [int(k) for k in np.asarray(client_ids)]
         if len(set(ids)) != len(ids):
             raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")
-        per_client = isinstance(payload, (list, tuple))
-        if per_client and len(payload) != len(ids):
-            raise ValueError(f"{len(payload)} payloads for {len(ids)} clients")
+        sent = payloads_for(payload, len(ids))
         self.asked[round].append((procedure, ids))
-        payloads = [payload_for(payload, i, per_client) for i in range(len(ids))]
+        payloads = [sent.at(i) for i in range(len(ids))]
         reachable = self._reachable(ids, round)
         replies: list[Any] = [Failed(k, procedure, reachable.get(k, "")) for k in ids]
         sent = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
@@ -66,7 +67,7 @@ class FlowerFederation:
             if id(message) not in answers:
                 self.left_out[round][ids[i]] = replies[i].reason
         self.failures[round].extend(r for r in replies if isinstance(r, Failed))
-        return replies
+        return Replies(replies)
 
     def _reachable(self, ids: list[int], round: int) -> dict[int, str | None]:
         """For each client: None if a message can go to it, else why it is left out of this round."""

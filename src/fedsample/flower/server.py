@@ -1,9 +1,10 @@
 """The server's side: a ServerApp whose main runs any fedsample strategy over a ``FlowerFederation``.
 
 The loop is ``fedsample.simulate``'s (strategy rounds, evaluation on the test split every ``eval-every``
-rounds) with the deployment's additions: each round's record names the clients that failed, with the phase
-and reason, and which clients were asked to train. Failed replies are the strategy's to handle (left out,
-corrected for the response rate; a lost probe keeps the global model and says so: docs/reliability.md).
+rounds; the federation sealed by a secure sum where the strategy declares one) with the deployment's
+additions: each round's record names the clients that failed, with the phase and reason, and which clients
+were asked to train. Failed replies are the strategy's to handle (left out, corrected for the response rate;
+a lost probe keeps the global model and says so: docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedsample.data import load_dataset
 from fedsample.evaluation import evaluate
+from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.flower.config import AppConfig
 from fedsample.flower.federation import FlowerFederation, discover_nodes
 from fedsample.models import initial_parameters, model_from_name
@@ -40,11 +42,12 @@ def run_server(grid: Grid, config: AppConfig) -> FlowerRun:
     strategy = recipe(config.recipe, **config.recipe_args)
     nodes = discover_nodes(grid, config.num_clients, wait=config.connect_timeout, timeout=config.round_timeout)
     federation = FlowerFederation(grid, nodes, config.num_clients, config.seed, timeout=config.round_timeout)
+    served = with_secure_sum(federation, strategy.secure_sum)
     params = initial_parameters(module, config.seed)
     state, history = strategy.init_state(params), []
     x_test, y_test = torch.as_tensor(dataset.x_test), torch.as_tensor(dataset.y_test)
     for t in range(config.num_server_rounds):
-        params, log = strategy.round(federation, params, state, t, config.seed)
+        params, log = strategy.round(served, params, state, t, config.seed)
         record = {"round": t + 1, **log, **round_outcome(federation, t)}
         if (t + 1) % config.eval_every == 0 or t + 1 == config.num_server_rounds:
             record.update(evaluate(module, params, x_test, y_test, dataset.task, dataset.num_classes))

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 import numpy as np
 import torch
 
-from fedsample.messages import ClientContext, LocalSample, ProbeRequest
+from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
 from fedsample.sampling import design
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling, check_scaling
@@ -392,12 +392,13 @@ class ImportanceData:
             return np.ones(len(cohort))
         return len(cohort) / (cohort.population * cohort.inclusion)
 
-    def plan(self, ctx: "RoundContext", cohort: Cohort) -> list[ImportanceBatches]:
+    def plan(self, ctx: "RoundContext", cohort: Cohort) -> PerClient:
+        """One plan per agent (its E_k, B_k and 1/(K p_k) factor)."""
         params = {"exact": self.reference, "approx": ctx.params, "cheap": ctx.params, "uniform": None}[self.update]
-        return [
+        return PerClient(tuple(
             ImportanceBatches(
                 epochs=_for_agent(self.epochs, int(k), "epochs"), batch_size=_for_agent(self.batch_size, int(k), "batch_size"),
                 agent_scale=float(factor), params=params, floor=self.floor, refresh=self.update == "cheap",
             )
             for k, factor in zip(cohort.ids, self.agent_factors(cohort))
-        ]
+        ))

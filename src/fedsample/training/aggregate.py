@@ -5,6 +5,11 @@ reports; clients that sent nothing or failed (:class:`fedsample.rounds.Failed`) 
 are inverse inclusion probabilities (Horvitz-Thompson) and FedSampling's sum are divided by the round's
 response rate ``ctx.response_rate`` (answered/asked; 1 when nobody failed), which keeps them unbiased when
 clients drop out at random (docs/reliability.md); normalized weights need no adjustment.
+
+Aggregators read the replies through the reply-list protocol (:class:`fedsample.rounds.ReplyList`): the
+positions that carry an update, the weighted sum of the updates (fused where the federation forms it itself:
+one backward pass, partial sums on Ray's workers, a secure sum) and the drawn-sample count. A plain list of
+reports is read as :class:`fedsample.rounds.Replies`.
 """
 
 from __future__ import annotations
@@ -13,36 +18,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
-import torch
 
 from fedsample.training.functional import Params
 
-from fedsample.rounds import answered
+from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
 
 if TYPE_CHECKING:
     from fedsample.messages import TrainReport
     from fedsample.rounds import Cohort, RoundContext
 
-
-def weighted_sum(updates: Sequence[Params], weights: Sequence[float]) -> Params:
-    """sum_k w_k * Delta_k, key-wise, accumulated in place: no stacked copy of the cohort's updates (a cohort
-    of 50 CNN updates would otherwise hold a second 300 MB copy while it is averaged)."""
-    w = np.asarray(weights, dtype=np.float64).tolist()
-    total = {k: torch.zeros_like(v) for k, v in updates[0].items()}
-    for update, weight in zip(updates, w):
-        for k, acc in total.items():
-            acc.add_(update[k], alpha=weight)
-    return total
+Reports = ReplyList | Sequence["TrainReport | None"]  # what an aggregator is handed
 
 
-def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list["TrainReport"]]:
+def received(reports: Reports) -> tuple[np.ndarray, list["TrainReport"]]:
     """Positions (in the cohort) and reports of the clients that sent an update: every reply except
     :class:`~fedsample.rounds.Failed`, None and the empty replies (no step taken: the client's plan drew nothing,
-    and its update is zero). A federation that knows them (the vectorized engine) or hides who trained (a
-    secure sum) names the positions itself (``received_positions``)."""
-    known = getattr(reports, "received_positions", None)
-    positions = known() if known is not None else answered(reports)
-    return positions, [reports[i] for i in positions]
+    and its update is zero), as the reply list names them (:meth:`~fedsample.rounds.ReplyList.received_positions`:
+    the vectorized engine knows them without a pass; a secure sum names every client that answered)."""
+    replies = replies_of(reports)
+    positions = replies.received_positions()
+    return positions, [replies[int(i)] for i in positions]
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion"]
@@ -77,7 +72,7 @@ class WeightedMean:
             w = w * ctx.require_sizes().for_clients(cohort.ids[positions])
         return w / w.sum()
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
 
@@ -87,7 +82,7 @@ class Sum:
 
     needs_sizes: ClassVar[None] = None
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
 
 
@@ -103,25 +98,12 @@ class DrawnNormalizedSum:
     K: int
     needs_sizes: ClassVar[None] = None
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
-        drawn = drawn_total(reports) if total is not None else 0
+        drawn = replies_of(reports).drawn_total() if total is not None else 0
         if drawn == 0:
             return None
         return {k: v * (self.K / drawn) for k, v in total.items()}
-
-
-def drawn_total(reports: Sequence["TrainReport | None"]) -> int:
-    """sum_c |S_c|, the samples the cohort drew: from the federation (vectorized engine, secure sum) where it
-    sums them itself, else from the received reports' ``samples`` fields."""
-    batched = getattr(reports, "drawn_total", None)
-    if batched is not None:
-        return batched()
-    _, got = received(reports)
-    counts = [getattr(r, "samples", None) for r in got]
-    if any(c is None for c in counts):
-        raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
-    return int(sum(counts))
 
 
 def response_rate_of(ctx: "RoundContext | None") -> float:
@@ -130,25 +112,18 @@ def response_rate_of(ctx: "RoundContext | None") -> float:
 
 
 def linear_combination(
-    reports: Sequence["TrainReport | None"], weights_of: Callable[[np.ndarray, list["TrainReport"]], np.ndarray]
+    reports: Reports, weights_of: Callable[[np.ndarray, list["TrainReport"]], np.ndarray]
 ) -> Params | None:
     """sum_k w_k * Delta_k over the received updates (None when nothing was received), with the weights
-    ``weights_of(positions, received_reports)``. A federation whose reports can form this sum without
-    materializing each update (``weighted_update_sum``: the vectorized engine's one-gradient cohorts, where
-    it is one backward pass over the union of the drawn samples) is asked to; the result is the same."""
-    positions, got = received(reports)
+    ``weights_of(positions, received_reports)``, formed by the reply list
+    (:meth:`~fedsample.rounds.ReplyList.weighted_update_sum`: update by update, or without materializing each
+    update where the federation can: the vectorized engine's one backward pass over the union of the drawn
+    samples, Ray's partial sums, a secure sum); the result is the same."""
+    replies = replies_of(reports)
+    positions, got = received(replies)
     if not got:
         return None
-    return sum_updates(reports, positions, np.asarray(weights_of(positions, got), dtype=np.float64))
-
-
-def sum_updates(reports: Sequence["TrainReport"], positions: np.ndarray, weights: np.ndarray) -> Params:
-    """sum_i weights_i * Delta_{positions_i}: by the reports' own ``weighted_update_sum`` where they offer one
-    (the vectorized engine's one-gradient cohorts: one backward pass), else update by update."""
-    fused = getattr(reports, "weighted_update_sum", None)
-    if fused is not None:
-        return fused(positions, weights)
-    return weighted_sum([reports[int(i)].update for i in positions], weights)
+    return replies.weighted_update_sum(positions, np.asarray(weights_of(positions, got), dtype=np.float64))
 
 
 def normalizer(report: "TrainReport") -> float:
@@ -187,7 +162,7 @@ class FedNova:
     def needs_sizes(self) -> Literal["any", None]:
         return WeightedMean(self.by).needs_sizes
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         def weights(positions: np.ndarray, got: list["TrainReport"]) -> np.ndarray:
             p = WeightedMean(self.by).weights(positions, cohort, ctx)
             a = np.array([normalizer(r) for r in got], dtype=np.float64)
@@ -247,7 +222,7 @@ class StratifiedMean:
         m_h = np.asarray(cohort.info["allocation"], dtype=np.float64)
         return N_h[h] / (m_h[h] * cohort.population)
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
 
@@ -278,6 +253,6 @@ class ISFedAvgAggregate:
     def __post_init__(self) -> None:
         check_scaling(self.scaling)
 
-    def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
         return mean.combine(reports, cohort, ctx)

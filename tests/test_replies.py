@@ -1,0 +1,270 @@
+"""The reply-list protocol (fedsample.rounds.ReplyList), declared payloads (PerClient), the secure sum and any
+other federation as wrappers applied by the layer that builds the federation, and federation factories.
+
+An engine's fused reply list must answer every protocol question exactly as the plain per-reply arithmetic
+does on the same replies (the engines' numbers equal the reference loop's within float32 tolerance)."""
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import fedsample as fs
+from fedsample.federation.base import FederationFactory, KeepsClientStates, client_states_of
+from fedsample.federation.faults import FaultModel, Faulty
+from fedsample.federation.secure_sum import SealedReplies, SecureSum, with_secure_sum
+from fedsample.federation.simulator import Simulator
+from fedsample.federation.vectorized import CohortReports, VectorizedSimulator
+from fedsample.messages import PerClient, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample.models import initial_parameters
+from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, Widened, replies_of
+from fedsample.sampling.data import AllSamples, BernoulliSamples
+from fedsample.training.local import LocalSGD, OneGradient
+from helpers import blobs, federate
+
+SIZES = [5, 0, 7, 3, 9, 4, 6, 2, 8, 5]
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federate(blobs(n=100), SIZES)
+
+
+@pytest.fixture(scope="module")
+def module(fed):
+    return fs.models.MLP(hidden=4).build(fed.dataset.input_shape, fed.dataset.num_classes)
+
+
+def one_gradient_payload(module, counted=False):
+    return TrainPayload(initial_parameters(module, 1), BernoulliSamples(0.6, report_count=counted), OneGradient(5), 2)
+
+
+def assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_fused_cohort_reports_answer_like_the_plain_arithmetic(fed, module):
+    """The vectorized engine's one-gradient cohort (one backward pass) against the same replies read one by one:
+    received positions, a weighted sum, the summed loss and count, the drawn total."""
+    ids = np.arange(fed.num_clients)
+    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module, counted=True), 2)
+    assert isinstance(fused, CohortReports) and fused.fused and not fused.sealed
+    plain = Replies(list(fused))
+    assert not plain.fused
+    received = plain.received_positions()
+    assert 1 not in received.tolist() and len(received) >= 5  # client 1 holds no data: an empty reply
+    np.testing.assert_array_equal(fused.received_positions(), received)
+    weights = np.linspace(0.5, 2.0, len(received))
+    assert_same_params(fused.weighted_update_sum(received, weights), plain.weighted_update_sum(received, weights))
+    assert fused.summed_loss() == plain.summed_loss() and fused.summed_loss()[1] == len(received)
+    assert fused.drawn_total() == plain.drawn_total() == sum(r.samples for r in plain if r.steps)
+
+
+def test_the_loop_engines_replies_are_a_plain_reply_list(fed, module):
+    ids = np.array([4, 1, 7])
+    got = Simulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module), 2)
+    assert type(got) is Replies and got.failed == {} and got.received_positions().tolist() == [0, 2]
+    assert got.summed_loss() == (got[0].loss + got[2].loss, 2)
+    with pytest.raises(ValueError, match="drawn-sample count"):  # the plan did not ask for it
+        got.drawn_total()
+
+
+def test_size_reports_of_a_million_clients_stay_one_array():
+    """The vectorized engine answers size reports as NumberReplies over one int array (no Python object per
+    client), and the failure model keeps it so: Widened maps positions, numbers() is one array."""
+    sizes = np.full(10**6, 2)
+    values = NumberReplies(sizes)
+    assert values.numbers().dtype == np.float64 and np.asarray(values) is sizes
+    dropped = {0: Failed(0, "report_size", "dropped out"), 5: Failed(5, "report_size", "dropped out")}
+    live = np.setdiff1d(np.arange(10**6 + 2), [0, 5])
+    wide = Widened(values, live, 10**6 + 2, dropped)
+    numbers = wide.numbers()
+    assert np.isnan(numbers[[0, 5]]).all() and np.count_nonzero(np.isnan(numbers)) == 2 and numbers[1] == 2.0
+    assert wide[0] is dropped[0] and wide[1] == 2 and wide.failures() == [dropped[0], dropped[5]]
+    ids, reports, failed = fs.validate.screen_sizes(wide, np.arange(10**6 + 2), None)
+    assert len(ids) == 10**6 and reports.dtype == np.int64 and failed == [dropped[0], dropped[5]]
+
+
+@pytest.mark.parametrize("backend", ["loop", "vectorized"])
+def test_size_reports_through_the_failure_model_are_validated_alike(fed, module, backend):
+    sim = fs.simulation.make_federation(backend, fed, module, seed=3)
+    faulty = Faulty(sim, FaultModel(dropout={"report_size": 0.3}), seed=1)
+    ids = np.arange(fed.num_clients)
+    got = faulty.run("report_size", ids, SizeQuery("exact"), 0)
+    assert isinstance(got, ReplyList) and got.failed
+    kept, reports, failed = fs.validate.screen_sizes(got, ids, None)
+    assert sorted(kept.tolist() + [f.client for f in failed]) == ids.tolist()
+    assert reports.tolist() == [SIZES[k] for k in kept]
+
+
+def test_the_failure_model_keeps_a_fused_sum_fused_with_its_positions_mapped(fed, module):
+    """Faulty(vectorized): the surviving clients' replies come back Widened over the engine's CohortReports;
+    the fused sum over cohort positions equals the plain sum of the same replies."""
+    ids = np.arange(fed.num_clients)
+    faulty = Faulty(VectorizedSimulator(fed, module, seed=3), FaultModel(dropout={"train": 0.4}), seed=2)
+    got = faulty.run("train", ids, one_gradient_payload(module), 2)
+    assert isinstance(got, Widened) and got.fused and got.failed
+    plain = Replies(list(got))
+    received = got.received_positions()
+    np.testing.assert_array_equal(received, plain.received_positions())
+    assert not set(received.tolist()) & set(got.failed)
+    weights = np.arange(1.0, len(received) + 1)
+    assert_same_params(got.weighted_update_sum(received, weights), plain.weighted_update_sum(received, weights))
+    assert got.summed_loss() == plain.summed_loss()
+
+
+def test_rejecting_keeps_the_fused_abilities_and_leaves_the_rejected_out(fed, module):
+    ids = np.arange(fed.num_clients)
+    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module), 2)
+    victim = int(fused.received_positions()[0])
+    rejected = fused.rejecting({victim: Failed(victim, "train", "test")})
+    assert type(rejected) is CohortReports and rejected.fused and fused.failed == {}  # the original is untouched
+    assert is_failed_at(rejected, victim) and victim not in rejected.received_positions().tolist()
+    others = rejected.received_positions()
+    assert_same_params(rejected.weighted_update_sum(others, np.ones(len(others))),
+                       Replies(list(rejected)).weighted_update_sum(others, np.ones(len(others))))
+    loss, count = rejected.summed_loss()
+    assert count == len(fused.received_positions()) - 1 and loss == pytest.approx(fused.summed_loss()[0] - fused[victim].loss)
+
+
+def is_failed_at(replies, position):
+    return isinstance(replies[position], Failed) and position in replies.failed
+
+
+def test_a_plain_list_from_another_federation_is_read_as_replies():
+    reports = [TrainReport({"w": torch.ones(2)}, 1, 0.5), None, Failed(3, "train", "lost")]
+    replies = replies_of(reports)
+    assert type(replies) is Replies and replies.failed == {2: reports[2]} and replies.received_positions().tolist() == [0]
+    assert replies_of(replies) is replies
+    assert isinstance(replies_of(np.array([3, 4])), NumberReplies)
+    assert fs.training.aggregate.Sum().combine(reports, fs.rounds.Cohort(np.arange(3), np.ones(3), 3), None)["w"].tolist() == [1.0, 1.0]
+
+
+# --- payloads ---------------------------------------------------------------------------------------------
+
+
+def test_payloads_are_shared_or_declared_per_client():
+    assert payloads_for("q", 3).at(2) == "q" and payloads_for("q", 3).shared == "q"
+    each = payloads_for(PerClient(["a", "b", "c"]), 3)
+    assert each.shared is None and each.at(1) == "b" and list(each.take([2, 0])) == ["c", "a"]
+    with pytest.raises(ValueError, match="2 payloads for 3 clients"):
+        payloads_for(PerClient(["a", "b"]), 3)
+    with pytest.raises(TypeError, match="PerClient"):
+        payloads_for(["a", "b", "c"], 3)
+
+
+@pytest.mark.parametrize("backend", ["loop", "vectorized"])
+def test_per_client_payloads_reach_their_clients_through_the_failure_model(fed, module, backend):
+    """One solver per client (client k takes k+1 steps of batch 1): the clients the failure model keeps get
+    their own payloads, whatever was dropped before them."""
+    ids = np.arange(2, 9)
+    params = initial_parameters(module, 0)
+    payloads = PerClient([TrainPayload(params, AllSamples(), LocalSGD(lr=0.1, epochs=None, steps=k + 1, batch_size=1), 0)
+                          for k in ids.tolist()])
+    sim = fs.simulation.make_federation(backend, fed, module, seed=3)
+    got = Faulty(sim, FaultModel(dropout={"train": 0.5}), seed=4).run("train", ids, payloads, 0)
+    assert got.failed and len(got.failed) < len(ids)
+    for position in got.received_positions().tolist():
+        assert got[position].steps == ids[position] + 1
+
+
+# --- secure sum and federation wrappers ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SeenReplies:
+    """An aggregator that records the reply lists it is handed."""
+
+    inner: object
+    seen: list
+
+    @property
+    def needs_sizes(self):
+        return self.inner.needs_sizes
+
+    def combine(self, reports, cohort, ctx):
+        self.seen.append(reports)
+        return self.inner.combine(reports, cohort, ctx)
+
+
+def test_simulate_seals_the_replies_of_a_strategy_that_declares_a_secure_sum():
+    fed = federate(blobs(n=100), [6] * 10)
+    for secure in (True, False):
+        seen = []
+        strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=0.1, secure_sum=secure)
+        strategy = dataclasses.replace(strategy, aggregate=SeenReplies(strategy.aggregate, seen))
+        fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
+        assert len(seen) == 2 and all(r.sealed == secure and isinstance(r, SealedReplies) == secure for r in seen)
+
+
+def test_a_round_refuses_readable_replies_when_the_strategy_declares_a_secure_sum(module):
+    fed = federate(blobs(n=100), [6] * 10)  # randomized size reports need at least one sample per client
+    strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=0.1)
+    params = initial_parameters(module, 0)
+    with pytest.raises(ValueError, match="declares secure_sum.*with_secure_sum"):
+        strategy.round(Simulator(fed, module, 0), params, strategy.init_state(params), 0, seed=0)
+    sealed = with_secure_sum(Simulator(fed, module, 0))
+    assert isinstance(sealed, SecureSum) and with_secure_sum(sealed) is sealed
+    assert with_secure_sum(sealed.inner, on=False) is sealed.inner
+    strategy.round(sealed, params, strategy.init_state(params), 0, seed=0)
+
+
+def test_wrappers_declare_the_client_states_of_what_they_wrap(fed, module):
+    sim = Simulator(fed, module, 0)
+    sim.context(3).state["w"] = 1
+    wrapped = with_secure_sum(Faulty(sim))
+    assert isinstance(wrapped, KeepsClientStates) and client_states_of(wrapped) == {3: {"w": 1}}
+    wrapped.load_client_states({4: {"w": 2}})
+    assert sim.client_states() == {4: {"w": 2}}
+
+    class Stateless:
+        num_clients = 3
+
+        def run(self, procedure, ids, payload, round):
+            return [0] * len(ids)
+
+    assert not isinstance(Stateless(), KeepsClientStates) and client_states_of(Faulty(Stateless())) == {}
+
+
+# --- federation factories ---------------------------------------------------------------------------------
+
+
+class LoopFactory(FederationFactory):
+    """A factory that opens the reference loop and records its life."""
+
+    def __init__(self):
+        self.events = []
+
+    @contextlib.contextmanager
+    def open(self, data, module, seed, *, memory_budget=None, device="cpu"):
+        self.events.append("open")
+        try:
+            yield Simulator(data, module, seed, device=device)
+        finally:
+            self.events.append("close")
+
+
+def test_simulate_opens_a_federation_factory_for_the_run_and_closes_it_also_on_error(fed):
+    strategy = fs.recipes.fedavg(clients_per_round=4, lr=0.1, batch_size=4)
+    factory = LoopFactory()
+    got = fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory)
+    want = fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, backend="loop")
+    assert factory.events == ["open", "close"] and got.history == want.history
+    assert (got.backend, got.backend_reason) == ("given", "a federation was passed")
+
+    def stop(_round):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory, progress=stop)
+    assert factory.events == ["open", "close"] * 2
+
+
+def test_a_backend_name_as_federation_is_one_line_naming_the_factory(fed):
+    with pytest.raises(ValueError, match=r"federation must be a federation or a federation factory .*ray_federation.*'ray'"):
+        fs.simulate(fs.recipes.fedavg(clients_per_round=2), data=fed, model=fs.models.LogisticRegression(), rounds=1,
+                    federation="ray")
