@@ -180,3 +180,27 @@ def test_arguments_aliases_renamed_and_literals():
     assert _recipe.__aliases__ == {"K": "samples_per_round"} and _recipe.__renamed__ == {"lr": "server_lr"}
     with pytest.raises(TypeError, match="positional"):
         _recipe(3)
+
+
+# --- the parts declare their constraints with the toolkit ----------------------------------------------
+
+
+def test_parts_refuse_what_they_used_to_accept():
+    from fedsample.sampling.clients import UniformClients
+    from fedsample.sampling.data import FedSamplingData
+    from fedsample.training.aggregate import DrawnNormalizedSum, StratifiedMean
+    from fedsample.training.local import LocalSGD, OneGradient
+
+    cases = [
+        (lambda: OneGradient(K=2.5), "OneGradient: K must be an integer >= 1 or None, got 2.5"),
+        (lambda: DrawnNormalizedSum(K=-64), "DrawnNormalizedSum: K must be an integer >= 1, got -64"),
+        (lambda: LocalSGD(epochs=1.5), "LocalSGD: epochs must be an integer >= 1 or None, got 1.5"),
+        (lambda: LocalSGD(batch_size=3.5), "LocalSGD: batch_size must be an integer >= 1 or None, got 3.5"),
+        (lambda: FedSamplingData(True), "FedSamplingData: K must be an integer >= 1, got True"),
+        (lambda: StratifiedMean("mean"), "StratifiedMean: by must be one of 'unbiased', 'paper' or 'size', got 'mean'"),
+    ]
+    for build, words in cases:
+        with pytest.raises(ParameterError) as error:
+            build()
+        assert str(error.value) == words
+    assert UniformClients(m=np.int64(3)).m == 3 and OneGradient(K=np.int32(8)).K == 8

@@ -1,7 +1,8 @@
 """One validation toolkit for parameters, in the manner of scikit-learn's parameter constraints.
 
 A parameter is declared with *constraints*: :func:`integers` and :func:`reals` (intervals with open or closed
-ends), :class:`Options` (a set of values, usually strings), :data:`BOOLEAN`, and ``None`` where None is allowed.
+ends), :class:`Options` (a set of values, usually strings), :data:`BOOLEAN`, :class:`Each` (one value or a
+sequence of them) and ``None`` where None is allowed.
 A list of constraints means "any of these". Every refusal is one :class:`ParameterError` line of one template,
 
     "{owner}: {name} must be {requirement}, got {value!r}"
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence
 import numpy as np
 
 __all__ = [
-    "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "Constraint", "InstanceOf", "Interval", "Options",
+    "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "Constraint", "Each", "InstanceOf", "Interval", "Options",
     "Param", "ParameterError", "arguments", "check", "constrained", "count", "fail", "in_interval", "integers",
     "message", "non_negative", "positive", "reals", "requirement", "validate",
 ]
@@ -57,9 +58,10 @@ def message(name: str, requirement: str, value: Any, owner: str | None = None) -
     return f"{owner}: {text}" if owner else text
 
 
-def fail(name: str, value: Any, requirement: str, owner: str | None = None) -> NoReturn:
-    """Refuse ``value`` with the template, for a rule no single constraint states (one value bounded by another)."""
-    raise ParameterError(message(name, requirement, value, owner), owner, name, value)
+def fail(name: str, value: Any, requirement: str, owner: str | None = None, label: str | None = None) -> NoReturn:
+    """Refuse ``value`` with the template (naming ``label`` or ``name``), also for a rule that no single constraint
+    states (one value bounded by another)."""
+    raise ParameterError(message(label or name, requirement, value, owner), owner, name, value)
 
 
 # --- constraints ------------------------------------------------------------------------------------
@@ -142,17 +144,21 @@ def reals(low: float | None = None, high: float | None = None, closed: str = "[]
 
 class Options(Constraint):
     """One of a few values (strings, mostly): ``Options("uniform", "size")``. A value matches an option of
-    the same type only (``1`` is not ``True``, ``"1"`` is not ``1``)."""
+    the same type only (``1`` is not ``True``, ``"1"`` is not ``1``). ``words``: how to say them, where the
+    quoted list would say less."""
 
-    def __init__(self, *values: Any) -> None:
+    def __init__(self, *values: Any, words: str | None = None) -> None:
         if not values:
             raise ValueError("Options needs at least one value")
         self.values = tuple(values)
+        self.words = words
 
     def satisfied_by(self, value: Any) -> bool:
         return any(_matches(option, value) for option in self.values)
 
     def __str__(self) -> str:
+        if self.words:
+            return self.words
         shown = [repr(v) for v in self.values]
         if len(shown) == 1:
             return shown[0]
@@ -183,6 +189,24 @@ class InstanceOf(Constraint):
 
     def __str__(self) -> str:
         return self.description
+
+
+@dataclasses.dataclass(frozen=True)
+class Each(Constraint):
+    """One value meeting ``constraint``, or a non-empty sequence (list, tuple, 1-D array) of such values
+    (ISFedAvg's per-agent epochs E_k: one for all agents, or one per agent)."""
+
+    constraint: Constraint
+
+    def satisfied_by(self, value: Any) -> bool:
+        if self.constraint.satisfied_by(value):
+            return True
+        if isinstance(value, np.ndarray):
+            value = list(value) if value.ndim == 1 else None
+        return isinstance(value, (list, tuple)) and len(value) > 0 and all(self.constraint.satisfied_by(v) for v in value)
+
+    def __str__(self) -> str:
+        return f"{self.constraint}, or a sequence of such values"
 
 
 BOOLEAN = InstanceOf(bool, "True or False")
@@ -231,10 +255,14 @@ def satisfied(spec: Spec, value: Any) -> bool:
 T = TypeVar("T")
 
 
-def check(name: str, value: T, *constraints: Constraint | None, owner: str | None = None, label: str | None = None) -> T:
-    """``value`` if it meets one of ``constraints``; otherwise a :class:`ParameterError` with the template
-    (naming ``label`` or ``name``)."""
-    validate(owner, {name: value}, {name: Param(*constraints, label=label)})
+def check(name: str, value: T, *constraints: Constraint | Param | None, owner: str | None = None, label: str | None = None) -> T:
+    """``value`` if it meets one of ``constraints`` (or the one :class:`Param` given); otherwise a
+    :class:`ParameterError` with the template (naming ``label`` or ``name``)."""
+    if len(constraints) == 1 and isinstance(constraints[0], Param):
+        spec: Param = constraints[0] if label is None else Param(*constraints[0].constraints, label=label)
+    else:
+        spec = Param(*constraints, label=label)
+    validate(owner, {name: value}, {name: spec})
     return value
 
 
@@ -244,7 +272,7 @@ def validate(owner: str | None, values: Mapping[str, Any], spec: Mapping[str, Sp
     for name, rule in spec.items():
         if name in values and not satisfied(rule, values[name]):
             _, label = _unpack(rule)
-            fail(label or name, values[name], requirement(rule), owner)
+            fail(name, values[name], requirement(rule), owner, label)
 
 
 # --- Literal annotations as options ------------------------------------------------------------------
@@ -268,10 +296,7 @@ def literal_spec(annotation: Any) -> Spec | None:
 
 def _literal_specs(owner: Any, names: Iterable[str]) -> dict[str, Spec]:
     """The Literal-derived constraints of ``names`` among ``owner``'s annotations (a class or function)."""
-    try:
-        hints = typing.get_type_hints(owner)
-    except Exception:  # noqa: BLE001 - an annotation naming a type imported only for type checkers
-        return {}
+    hints = typing.get_type_hints(owner)
     found = {name: literal_spec(hints[name]) for name in names if name in hints}
     return {name: spec for name, spec in found.items() if spec is not None}
 
@@ -356,7 +381,7 @@ def arguments(
             for name, rule in {**spec, **literals}.items():
                 if name in bound and not satisfied(rule, bound[name]):
                     _, label = _unpack(rule)
-                    fail(given_as.get(name) or label or name, bound[name], requirement(rule), who)
+                    fail(given_as.get(name, name), bound[name], requirement(rule), who, None if name in given_as else label)
             return fn(*args, **kwargs)
 
         wrapper.__aliases__ = aliases  # type: ignore[attr-defined]

@@ -61,7 +61,7 @@ def _federated(
     if client_sampling not in ("uniform", "weighted"):
         raise ValueError(f"client_sampling must be 'uniform' or 'weighted', got {client_sampling!r}")
     weighted = client_sampling == "weighted"
-    m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, default=10)
+    m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, 10, name)
     if clients is None:
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
@@ -249,7 +249,7 @@ def fedsts(
     objective, with exact sizes from the cohort, see :class:`StratifiedMean`). Paper defaults: H = 10, m = 10,
     d' = 9, 3 local SGD steps, lr 0.01, batch 128. ``samples_per_round=K`` instead of m derives m each round
     from every client's exact size."""
-    m = cohort_size.one_of("m", m, samples_per_round, default=10, check=False)
+    m = cohort_size.one_of("m", m, samples_per_round, 10, "fedsts")
     clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
     if clients.needs_sizes == "exact":
         sizes = ExactSizes(scope="all")
