@@ -27,7 +27,7 @@ def main() -> None:
     fed = partition(ds, LogNormalSizes(mean=2, sigma=4), seed=0)
     emit("dataset", ds.name)
     emit("clients", fed.num_clients)
-    strategy = recipes.fedsampling(K=2048, epsilon=3.0, M=300, lr=0.05)
+    strategy = recipes.fedsampling(K=2048, epsilon=3.0, M=300, server_lr=0.05)
     for label, spec in (("mlp", MLP(hidden=64)), ("cnn", CNN())):
         module = spec.build(ds.input_shape, ds.num_classes)
         params = initial_parameters(module, 0)

@@ -30,7 +30,7 @@ from fedsample.flower.node import client_context, scheme_for  # noqa: E402
 from fedsample.rng import client_rng  # noqa: E402
 from fedsample.flower.tolerance import TolerantView  # noqa: E402
 
-RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "lr": 0.5}
+RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "server_lr": 0.5}
 
 
 class TimedFederation:

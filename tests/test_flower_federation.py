@@ -108,7 +108,7 @@ def test_each_kind_of_bad_reply_is_a_named_failure_in_the_round_log():
 
 def test_a_nan_update_is_rejected_and_never_averaged_in():
     data, module = local_data()
-    strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, lr=0.5)
+    strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, server_lr=0.5)
     params = fs.models.initial_parameters(module, 0)
     flower = federation({4: "nan"})
     got, log = strategy.round(flower, params, strategy.init_state(params), 0, seed=0)

@@ -144,21 +144,17 @@ def reals(low: float | None = None, high: float | None = None, closed: str = "[]
 
 class Options(Constraint):
     """One of a few values (strings, mostly): ``Options("uniform", "size")``. A value matches an option of
-    the same type only (``1`` is not ``True``, ``"1"`` is not ``1``). ``words``: how to say them, where the
-    quoted list would say less."""
+    the same type only (``1`` is not ``True``, ``"1"`` is not ``1``)."""
 
-    def __init__(self, *values: Any, words: str | None = None) -> None:
+    def __init__(self, *values: Any) -> None:
         if not values:
             raise ValueError("Options needs at least one value")
         self.values = tuple(values)
-        self.words = words
 
     def satisfied_by(self, value: Any) -> bool:
         return any(_matches(option, value) for option in self.values)
 
     def __str__(self) -> str:
-        if self.words:
-            return self.words
         shown = [repr(v) for v in self.values]
         if len(shown) == 1:
             return shown[0]
@@ -220,15 +216,18 @@ Spec = Union[Constraint, None, Sequence[Union[Constraint, None]], "Param"]
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """A parameter's constraints with a ``label`` for the message where the bare name says too little
-    (``Param(integers(1), label="number of strata H")``)."""
+    """A parameter's constraints, with a ``label`` for the message where the bare name says too little
+    (``Param(integers(1), label="number of strata H")``) and ``words`` where the generated requirement would
+    say less than a phrase (``Param(POSITIVE, Options("none"), None, words="a number > 0 or 'none'")``)."""
 
     constraints: tuple
     label: str | None = None
+    words: str | None = None
 
-    def __init__(self, *constraints: Constraint | None, label: str | None = None) -> None:
+    def __init__(self, *constraints: Constraint | None, label: str | None = None, words: str | None = None) -> None:
         object.__setattr__(self, "constraints", constraints)
         object.__setattr__(self, "label", label)
+        object.__setattr__(self, "words", words)
 
 
 def _unpack(spec: Spec) -> tuple[tuple, str | None]:
@@ -241,6 +240,8 @@ def _unpack(spec: Spec) -> tuple[tuple, str | None]:
 
 def requirement(spec: Spec) -> str:
     """What ``spec`` admits, in words: "an integer >= 1 or None"."""
+    if isinstance(spec, Param) and spec.words:
+        return spec.words
     constraints, _ = _unpack(spec)
     words = ["None" if c is None else str(c) for c in constraints]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
@@ -259,7 +260,8 @@ def check(name: str, value: T, *constraints: Constraint | Param | None, owner: s
     """``value`` if it meets one of ``constraints`` (or the one :class:`Param` given); otherwise a
     :class:`ParameterError` with the template (naming ``label`` or ``name``)."""
     if len(constraints) == 1 and isinstance(constraints[0], Param):
-        spec: Param = constraints[0] if label is None else Param(*constraints[0].constraints, label=label)
+        given = constraints[0]
+        spec: Param = given if label is None else Param(*given.constraints, label=label, words=given.words)
     else:
         spec = Param(*constraints, label=label)
     validate(owner, {name: value}, {name: spec})

@@ -49,7 +49,7 @@ def received(reports: Sequence["TrainReport | None"]) -> tuple[np.ndarray, list[
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion"]
-WEIGHTINGS = checks.Options(*typing.get_args(Weighting), words="one of the weightings uniform, size or inverse_inclusion")
+WEIGHTINGS = checks.Param(checks.Options(*typing.get_args(Weighting)), words="one of the weightings uniform, size or inverse_inclusion")
 
 
 @dataclass(frozen=True)
