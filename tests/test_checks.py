@@ -204,3 +204,77 @@ def test_parts_refuse_what_they_used_to_accept():
             build()
         assert str(error.value) == words
     assert UniformClients(m=np.int64(3)).m == 3 and OneGradient(K=np.int32(8)).K == 8
+
+
+# --- the examples of the issue, and the config loader saying what the library says ---------------------
+
+
+def test_recipes_refuse_the_issues_examples_naming_what_the_caller_wrote():
+    from fedsample import recipes
+    from fedsample.sampling.data import FedSamplingData
+
+    cases = [
+        (lambda: recipes.fedavg(epochs=1.5, batch_size=3.5), "fedavg: epochs must be an integer >= 1 or None, got 1.5"),
+        (lambda: recipes.fedavg(batch_size=3.5), "fedavg: batch_size must be an integer >= 1 or None, got 3.5"),
+        (lambda: recipes.centralized(K=0), "centralized: K must be an integer >= 1, got 0"),
+        (lambda: recipes.centralized(samples_per_round=0), "centralized: samples_per_round must be an integer >= 1, got 0"),
+        (lambda: recipes.fedsampling(K=64, data=FedSamplingData(128)),
+         "fedsampling: samples_per_round (K) must be 128 (the K of data=FedSamplingData(K=128, count_drawn=False)) or "
+         "left out: give K once, got 64"),
+        (lambda: recipes.fedsampling(K=64, samples_per_round=64), "fedsampling: K and samples_per_round name the same parameter; give one"),
+        (lambda: recipes.fedsampling(lr=0.5), "fedsampling: lr was renamed server_lr"),
+        (lambda: recipes.fedavg(client_sampling="size"), "fedavg: client_sampling must be one of 'uniform' or 'weighted', got 'size'"),
+    ]
+    for build, words in cases:
+        with pytest.raises(ParameterError) as error:
+            build()
+        assert str(error.value) == words
+    one = recipes.fedsampling(data=FedSamplingData(128))  # K given once, by the data sampler: every part uses it
+    assert one.local.K == one.data.K == 128
+    with pytest.raises(TypeError, match="positional"):
+        recipes.fedavg(10)
+
+
+def _experiment(**changes) -> dict:
+    base = {"name": "x", "rounds": 2, "dataset": {"name": "digits"}, "partition": {"scheme": "iid", "num_clients": 4},
+            "model": {"name": "logreg"}, "strategies": [{"recipe": "fedavg", "label": "A"}]}
+    return {**base, **changes}
+
+
+def _library_refusals() -> dict:
+    from fedsample.federation.faults import FaultModel, Straggler
+    from fedsample.simulation import simulate
+    from fedsample.training.schedule import Schedule
+
+    return {
+        "dropout": (dict(faults={"dropout": {"train": 1.5}}), "faults.dropout", lambda: FaultModel(dropout={"train": 1.5})),
+        "straggler": (dict(faults={"straggler": {"deadline": 0.0}}), "faults.straggler.deadline", lambda: Straggler(0.0)),
+        "schedule": (dict(strategies=[{"recipe": "fedavg", "lr_schedule": {"kind": "step", "every": 0, "gamma": 0.5}}]),
+                     "strategies.0.lr_schedule.every", lambda: Schedule("step", every=0, gamma=0.5)),
+        "rounds": (dict(rounds=0), "rounds", lambda: simulate(None, None, None, 0)),
+    }
+
+
+@pytest.mark.parametrize("case", ["dropout", "straggler", "schedule", "rounds"])
+def test_the_config_loader_reports_the_librarys_message_under_the_toml_key(case):
+    from fedsample.experiments.config import ConfigError, parse_config
+
+    changes, key, library = _library_refusals()[case]
+    with pytest.raises(ParameterError) as api:
+        library()
+    with pytest.raises(ConfigError) as loaded:
+        parse_config(_experiment(**changes), "e.toml")
+    assert str(loaded.value) == f"e.toml: {key}: {api.value}"
+
+
+def test_the_plan_reports_a_recipes_message_under_the_toml_key():
+    from fedsample import recipes
+    from fedsample.experiments.config import ConfigError, parse_config
+    from fedsample.experiments.plan import prepare
+
+    with pytest.raises(ParameterError) as api:
+        recipes.fedsampling(K=2.5)
+    config = parse_config(_experiment(strategies=[{"recipe": "fedsampling", "label": "FS", "K": 2.5}]), "e.toml")
+    with pytest.raises(ConfigError) as planned:
+        prepare(config)
+    assert str(planned.value) == f"strategies.0.K (strategy 'FS'): {api.value}"

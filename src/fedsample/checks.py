@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence
 import numpy as np
 
 __all__ = [
-    "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "Constraint", "Each", "InstanceOf", "Interval", "Options",
+    "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "Constraint", "Each", "InstanceOf", "Interval", "Options",
     "Param", "ParameterError", "arguments", "check", "constrained", "count", "fail", "in_interval", "integers",
     "message", "non_negative", "positive", "reals", "requirement", "validate",
 ]
@@ -228,6 +228,10 @@ class Param:
         object.__setattr__(self, "constraints", constraints)
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "words", words)
+
+
+#: A seed: what numpy's SeedSequence and the (seed, round, purpose) cells take.
+SEED = Param(integers(0, 2**63 - 1), words="an integer in [0, 2^63)")
 
 
 def _unpack(spec: Spec) -> tuple[tuple, str | None]:

@@ -105,7 +105,7 @@ Backend = Literal["auto", "vectorized", "loop"]
 
 
 @checks.arguments(
-    renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.integers(0, 2**63 - 1), eval_every=checks.COUNT,
+    renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT,
     checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None],
 )
 def simulate(

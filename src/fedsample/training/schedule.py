@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fedsample import checks
-from fedsample.training.functional import Params
+
+if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torch, as experiment files are read
+    from fedsample.training.functional import Params
 
 Kind = Literal["constant", "step", "exponential", "cosine"]
 KINDS = ("constant", "step", "exponential", "cosine")
