@@ -278,3 +278,17 @@ def test_the_plan_reports_a_recipes_message_under_the_toml_key():
     with pytest.raises(ConfigError) as planned:
         prepare(config)
     assert str(planned.value) == f"strategies.0.K (strategy 'FS'): {api.value}"
+
+
+def test_the_docs_table_lists_every_alias_and_renamed_name():
+    """docs/parameters.md: each recipe's alias (a paper's symbol) and renamed name sits in the row of its new name,
+    with the recipe named beside it."""
+    from pathlib import Path
+
+    from fedsample import recipes
+
+    rows = [line.split("|")[1:-1] for line in (Path(__file__).parents[1] / "docs" / "parameters.md").read_text().splitlines()
+            if line.startswith("| ") and "`" in line]
+    for name, fn in recipes.RECIPES.items():
+        for old, new in {**fn.__aliases__, **fn.__renamed__}.items():
+            assert any(f"`{new}`" in row[1] and f"`{old}`" in row[3] and f"`{name}`" in row[3] for row in rows), (name, old, new)

@@ -49,11 +49,11 @@ PARAMETERS: dict[str, checks.Spec] = {
     "epochs": [COUNT, None],
     "steps": [COUNT, None],
     "batch_size": [COUNT, None],
-    "local_momentum": [MOMENTUM, None],
+    "local_momentum": MOMENTUM,
     "server_momentum": MOMENTUM,
     "weight_decay": NON_NEGATIVE,
-    "lr_decay": [reals(0, 1, "(]"), None],
-    "prox_mu": [NON_NEGATIVE, None],
+    "lr_decay": reals(0, 1, "(]"),
+    "prox_mu": NON_NEGATIVE,
     "beta1": MOMENTUM,
     "beta2": MOMENTUM,
     "tau": POSITIVE,
@@ -471,7 +471,10 @@ def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
     return dataclasses.replace(strategy, local=dataclasses.replace(strategy.local, **fields)) if fields else strategy
 
 
-@_recipe(aliases={"rho": "beta_decay"}, renamed={"momentum": "local_momentum"})
+@_recipe(
+    aliases={"rho": "beta_decay"}, renamed={"momentum": "local_momentum"},  # None: the base recipe's value
+    local_momentum=[MOMENTUM, None], lr_decay=[PARAMETERS["lr_decay"], None], prox_mu=[NON_NEGATIVE, None],
+)
 def iwds(
     *, beta_m: float = 0.98, beta_0: float = 0.9999, beta_decay: float = 0.992, schedule: Literal["decay", "fixed"] = "decay",
     base: str = "fedavg", local_momentum: float | None = None, lr_decay: float | None = 0.992, prox_mu: float | None = None,
