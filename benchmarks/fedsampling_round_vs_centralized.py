@@ -51,7 +51,7 @@ def round_and_step(fed: FederatedData, spec, K: int, repeats: int) -> tuple[floa
     module = spec.build(ds.input_shape, ds.num_classes)
     params = initial_parameters(module, 0)
     sim = VectorizedSimulator(fed, module, seed=0)
-    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=LR)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=LR)
     state = strategy.init_state(params)
     round_s = best_of(lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0), repeats=repeats)
     rows = torch.from_numpy(drawn_rows(strategy, sim, fed, params))

@@ -32,7 +32,7 @@ if FLOWER:
     from fedsample.flower.config import AppConfig
     from fedsample.flower.node import client_context, scheme_for
 
-RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "lr": 0.5}
+RECIPE = {"K": 64, "epsilon": 3.0, "M": 50, "server_lr": 0.5}
 
 
 class TimedFederation:

@@ -123,7 +123,7 @@ def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: i
     ds, device = fed.dataset, clock.device
     module, params = model_on(spec, ds, device)
     sim = VectorizedSimulator(fed, module, seed=0, device=device)
-    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=0.05)
     state = strategy.init_state(params)
     one_round = lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)  # noqa: E731
     round_s = clock.seconds(one_round, repeats)
@@ -211,7 +211,7 @@ def profile_round(clock: Clock, fed: FederatedData, K: int) -> None:
 
     module, params = model_on(MLP(hidden=64), fed.dataset, clock.device)
     sim = VectorizedSimulator(fed, module, seed=0, device=clock.device)
-    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05)
+    strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=0.05)
     state = strategy.init_state(params)
     strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if clock.device.type == "cuda" else [])

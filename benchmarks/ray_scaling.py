@@ -50,7 +50,7 @@ def fedsampling_case(clients: int = 1_000_000):
     ds = Dataset("synthetic", x, (x[:, 0] > 0).astype(np.int64), x[:1], np.zeros(1, dtype=np.int64), 2)
     fed = FederatedData(ds, np.arange(rows, dtype=np.int64), np.concatenate([[0], np.cumsum(sizes)]))
     name = "fedsampling_1m_clients" if clients == 1_000_000 else f"fedsampling_{clients}_clients"
-    return name, fed, torch.nn.Linear(1, 2), recipes.fedsampling(K=2048, epsilon=3.0, M=300, lr=0.5)
+    return name, fed, torch.nn.Linear(1, 2), recipes.fedsampling(K=2048, epsilon=3.0, M=300, server_lr=0.5)
 
 
 def measure(name: str, fed: FederatedData, module, strategy, actors: list[int], repeats: int) -> None:

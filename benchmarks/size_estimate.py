@@ -113,7 +113,7 @@ def accuracy(rounds: int, seeds: list[int], lr: float, smoke: bool = False) -> N
         accs, steps, t = [], [], time.perf_counter()
         for seed in seeds:
             fed = partition(ds, LogNormalSizes(MEAN, SIGMA), seed=seed)
-            strategy = fs.recipes.fedsampling(K=K, epsilon=EPSILON, lr=lr, **options)
+            strategy = fs.recipes.fedsampling(K=K, epsilon=EPSILON, server_lr=lr, **options)
             result = fs.simulation.simulate(strategy, fed, model, rounds, seed=seed, eval_every=rounds, backend="vectorized")
             accs.append(result.history[-1]["accuracy"])
             steps += [h["ratio"] * ds.num_train / K for h in result.history]

@@ -71,15 +71,15 @@ def workloads(only: str | None, skip_cifar: bool, smoke: bool = False) -> list[t
         "centralized": lambda: recipes.centralized(K=64, lr=0.5),
         "fedavg": lambda: recipes.fedavg(clients_per_round=16, steps=1, batch_size=1_000_000, lr=0.5),
         "weighted_fedavg": lambda: recipes.weighted_fedavg(clients_per_round=16, steps=1, batch_size=1_000_000, lr=0.5),
-        "fedsampling": lambda: recipes.fedsampling(K=64, epsilon=3.0, M=20, lr=0.5),
-        "fedsampling_naive": lambda: recipes.fedsampling_naive(ratio=0.045, lr=0.5),
+        "fedsampling": lambda: recipes.fedsampling(K=64, epsilon=3.0, M=20, server_lr=0.5),
+        "fedsampling_naive": lambda: recipes.fedsampling_naive(ratio=0.045, server_lr=0.5),
     }
     out += [(f"quickstart:{name}", make, digits, MLP(hidden=64)) for name, make in quick.items()]
     ten = cache(lambda: partition(fmnist(), IID(num_clients=10), seed=0))
     out.append((f"iwds_10x{SMOKE_ROWS // 10 if smoke else 6000}", lambda: recipes.iwds(clients_per_round=5, batch_size=32), ten, MLP(hidden=64)))
     lognormal = cache(lambda: partition(fmnist(), LogNormalSizes(mean=2, sigma=4), seed=0))
     K = 128 if smoke else 2048
-    out.append(("fedsampling_mlp_round", lambda: recipes.fedsampling(K=K, epsilon=3.0, M=300, lr=0.05), lognormal, MLP(hidden=64)))
+    out.append(("fedsampling_mlp_round", lambda: recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=0.05), lognormal, MLP(hidden=64)))
     return [w for w in out if only is None or only in w[0]]
 
 

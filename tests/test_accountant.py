@@ -69,7 +69,7 @@ def test_gaussian_update_epsilon_composes_and_rdp_is_looser():
 
 
 def test_round_log_carries_the_run_spend():
-    strategy = recipes.fedsampling(K=30, epsilon=2.0, M=10, lr=0.1)
+    strategy = recipes.fedsampling(K=30, epsilon=2.0, M=10, server_lr=0.1)
     assert accounting.run_spend(strategy.sizes, None, 7)["size_epsilon"] == 2.0
     fresh = RandomizedSizes(2.0, 10, permanent=False)
     assert accounting.run_spend(fresh, None, 7)["size_epsilon"] == 14.0

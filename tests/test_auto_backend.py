@@ -72,7 +72,7 @@ def test_solvers_and_models_the_vectorized_engine_runs_client_by_client_go_to_th
 
 def test_simulate_defaults_to_auto_records_the_choice_and_matches_the_named_engine():
     fed = federate(blobs(n=200), [9, 14, 20, 7, 30, 11])
-    for make, engine in ((lambda: recipes.fedsampling(K=30, epsilon=2.0, M=30, lr=0.2), "vectorized"),
+    for make, engine in ((lambda: recipes.fedsampling(K=30, epsilon=2.0, M=30, server_lr=0.2), "vectorized"),
                          (lambda: recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=4), "loop")):
         auto = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=3)
         assert auto.backend == engine and auto.backend_reason
@@ -87,7 +87,7 @@ def test_experiment_results_record_the_engine_per_seed():
     from fedsample.experiments.runner import summarize
 
     fed = federate(blobs(n=200), [9, 14, 20, 7, 30, 11])
-    run = simulate(recipes.fedsampling(K=30, epsilon=2.0, M=30, lr=0.2), fed, MLP(hidden=8), rounds=1, seed=0)
+    run = simulate(recipes.fedsampling(K=30, epsilon=2.0, M=30, server_lr=0.2), fed, MLP(hidden=8), rounds=1, seed=0)
     document = json.loads(json.dumps(summarize(load_preset("quickstart"), {"FedSampling": [run]})))
     assert document["strategies"]["FedSampling"]["backend"] == [{"engine": "vectorized", "reason": run.backend_reason}]
 

@@ -135,3 +135,50 @@ def test_loop_backend_gives_the_same_table(tmp_path):
     for label, result in runs["loop"].items():
         for metric, stats in result["final"].items():
             assert stats["mean"] == pytest.approx(runs["vectorized"][label]["final"][metric]["mean"], rel=1e-3, abs=1e-3)
+
+
+# Wrong types and wrong keywords in every table: each was (or could be) a TypeError deep inside a part before the
+# parts checked their values; now each is refused as a ValueError line, the CLI's only user errors.
+WRONG_TYPES = {
+    "string epochs": (dict(strategy='[[strategies]]\nrecipe = "fedavg"\nepochs = "1"\n'), "epochs must be an integer >= 1"),
+    "list lr": (dict(strategy='[[strategies]]\nrecipe = "fedavg"\nlr = [0.1]\n'), "lr must be > 0"),
+    "float batch": (dict(strategy='[[strategies]]\nrecipe = "fedavg"\nbatch_size = 3.5\n'), "batch_size must be"),
+    "wrong recipe keyword": (dict(strategy='[[strategies]]\nrecipe = "fedavg"\nlocal_lr = 0.1\n'), "has no parameter 'local_lr'"),
+    "renamed recipe keyword": (dict(strategy='[[strategies]]\nrecipe = "fedsampling"\nlr = 0.1\n'), "lr was renamed server_lr"),
+    "string model width": (dict(model='[model]\nname = "mlp"\nhidden = "64"\n'), "hidden must be an integer >= 1"),
+    "wrong model keyword": (dict(model='[model]\nname = "mlp"\nwidth = 64\n'), "unknown parameter(s) width"),
+    "list partition parameter": (dict(partition='[partition]\nscheme = "dirichlet"\nnum_clients = 5\nalpha = [1]\n'), "partition"),
+    "string schedule gamma": (dict(strategy='[[strategies]]\nrecipe = "fedavg"\n[strategies.lr_schedule]\nkind = "step"\nevery = 1\ngamma = "x"\n'),
+                              "gamma"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_TYPES)
+def test_wrong_types_and_keywords_are_one_line_not_a_traceback(case, tmp_path, capsys):
+    changes, words = WRONG_TYPES[case]
+    assert main(["run", str(write_config(tmp_path, **changes)), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedsample: error:") and "\n" not in err and words in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_value_names_its_toml_key_and_says_what_the_library_says(tmp_path, capsys):
+    from fedsample import recipes
+
+    with pytest.raises(ValueError) as api:
+        recipes.fedavg(epochs=1.5)
+    path = write_config(tmp_path, strategy='[[strategies]]\nrecipe = "fedavg"\nlabel = "A"\nepochs = 1.5\n')
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"fedsample: error: strategies.0.epochs (strategy 'A'): {api.value}"
+
+
+def test_a_type_error_from_a_bug_is_not_a_user_error(monkeypatch):
+    import fedsample.cli as cli
+
+    def broken(args):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
+
+    monkeypatch.setitem(cli.COMMANDS, "presets", broken)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        main(["presets"])

@@ -134,7 +134,7 @@ def test_client_sampling_variants(fed, name, client_sampling):
 
 
 def test_recipes_pick_their_parts():
-    assert recipes.fedavgm(momentum=0.8).server == ServerSGD(1.0, 0.8)
+    assert recipes.fedavgm(server_momentum=0.8).server == ServerSGD(1.0, 0.8)
     assert recipes.fedadam(server_lr=0.1, beta1=0.8, beta2=0.9, tau=1e-2).server == FedAdam(0.1, 0.8, 0.9, 1e-2)
     assert recipes.fedyogi().server == FedYogi()
     assert recipes.fedadagrad(tau=1e-4).server == FedAdagrad(tau=1e-4)

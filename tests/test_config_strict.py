@@ -55,5 +55,5 @@ def test_faults_table_runs_and_records_failures(tmp_path):
 def test_epsilon_large_enough_to_overflow_exp_works(epsilon):
     assert privacy.alpha_for(epsilon, 100) == 1.0
     fed = federate(blobs(), [40] * 6)
-    result = simulate(recipes.fedsampling(K=60, epsilon=epsilon, M=2, lr=0.5), data=fed, model=LogisticRegression(), rounds=2)
+    result = simulate(recipes.fedsampling(K=60, epsilon=epsilon, M=2, server_lr=0.5), federated_data=fed, model=LogisticRegression(), rounds=2)
     assert result.history[-1]["size_estimate"] == pytest.approx(6.0)  # M = 2: every report is 1, alpha = 1

@@ -294,7 +294,7 @@ def test_a_run_from_an_hf_dataset_equals_the_run_from_its_arrays():
     histories = []
     for ds in (arrays, hf):
         fed = fs.data.partition(ds, fs.data.Dirichlet(num_clients=8, alpha=0.5, min_size=5), seed=0)
-        result = fs.simulate(fs.recipes.fedavg(clients_per_round=3, lr=0.2), data=fed, model=fs.models.MLP(hidden=8),
+        result = fs.simulate(fs.recipes.fedavg(clients_per_round=3, lr=0.2), federated_data=fed, model=fs.models.MLP(hidden=8),
                              rounds=4, seed=0)
         histories.append(result.history)
     assert histories[0] == histories[1]

@@ -138,9 +138,9 @@ def test_one_step_draws_equal_the_engines_rounds(name):
     fed = label_sorted(skewed_sizes(30))
     lr = 0.3
     strategy = {
-        "fedsampling": fs.recipes.fedsampling(K=15, M=20, lr=lr),
+        "fedsampling": fs.recipes.fedsampling(K=15, M=20, server_lr=lr),
         "fedavg": fs.recipes.fedavg(clients_per_round=5, steps=1, batch_size=None, lr=lr),
-        "naive": fs.recipes.fedsampling_naive(ratio=0.2, lr=lr),
+        "naive": fs.recipes.fedsampling_naive(ratio=0.2, server_lr=lr),
     }[name]
     d = fs.diagnose({name: strategy}, fed, MODEL, rounds=4, seed=5)
     params = initial_parameters(build_module(MODEL, fed), 5)

@@ -20,7 +20,7 @@ def test_simulate_raises_diverged_naming_strategy_seed_and_round():
     fed = federate(blobs(), [40] * 6)
     strategy = recipes.fedavg(clients_per_round=3, lr=1e38, batch_size=8)
     with pytest.raises(Diverged, match=r"^fedavg, seed 4, round \d+: .*learning rate"):
-        simulate(strategy, data=fed, model=LogisticRegression(), rounds=20, seed=4)
+        simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=20, seed=4)
 
 
 def test_cli_contains_a_diverging_strategy(tmp_path, capsys):

@@ -100,7 +100,7 @@ def run_rounds(strategy, rounds=4, backend="loop"):
 
 @pytest.mark.parametrize("backend", ["loop", "vectorized"])
 def test_randomized_reports_never_reveal_true_sizes(backend):
-    server_side, seen = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1), backend=backend)
+    server_side, seen = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1), backend=backend)
     assert not holds_true_sizes(server_side, SIZES)
     # the server did hold size reports, just not the true ones
     assert all(ctx.sizes is not None and not ctx.sizes.exact for ctx, _ in seen)
@@ -111,7 +111,7 @@ def test_randomized_reports_never_reveal_true_sizes(backend):
 @pytest.mark.parametrize("backend", ["loop", "vectorized"])
 def test_the_scan_finds_sizes_when_the_strategy_asks_for_exact_ones(backend):
     """Same recipe, but the strategy explicitly asks for exact sizes: the scan must find them."""
-    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, lr=0.1), sizes=fs.privacy.ExactSizes())
+    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, server_lr=0.1), sizes=fs.privacy.ExactSizes())
     server_side, _ = run_rounds(strategy, backend=backend)
     assert holds_true_sizes(server_side, SIZES)
 
@@ -120,7 +120,7 @@ def test_the_scan_finds_sizes_when_the_strategy_asks_for_exact_ones(backend):
 def test_train_reports_carry_no_sample_counts(backend):
     """FedSampling's clients send G_c and one step (none when they drew nothing), nothing that counts their
     samples; every asked client replies, with the same fields and shapes."""
-    server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1), backend=backend)
+    server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1), backend=backend)
     federation_returns = server_side[3]
     trains = [(ids, reports) for (procedure, _), (ids, reports) in zip(server_side[4], federation_returns) if procedure == "train"]
     assert trains and any(r.steps == 0 for _, reports in trains for r in reports)  # some clients drew nothing

@@ -115,7 +115,7 @@ def test_same_seed_same_numbers_and_seeds_differ():
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: recipes.fedavg(clients_per_round=5, lr=0.1, batch_size=4), lambda: recipes.fedsampling(K=40, epsilon=2.0, M=30, lr=0.2)],
+    "make", [lambda: recipes.fedavg(clients_per_round=5, lr=0.1, batch_size=4), lambda: recipes.fedsampling(K=40, epsilon=2.0, M=30, server_lr=0.2)],
     ids=["fedavg", "fedsampling"],
 )
 def test_simulate_with_dropout_agrees_across_backends_and_evaluates_without_dropout(make):

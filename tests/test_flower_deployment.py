@@ -26,7 +26,7 @@ from flower_reference import flower_output, simulate_like  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "model-args": "{}", "partition-args": '{"sigma": 1.0}',
-              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "lr": 0.5}',
+              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5}',
               "num-clients": 4, "num-server-rounds": 2, "seed": 1, "round-timeout": 150.0, "eval-every": 1}
 VICTIM, FAULTY = 2, 3
 

@@ -50,7 +50,7 @@ def server_side_of(grid, strategy, rounds: int = 2) -> list:
 
 
 def test_flower_server_never_holds_true_sizes_under_randomized_reports():
-    randomized = fs.recipes.fedsampling(K=64, epsilon=3.0, M=300, lr=0.5)
+    randomized = fs.recipes.fedsampling(K=64, epsilon=3.0, M=300, server_lr=0.5)
     exact = dataclasses.replace(randomized, sizes=fs.privacy.ExactSizes())
     runs = {}
     app = ServerApp()

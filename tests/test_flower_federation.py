@@ -117,7 +117,7 @@ def test_flower_replies_are_a_plain_reply_list_naming_the_failed():
 
 def test_a_nan_update_is_rejected_and_never_averaged_in():
     data, module = local_data()
-    strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, lr=0.5)
+    strategy = fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, server_lr=0.5)
     params = fs.models.initial_parameters(module, 0)
     flower = federation({4: "nan"})
     got, log = strategy.round(with_secure_sum(flower), params, strategy.init_state(params), 0, seed=0)

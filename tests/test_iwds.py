@@ -122,7 +122,7 @@ def test_uni_and_imb_samp_are_settings_of_the_same_sampler():
 
 
 def test_recipe_composes_with_fedavg_and_local_options():
-    st = recipes.recipe("iwds", beta_m=0.95, lr=0.1, batch_size=16, prox_mu=0.01, momentum=0.5)
+    st = recipes.recipe("iwds", beta_m=0.95, lr=0.1, batch_size=16, prox_mu=0.01, local_momentum=0.5)
     assert isinstance(st.data, iwds.IWDSData) and st.data.beta_m == 0.95
     assert st.clients.m == 5  # the paper's 5 of 10 clients
     assert (st.local.lr, st.local.prox_mu, st.local.momentum, st.local.lr_decay) == (0.1, 0.01, 0.5, 0.992)
@@ -140,7 +140,7 @@ def test_recipe_passes_local_options_to_the_fedavg_family_by_their_names():
     assert prox.local.prox_mu == 0.1 and prox.name == "iwds[fedprox]"
     nova = recipes.iwds(base="fednova")
     assert nova.local.momentum == 0.9 and nova.local.lr_decay == 0.992
-    avgm = recipes.iwds(base="fedavgm", momentum=0.5)
+    avgm = recipes.iwds(base="fedavgm", local_momentum=0.5)
     assert avgm.local.momentum == 0.5 and avgm.server == recipes.fedavgm().server
 
 

@@ -154,7 +154,7 @@ def test_aggregator_inputs_hold_message_content_only(backend, recipe):
     """The replies the aggregator is handed (and every field of each) hold no drawn rows, members or counts:
     only float updates, a step count in {0, 1} and a loss. The engines' batched reports included (plain mode:
     the replies themselves reach the aggregator)."""
-    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=False)
+    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, secure_sum=False)
     if recipe == "fedsampling_sgd":  # single-step local SGD on the drawn sample: the engine's other fused path
         strategy = dataclasses.replace(strategy, local=fs.training.local.LocalSGD(lr=0.1, epochs=None, steps=1, batch_size=None),
                                        aggregate=fs.training.aggregate.WeightedMean("uniform"))
@@ -203,7 +203,7 @@ def run_fedsampling(backend, secure, rounds=3):
     client_side = RecordingFederation(inner)
     server_fed = RecordingFederation(SecureSum(client_side) if secure else client_side)
     seen = []
-    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=False)  # wrapped here instead
+    strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, secure_sum=False)  # wrapped here instead
     strategy = dataclasses.replace(strategy, aggregate=SpyAggregator(strategy.aggregate, seen))
     params = fs.models.initial_parameters(module, 0)
     state, history = strategy.init_state(params), []
@@ -243,7 +243,7 @@ def test_default_fedsampling_runs_through_a_secure_sum(backend):
     for secure in (True, False):
         fed, module = federation(backend)
         seen = []
-        strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, secure_sum=secure)
+        strategy = fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, secure_sum=secure)
         strategy = dataclasses.replace(strategy, aggregate=KeepReports(strategy.aggregate, seen))
         params = fs.models.initial_parameters(module, 0)
         state = strategy.init_state(params)
@@ -293,7 +293,7 @@ def test_update_noise_clips_and_adds_unbiased_gaussian_noise():
 
 def test_noised_runs_agree_across_backends_and_log_their_epsilon():
     pytest.importorskip("dp_accounting")
-    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1),
+    strategy = dataclasses.replace(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1),
                                    noise=privacy.UpdateNoise(clip=0.5, noise_multiplier=1.0))
     out = {}
     for backend in BACKENDS:

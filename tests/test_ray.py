@@ -47,8 +47,8 @@ def ray_fed(local_ray, fed, module):
 
 
 RECIPES = {
-    "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, lr=0.5),
-    "fedsampling_drawn": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, lr=0.5, normalize="drawn"),
+    "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, server_lr=0.5),
+    "fedsampling_drawn": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, server_lr=0.5, normalize="drawn"),
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),
     "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),
@@ -72,8 +72,8 @@ def assert_same_run(got, want, exact=False):
 
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
-    on_ray = fs.simulate(RECIPES[name](), data=fed, model=module, rounds=ROUNDS, seed=5, federation=ray_fed)
-    alone = fs.simulate(RECIPES[name](), data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
+    on_ray = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, federation=ray_fed)
+    alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
     assert_same_run(on_ray, alone)
     assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
 
@@ -98,7 +98,7 @@ def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, r
 
 
 def test_client_state_lives_on_the_actors_and_round_trips(fed, module, ray_fed):
-    fs.simulate(RECIPES["isfedavg"](), data=fed, model=module, rounds=2, seed=5, federation=ray_fed)
+    fs.simulate(RECIPES["isfedavg"](), federated_data=fed, model=module, rounds=2, seed=5, federation=ray_fed)
     states = ray_fed.client_states()
     assert states and all(ray_fed.owner[k] in (0, 1) for k in states)
     assert {int(ray_fed.owner[k]) for k in states} == {0, 1}  # held on both actors
@@ -119,7 +119,7 @@ def test_only_actor_sums_cross_the_network_for_linear_aggregators(fed, local_ray
     federation = RayFederation(fed, module, seed=5, workers=2, count_bytes=True)
     try:
         strategy = fs.recipes.fedavg(clients_per_round=16, epochs=1, batch_size=4, lr=0.1)
-        fs.simulate(strategy, data=fed, model=module, rounds=1, seed=5, federation=federation)
+        fs.simulate(strategy, federated_data=fed, model=module, rounds=1, seed=5, federation=federation)
     finally:
         federation.close()
     received, sent = federation.traffic["received"], federation.traffic["sent"]
@@ -138,7 +138,7 @@ def test_a_secure_summed_fedsampling_round_sends_no_per_client_array(local_ray):
     param_bytes = sum(v.numel() * v.element_size() for v in module.state_dict().values())
     federation = RayFederation(many, module, seed=5, workers=2, count_bytes=True)
     try:
-        fs.simulate(fs.recipes.fedsampling(K=64, M=5, lr=0.5), data=many, model=module, rounds=1, seed=5, federation=federation)
+        fs.simulate(fs.recipes.fedsampling(K=64, M=5, server_lr=0.5), federated_data=many, model=module, rounds=1, seed=5, federation=federation)
     finally:
         federation.close()
     assert federation.traffic["sent"] < 2 * param_bytes + 20_000
@@ -147,7 +147,7 @@ def test_a_secure_summed_fedsampling_round_sends_no_per_client_array(local_ray):
 
 def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numbers(fed, module, ray_fed, tmp_path):
     strategy = RECIPES["isfedavg"]  # its clients hold state (Eq. 53 weights): resume must restore it on the actors
-    uninterrupted = fs.simulate(strategy(), data=fed, model=module, rounds=6, seed=5, federation=ray_fed)
+    uninterrupted = fs.simulate(strategy(), federated_data=fed, model=module, rounds=6, seed=5, federation=ray_fed)
     checkpoint = tmp_path / "run.pt"
     doomed = RayFederation(fed, module, seed=5, workers=2)
 
@@ -156,7 +156,7 @@ def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numb
             ray.kill(doomed.actors[1], no_restart=True)
 
     with pytest.raises(ShardLost, match="--resume"):
-        fs.simulate(strategy(), data=fed, model=module, rounds=6, seed=5, federation=doomed,
+        fs.simulate(strategy(), federated_data=fed, model=module, rounds=6, seed=5, federation=doomed,
                     checkpoint=checkpoint, checkpoint_every=1, progress=kill_after_round_3)
     doomed.close()
     saved = fs.simulation.SimulationState.load(checkpoint)
@@ -168,15 +168,15 @@ def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numb
 def _run_on_fresh_actors(strategy, fed, module, rounds, **kwargs):
     federation = RayFederation(fed, module, seed=5, workers=2)
     try:
-        return fs.simulate(strategy, data=fed, model=module, rounds=rounds, seed=5, federation=federation, **kwargs)
+        return fs.simulate(strategy, federated_data=fed, model=module, rounds=rounds, seed=5, federation=federation, **kwargs)
     finally:
         federation.close()
 
 
 def test_simulate_federation_ray_uses_the_running_ray(fed, local_ray):
     st = lambda: fs.recipes.fedavg(clients_per_round=6, epochs=1, batch_size=4, lr=0.1)  # noqa: E731
-    got = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=ray_federation(workers=2))
-    want = fs.simulate(st(), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1)
+    got = fs.simulate(st(), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=ray_federation(workers=2))
+    want = fs.simulate(st(), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1)
     assert_same_run(got, want)
     assert ray.is_initialized()  # the session this test found is left running
 

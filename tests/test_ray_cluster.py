@@ -60,13 +60,13 @@ def test_two_rounds_on_a_two_node_cluster(tmp_path, capsys):
         federation = RayFederation(fed, module, seed=3, workers=2)  # 1 CPU per node: one actor on each
         try:
             assert len(set(federation.nodes)) == 2
-            on_cluster = fs.simulate(strategy(), data=fed, model=module, rounds=2, seed=3, federation=federation)
+            on_cluster = fs.simulate(strategy(), federated_data=fed, model=module, rounds=2, seed=3, federation=federation)
         finally:
             federation.close()
         code = main(["run", str(config), "--ray-address", address, "--workers", "2", "--out", str(tmp_path / "run"), "--quiet"])
         assert code == 0, capsys.readouterr().err
         assert ray.is_initialized()  # the CLI used the cluster this test connected to and left it running
-    alone = fs.simulate(strategy(), data=fed, model=module, rounds=2, seed=3)
+    alone = fs.simulate(strategy(), federated_data=fed, model=module, rounds=2, seed=3)
     assert [h["cohort"] for h in on_cluster.history] == [h["cohort"] for h in alone.history] == [8, 8]
     assert on_cluster.history[-1]["train_loss"] == pytest.approx(alone.history[-1]["train_loss"], rel=1e-5)
     for k in alone.params:

@@ -195,15 +195,15 @@ def test_simulate_seals_the_replies_of_a_strategy_that_declares_a_secure_sum():
     fed = federate(blobs(n=100), [6] * 10)
     for secure in (True, False):
         seen = []
-        strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=0.1, secure_sum=secure)
+        strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=0.1, secure_sum=secure)
         strategy = dataclasses.replace(strategy, aggregate=SeenReplies(strategy.aggregate, seen))
-        fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
+        fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
         assert len(seen) == 2 and all(r.sealed == secure and isinstance(r, SealedReplies) == secure for r in seen)
 
 
 def test_a_round_refuses_readable_replies_when_the_strategy_declares_a_secure_sum(module):
     fed = federate(blobs(n=100), [6] * 10)  # randomized size reports need at least one sample per client
-    strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=0.1)
+    strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=0.1)
     params = initial_parameters(module, 0)
     with pytest.raises(ValueError, match="declares secure_sum.*with_secure_sum"):
         strategy.round(Simulator(fed, module, 0), params, strategy.init_state(params), 0, seed=0)
@@ -251,8 +251,8 @@ class LoopFactory(FederationFactory):
 def test_simulate_opens_a_federation_factory_for_the_run_and_closes_it_also_on_error(fed):
     strategy = fs.recipes.fedavg(clients_per_round=4, lr=0.1, batch_size=4)
     factory = LoopFactory()
-    got = fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory)
-    want = fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, backend="loop")
+    got = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory)
+    want = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, backend="loop")
     assert factory.events == ["open", "close"] and got.history == want.history
     assert (got.backend, got.backend_reason) == ("given", "a federation was passed")
 
@@ -260,11 +260,11 @@ def test_simulate_opens_a_federation_factory_for_the_run_and_closes_it_also_on_e
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fs.simulate(strategy, data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory, progress=stop)
+        fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory, progress=stop)
     assert factory.events == ["open", "close"] * 2
 
 
 def test_a_backend_name_as_federation_is_one_line_naming_the_factory(fed):
     with pytest.raises(ValueError, match=r"federation must be a federation or a federation factory .*ray_federation.*'ray'"):
-        fs.simulate(fs.recipes.fedavg(clients_per_round=2), data=fed, model=fs.models.LogisticRegression(), rounds=1,
+        fs.simulate(fs.recipes.fedavg(clients_per_round=2), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1,
                     federation="ray")

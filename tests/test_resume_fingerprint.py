@@ -20,7 +20,7 @@ STRATEGY = recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8)
 
 
 def run(tmp_path, rounds=2, resume=True, **changes):
-    settings = dict(strategy=STRATEGY, data=FED, model=LogisticRegression(), rounds=rounds, seed=0,
+    settings = dict(strategy=STRATEGY, federated_data=FED, model=LogisticRegression(), rounds=rounds, seed=0,
                     checkpoint=tmp_path / "c.pt", checkpoint_every=1, resume=resume)
     settings.update(changes)
     return simulate(**settings)
@@ -30,8 +30,8 @@ def run(tmp_path, rounds=2, resume=True, **changes):
     "change, field",
     [
         (dict(strategy=recipes.fedavg(clients_per_round=3, lr=0.2, batch_size=8)), "strategy"),
-        (dict(data=federate(blobs(), [30] * 8)), "data"),
-        (dict(data=federate(blobs(seed=1), [40] * 6)), "data"),
+        (dict(federated_data=federate(blobs(), [30] * 8)), "data"),
+        (dict(federated_data=federate(blobs(seed=1), [40] * 6)), "data"),
         (dict(model=MLP(hidden=8)), "model"),
         (dict(eval_every=2), "eval_every"),
         (dict(seed=1), "seed"),

@@ -21,16 +21,16 @@ def fed():
 STRATEGIES = {
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=4, lr=0.1, batch_size=8),
     "weighted_fedavg": lambda: fs.recipes.weighted_fedavg(clients_per_round=4, lr=0.1, batch_size=8),
-    "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, lr=0.2),
-    "fedsampling_naive": lambda: fs.recipes.fedsampling_naive(ratio=0.2, lr=0.2),
+    "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, server_lr=0.2),
+    "fedsampling_naive": lambda: fs.recipes.fedsampling_naive(ratio=0.2, server_lr=0.2),
     "centralized": lambda: fs.recipes.centralized(K=40, lr=0.2),
 }
 
 
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_every_recipe_learns(fed, name):
-    res = fs.simulate(STRATEGIES[name](), data=fed, model=fs.models.LogisticRegression(), rounds=25, seed=0, eval_every=5)
-    first = fs.simulate(STRATEGIES[name](), data=fed, model=fs.models.LogisticRegression(), rounds=1, seed=0).final
+    res = fs.simulate(STRATEGIES[name](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=25, seed=0, eval_every=5)
+    first = fs.simulate(STRATEGIES[name](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, seed=0).final
     assert res.final["loss"] < first["loss"]
     assert res.final["accuracy"] > 0.6
     assert [h["round"] for h in res.history] == list(range(1, 26))
@@ -39,7 +39,7 @@ def test_every_recipe_learns(fed, name):
 
 @pytest.mark.parametrize("name", ["fedavg", "fedsampling"])
 def test_same_seed_same_numbers_other_seed_differs(fed, name):
-    run = lambda seed: fs.simulate(STRATEGIES[name](), data=fed, model=fs.models.MLP(hidden=8), rounds=6, seed=seed)
+    run = lambda seed: fs.simulate(STRATEGIES[name](), federated_data=fed, model=fs.models.MLP(hidden=8), rounds=6, seed=seed)
     a, b, c = run(1), run(1), run(2)
     assert a.history == b.history
     for k in a.params:
@@ -56,7 +56,7 @@ RESUMABLE = {**STRATEGIES, **CLIENT_STATEFUL}
 @pytest.mark.parametrize("name", ["fedavg", "fedsampling", "centralized", "isfedavg_cheap"])
 def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
     model = fs.models.MLP(hidden=8)
-    full = fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3)
+    full = fs.simulate(RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3)
     path = tmp_path / "state.pt"
 
     class Killed(Exception):
@@ -67,10 +67,10 @@ def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
+        fs.simulate(RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3,
                     checkpoint=path, checkpoint_every=2, progress=kill_at_round_5)
     assert SimulationState.load(path).round == 4  # the last checkpoint before the kill
-    resumed = fs.simulate(RESUMABLE[name](), data=fed, model=model, rounds=9, seed=4, eval_every=3,
+    resumed = fs.simulate(RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3,
                           checkpoint=path, checkpoint_every=2, resume=True)
     assert resumed.history == full.history
     for k in full.params:
@@ -80,7 +80,7 @@ def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
 def test_checkpoint_keeps_client_held_state_apart_from_the_strategy_state(fed, tmp_path):
     """ISFedAvg's Eq. 53 data weights are saved as the clients' own states, not in the strategy's state."""
     path = tmp_path / "state.pt"
-    fs.simulate(CLIENT_STATEFUL["isfedavg_cheap"](), data=fed, model=fs.models.MLP(hidden=8), rounds=3, seed=4, checkpoint=path)
+    fs.simulate(CLIENT_STATEFUL["isfedavg_cheap"](), federated_data=fed, model=fs.models.MLP(hidden=8), rounds=3, seed=4, checkpoint=path)
     saved = SimulationState.load(path)
     assert "data_weights" not in saved.state["isfedavg"]
     assert 0 < len(saved.client_states) <= 12  # at most L = 4 participants a round
@@ -90,9 +90,9 @@ def test_checkpoint_keeps_client_held_state_apart_from_the_strategy_state(fed, t
 
 def test_resume_refuses_another_runs_checkpoint(fed, tmp_path):
     path = tmp_path / "state.pt"
-    fs.simulate(STRATEGIES["fedavg"](), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0, checkpoint=path)
+    fs.simulate(STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0, checkpoint=path)
     with pytest.raises(ValueError, match="another run"):
-        fs.simulate(STRATEGIES["fedavg"](), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1,
+        fs.simulate(STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1,
                     checkpoint=path, resume=True)
 
 
@@ -100,11 +100,11 @@ def test_fedsampling_round_matches_its_equation(fed):
     """With K >= every estimate the keep probability is 1: every sample is used and
     Theta_1 = Theta_0 - eta * (1/K) * sum over all samples of g_s (Algorithm 1, line 18)."""
     K, eta = 10_000, 0.3
-    strategy = fs.recipes.fedsampling(K=K, epsilon=3.0, M=20, lr=eta)
+    strategy = fs.recipes.fedsampling(K=K, epsilon=3.0, M=20, server_lr=eta)
     model = fs.models.LogisticRegression()
     module = model.build(fed.dataset.input_shape, fed.dataset.num_classes)
     theta0 = fs.models.initial_parameters(module, 0)
-    res = fs.simulate(strategy, data=fed, model=model, rounds=1, seed=0)
+    res = fs.simulate(strategy, federated_data=fed, model=model, rounds=1, seed=0)
     rows = torch.as_tensor(fed.order)
     x, y = torch.as_tensor(fed.dataset.x_train)[rows], torch.as_tensor(fed.dataset.y_train)[rows]
     leaves = {k: v.clone().requires_grad_(True) for k, v in theta0.items()}
@@ -116,7 +116,7 @@ def test_fedsampling_round_matches_its_equation(fed):
 
 
 def test_pooled_strategy_sees_one_client(fed):
-    res = fs.simulate(STRATEGIES["centralized"](), data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
+    res = fs.simulate(STRATEGIES["centralized"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
     assert res.history[0]["cohort"] == 1
 
 

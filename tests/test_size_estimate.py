@@ -114,7 +114,7 @@ def run_rounds(strategy, rounds, backend="vectorized"):
 
 
 def test_exact_sizes_give_the_true_total_and_no_size_budget():
-    logs, _ = run_rounds(fs.recipes.fedsampling(K=20, lr=0.1, sizes="exact"), 2)
+    logs, _ = run_rounds(fs.recipes.fedsampling(K=20, server_lr=0.1, sizes="exact"), 2)
     assert all("size_estimate" not in log and "size_epsilon" not in log for log in logs)
     assert logs[0]["ratio"] == pytest.approx(20 / sum(SIZES))
 
@@ -123,7 +123,7 @@ def test_exact_sizes_give_the_true_total_and_no_size_budget():
 def test_reuse_asks_every_R_rounds_and_the_accountant_counts_those_reports(permanent):
     """reuse = 3 over 7 rounds: reports at rounds 0, 3, 6 (3 queries); the estimate is constant within a
     block; fresh reports cost ceil(t/3) * eps after t rounds, permanent ones eps."""
-    strategy = fs.recipes.fedsampling(K=20, epsilon=1.0, M=10, lr=0.1, permanent=permanent, reuse=3)
+    strategy = fs.recipes.fedsampling(K=20, epsilon=1.0, M=10, server_lr=0.1, permanent=permanent, reuse=3)
     logs, queries = run_rounds(strategy, 7)
     assert queries == 3
     estimates = [log["size_estimate"] for log in logs]
@@ -138,7 +138,7 @@ def test_average_is_the_mean_of_the_last_A_fresh_estimates():
     estimates at rounds t-A+1..t (fewer at the start), floored at the number of clients after averaging (here
     no plain estimate is floored, eps = 3, so the plain run shows the raw values). Cost: one fresh report per
     round, as without averaging."""
-    kwargs = dict(K=20, epsilon=3.0, M=10, lr=0.1, permanent=False)
+    kwargs = dict(K=20, epsilon=3.0, M=10, server_lr=0.1, permanent=False)
     plain, _ = run_rounds(fs.recipes.fedsampling(**kwargs), 5)
     averaged, _ = run_rounds(fs.recipes.fedsampling(**kwargs, average=3), 5)
     raw = [log["size_estimate"] for log in plain]
@@ -160,7 +160,7 @@ def test_average_floors_the_mean_not_each_estimate():
 
 
 def test_M_rmse_is_logged_and_used():
-    logs, _ = run_rounds(fs.recipes.fedsampling(K=20, M="rmse", lr=0.1, size_prior=(4.0, 1.0)), 1)
+    logs, _ = run_rounds(fs.recipes.fedsampling(K=20, M="rmse", server_lr=0.1, size_prior=(4.0, 1.0)), 1)
     assert logs[0]["size_M"] == size_estimate.rmse_M(len(SIZES), 3.0, 4.0, 1.0)
 
 
@@ -187,8 +187,8 @@ def test_drawn_normalized_update_is_the_mean_gradient_of_the_drawn_samples(backe
     S the number drawn: checked against the K-normalized run's update and the ratio logged by both."""
     fed, module = small_federation(backend)
     params = fs.models.initial_parameters(module, 0)
-    base = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=1.0)
-    drawn = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, lr=1.0, normalize="drawn")
+    base = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0)
+    drawn = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0, normalize="drawn")
     by_K, _ = base.round(with_secure_sum(fed), params, base.init_state(params), 0, seed=0)
     by_S, _ = drawn.round(with_secure_sum(fed), params, drawn.init_state(params), 0, seed=0)
     g_K = torch.cat([(params[k] - by_K[k]).flatten() for k in params])
@@ -219,10 +219,10 @@ def test_drawn_normalization_lowers_the_error_of_a_noisy_estimate():
     (the Monte Carlo error of the mean is ~0.05 of ||g|| here)."""
     fed, module = small_federation("vectorized")
     params = fs.models.initial_parameters(module, 0)
-    kwargs = dict(K=20, epsilon=1.0, M=13, lr=1.0, permanent=False)
+    kwargs = dict(K=20, epsilon=1.0, M=13, server_lr=1.0, permanent=False)
     by_K = monte_carlo_updates(fs.recipes.fedsampling(**kwargs), fed, params, 400)
     by_S = monte_carlo_updates(fs.recipes.fedsampling(**kwargs, normalize="drawn"), fed, params, 400)
-    full = fs.recipes.fedsampling(K=sum(SIZES), lr=1.0, sizes="exact")  # p = 1: every sample, (1/N) sum g
+    full = fs.recipes.fedsampling(K=sum(SIZES), server_lr=1.0, sizes="exact")  # p = 1: every sample, (1/N) sum g
     g = monte_carlo_updates(full, fed, params, 1)[0]
     mse_K, mse_S = [float(((u - g) ** 2).sum(1).mean()) for u in (by_K, by_S)]
     assert mse_S < 0.5 * mse_K

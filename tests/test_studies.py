@@ -31,7 +31,7 @@ def config(**changes) -> dict:
         "dataset": {"name": "digits"}, "partition": {"scheme": "iid", "num_clients": 10}, "model": {"name": "logreg"},
         "strategies": [
             {"recipe": "fedavg", "label": "A", "clients_per_round": 4, "steps": 2, "lr": 0.3},
-            {"recipe": "fedsampling", "label": "B", "K": 40, "M": 10, "lr": 0.3},
+            {"recipe": "fedsampling", "label": "B", "K": 40, "M": 10, "server_lr": 0.3},
         ],
     }
     return {**base, **changes}

@@ -80,7 +80,7 @@ def test_the_drawn_count_of_a_secure_sum_is_logged_and_averages_K(digits):
     """FedSampling with exact sizes keeps each sample with probability K/N, so the logged drawn count S has mean
     K; over 40 rounds its mean is within 5 standard errors (sd of S: sqrt(N p (1-p)))."""
     K, rounds = 60, 40
-    strategy = fs.recipes.fedsampling(K=K, sizes="exact", normalize="drawn", lr=0.1)
+    strategy = fs.recipes.fedsampling(K=K, sizes="exact", normalize="drawn", server_lr=0.1)
     history = fs.simulate(strategy, digits, fs.models.LogisticRegression(), rounds=rounds, seed=1, eval_every=rounds).history
     drawn = np.array([r["samples"] for r in history], dtype=float)
     N = digits.sizes().sum()

@@ -80,9 +80,9 @@ def poisoned(client: int):
 def test_a_nan_client_never_poisons_the_model(backend, name):
     """FedSampling on the vectorized engine forms the aggregate without per-client updates (fused sum): the
     non-finite aggregate triggers the per-client check, which rejects the poisoned client."""
-    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, lr=0.5) if name == "fedsampling" else recipes.fedavg(
+    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, server_lr=0.5) if name == "fedsampling" else recipes.fedavg(
         clients_per_round=6, lr=0.1, batch_size=8)
-    result = simulate(strategy, data=poisoned(3), model=LogisticRegression(), rounds=3, seed=0, backend=backend)
+    result = simulate(strategy, federated_data=poisoned(3), model=LogisticRegression(), rounds=3, seed=0, backend=backend)
     assert all(torch.isfinite(v).all() for v in result.params.values())
     for record in result.history:
         bad = [f for f in record["failed"] if f["phase"] == "train"]
@@ -91,8 +91,8 @@ def test_a_nan_client_never_poisons_the_model(backend, name):
 
 
 def test_fused_and_loop_paths_reject_the_same_client_and_agree():
-    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, lr=0.5)
-    runs = [simulate(strategy, data=poisoned(1), model=LogisticRegression(), rounds=2, seed=1, backend=b) for b in ("loop", "vectorized")]
+    strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, server_lr=0.5)
+    runs = [simulate(strategy, federated_data=poisoned(1), model=LogisticRegression(), rounds=2, seed=1, backend=b) for b in ("loop", "vectorized")]
     for k, v in runs[0].params.items():
         torch.testing.assert_close(v, runs[1].params[k], rtol=1e-4, atol=1e-5)
 
@@ -103,7 +103,7 @@ def test_a_non_finite_probe_names_strategy_seed_and_round():
     from fedsample.simulation import Diverged
 
     with pytest.raises(Diverged, match=r"fedsts.*seed 0, round 1: client 2's probe is unusable"):
-        simulate(strategy, data=fed, model=LogisticRegression(), rounds=1, seed=0)
+        simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=1, seed=0)
 
 
 def test_params_unchanged_when_every_update_is_invalid():

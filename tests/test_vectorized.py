@@ -144,8 +144,8 @@ def test_fused_sum_equals_sum_of_client_gradients(fed, setup):
 
 STRATEGIES = {
     "fedavg": lambda: recipes.fedavg(clients_per_round=6, lr=0.1, batch_size=8),
-    "fedsampling": lambda: recipes.fedsampling(K=40, epsilon=2.0, M=30, lr=0.2),
-    "fedsampling_naive": lambda: recipes.fedsampling_naive(ratio=0.5, lr=0.2),
+    "fedsampling": lambda: recipes.fedsampling(K=40, epsilon=2.0, M=30, server_lr=0.2),
+    "fedsampling_naive": lambda: recipes.fedsampling_naive(ratio=0.5, server_lr=0.2),
     "poisson_ht_one_gradient": lambda: Strategy(
         clients=PoissonClients(0.6), data=FixedRatio(0.7), local=OneGradient(K=30), aggregate=WeightedMean("inverse_inclusion")
     ),

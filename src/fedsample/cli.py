@@ -1,6 +1,8 @@
 """The ``fedsample`` command line: run experiments, list presets, partition datasets.
 
-Errors are one line on stderr with exit code 2; nothing is half-written.
+A user error (:class:`CliError`, or a ``ValueError`` such as a bad experiment file or parameter, or a missing
+file) is one line on stderr with exit code 2; nothing is half-written. Any other exception is a bug and shows
+its traceback (a ``TypeError`` included: bad values are refused as ``ValueError`` before they can cause one).
 """
 
 from __future__ import annotations
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (CliError, ValueError, FileNotFoundError, TypeError) as error:
+    except (CliError, ValueError, FileNotFoundError) as error:
         print(f"fedsample: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except RunsFailed as error:

@@ -12,12 +12,12 @@ import os
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from torch import nn
 
-from fedsample import validate
+from fedsample import checks, validate
 from fedsample.data.types import FederatedData
 from fedsample.device import resolve_device, to_device
 from fedsample.evaluation import evaluate
@@ -105,11 +105,19 @@ def run_key(strategy: Strategy, seed: int) -> str:
     return f"{strategy!r}|seed={seed}"
 
 
+Backend = Literal["auto", "vectorized", "loop"]
+
+
+@checks.arguments(
+    renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT,
+    checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None],
+)
 def simulate(
     strategy: Strategy,
-    data: FederatedData,
+    federated_data: FederatedData,
     model: Any,
     rounds: int,
+    *,
     seed: int = 0,
     eval_every: int = 1,
     checkpoint: str | Path | None = None,
@@ -117,14 +125,16 @@ def simulate(
     resume: bool = False,
     progress: Callable[[int], None] | None = None,
     federation: Federation | FederationFactory | None = None,
-    backend: str = "auto",
+    backend: Backend = "auto",
     memory_budget: int | None = None,
     faults: FaultModel | None = None,
     device: str | torch.device = "cpu",
     trackers: Sequence[Tracker] | None = None,
 ) -> SimulationResult:
-    """Run ``rounds`` rounds of ``strategy`` and evaluate on the test split every ``eval_every`` rounds
-    (and after the last). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
+    """Run ``rounds`` rounds of ``strategy`` on the clients' data ``federated_data`` (a
+    :class:`~fedsample.data.types.FederatedData`; the strategy's own ``data`` is its data sampler) and
+    evaluate on the test split every ``eval_every`` rounds (and after the last). Everything after ``rounds``
+    is keyword-only; each argument is checked up front (one error line naming it). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
     the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run.
     ``backend`` picks the in-process federation when none is given: ``"auto"`` (default: the faster engine for
     this strategy, model and data, by the rule of :mod:`fedsample.federation.choose`), ``"vectorized"`` (batched
@@ -150,8 +160,7 @@ def simulate(
     (:func:`~fedsample.tracking.base.numeric_metrics` of its record) at the round as the step, and are closed
     at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none."""
     where = resolve_device(device)
-    if rounds < 1 or eval_every < 1:
-        raise ValueError(f"rounds and eval_every must be >= 1, got rounds={rounds}, eval_every={eval_every}")
+    data = federated_data
     if strategy.pooled:
         data = data.pooled()
     module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
@@ -296,10 +305,8 @@ def resolve_backend(
 ) -> BackendChoice:
     """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
     picks for this strategy, data and model."""
-    if memory_budget is not None and memory_budget <= 0:
-        raise ValueError(f"memory_budget must be > 0 bytes, got {memory_budget}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend},
+                    {"memory_budget": checks.Param(checks.COUNT, None, label="memory_budget (bytes)"), "backend": checks.Options(*BACKENDS)})
     if backend != "auto":
         return BackendChoice(backend, "asked for")
     device = torch.device(device)
@@ -317,4 +324,4 @@ def make_federation(
         from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 
         return VectorizedSimulator(data, module, seed, memory_budget=memory_budget or DEFAULT_MEMORY_BUDGET, device=device)
-    raise ValueError(f"backend must be 'loop' or 'vectorized', got {backend!r}")
+    checks.fail("backend", backend, "'loop' or 'vectorized'", "make_federation")

@@ -1,5 +1,9 @@
-"""The experiment file: dataset, partition, model, rounds, seeds and strategies, validated with pydantic.
-Every error is one line that names the bad field."""
+"""The experiment file: dataset, partition, model, rounds, seeds and strategies. pydantic checks the types and
+the keys (strict: no coercion, no unknown key); the values are checked by the parts they configure, with the
+same constraints as the library (:mod:`fedsample.checks`): a ``[faults]`` table builds its
+:class:`~fedsample.federation.faults.FaultModel`, a ``lr_schedule`` its
+:class:`~fedsample.training.schedule.Schedule`, ``rounds``/``eval_every``/seeds meet ``simulate``'s constraints,
+and a strategy's parameters meet its recipe's when the plan builds it. Every error is one line naming the key."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fedsample import checks
 from fedsample.tracking.setup import BACKENDS
 
 if sys.version_info >= (3, 11):
@@ -105,15 +110,23 @@ def plain_label(label: str) -> str:
 
 class ScheduleConfig(_Strict):
     """``[strategies.lr_schedule]``: the server learning rate's factor per round (fedsample.training.schedule);
-    ``rounds`` of a cosine schedule defaults to the experiment's rounds."""
+    ``rounds`` of a cosine schedule defaults to the experiment's rounds. Its values are checked by the
+    :class:`~fedsample.training.schedule.Schedule` it builds."""
 
-    kind: Literal["constant", "step", "exponential", "cosine"]
-    every: int = Field(default=1, gt=0)
-    gamma: float = Field(default=1.0, gt=0)
-    rounds: int | None = Field(default=None, gt=0)
+    kind: str
+    every: int = 1
+    gamma: float = 1.0
+    rounds: int | None = None
+
+    def build(self, rounds: int = 1) -> Any:
+        """The :class:`~fedsample.training.schedule.Schedule` (``rounds``: the cosine's length when not given)."""
+        from fedsample.training.schedule import Schedule
+
+        return Schedule(self.kind, self.every, self.gamma, self.rounds if self.rounds is not None else rounds)  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _needed(self) -> "ScheduleConfig":
+        self.build()
         if self.kind in ("step", "exponential") and "gamma" not in self.model_fields_set:
             raise ValueError(f"a {self.kind} schedule needs gamma (the factor per {'step' if self.kind == 'step' else 'round'})")
         if self.kind == "step" and "every" not in self.model_fields_set:
@@ -163,30 +176,50 @@ class StrategyConfig(_WithParams):
 
 
 class StragglerConfig(_Strict):
-    deadline: float = Field(gt=0)
-    mean: float = Field(default=1.0, gt=0)
+    deadline: float
+    mean: float = 1.0
+
+    def build(self) -> Any:
+        from fedsample.federation.faults import Straggler
+
+        return Straggler(self.deadline, self.mean)
+
+    @model_validator(mode="after")
+    def _built(self) -> "StragglerConfig":
+        self.build()
+        return self
 
 
 class FaultsConfig(_Strict):
-    """The failure model (fedsample.federation.faults): per-phase dropout probabilities and stragglers."""
+    """The failure model (fedsample.federation.faults): per-phase dropout probabilities and stragglers, checked
+    by the :class:`~fedsample.federation.faults.FaultModel` it builds."""
 
-    dropout: dict[Literal["report_size", "probe", "train"], float] = Field(default_factory=dict)
+    dropout: dict[str, float] = Field(default_factory=dict)
     straggler: StragglerConfig | None = None
 
-    @field_validator("dropout")
-    @classmethod
-    def _probabilities(cls, dropout: dict) -> dict:
-        for phase, p in dropout.items():
-            if not 0 <= p < 1:
-                raise ValueError(f"dropout probability of {phase} must be in [0, 1), got {p}")
-        return dropout
+    def build(self) -> Any:
+        from fedsample.federation.faults import FaultModel
+
+        return FaultModel(dropout=dict(self.dropout), straggler=self.straggler.build() if self.straggler else None)
+
+    @model_validator(mode="after")
+    def _built(self) -> "FaultsConfig":
+        self.build()
+        return self
 
 
 class ValidationConfig(_Strict):
     """``[validation]``: ``fraction`` of the training data carved off (stratified by label, with the partition
     seed) before partitioning; every run is also scored on it, and grids select on it."""
 
-    fraction: float = Field(gt=0, lt=1)
+    fraction: float
+
+    @model_validator(mode="after")
+    def _fraction(self) -> "ValidationConfig":
+        from fedsample.experiments.validation import FRACTION
+
+        checks.check("fraction", self.fraction, FRACTION, owner="validation")
+        return self
 
 
 class MlflowConfig(_Strict):
@@ -229,11 +262,11 @@ class ExperimentConfig(_Strict):
     dataset: DatasetConfig
     partition: PartitionConfig
     model: ModelConfig
-    rounds: int = Field(gt=0)
+    rounds: int
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    partition_seed: int | None = Field(default=None, ge=0, lt=2**63)
+    partition_seed: int | None = None
     validation: ValidationConfig | None = None
-    eval_every: int = Field(default=1, gt=0)
+    eval_every: int = 1
     device: str = "cpu"
     strategies: list[StrategyConfig] = Field(min_length=1)
     faults: FaultsConfig | None = None
@@ -257,9 +290,18 @@ class ExperimentConfig(_Strict):
     def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
         if len(set(seeds)) != len(seeds):
             raise ValueError("seeds must be distinct")
-        if any(not 0 <= s < 2**63 for s in seeds):
-            raise ValueError("seeds must be integers in [0, 2^63)")
         return seeds
+
+    @model_validator(mode="after")
+    def _run_settings(self) -> "ExperimentConfig":
+        """rounds, eval_every and every seed meet ``simulate``'s constraints (the partition seed: the same as a seed)."""
+        checks.validate("simulate", {"rounds": self.rounds, "eval_every": self.eval_every},
+                        {"rounds": checks.COUNT, "eval_every": checks.COUNT})
+        for seed in self.seeds:
+            checks.check("seeds", seed, checks.SEED, owner="simulate", label="seed")
+        if self.partition_seed is not None:
+            checks.check("partition_seed", self.partition_seed, checks.SEED, owner="partition", label="seed")
+        return self
 
     @model_validator(mode="after")
     def _distinct_labels(self) -> "ExperimentConfig":
@@ -274,12 +316,19 @@ class ExperimentConfig(_Strict):
 
 
 def _one_line(error: ValidationError, source: str) -> str:
+    """``source: key: message``: the key where the value sits (a part's refusal adds the parameter's name to
+    the table holding it), and the part's own message where a part refused it (the library's message)."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"].splitlines()[0]
+    loc = [str(part) for part in first["loc"]]
+    message = first["msg"].splitlines()[0].removeprefix("Value error, ")
+    refusal = (first.get("ctx") or {}).get("error")
+    if isinstance(refusal, checks.ParameterError):
+        if refusal.name and (not loc or loc[-1] != refusal.name):
+            loc.append(refusal.name)
+        message = str(refusal)
     if first["type"] == "extra_forbidden":
         message = "unknown key"
-    return f"{source}: {where}: {message}"
+    return f"{source}: {'.'.join(loc) or '(top level)'}: {message}"
 
 
 def parse_config(data: dict, source: str = "config") -> ExperimentConfig:

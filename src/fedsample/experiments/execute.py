@@ -86,7 +86,7 @@ def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int
     config = plan.config
     try:
         result = simulate(
-            plan.variants[job.label][job.key], data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
+            plan.variants[job.label][job.key], federated_data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
             eval_every=config.eval_every, checkpoint=checkpoint_path(settings.out, name, job.seed),
             checkpoint_every=settings.checkpoint_every, resume=settings.resume, progress=progress,
             backend=settings.backend, faults=plan.faults, device=settings.device, trackers=run_trackers(plan, job, name, settings),

@@ -7,17 +7,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from fedsample import checks
 from fedsample.data import load_dataset, make_scheme, partition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, DatasetConfig, ExperimentConfig, PartitionConfig, StrategyConfig
 from fedsample.experiments.validation import Validation, carve_validation
-from fedsample.federation.faults import FaultModel, Straggler
+from fedsample.federation.faults import FaultModel
 from fedsample.models import model_from_name
 from fedsample.recipes import recipe
 from fedsample.simulation import SimulationResult
 from fedsample.strategy import Strategy
-from fedsample.training.schedule import Schedule
 
 
 @dataclass
@@ -88,11 +88,33 @@ class Outcome:
     validation: dict | None = None
 
 
-def _built(what: str, build: Callable[[], Any]) -> Any:
+#: What building a part from the file's values raises for bad values. The dataset loaders and partition
+#: schemes (fedsample.data) do not check every value's type with the toolkit yet: a list where a number belongs
+#: fails in a comparison there, so a TypeError while building them from the file is the file's too.
+USER_ERRORS = (ValueError, FileNotFoundError, OverflowError)
+DATA_ERRORS = (*USER_ERRORS, TypeError, ImportError)
+
+
+def _built(what: str, build: Callable[[], Any], errors: tuple[type[Exception], ...] = USER_ERRORS) -> Any:
     try:
         return build()
-    except (ValueError, TypeError, FileNotFoundError, OverflowError, ImportError) as error:
+    except errors as error:
         raise ConfigError(f"{what}: {error}") from None
+
+
+def _built_strategy(config: ExperimentConfig, index: int, s: StrategyConfig, key: str, params: dict) -> Strategy:
+    """:func:`build_strategy`, a refusal reported with the TOML key of the value (``strategies.0.epochs``, or
+    ``strategies.0.grid.lr`` for a grid value) and the recipe's own message, the one the library gives."""
+    label = grid.run_label(s.display, s, key)
+    try:
+        return build_strategy(config, s, params)
+    except checks.ParameterError as error:
+        if error.name in params:
+            where = f"strategies.{index}.{'grid.' if error.name in (s.grid or {}) else ''}{error.name}"
+            raise ConfigError(f"{where} (strategy {label!r}): {error}") from None
+        raise ConfigError(f"strategy {label!r}: {error}") from None
+    except USER_ERRORS as error:
+        raise ConfigError(f"strategy {label!r}: {error}") from None
 
 
 def build_dataset(config: DatasetConfig) -> Dataset:
@@ -119,8 +141,9 @@ def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) ->
     if s.lr_schedule is None:
         return strategy
     # only a cosine schedule depends on the length of the run (the others resume into more rounds unchanged)
-    rounds = (s.lr_schedule.rounds or config.rounds) if s.lr_schedule.kind == "cosine" else 1
-    schedule = Schedule(s.lr_schedule.kind, s.lr_schedule.every, s.lr_schedule.gamma, rounds)
+    schedule = s.lr_schedule.build(config.rounds)
+    if schedule.kind != "cosine":
+        schedule = dataclasses.replace(schedule, rounds=1)
     return dataclasses.replace(strategy, schedule=schedule)
 
 
@@ -128,20 +151,17 @@ def prepare(config: ExperimentConfig) -> Plan:
     """Build dataset, partition scheme, model, strategies (every grid value) and the failure model, carve
     the validation split and partition every seed, and check each strategy's cohort size against the number
     of clients; any problem is one ConfigError line."""
-    dataset = _built(f"dataset {config.dataset.display!r}", lambda: build_dataset(config.dataset))
-    scheme = _built("partition", lambda: build_scheme(config.partition))
+    dataset = _built(f"dataset {config.dataset.display!r}", lambda: build_dataset(config.dataset), DATA_ERRORS)
+    scheme = _built("partition", lambda: build_scheme(config.partition), DATA_ERRORS)
     model = _built("model", lambda: model_from_name(config.model.name, **config.model.params))
     variants = {
-        s.display: {
-            key: _built(f"strategy {grid.run_label(s.display, s, key)!r}", lambda s=s, params=params: build_strategy(config, s, params))
-            for key, params in grid.variants(s).items()
-        }
-        for s in config.strategies
+        s.display: {key: _built_strategy(config, index, s, key, params) for key, params in grid.variants(s).items()}
+        for index, s in enumerate(config.strategies)
     }
     strategies = {label: next(iter(by_key.values())) for label, by_key in variants.items()}
     plan = Plan(config, dataset, scheme, model, strategies, fault_model(config), variants=variants)
     for seed in config.seeds:
-        fed = _built(f"partition (seed {plan.partition_seed(seed)})", lambda seed=seed: plan.federation(seed))
+        fed = _built(f"partition (seed {plan.partition_seed(seed)})", lambda seed=seed: plan.federation(seed), DATA_ERRORS)
         for label, by_key in variants.items():
             for strategy in by_key.values():
                 check_cohort_size(label, strategy, fed.num_clients)
@@ -173,12 +193,7 @@ def restricted(plan: Plan, only: list[str] | None) -> Plan:
 
 def fault_model(config: ExperimentConfig) -> FaultModel | None:
     """The experiment's failure model (None without a [faults] table)."""
-    if config.faults is None:
-        return None
-    straggler = config.faults.straggler
-    return FaultModel(
-        dropout=dict(config.faults.dropout), straggler=Straggler(straggler.deadline, straggler.mean) if straggler else None
-    )
+    return None if config.faults is None else config.faults.build()
 
 
 def check_cohort_size(label: str, strategy: Strategy, num_clients: int) -> None:

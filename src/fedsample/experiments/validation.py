@@ -13,10 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedsample import checks
 from fedsample.data.types import Dataset
 from fedsample.evaluation import evaluate
 
 VALIDATION_PURPOSE = 0x7A11D  # the carve's own SeedSequence entry: not any partition's stream
+#: The fraction of the training data carved off: strictly between 0 and 1.
+FRACTION = checks.reals(0, 1, "()")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Validation:
 def validation_rows(y: np.ndarray, fraction: float, seed: int, stratified: bool = True) -> np.ndarray:
     """Sorted positions of the validation rows: round(fraction * n_c) random rows of every class c
     (or round(fraction * n) of all rows when not ``stratified``, e.g. regression)."""
+    checks.check("fraction", fraction, FRACTION, owner="validation")
     rng = np.random.default_rng([int(seed), VALIDATION_PURPOSE])
     groups = [np.flatnonzero(y == c) for c in np.unique(y)] if stratified else [np.arange(len(y))]
     chosen = [rng.permutation(rows)[: int(round(fraction * len(rows)))] for rows in groups]

@@ -31,6 +31,10 @@ PHASES = ("report_size", "probe", "train")
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    deadline=checks.Param(checks.POSITIVE, label="straggler deadline"),
+    mean=checks.Param(checks.POSITIVE, label="straggler mean response time"),
+)
 class Straggler:
     """Response times ~ Exponential(mean); a client slower than ``deadline`` misses the round's phase.
     The miss probability is exp(-deadline / mean)."""
@@ -38,16 +42,16 @@ class Straggler:
     deadline: float
     mean: float = 1.0
 
-    def __post_init__(self) -> None:
-        checks.positive("straggler deadline", self.deadline)
-        checks.positive("straggler mean response time", self.mean)
-
     def times(self, uniforms: np.ndarray) -> np.ndarray:
         """Inverse-CDF response times from uniforms in [0, 1)."""
         return -self.mean * np.log1p(-uniforms)
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    dropout=checks.InstanceOf(dict, "a table of dropout probabilities by phase"),
+    straggler=[checks.InstanceOf(Straggler, "a Straggler"), None],
+)
 class FaultModel:
     """Per-phase dropout probabilities, an optional straggler deadline, and the seed of the decisions."""
 
@@ -56,9 +60,8 @@ class FaultModel:
 
     def __post_init__(self) -> None:
         for phase, p in self.dropout.items():
-            if phase not in PHASES:
-                raise ValueError(f"dropout phase must be one of {', '.join(PHASES)}, got {phase!r}")
-            checks.in_interval(f"dropout probability of {phase}", p, 0, 1, closed="[)")
+            checks.check("dropout", phase, checks.Options(*PHASES), owner="FaultModel", label="dropout phase")
+            checks.check("dropout", p, checks.reals(0, 1, "[)"), owner="FaultModel", label=f"dropout probability of {phase}")
 
     def active(self, phase: str) -> bool:
         """Whether clients can fail in ``phase`` (otherwise no decision is drawn)."""

@@ -8,7 +8,8 @@ from typing import ClassVar
 
 from torch import nn
 
-from fedsample.models.common import outputs
+from fedsample import checks
+from fedsample.models.common import DROPOUTS, WIDTHS, outputs, pair
 
 
 @dataclass(frozen=True)
@@ -23,16 +24,13 @@ class LogisticRegression:
 
 
 @dataclass(frozen=True)
+@checks.constrained(hidden=checks.COUNT, layers=checks.COUNT)
 class MLP:
     """Fully connected network with ReLU hidden layers of width ``hidden`` (``layers`` of them)."""
 
     hidden: int = 64
     layers: int = 1
     name: ClassVar[str] = "mlp"
-
-    def __post_init__(self) -> None:
-        if self.hidden < 1 or self.layers < 1:
-            raise ValueError(f"MLP needs hidden >= 1 and layers >= 1, got hidden={self.hidden}, layers={self.layers}")
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         width = math.prod(input_shape)
@@ -45,6 +43,7 @@ class MLP:
 
 
 @dataclass(frozen=True)
+@checks.constrained(channels=WIDTHS, hidden=checks.COUNT)
 class CNN:
     """The two-convolution CNN of McMahan et al. 2017: 5x5 conv (32) → 2x2 max-pool → 5x5 conv (64) →
     2x2 max-pool → fully connected (512, ReLU) → output. Padding 2 keeps small inputs (8x8 digits) valid."""
@@ -52,6 +51,9 @@ class CNN:
     channels: tuple[int, int] = (32, 64)
     hidden: int = 512
     name: ClassVar[str] = "cnn"
+
+    def __post_init__(self) -> None:
+        pair(self, "channels")
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         if len(input_shape) != 3:
@@ -68,6 +70,7 @@ class CNN:
 
 
 @dataclass(frozen=True)
+@checks.constrained(channels=WIDTHS, hidden=checks.COUNT, dropout=DROPOUTS)
 class PflCNN:
     """pfl-research's CIFAR-10 benchmark model: 3x3 conv (32, ReLU) → 3x3 conv (64, ReLU) → 2x2 max-pool →
     dropout 0.25 → flatten → fully connected (128, ReLU) → dropout 0.5 → output. No padding: on 3x32x32
@@ -79,8 +82,8 @@ class PflCNN:
     name: ClassVar[str] = "pfl_cnn"
 
     def __post_init__(self) -> None:
-        if not all(0.0 <= p < 1.0 for p in self.dropout):
-            raise ValueError(f"PflCNN dropout probabilities must be in [0, 1), got {self.dropout}")
+        pair(self, "channels")
+        pair(self, "dropout")
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         if len(input_shape) != 3 or min(input_shape[1:]) < 6:

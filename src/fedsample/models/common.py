@@ -1,8 +1,10 @@
-"""Helpers shared by the model specs: output width, parameter checks, one-line input errors."""
+"""Helpers shared by the model specs: output width, their parameters' constraints (:mod:`fedsample.checks`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from fedsample import checks
 
 
 def outputs(num_classes: int) -> int:
@@ -10,32 +12,26 @@ def outputs(num_classes: int) -> int:
     return num_classes if num_classes > 0 else 1
 
 
-def int_tuple(spec: Any, name: str, minimum: int = 1) -> None:
-    """Make ``spec.<name>`` (a list from a TOML file, or a tuple) a non-empty tuple of ints >= ``minimum``,
-    in place on a frozen dataclass; one ``ValueError`` line otherwise."""
-    value = getattr(spec, name)
-    items = tuple(value) if isinstance(value, (list, tuple)) else (value,)
-    if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items):
-        raise ValueError(f"{type(spec).__name__} {name} must be integers >= {minimum}, got {value!r}")
-    object.__setattr__(spec, name, items)
+#: Layer widths: one integer >= 1 or a list of them (a TOML list becomes a tuple, :func:`as_tuple`).
+WIDTHS = checks.Param(checks.Each(checks.COUNT), words="integers >= 1 (one, or a list)")
+#: A dropout probability, and a pair of them.
+DROPOUT = checks.Param(checks.reals(0, 1, "[)"), words="a dropout probability in [0, 1)")
+DROPOUTS = checks.Param(checks.Each(checks.reals(0, 1, "[)")), words="dropout probabilities in [0, 1)")
+#: The normalization after a convolution: GroupNorm or none.
+NORMS = ("group", "none")
+NORM = checks.Param(checks.Options(*NORMS), words=f"one of {', '.join(map(repr, NORMS))}")
 
 
-def at_least(spec: Any, minimum: int, *names: str) -> None:
-    """Every ``spec.<name>`` is an int >= ``minimum`` (one ``ValueError`` line naming the first that is not)."""
+def as_tuple(spec: Any, *names: str) -> None:
+    """Make each (already checked) ``spec.<name>`` a tuple, in place on a frozen dataclass (a TOML file gives
+    lists, a single value means one layer)."""
     for name in names:
         value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{type(spec).__name__} {name} must be an integer >= {minimum}, got {value!r}")
+        object.__setattr__(spec, name, tuple(value) if isinstance(value, (list, tuple)) else (value,))
 
 
-def probability(spec: Any, name: str) -> None:
-    """``spec.<name>`` is a dropout probability in [0, 1)."""
-    value = getattr(spec, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{type(spec).__name__} {name} must be a dropout probability in [0, 1), got {value!r}")
-
-
-def one_of(spec: Any, name: str, options: tuple[str, ...]) -> None:
-    value = getattr(spec, name)
-    if value not in options:
-        raise ValueError(f"{type(spec).__name__} {name} must be one of {', '.join(map(repr, options))}, got {value!r}")
+def pair(spec: Any, name: str) -> None:
+    """``spec.<name>`` holds exactly two values (as a tuple)."""
+    as_tuple(spec, name)
+    if len(getattr(spec, name)) != 2:
+        checks.fail(name, getattr(spec, name), "two values", type(spec).__name__)

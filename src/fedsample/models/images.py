@@ -14,9 +14,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from fedsample.models.common import at_least, int_tuple, one_of, outputs, probability
-
-NORMS = ("group", "none")
+from fedsample import checks
+from fedsample.models.common import DROPOUT, NORM, WIDTHS, as_tuple, outputs
 
 
 def image_shape(spec: object, input_shape: tuple[int, ...], smallest: int) -> tuple[int, int, int]:
@@ -32,9 +31,7 @@ def norm_layer(kind: str, channels: int, groups: int) -> nn.Module:
 
 
 def check_norm(spec: "ResNet | VGG9") -> None:
-    """``spec.norm`` is known, ``spec.groups`` >= 1 divides every width where GroupNorm is used."""
-    at_least(spec, 1, "groups")
-    one_of(spec, "norm", NORMS)
+    """``spec.groups`` divides every width where GroupNorm is used."""
     if spec.norm == "group" and any(w % spec.groups for w in spec.widths):
         raise ValueError(f"{type(spec).__name__}: every width {spec.widths} must be divisible by groups={spec.groups} for GroupNorm")
 
@@ -79,6 +76,7 @@ class ResNetNet(nn.Module):
 
 
 @dataclass(frozen=True)
+@checks.constrained(widths=WIDTHS, blocks=checks.COUNT, norm=NORM, groups=checks.COUNT)
 class ResNet:
     """A CIFAR-style ResNet (He et al. 2016, §4.2) for small images such as 28x28 EMNIST/Fashion-MNIST: a 3x3
     stem, stages of ``blocks`` basic blocks with widths ``widths`` (each stage after the first halves the
@@ -93,8 +91,7 @@ class ResNet:
     name: ClassVar[str] = "resnet"
 
     def __post_init__(self) -> None:
-        int_tuple(self, "widths")
-        at_least(self, 1, "blocks")
+        as_tuple(self, "widths")
         check_norm(self)
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -103,6 +100,7 @@ class ResNet:
 
 
 @dataclass(frozen=True)
+@checks.constrained(widths=WIDTHS, hidden=WIDTHS, dropout=DROPOUT, norm=NORM, groups=checks.COUNT)
 class VGG9:
     """VGG-9 as federated-learning papers use it (FedMA, Wang et al. 2020; IWDS, Tang et al. 2021): 3x3
     convolutions (padding 1, ReLU) of widths ``widths`` in pairs, each pair followed by a 2x2 max-pool, then
@@ -119,11 +117,9 @@ class VGG9:
     name: ClassVar[str] = "vgg9"
 
     def __post_init__(self) -> None:
-        int_tuple(self, "widths")
-        int_tuple(self, "hidden")
+        as_tuple(self, "widths", "hidden")
         if len(self.widths) % 2:
             raise ValueError(f"VGG9 widths come in pairs (one max-pool after each pair), got {self.widths}")
-        probability(self, "dropout")
         check_norm(self)
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -15,7 +15,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from fedsample.models.common import at_least, int_tuple, outputs, probability
+from fedsample import checks
+from fedsample.models.common import DROPOUT, WIDTHS, as_tuple, outputs
+
+VOCABULARY = checks.integers(2)
 
 PAD = 0  # token id of padding (the loader's vocabulary: 0 = pad, 1 = unknown)
 
@@ -69,6 +72,7 @@ class TextCNNNet(nn.Module):
 
 
 @dataclass(frozen=True)
+@checks.constrained(vocab_size=VOCABULARY, dim=checks.COUNT, widths=WIDTHS, filters=checks.COUNT, dropout=DROPOUT)
 class TextCNN:
     """Text-CNN (Kim 2014, §2): token embedding (``vocab_size`` x ``dim``, padding row fixed at zero),
     parallel 1-D convolutions of widths ``widths`` with ``filters`` feature maps each, ReLU, max-over-time
@@ -83,10 +87,7 @@ class TextCNN:
     name: ClassVar[str] = "textcnn"
 
     def __post_init__(self) -> None:
-        at_least(self, 2, "vocab_size")
-        at_least(self, 1, "dim", "filters")
-        int_tuple(self, "widths")
-        probability(self, "dropout")
+        as_tuple(self, "widths")
 
     def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         token_shape(self, input_shape, shortest=max(self.widths))
@@ -149,6 +150,9 @@ class TransformerNet(nn.Module):
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    vocab_size=VOCABULARY, dim=checks.COUNT, heads=checks.COUNT, layers=checks.COUNT, hidden=checks.COUNT, dropout=DROPOUT,
+)
 class Transformer:
     """A small Transformer encoder for text classification (Vaswani et al. 2017): token and learned position
     embeddings, ``layers`` pre-norm encoder layers (``heads`` attention heads, feed-forward width ``hidden``,
@@ -164,9 +168,6 @@ class Transformer:
     name: ClassVar[str] = "transformer"
 
     def __post_init__(self) -> None:
-        at_least(self, 2, "vocab_size")
-        at_least(self, 1, "dim", "heads", "layers", "hidden")
-        probability(self, "dropout")
         if self.dim % self.heads:
             raise ValueError(f"Transformer dim must be divisible by heads, got dim={self.dim}, heads={self.heads}")
 

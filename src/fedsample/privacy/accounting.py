@@ -70,6 +70,7 @@ def gaussian_update_epsilon(
     checks.positive("noise_multiplier", noise_multiplier)
     checks.in_interval("delta", delta, 0, 1, closed="()")
     checks.in_interval("sampling_rate", sampling_rate, 0, 1, closed="(]")
+    checks.check("method", method, checks.Options("rdp", "pld"))
     if rounds <= 0:
         return 0.0
     dpa = _dp_accounting()
@@ -77,12 +78,7 @@ def gaussian_update_epsilon(
     if sampling_rate < 1.0:
         event = dpa.PoissonSampledDpEvent(sampling_rate, event)
     composed = dpa.SelfComposedDpEvent(event, int(rounds))
-    if method == "rdp":
-        accountant = dpa.rdp.RdpAccountant()
-    elif method == "pld":
-        accountant = dpa.pld.PLDAccountant()
-    else:
-        raise ValueError(f"method must be 'pld' or 'rdp', got {method!r}")
+    accountant = dpa.rdp.RdpAccountant() if method == "rdp" else dpa.pld.PLDAccountant()
     return float(accountant.compose(composed).get_epsilon(delta))
 
 

@@ -15,6 +15,7 @@ __all__ = ["UpdateNoise"]
 
 
 @dataclass(frozen=True)
+@checks.constrained(clip=checks.POSITIVE, noise_multiplier=checks.NON_NEGATIVE)
 class UpdateNoise:
     """Client-level DP for the update (the Gaussian mechanism, Dwork & Roth 2014, Thm 3.22; McMahan et al.
     2018's per-client clipping): the client scales its update to L2 norm at most ``clip`` and adds
@@ -25,10 +26,6 @@ class UpdateNoise:
 
     clip: float
     noise_multiplier: float
-
-    def __post_init__(self) -> None:
-        checks.positive("clip", self.clip)
-        checks.non_negative("noise_multiplier", self.noise_multiplier)
 
     def clipped(self, update: dict) -> dict:
         """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""

@@ -28,10 +28,13 @@ PERMANENT_REPORT = "report_size/permanent"  # purpose of the round-independent s
 PERMANENT_ROUND = 0  # the one (fixed) round index of that stream
 
 
+#: The randomized response's parameters: epsilon > 0 and the size threshold M, an integer >= 2.
+EPSILON = checks.POSITIVE
+THRESHOLD = checks.integers(2)
+
+
 def _check(epsilon: float, M: int) -> None:
-    checks.positive("epsilon", epsilon)
-    if int(M) != M or M < 2:
-        raise ValueError(f"M must be an integer >= 2, got {M!r}")
+    checks.validate(None, {"epsilon": epsilon, "M": M}, {"epsilon": EPSILON, "M": THRESHOLD})
 
 
 def alpha_for(epsilon: float, M: int) -> float:

@@ -21,9 +21,10 @@ from typing import Literal
 
 import numpy as np
 
+from fedsample import checks
 from fedsample.messages import SizeQuery
 from fedsample.privacy import accounting, size_estimate
-from fedsample.privacy.reports import alpha_for, estimate_total
+from fedsample.privacy.reports import EPSILON, THRESHOLD, estimate_total
 from fedsample.privacy.size_estimate import scaled_total
 
 Scope = Literal["all", "cohort"]
@@ -52,19 +53,12 @@ class SizeInfo:
         return self.policy.summarize(np.asarray(ids), self.for_clients(np.asarray(ids))).total
 
 
-def _check_scope(scope: str) -> None:
-    if scope not in ("all", "cohort"):
-        raise ValueError(f"size-report scope must be 'all' or 'cohort', got {scope!r}")
-
-
 @dataclass(frozen=True)
+@checks.constrained()
 class ExactSizes:
     """Clients report their true sizes (no privacy). Needed by size-proportional client sampling."""
 
     scope: Scope = "all"
-
-    def __post_init__(self) -> None:
-        _check_scope(self.scope)
 
     @property
     def query(self) -> SizeQuery:
@@ -76,6 +70,10 @@ class ExactSizes:
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    epsilon=EPSILON, M=[THRESHOLD, checks.Options("rmse")], permanent=checks.BOOLEAN, reuse=checks.COUNT,
+    average=checks.COUNT,
+)
 class RandomizedSizes:
     """epsilon-LDP randomized-response size reports with threshold M; total estimated by Eq. 2. ``permanent``
     (default): one randomized answer per client for the whole run; False: a fresh answer every round.
@@ -95,19 +93,14 @@ class RandomizedSizes:
     size_prior: tuple[float, float] = (2.0, 4.0)
 
     def __post_init__(self) -> None:
-        _check_scope(self.scope)
-        alpha_for(self.epsilon, 2 if self.M == "rmse" else self.M)  # validates epsilon and M
-        for name in ("reuse", "average"):
-            value = getattr(self, name)
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if (self.reuse > 1 or self.average > 1) and self.scope != "all":
             raise ValueError("reuse and average need size reports from every client (scope='all'): a cohort changes every round")
         if self.average > 1 and self.permanent:
             raise ValueError("average needs fresh reports (permanent=False): permanent reports repeat the same answer")
-        mean, sigma = self.size_prior
-        if mean < 1 or sigma < 0:
-            raise ValueError(f"size_prior must be (mean client size >= 1, log-normal sigma >= 0), got {self.size_prior!r}")
+        prior = self.size_prior
+        if not (isinstance(prior, (tuple, list)) and len(prior) == 2 and checks.reals(1).satisfied_by(prior[0])
+                and checks.NON_NEGATIVE.satisfied_by(prior[1])):
+            checks.fail("size_prior", prior, "(mean client size >= 1, log-normal sigma >= 0)", "RandomizedSizes")
 
     def for_population(self, num_clients: int) -> "RandomizedSizes":
         """This policy with a numeric M: ``M="rmse"`` resolved for ``num_clients`` clients and the prior."""

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample import checks
+from fedsample.checks import Param
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 
@@ -37,6 +38,7 @@ class AllClients:
 
 
 @dataclass(frozen=True)
+@checks.constrained(m=[checks.COUNT, None], samples_per_round=[checks.COUNT, None])
 class UniformClients:
     """m of N clients uniformly without replacement (FedAvg, McMahan et al. 2017): pi_k = m/N.
 
@@ -48,7 +50,7 @@ class UniformClients:
     samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, default=10))
+        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "UniformClients"))
 
     @property
     def needs_sizes(self) -> NeedsSizes:
@@ -65,6 +67,7 @@ class UniformClients:
 
 
 @dataclass(frozen=True)
+@checks.constrained(m=[checks.COUNT, None], samples_per_round=[checks.COUNT, None])
 class SizeProportional:
     """m draws with replacement with p_k = n_k / n (Li et al. 2019, scheme I); a client drawn twice
     counts twice in the average. pi_k = 1 - (1 - p_k)^m. Needs exact sizes of every client.
@@ -77,7 +80,7 @@ class SizeProportional:
     needs_sizes: ClassVar[NeedsSizes] = "exact"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, default=10))
+        object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "SizeProportional"))
 
     def select(self, ctx: RoundContext) -> Cohort:
         sizes = ctx.require_sizes(exact=True)
@@ -93,6 +96,7 @@ class SizeProportional:
 
 
 @dataclass(frozen=True)
+@checks.constrained(q=Param(checks.reals(0, 1, "(]"), None, label="client probability q"), samples_per_round=[checks.COUNT, None])
 class PoissonClients:
     """Each client independently with probability q (Poisson sampling): pi_k = q; the cohort size varies.
 
@@ -103,10 +107,7 @@ class PoissonClients:
     samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
-        q = cohort_size.one_of("q", self.q, self.samples_per_round, default=0.1, check=False)
-        if self.samples_per_round is None:
-            checks.in_interval("client probability q", q, 0, 1, closed="(]")
-        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "q", cohort_size.one_of("q", self.q, self.samples_per_round, 0.1, "PoissonClients"))
 
     @property
     def needs_sizes(self) -> NeedsSizes:

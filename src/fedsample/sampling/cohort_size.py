@@ -17,18 +17,15 @@ import numpy as np
 from fedsample import checks
 
 
-def one_of(name: str, fixed: float | None, samples_per_round: int | None, default: float, check: bool = True) -> float | None:
+def one_of(name: str, fixed: float | None, samples_per_round: int | None, default: float, owner: str | None = None) -> float | None:
     """The fixed cohort parameter ``name`` (m or q), or None when ``samples_per_round`` replaces it;
-    ``default`` when neither is given. Giving both is an error."""
+    ``default`` when neither is given. Giving both is one :class:`~fedsample.checks.ParameterError` line (the
+    values themselves are checked by their owner's constraints)."""
     if fixed is not None and samples_per_round is not None:
-        raise ValueError(f"give either {name} or samples_per_round, not both")
+        checks.fail(name, fixed, "None when samples_per_round is given (give one of them, not both)", owner)
     if samples_per_round is not None:
-        checks.count("samples_per_round", samples_per_round)
         return None
-    value = default if fixed is None else fixed
-    if check:
-        checks.count(f"clients per round {name}", value)
-    return value
+    return default if fixed is None else fixed
 
 
 def _positive_sizes(sizes: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from fedsample import checks
 from fedsample.training.functional import Params, flatten
 
 Compression = Literal["squeeze", "projection"]
@@ -30,17 +31,18 @@ COMPRESSIONS: tuple[str, ...] = ("squeeze", "projection")
 SQUEEZE_MAX_ITER = 100
 
 
+#: The compressed dimension d' (an integer >= 1), and the compression's name.
+DIM = checks.Param(checks.COUNT, label="compressed dimension d'")
+COMPRESSION = checks.Options(*COMPRESSIONS)
+
+
 def check_dim(dim: object) -> int:
     """Validate the compressed dimension d' (an integer >= 1)."""
-    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise ValueError(f"compressed dimension d' must be an integer >= 1, got {dim!r}")
-    return int(dim)
+    return int(checks.check("dim", dim, DIM))
 
 
 def check_compression(name: object) -> str:
-    if name not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {name!r}")
-    return str(name)
+    return str(checks.check("compression", name, COMPRESSION))
 
 
 def kmeans_1d(values: np.ndarray, k: int, max_iter: int = SQUEEZE_MAX_ITER) -> np.ndarray:
@@ -99,8 +101,7 @@ def projection_matrix(seed: int, dim: int, width: int) -> np.ndarray:
     ``numpy.random.default_rng(seed)``: the same on every client that receives the same seed, and
     ``E||R g||^2 = ||g||^2`` (Johnson-Lindenstrauss scaling). Read-only (cached)."""
     dim = check_dim(dim)
-    if int(seed) < 0:
-        raise ValueError(f"projection seed must be >= 0, got {seed}")
+    checks.check("seed", seed, checks.integers(0), label="projection seed")
     matrix = np.random.default_rng(int(seed)).standard_normal((dim, int(width))) / np.sqrt(dim)
     matrix.setflags(write=False)
     return matrix

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from fedsample import checks
+from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
 from fedsample.rng import CohortRandom
 
@@ -81,14 +82,12 @@ class FullData:
 
 
 @dataclass(frozen=True)
+@checks.constrained(ratio=Param(checks.reals(0, 1, "(]"), label="sampling ratio"))
 class FixedRatio:
     """The naive method of Qi et al. 2023, §3.3: each sample kept with a fixed probability r."""
 
     ratio: float
     needs_sizes: ClassVar[NeedsSizes] = None
-
-    def __post_init__(self) -> None:
-        checks.in_interval("sampling ratio", self.ratio, 0, 1, closed="(]")
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         return BernoulliSamples(self.ratio)
@@ -96,13 +95,13 @@ class FixedRatio:
 
 def sampling_ratio(K: int, total_estimate: float) -> float:
     """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2)."""
-    if K <= 0:
-        raise ValueError(f"K must be > 0, got {K}")
+    checks.check("K", K, checks.POSITIVE, owner="sampling_ratio")
     return min(1.0, K / total_estimate) if total_estimate > 0 else 1.0
 
 
 
 @dataclass(frozen=True)
+@checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN)
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
     probability K / N~, with N~ the server's estimate of the total size (capped at 1). ``count_drawn``: the
@@ -111,9 +110,6 @@ class FedSamplingData:
     K: int
     count_drawn: bool = False
     needs_sizes: ClassVar[NeedsSizes] = "estimate"
-
-    def __post_init__(self) -> None:
-        checks.count("K (desired samples per round)", self.K)
 
     def ratio(self, ctx: "RoundContext") -> float:
         return sampling_ratio(self.K, ctx.require_sizes().total)
@@ -125,15 +121,13 @@ class FedSamplingData:
 
 
 @dataclass(frozen=True)
+@checks.constrained(k=checks.COUNT)
 class UniformSubset:
     """k samples uniformly without replacement from each chosen client (centralized minibatches when the
     only client holds the pooled data)."""
 
     k: int
     needs_sizes: ClassVar[NeedsSizes] = None
-
-    def __post_init__(self) -> None:
-        checks.count("subset size", self.k)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
         return FixedSizeSamples(self.k)

@@ -64,10 +64,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 import numpy as np
 import torch
 
+from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
 from fedsample.sampling import design
 from fedsample.rounds import Cohort
-from fedsample.training.aggregate import Scaling, check_scaling
+from fedsample.training.aggregate import Scaling
 from fedsample.training.functional import Params, per_sample_gradients
 
 if TYPE_CHECKING:
@@ -78,6 +79,11 @@ UPDATES = ("exact", "approx", "cheap", "uniform")
 STATE_KEY = "isfedavg"
 #: Default mixing with the uniform distribution (not in the paper; see the module notes).
 DEFAULT_FLOOR = 1e-3
+#: The parameters' constraints, shared by the agent and the data sampler.
+FLOOR = checks.reals(0, 1, "[)")
+ALPHA = checks.Param(checks.Each(checks.NON_NEGATIVE), label="alpha_k")
+EPOCHS = checks.Param(checks.Each(checks.COUNT), label="epochs E_k")
+BATCHES = checks.Param(checks.Each(checks.COUNT), label="batch sizes B_k")
 
 
 # --- probability formulas -------------------------------------------------------------------------
@@ -89,9 +95,7 @@ def agent_scores(sigma2: np.ndarray, grad_norm: np.ndarray, alpha: float | np.nd
     :func:`data_variability`, ``alpha`` one value or one per agent (:func:`paper_alpha`)."""
     sigma2 = _finite_nonnegative(sigma2, "sigma^2_k")
     grad_norm = _finite_nonnegative(grad_norm, "||grad P_k||")
-    alpha = np.asarray(alpha, dtype=np.float64)
-    if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
-        raise ValueError(f"ISFedAvg: alpha_k must be finite and >= 0, got {alpha!r}")
+    alpha = np.asarray(checks.check("alpha", alpha, ALPHA, owner="ISFedAvg"), dtype=np.float64)
     return np.sqrt(sigma2 + alpha * grad_norm**2)
 
 
@@ -119,8 +123,7 @@ def normalized_probabilities(scores: np.ndarray, floor: float = 0.0) -> np.ndarr
     probability when ``floor == 0`` (that unit could never be drawn, so no estimate would be unbiased).
     """
     s = _finite_nonnegative(scores, "importance scores")
-    if not 0.0 <= floor < 1.0:
-        raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {floor!r}")
+    checks.check("floor", floor, FLOOR, owner="ISFedAvg")
     if s.size == 0 or s.sum() <= 0:
         raise ValueError("ISFedAvg: importance scores are all zero; no sampling distribution can be formed")
     p = (1.0 - floor) * s / s.sum() + floor / s.size
@@ -177,11 +180,6 @@ def _finite_nonnegative(values: object, name: str) -> np.ndarray:
     if np.any(arr < 0):
         raise ValueError(f"ISFedAvg: {name} must be >= 0")
     return arr
-
-
-def _check_update(update: str) -> None:
-    if update not in UPDATES:
-        raise ValueError(f"ISFedAvg: update must be one of {', '.join(UPDATES)}, got {update!r}")
 
 
 def _state(ctx: "RoundContext") -> dict:
@@ -270,11 +268,9 @@ def stored_data_weights(ctx: ClientContext) -> np.ndarray:
 # --- the samplers (run on the server) -------------------------------------------------------------
 
 
-def _per_agent(value: int | Sequence[int], name: str) -> int | tuple[int, ...]:
-    values = np.atleast_1d(np.asarray(value))
-    if values.dtype.kind not in "iu" or np.any(values < 1):
-        raise ValueError(f"ISFedAvg: {name} must be integers >= 1 (one value, or one per agent), got {value!r}")
-    return int(values[0]) if np.ndim(value) == 0 else tuple(int(v) for v in values)
+def _per_agent(value: int | Sequence[int]) -> int | tuple[int, ...]:
+    """One value for every agent (an int), or one per agent (a tuple of ints); already checked (:data:`EPOCHS`)."""
+    return int(value) if np.ndim(value) == 0 else tuple(int(v) for v in value)  # type: ignore[arg-type, union-attr]
 
 
 def _for_agent(value: int | tuple[int, ...], k: int, name: str) -> int:
@@ -298,6 +294,10 @@ def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule)
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    L=checks.Param(checks.COUNT, label="L (agents per round)"), alpha=checks.Param(*ALPHA.constraints, None, label=ALPHA.label), floor=FLOOR,
+    epochs=EPOCHS, batch_size=BATCHES,
+)
 class ImportanceAgents:
     """ISFedAvg's agent sampler: L of K agents without replacement by systematic sampling on pi_k = L p_k,
     p_k from Lemma 7 under the chosen ``update`` rule (see the module notes), with each agent's
@@ -315,17 +315,9 @@ class ImportanceAgents:
     needs_sizes: ClassVar[None] = None
 
     def __post_init__(self) -> None:
-        if int(self.L) != self.L or self.L < 1:
-            raise ValueError(f"ISFedAvg: L (agents per round) must be an integer >= 1, got {self.L!r}")
-        _check_update(self.update)
-        object.__setattr__(self, "epochs", _per_agent(self.epochs, "epochs E_k"))
-        object.__setattr__(self, "batch_size", _per_agent(self.batch_size, "batch sizes B_k"))
-        if self.alpha is not None:
-            agent_scores(np.zeros(1), np.zeros(1), self.alpha)  # validates alpha
-        if self.update == "exact" and self.reference is None:
-            raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
-        if not 0.0 <= self.floor < 1.0:
-            raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {self.floor!r}")
+        object.__setattr__(self, "epochs", _per_agent(self.epochs))
+        object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
+        _check_reference(self.update, self.reference)
 
     def scores(self, ctx: "RoundContext", ids: np.ndarray, params: Params) -> np.ndarray:
         """sqrt(sigma^2_{s,k} + alpha_k ||grad P_k(params)||^2) of the agents ``ids`` (Lemma 7 / Eqs. 50, 52),
@@ -363,7 +355,13 @@ class ImportanceAgents:
         return Cohort.from_sample(sample, ctx.num_clients)
 
 
+def _check_reference(update: str, reference: Params | None) -> None:
+    if update == "exact" and reference is None:
+        raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
+
+
 @dataclass(frozen=True)
+@checks.constrained(epochs=EPOCHS, batch_size=BATCHES, floor=FLOOR)
 class ImportanceData:
     """ISFedAvg's data sampler: one :class:`ImportanceBatches` plan per chosen agent, with its E_k and B_k
     (``epochs``, ``batch_size``: one value, or one per agent id) and, for ``scaling="step"``, the agent
@@ -378,14 +376,9 @@ class ImportanceData:
     needs_sizes: ClassVar[None] = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epochs", _per_agent(self.epochs, "epochs E_k"))
-        object.__setattr__(self, "batch_size", _per_agent(self.batch_size, "batch sizes B_k"))
-        _check_update(self.update)
-        check_scaling(self.scaling)
-        if self.update == "exact" and self.reference is None:
-            raise ValueError("ISFedAvg: update='exact' needs reference= (the model the paper evaluates Lemmas 6-7 at, w°)")
-        if not 0.0 <= self.floor < 1.0:
-            raise ValueError(f"ISFedAvg: floor must be in [0, 1), got {self.floor!r}")
+        object.__setattr__(self, "epochs", _per_agent(self.epochs))
+        object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
+        _check_reference(self.update, self.reference)
 
     def agent_factors(self, cohort: Cohort) -> np.ndarray:
         if self.scaling == "aggregate":

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
+from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
 
 if TYPE_CHECKING:
@@ -36,22 +37,20 @@ if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 Schedule = Literal["decay", "fixed"]
+#: beta of the effective number (1 - beta^N) / (1 - beta), defined for beta in [0, 1).
+BETA = checks.reals(0, 1, "[)")
+#: rho, the decay rate of beta_t (Eq. 6).
+DECAY = checks.Param(checks.PROBABILITY, label="decay rate rho")
 
 
 def check_beta(beta: float, name: str = "beta") -> float:
     """``beta`` as a float in [0, 1) (the effective number is defined for beta in [0, 1))."""
-    value = float(beta)
-    if not np.isfinite(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"IWDS: {name} must be in [0, 1), got {beta!r}")
-    return value
+    return float(checks.check(name, beta, BETA, owner="IWDS"))
 
 
 def beta_schedule(round: int, beta_0: float = 0.9999, beta_m: float = 0.98, rho: float = 0.992) -> float:
     """beta_t = beta_m + (beta_0 - beta_m) * rho ** t (Tang et al. 2021, Eq. 6); t counts global rounds from 0."""
-    if int(round) != round or round < 0:
-        raise ValueError(f"IWDS: round must be an integer >= 0, got {round!r}")
-    if not 0.0 <= float(rho) <= 1.0:
-        raise ValueError(f"IWDS: decay rate rho must be in [0, 1], got {rho!r}")
+    checks.validate("IWDS", {"round": round, "rho": rho}, {"round": checks.integers(0), "rho": DECAY})
     return float(beta_m + (beta_0 - beta_m) * float(rho) ** int(round))
 
 
@@ -99,13 +98,11 @@ def label_probabilities(label_counts: np.ndarray, beta: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+@checks.constrained(beta=BETA)
 class LabelWeightedSamples:
     """Every local sample, with minibatches drawn with replacement from p(k, i) at ``beta`` (Eqs. 2-3)."""
 
     beta: float
-
-    def __post_init__(self) -> None:
-        check_beta(self.beta)
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         if ctx.task == "regression":
@@ -120,6 +117,7 @@ class LabelWeightedSamples:
 
 
 @dataclass(frozen=True)
+@checks.constrained(beta_m=BETA, beta_0=BETA, rho=DECAY)
 class IWDSData:
     """IWDS's data sampler: the plan of round t carries beta_t (Eq. 6, ``schedule="decay"``) or beta_0
     throughout (``schedule="fixed"``). See :meth:`uniform` (Uni-Samp) and :meth:`imbalanced` (Imb-Samp)."""
@@ -129,14 +127,6 @@ class IWDSData:
     rho: float = 0.992
     schedule: Schedule = "decay"
     needs_sizes: ClassVar[None] = None
-
-    def __post_init__(self) -> None:
-        check_beta(self.beta_0, "beta_0")
-        check_beta(self.beta_m, "beta_m")
-        if not 0.0 <= float(self.rho) <= 1.0:
-            raise ValueError(f"IWDS: decay rate rho must be in [0, 1], got {self.rho!r}")
-        if self.schedule not in ("decay", "fixed"):
-            raise ValueError(f"IWDS: schedule must be 'decay' or 'fixed', got {self.schedule!r}")
 
     @classmethod
     def uniform(cls) -> "IWDSData":

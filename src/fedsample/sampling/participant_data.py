@@ -46,6 +46,7 @@ class FixedShareSamples:
 
 
 @dataclass(frozen=True)
+@checks.constrained(eta=checks.COUNT)
 class ParticipantData:
     """Each participant keeps each local sample with probability eta / n~, n~ estimated over the cohort
     (Eq. 8). ``draw``:
@@ -63,11 +64,6 @@ class ParticipantData:
     eta: int = 2048
     draw: Draw = "bernoulli"
     needs_sizes: ClassVar[Literal["estimate", None]] = "estimate"
-
-    def __post_init__(self) -> None:
-        checks.count("eta (desired samples across participants)", self.eta)
-        if self.draw not in ("bernoulli", "fixed"):
-            raise ValueError(f"draw must be 'bernoulli' or 'fixed', got {self.draw!r}")
 
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
         """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from fedsample.messages import ProbeRequest
-from fedsample.sampling.compression import check_compression, check_dim
+from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
 from fedsample.sampling import cohort_size, design
@@ -63,8 +63,7 @@ def stratum_spread(vectors: np.ndarray, labels: np.ndarray, H: int, how: Spread 
     - ``pairwise`` (what the authors' code computed): the mean Euclidean distance over the distinct pairs
       of clients in the stratum.
     """
-    if how not in ("std", "pairwise"):
-        raise ValueError(f"stratum spread must be 'std' or 'pairwise', got {how!r}")
+    checks.check("how", how, checks.Options("std", "pairwise"), owner="stratum_spread")
     X = _check_vectors(vectors)
     labels = np.asarray(labels, dtype=np.int64)
     if labels.shape != (X.shape[0],):
@@ -93,7 +92,13 @@ def selection_weights(vectors: np.ndarray, within: Within) -> np.ndarray | None:
     return np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
 
 
+STRATA = checks.Param(checks.COUNT, label="number of strata H")
+
+
 @dataclass(frozen=True)
+@checks.constrained(
+    H=STRATA, dim=DIM, compression=COMPRESSION, recompute_every=checks.COUNT, samples_per_round=[checks.COUNT, None],
+)
 class StratifiedClients:
     """FedSTS's client sampler (Slessor et al. 2025, Algorithms 1-2; Gao et al. 2024).
 
@@ -115,26 +120,15 @@ class StratifiedClients:
     H: int = 10
     m: int = 10
     dim: int = 9
-    compression: str = "squeeze"
+    compression: Compression = "squeeze"
     recompute_every: int = 1
     spread: Spread = "std"
     within: Within = "norm"
     samples_per_round: int | None = None
 
     def __post_init__(self) -> None:
-        _check_strata_count(self.H)
-        if self.samples_per_round is not None:
-            checks.count("samples_per_round", self.samples_per_round)
-        elif isinstance(self.m, bool) or int(self.m) != self.m or self.m < self.H:
-            raise ValueError(f"clients per round m must be an integer >= H = {self.H} (one per stratum), got {self.m!r}")
-        check_dim(self.dim)
-        check_compression(self.compression)
-        if isinstance(self.recompute_every, bool) or int(self.recompute_every) != self.recompute_every or self.recompute_every < 1:
-            raise ValueError(f"recompute_every must be an integer >= 1, got {self.recompute_every!r}")
-        if self.spread not in ("std", "pairwise"):
-            raise ValueError(f"spread must be 'std' or 'pairwise', got {self.spread!r}")
-        if self.within not in ("norm", "uniform"):
-            raise ValueError(f"within must be 'norm' or 'uniform', got {self.within!r}")
+        if self.samples_per_round is None and not checks.integers(self.H).satisfied_by(self.m):
+            checks.fail("m", self.m, f"an integer >= H = {self.H} (one per stratum)", "StratifiedClients")
 
     @property
     def needs_sizes(self) -> Literal["exact", None]:
@@ -191,11 +185,10 @@ def projection_seed(seed: int) -> int:
 
 
 def _check_strata_count(H: object, N: int | None = None) -> int:
-    if isinstance(H, (bool, np.bool_)) or not isinstance(H, (int, np.integer)) or H < 1:
-        raise ValueError(f"number of strata H must be an integer >= 1, got {H!r}")
-    if N is not None and H > N:
+    checks.check("H", H, STRATA)
+    if N is not None and H > N:  # type: ignore[operator]
         raise ValueError(f"number of strata H = {H} exceeds the number of clients N = {N}")
-    return int(H)
+    return int(H)  # type: ignore[call-overload]
 
 
 def _check_vectors(vectors: np.ndarray) -> np.ndarray:

@@ -17,8 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
 
+import typing
+
 import numpy as np
 
+from fedsample import checks
 from fedsample.training.functional import Params
 
 from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
@@ -41,9 +44,11 @@ def received(reports: Reports) -> tuple[np.ndarray, list["TrainReport"]]:
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion"]
+WEIGHTINGS = checks.Param(checks.Options(*typing.get_args(Weighting)), words="one of the weightings uniform, size or inverse_inclusion")
 
 
 @dataclass(frozen=True)
+@checks.constrained(by=WEIGHTINGS)
 class WeightedMean:
     """Weighted mean of the received updates.
 
@@ -55,10 +60,6 @@ class WeightedMean:
     """
 
     by: Weighting = "uniform"
-
-    def __post_init__(self) -> None:
-        if self.by not in ("uniform", "size", "inverse_inclusion"):
-            raise ValueError(f"weighted mean 'by' must be uniform, size or inverse_inclusion, got {self.by!r}")
 
     @property
     def needs_sizes(self) -> Literal["any", None]:
@@ -87,6 +88,7 @@ class Sum:
 
 
 @dataclass(frozen=True)
+@checks.constrained(K=checks.COUNT)
 class DrawnNormalizedSum:
     """The self-normalized FedSampling update (``fedsampling(normalize="drawn")``): the clients' G_c =
     (1/K) sum g_s summed and rescaled by K / S, S = sum_c |S_c| the number of samples actually drawn (learned
@@ -133,6 +135,7 @@ def normalizer(report: "TrainReport") -> float:
 
 
 @dataclass(frozen=True)
+@checks.constrained(by=WEIGHTINGS)
 class FedNova:
     """FedNova's normalized averaging (Wang et al. 2020, Eq. 6-7):
 
@@ -155,9 +158,6 @@ class FedNova:
 
     by: Weighting = "size"
 
-    def __post_init__(self) -> None:
-        WeightedMean(self.by)  # validates ``by``
-
     @property
     def needs_sizes(self) -> Literal["any", None]:
         return WeightedMean(self.by).needs_sizes
@@ -176,6 +176,7 @@ class FedNova:
 
 
 @dataclass(frozen=True)
+@checks.constrained()
 class StratifiedMean:
     """Stratified aggregation of FedSTS / FedSTaS (needs a Cohort with ``strata`` and ``info`` holding
     ``stratum_sizes`` N_h and ``allocation`` m_h, as :class:`~fedsample.sampling.stratify.StratifiedClients`
@@ -200,10 +201,6 @@ class StratifiedMean:
     """
 
     by: Literal["unbiased", "paper", "size"] = "unbiased"
-
-    def __post_init__(self) -> None:
-        if self.by not in ("unbiased", "paper", "size"):
-            raise ValueError(f"stratified mean 'by' must be 'unbiased', 'paper' or 'size', got {self.by!r}")
 
     @property
     def needs_sizes(self) -> Literal["exact", None]:
@@ -232,16 +229,12 @@ def size_ratio_weights(sizes: np.ndarray, inclusion: np.ndarray) -> np.ndarray:
     return raw / raw.sum()
 
 
+#: ISFedAvg's ``scaling``: "step" (the 1/(K p_k) factor inside the local steps, Eq. 8) or "aggregate".
 Scaling = Literal["step", "aggregate"]
 
 
-def check_scaling(scaling: object) -> None:
-    """ISFedAvg's ``scaling`` is "step" (the 1/(K p_k) factor inside the local steps, Eq. 8) or "aggregate"."""
-    if scaling not in ("step", "aggregate"):
-        raise ValueError(f"ISFedAvg: scaling must be 'step' or 'aggregate', got {scaling!r}")
-
-
 @dataclass(frozen=True)
+@checks.constrained()
 class ISFedAvgAggregate:
     """ISFedAvg's aggregation (Rizk, Vlaski & Sayed 2022): Eq. 9's plain mean of the agents' updates (``scaling="step"``: the 1/(K p_k) factor was in the local
     steps) or the Horvitz-Thompson mean (1/K) sum_k Delta_k / pi_k (``scaling="aggregate"``). The data weights
@@ -249,9 +242,6 @@ class ISFedAvgAggregate:
 
     scaling: Scaling = "step"
     needs_sizes: ClassVar[None] = None
-
-    def __post_init__(self) -> None:
-        check_scaling(self.scaling)
 
     def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")

@@ -34,6 +34,11 @@ class LocalResult:
 
 
 @dataclass(frozen=True)
+@checks.constrained(
+    lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
+    momentum=checks.reals(0, 1, "[)"), weight_decay=checks.NON_NEGATIVE, prox_mu=checks.NON_NEGATIVE,
+    lr_decay=checks.reals(0, 1, "(]"),
+)
 class LocalSGD:
     """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
 
@@ -53,16 +58,10 @@ class LocalSGD:
     lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
-        checks.positive("lr", self.lr)
-        checks.positive("batch_size", self.batch_size, optional=True)
-        if (self.epochs is None) == (self.steps is None):
-            raise ValueError("LocalSGD needs exactly one of epochs or steps")
-        checks.positive("epochs", self.epochs, optional=True)
-        checks.positive("steps", self.steps, optional=True)
-        checks.in_interval("momentum", self.momentum, 0, 1)
-        checks.non_negative("weight_decay", self.weight_decay)
-        checks.non_negative("prox_mu (FedProx mu)", self.prox_mu)
-        checks.in_interval("lr_decay", self.lr_decay, 0, 1, closed="(]")
+        if self.epochs is None and self.steps is None:
+            checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
+        if self.epochs is not None and self.steps is not None:
+            checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
 
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
@@ -176,6 +175,7 @@ def sgd_step(
 
 
 @dataclass(frozen=True)
+@checks.constrained(rho=checks.Param(checks.NON_NEGATIVE, label="rho (the l2 term of the local risk)"))
 class EpochSGD(LocalSGD):
     """ISFedAvg's local solver (Rizk, Vlaski & Sayed 2022): local SGD over the minibatches an
     :class:`~fedsample.sampling.importance.ImportanceBatches` plan drew: one step per epoch block, in
@@ -193,11 +193,6 @@ class EpochSGD(LocalSGD):
 
     rho: float = 0.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not np.isfinite(self.rho) or self.rho < 0:
-            raise ValueError(f"ISFedAvg: rho (the l2 term of the local risk) must be finite and >= 0, got {self.rho!r}")
-
     def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
         if sample.block is None:
             return super().batches(sample, rng)
@@ -210,15 +205,13 @@ class EpochSGD(LocalSGD):
 
 
 @dataclass(frozen=True)
+@checks.constrained(K=[checks.COUNT, None])
 class OneGradient:
     """One gradient at the global model over the drawn sample, normalized by ``K`` (FedSampling,
     §3.2: G_c = (1/K) * sum_{s in S_c} g_s) or, with ``K=None``, by the local sample size
     (the naive method of §3.3: G_c = (1/|S_c|) * sum g_s). Per-sample ``scale`` from the plan multiplies g_s."""
 
     K: int | None = None
-
-    def __post_init__(self) -> None:
-        checks.positive("K", self.K, optional=True)
 
     def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
         x, y = ctx.x[sample.indices], ctx.y[sample.indices]

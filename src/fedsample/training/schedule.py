@@ -11,16 +11,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fedsample import checks
-from fedsample.training.functional import Params
+
+if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torch, as experiment files are read
+    from fedsample.training.functional import Params
 
 Kind = Literal["constant", "step", "exponential", "cosine"]
 KINDS = ("constant", "step", "exponential", "cosine")
 
 
 @dataclass(frozen=True)
+@checks.constrained(every=checks.COUNT, rounds=checks.COUNT, gamma=checks.POSITIVE)
 class Schedule:
     """The factor of round ``t`` (0-based: the first round is t = 0, factor 1 for every kind):
 
@@ -34,13 +37,6 @@ class Schedule:
     every: int = 1
     gamma: float = 1.0
     rounds: int = 1
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"schedule kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        checks.count("schedule every", self.every)
-        checks.count("schedule rounds", self.rounds)
-        checks.positive("schedule gamma", self.gamma)
 
     def factor(self, t: int) -> float:
         """The multiplier of the server learning rate in round ``t`` (0-based)."""

@@ -18,7 +18,12 @@ from fedsample import checks
 from fedsample.training.functional import Params, zeros_like
 
 
+SERVER_LR = checks.Param(checks.POSITIVE, label="server learning rate")
+MOMENT = checks.reals(0, 1, "[)")
+
+
 @dataclass(frozen=True)
+@checks.constrained(lr=SERVER_LR, momentum=checks.Param(MOMENT, label="server momentum"))
 class ServerSGD:
     """w_t = w_{t-1} - eta * Delta_t. With eta = 1 and Delta the mean of w_global - w_k this is FedAvg;
     with Delta = sum_c G_c it is FedSampling's update (Qi et al. 2023, Algorithm 1, line 18).
@@ -29,10 +34,6 @@ class ServerSGD:
 
     lr: float = 1.0
     momentum: float = 0.0
-
-    def __post_init__(self) -> None:
-        checks.positive("server learning rate", self.lr)
-        checks.in_interval("server momentum", self.momentum, 0, 1)
 
     def init_state(self, params: Params) -> dict:
         return {"velocity": zeros_like(params)} if self.momentum else {}
@@ -45,6 +46,7 @@ class ServerSGD:
         return {k: params[k] - self.lr * velocity[k] for k in params}, {**state, "velocity": velocity}
 
 
+@checks.constrained(lr=SERVER_LR, beta1=MOMENT, tau=checks.Param(checks.POSITIVE, label="tau (adaptivity)"))
 class AdaptiveServer:
     """The shared part of Reddi et al. (2021), Algorithm 2 (FedAdagrad, FedYogi, FedAdam):
 
@@ -63,16 +65,6 @@ class AdaptiveServer:
     lr: float
     beta1: float
     tau: float
-
-    def check(self) -> None:
-        checks.positive("server learning rate", self.lr)
-        checks.in_interval("beta1", self.beta1, 0, 1)
-        if hasattr(self, "beta2"):
-            checks.in_interval("beta2", self.beta2, 0, 1)
-        checks.positive("tau (adaptivity)", self.tau)
-
-    def __post_init__(self) -> None:
-        self.check()
 
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -102,6 +94,7 @@ class FedAdagrad(AdaptiveServer):
 
 
 @dataclass(frozen=True)
+@checks.constrained(beta2=MOMENT)
 class _ExponentialSecondMoment(AdaptiveServer):
     """The parameters of the methods whose second moment forgets at rate beta2 (FedAdam, FedYogi)."""
 
