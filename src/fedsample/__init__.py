@@ -16,7 +16,7 @@ _NAMES = {"simulate": "simulation", "diagnose": "diagnostics", "SimulationResult
 __all__ = [
     "SimulationResult", "Strategy", "__version__", "client", "data", "device", "diagnose", "diagnostics", "evaluation",
     "experiments", "federation", "messages", "models", "privacy", "recipes", "reproduction", "rng", "rounds", "sampling",
-    "simulate", "simulation", "strategy", "training",
+    "simulate", "simulation", "strategy", "tracking", "training",
 ]
 
 __getattr__, __dir__ = lazy.submodules(__name__, __path__, _NAMES)

@@ -7,8 +7,7 @@ Names load on first use."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedsample import lazy
 
 _HOME = {
     "Tracker": "base", "TrackerGroup": "base", "MissingExtra": "base", "numeric_metrics": "base", "require": "base",
@@ -17,8 +16,4 @@ _HOME = {
 }
 __all__ = sorted(_HOME)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"fedsample.tracking.{_HOME[name]}"), name)
-    raise AttributeError(f"module 'fedsample.tracking' has no attribute {name!r}")
+__getattr__, __dir__ = lazy.submodules(__name__, __path__, _HOME)
