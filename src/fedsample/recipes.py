@@ -10,6 +10,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Literal
 
+from fedsample.parts import SizeNeed
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
@@ -66,7 +67,7 @@ def _federated(
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
     by = "uniform" if isinstance(clients, SizeProportional) else "size"
-    scope = "all" if getattr(clients, "needs_sizes", None) == "exact" else "cohort"
+    scope = "all" if getattr(clients, "needs_sizes", None) is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
         sizes=ExactSizes(scope=scope), name=("weighted_" if weighted else "") + name,
@@ -251,7 +252,7 @@ def fedsts(
     from every client's exact size."""
     m = cohort_size.one_of("m", m, samples_per_round, default=10, check=False)
     clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
-    if clients.needs_sizes == "exact":
+    if clients.needs_sizes is SizeNeed.EXACT_ALL:
         sizes = ExactSizes(scope="all")
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None

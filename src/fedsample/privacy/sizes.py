@@ -17,11 +17,12 @@ paper's method is ``M`` given, ``reuse=1``, ``average=1``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample.messages import SizeQuery
+from fedsample.parts import SizeReporting
 from fedsample.privacy import accounting, size_estimate
 from fedsample.privacy.reports import alpha_for, estimate_total
 from fedsample.privacy.size_estimate import scaled_total
@@ -62,6 +63,7 @@ class ExactSizes:
     """Clients report their true sizes (no privacy). Needed by size-proportional client sampling."""
 
     scope: Scope = "all"
+    exact: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_scope(self.scope)
@@ -93,6 +95,7 @@ class RandomizedSizes:
     reuse: int = 1
     average: int = 1
     size_prior: tuple[float, float] = (2.0, 4.0)
+    exact: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         _check_scope(self.scope)
@@ -141,4 +144,4 @@ class RandomizedSizes:
         return scaled_total(raw, asked, len(info.ids))
 
 
-SizeReporting = ExactSizes | RandomizedSizes
+__all__ = ["ExactSizes", "RandomizedSizes", "Scope", "SizeInfo", "SizeReporting"]

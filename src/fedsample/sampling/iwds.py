@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from fedsample.messages import ClientContext, LocalSample
+from fedsample.parts import SizeNeed
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort
@@ -128,7 +129,7 @@ class IWDSData:
     beta_0: float = 0.9999
     rho: float = 0.992
     schedule: Schedule = "decay"
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def __post_init__(self) -> None:
         check_beta(self.beta_0, "beta_0")

@@ -12,11 +12,12 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from fedsample.messages import ProbeRequest
+from fedsample.parts import SizeNeed
 from fedsample.sampling.compression import check_compression, check_dim
 from fedsample.rng import SERVER, generator
 from fedsample import checks
@@ -120,6 +121,7 @@ class StratifiedClients:
     spread: Spread = "std"
     within: Within = "norm"
     samples_per_round: int | None = None
+    stratified: ClassVar[bool] = True  # its cohorts carry strata, stratum sizes and the allocation
 
     def __post_init__(self) -> None:
         _check_strata_count(self.H)
@@ -137,8 +139,15 @@ class StratifiedClients:
             raise ValueError(f"within must be 'norm' or 'uniform', got {self.within!r}")
 
     @property
-    def needs_sizes(self) -> Literal["exact", None]:
-        return "exact" if self.samples_per_round is not None else None
+    def needs_sizes(self) -> SizeNeed:
+        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""
+        if self.samples_per_round is None:
+            return float(min(self.m, num_clients))
+        expected = cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round)
+        return float(min(num_clients, max(self.H, expected)))
 
     def clients_per_round(self, ctx: "RoundContext") -> int:
         """m, or the count derived from the reported sizes for ``samples_per_round`` (at least H)."""

@@ -10,11 +10,12 @@ clients drop out at random (docs/reliability.md); normalized weights need no adj
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from fedsample.parts import SizeNeed
 from fedsample.training.functional import Params
 
 from fedsample.rounds import answered
@@ -60,14 +61,16 @@ class WeightedMean:
     """
 
     by: Weighting = "uniform"
+    linear: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.by not in ("uniform", "size", "inverse_inclusion"):
             raise ValueError(f"weighted mean 'by' must be uniform, size or inverse_inclusion, got {self.by!r}")
 
     @property
-    def needs_sizes(self) -> Literal["any", None]:
-        return "any" if self.by == "size" else None
+    def needs_sizes(self) -> SizeNeed:
+        """``size``: the cohort's size reports (exact, or randomized ones used as they are)."""
+        return SizeNeed.COHORT if self.by == "size" else SizeNeed.NONE
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
         if self.by == "inverse_inclusion":
@@ -85,7 +88,8 @@ class WeightedMean:
 class Sum:
     """FedSampling's aggregation: the sum of the received G_c (Qi et al. 2023, Algorithm 1, line 18)."""
 
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
@@ -101,7 +105,13 @@ class DrawnNormalizedSum:
     the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`)."""
 
     K: int
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True  # the sum of the updates; the drawn count is one more coordinate of that sum
+    needs_drawn_count: ClassVar[bool] = True
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        return {"K (samples per round)": self.K}
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
@@ -179,12 +189,13 @@ class FedNova:
     """
 
     by: Weighting = "size"
+    linear: ClassVar[bool] = False  # its weights tau_eff p_k / a_k need each client's a_k, which comes with its update
 
     def __post_init__(self) -> None:
         WeightedMean(self.by)  # validates ``by``
 
     @property
-    def needs_sizes(self) -> Literal["any", None]:
+    def needs_sizes(self) -> SizeNeed:
         return WeightedMean(self.by).needs_sizes
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: "Cohort", ctx: "RoundContext") -> Params | None:
@@ -225,14 +236,21 @@ class StratifiedMean:
     """
 
     by: Literal["unbiased", "paper", "size"] = "unbiased"
+    linear: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.by not in ("unbiased", "paper", "size"):
             raise ValueError(f"stratified mean 'by' must be 'unbiased', 'paper' or 'size', got {self.by!r}")
 
     @property
-    def needs_sizes(self) -> Literal["exact", None]:
-        return "exact" if self.by == "size" else None
+    def needs_sizes(self) -> SizeNeed:
+        """``size``: the cohort's exact sizes (the ratio estimator weighs by n_k / pi_k)."""
+        return SizeNeed.COHORT_EXACT if self.by == "size" else SizeNeed.NONE
+
+    @property
+    def needs_strata(self) -> bool:
+        """``paper`` weighs by N_h / m_h: the cohort must carry its strata and allocation."""
+        return self.by == "paper"
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
@@ -273,10 +291,16 @@ class ISFedAvgAggregate:
     of Eq. 53 stay on the clients (:func:`fedsample.sampling.importance.stored_data_weights`)."""
 
     scaling: Scaling = "step"
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_scaling(self.scaling)
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """Where the agent factor 1/(K p_k) goes: the data sampler's plans must agree."""
+        return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
 
     def combine(self, reports: Sequence["TrainReport | None"], cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
