@@ -36,7 +36,7 @@ def main() -> None:
         repeats = 5 if label == "mlp" else 2
         round_s = best_of(lambda: strategy.round(sim, params, state, 0, 0), repeats=repeats)
         reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
-        rows = torch.from_numpy(reports._union[3])
+        rows = torch.from_numpy(reports._union().rows)
         w = torch.full((len(rows),), 1.0 / 2048)
         grad = weighted_gradient(module, ds.task)
 

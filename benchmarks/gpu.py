@@ -141,7 +141,7 @@ def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: i
     round_s = clock.seconds(one_round, repeats)
     peak = clock.peak_mib(one_round)
     reports = sim.run("train", np.arange(fed.num_clients), _plan_payload(strategy, sim, params), 0)
-    rows = torch.as_tensor(reports._union[3], device=device)
+    rows = torch.as_tensor(reports._union().rows, device=device)
     weights = torch.full((len(rows),), 1.0 / K, device=device)
     grad = weighted_gradient(module, ds.task)
 
