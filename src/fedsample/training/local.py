@@ -236,22 +236,22 @@ def minibatch_schedule(
 ) -> BatchSchedule:
     """Every member's :meth:`LocalSGD.batches` of its drawn sample (client by client, each from its own stream),
     each row weighted 1/B times the plan's scale (the minibatch mean of Eq. 8's scaled gradients)."""
-    clients, steps, rows, weights = [], [], [], []
-    starts = drawn.starts
-    for c in np.flatnonzero(drawn.counts).tolist():
-        batches = solver.batches(drawn.sample(c), streams[c])
-        sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
-        flat = np.concatenate(batches)
-        clients.append(np.full(len(flat), c, dtype=np.int64))
-        steps.append(np.repeat(np.arange(len(batches)), sizes))
-        rows.append(starts[c] + flat)
-        weights.append(np.repeat(1.0 / sizes, sizes))
-    empty = [np.zeros(0, dtype=np.int64)]
-    row = np.concatenate(rows + empty).astype(np.int64)
-    weight = np.concatenate(weights + [np.zeros(0)])
+    active = np.flatnonzero(drawn.counts)
+    batches: list[np.ndarray] = []
+    per_client = np.zeros(len(active), dtype=np.int64)
+    for j, c in enumerate(active.tolist()):
+        mine = solver.batches(drawn.sample(c), streams[c])
+        batches.extend(mine)
+        per_client[j] = len(mine)
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    batch_client = np.repeat(active, per_client)
+    batch_step = np.arange(len(batches)) - np.repeat(np.cumsum(per_client) - per_client, per_client)
+    client = np.repeat(batch_client, sizes)
+    row = np.concatenate(batches + [np.zeros(0, dtype=np.int64)]).astype(np.int64) + drawn.starts[client]
+    weight = np.repeat(1.0 / np.maximum(sizes, 1), sizes)
     if drawn.scale is not None:
         weight = weight * drawn.scale[row]
-    return BatchSchedule(np.concatenate(clients + empty), np.concatenate(steps + empty).astype(np.int64), row, weight, len(drawn))
+    return BatchSchedule(client, np.repeat(batch_step, sizes), row, weight, len(drawn))
 
 
 @dataclass(frozen=True)
