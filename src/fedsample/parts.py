@@ -110,6 +110,11 @@ class DrawnCohort:
     @classmethod
     def of(cls, samples: Sequence[LocalSample]) -> "DrawnCohort":
         """From each member's own draw."""
+        if len(samples) == 1:  # one client (the loop)
+            only = samples[0]
+            n = len(only)
+            scale = None if only.scale is None else np.asarray(only.scale, dtype=np.float64)
+            return cls(np.zeros(n, dtype=np.int64), np.asarray(only.indices, dtype=np.int64), np.array([n]), scale, samples)
         counts = np.fromiter((len(s) for s in samples), dtype=np.int64, count=len(samples))
         member = np.repeat(np.arange(len(samples)), counts)
         position = np.concatenate([np.asarray(s.indices, dtype=np.int64) for s in samples] + [np.zeros(0, np.int64)])
@@ -165,10 +170,12 @@ class BatchSchedule:
 
     def batch_starts(self) -> np.ndarray:
         """Entry positions where each (member, step) minibatch starts, and the end: ``len(starts) - 1`` batches."""
-        if len(self.step) == 0:
+        n = len(self.step)
+        if n == 0:
             return np.zeros(1, dtype=np.int64)
-        change = np.flatnonzero((np.diff(self.client) != 0) | (np.diff(self.step) != 0)) + 1
-        return np.concatenate([[0], change, [len(self.step)]]).astype(np.int64)
+        edge = self.step[1:] != self.step[:-1]
+        edge |= self.client[1:] != self.client[:-1]
+        return np.concatenate(([0], np.flatnonzero(edge) + 1, [n]))
 
 
 class StepRule(Protocol):

@@ -200,7 +200,7 @@ class VectorizedSimulator(Simulator):
         norm: np.ndarray | None, counted: np.ndarray | None,
     ) -> "CohortReports":
         """Every client takes (at most) one step from the global parameters w0, so its update is linear in its
-        weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step`; FedSampling's
+        weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step_`; FedSampling's
         G_c is the case lr = 1). One forward over the union of the minibatches, one backward for a linear
         aggregate, per-client updates on demand (:class:`CohortReports`)."""
         member = schedule.client

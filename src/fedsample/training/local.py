@@ -64,14 +64,15 @@ class SGDStep:
         """:func:`sgd_step_` with this rule (in place; ``anchor`` broadcasts against stacked ``w``)."""
         sgd_step_(w, g, buf, anchor, self.lr, self.momentum, self.weight_decay, self.prox_mu)
 
-    def first_step(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
+    def first_step_(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
         """The update w0 - w1 of one step from the global model w0: lr * (g + weight_decay * w0) (momentum's first
-        buffer is the step itself and the proximal term is 0 at w0), computed without forming w1."""
-        if self.is_gradient:
-            return list(g)
+        buffer is the step itself and the proximal term is 0 at w0), computed in place in the gradient ``g``
+        (which it returns) without forming w1."""
         if self.weight_decay:
-            return [self.lr * (gi + self.weight_decay * wi) for gi, wi in zip(g, w0)]
-        return [self.lr * gi for gi in g]
+            torch._foreach_add_(g, w0, alpha=self.weight_decay)
+        if self.lr != 1.0:
+            torch._foreach_mul_(g, self.lr)
+        return g
 
     def effective_steps(self, steps: int) -> float:
         """FedNova's ||a||_1 for ``steps`` steps of this rule (:func:`effective_steps`)."""
@@ -165,7 +166,7 @@ def run_schedule(
     """One client's local training from its solver's declared arithmetic: the schedule's minibatches in order,
     each step the weighted loss sum_b weight_b * l_b, its gradient and the step ``rule`` (default: the solver's)
     applied to one working copy of the parameters in place. A client whose schedule has one step returns
-    :meth:`SGDStep.first_step` (the update straight from the gradient at the global model, as the vectorized
+    :meth:`SGDStep.first_step_` (the update straight from the gradient at the global model, as the vectorized
     engine's union does). Minibatches are gathered from the client's data by position (no copy of the drawn
     sample), dropout masks come from the client's stream (:mod:`fedsample.training.random_layers`)."""
     layers = random_layers_of(ctx.module)
@@ -190,7 +191,7 @@ def run_schedule(
             loss = loss_fn(dict(zip(params, w)), ctx.x[batch], ctx.y[batch], weights[start:end], masks)
             grads = list(torch.autograd.grad(loss, w))
         if single:
-            update = dict(zip(params, rule.first_step(grads, anchor)))
+            update = dict(zip(params, rule.first_step_(grads, anchor)))
         else:
             with torch.no_grad():
                 rule.apply_(w, grads, buf, anchor)
@@ -244,11 +245,13 @@ def minibatch_schedule(
         batches.extend(mine)
         per_client[j] = len(mine)
     sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
-    batch_client = np.repeat(active, per_client)
-    batch_step = np.arange(len(batches)) - np.repeat(np.cumsum(per_client) - per_client, per_client)
-    client = np.repeat(batch_client, sizes)
-    row = np.concatenate(batches + [np.zeros(0, dtype=np.int64)]).astype(np.int64) + drawn.starts[client]
-    weight = np.repeat(1.0 / np.maximum(sizes, 1), sizes)
+    if len(active) == 1:  # one client (the loop): its steps are 0, 1, ...
+        client, batch_step = np.full(int(sizes.sum()), active[0]), np.arange(len(batches))
+    else:
+        batch_step = np.arange(len(batches)) - np.repeat(np.cumsum(per_client) - per_client, per_client)
+        client = np.repeat(np.repeat(active, per_client), sizes)
+    row = np.concatenate(batches + [np.zeros(0, dtype=np.int64)]).astype(np.int64, copy=False) + drawn.starts[client]
+    weight = np.repeat(1.0 / sizes, sizes)  # every minibatch holds at least one row
     if drawn.scale is not None:
         weight = weight * drawn.scale[row]
     return BatchSchedule(client, np.repeat(batch_step, sizes), row, weight, len(drawn))
