@@ -155,7 +155,6 @@ def sgd_step(
     return new_w, new_buf
 
 
-
 # --- the one loop every scheduled solver runs on a client ------------------------------------------------------
 
 
@@ -215,6 +214,9 @@ class Scheduled:
         raise NotImplementedError
 
     def step_rule(self, round: int) -> SGDStep:
+        raise NotImplementedError
+
+    def single_step(self, sizes: np.ndarray) -> bool:
         raise NotImplementedError
 
     def norm_steps(self, steps: np.ndarray, round: int) -> np.ndarray | None:
