@@ -190,6 +190,11 @@ def test_every_recipe_constructs_with_its_defaults(name):
     assert isinstance(recipes.recipe(name), Strategy)
 
 
+def test_the_check_reads_what_parts_have_without_running_their_properties():
+    """RandomizedSizes(M="rmse").query raises until the population is known: checking that it exists must not call it."""
+    assert recipes.fedsampling(M="rmse").sizes.M == "rmse"
+
+
 def test_noise_and_secure_sum_compose_with_a_linear_aggregator_and_run():
     fed = federate(blobs(n=120), [20, 30, 25, 45])
     strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, lr=0.1), noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))

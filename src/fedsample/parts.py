@@ -23,6 +23,7 @@ existed keeps working; it is simply not checked for it). A leaf module: it impor
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -335,8 +336,10 @@ def declared(part: Any, name: str) -> Any:
 
 
 def missing_methods(part: Any, field: str) -> list[str]:
-    """The methods the Strategy field ``field`` requires that ``part`` lacks."""
-    return [m for m in REQUIRED[field] if not hasattr(part, m)]
+    """The methods the Strategy field ``field`` requires that ``part`` lacks (looked up without running them: a
+    property such as ``RandomizedSizes.query`` is not called)."""
+    missing = object()
+    return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
 
 
 def batched(solver: Any) -> bool:
