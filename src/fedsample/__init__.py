@@ -15,7 +15,7 @@ _NAMES = {"simulate": "simulation", "diagnose": "diagnostics", "SimulationResult
 
 __all__ = [
     "SimulationResult", "Strategy", "__version__", "client", "data", "device", "diagnose", "diagnostics", "evaluation",
-    "experiments", "federation", "messages", "models", "privacy", "recipes", "reproduction", "rng", "rounds", "sampling",
+    "experiments", "federation", "messages", "models", "parts", "privacy", "recipes", "reproduction", "rng", "rounds", "sampling",
     "simulate", "simulation", "strategy", "tracking", "training",
 ]
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Literal, Mapping
 from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, integers, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
+from fedsample.parts import SizeNeed
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
@@ -131,7 +132,7 @@ def _federated(
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
     by = "uniform" if isinstance(clients, SizeProportional) else "size"
-    scope = "all" if getattr(clients, "needs_sizes", None) == "exact" else "cohort"
+    scope = "all" if getattr(clients, "needs_sizes", None) is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
         sizes=ExactSizes(scope=scope), name=("weighted_" if weighted else "") + name,
@@ -378,7 +379,7 @@ def fedsts(
     ``samples_per_round=K`` instead of m derives m each round from every client's exact size."""
     m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, 10, "fedsts")
     clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)  # type: ignore[arg-type]
-    if clients.needs_sizes == "exact":
+    if clients.needs_sizes is SizeNeed.EXACT_ALL:
         sizes = ExactSizes(scope="all")
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None

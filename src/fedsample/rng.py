@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Sequence
 from functools import lru_cache
 
 from typing import TYPE_CHECKING
@@ -264,6 +265,30 @@ class CohortRandom:
         owner = torch.repeat_interleave(torch.arange(len(counts), device=self.device), counts)
         within = torch.arange(len(owner), dtype=torch.int64, device=self.device) - first[owner]
         return stream_uniforms_torch(self.streams[owner], within + starts[owner])
+
+
+class CohortStreams(Sequence):
+    """The ``rng`` of each client of a cohort in one (seed, round, purpose) cell, each positioned after the
+    ``positions[c]`` draws its client has already read: ``streams[c]`` is client c's :class:`ClientRandom`, built on
+    first use, and :meth:`cohort` the same streams for one vectorized pass (:class:`CohortRandom`, reading from
+    ``positions``)."""
+
+    def __init__(self, seed: int, round: int, clients: np.ndarray, purpose: str, positions: np.ndarray | None = None) -> None:
+        self.seed, self.round, self.purpose = int(seed), int(round), purpose
+        self.clients = np.asarray(clients, dtype=np.int64)
+        self.positions = np.zeros(len(self.clients), dtype=np.int64) if positions is None else np.asarray(positions, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def __getitem__(self, c: int) -> ClientRandom:  # type: ignore[override]
+        rng = ClientRandom(self.seed, self.round, int(self.clients[c]), self.purpose)
+        rng.position = int(self.positions[c])
+        return rng
+
+    def cohort(self, device: "torch.device | str | None" = None) -> CohortRandom:
+        """The same streams as one :class:`CohortRandom` (draw i there is draw i of the stream: start at ``positions``)."""
+        return CohortRandom(self.seed, self.round, self.clients, self.purpose, device)
 
 
 def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:

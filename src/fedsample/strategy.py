@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from fedsample import validate
+from fedsample import parts, validate
 
+from fedsample.parts import Aggregator, ClientSampler, DataSampler, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
 from fedsample.privacy import accounting
 from fedsample.messages import PerClient, TrainPayload
 from fedsample.federation.base import Federation
@@ -28,7 +29,7 @@ from fedsample.training.local import LocalSGD
 from fedsample.training.schedule import Schedule, scheduled_step
 from fedsample.training.server import ServerSGD
 
-__all__ = ["Strategy", "RoundContext", "Cohort", "RoundFailed"]
+__all__ = ["RULES", "Strategy", "RoundContext", "Cohort", "RoundFailed"]
 
 
 @dataclass(frozen=True)
@@ -48,15 +49,15 @@ class Strategy:
     (:func:`fedsample.privacy.accounting.run_spend`).
     """
 
-    clients: Any = field(default_factory=AllClients)
-    data: Any = field(default_factory=FullData)
-    local: Any = field(default_factory=LocalSGD)
-    aggregate: Any = field(default_factory=lambda: WeightedMean("uniform"))
-    server: Any = field(default_factory=ServerSGD)
-    sizes: ExactSizes | RandomizedSizes | None = None
+    clients: ClientSampler = field(default_factory=AllClients)
+    data: DataSampler = field(default_factory=FullData)
+    local: LocalSolver = field(default_factory=LocalSGD)
+    aggregate: Aggregator = field(default_factory=lambda: WeightedMean("uniform"))
+    server: ServerOptimizer = field(default_factory=ServerSGD)
+    sizes: SizeReporting | None = None
     name: str = "strategy"
     pooled: bool = False
-    noise: Any = None
+    noise: UpdatePrivacy | None = None
     secure_sum: bool = False
     schedule: Schedule | None = None
 
@@ -64,17 +65,12 @@ class Strategy:
         self.check()
 
     def check(self) -> None:
-        """Each part that needs size reports must get the kind it needs."""
-        if getattr(self.clients, "needs_sizes", None) == "exact" and not (
-            isinstance(self.sizes, ExactSizes) and self.sizes.scope == "all"
-        ):
-            raise ValueError(f"{type(self.clients).__name__} needs exact sizes of all clients: pass sizes=ExactSizes()")
-        for part in (self.data, self.aggregate):
-            if getattr(part, "needs_sizes", None) and self.sizes is None:
-                raise ValueError(f"{type(part).__name__} needs size reports: pass sizes=ExactSizes(...) or RandomizedSizes(...)")
-            scope = getattr(part, "sizes_scope", None)
-            if scope and self.sizes is not None and self.sizes.scope != scope:
-                raise ValueError(f"{type(part).__name__} needs size reports with scope={scope!r}, got {self.sizes.scope!r}")
+        """Every compatibility rule between the parts (:data:`RULES`), at construction: the first one broken
+        raises one ``ValueError`` naming the two parts that disagree."""
+        for rule in RULES:
+            problem = rule(self)
+            if problem is not None:
+                raise ValueError(problem)
 
     # --- the round --------------------------------------------------------------------------------
 
@@ -232,6 +228,106 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
     }
+
+
+# --- the compatibility rules (Strategy.check) -------------------------------------------------------------------
+
+_KINDS = {
+    "clients": "client sampler", "data": "data sampler", "local": "local solver", "aggregate": "aggregator",
+    "server": "server optimizer", "sizes": "size reporting", "noise": "update privacy (clipping and noise)",
+}
+
+
+def parts_implement_their_kind(s: Strategy) -> str | None:
+    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`)."""
+    for name, kind in _KINDS.items():
+        part = getattr(s, name)
+        if part is None and name in ("sizes", "noise"):
+            continue
+        missing = parts.missing_methods(part, name)
+        if missing:
+            return f"{name}={parts.describe(part)} is not a {kind}: it has no {missing[0]}() method"
+    return None
+
+
+def sizes_meet_every_need(s: Strategy) -> str | None:
+    """The size reporting gives each part the sizes it declares it needs (``needs_sizes``, a :class:`SizeNeed`)."""
+    for part in (s.clients, s.data, s.aggregate):
+        need = parts.declared(part, "needs_sizes")
+        need = SizeNeed.NONE if need is None else need
+        if not isinstance(need, SizeNeed):
+            return f"{parts.describe(part)} declares needs_sizes={need!r}: declare a fedsample.parts.SizeNeed"
+        if not need.met_by(s.sizes):
+            return f"{parts.describe(part)} needs {need.wording}, but {_what_sizes_give(s.sizes, need)}: {need.remedy}"
+    return None
+
+
+def _what_sizes_give(sizes: SizeReporting | None, need: SizeNeed) -> str:
+    if sizes is None:
+        return "the strategy collects none (sizes=None)"
+    if not parts.declared(sizes, "exact"):
+        return f"{parts.describe(sizes)} reports randomized sizes"
+    return f"{parts.describe(sizes)} asks only the cohort, after selection"
+
+
+def shared_settings_agree(s: Strategy) -> str | None:
+    """Parts that carry the same setting give it the same value (``shared_settings``: e.g. FedSampling's K in the
+    data sampler, the solver and the aggregator; ISFedAvg's scaling in its data sampler and aggregator)."""
+    first: dict[str, tuple[Any, Any]] = {}
+    for part in (s.clients, s.data, s.local, s.aggregate, s.server):
+        for name, value in parts.settings_of(part).items():
+            if name in first and first[name][1] != value:
+                other = first[name][0]
+                return (f"{parts.describe(other)} and {parts.describe(part)} disagree on {name} ({first[name][1]!r} vs "
+                        f"{value!r}): parts that carry the same setting must agree")
+            first.setdefault(name, (part, value))
+    return None
+
+
+def secure_sum_needs_a_linear_aggregator(s: Strategy) -> str | None:
+    """A secure sum reveals one weighted sum of the updates: the aggregator's weights must be known before them."""
+    if s.secure_sum and parts.declared(s.aggregate, "linear") is False:
+        return (f"secure_sum=True reveals only a weighted sum of the updates, but {parts.describe(s.aggregate)} is not "
+                "linear with weights known before the updates: use Sum, WeightedMean or StratifiedMean, or secure_sum=False")
+    return None
+
+
+def drawn_count_is_sent(s: Strategy) -> str | None:
+    """An aggregator that divides by the cohort's drawn count gets it from a data sampler that asks for it."""
+    if parts.declared(s.aggregate, "needs_drawn_count") and not parts.declared(s.data, "count_drawn"):
+        return (f"{parts.describe(s.aggregate)} needs the samples the cohort drew, but {parts.describe(s.data)} does not "
+                "ask the clients to send their counts (count_drawn=True)")
+    return None
+
+
+def drawn_counts_are_sealed(s: Strategy) -> str | None:
+    """Each client's drawn count reveals its size: it may reach the server only inside a secure sum."""
+    if parts.declared(s.data, "count_drawn") and not s.secure_sum:
+        return (f"{parts.describe(s.data)} has every client send how many samples it drew, which reveals its size "
+                "unless the server sees only their sum: pass secure_sum=True")
+    return None
+
+
+def strata_come_from_the_sampler(s: Strategy) -> str | None:
+    """An aggregator that weighs by strata gets a client sampler whose cohorts carry them."""
+    if parts.declared(s.aggregate, "needs_strata") and not parts.declared(s.clients, "stratified"):
+        return (f"{parts.describe(s.aggregate)} weighs by strata (N_h / m_h), but the cohorts of "
+                f"{parts.describe(s.clients)} carry none: use StratifiedClients(...) or another aggregation")
+    return None
+
+
+def schedule_has_a_learning_rate(s: Strategy) -> str | None:
+    """A learning-rate schedule scales the server optimizer's ``lr``."""
+    if s.schedule is not None and not hasattr(s.server, "lr"):
+        return f"{parts.describe(s.schedule)} scales the server's learning rate, but {parts.describe(s.server)} has no lr"
+    return None
+
+
+RULES = (
+    parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
+    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, schedule_has_a_learning_rate,
+)
+"""What :meth:`Strategy.check` enforces, in order."""
 
 
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:

@@ -1,13 +1,15 @@
 """A federation that answers ``train`` with the first-order (linearised) local update, as a combination of
 per-sample gradients at the global model, and counts what each round costs.
 
-For a local solver of SGD type (``LocalSGD`` and its subclasses) with every gradient taken at the global
-model w, the update is w - w_local = lr * sum_t a_t * sum_{b in batch_t} v_b g_b, with v_b the batch weight
-(1/B times the plan's per-sample scale) and a_t the weight the solver's dynamics give step t's gradient
-(1 for plain SGD; momentum and the proximal term, see :func:`fedsample.training.local.effective_steps`).
-This federation returns ``update / lr``: exact for one local step, the first-order term in lr for more (client
-drift, the curvature between local steps, is not part of it; a weight-decay term does not depend on the
-sample and is left out). For ``OneGradient`` (FedSampling) the update is already linear: G_c = sum v_s g_s.
+For a solver that declares its arithmetic (:class:`fedsample.parts.ScheduledSolver`: every solver of
+:mod:`fedsample.training.local`) with every gradient taken at the global model w, the update is
+w - w_local = lr * sum_t a_t * sum_{b in batch_t} v_b g_b, with v_b the row weights of its schedule (1/B times
+the plan's per-sample scale; scale/K for FedSampling's G_c) and a_t the weight its step rule's dynamics give step
+t's gradient (:meth:`fedsample.training.local.SGDStep.step_weights`: 1 for plain SGD; momentum and the proximal
+term, see :func:`fedsample.training.local.effective_steps`). This federation returns ``update / lr``: exact for
+one local step (FedSampling's G_c, whose step has lr = 1), the first-order term in lr for more (client drift,
+the curvature between local steps, is not part of it; a weight-decay term does not depend on the sample and is
+left out).
 
 Size reports and probes are the real procedures (the vectorized engine's, with the same counter-based
 streams); probes at the fixed model do not depend on the round and are computed once per client and request.
@@ -20,25 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.messages import LocalSample, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
-from fedsample.federation.vectorized import VectorizedSimulator
-from fedsample.rng import client_rng
+from fedsample.federation.vectorized import VectorizedSimulator, _group_key
+from fedsample.parts import ScheduledSolver
 from fedsample.rounds import Replies, ReplyList
-from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training.functional import Params
-from fedsample.training.local import LocalSGD, OneGradient, effective_steps
+from fedsample.training.local import SGDStep
 
 SIZE_REPORT_BYTES = 8
 PROBE_SCALARS_BYTES = 16
-
-
-def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:
-    """a_t for t = 0..steps-1: the total weight of step t's gradient in the linearised update, the impulse
-    response S(steps - t) - S(steps - t - 1) of the solver's linear dynamics, S = ``effective_steps``."""
-    S = np.array([effective_steps(k, momentum, lr_mu) for k in range(steps + 1)])
-    return S[steps - np.arange(steps)] - S[steps - np.arange(steps) - 1]
 
 
 @dataclass
@@ -139,72 +133,47 @@ class LinearisedFederation(VectorizedSimulator):
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
     def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> LinearReports:
-        """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`."""
-        if sent.shared is not None and self._flat_full_batch(sent.shared):
-            parts = [self._flat_terms(ids, sent.shared, round)]
+        """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`:
+        clients that share a plan and a solver are drawn and scheduled together."""
+        groups: dict[tuple, list[int]] = {}
+        if sent.shared is None:
+            for position in range(len(ids)):
+                p = sent.at(position)
+                groups.setdefault((_group_key(p.solver), _group_key(p.plan)), []).append(position)
+            parts = [self._terms(ids, np.asarray(positions), sent.at(positions[0]), round) for positions in groups.values()]
         else:
-            parts = [self._client_terms(i, int(k), sent.at(i), round) for i, k in enumerate(ids)]
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))  # an empty cohort (Poisson sampling)
-        rows, member, coef = (np.concatenate([p[j] for p in parts] + [empty[j]]) for j in range(3))
-        steps, norm = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))
-        for *_, (positions, taken, effective) in parts:
-            steps[positions], norm[positions] = taken, effective
+            parts = [self._terms(ids, np.arange(len(ids)), sent.shared, round)]
+        rows, member, coef, steps, norm = (np.concatenate([p[j] for p in parts]) for j in range(5))
         order = np.argsort(member, kind="stable")
-        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], steps, norm)
+        taken, effective = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))
+        everyone = np.concatenate([p[5] for p in parts])
+        taken[everyone], effective[everyone] = steps, norm
+        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective)
         self.cost.rows.append(rows)
         self.cost.updates += len(reports.received_positions())
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
 
-    # --- one client at a time (any plan, any SGD-type solver) ------------------------------------------
-
-    def _client_terms(self, position: int, k: int, payload: TrainPayload, round: int) -> tuple:
-        rng = client_rng(self.seed, round, k, "train")
-        sample = payload.plan.draw(self.context(k), rng)
-        if len(sample) == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), (np.array([position]), 0, 0.0)
+    def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:
+        """(dataset rows, cohort member, coefficient) of every schedule entry of the clients at ``positions``, and
+        their steps tau_k and a_k: the coefficient of a row used in step t is a_t * weight (the solver's declared
+        schedule and step rule, :meth:`~fedsample.training.local.SGDStep.step_weights`)."""
         solver = payload.solver
-        if isinstance(solver, OneGradient):
-            norm = solver.K if solver.K is not None else len(sample)
-            scale = np.ones(len(sample)) if sample.scale is None else np.asarray(sample.scale, dtype=np.float64)
-            rows = self.data.order[self._rows(k, sample.indices)]  # dataset rows, as the gradient basis is indexed
-            return rows, np.full(len(rows), position), scale / norm, (np.array([position]), 1, 1.0)
-        batches, weights = self._schedule(k, sample, _sgd(solver), rng)
-        lr_mu = solver.learning_rate(round) * solver.prox_mu
-        a = step_weights(len(batches), solver.momentum, lr_mu)
-        rows = self.data.order[np.concatenate(batches)]  # the engine's positions in client order -> dataset rows
-        coef = np.concatenate([a_t * w for a_t, w in zip(a, weights)])
-        return rows, np.full(len(rows), position), coef, (np.array([position]), len(batches), float(a.sum()))
-
-    # --- a whole cohort in one numpy pass (flat plans, one full batch per step) ----------------------
-
-    def _flat_full_batch(self, payload: TrainPayload) -> bool:
-        """True where every client's local update is a fixed multiple of its drawn sample's mean or sum: a
-        Bernoulli or all-samples plan with OneGradient, or with an SGD-type solver whose every step takes the
-        whole drawn sample (no per-client randomness beyond the draw)."""
-        if type(payload.plan) not in (AllSamples, BernoulliSamples):
-            return False
-        solver = payload.solver
-        if isinstance(solver, OneGradient):
-            return True
-        return type(solver) is LocalSGD and (solver.batch_size is None or solver.batch_size >= int(self.sizes.max()))
-
-    def _flat_terms(self, ids: np.ndarray, payload: TrainPayload, round: int) -> tuple:
-        member, local, _ = self._draw_flat(ids, payload.plan, round)
-        counts = np.bincount(member, minlength=len(ids)).astype(np.float64)
-        rows = self.data.order[self.data.offsets[ids[member]] + local]
-        solver = payload.solver
-        if isinstance(solver, OneGradient):
-            norm = np.full(len(ids), float(solver.K)) if solver.K is not None else np.maximum(counts, 1)
-            steps, a = 1, 1.0
-        else:
-            steps = solver.steps if solver.steps is not None else solver.epochs
-            a = effective_steps(steps, solver.momentum, solver.learning_rate(round) * solver.prox_mu)
-            norm = np.maximum(counts, 1) / a
-        return rows, member, 1.0 / norm[member], (np.arange(len(ids)), steps, a)
+        if not isinstance(solver, ScheduledSolver):
+            raise ValueError(f"diagnose measures solvers that declare their schedule and step rule (fedsample.parts."
+                             f"ScheduledSolver), not {type(solver).__name__}")
+        drawn, streams = self.draw_cohort(ids[positions], payload.plan, round)
+        schedule = solver.schedule(drawn, streams, round)
+        steps = schedule.steps()
+        a = solver.step_rule(round).step_weights(steps[schedule.client], schedule.step)
+        norm = solver.norm_steps(steps, round)
+        rows = self.data.order[self._rows(ids[positions], drawn, schedule)]  # the engine's rows -> dataset rows
+        return (rows, positions[schedule.client], a * schedule.weight, steps,
+                steps.astype(np.float64) if norm is None else norm, positions)
 
 
-def _sgd(solver: Any) -> LocalSGD:
-    if not isinstance(solver, LocalSGD):
-        raise ValueError(f"diagnose measures OneGradient and LocalSGD-type solvers, not {type(solver).__name__}")
-    return solver
+def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:
+    """a_t for t = 0..steps-1 of plain local SGD with ``momentum`` and lr * prox_mu = ``lr_mu``
+    (:meth:`fedsample.training.local.SGDStep.step_weights`)."""
+    rule = SGDStep(lr=1.0, momentum=momentum, prox_mu=lr_mu)
+    return rule.step_weights(np.full(steps, steps), np.arange(steps))

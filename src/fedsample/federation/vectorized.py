@@ -2,28 +2,32 @@
 
 Same verb and same numbers as the reference loop (:class:`~fedsample.federation.simulator.Simulator`),
 within float tolerance, because every client still draws its sample and minibatches from its own
-(seed, round, client, "train") stream; only the arithmetic is batched:
+(seed, round, client, "train") stream; only the arithmetic is batched. The engine knows no solver class: it
+runs what a solver declares (:class:`fedsample.parts.ScheduledSolver`: its batch schedule for the whole cohort's
+draws, its step rule, FedNova's normalizer), the same declaration the loop runs client by client
+(:func:`fedsample.training.local.run_schedule`), and draws in one pass the plans that declare a cohort draw
+(:class:`fedsample.parts.CohortPlan`):
 
-- :class:`~fedsample.training.local.LocalSGD`: the clients' parameters are stacked along a leading axis and
+- Multi-step schedules (local SGD): the clients' parameters are stacked along a leading axis and
   each local step is one ``torch.func.vmap`` of :func:`~fedsample.training.functional.weighted_loss_fn`
   over (stacked parameters, padded minibatches, weights), followed by one reverse pass. Padding rows carry
-  weight 0; a client past its last step gets its parameters put back after each further step (its momentum
-  no longer matters), so it ends bit-for-bit where its own last step left it. The cohort is cut into chunks whose
+  weight 0; the clients are stacked by decreasing number of steps and step s runs only those that still step,
+  so a client ends bit-for-bit where its own last step left it. The cohort is cut into chunks whose
   stacked parameters, gradients, momentum and activations fit ``memory_budget`` bytes.
-- :class:`~fedsample.training.local.OneGradient` (FedSampling): every G_c is a gradient at the *same*
-  global parameters, linear in the per-sample gradients. One weighted forward over the union of the drawn
-  samples gives every client's loss; a linear aggregator (``Sum``, ``WeightedMean``) then asks the
-  returned :class:`CohortReports` for ``sum_k a_k * G_k``, which is one backward pass of the union loss
+- Schedules where every client takes one step (FedSampling's :class:`~fedsample.training.local.OneGradient`,
+  local SGD with one step): every update is lr * (g_c + weight_decay * w0), g_c a weighted gradient at the
+  *same* global parameters, linear in the per-sample gradients. One weighted forward over the union of the
+  drawn rows gives every client's loss; a linear aggregator (``Sum``, ``WeightedMean``) then asks the
+  returned :class:`CohortReports` for ``sum_k a_k * Delta_k``, which is one backward pass of the union loss
   ``sum_s a_{c(s)} w_s l_s``: the cost of one centralized step on those samples, computed by the federation
   (the drawn rows stay on this side of the door, in :class:`_Union`; the strategy gets the sum, as a secure
-  sum would give it). Each client's own G_c still exists: reading ``report.update`` computes all of them
-  (batched) on first access. The shortcut
-  applies only to a solver that is linear in the sample gradients at one point (OneGradient) combined by
-  a linear aggregator; everything else reads the per-client updates.
+  sum would give it). Each client's own update still exists: reading ``report.update`` computes all of them
+  (batched) on first access.
 - Size reports: randomized responses for the whole cohort in one numpy pass (:class:`~fedsample.rng.CohortRandom`
   gives each client the draws its own :class:`~fedsample.rng.ClientRandom` would give).
-- Any other solver (a custom class, a subclass) and any other procedure run through the per-client loop, and
-  so does training of a model the engine cannot batch (:meth:`VectorizedSimulator.needs_loop`).
+- A solver that is not ``batched`` (one that declares no schedule, or a subclass whose ``run`` adds to it, such
+  as ``EpochSGD``), clipped and noised updates and any other procedure run through the per-client loop, and so
+  does training of a model the engine cannot batch (:meth:`VectorizedSimulator.needs_loop`).
 - Dropout: each client's masks are drawn from its own generator exactly as its loop run draws them
   (:mod:`fedsample.training.random_layers`), then padded and stacked into the ``vmap`` (or concatenated for
   the union forward), so the numbers equal the loop's and do not depend on chunking.
@@ -36,24 +40,25 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import LocalSample, PerClient, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import PerClient, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample.client import empty_report
 from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
-from fedsample.rng import ClientRandom, CohortRandom, client_rng
+from fedsample.parts import BatchSchedule, DrawnCohort
+from fedsample.rng import CohortRandom, CohortStreams, client_rng
 from fedsample.rounds import NumberReplies, Replies
-from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
-from fedsample.training.local import LocalSGD, OneGradient, effective_steps, sgd_step_
+from fedsample.training.local import SGDStep
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
 
@@ -124,13 +129,11 @@ class VectorizedSimulator(Simulator):
         return Replies(reports, failed={})
 
     def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> Replies:
-        """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs as sent, for
-        the loop)."""
-        if type(payload.solver) is LocalSGD:
-            return self._train_sgd(ids, payload, round)
-        if type(payload.solver) is OneGradient:
-            return self._train_one_gradient(ids, payload, round)
-        return super().run("train", ids, payloads, round)  # a solver the engine cannot batch: the reference loop
+        """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop):
+        batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
+        if not parts.batched(payload.solver):
+            return super().run("train", ids, payloads, round)  # a solver the engine cannot batch: the reference loop
+        return self._train_scheduled(ids, payload, round)
 
     def needs_loop(self) -> str | None:
         """Why this model's training cannot be batched (None: it can): :meth:`RandomLayers.unbatchable`."""
@@ -144,122 +147,141 @@ class VectorizedSimulator(Simulator):
 
     # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
 
-    def _draw(self, ids: np.ndarray, plan: Any, round: int) -> tuple[list[LocalSample], list[ClientRandom]]:
-        """Each client's sample and its stream positioned after the draw, as the loop's ``train`` sees them."""
-        rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
-        flat = self._draw_flat(ids, plan, round)
-        if flat is None:
-            return [plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)], rngs
-        member, local, consumed = flat
-        cuts = np.searchsorted(member, np.arange(len(ids) + 1))
-        for rng, n in zip(rngs, consumed):
-            rng.position = int(n)
-        return [LocalSample(local[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], rngs
-
-    def _draw_flat(self, ids: np.ndarray, plan: Any, round: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """For plans drawn in one numpy pass: ``(member, local position, draws consumed per client)`` of every
-        kept sample, ordered by cohort member; None for other plans (drawn client by client)."""
+    def draw_cohort(self, ids: np.ndarray, plan: Any, round: int) -> tuple[DrawnCohort, Sequence[np.random.Generator]]:
+        """What each client's ``plan`` draws, and each client's stream positioned after its draw, as the loop's
+        ``train`` sees them: in one pass where the plan declares a cohort draw (:class:`fedsample.parts.CohortPlan`),
+        else client by client."""
         sizes = self.sizes[ids]
-        if type(plan) is AllSamples:
-            member = np.repeat(np.arange(len(ids)), sizes)
-            return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member], np.zeros(len(ids), dtype=np.int64)
-        if type(plan) is BernoulliSamples:
-            member, local = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
-            return member, local, sizes
-        return None
+        if isinstance(plan, parts.CohortPlan):
+            member, position = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
+            return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, "train", plan.stream_reads(sizes))
+        rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
+        return DrawnCohort.of([plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)]), rngs
 
-    def _rows(self, k: int, local: np.ndarray) -> np.ndarray:
-        """Rows of the simulator's training tensors (kept in client order) of client k's local positions."""
-        return self.data.offsets[k] + np.asarray(local, dtype=np.int64)
+    def _rows(self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> np.ndarray:
+        """Rows of the simulator's training tensors (kept in client order) of every schedule entry."""
+        return self.data.offsets[ids[schedule.client]] + drawn.position[schedule.row]
 
-    # --- LocalSGD -----------------------------------------------------------------------------------------
+    # --- a scheduled solver -------------------------------------------------------------------------------
 
-    def _train_sgd(self, ids: np.ndarray, payload: TrainPayload, round: int) -> Replies:
-        solver: LocalSGD = payload.solver
-        samples, rngs = self._draw(ids, payload.plan, round)
+    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, round: int) -> Replies:
+        """The cohort's local training from the solver's declaration: its schedule for what the cohort drew, its
+        step rule and its FedNova normalizer. A cohort whose clients all take one step is one union forward
+        (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
+        solver = payload.solver
+        drawn, streams = self.draw_cohort(ids, payload.plan, round)
         reports = Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
-        active = [i for i, s in enumerate(samples) if len(s)]
-        schedules = [self._schedule(int(ids[i]), samples[i], solver, rngs[i]) for i in active]
-        if not schedules:
+        if len(drawn.member) == 0:
             return reports
-        generators = self._mask_generators(ids[active], round)
-        if all(len(batches) == 1 for batches, _ in schedules):
-            return self._single_step(ids, active, schedules, payload, solver.learning_rate(round), generators)
-        per_client = self._client_bytes(payload.params, max(max(len(b) for b in s[0]) for s in schedules), solver.momentum > 0)
+        schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
+        steps = schedule.steps()
+        norm = solver.norm_steps(steps, round)
+        counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
+        if schedule.single_step:
+            return self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
+        active = np.flatnonzero(steps)
+        bounds = schedule.batch_starts()
+        per_client = self._client_bytes(payload.params, int(np.diff(bounds).max()), rule.momentum > 0)
         chunk = max(1, self.chunk_budget() // per_client)
+        generators = self._mask_generators(ids[active], round)
         for start in range(0, len(active), chunk):
-            part = schedules[start : start + chunk]
+            members = active[start : start + chunk]
             gens = generators[start : start + chunk] if generators is not None else None
-            updates, steps, losses = self._sgd_chunk(part, payload.params, solver, round, gens)
-            for j, i in enumerate(active[start : start + chunk]):
-                reports[i] = TrainReport(
-                    update={k: v[j] for k, v in updates.items()}, steps=int(steps[j]), loss=float(losses[j]),
-                    norm_steps=effective_steps(int(steps[j]), solver.momentum, solver.learning_rate(round) * solver.prox_mu),
+            updates, losses = self._stacked_chunk(ids, members, drawn, schedule, steps, rule, payload.params, gens)
+            for j, c in enumerate(members.tolist()):
+                loss = float(losses[j]) * (1.0 if schedule.loss_scale is None else float(schedule.loss_scale[c]))
+                reports[c] = TrainReport(
+                    update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss,
+                    norm_steps=None if norm is None else float(norm[c]), samples=None if counted is None else int(counted[c]),
                 )
         return reports
 
-    def _single_step(
-        self, ids: np.ndarray, active: list[int], schedules: list, payload: TrainPayload, lr: float, generators: list | None
+    def _union_step(
+        self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, rule: SGDStep, params: Params, round: int,
+        norm: np.ndarray | None, counted: np.ndarray | None,
     ) -> "CohortReports":
-        """Every client takes one step from the global parameters w0, so its update is linear in its minibatch
-        gradient: Delta_c = lr * (g_c + weight_decay * w0) (momentum's first buffer is the step itself and the
-        proximal term is 0 at w0). Computed like a one-gradient cohort: one forward over the union of the
-        minibatches, one backward for a linear aggregate, per-client updates on demand."""
-        member = np.repeat(np.asarray(active), [len(batches[0]) for batches, _ in schedules])
-        rows = np.concatenate([batches[0] for batches, _ in schedules])
-        weights = np.concatenate([w[0] for _, w in schedules])
-        masks = self.random.draw_many(generators, [len(batches[0]) for batches, _ in schedules], self.dtype) if generators else None
-        return CohortReports.one_gradient(
-            self, payload.params, rows, member, weights, np.bincount(member, minlength=len(ids)), np.ones(len(ids)),
-            step=lr, decay=payload.solver.weight_decay, losses_per_client=True, masks=masks,
+        """Every client takes (at most) one step from the global parameters w0, so its update is linear in its
+        weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step_`; FedSampling's
+        G_c is the case lr = 1). One forward over the union of the minibatches, one backward for a linear
+        aggregate, per-client updates on demand (:class:`CohortReports`)."""
+        member = schedule.client
+        counts = np.bincount(member, minlength=len(ids))
+        drew = np.flatnonzero(counts)
+        generators = self._mask_generators(ids[drew], round)
+        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
+        per_client = schedule.loss_scale is None  # the reported loss is the step's weighted loss itself
+        loss_norm = np.ones(len(ids)) if per_client else schedule.loss_scale * np.maximum(counts, 1)
+        reports = CohortReports.one_gradient(
+            self, params, self._rows(ids, drawn, schedule), member, schedule.weight, counts, loss_norm,
+            step=rule.lr, decay=rule.weight_decay, losses_per_client=per_client, masks=masks,
         )
+        if norm is not None or counted is not None:
+            for c in drew.tolist():
+                if norm is not None:
+                    reports[c].norm_steps = float(norm[c])
+                if counted is not None:
+                    reports[c].samples = int(counted[c])
+        return reports
 
-    def _schedule(self, k: int, sample: LocalSample, solver: LocalSGD, rng: ClientRandom) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Client k's minibatches (training rows) and each row's weight, exactly as ``LocalSGD.run`` forms them."""
-        rows = self._rows(k, sample.indices)
-        batches = solver.batches(sample, rng)
-        scale = None if sample.scale is None else np.asarray(sample.scale, dtype=np.float64)
-        weights = [np.full(len(b), 1.0 / len(b)) * (1.0 if scale is None else scale[b]) for b in batches]
-        return [rows[b] for b in batches], weights
-
-    def _sgd_chunk(
-        self, schedules: list, anchor: Params, solver: LocalSGD, round: int, generators: list | None = None
-    ) -> tuple[dict[str, "_Rows"], np.ndarray, np.ndarray]:
-        """Run the stacked clients' local steps (in place); returns the stacked updates (indexed by chunk position),
-        steps taken and mean losses.
+    def _stacked_chunk(
+        self, ids: np.ndarray, members: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray,
+        rule: SGDStep, anchor: Params, generators: list | None = None,
+    ) -> tuple[dict[str, "_Rows"], np.ndarray]:
+        """Run the local steps of the cohort ``members`` (consecutive clients that step) with stacked parameters,
+        in place; returns their stacked updates (indexed by position in ``members``) and mean step losses.
         The clients are stacked by decreasing number of steps, so step s runs only the first n_s of them (those
         that still step: views of the stack, updated in place); a client past its last step is left where its
         own last step put it. Uneven cohorts (one client of 100 steps among a thousand of one) cost the sum of
         their steps, not the largest times the cohort."""
-        order = np.argsort([-len(s[0]) for s in schedules], kind="stable")
-        schedules = [schedules[i] for i in order]
+        order = np.argsort(-steps[members], kind="stable")  # stack row -> position in members
         generators = [generators[i] for i in order] if generators is not None else None
-        C = len(schedules)
-        steps = np.array([len(s[0]) for s in schedules])
-        S, B = int(steps[0]), max(len(b) for s in schedules for b in s[0])
-        rows, weights = _padded_batches(schedules, S, B)
+        rows, weights, widths = self._padded(ids, members, order, drawn, schedule)
+        C, S, B = rows.shape
+        stacked_steps = steps[members][order]
         rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.dtype)
-        lr = solver.learning_rate(round)
         names, base = list(anchor), [v.detach() for v in anchor.values()]
         w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
-        buf = [torch.zeros_like(v) for v in w] if solver.momentum else None
+        buf = [torch.zeros_like(v) for v in w] if rule.momentum else None
         losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
-            n = int(np.count_nonzero(steps > s))  # the clients still stepping: the first n (sorted by steps)
+            n = int(np.count_nonzero(stacked_steps > s))  # the clients still stepping: the first n (sorted by steps)
             live = [v[:n] for v in w]
-            masks = self._step_masks(schedules[:n], generators[:n], s, B) if generators is not None else {}
+            masks = self._step_masks(generators[:n], widths[:n, s], B) if generators is not None else {}
             g, loss = self._stacked_gradient(dict(zip(names, live)), self.x[rows_t[:n, s]], self.y[rows_t[:n, s]], weights_t[:n, s], masks)
-            sgd_step_(live, list(g.values()), None if buf is None else [v[:n] for v in buf], base, lr, solver.momentum,
-                      solver.weight_decay, solver.prox_mu)
+            rule.apply_(live, list(g.values()), None if buf is None else [v[:n] for v in buf], base)
             losses[:n, s] = loss.double()
         update = {k: v.neg_().add_(a.unsqueeze(0)) for k, a, v in zip(names, base, w)}  # w0 - w, in place
-        inverse = np.argsort(order)  # chunk position -> row of the stack
-        return {k: _Rows(v, inverse) for k, v in update.items()}, steps[inverse], (losses.sum(1).cpu().numpy() / steps)[inverse]
+        inverse = np.argsort(order)  # position in members -> row of the stack
+        return {k: _Rows(v, inverse) for k, v in update.items()}, (losses.sum(1).cpu().numpy() / stacked_steps)[inverse]
 
-    def _step_masks(self, schedules: list, generators: list, s: int, width: int) -> random_layers.Masks:
-        """Step s's dropout masks of every client in the chunk, drawn as the client's own step s draws them
-        (nothing for a client past its last step), padded to ``width`` rows and stacked."""
-        sizes = [len(batches[s]) if s < len(batches) else 0 for batches, _ in schedules]
+    def _padded(
+        self, ids: np.ndarray, members: np.ndarray, order: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The schedule of ``members`` as (stack row, step, slot) arrays of training rows and weights, zero-padded
+        (weight 0) where a client takes fewer steps or a smaller batch, and each minibatch's width (0: no step)."""
+        per = np.bincount(schedule.client, minlength=len(ids))
+        first = np.cumsum(per) - per
+        part = slice(int(first[members[0]]), int(first[members[-1]] + per[members[-1]]))  # members are consecutive
+        client, step = schedule.client[part], schedule.step[part]
+        stack_row = np.empty(len(ids), dtype=np.int64)
+        stack_row[members[order]] = np.arange(len(members))
+        row = stack_row[client]
+        starts = np.flatnonzero(np.concatenate([[True], (np.diff(client) != 0) | (np.diff(step) != 0)]))
+        sizes = np.diff(np.concatenate([starts, [len(client)]]))
+        slot = np.arange(len(client)) - np.repeat(starts, sizes)
+        S, B = int(step.max()) + 1, int(sizes.max())
+        rows = np.zeros((len(members), S, B), dtype=np.int64)
+        weights = np.zeros((len(members), S, B), dtype=np.float32)
+        widths = np.zeros((len(members), S), dtype=np.int64)
+        rows[row, step, slot] = self.data.offsets[ids[client]] + drawn.position[schedule.row[part]]
+        weights[row, step, slot] = schedule.weight[part]
+        widths[row[starts], step[starts]] = sizes
+        return rows, weights, widths
+
+    def _step_masks(self, generators: list, widths: np.ndarray, width: int) -> random_layers.Masks:
+        """One step's dropout masks of every stepping client, drawn as the client's own step draws them (its
+        minibatch's ``widths`` rows), padded to ``width`` rows and stacked."""
+        sizes = widths.tolist()
         drawn = [self.random.draw(g, n, self.dtype) if n else {} for g, n in zip(generators, sizes)]
         return random_layers.padded(drawn, sizes, width, self.random)
 
@@ -292,36 +314,6 @@ class VectorizedSimulator(Simulator):
         param_bytes = sum(v.numel() * v.element_size() for v in params.values())
         return param_bytes * (5 + int(momentum)) + batch * self._activation_bytes
 
-    # --- OneGradient ---------------------------------------------------------------------------------------
-
-    def _train_one_gradient(self, ids: np.ndarray, payload: TrainPayload, round: int) -> "CohortReports":
-        solver: OneGradient = payload.solver
-        flat = self._draw_flat(ids, payload.plan, round)
-        scale = None
-        if flat is not None:
-            member, local, _ = flat
-        else:
-            samples, _ = self._draw(ids, payload.plan, round)
-            member = np.repeat(np.arange(len(ids)), [len(s) for s in samples])
-            local = np.concatenate([np.asarray(s.indices, dtype=np.int64) for s in samples] + [np.zeros(0, np.int64)])
-            if any(s.scale is not None for s in samples):
-                scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
-        counts = np.bincount(member, minlength=len(ids))
-        if len(member) == 0:
-            return Replies([empty_report(payload.params)] * len(ids), failed={})
-        rows = self.data.offsets[ids[member]] + local
-        norm = np.full(len(ids), float(solver.K)) if solver.K is not None else counts.astype(np.float64)
-        weights = 1.0 / norm[member] if scale is None else scale / norm[member]
-        drew = np.flatnonzero(counts)
-        generators = self._mask_generators(ids[drew], round)
-        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
-        reports = CohortReports.one_gradient(self, payload.params, rows, member, weights, counts, norm, masks=masks)
-        if getattr(payload.plan, "report_count", False):  # the plan asks each client to add its drawn count
-            for c in np.flatnonzero(counts).tolist():
-                reports[c].samples = int(counts[c])
-        return reports
-
-
 class _Rows:
     """A stack of per-client tensors read by cohort position: ``rows[j]`` is the row ``where[j]`` of ``stack``
     (a view, no copy of the stack into cohort order)."""
@@ -333,20 +325,6 @@ class _Rows:
 
     def __getitem__(self, j: int) -> torch.Tensor:
         return self.stack[int(self.where[j])]
-
-
-def _padded_batches(schedules: list, steps: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """The chunk's minibatch rows and weights as (clients, steps, width) arrays, zero-padded (weight 0) where a
-    client takes fewer steps or a smaller batch; filled with one numpy assignment per client."""
-    rows = np.zeros((len(schedules), steps, width), dtype=np.int64)
-    weights = np.zeros((len(schedules), steps, width), dtype=np.float32)
-    for c, (batches, ws) in enumerate(schedules):
-        sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
-        step = np.repeat(np.arange(len(batches)), sizes)
-        slot = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        rows[c, step, slot] = np.concatenate(batches)
-        weights[c, step, slot] = np.concatenate(ws)
-    return rows, weights
 
 
 class _Union:

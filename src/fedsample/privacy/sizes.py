@@ -17,12 +17,13 @@ paper's method is ``M`` given, ``reuse=1``, ``average=1``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import SizeQuery
+from fedsample.parts import SizeReporting
 from fedsample.privacy import accounting, size_estimate
 from fedsample.privacy.reports import EPSILON, THRESHOLD, estimate_total
 from fedsample.privacy.size_estimate import scaled_total
@@ -59,6 +60,7 @@ class ExactSizes:
     """Clients report their true sizes (no privacy). Needed by size-proportional client sampling."""
 
     scope: Scope = "all"
+    exact: ClassVar[bool] = True
 
     @property
     def query(self) -> SizeQuery:
@@ -91,6 +93,7 @@ class RandomizedSizes:
     reuse: int = 1
     average: int = 1
     size_prior: tuple[float, float] = (2.0, 4.0)
+    exact: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if (self.reuse > 1 or self.average > 1) and self.scope != "all":
@@ -134,4 +137,4 @@ class RandomizedSizes:
         return scaled_total(raw, asked, len(info.ids))
 
 
-SizeReporting = ExactSizes | RandomizedSizes
+__all__ = ["ExactSizes", "RandomizedSizes", "Scope", "SizeInfo", "SizeReporting"]

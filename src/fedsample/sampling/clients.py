@@ -12,29 +12,31 @@ a fixed m asks nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
+from fedsample.parts import SizeNeed
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 
 __all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients"]
-
-NeedsSizes = Literal["exact", None]
 
 
 @dataclass(frozen=True)
 class AllClients:
     """Every available client takes part (pi_k = 1), as in FedSampling (Algorithm 1)."""
 
-    needs_sizes: ClassVar[NeedsSizes] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         return Cohort(np.arange(N), np.ones(N), N)
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(num_clients)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,14 @@ class UniformClients:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "UniformClients"))
 
     @property
-    def needs_sizes(self) -> NeedsSizes:
-        return "exact" if self.samples_per_round is not None else None
+    def needs_sizes(self) -> SizeNeed:
+        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """m (at most N), or with ``samples_per_round`` E[m] = K / mean(n_k) from ``sizes`` (at most N)."""
+        if self.samples_per_round is None:
+            return float(min(self.m, num_clients))
+        return min(float(num_clients), cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round))
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
@@ -77,10 +85,19 @@ class SizeProportional:
 
     m: int | None = None
     samples_per_round: int | None = None
-    needs_sizes: ClassVar[NeedsSizes] = "exact"
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "SizeProportional"))
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """The expected number of distinct clients, sum_k pi_k, from ``sizes`` (p_k = n_k / n)."""
+        n = cohort_size.sizes_given(sizes, self)
+        p = n / n.sum()
+        if self.samples_per_round is None:
+            return float(np.sum(1 - (1 - p) ** self.m))
+        expected = cohort_size.size_weighted_count(n, self.samples_per_round)
+        return float(np.sum(cohort_size.with_replacement_inclusion(p, expected)))
 
     def select(self, ctx: RoundContext) -> Cohort:
         sizes = ctx.require_sizes(exact=True)
@@ -110,8 +127,14 @@ class PoissonClients:
         object.__setattr__(self, "q", cohort_size.one_of("q", self.q, self.samples_per_round, 0.1, "PoissonClients"))
 
     @property
-    def needs_sizes(self) -> NeedsSizes:
-        return "exact" if self.samples_per_round is not None else None
+    def needs_sizes(self) -> SizeNeed:
+        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """q N, or with ``samples_per_round`` min(1, K / sum n_k) N from ``sizes``."""
+        if self.samples_per_round is None:
+            return float(self.q * num_clients)
+        return min(1.0, self.samples_per_round / float(np.sum(cohort_size.sizes_given(sizes, self)))) * num_clients
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients

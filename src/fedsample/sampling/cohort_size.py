@@ -28,6 +28,14 @@ def one_of(name: str, fixed: float | None, samples_per_round: int | None, defaul
     return default if fixed is None else fixed
 
 
+def sizes_given(sizes: np.ndarray | None, sampler: object) -> np.ndarray:
+    """The clients' sizes that a sampler's expected cohort follows from (``samples_per_round``, size-proportional
+    draws); None is an error naming the sampler (its cohort cannot be known without them)."""
+    if sizes is None:
+        raise ValueError(f"{type(sampler).__name__}'s expected cohort follows from the clients' sizes: pass sizes=")
+    return np.asarray(sizes, dtype=np.float64)
+
+
 def _positive_sizes(sizes: np.ndarray) -> np.ndarray:
     sizes = np.asarray(sizes, dtype=np.float64)
     if sizes.size == 0 or not np.all(np.isfinite(sizes)) or sizes.sum() <= 0:

@@ -9,13 +9,14 @@ norm grows with their number, and an empty draw gives a zero update); with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
+from fedsample.parts import SizeNeed
 from fedsample.rng import CohortRandom
 
 if TYPE_CHECKING:
@@ -32,6 +33,16 @@ class AllSamples:
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.arange(ctx.size))
+
+    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        member = np.repeat(np.arange(len(sizes)), sizes)
+        return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member]
+
+    def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
+        """No draw: nothing read from the clients' streams."""
+        return np.zeros(len(sizes), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,10 @@ class BernoulliSamples:
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends - sizes)[member]
 
+    def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
+        """One uniform per local sample."""
+        return np.asarray(sizes, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class FixedSizeSamples:
@@ -68,14 +83,12 @@ class FixedSizeSamples:
 
 # --- samplers (run on the server) ------------------------------------------------------------------
 
-NeedsSizes = Literal["estimate", None]
-
 
 @dataclass(frozen=True)
 class FullData:
     """Every chosen client trains on all of its data (FedAvg and the client-sampling baselines)."""
 
-    needs_sizes: ClassVar[NeedsSizes] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> AllSamples:
         return AllSamples()
@@ -87,7 +100,7 @@ class FixedRatio:
     """The naive method of Qi et al. 2023, §3.3: each sample kept with a fixed probability r."""
 
     ratio: float
-    needs_sizes: ClassVar[NeedsSizes] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         return BernoulliSamples(self.ratio)
@@ -109,7 +122,12 @@ class FedSamplingData:
 
     K: int
     count_drawn: bool = False
-    needs_sizes: ClassVar[NeedsSizes] = "estimate"
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """K, which the solver (``OneGradient(K)``) and the aggregator divide by."""
+        return {"K (samples per round)": self.K}
 
     def ratio(self, ctx: "RoundContext") -> float:
         return sampling_ratio(self.K, ctx.require_sizes().total)
@@ -127,7 +145,7 @@ class UniformSubset:
     only client holds the pooled data)."""
 
     k: int
-    needs_sizes: ClassVar[NeedsSizes] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
         return FixedSizeSamples(self.k)

@@ -59,13 +59,14 @@ sampling: first-order inclusion probabilities are unchanged and fixed joint-incl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
+from fedsample.parts import SizeNeed
 from fedsample.sampling import design
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
@@ -312,12 +313,16 @@ class ImportanceAgents:
     floor: float = DEFAULT_FLOOR
     epochs: int | tuple[int, ...] = 1
     batch_size: int | tuple[int, ...] = 1
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
         object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
         _check_reference(self.update, self.reference)
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """L agents (at most N): systematic sampling draws exactly L."""
+        return float(min(self.L, num_clients))
 
     def scores(self, ctx: "RoundContext", ids: np.ndarray, params: Params) -> np.ndarray:
         """sqrt(sigma^2_{s,k} + alpha_k ||grad P_k(params)||^2) of the agents ``ids`` (Lemma 7 / Eqs. 50, 52),
@@ -373,12 +378,17 @@ class ImportanceData:
     reference: Params | None = field(default=None, compare=False, repr=False)
     scaling: Scaling = "step"
     floor: float = DEFAULT_FLOOR
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
         object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
         _check_reference(self.update, self.reference)
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """Where the agent factor 1/(K p_k) goes, which the aggregator must agree with."""
+        return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
 
     def agent_factors(self, cohort: Cohort) -> np.ndarray:
         if self.scaling == "aggregate":

@@ -31,6 +31,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
+from fedsample.parts import SizeNeed
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort
@@ -126,7 +127,7 @@ class IWDSData:
     beta_0: float = 0.9999
     rho: float = 0.992
     schedule: Schedule = "decay"
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     @classmethod
     def uniform(cls) -> "IWDSData":

@@ -11,12 +11,13 @@ the participants (K_desired = 2048 in the paper's experiments).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
+from fedsample.parts import SizeNeed
 from fedsample.privacy.reports import estimate_total
 from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
@@ -63,7 +64,12 @@ class ParticipantData:
 
     eta: int = 2048
     draw: Draw = "bernoulli"
-    needs_sizes: ClassVar[Literal["estimate", None]] = "estimate"
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """eta, the samples per round (a solver or aggregator that divides by K must divide by eta)."""
+        return {"K (samples per round)": self.eta}
 
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
         """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1)."""

@@ -12,11 +12,12 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from fedsample.messages import ProbeRequest
+from fedsample.parts import SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
@@ -125,14 +126,22 @@ class StratifiedClients:
     spread: Spread = "std"
     within: Within = "norm"
     samples_per_round: int | None = None
+    stratified: ClassVar[bool] = True  # its cohorts carry strata, stratum sizes and the allocation
 
     def __post_init__(self) -> None:
         if self.samples_per_round is None and not checks.integers(self.H).satisfied_by(self.m):
             checks.fail("m", self.m, f"an integer >= H = {self.H} (one per stratum)", "StratifiedClients")
 
     @property
-    def needs_sizes(self) -> Literal["exact", None]:
-        return "exact" if self.samples_per_round is not None else None
+    def needs_sizes(self) -> SizeNeed:
+        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""
+        if self.samples_per_round is None:
+            return float(min(self.m, num_clients))
+        expected = cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round)
+        return float(min(num_clients, max(self.H, expected)))
 
     def clients_per_round(self, ctx: "RoundContext") -> int:
         """m, or the count derived from the reported sizes for ``samples_per_round`` (at least H)."""

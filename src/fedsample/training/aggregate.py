@@ -15,13 +15,14 @@ reports is read as :class:`fedsample.rounds.Replies`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 import typing
 
 import numpy as np
 
 from fedsample import checks
+from fedsample.parts import SizeNeed
 from fedsample.training.functional import Params
 
 from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
@@ -60,10 +61,12 @@ class WeightedMean:
     """
 
     by: Weighting = "uniform"
+    linear: ClassVar[bool] = True
 
     @property
-    def needs_sizes(self) -> Literal["any", None]:
-        return "any" if self.by == "size" else None
+    def needs_sizes(self) -> SizeNeed:
+        """``size``: the cohort's size reports (exact, or randomized ones used as they are)."""
+        return SizeNeed.COHORT if self.by == "size" else SizeNeed.NONE
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
         if self.by == "inverse_inclusion":
@@ -81,7 +84,8 @@ class WeightedMean:
 class Sum:
     """FedSampling's aggregation: the sum of the received G_c (Qi et al. 2023, Algorithm 1, line 18)."""
 
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
@@ -98,7 +102,13 @@ class DrawnNormalizedSum:
     the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`)."""
 
     K: int
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True  # the sum of the updates; the drawn count is one more coordinate of that sum
+    needs_drawn_count: ClassVar[bool] = True
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        return {"K (samples per round)": self.K}
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
@@ -157,9 +167,10 @@ class FedNova:
     """
 
     by: Weighting = "size"
+    linear: ClassVar[bool] = False  # its weights tau_eff p_k / a_k need each client's a_k, which comes with its update
 
     @property
-    def needs_sizes(self) -> Literal["any", None]:
+    def needs_sizes(self) -> SizeNeed:
         return WeightedMean(self.by).needs_sizes
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
@@ -201,10 +212,17 @@ class StratifiedMean:
     """
 
     by: Literal["unbiased", "paper", "size"] = "unbiased"
+    linear: ClassVar[bool] = True
 
     @property
-    def needs_sizes(self) -> Literal["exact", None]:
-        return "exact" if self.by == "size" else None
+    def needs_sizes(self) -> SizeNeed:
+        """``size``: the cohort's exact sizes (the ratio estimator weighs by n_k / pi_k)."""
+        return SizeNeed.COHORT_EXACT if self.by == "size" else SizeNeed.NONE
+
+    @property
+    def needs_strata(self) -> bool:
+        """``paper`` weighs by N_h / m_h: the cohort must carry its strata and allocation."""
+        return self.by == "paper"
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
@@ -241,7 +259,13 @@ class ISFedAvgAggregate:
     of Eq. 53 stay on the clients (:func:`fedsample.sampling.importance.stored_data_weights`)."""
 
     scaling: Scaling = "step"
-    needs_sizes: ClassVar[None] = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    linear: ClassVar[bool] = True
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """Where the agent factor 1/(K p_k) goes: the data sampler's plans must agree."""
+        return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
 
     def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")

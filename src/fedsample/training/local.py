@@ -3,6 +3,11 @@
 Each solver returns a pseudo-gradient ``update`` (a descent direction) and the number of local steps
 taken: for SGD the update is ``w_global - w_local``; for FedSampling's one-gradient mode it is
 ``G_c = (1/K) * sum_{s in S_c} g_s`` (Qi et al. 2023, §3.2). The server then applies ``w - eta * aggregate``.
+
+Every solver here declares its arithmetic once (:class:`fedsample.parts.ScheduledSolver`): its batch schedule
+(which drawn rows each local step uses, with which weight), its step rule (:class:`SGDStep`) and FedNova's
+normalizer. The loop (:func:`run_schedule`, each solver's ``run``), the vectorized engine and the diagnostics'
+linearised federation all read that declaration; none repeats it.
 """
 
 from __future__ import annotations
@@ -10,16 +15,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import numpy as np
 import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
+from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver
 from fedsample.training.dtypes import float_dtype
-from fedsample.training.functional import Params, weighted_gradient, weighted_loss_fn
+from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.random_layers import generator_for, random_layers_of
 
+__all__ = [
+    "EpochSGD", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
+    "run_schedule", "sgd_step", "sgd_step_",
+]
 
 
 @dataclass
@@ -34,86 +45,56 @@ class LocalResult:
 
 
 @dataclass(frozen=True)
-@checks.constrained(
-    lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
-    momentum=checks.reals(0, 1, "[)"), weight_decay=checks.NON_NEGATIVE, prox_mu=checks.NON_NEGATIVE,
-    lr_decay=checks.reals(0, 1, "(]"),
-)
-class LocalSGD:
-    """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
+class SGDStep:
+    """One local step's rule (:func:`sgd_step_`): d = g + weight_decay*w + prox_mu*(w - w_global);
+    b = momentum*b + d; w = w - lr*b. FedSampling's one gradient is this rule with lr = 1 and nothing else: the
+    update of its single step is the weighted gradient itself."""
 
-    ``batch_size=None`` takes the whole drawn sample as one batch. With ``momentum`` the heavy-ball buffer
-    b <- momentum * b + g is used; ``weight_decay`` adds lambda * w to g; ``prox_mu`` adds FedProx's
-    proximal gradient mu * (w - w_global) (Li et al. 2020). The learning rate in round t is
-    ``lr * lr_decay ** t``.
-    """
-
-    lr: float = 0.05
-    epochs: int | None = 1
-    steps: int | None = None
-    batch_size: int | None = 32
+    lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0
-    lr_decay: float = 1.0
 
-    def __post_init__(self) -> None:
-        if self.epochs is None and self.steps is None:
-            checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
-        if self.epochs is not None and self.steps is not None:
-            checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
+    @property
+    def is_gradient(self) -> bool:
+        """Whether a single step's update is the weighted gradient itself (lr 1, no weight decay)."""
+        return self.lr == 1.0 and not self.weight_decay
 
-    def learning_rate(self, round: int) -> float:
-        return self.lr * self.lr_decay**round
+    def apply_(self, w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor]) -> None:
+        """:func:`sgd_step_` with this rule (in place; ``anchor`` broadcasts against stacked ``w``)."""
+        sgd_step_(w, g, buf, anchor, self.lr, self.momentum, self.weight_decay, self.prox_mu)
 
-    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
-        """Positions (into the drawn sample) of each minibatch: shuffled passes without replacement, or,
-        when the plan gives a sampling distribution, batches drawn with replacement from it."""
-        n = len(sample.indices)
-        b = n if self.batch_size is None else min(self.batch_size, n)
-        if sample.probs is not None:
-            count = self.steps if self.steps is not None else self.epochs * math.ceil(n / b)
-            return list(rng.choice(n, size=(count, b), replace=True, p=sample.probs))
-        if self.steps is not None:
-            passes = math.ceil(self.steps * b / n)
-            order = np.concatenate([rng.permutation(n) for _ in range(passes)])
-            return [order[i * b : (i + 1) * b] for i in range(self.steps)]
-        order = np.concatenate([rng.permutation(n) for _ in range(self.epochs)])
-        per_epoch = math.ceil(n / b)
-        return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
+    def first_step_(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The update w0 - w1 of one step from the global model w0: lr * (g + weight_decay * w0) (momentum's first
+        buffer is the step itself and the proximal term is 0 at w0), computed in place in the gradient ``g``
+        (which it returns) without forming w1."""
+        if self.weight_decay:
+            torch._foreach_add_(g, w0, alpha=self.weight_decay)
+        if self.lr != 1.0:
+            torch._foreach_mul_(g, self.lr)
+        return g
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
-        """The local steps, each an in-place update of one working copy of the parameters; minibatches are
-        gathered from the client's data by position (no copy of the drawn sample), dropout masks come from the
-        client's stream (:mod:`fedsample.training.random_layers`)."""
-        loss_fn = weighted_loss_fn(ctx.module, ctx.task)
-        layers, lr = random_layers_of(ctx.module), self.learning_rate(round)
-        generator = generator_for(rng) if layers is not None else None
-        device, dtype = ctx.x.device, float_dtype(ctx.x)
-        positions = torch.as_tensor(sample.indices, device=device)
-        scale = None if sample.scale is None else torch.as_tensor(sample.scale, dtype=dtype, device=device)
-        anchor = list(params.values())
-        w = [v.detach().clone().requires_grad_(True) for v in anchor]
-        buf = [torch.zeros_like(v) for v in anchor] if self.momentum else None
-        losses = []
-        for batch in self.batches(sample, rng):
-            batch = torch.as_tensor(batch, device=device)
-            rows = positions[batch]
-            weights = torch.full((len(batch),), 1.0 / len(batch), dtype=dtype, device=device)
-            if scale is not None:
-                weights = weights * scale[batch]
-            masks = layers.draw(generator, len(batch), dtype, device) if layers is not None else None
-            with torch.enable_grad():
-                loss = loss_fn(dict(zip(params, w)), ctx.x[rows], ctx.y[rows], weights, masks)
-                grads = list(torch.autograd.grad(loss, w))
-            with torch.no_grad():
-                sgd_step_(w, grads, buf, anchor, lr, self.momentum, self.weight_decay, self.prox_mu)
-            losses.append(loss.detach())  # no host sync per step (one at the end)
-        update = {k: a - v.detach() for k, a, v in zip(params, anchor, w)}
-        steps = len(losses)
-        norm = effective_steps(steps, self.momentum, lr * self.prox_mu)
-        mean_loss = float(torch.stack(losses).double().mean()) if losses else float("nan")
-        return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=norm)
+    def effective_steps(self, steps: int) -> float:
+        """FedNova's ||a||_1 for ``steps`` steps of this rule (:func:`effective_steps`)."""
+        return effective_steps(steps, self.momentum, self.lr * self.prox_mu)
+
+    def effective_table(self, top: int) -> np.ndarray:
+        """``effective_steps(k)`` for k = 0..top, from one pass of the recursion."""
+        out = np.zeros(top + 1)
+        e, b, lr_mu = 0.0, 0.0, self.lr * self.prox_mu
+        for k in range(1, top + 1):
+            b = self.momentum * b + 1.0 + lr_mu * e
+            e = e - b
+            out[k] = -e
+        return out
+
+    def step_weights(self, total: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """a_t: the weight of step ``step``'s gradient in the first-order update of a client that takes ``total``
+        steps, w_global - w_local = lr * sum_t a_t * g_t + O(lr^2); the impulse response S(total - t) -
+        S(total - t - 1) of the rule's linear dynamics, S = :meth:`effective_steps` (elementwise)."""
+        total, step = np.asarray(total, dtype=np.int64), np.asarray(step, dtype=np.int64)
+        S = self.effective_table(int(total.max()) if total.size else 0)
+        return S[total - step] - S[total - step - 1]
 
 
 def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
@@ -174,6 +155,174 @@ def sgd_step(
     return new_w, new_buf
 
 
+# --- the one loop every scheduled solver runs on a client ------------------------------------------------------
+
+
+def run_schedule(
+    solver: "Scheduled", ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator,
+    rule: SGDStep | None = None,
+) -> LocalResult:
+    """One client's local training from its solver's declared arithmetic: the schedule's minibatches in order,
+    each step the weighted loss sum_b weight_b * l_b, its gradient and the step ``rule`` (default: the solver's)
+    applied to one working copy of the parameters in place. A client whose schedule has one step returns
+    :meth:`SGDStep.first_step_` (the update straight from the gradient at the global model, as the vectorized
+    engine's union does). Minibatches are gathered from the client's data by position (no copy of the drawn
+    sample), dropout masks come from the client's stream (:mod:`fedsample.training.random_layers`)."""
+    layers = random_layers_of(ctx.module)
+    generator = generator_for(rng) if layers is not None else None  # before the schedule reads the stream
+    rule = solver.step_rule(round) if rule is None else rule
+    schedule = solver.schedule(DrawnCohort.of([sample]), [rng], round)
+    loss_fn = weighted_loss_fn(ctx.module, ctx.task)
+    device, dtype = ctx.x.device, float_dtype(ctx.x)
+    rows = torch.as_tensor(np.asarray(sample.indices, dtype=np.int64)[schedule.row], device=device)
+    weights = torch.as_tensor(schedule.weight, dtype=dtype, device=device)
+    bounds = schedule.batch_starts().tolist()
+    steps = len(bounds) - 1
+    anchor = list(params.values())
+    single = steps == 1
+    w = [v.detach().requires_grad_(True) if single else v.detach().clone().requires_grad_(True) for v in anchor]
+    buf = [torch.zeros_like(v) for v in anchor] if rule.momentum and not single else None
+    losses, update = [], None
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        batch = rows[start:end]
+        masks = layers.draw(generator, end - start, dtype, device) if layers is not None else None
+        with torch.enable_grad():
+            loss = loss_fn(dict(zip(params, w)), ctx.x[batch], ctx.y[batch], weights[start:end], masks)
+            grads = list(torch.autograd.grad(loss, w))
+        if single:
+            update = dict(zip(params, rule.first_step_(grads, anchor)))
+        else:
+            with torch.no_grad():
+                rule.apply_(w, grads, buf, anchor)
+        losses.append(loss.detach())  # no host sync per step (one at the end)
+    if update is None:
+        update = {k: a - v.detach() for k, a, v in zip(params, anchor, w)}
+    mean_loss = float(torch.stack(losses).double().mean()) if losses else float("nan")
+    if schedule.loss_scale is not None:
+        mean_loss *= float(schedule.loss_scale[0])
+    norm = solver.norm_steps(np.array([steps]), round)
+    return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=None if norm is None else float(norm[0]))
+
+
+class Scheduled:
+    """The :class:`~fedsample.parts.ScheduledSolver` side every solver here shares: ``run`` is
+    :func:`run_schedule` of the solver's own declaration, and ``batched`` says whether the vectorized engine may
+    run that declaration for a whole cohort: true while ``run`` is this one (a subclass that overrides ``run`` adds
+    something the declaration does not say, and is trained client by client)."""
+
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+        raise NotImplementedError
+
+    def step_rule(self, round: int) -> SGDStep:
+        raise NotImplementedError
+
+    def single_step(self, sizes: np.ndarray) -> bool:
+        raise NotImplementedError
+
+    def norm_steps(self, steps: np.ndarray, round: int) -> np.ndarray | None:
+        """FedNova's a_k = ||a_k||_1 of each member's step count under the step rule (:meth:`SGDStep.effective_steps`)."""
+        rule = self.step_rule(round)
+        steps = np.asarray(steps, dtype=np.int64)
+        table = rule.effective_table(int(steps.max()) if steps.size else 0)
+        return table[steps]
+
+    @property
+    def batched(self) -> bool:
+        return type(self).run is Scheduled.run
+
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+        return run_schedule(self, ctx, sample, params, round, rng)
+
+
+def minibatch_schedule(
+    solver: "LocalSGD", drawn: DrawnCohort, streams: Sequence[np.random.Generator],
+) -> BatchSchedule:
+    """Every member's :meth:`LocalSGD.batches` of its drawn sample (client by client, each from its own stream),
+    each row weighted 1/B times the plan's scale (the minibatch mean of Eq. 8's scaled gradients)."""
+    active = np.flatnonzero(drawn.counts)
+    batches: list[np.ndarray] = []
+    per_client = np.zeros(len(active), dtype=np.int64)
+    for j, c in enumerate(active.tolist()):
+        mine = solver.batches(drawn.sample(c), streams[c])
+        batches.extend(mine)
+        per_client[j] = len(mine)
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    if len(active) == 1:  # one client (the loop): its steps are 0, 1, ...
+        client, batch_step = np.full(int(sizes.sum()), active[0]), np.arange(len(batches))
+    else:
+        batch_step = np.arange(len(batches)) - np.repeat(np.cumsum(per_client) - per_client, per_client)
+        client = np.repeat(np.repeat(active, per_client), sizes)
+    row = np.concatenate(batches + [np.zeros(0, dtype=np.int64)]).astype(np.int64, copy=False) + drawn.starts[client]
+    weight = np.repeat(1.0 / sizes, sizes)  # every minibatch holds at least one row
+    if drawn.scale is not None:
+        weight = weight * drawn.scale[row]
+    return BatchSchedule(client, np.repeat(batch_step, sizes), row, weight, len(drawn))
+
+
+@dataclass(frozen=True)
+@checks.constrained(
+    lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
+    momentum=checks.reals(0, 1, "[)"), weight_decay=checks.NON_NEGATIVE, prox_mu=checks.NON_NEGATIVE,
+    lr_decay=checks.reals(0, 1, "(]"),
+)
+class LocalSGD(Scheduled):
+    """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
+
+    ``batch_size=None`` takes the whole drawn sample as one batch. With ``momentum`` the heavy-ball buffer
+    b <- momentum * b + g is used; ``weight_decay`` adds lambda * w to g; ``prox_mu`` adds FedProx's
+    proximal gradient mu * (w - w_global) (Li et al. 2020). The learning rate in round t is
+    ``lr * lr_decay ** t``.
+    """
+
+    lr: float = 0.05
+    epochs: int | None = 1
+    steps: int | None = None
+    batch_size: int | None = 32
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+    lr_decay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.epochs is None and self.steps is None:
+            checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
+        if self.epochs is not None and self.steps is not None:
+            checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
+
+    def learning_rate(self, round: int) -> float:
+        return self.lr * self.lr_decay**round
+
+    def step_rule(self, round: int) -> SGDStep:
+        return SGDStep(self.learning_rate(round), self.momentum, self.weight_decay, self.prox_mu)
+
+    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
+        """Positions (into the drawn sample) of each minibatch: shuffled passes without replacement, or,
+        when the plan gives a sampling distribution, batches drawn with replacement from it."""
+        n = len(sample.indices)
+        b = n if self.batch_size is None else min(self.batch_size, n)
+        if sample.probs is not None:
+            count = self.steps if self.steps is not None else self.epochs * math.ceil(n / b)
+            return list(rng.choice(n, size=(count, b), replace=True, p=sample.probs))
+        if self.steps is not None:
+            passes = math.ceil(self.steps * b / n)
+            order = np.concatenate([rng.permutation(n) for _ in range(passes)])
+            return [order[i * b : (i + 1) * b] for i in range(self.steps)]
+        order = np.concatenate([rng.permutation(n) for _ in range(self.epochs)])
+        per_epoch = math.ceil(n / b)
+        return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
+
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+        """:meth:`batches` of every member (:func:`minibatch_schedule`)."""
+        return minibatch_schedule(self, drawn, streams)
+
+    def single_step(self, sizes: np.ndarray) -> bool:
+        """Whether every client takes exactly one step (whatever its drawn sample, which is at most its data)."""
+        if self.steps is not None:
+            return self.steps == 1
+        largest = int(np.max(sizes)) if len(sizes) else 0
+        return self.epochs == 1 and (self.batch_size is None or self.batch_size >= largest)
+
+
 @dataclass(frozen=True)
 @checks.constrained(rho=checks.Param(checks.NON_NEGATIVE, label="rho (the l2 term of the local risk)"))
 class EpochSGD(LocalSGD):
@@ -189,7 +338,10 @@ class EpochSGD(LocalSGD):
     step instead would count the regularizer E_k times per round (the data term is divided by E_k, the
     decay is not). Eq. 8 multiplies each sampled point's copy of 2 rho w by 1/(N_k p_b^(k)) too, whose
     minibatch mean has expectation 1; we add that expectation, exactly: same mean, no sampling noise on
-    the regularizer (identical to Eq. 8 for full batches)."""
+    the regularizer (identical to Eq. 8 for full batches).
+
+    Its step rule depends on each client's ``step_scale``, so it is not ``batched``: both engines train it client
+    by client (its schedule still serves the diagnostics' first-order update)."""
 
     rho: float = 0.0
 
@@ -198,32 +350,49 @@ class EpochSGD(LocalSGD):
             return super().batches(sample, rng)
         return [np.arange(start, start + sample.block) for start in range(0, len(sample), sample.block)]
 
+    def single_step(self, sizes: np.ndarray) -> bool:
+        """Not known from the sizes: its steps follow the plan's epoch blocks."""
+        return False
+
     def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
-        """:meth:`LocalSGD.run` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
-        decay = self.weight_decay + 2.0 * self.rho * sample.step_scale
-        return LocalSGD.run(dataclasses.replace(self, weight_decay=decay, rho=0.0), ctx, sample, params, round, rng)
+        """:func:`run_schedule` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
+        rule = self.step_rule(round)
+        rule = dataclasses.replace(rule, weight_decay=rule.weight_decay + 2.0 * self.rho * sample.step_scale)
+        return run_schedule(self, ctx, sample, params, round, rng, rule)
 
 
 @dataclass(frozen=True)
 @checks.constrained(K=[checks.COUNT, None])
-class OneGradient:
+class OneGradient(Scheduled):
     """One gradient at the global model over the drawn sample, normalized by ``K`` (FedSampling,
     §3.2: G_c = (1/K) * sum_{s in S_c} g_s) or, with ``K=None``, by the local sample size
-    (the naive method of §3.3: G_c = (1/|S_c|) * sum g_s). Per-sample ``scale`` from the plan multiplies g_s."""
+    (the naive method of §3.3: G_c = (1/|S_c|) * sum g_s). Per-sample ``scale`` from the plan multiplies g_s.
+    Declared as one step of :class:`SGDStep` (lr 1) over the whole drawn sample with row weights scale/K; the
+    reported loss is the plain mean over the drawn samples (times their scale)."""
 
     K: int | None = None
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
-        x, y = ctx.x[sample.indices], ctx.y[sample.indices]
-        dtype = float_dtype(x)
-        norm = self.K if self.K is not None else len(sample.indices)
-        weights = torch.full((len(sample.indices),), 1.0 / norm, dtype=dtype, device=x.device)
-        if sample.scale is not None:
-            weights = weights * torch.as_tensor(sample.scale, dtype=dtype, device=x.device)
-        layers = random_layers_of(ctx.module)
-        masks = layers.draw(generator_for(rng), len(x), dtype, x.device) if layers is not None else None
-        g, loss = weighted_gradient(ctx.module, ctx.task)(params, x, y, weights, masks)
-        return LocalResult(update=g, steps=1, loss=float(loss) * norm / len(sample.indices))
+    @property
+    def shared_settings(self) -> dict:
+        """K, which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses."""
+        return {} if self.K is None else {"K (samples per round)": self.K}
 
+    def step_rule(self, round: int) -> SGDStep:
+        return SGDStep(lr=1.0)
 
-LocalSolver = LocalSGD | EpochSGD | OneGradient
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+        """Every member's whole drawn sample as its one step, row weights scale / K (or / |S_c|)."""
+        counts = drawn.counts.astype(np.float64)
+        norm = np.full(len(drawn), float(self.K)) if self.K is not None else counts
+        weight = 1.0 / norm[drawn.member] if drawn.scale is None else drawn.scale / norm[drawn.member]
+        rows = np.arange(len(drawn.member), dtype=np.int64)
+        loss_scale = norm / np.maximum(counts, 1.0)
+        return BatchSchedule(drawn.member, np.zeros(len(rows), dtype=np.int64), rows, weight, len(drawn), loss_scale)
+
+    def norm_steps(self, steps: np.ndarray, round: int) -> None:
+        """None: a_k = tau_k = 1."""
+        return None
+
+    def single_step(self, sizes: np.ndarray) -> bool:
+        return True
+

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from fedsample import checks
+from fedsample.parts import ServerOptimizer
 from fedsample.training.functional import Params, zeros_like
+
+__all__ = ["AdaptiveServer", "FedAdagrad", "FedAdam", "FedYogi", "ServerOptimizer", "ServerSGD"]
 
 
 SERVER_LR = checks.Param(checks.POSITIVE, label="server learning rate")
@@ -120,5 +123,3 @@ class FedYogi(_ExponentialSecondMoment):
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v - (1 - self.beta2) * d2 * torch.sign(v - d2)
 
-
-ServerOptimizer = ServerSGD | FedAdagrad | FedAdam | FedYogi

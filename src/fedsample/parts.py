@@ -1,0 +1,377 @@
+"""The parts a :class:`~fedsample.strategy.Strategy` is made of, declared: what each kind of part must do, and
+what it declares about itself so that the strategy can check a composition at construction and the engines can
+run it without knowing its class.
+
+Seven kinds of part (docs/architecture.md):
+
+- :class:`ClientSampler` picks the cohort (``select``) and declares its inclusion probabilities on the
+  :class:`~fedsample.rounds.Cohort` it returns, the sizes it needs and its expected cohort;
+- :class:`DataSampler` sends each chosen client a :class:`DataPlan`, which the client executes on its own data
+  (``draw``); a plan that can be drawn for a whole cohort in one pass declares it (:class:`CohortPlan`);
+- :class:`LocalSolver` computes a client's update (``run``); a solver that declares its arithmetic
+  (:class:`ScheduledSolver`: its batch schedule, step rule and FedNova normalizer) is run by every engine from
+  that one declaration;
+- :class:`Aggregator` combines the updates, :class:`ServerOptimizer` applies the result;
+- :class:`SizeReporting` says how the server learns data sizes, :class:`UpdatePrivacy` what a client does to its
+  update before sending it (clipping and noise).
+
+Declared properties a part may omit take the defaults in :data:`DEFAULTS` (a part written before a declaration
+existed keeps working; it is simply not checked for it). A leaf module: it imports :mod:`fedsample.rounds` and
+:mod:`fedsample.messages` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from fedsample.messages import ClientContext, LocalSample, Params, SizeQuery
+from fedsample.rounds import Cohort, RoundContext
+
+if TYPE_CHECKING:
+    from fedsample.rng import CohortRandom
+
+__all__ = [
+    "Aggregator", "BatchSchedule", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "DrawnCohort",
+    "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting", "StepRule",
+    "UpdatePrivacy", "batched", "declared", "describe", "missing_methods", "settings_of",
+]
+
+
+class SizeNeed(Enum):
+    """What a part needs to know about the clients' data sizes (``needs_sizes``), from nothing to every client's
+    exact size; :meth:`met_by` says whether a strategy's size reporting provides it."""
+
+    NONE = "none"
+    """Nothing."""
+    COHORT = "cohort"
+    """Size reports, exact or randomized, of at least the cohort: every client's before selection or the cohort's
+    after it (size-weighted means, FedSampling's total N~, FedSTaS's participant total n~)."""
+    COHORT_EXACT = "cohort_exact"
+    """The cohort's exact sizes, asked of every client or of the cohort (the size-weighted stratified mean)."""
+    EXACT_ALL = "exact_all"
+    """Every client's exact size before selection (size-proportional sampling, ``samples_per_round`` samplers)."""
+
+    def met_by(self, sizes: "SizeReporting | None") -> bool:
+        """Whether the size reporting ``sizes`` (None: none) gives what this need asks for."""
+        if self is SizeNeed.NONE:
+            return True
+        if sizes is None:
+            return False
+        if self is SizeNeed.COHORT:
+            return True
+        exact = bool(declared(sizes, "exact"))
+        return exact if self is SizeNeed.COHORT_EXACT else exact and getattr(sizes, "scope", None) == "all"
+
+    @property
+    def wording(self) -> str:
+        return {
+            SizeNeed.NONE: "no sizes", SizeNeed.COHORT: "size reports (exact or randomized) of at least the cohort",
+            SizeNeed.COHORT_EXACT: "exact sizes of the cohort", SizeNeed.EXACT_ALL: "exact sizes of every client before selection",
+        }[self]
+
+    @property
+    def remedy(self) -> str:
+        return {
+            SizeNeed.NONE: "", SizeNeed.COHORT: "pass sizes=ExactSizes(...) or RandomizedSizes(...)",
+            SizeNeed.COHORT_EXACT: "pass sizes=ExactSizes(scope='cohort') or ExactSizes()",
+            SizeNeed.EXACT_ALL: "pass sizes=ExactSizes()",
+        }[self]
+
+
+# --- what a data plan drew, and what a solver does with it ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DrawnCohort:
+    """What a cohort's data plans drew, as flat arrays in cohort order (this stays on the clients' side of the
+    door): ``member[i]`` is the cohort position of drawn row i and ``position[i]`` its position in that member's
+    data; ``counts[c]`` rows belong to member c; ``scale`` is the plan's per-row gradient scale (None: all 1).
+    ``samples`` holds each member's :class:`~fedsample.messages.LocalSample` where the plans were drawn client by
+    client (their ``probs``, ``block`` and ``step_scale``); a cohort drawn in one pass has none."""
+
+    member: np.ndarray
+    position: np.ndarray
+    counts: np.ndarray
+    scale: np.ndarray | None = None
+    samples: Sequence[LocalSample] | None = None
+
+    @classmethod
+    def flat(cls, member: np.ndarray, position: np.ndarray, clients: int) -> "DrawnCohort":
+        """From one pass over the cohort (``member`` ascending)."""
+        member = np.asarray(member, dtype=np.int64)
+        return cls(member, np.asarray(position, dtype=np.int64), np.bincount(member, minlength=clients))
+
+    @classmethod
+    def of(cls, samples: Sequence[LocalSample]) -> "DrawnCohort":
+        """From each member's own draw."""
+        if len(samples) == 1:  # one client (the loop)
+            only = samples[0]
+            n = len(only)
+            scale = None if only.scale is None else np.asarray(only.scale, dtype=np.float64)
+            return cls(np.zeros(n, dtype=np.int64), np.asarray(only.indices, dtype=np.int64), np.array([n]), scale, samples)
+        counts = np.fromiter((len(s) for s in samples), dtype=np.int64, count=len(samples))
+        member = np.repeat(np.arange(len(samples)), counts)
+        position = np.concatenate([np.asarray(s.indices, dtype=np.int64) for s in samples] + [np.zeros(0, np.int64)])
+        scale = None
+        if any(s.scale is not None for s in samples):
+            scale = np.concatenate([np.ones(len(s)) if s.scale is None else np.asarray(s.scale, dtype=np.float64) for s in samples])
+        return cls(member, position, counts, scale, samples)
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        """The first row of each member."""
+        return np.cumsum(self.counts) - self.counts
+
+    def sample(self, c: int) -> LocalSample:
+        """Member c's draw as the client saw it."""
+        if self.samples is not None:
+            return self.samples[c]
+        start = int(self.starts[c])
+        return LocalSample(self.position[start : start + int(self.counts[c])])
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """A cohort's local steps, one entry per (member, step, row), ordered by member, then step, then position in
+    the step's minibatch: ``client`` the cohort member, ``step`` its local step (0, 1, ...), ``row`` the drawn row
+    (an index into :class:`DrawnCohort`'s flat arrays) and ``weight`` the row's weight in its step's loss
+    sum_b weight_b * l_b (1/B times the plan's scale for a minibatch mean, 1/K for FedSampling's G_c, ...).
+    A member's reported loss is the mean of its steps' weighted losses times ``loss_scale[c]`` (None: 1)."""
+
+    client: np.ndarray
+    step: np.ndarray
+    row: np.ndarray
+    weight: np.ndarray
+    clients: int
+    loss_scale: np.ndarray | None = None
+
+    def steps(self) -> np.ndarray:
+        """The number of local steps of each member (0: it drew nothing)."""
+        per = np.bincount(self.client, minlength=self.clients)
+        steps = np.zeros(self.clients, dtype=np.int64)
+        has = per > 0
+        steps[has] = self.step[np.cumsum(per)[has] - 1] + 1
+        return steps
+
+    @property
+    def single_step(self) -> bool:
+        """Whether every member takes at most one step (the union shortcut: every update is linear in one
+        weighted gradient at the global model)."""
+        return len(self.step) == 0 or int(self.step.max()) == 0
+
+    def batch_starts(self) -> np.ndarray:
+        """Entry positions where each (member, step) minibatch starts, and the end: ``len(starts) - 1`` batches."""
+        n = len(self.step)
+        if n == 0:
+            return np.zeros(1, dtype=np.int64)
+        edge = self.step[1:] != self.step[:-1]
+        edge |= self.client[1:] != self.client[:-1]
+        return np.concatenate(([0], np.flatnonzero(edge) + 1, [n]))
+
+
+class StepRule(Protocol):
+    """A local step's arithmetic (:class:`fedsample.training.local.SGDStep`): with minibatch gradient g,
+    d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b."""
+
+    lr: float
+    momentum: float
+    weight_decay: float
+    prox_mu: float
+
+
+# --- the parts ----------------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ClientSampler(Protocol):
+    """Who trains this round. ``select`` returns a :class:`~fedsample.rounds.Cohort` carrying every chosen client's
+    inclusion probability pi_k. Declares ``needs_sizes`` and ``expected_cohort`` (the expected number of distinct
+    clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs);
+    optionally ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``)."""
+
+    needs_sizes: SizeNeed
+
+    def select(self, ctx: RoundContext) -> Cohort: ...
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float: ...
+
+
+@runtime_checkable
+class DataPlan(Protocol):
+    """The server's instruction to one client, executed on the client's own data: ``draw`` returns what it keeps."""
+
+    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample: ...
+
+
+@runtime_checkable
+class CohortPlan(DataPlan, Protocol):
+    """A plan whose draws for a whole cohort are one pass (every client's own counter-based stream, read in
+    bulk): ``draw_cohort`` gives ``(member, position)`` of every kept row, the same rows each client's ``draw``
+    keeps, and ``stream_reads`` how many draws each client's draw reads from its stream."""
+
+    def draw_cohort(self, sizes: np.ndarray, rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
+
+    def stream_reads(self, sizes: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class DataSampler(Protocol):
+    """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member.
+    Declares ``needs_sizes``; optionally ``count_drawn`` (its plans make each client add its drawn count to its
+    reply) and ``shared_settings``."""
+
+    needs_sizes: SizeNeed
+
+    def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | list[DataPlan]: ...
+
+
+@runtime_checkable
+class LocalSolver(Protocol):
+    """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
+    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way."""
+
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
+
+
+@runtime_checkable
+class ScheduledSolver(LocalSolver, Protocol):
+    """A solver that declares its arithmetic once, for every engine:
+
+    - ``schedule(drawn, streams, round)``: every cohort member's minibatches and per-row weights
+      (:class:`BatchSchedule`) for what the cohort drew; ``streams[c]`` is member c's ``rng`` positioned after its
+      draw (:class:`fedsample.rng.CohortStreams` where the cohort was drawn in one pass);
+    - ``step_rule(round)``: the SGD step every local step applies (:class:`StepRule`);
+    - ``norm_steps(steps, round)``: FedNova's a_k for each member's step count (None: a_k = tau_k);
+    - ``single_step(sizes)``: whether every client takes exactly one step whatever it draws (at most its data);
+    - ``batched``: whether the vectorized engine may run the schedule for a whole cohort (False: a solver whose
+      ``run`` adds something the schedule does not say, run client by client).
+    """
+
+    batched: bool
+
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule: ...
+
+    def step_rule(self, round: int) -> StepRule: ...
+
+    def norm_steps(self, steps: np.ndarray, round: int) -> np.ndarray | None: ...
+
+    def single_step(self, sizes: np.ndarray) -> bool: ...
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
+    and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
+    sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count`` and
+    ``shared_settings``."""
+
+    needs_sizes: SizeNeed
+    linear: bool
+
+    def combine(self, reports: Sequence[Any], cohort: Cohort, ctx: RoundContext) -> Params | None: ...
+
+
+@runtime_checkable
+class ServerOptimizer(Protocol):
+    """Applies the aggregate: ``step(params, delta, state) -> (params, state)``; ``lr`` is what a learning-rate
+    schedule scales."""
+
+    lr: float
+
+    def init_state(self, params: Params) -> dict: ...
+
+    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]: ...
+
+
+@runtime_checkable
+class SizeReporting(Protocol):
+    """How the server learns sizes: the ``query`` clients answer, who is asked (``scope``: every client before
+    selection or the cohort after it), whether the answers are ``exact``, and their summary."""
+
+    scope: Literal["all", "cohort"]
+    exact: bool
+
+    @property
+    def query(self) -> SizeQuery: ...
+
+    def summarize(self, ids: np.ndarray, reports: np.ndarray) -> Any: ...
+
+
+@runtime_checkable
+class UpdatePrivacy(Protocol):
+    """What every client does to its update before sending it (:class:`fedsample.privacy.noise.UpdateNoise`:
+    clipping and Gaussian noise); ``noise_multiplier`` is what the accountant composes."""
+
+    noise_multiplier: float
+
+    def privatize(self, update: Params, rng: np.random.Generator) -> Params: ...
+
+
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "clients": ("select",), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
+    "sizes": ("query", "summarize"), "noise": ("privatize",),
+}
+"""The methods a part of each Strategy field must have (the declared properties have defaults)."""
+
+DEFAULTS: dict[str, Any] = {
+    "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
+    "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
+}
+"""What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
+
+
+def declared(part: Any, name: str) -> Any:
+    """The part's declared ``name``, or its default (:data:`DEFAULTS`)."""
+    return getattr(part, name, DEFAULTS[name])
+
+
+def missing_methods(part: Any, field: str) -> list[str]:
+    """The methods the Strategy field ``field`` requires that ``part`` lacks (looked up without running them: a
+    property such as ``RandomizedSizes.query`` is not called)."""
+    missing = object()
+    return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
+
+
+def batched(solver: Any) -> bool:
+    """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort."""
+    return isinstance(solver, ScheduledSolver) and bool(solver.batched)
+
+
+def describe(part: Any) -> str:
+    """A part as a user wrote it, short: its class and the fields that differ from their defaults
+    (``StratifiedMean(by='size')``, ``RandomizedSizes(scope='cohort')``)."""
+    if part is None:
+        return "None"
+    if not dataclasses.is_dataclass(part) or isinstance(part, type):
+        return type(part).__name__
+    shown = []
+    for f in dataclasses.fields(part):
+        if not f.repr:
+            continue
+        value = getattr(part, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING  # type: ignore[misc]
+        )
+        try:
+            same = bool(value == default)
+        except (ValueError, TypeError, RuntimeError):
+            same = False
+        if not same:
+            shown.append(f"{f.name}={value!r}")
+    return f"{type(part).__name__}({', '.join(shown)})"
+
+
+def settings_of(part: Any) -> Mapping[str, Any]:
+    """The settings a part shares with the strategy's other parts (``shared_settings``): two parts that declare the
+    same setting must give it the same value (e.g. ``K``, FedSampling's samples per round)."""
+    return dict(declared(part, "shared_settings"))

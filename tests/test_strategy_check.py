@@ -1,0 +1,208 @@
+"""Strategy.check: every compatibility rule between parts is enforced at construction, with one ValueError that
+names the two parts that disagree; valid combinations still construct (and run: test_composition.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+from fedsample import recipes
+from fedsample.parts import SizeNeed, describe
+from fedsample.privacy.noise import UpdateNoise
+from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
+from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
+from fedsample.sampling.data import AllSamples, FedSamplingData, FullData
+from fedsample.sampling.importance import ImportanceData
+from fedsample.sampling.participant_data import ParticipantData
+from fedsample.sampling.stratify import StratifiedClients
+from fedsample.simulation import simulate
+from fedsample.strategy import RULES, Strategy
+from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, StratifiedMean, Sum, WeightedMean
+from fedsample.training.local import LocalSGD, OneGradient
+from fedsample.training.schedule import Schedule
+from fedsample.models import LogisticRegression
+from helpers import blobs, federate
+
+
+def refused(message: str, *names: str) -> None:
+    """The construction error names every one of ``names`` (the parts that disagree)."""
+    for name in names:
+        assert name in message, f"{name!r} not named in: {message}"
+    assert "\n" not in message
+
+
+def error_of(**parts) -> str:
+    with pytest.raises(ValueError) as caught:
+        Strategy(**parts)
+    return str(caught.value)
+
+
+STRATA = StratifiedClients(H=2, m=3, dim=3)
+
+
+# --- each part implements its kind ---------------------------------------------------------------------------
+
+
+def test_a_part_of_the_wrong_kind_is_refused_naming_the_field_and_the_missing_method():
+    refused(error_of(data=AllSamples()), "data=AllSamples()", "data sampler", "plan()")
+    refused(error_of(local=FullData()), "local=FullData()", "local solver", "run()")
+    refused(error_of(noise=ExactSizes()), "noise=ExactSizes()", "privatize()")
+    refused(error_of(sizes=UniformClients(3)), "sizes=UniformClients(m=3)", "query()")
+
+
+# --- sizes: every part gets the sizes it declares it needs ---------------------------------------------------
+
+
+def test_the_issue_example_size_weighted_stratified_mean_with_randomized_cohort_sizes():
+    """Accepted before and failed mid-run (a RuntimeError naming no strategy, seed or round)."""
+    message = error_of(clients=STRATA, aggregate=StratifiedMean("size"), sizes=RandomizedSizes(scope="cohort"))
+    refused(message, "StratifiedMean(by='size')", "RandomizedSizes(scope='cohort')", "exact sizes of the cohort")
+    Strategy(clients=STRATA, aggregate=StratifiedMean("size"), sizes=ExactSizes(scope="cohort"))  # valid: constructs
+    Strategy(clients=STRATA, aggregate=StratifiedMean("size"), sizes=ExactSizes())
+
+
+def test_a_sampler_that_needs_every_exact_size_refuses_randomized_or_cohort_sizes():
+    refused(error_of(clients=SizeProportional(3), sizes=RandomizedSizes()), "SizeProportional(m=3)", "RandomizedSizes()",
+            "exact sizes of every client")
+    refused(error_of(clients=SizeProportional(3), sizes=ExactSizes(scope="cohort")), "SizeProportional(m=3)",
+            "ExactSizes(scope='cohort')", "only the cohort")
+    refused(error_of(clients=UniformClients(samples_per_round=50)), "UniformClients(samples_per_round=50)", "sizes=None")
+    refused(error_of(clients=PoissonClients(samples_per_round=50), sizes=RandomizedSizes()),
+            "PoissonClients(samples_per_round=50)", "RandomizedSizes()")
+    Strategy(clients=UniformClients(samples_per_round=50), sizes=ExactSizes())
+
+
+@pytest.mark.parametrize("part, field", [
+    (FedSamplingData(40), "data"), (ParticipantData(40), "data"), (WeightedMean("size"), "aggregate"),
+    (FedNova("size"), "aggregate"), (StratifiedMean("size"), "aggregate"),
+])
+def test_a_part_that_needs_size_reports_refuses_a_strategy_that_collects_none(part, field):
+    refused(error_of(**{field: part}), describe(part), "sizes=None", "needs")
+    if part.needs_sizes is SizeNeed.COHORT:  # randomized reports of the cohort are enough
+        Strategy(**{field: part}, sizes=RandomizedSizes(scope="cohort"))
+
+
+def test_a_need_is_met_exactly_by_the_reporting_that_gives_it():
+    reportings = {"none": None, "randomized": RandomizedSizes(scope="cohort"), "exact cohort": ExactSizes(scope="cohort"),
+                  "exact all": ExactSizes()}
+    met = {need: [name for name, r in reportings.items() if need.met_by(r)] for need in SizeNeed}
+    assert met == {
+        SizeNeed.NONE: ["none", "randomized", "exact cohort", "exact all"],
+        SizeNeed.COHORT: ["randomized", "exact cohort", "exact all"],
+        SizeNeed.COHORT_EXACT: ["exact cohort", "exact all"],
+        SizeNeed.EXACT_ALL: ["exact all"],
+    }
+
+
+def test_a_part_declaring_an_old_spelling_is_told_to_declare_a_size_need():
+    @dataclasses.dataclass(frozen=True)
+    class OldStyle(WeightedMean):
+        needs_sizes = "exact"  # the spelling before SizeNeed
+
+    refused(error_of(aggregate=OldStyle()), "OldStyle()", "SizeNeed")
+
+
+# --- parts that carry the same setting agree ----------------------------------------------------------------
+
+
+def test_fedsampling_K_must_agree_between_data_sampler_solver_and_aggregator():
+    """fedsampling(K=64, data=FedSamplingData(128)) drew at 128/N~ and divided by 64: off by 2x, silently."""
+    with pytest.raises(ValueError) as caught:
+        recipes.fedsampling(K=64, data=FedSamplingData(128))
+    refused(str(caught.value), "FedSamplingData(K=128)", "OneGradient(K=64)", "K (samples per round)", "128", "64")
+    with pytest.raises(ValueError) as caught:
+        recipes.fedsampling(K=64, data=ParticipantData(eta=100))
+    refused(str(caught.value), "ParticipantData(eta=100)", "OneGradient(K=64)")
+    message = error_of(clients=AllClients(), data=FedSamplingData(10, count_drawn=True), local=OneGradient(10),
+                       aggregate=DrawnNormalizedSum(20), sizes=ExactSizes(), secure_sum=True)
+    refused(message, "DrawnNormalizedSum(K=20)", "FedSamplingData(K=10, count_drawn=True)")
+    recipes.fedsampling(K=64, data=FedSamplingData(64))  # agreeing parts construct
+    Strategy(data=FedSamplingData(128), local=OneGradient(None), aggregate=Sum(), sizes=RandomizedSizes())  # no K in the solver
+
+
+def test_isfedavg_scaling_must_agree_between_data_sampler_and_aggregator():
+    """Step scaling in the plans and aggregate scaling at the server would apply 1/(K p_k) twice (or never)."""
+    with pytest.raises(ValueError) as caught:
+        recipes.isfedavg(L=3, scaling="aggregate", data=ImportanceData(scaling="step"))
+    refused(str(caught.value), "ImportanceData()", "ISFedAvgAggregate(scaling='aggregate')", "scaling")
+    recipes.isfedavg(L=3, scaling="aggregate", data=ImportanceData(scaling="aggregate"))
+
+
+# --- secure sum, drawn counts, strata, schedule ------------------------------------------------------------
+
+
+def test_secure_sum_refuses_an_aggregator_that_is_not_linear():
+    """FedNova's weights need each client's a_k: under a secure sum it failed in the first round."""
+    message = str(pytest.raises(ValueError, dataclasses.replace, recipes.fednova(), secure_sum=True).value)
+    refused(message, "secure_sum=True", "FedNova()")
+    dataclasses.replace(recipes.fedavg(), secure_sum=True)  # a linear aggregator is fine
+
+
+def test_the_self_normalized_sum_needs_a_data_sampler_that_sends_drawn_counts():
+    """Failed mid-run before: 'normalize=drawn needs each client's drawn count'."""
+    message = error_of(clients=AllClients(), data=FedSamplingData(10), local=OneGradient(10), aggregate=DrawnNormalizedSum(10),
+                       sizes=RandomizedSizes(), secure_sum=True)
+    refused(message, "DrawnNormalizedSum(K=10)", "FedSamplingData(K=10)", "count_drawn=True")
+
+
+def test_drawn_counts_reach_the_server_only_inside_a_secure_sum():
+    message = error_of(clients=AllClients(), data=FedSamplingData(10, count_drawn=True), local=OneGradient(10),
+                       aggregate=DrawnNormalizedSum(10), sizes=RandomizedSizes())
+    refused(message, "FedSamplingData(K=10, count_drawn=True)", "secure_sum=True")
+    recipes.fedsampling(K=10, normalize="drawn")  # the recipe's own composition
+
+
+def test_the_paper_stratified_mean_needs_a_sampler_whose_cohorts_carry_strata():
+    """Failed mid-run before: 'needs a stratified cohort'."""
+    refused(error_of(clients=UniformClients(3), aggregate=StratifiedMean("paper")), "StratifiedMean(by='paper')",
+            "UniformClients(m=3)")
+    Strategy(clients=STRATA, aggregate=StratifiedMean("paper"))
+
+
+def test_a_learning_rate_schedule_needs_a_server_optimizer_with_a_learning_rate():
+    @dataclasses.dataclass(frozen=True)
+    class FixedStep:
+        def init_state(self, params):
+            return {}
+
+        def step(self, params, delta, state):
+            return {k: params[k] - delta[k] for k in params}, state
+
+    refused(error_of(server=FixedStep(), schedule=Schedule("step", 2, 0.5)), "FixedStep()", "Schedule(kind='step'")
+    Strategy(server=FixedStep())  # without a schedule it has nothing to scale
+
+
+# --- what is checked, and what still constructs --------------------------------------------------------------
+
+
+def test_every_rule_has_a_docstring_and_a_test_here():
+    source = open(__file__).read()
+    for rule in RULES:
+        assert rule.__doc__
+    assert len(RULES) == 8 and len(re.findall(r"^def test_", source, re.M)) >= len(RULES)
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_every_recipe_constructs_with_its_defaults(name):
+    assert isinstance(recipes.recipe(name), Strategy)
+
+
+def test_the_check_reads_what_parts_have_without_running_their_properties():
+    """RandomizedSizes(M="rmse").query raises until the population is known: checking that it exists must not call it."""
+    assert recipes.fedsampling(M="rmse").sizes.M == "rmse"
+
+
+def test_noise_and_secure_sum_compose_with_a_linear_aggregator_and_run():
+    fed = federate(blobs(n=120), [20, 30, 25, 45])
+    strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, lr=0.1), noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))
+    result = simulate(strategy, fed, LogisticRegression(), rounds=1, seed=0)
+    assert result.backend == "loop" and "noised" in result.backend_reason
+    assert np.isfinite(result.history[0]["train_loss"])
+
+
+def test_a_valid_composition_is_not_refused_by_any_rule():
+    strategy = Strategy(clients=UniformClients(3), data=FullData(), local=LocalSGD(), aggregate=Sum())
+    assert all(rule(strategy) is None for rule in RULES)
