@@ -110,12 +110,14 @@ def test_a_part_declaring_an_old_spelling_is_told_to_declare_a_size_need():
 
 def test_fedsampling_K_must_agree_between_data_sampler_solver_and_aggregator():
     """fedsampling(K=64, data=FedSamplingData(128)) drew at 128/N~ and divided by 64: off by 2x, silently."""
-    with pytest.raises(ValueError) as caught:
+    message = error_of(clients=AllClients(), data=FedSamplingData(128), local=OneGradient(64), aggregate=Sum(),
+                       sizes=RandomizedSizes())
+    refused(message, "FedSamplingData(K=128)", "OneGradient(K=64)", "K (samples per round)", "128", "64")
+    message = error_of(clients=AllClients(), data=ParticipantData(eta=100), local=OneGradient(64), aggregate=Sum(),
+                       sizes=RandomizedSizes(scope="cohort"))
+    refused(message, "ParticipantData(eta=100)", "OneGradient(K=64)")
+    with pytest.raises(ValueError, match="give K once"):  # the recipe refuses before building the parts
         recipes.fedsampling(K=64, data=FedSamplingData(128))
-    refused(str(caught.value), "FedSamplingData(K=128)", "OneGradient(K=64)", "K (samples per round)", "128", "64")
-    with pytest.raises(ValueError) as caught:
-        recipes.fedsampling(K=64, data=ParticipantData(eta=100))
-    refused(str(caught.value), "ParticipantData(eta=100)", "OneGradient(K=64)")
     message = error_of(clients=AllClients(), data=FedSamplingData(10, count_drawn=True), local=OneGradient(10),
                        aggregate=DrawnNormalizedSum(20), sizes=ExactSizes(), secure_sum=True)
     refused(message, "DrawnNormalizedSum(K=20)", "FedSamplingData(K=10, count_drawn=True)")
@@ -197,7 +199,7 @@ def test_the_check_reads_what_parts_have_without_running_their_properties():
 
 def test_noise_and_secure_sum_compose_with_a_linear_aggregator_and_run():
     fed = federate(blobs(n=120), [20, 30, 25, 45])
-    strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, lr=0.1), noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))
+    strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, server_lr=0.1), noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))
     result = simulate(strategy, fed, LogisticRegression(), rounds=1, seed=0)
     assert result.backend == "loop" and "noised" in result.backend_reason
     assert np.isfinite(result.history[0]["train_loss"])
