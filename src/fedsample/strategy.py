@@ -14,6 +14,8 @@ import numpy as np
 from fedsample import validate
 
 from fedsample.privacy import accounting
+from fedsample.privacy.noise import for_cohort
+from fedsample.privacy.recorder import round_figures, watch
 from fedsample.messages import TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.federation.secure_sum import SealedReplies, SecureSum, summed_samples
@@ -40,11 +42,13 @@ class Strategy:
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
     (centralized training). ``noise`` (a :class:`fedsample.privacy.noise.UpdateNoise`) makes every client clip its
-    update and add Gaussian noise (client-level DP). With ``secure_sum`` the training replies go through
+    update and add Gaussian noise (client-level DP); :class:`~fedsample.privacy.noise.PerExampleNoise` clips
+    each example of FedSampling's G_c and adds the client's share of noise on the cohort's sum. With ``secure_sum`` the training replies go through
     :class:`~fedsample.federation.secure_sum.SecureSum`: the aggregator gets only the weighted sum of the
     updates (linear aggregators). ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
     optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
-    (:func:`fedsample.privacy.accounting.run_spend`).
+    (:func:`fedsample.privacy.accounting.run_spend`) and the run's privacy ledger (``privacy_*`` keys,
+    :mod:`fedsample.privacy.ledger`).
     """
 
     clients: Any = field(default_factory=AllClients)
@@ -138,6 +142,7 @@ class Strategy:
 
         Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
         valid update arrives the parameters are returned unchanged and the log says so."""
+        federation = watch(federation, self, state, round)  # every release checked against the budget and recorded
         ctx = RoundContext(_CheckedProbes(federation), params, round, seed, state)
         try:
             cohort, lost = self.select(ctx)
@@ -145,7 +150,7 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)))  # noqa: E731
         payload = [payload_for(p) for p in plan] if isinstance(plan, list) else payload_for(plan)
         replies = (SecureSum(federation) if self.secure_sum else federation).run("train", cohort.ids, payload, round)
         if not isinstance(replies, SealedReplies):  # sealed updates cannot be read: only their sum is checked
@@ -179,6 +184,7 @@ class Strategy:
         ctx.log.setdefault("failed", [])
         ctx.log.setdefault("dropped", len(ctx.log["failed"]))
         ctx.log["params_unchanged"] = why
+        ctx.log.update(round_figures(ctx.state))
         return ctx.log
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: Replies | SealedReplies) -> dict:
@@ -203,7 +209,10 @@ class Strategy:
         log.update(cohort_figures(cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
+        if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
+            log.pop("train_loss", None)
         log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
+        log.update(round_figures(ctx.state))
         return log
 
 
