@@ -42,9 +42,11 @@ procedure, same position in the round: the same seed gives the same answer) is n
 
 from __future__ import annotations
 
+import logging
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence
 
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
@@ -236,8 +238,26 @@ def _dp_event(event: dict) -> Any:
     return getattr(dpa, event["class_name"])(**values)
 
 
+@contextmanager
+def _quiet_absl() -> Iterator[None]:
+    """dp-accounting logs (through absl) each fractional RDP order whose series does not converge, and leaves that
+    order out of the conversion, as it should: the notices are kept off the user's terminal."""
+    log = logging.getLogger("absl")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _rdp(event: dict, relation: Relation) -> Any:
     """The RDP curve of one event at dp-accounting's default orders."""
+    with _quiet_absl():
+        return _rdp_curve(event, relation)
+
+
+def _rdp_curve(event: dict, relation: Relation) -> Any:
     dpa = _dp_accounting()
     rel = dpa.NeighboringRelation
     if event["class_name"] == "RandomizedResponseDpEvent" and event["num_buckets"] == 1:  # one possible answer
