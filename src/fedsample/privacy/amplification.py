@@ -222,7 +222,7 @@ def train_release(
     sigma = float(noise.noise_multiplier)
     if example:  # the sum's noise: a of the m shares, or one share per visible reply
         m = max(int(getattr(noise, "shares", 1)), 1)
-        z = sigma * math.sqrt(answered / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
+        z = sigma * math.sqrt(min(answered, m) / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
     else:
         z = sigma
     if z <= 0:
