@@ -566,3 +566,45 @@ def test_membership_audit_of_fedsamplings_record_level_guarantee():
                                       audit_scores(thin, audit_world(False), K, q, trials, 4, False), DELTA, thresholds)
     assert broken["epsilon_lower_bound"] > claimed, (broken["epsilon_lower_bound"], claimed)
     assert broken["epsilon_lower_bound"] <= ledger_epsilon(thin, False, 36)
+
+
+# --- docs/privacy.md's table ------------------------------------------------------------------------------------
+
+DOC_ROWS = [  # (row label prefix, unit and clipping, rounds, q, unit, k, clipping, size report)
+    ("the issue's example", "record, per-example", 10, 64 / 1500, "record", None, "example", None),
+    ("quickstart: 100 rounds", "record, per-example", 100, 64 / 1438, "record", None, "example", (3.0, 40)),
+    ("quickstart run, seed 0", "record, per-example", 100, None, "record", None, "example", (3.0, 40)),
+    ("quickstart |", "record, per-client", 100, 64 / 1438, "record", None, "client", (3.0, 40)),
+    ("quickstart |", "user (k = 88), per-client", 100, 64 / 1438, "user", 88, "client", (3.0, 40)),
+    ("FedSampling paper's setting (", "record, per-example", 30, 2048 / 60000, "record", None, "example", (3.0, 300)),
+    ("FedSampling paper's setting |", "record, per-client", 30, 2048 / 60000, "record", None, "client", (3.0, 300)),
+    ("FedSampling paper's setting |", "user (k = 50), per-client", 30, 2048 / 60000, "user", 50, "client", (3.0, 300)),
+]
+
+
+def quickstart_run_rate():
+    """K / N~ of the quickstart's seed-0 run: its permanent reports (the engines' draws) and Eq. 2; and the
+    partition's largest client (the table's k)."""
+    from fedsample.experiments.presets import load_preset
+    from fedsample.experiments.runner import prepare
+
+    sizes = prepare(load_preset("quickstart")).federation(0).sizes()
+    reports = attacks.size_reports_over_rounds(sizes, 3.0, 40, 1, True, 0)[0]
+    return 64 / fs.privacy.estimate_total(reports, 3.0, 40), int(sizes.max())
+
+
+def test_docs_privacy_table_is_the_ledgers():
+    """Every row of docs/privacy.md's "What a run costs" table, recomputed by the ledger (fedsample privacy's code),
+    to the two decimals printed."""
+    from pathlib import Path
+
+    from fedsample.privacy.command import ledger_epsilons
+
+    doc = Path(__file__).resolve().parents[1].joinpath("docs", "privacy.md").read_text().splitlines()
+    run_rate, largest = quickstart_run_rate()
+    assert largest == 88 and "Ñ = 1,051" in "\n".join(doc) and 64 / run_rate == pytest.approx(1050.87, abs=0.01)
+    for prefix, mode, rounds, q, unit, k, clipping, report in DOC_ROWS:
+        (_, s), = ledger_epsilons(rounds, 1.0, q or run_rate, unit, k, DELTA, "pld", report, clipping)
+        row = next(line for line in doc if line.startswith(f"| {prefix}") and f"| {mode} |" in line)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == f"{s['epsilon']:.2f}" and cells[3].split()[0] == f"{s['epsilon_without_amplification']:.2f}", (row, s)

@@ -39,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unit", choices=UNITS, default="record", help="whose privacy: one record or one user")
     p.add_argument("--k", type=int, default=None, help="at most k records per user (--unit user)")
     p.add_argument("--method", choices=("pld", "rdp"), default="pld", help="the ledger's accountant")
+    p.add_argument("--clipping", choices=("both", "example", "client"), default="both",
+                   help="per-example clipping (noise on the sum), per-client update clipping, or both")
     p.add_argument("--sizes", type=str, default=None,
                    help="client sizes: comma-separated integers, or a file of integers (default: the quickstart-lognormal partition)")
     p.add_argument("--delta", type=float, default=accounting.DEFAULT_DELTA, help="delta of advanced composition")
@@ -92,11 +94,12 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
 
 def ledger_epsilons(
     rounds: int, sigma: float, rate: float, unit: str, k: int | None, delta: float, method: str,
-    size_report: tuple[float, int] | None = None,
+    size_report: tuple[float, int] | None = None, clipping: str = "both",
 ) -> list[tuple[str, dict]]:
-    """Per clipping mode, the ledger's summary after ``rounds`` rounds of FedSampling's training release (every
-    client asked, secure sum, noise of multiplier ``sigma`` on the sum, records kept with probability ``rate``),
-    after one permanent size report ``(epsilon, M)`` where given."""
+    """Per clipping mode (``clipping``: ``"example"``, ``"client"`` or ``"both"``), the ledger's summary after
+    ``rounds`` rounds of FedSampling's training release (every client asked, secure sum, noise of multiplier
+    ``sigma`` on the sum, records kept with probability ``rate``), after one permanent size report
+    ``(epsilon, M)`` where given. (The user-level per-example mixture grows with k: minutes to build at k ~ 100.)"""
     from fedsample.privacy.amplification import train_release
     from fedsample.privacy.ledger import Accounting, Ledger
     from fedsample.privacy.noise import PerExampleNoise, UpdateNoise
@@ -116,9 +119,10 @@ def ledger_epsilons(
     accounting = Accounting(unit=unit, k=k, delta=delta, method=method)
     strategy = argparse.Namespace(clients=AllClients(), secure_sum=True)
     plan = BernoulliSamples(rate) if rate < 1 else AllSamples()
-    modes = (("per-example clipping, noise on the sum", PerExampleNoise(1.0, sigma)), ("per-client update clipping", UpdateNoise(1.0, sigma)))
+    modes = {"example": ("per-example clipping, noise on the sum", PerExampleNoise(1.0, sigma)),
+             "client": ("per-client update clipping", UpdateNoise(1.0, sigma))}
     out = []
-    for label, noise in modes:
+    for label, noise in (modes.values() if clipping == "both" else [modes[clipping]]):
         ledger = Ledger(accounting)
         if size_report is not None:
             ledger.add([size_report_release(SizeQuery("randomized", size_report[0], size_report[1]), 0, (0, "report_size", 0))])
@@ -129,6 +133,7 @@ def ledger_epsilons(
 
 def ledger_report(
     rounds: int, sigma: float, rate: float, unit: str, k: int | None, delta: float, method: str, size_report: tuple[float, int] | None = None,
+    clipping: str = "both",
 ) -> list[str]:
     """The lines of the ledger's part: epsilon with and without amplification, per clipping mode."""
     who = f"one user (at most k = {k} records)" if unit == "user" else "one record"
@@ -137,7 +142,7 @@ def ledger_report(
         f"{method.upper()} at delta = {delta:g}" + (f", plus one permanent size report (epsilon = {size_report[0]:g})" if size_report else ""),
         f"  {'mode':<42} {'with amplification':>20} {'without':>10}",
     ]
-    for label, summary in ledger_epsilons(rounds, sigma, rate, unit, k, delta, method, size_report):
+    for label, summary in ledger_epsilons(rounds, sigma, rate, unit, k, delta, method, size_report, clipping):
         lines.append(f"  {label:<42} {summary['epsilon']:>20.4g} {summary['epsilon_without_amplification']:>10.4g}")
         lines.append(f"    ({summary['accounting_method']}; {summary['amplification']})")
     return lines
@@ -156,6 +161,6 @@ def command_privacy(args: argparse.Namespace, default_sizes: Callable[[], np.nda
         lines += report(args.epsilon, args.M, args.rounds, read_sizes(args.sizes, default_sizes), args.delta, args.draws, args.seed)
     if args.sigma is not None:
         size_report = (args.epsilon, args.M) if sizes_given else None
-        lines += ledger_report(args.rounds, args.sigma, args.sample_rate, args.unit, args.k, args.delta, args.method, size_report)
+        lines += ledger_report(args.rounds, args.sigma, args.sample_rate, args.unit, args.k, args.delta, args.method, size_report, args.clipping)
     for line in lines:
         print(line)
