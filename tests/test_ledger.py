@@ -137,7 +137,7 @@ def test_no_amplification_matches_flowers_rdp_accountant():
     plain = ours(AllClients(), "server", 12)
     theirs = flower(pa.SamplingMethod.NO_AMPLIFICATION, 50, 50, 12)
     assert plain["epsilon"] == pytest.approx(theirs.epsilon, rel=1e-9) and plain["optimal_order"] == theirs.optimal_order
-    assert fs.privacy.ledger.flower_spent(plain) == pa.PrivacySpent(plain["epsilon"], DELTA, 12, "rdp", plain["optimal_order"])
+    assert pa.PrivacySpent(**fs.privacy.ledger.flower_spent(plain)) == pa.PrivacySpent(plain["epsilon"], DELTA, 12, "rdp", plain["optimal_order"])
     poisson = ours(PoissonClients(q=0.1), "released", 12)
     theirs = flower(pa.SamplingMethod.POISSON, 5, 50, 12)
     assert poisson["epsilon"] == pytest.approx(theirs.epsilon, rel=1e-9) and poisson["epsilon"] < plain["epsilon"]

@@ -30,8 +30,8 @@ values) are never composed together: the summary gives one epsilon per relation 
 
 Field names follow Flower's accountant types (``flwr.supercore.privacy_accounting``: ``PrivacyConfig``'s
 ``target_delta``, ``neighboring_relation``, ``sampling_method``, ``max_epsilon``; ``PrivacySpent``'s ``epsilon``,
-``delta``, ``num_releases``, ``accounting_method``, ``optimal_order``), so :func:`flower_spent` builds Flower's
-objects from a summary.
+``delta``, ``num_releases``, ``accounting_method``, ``optimal_order``), so :func:`flower_spent` gives the
+arguments of Flower's ``PrivacySpent`` from a summary.
 
 The budget: with ``max_epsilon`` every call is checked *before* it is sent (:meth:`Ledger.check`), with the
 release it would make if every asked client answered; a release that would take epsilon past the budget is
@@ -42,6 +42,8 @@ procedure, same position in the round: the same seed gives the same answer) is n
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 from contextlib import contextmanager
@@ -211,7 +213,15 @@ def method_for(events: Iterable[dict], asked: Method) -> Method:
 
 
 def _pld(event: dict) -> Any:
-    """The privacy-loss distribution of one event (sensitivity 1 in the event's units)."""
+    """The privacy-loss distribution of one event (sensitivity 1 in the event's units), built once per distinct
+    event in a process (a run with permanent size reports repeats one q every round; a mixture of many
+    Gaussians takes long to build)."""
+    return _pld_of(json.dumps(event, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _pld_of(key: str) -> Any:
+    event = json.loads(key)
     dpa = _dp_accounting()
     PLD = dpa.pld.privacy_loss_distribution
     name, d = event["class_name"], PLD_DISCRETIZATION
@@ -405,9 +415,14 @@ class Ledger:
     def summary(self, releases: bool = False) -> dict:
         """The ledger for a round log, ``results.json`` and ``privacy.json``: settings (unit, threat model, target
         delta, budget), per relation epsilon with and without amplification, the unprotected releases, and the
-        latest amplification decision; with ``releases`` every release."""
+        latest amplification decision; with ``releases`` every release. Without the ``privacy`` extra an epsilon
+        that needs the accountant is None, and ``accounting_method`` says why."""
         a = self.accounting
-        with_amp, without = self.spent(True), self.spent(False)
+        try:
+            with_amp, without = self.spent(True), self.spent(False)
+        except ImportError as missing:
+            unknown = {**_spent(math.nan, a.delta, len(self.releases), f"unavailable: {missing}"), "epsilon": None}
+            with_amp = without = {rel: unknown for rel in self.relations()}
         groups = {
             rel: {**with_amp[rel], "epsilon_without_amplification": without[rel]["epsilon"], "neighboring_relation": rel}
             for rel in with_amp
@@ -480,9 +495,10 @@ def _bounded(epsilon: float | None) -> float | None:
     return None if epsilon is None or math.isinf(epsilon) else epsilon
 
 
-def flower_spent(summary: dict) -> Any:
-    """Flower's ``PrivacySpent`` (``flwr.supercore.privacy_accounting``, flwr >= 1.41) of a one-relation summary."""
-    from flwr.supercore.privacy_accounting import PrivacySpent
+FLOWER_SPENT = ("epsilon", "delta", "num_releases", "accounting_method", "optimal_order")
 
-    return PrivacySpent(epsilon=summary["epsilon"], delta=summary["delta"], num_releases=summary["num_releases"],
-                        accounting_method=summary["accounting_method"], optimal_order=summary["optimal_order"])
+
+def flower_spent(summary: dict) -> dict:
+    """The arguments of Flower's ``PrivacySpent`` (``flwr.supercore.privacy_accounting``, flwr >= 1.41) from a
+    one-relation summary: ``PrivacySpent(**flower_spent(summary))`` (flwr is imported only in fedsample.flower)."""
+    return {name: summary[name] for name in FLOWER_SPENT}
