@@ -319,20 +319,21 @@ class Ledger:
     releases: list[Release] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._cache: dict = {}  # (relation, amplified) -> (events composed, their PLD or RDP curve): not saved
+        self._cache: dict = {}  # (relation, amplified, method) -> (events composed, their PLD or RDP curve): not saved
+        self._seen = {key for r in self.releases for key in _keys(r)}  # once keys and calls already counted
 
     def __getstate__(self) -> dict:
         return {"accounting": self.accounting, "releases": self.releases}
 
     def __setstate__(self, state: dict) -> None:
-        self.accounting, self.releases, self._cache = state["accounting"], state["releases"], {}
+        self.accounting, self.releases = state["accounting"], state["releases"]
+        self.__post_init__()
 
     # --- recording ---
 
     def is_known(self, release: Release) -> bool:
         """A release already counted: the same ``once`` key (a permanent report) or the same call (a resumed run)."""
-        return any((release.once and r.once == release.once) or (release.call is not None and r.call == release.call)
-                   for r in self.releases)
+        return any(key in self._seen for key in _keys(release))
 
     def new(self, releases: Iterable[Release]) -> list[Release]:
         """The releases of ``releases`` not counted yet (each once)."""
@@ -346,6 +347,7 @@ class Ledger:
         """Record the releases not counted yet; returns them."""
         fresh = self.new(releases)
         self.releases.extend(fresh)
+        self._seen.update(key for r in fresh for key in _keys(r))
         return fresh
 
     def check(self, releases: Iterable[Release]) -> None:
@@ -488,6 +490,11 @@ class Ledger:
             changed = ", ".join(k for k, v in accounting.shaping().items() if self.accounting.shaping()[k] != v)
             raise ValueError(f"the saved privacy ledger was kept with other accounting settings ({changed} differ)")
         return Ledger(accounting, list(self.releases))
+
+
+def _keys(release: Release) -> list[tuple]:
+    """What makes a release the same as one already counted: its ``once`` key, its call."""
+    return ([("once", release.once)] if release.once else []) + ([("call", tuple(release.call))] if release.call is not None else [])
 
 
 def _bounded(epsilon: float | None) -> float | None:
