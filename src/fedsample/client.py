@@ -102,18 +102,21 @@ def empty_report(params: Params) -> TrainReport:
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:
     """Draw the local sample, run the local solver, and (with ``payload.noise``) clip the update and add
-    Gaussian noise. Every client replies; one that drew no sample sends :func:`empty_report` (noised too)."""
+    Gaussian noise, replying with a private reply (:mod:`fedsample.privacy.noise`). Every client replies; one
+    that drew no sample sends :func:`empty_report` (noised too)."""
     sample = payload.plan.draw(ctx, rng)
+    solve = getattr(payload.noise, "run_solver", None)  # per-example clipping computes the gradient itself
     if len(sample) == 0:
         report = empty_report(payload.params)
     else:
-        result = payload.solver.run(ctx, sample, payload.params, payload.round, rng)
+        result = (solve(payload.solver, ctx, sample, payload.params, payload.round, rng) if solve is not None
+                  else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
             samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
         )
-    if payload.noise is not None:
-        report.update = payload.noise.privatize(report.update, rng)
+    if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
+        report = payload.noise.private_reply(report, payload, rng)
     return report
 
 

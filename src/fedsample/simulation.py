@@ -7,6 +7,7 @@ saved atomically every N rounds.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from contextlib import ExitStack
@@ -28,6 +29,8 @@ from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.fingerprint import differences, run_fingerprint
 from fedsample.models import initial_parameters
+from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger
+from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
@@ -78,7 +81,9 @@ class Diverged(ArithmeticError):
 @dataclass
 class SimulationResult:
     """A finished run; ``backend`` is the engine that trained it and ``backend_reason`` why (``backend="auto"``
-    records the rule that picked it, :mod:`fedsample.federation.choose`)."""
+    records the rule that picked it, :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
+    saying why the run stopped early (the privacy budget); ``privacy`` is the run's ledger
+    (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release)."""
 
     history: list[dict]
     params: Params
@@ -86,6 +91,8 @@ class SimulationResult:
     seed: int
     backend: str = ""
     backend_reason: str = ""
+    status: str = "ok"
+    privacy: dict = field(default_factory=dict)
 
     @property
     def final(self) -> dict:
@@ -130,6 +137,7 @@ def simulate(
     faults: FaultModel | None = None,
     device: str | torch.device = "cpu",
     trackers: Sequence[Tracker] | None = None,
+    privacy: Accounting | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` on the clients' data ``federated_data`` (a
     :class:`~fedsample.data.types.FederatedData`; the strategy's own ``data`` is its data sampler) and
@@ -158,7 +166,12 @@ def simulate(
     and size reports on every device, and the parameters agree within float tolerance.
     ``trackers`` (:mod:`fedsample.tracking`) are started with the run's config, get every round's numbers
     (:func:`~fedsample.tracking.base.numeric_metrics` of its record) at the round as the step, and are closed
-    at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none."""
+    at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none.
+    ``privacy`` (:class:`~fedsample.privacy.ledger.Accounting`; default: user-level, delta 1e-5, PLD, the server's
+    view, no budget) is how the run's privacy ledger accounts every release (docs/privacy.md). With its
+    ``max_epsilon`` a release that would take epsilon past the budget is not sent: the run stops before it,
+    its ``status`` is that one line, and a checkpoint keeps the ledger, so ``resume`` (with a larger budget)
+    continues it."""
     where = resolve_device(device)
     data = federated_data
     if strategy.pooled:
@@ -170,6 +183,7 @@ def simulate(
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
     state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
+    ledger = _attach_ledger(state, privacy or Accounting(), data, checkpoint)
     module.to(where)
     choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
     with ExitStack() as stack:
@@ -180,27 +194,35 @@ def simulate(
         fed = with_secure_sum(with_faults(federation, faults, seed), strategy.secure_sum)
         load_client_states_into(fed, state.client_states)
         tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
-        _run_rounds(strategy, fed, module, data, state, rounds, seed, eval_every, checkpoint, checkpoint_every,
-                    progress, where, trackers, tracked)
+        status = _run_rounds(strategy, fed, module, data, state, ledger, rounds, seed, eval_every, checkpoint,
+                             checkpoint_every, progress, where, trackers, tracked)
     return SimulationResult(
-        history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason
+        history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
+        status=status, privacy=ledger.summary(releases=True),
     )
 
 
 def _run_rounds(
-    strategy: Strategy, fed: Federation, module: nn.Module, data: FederatedData, state: SimulationState, rounds: int,
-    seed: int, eval_every: int, checkpoint: str | Path | None, checkpoint_every: int,
+    strategy: Strategy, fed: Federation, module: nn.Module, data: FederatedData, state: SimulationState, ledger: Ledger,
+    rounds: int, seed: int, eval_every: int, checkpoint: str | Path | None, checkpoint_every: int,
     progress: Callable[[int], None] | None, where: torch.device, trackers: Sequence[Tracker] | None, tracked: dict,
-) -> None:
+) -> str:
     """The rounds ``state.round`` to ``rounds`` on ``fed``: evaluation, divergence checks, checkpoints, and each
-    round's numbers to the ``trackers`` (started with ``tracked``, the run's config)."""
+    round's numbers to the ``trackers`` (started with ``tracked``, the run's config). Returns the run's status:
+    "ok", or the line of a budget stop (the ``ledger``'s ``max_epsilon``)."""
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds = data.dataset
+    status = "ok"
     with TrackerGroup((trackers or ()) if state.round < rounds else ()) as track:  # a finished run resumed: nothing to track
         track.start(tracked, resumed_at=state.round)
         for t in range(state.round, rounds):
+            before = _without_ledger(state.state) if ledger.accounting.max_epsilon is not None else None
             try:
                 state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+            except BudgetExceeded as stop:  # nothing of round t+1 past the refused release: its state is put back
+                state.state = {**before, LEDGER_KEY: ledger}
+                status = f"{strategy.name}, seed {seed}: {stop}"
+                break
             except (ValueError, ArithmeticError) as error:
                 raise _round_error(error, strategy, seed, t + 1) from None
             record = {"round": t + 1, **log}
@@ -216,6 +238,7 @@ def _run_rounds(
                 progress(t + 1)
         if checkpoint:
             _save(state, fed, Path(checkpoint))
+    return status
 
 
 def tracked_config(
@@ -277,6 +300,29 @@ def _start(
     params = to_device(initial_parameters(module, seed), device)
     state = strategy.init_state(params)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
+
+
+def _attach_ledger(state: SimulationState, accounting: Accounting, data: FederatedData, checkpoint: Any) -> Ledger:
+    """The run's privacy ledger in the strategy state: a new one, or the checkpoint's continued under
+    ``accounting`` (same unit, k and threat model); with user-level ``k``, every client must hold at most k records."""
+    if accounting.unit == "user" and accounting.k is not None:
+        sizes = data.sizes()
+        if len(sizes) and int(sizes.max()) > accounting.k:
+            raise ValueError(f"privacy: k = {accounting.k} records per user, but client {int(sizes.argmax())} holds {int(sizes.max())}")
+    saved = state.state.get(LEDGER_KEY)
+    if saved is None and state.round > 0:
+        raise CheckpointError(f"checkpoint {checkpoint} has no privacy ledger (an older fedsample wrote it); delete it")
+    try:
+        ledger = saved.continued_with(accounting) if saved is not None else Ledger(accounting)
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {checkpoint}: {error}") from None
+    state.state[LEDGER_KEY] = ledger
+    return ledger
+
+
+def _without_ledger(state: dict) -> dict:
+    """A copy of the strategy state without the ledger (put back when the budget stops a round midway)."""
+    return copy.deepcopy({k: v for k, v in state.items() if k != LEDGER_KEY})
 
 
 def _check_resumable(saved: SimulationState, path: Path, key: str, fingerprint: dict, rounds: int) -> None:

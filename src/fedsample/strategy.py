@@ -15,6 +15,8 @@ from fedsample import parts, validate
 
 from fedsample.parts import Aggregator, ClientSampler, DataSampler, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
 from fedsample.privacy import accounting
+from fedsample.privacy.noise import for_cohort
+from fedsample.privacy.recorder import round_figures, watch
 from fedsample.messages import PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
@@ -40,13 +42,15 @@ class Strategy:
     solver, ``aggregate`` combines updates, ``server`` applies the result, ``sizes`` declares how the
     server learns data sizes (None: never). ``pooled`` trains on all data held by one client
     (centralized training). ``noise`` (a :class:`fedsample.privacy.noise.UpdateNoise`) makes every client clip its
-    update and add Gaussian noise (client-level DP). ``secure_sum`` declares that the training replies must be
+    update and add Gaussian noise (client-level DP); :class:`~fedsample.privacy.noise.PerExampleNoise` clips
+    each example of FedSampling's G_c and adds the client's share of noise on the cohort's sum. ``secure_sum`` declares that the training replies must be
     sealed: the layer that builds the federation wraps it in :class:`~fedsample.federation.secure_sum.SecureSum`
     (``simulate`` does; by hand: :func:`~fedsample.federation.secure_sum.with_secure_sum`), the aggregator gets
     only the weighted sum of the updates (linear aggregators), and a round whose federation answers readable
     updates is refused. ``schedule`` (:class:`~fedsample.training.schedule.Schedule`) scales the server
     optimizer's learning rate by a factor per round. Each round's log states what a client has spent so far
-    (:func:`fedsample.privacy.accounting.run_spend`).
+    (:func:`fedsample.privacy.accounting.run_spend`) and the run's privacy ledger (``privacy_*`` keys,
+    :mod:`fedsample.privacy.ledger`).
     """
 
     clients: ClientSampler = field(default_factory=AllClients)
@@ -135,6 +139,7 @@ class Strategy:
 
         Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
         valid update arrives the parameters are returned unchanged and the log says so."""
+        federation = watch(federation, self, state, round)  # every release checked against the budget and recorded
         ctx = RoundContext(_CheckedProbes(federation), params, round, seed, state)
         try:
             cohort, lost = self.select(ctx)
@@ -142,7 +147,7 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=self.noise)  # noqa: E731
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)))  # noqa: E731
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
         replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
@@ -181,6 +186,7 @@ class Strategy:
         ctx.log.setdefault("failed", [])
         ctx.log.setdefault("dropped", len(ctx.log["failed"]))
         ctx.log["params_unchanged"] = why
+        ctx.log.update(round_figures(ctx.state))
         return ctx.log
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList) -> dict:
@@ -198,7 +204,10 @@ class Strategy:
         log.update(cohort_figures(cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
+        if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
+            log.pop("train_loss", None)
         log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
+        log.update(round_figures(ctx.state))
         return log
 
 

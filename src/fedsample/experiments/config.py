@@ -237,6 +237,19 @@ class WandbConfig(_Strict):
     entity: str | None = None
 
 
+class PrivacyConfig(_Strict):
+    """``[privacy]``: how every run's privacy ledger accounts (:class:`fedsample.privacy.ledger.Accounting`;
+    docs/privacy.md): ``unit`` (record or user), ``k`` (records per user), ``delta``, ``method`` (pld or rdp),
+    ``threat`` (server or released) and the budget ``max_epsilon``, checked before every release."""
+
+    unit: Literal["record", "user"] = "user"
+    k: int | None = Field(default=None, gt=0)
+    delta: float = Field(default=1e-5, gt=0, lt=1)
+    method: Literal["pld", "rdp"] = "pld"
+    threat: Literal["server", "released"] = "server"
+    max_epsilon: float | None = Field(default=None, gt=0)
+
+
 class TrackingConfig(_Strict):
     """``[tracking]``: the trackers every run is logged to (fedsample.tracking; docs/tracking.md), and their
     options. ``backends = []`` turns tracking off; ``fedsample run --track`` replaces the list."""
@@ -271,6 +284,7 @@ class ExperimentConfig(_Strict):
     strategies: list[StrategyConfig] = Field(min_length=1)
     faults: FaultsConfig | None = None
     tracking: TrackingConfig | None = None
+    privacy: PrivacyConfig | None = None
 
     @field_validator("name")
     @classmethod

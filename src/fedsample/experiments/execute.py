@@ -90,7 +90,7 @@ def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int
             eval_every=config.eval_every, checkpoint=checkpoint_path(settings.out, name, job.seed),
             checkpoint_every=settings.checkpoint_every, resume=settings.resume, progress=progress,
             backend=settings.backend, faults=plan.faults, device=settings.device, trackers=run_trackers(plan, job, name, settings),
-            **settings.options,
+            privacy=accounting(config), **settings.options,
         )
     except Diverged as error:
         return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))
@@ -102,19 +102,27 @@ def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int
     return Outcome(result, validation_metrics(module, result.params, validation, fed.dataset))
 
 
+def accounting(config: Any) -> Any:
+    """The runs' privacy accounting: the config's ``[privacy]`` table, or the default."""
+    from fedsample.privacy.ledger import Accounting
+
+    return Accounting(**config.privacy.model_dump()) if config.privacy is not None else Accounting()
+
+
 def run_jobs(
     plan: Plan, settings: RunSettings, jobs: int = 1, threads: int | None = None, progress: Progress | None = None,
     on_failure: Callable[[str], None] | None = None,
 ) -> dict[Job, Outcome]:
     """Every run of the plan, by job; ``progress(run label, round)`` after each round, ``on_failure(line)``
-    for each run that stopped. ``jobs > 1`` runs them in that many processes on the CPU; on a GPU they run one
+    for each run that stopped (diverged, or stopped by the privacy budget). ``jobs > 1`` runs them in that many processes on the CPU; on a GPU they run one
     after another in this process."""
     todo = plan.runs()
     parallel = jobs > 1 and len(todo) > 1 and resolve_device(settings.device).type == "cpu"
     outcomes = _in_processes(plan, todo, settings, jobs, threads, progress) if parallel else _in_turn(plan, todo, settings, progress)
     for job in todo:
-        if isinstance(outcomes[job].result, Failure) and on_failure:
-            on_failure(outcomes[job].result.reason)
+        result = outcomes[job].result
+        if on_failure and (isinstance(result, Failure) or result.status != "ok"):  # diverged, or stopped by the privacy budget
+            on_failure(result.reason if isinstance(result, Failure) else result.status)
     return {job: outcomes[job] for job in todo}
 
 

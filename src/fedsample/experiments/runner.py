@@ -29,7 +29,7 @@ from fedsample.tracking.setup import TrackingSpec, parse_backends
 METRICS = ("accuracy", "macro_f1", "loss")
 
 
-OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "checkpoints", "run.json", "tracking")
+OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "run.json", "tracking")
 SUMMARY_FILES = ("results.json", "summary.md", "curves.png", "partition.png")
 
 
@@ -56,13 +56,14 @@ def check_output_folder(out: Path, config: ExperimentConfig | None = None, resum
 def _changed_settings(marker: Path, config: ExperimentConfig) -> list[str]:
     """Top-level settings that differ between the folder's run.json and ``config`` (rounds may grow; the
     description is prose, not a setting: a preset whose stated cost was updated still resumes; tracking does
-    not change the numbers)."""
+    not change the numbers; the [privacy] table may raise the budget, and each run's checkpoint refuses a ledger
+    kept with another unit, k or threat model)."""
     try:
         saved = json.loads(marker.read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return ["run.json (missing or unreadable)"]
     current = config.model_dump(mode="json")
-    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description", "tracking") and saved.get(k) != current.get(k))
+    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description", "tracking", "privacy") and saved.get(k) != current.get(k))
 
 
 def start_output_folder(out: Path, config: ExperimentConfig, overwrite: bool = False) -> None:
@@ -130,7 +131,7 @@ def run_experiment(
     )
     results, extras = selected_runs(plan, outcomes)
     document = summarize(plan.config, results, extras)
-    write_outputs(plan, out, document)
+    write_outputs(plan, out, document, privacy_document(results))
     if tracking is not None and tracking.backends:
         config = {"experiment_config": plan.config.model_dump(mode="json")}
         tracking.log_files(plan.config.name, "summary", f"{folder_name(plan.config.name)}/summary", [out / name for name in SUMMARY_FILES], config)
@@ -195,7 +196,7 @@ def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult
         strategies[label] = {
             "final": metric_table([run and run.final for run in finished], METRICS),
             "best": metric_table([run and {m: best_round(run.history, m) for m in METRICS} for run in finished], METRICS),
-            "status": ["ok" if isinstance(run, SimulationResult) else run.reason for run in runs],
+            "status": [run.status if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
             "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
@@ -211,11 +212,21 @@ def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
 
 
 def privacy_spent(runs: list[SimulationResult]) -> dict:
-    """What one client spent over the whole run (the last round's accountant keys; the same for every seed)."""
+    """What one client spent over the whole run: the last round's accountant keys of the first seed, and each
+    seed's privacy ledger (``ledger``: epsilon with and without amplification, delta, neighbouring relation, unit,
+    threat model, unprotected releases; the releases themselves are in privacy.json)."""
     from fedsample.privacy.accounting import SPEND_KEYS
 
     last = runs[0].history[-1] if runs and runs[0].history else {}
-    return {k: last[k] for k in SPEND_KEYS if k in last}
+    ledgers = [{k: v for k, v in run.privacy.items() if k != "releases"} for run in runs]
+    return {**{k: last[k] for k in SPEND_KEYS if k in last}, "ledger": ledgers}
+
+
+def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> dict:
+    """privacy.json: per strategy label, each seed's ledger with every release (None for a run that failed)."""
+    return {label: {"seeds": [run.seed for run in runs],
+                    "ledger": [run.privacy if isinstance(run, SimulationResult) else None for run in runs]}
+            for label, runs in results.items()}
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -248,15 +259,17 @@ def written_together(out: Path, names: tuple[str, ...]) -> Iterator[Path]:
             os.replace(Path(tmp) / name, out / name)
 
 
-def write_outputs(plan: Plan, out: Path, document: dict) -> None:
-    """results.json, summary.md, curves.png and the partition picture of the first seed: all written into a
-    temporary folder inside ``out`` and moved into place only when every one is complete."""
+def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = None) -> None:
+    """results.json, summary.md, curves.png, the partition picture of the first seed and privacy.json (each run's
+    ledger): all written into a temporary folder inside ``out`` and moved into place only when every one is complete."""
     from fedsample.data.report import write_partition_report
     from fedsample.experiments.report import plot_curves, summary_table
 
     text = json.dumps(document, indent=1, allow_nan=False)
-    with written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json")) as folder:
+    ledgers = json.dumps(finite_or_none(privacy or {}), indent=1, allow_nan=False)
+    with written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json")) as folder:
         (folder / "results.json").write_text(text)
+        (folder / "privacy.json").write_text(ledgers)
         (folder / "summary.md").write_text(summary_table(document))
         plot_curves(document, folder / "curves.png")
         write_partition_report(plan.federation(plan.config.seeds[0]), folder / "partition")

@@ -5,8 +5,13 @@
 - :mod:`~fedsample.privacy.sizes`: the size-reporting policies a strategy declares (``ExactSizes``,
   ``RandomizedSizes``) and what the server holds after a size query (``SizeInfo``);
 - :mod:`~fedsample.privacy.size_estimate`: the estimate's bias and RMSE, and M chosen by RMSE;
-- :mod:`~fedsample.privacy.noise`: clipping and Gaussian noise on the update (``UpdateNoise``);
-- :mod:`~fedsample.privacy.accounting`: what one client has spent over a run;
+- :mod:`~fedsample.privacy.noise`: clipping and Gaussian noise on the update (``UpdateNoise``; per-example
+  clipping with noise on the cohort's sum, ``PerExampleNoise``);
+- :mod:`~fedsample.privacy.accounting`: what one client has spent over a run, release by release;
+- :mod:`~fedsample.privacy.ledger`: the run's privacy ledger (every release as a dp-accounting event, epsilon by
+  PLD or RDP, the budget; ``Accounting``, ``Ledger``);
+- :mod:`~fedsample.privacy.amplification`: the releases of each call and the amplification their conditions allow;
+- :mod:`~fedsample.privacy.recorder`: the federation as the ledger sees it (the hook in ``Strategy.round``);
 - :mod:`~fedsample.privacy.attacks`: the attacks that measure what the server can learn;
 - :mod:`~fedsample.privacy.command`: the ``fedsample privacy`` command.
 
@@ -15,7 +20,8 @@ The names used most are importable from here (``fs.privacy.alpha_for``, ``fs.pri
 
 from fedsample import lazy
 
-from fedsample.privacy.noise import UpdateNoise
+from fedsample.privacy.ledger import Accounting
+from fedsample.privacy.noise import PerExampleNoise, UpdateNoise
 from fedsample.privacy.reports import (
     alpha_for, clip_size, estimate_total, estimator_variance, privacy_audit, randomized_response, response_distribution,
     validate_reports,
@@ -23,7 +29,7 @@ from fedsample.privacy.reports import (
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes, SizeInfo, SizeReporting
 
 __all__ = [
-    "ExactSizes", "RandomizedSizes", "SizeInfo", "SizeReporting", "UpdateNoise",
+    "Accounting", "ExactSizes", "PerExampleNoise", "RandomizedSizes", "SizeInfo", "SizeReporting", "UpdateNoise",
     "alpha_for", "clip_size", "estimate_total", "estimator_variance", "privacy_audit", "randomized_response",
     "response_distribution", "validate_reports",
 ]

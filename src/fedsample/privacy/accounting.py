@@ -98,11 +98,13 @@ def run_spend(sizes: object, noise: object, rounds: int, delta: float = DEFAULT_
     (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
     ``sizes`` is randomized, and
     the update's epsilon at ``delta`` (RDP accountant, one Gaussian mechanism per round, no amplification:
-    the server knows the cohort) where ``noise`` is set. Exact size reports and noiseless updates add no key."""
+    the server knows the cohort) where ``noise`` clips each client's update (:class:`~fedsample.privacy.noise.UpdateNoise`).
+    Exact size reports and noiseless updates add no key. The run's ledger (:mod:`fedsample.privacy.ledger`)
+    accounts every release together, with the amplification it has earned."""
     spent: dict = {}
     if getattr(sizes, "epsilon_spent", None) is not None:
         spent.update(sizes.epsilon_spent(sizes.reports_after(rounds), delta))
-    if noise is not None and getattr(noise, "noise_multiplier", 0) > 0:
+    if noise is not None and getattr(noise, "clipping", "client") == "client" and getattr(noise, "noise_multiplier", 0) > 0:
         spent["update_epsilon"] = gaussian_update_epsilon(noise.noise_multiplier, rounds, delta)
         spent["update_delta"] = delta
     return spent

@@ -7,6 +7,8 @@
   stays silent: P(silent | n) = (1 - p)^n under Bernoulli(p) data sampling, so two sizes n, n' are told apart
   with ratio max over both outcomes of the probability ratio. With fixed-shape replies the bit is constant.
 - :func:`spearman`: rank correlation, for the update norm against the number of drawn samples.
+- :func:`membership_audit`: a distinguishing attack's true- and false-positive rates over many runs with and
+  without one record, and the epsilon they prove at least (to compare with a ledger's epsilon).
 
 The draws are the ones the engines make (:func:`fedsample.privacy.reports.report_cell` streams, the Bernoulli plan's
 cohort draw), so the figures describe the library's own behaviour.
@@ -15,6 +17,7 @@ cohort draw), so the figures describe the library's own behaviour.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -67,3 +70,34 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
     return float(spearmanr(a, b).statistic)
+
+
+def membership_audit(with_record: np.ndarray, without: np.ndarray, delta: float, thresholds: Sequence[float], level: float = 1e-4) -> dict:
+    """A membership-inference audit of an (epsilon, delta)-DP release (Jagielski, Ullman & Oprea 2020): the
+    attack says "the record is in" when its score exceeds a threshold tau. DP bounds every such test:
+    TPR <= e^epsilon FPR + delta and 1 - FPR <= e^epsilon (1 - TPR) + delta (Kairouz, Oh & Viswanath 2015).
+    From ``with_record`` and ``without`` (the scores over independent runs of each world), each threshold's
+    Clopper-Pearson bounds at one-sided ``level`` (TPR from below, FPR from above, and the reverse for the
+    second inequality) give the epsilon the runs prove at least; the largest over thresholds is
+    ``epsilon_lower_bound`` (0 where nothing is proved). Returns it with each threshold's rates."""
+    from scipy.stats import beta
+
+    with_record, without = np.asarray(with_record, dtype=np.float64), np.asarray(without, dtype=np.float64)
+
+    def lower(hits: int, n: int) -> float:
+        return float(beta.ppf(level, hits, n - hits + 1)) if hits > 0 else 0.0
+
+    def upper(hits: int, n: int) -> float:
+        return float(beta.ppf(1 - level, hits + 1, n - hits)) if hits < n else 1.0
+
+    def proved(numerator: float, denominator: float) -> float:
+        return math.log((numerator - delta) / denominator) if numerator - delta > 0 and denominator > 0 else 0.0
+
+    rows, best = [], 0.0
+    n1, n0 = len(with_record), len(without)
+    for tau in thresholds:
+        tp, fp = int(np.sum(with_record > tau)), int(np.sum(without > tau))
+        eps = max(proved(lower(tp, n1), upper(fp, n0)), proved(lower(n0 - fp, n0), upper(n1 - tp, n1)), 0.0)
+        rows.append({"threshold": float(tau), "tpr": tp / n1, "fpr": fp / n0, "epsilon": eps})
+        best = max(best, eps)
+    return {"epsilon_lower_bound": best, "thresholds": rows}

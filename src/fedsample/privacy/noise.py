@@ -1,17 +1,49 @@
-"""Client-level DP for the update: clipping and Gaussian noise (the Gaussian mechanism, Dwork & Roth 2014,
-Thm 3.22; McMahan et al. 2018's per-client clipping). Accounted by :mod:`fedsample.privacy.accounting`."""
+"""DP noise on what a client sends back from training, accounted by :mod:`fedsample.privacy.ledger`.
+
+- :class:`UpdateNoise`: client-level clipping and Gaussian noise on each client's whole update (the Gaussian
+  mechanism, Dwork & Roth 2014, Thm 3.22; McMahan et al. 2018's per-client clipping); each reply carries the
+  full noise.
+- :class:`PerExampleNoise`: per-example clipping of FedSampling's one-gradient update G_c = (1/K) sum_s clip(g_s)
+  and Gaussian noise calibrated for the *cohort's sum*, added in equal shares by the m asked clients (distributed
+  noise: the secure sum carries all of it, one reply only 1/m of its variance), as DP-SGD does for a batch
+  (Abadi et al. 2016), with FedSampling's data sampling as the batch's Poisson sampling.
+
+A noised reply is a *private reply* (:meth:`UpdateNoise.private_reply`): the noised update, one step, and no
+loss or drawn count, whether or not the client drew any record, so that the reply (or a secure sum of the step
+counts) says nothing about the draw; every asked client's noise enters the sum. Aggregators that need each
+client's step or drawn count (FedNova, ``normalize="drawn"``) are refused with noise
+(:func:`fedsample.privacy.amplification.check_mechanism`).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedsample import checks
+from fedsample.messages import TrainReport
 from fedsample.rng import ClientRandom
 
-__all__ = ["UpdateNoise"]
+__all__ = ["PerExampleNoise", "UpdateNoise", "for_cohort"]
+
+
+def _gaussian_like(update: dict, sigma: float, rng: "np.random.Generator | ClientRandom") -> dict:
+    """N(0, sigma^2) in every coordinate, from the client's rng, tensor by tensor in the update's order."""
+    import torch
+
+    out = {}
+    for k, v in update.items():
+        noise = rng.normal(0.0, 1.0, size=tuple(v.shape)) if sigma > 0 else np.zeros(tuple(v.shape))
+        out[k] = v + torch.as_tensor(sigma * noise, dtype=v.dtype, device=v.device)
+    return out
+
+
+def _private(update: dict) -> TrainReport:
+    """The reply of a noised client: its noised update, one step, no loss and no drawn count."""
+    return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, samples=None)
 
 
 @dataclass(frozen=True)
@@ -21,11 +53,13 @@ class UpdateNoise:
     2018's per-client clipping): the client scales its update to L2 norm at most ``clip`` and adds
     N(0, (noise_multiplier * clip)^2) to every coordinate. Changing all of one client's data (or replacing it
     by nothing: a zero update) moves the clipped update by at most ``clip``, so each released update is a
-    Gaussian mechanism with noise multiplier ``noise_multiplier``; :mod:`fedsample.privacy.accounting` composes the
+    Gaussian mechanism with noise multiplier ``noise_multiplier``; :mod:`fedsample.privacy.ledger` composes the
     rounds. This budget is separate from the size report's epsilon."""
 
     clip: float
     noise_multiplier: float
+    clipping: ClassVar[str] = "client"
+    hides_draw: ClassVar[bool] = True  # private replies: no step count, loss or drawn count
 
     def clipped(self, update: dict) -> dict:
         """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""
@@ -35,11 +69,78 @@ class UpdateNoise:
 
     def privatize(self, update: dict, rng: "np.random.Generator | ClientRandom") -> dict:
         """Clip, then add Gaussian noise of standard deviation noise_multiplier * clip (from the client's rng)."""
+        return _gaussian_like(self.clipped(update), self.noise_multiplier * self.clip, rng)
+
+    def private_reply(self, report: TrainReport, payload: Any, rng: "np.random.Generator | ClientRandom") -> TrainReport:
+        """What the client sends: :meth:`privatize` of its update (a zero update when it drew nothing) as a
+        private reply (one step, no loss, no drawn count)."""
+        return _private(self.privatize(report.update, rng))
+
+
+@dataclass(frozen=True)
+class PerExampleNoise:
+    """Record-level DP for FedSampling's one-gradient update (Qi et al. 2023, §3.2, with DP-SGD's per-example
+    clipping, Abadi et al. 2016): a client sends G_c = (1/K) sum_{s in S_c} clip_C(g_s), each sample's gradient
+    scaled to L2 norm at most ``clip`` = C, plus its share of Gaussian noise, N(0, (noise_multiplier * C / K)^2 /
+    shares) per coordinate. The strategy sets ``shares`` to the cohort size m (:func:`for_cohort`), so the sum
+    of the m replies carries N(0, (noise_multiplier * C / K)^2): adding or removing one record moves that sum
+    by at most C / K, a Gaussian mechanism with multiplier ``noise_multiplier`` on a Poisson sample of the records
+    (FedSampling keeps each with probability K/N~). The guarantee needs the sum only, i.e. a secure sum
+    (``secure_sum=True``) or an adversary who sees only the released model; a plain reply carries one share
+    (:mod:`fedsample.privacy.amplification` accounts each case). Needs :class:`~fedsample.training.local.OneGradient`
+    with K and a model without dropout."""
+
+    clip: float
+    noise_multiplier: float
+    shares: int = 1
+    clipping: ClassVar[str] = "example"
+    hides_draw: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        checks.positive("clip", self.clip)
+        checks.non_negative("noise_multiplier", self.noise_multiplier)
+        checks.count("shares (clients adding noise to the sum)", self.shares)
+
+    def for_cohort(self, size: int) -> "PerExampleNoise":
+        """This noise split among a cohort of ``size`` clients."""
+        return replace(self, shares=max(int(size), 1))
+
+    def share_std(self, K: int) -> float:
+        """One client's noise standard deviation: noise_multiplier * C / (K * sqrt(shares))."""
+        return self.noise_multiplier * self.clip / (K * math.sqrt(self.shares))
+
+    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: dict, round: int, rng: Any) -> Any:
+        """G_c = (1/K) sum_s scale_s * clip_C(g_s) over the drawn sample (per-sample gradients at the global model,
+        :func:`fedsample.training.functional.per_sample_gradients`), in the place of ``solver.run``."""
         import torch
 
-        sigma = self.noise_multiplier * self.clip
-        out = {}
-        for k, v in self.clipped(update).items():
-            noise = rng.normal(0.0, 1.0, size=tuple(v.shape)) if sigma > 0 else np.zeros(tuple(v.shape))
-            out[k] = v + torch.as_tensor(sigma * noise, dtype=v.dtype)
-        return out
+        from fedsample.training.functional import per_sample_gradients
+        from fedsample.training.local import LocalResult, OneGradient
+        from fedsample.training.random_layers import random_layers_of
+
+        if not (isinstance(solver, OneGradient) and solver.K):
+            raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K)")
+        if random_layers_of(ctx.module) is not None:
+            raise ValueError("PerExampleNoise: per-example clipping of a model with dropout is not implemented")
+        rows = torch.as_tensor(sample.indices, device=ctx.x.device)
+        grads = per_sample_gradients(ctx.module, ctx.task, params, ctx.x[rows], ctx.y[rows])  # (n, parameters)
+        norms = torch.linalg.vector_norm(grads, dim=1)
+        weights = torch.clamp(self.clip / torch.clamp(norms, min=torch.finfo(grads.dtype).tiny), max=1.0) / solver.K
+        if sample.scale is not None:
+            weights = weights * torch.as_tensor(sample.scale, dtype=grads.dtype, device=grads.device)
+        flat = weights @ grads
+        update, start = {}, 0
+        for k, v in params.items():
+            update[k] = flat[start:start + v.numel()].reshape(v.shape).to(v.dtype)
+            start += v.numel()
+        return LocalResult(update=update, steps=1, loss=0.0)
+
+    def private_reply(self, report: TrainReport, payload: Any, rng: "np.random.Generator | ClientRandom") -> TrainReport:
+        """The client's clipped G_c (zero when it drew nothing) plus its noise share, as a private reply."""
+        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng))
+
+
+def for_cohort(noise: Any, size: int) -> Any:
+    """The noise a cohort of ``size`` clients is sent: :meth:`PerExampleNoise.for_cohort`, any other as it is."""
+    split = getattr(noise, "for_cohort", None)
+    return split(size) if split is not None else noise

@@ -1,0 +1,276 @@
+"""Which releases a call makes, and which amplification each has earned: the conditions, checked by the library.
+
+Every call a strategy makes through its federation (``report_size``, ``probe``, ``train``) becomes releases for
+the :class:`~fedsample.privacy.ledger.Ledger` (:func:`releases`). A training release is accounted with
+amplification only when its conditions hold; otherwise it falls back to no amplification and its ``reason``
+says why (the round log's ``privacy_amplification``):
+
+- **record-level data sampling** (``unit="record"``): the data plan keeps every record independently with one
+  probability q (:class:`~fedsample.sampling.data.BernoulliSamples`: FedSampling's q_t = K/N~_t, the naive
+  fixed ratio), i.e. Poisson sampling over the union of the data, composed round by round at each round's
+  actual q_t; and the reply hides whether and how much the client drew (noised replies withhold their step
+  count, loss and drawn count: :meth:`fedsample.privacy.noise.UpdateNoise.private_reply`). Fails for every record
+  used (q = 1), fixed-size or data-dependent plans (ISFedAvg's gradient-norm probabilities), and replies that
+  show the draw.
+- **user-level data sampling** (``unit="user"``, k records per user at most): with per-example clipping
+  (:class:`~fedsample.privacy.noise.PerExampleNoise`) the user moves the sum by j clipped gradients with
+  probability Binomial(k, q)(j): ``MixtureOfGaussiansDpEvent``; with per-client update clipping
+  (:class:`~fedsample.privacy.noise.UpdateNoise`) the user contributes a nonzero update with probability at
+  most 1 - (1 - q)^k: ``PoissonSampledDpEvent`` at that rate (the mixture over the update's direction is
+  dominated by the worst one, by joint convexity of the hockey-stick divergence).
+- **client-level sampling**: only when the adversary does not see who took part (``threat="released"``: the
+  server that picks the cohort knows it), and only for samplers with data-independent exact inclusion
+  probabilities: :class:`~fedsample.sampling.clients.PoissonClients` with a fixed q (Poisson, composed with the
+  data rate) and :class:`~fedsample.sampling.clients.UniformClients` with a fixed m (sampling without
+  replacement, replace-one relation, used where no data-level rate applies: dp-accounting has no nested
+  sampling event). Fails for samplers whose probabilities come from sizes or probes (size-proportional,
+  ``samples_per_round``, FedSTS/FedSTaS strata, ISFedAvg), and degenerate ones (every client chosen).
+
+Sensitivities (noise multiplier z of the noise's standard deviation over the sensitivity):
+
+- :class:`UpdateNoise` (clip C, multiplier sigma, each client's whole update): a user's data against none moves
+  the clipped update by C: z = sigma; one record moves it by at most 2C (both clipped): z = sigma / 2. Each
+  reply carries the full noise, so this holds for the server's view of every reply (a secure sum only adds
+  noise; it is not counted).
+- :class:`PerExampleNoise` (clip C per example, multiplier sigma on the cohort sum, shared among the m asked
+  clients): one record moves G = (1/K) sum_s clip(g_s) by C/K and the sum carries noise of standard deviation
+  sigma C / K * sqrt(a/m) when a of the m clients answered (a secure sum, or only the released model seen); a
+  plain reply carries one share, sigma C / (K sqrt(m)). A user of at most k records moves it by k C / K.
+- Under replace-one every sensitivity doubles.
+
+The size reports are each client's randomized response (``RandomizedResponseDpEvent(1 - alpha, M - 1)``),
+once per run when permanent; exact sizes, probes and noiseless updates are unprotected releases (probes also
+raise :class:`PrivacyWarning`, once per kind).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.stats import binom
+
+from fedsample.privacy.ledger import (
+    ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
+    sampled_without_replacement,
+)
+from fedsample.messages import payloads_for
+from fedsample.privacy.reports import alpha_for
+from fedsample.rounds import is_failed
+
+__all__ = ["PrivacyWarning", "check_mechanism", "client_design", "hides_draw", "record_rate", "releases", "warn_unprotected"]
+
+
+class PrivacyWarning(UserWarning):
+    """A release leaves the clients without protection (recorded in the ledger as unprotected)."""
+
+
+@dataclass(frozen=True)
+class ClientDesign:
+    """What the client sampler allows: ``kind`` ``"poisson"`` (rate), ``"without-replacement"`` (size m of
+    population N), ``"all"`` (no client sampling) or ``"none"`` (a sampler whose amplification fails), with the reason."""
+
+    kind: str
+    reason: str
+    rate: float = 1.0
+    size: int = 0
+    population: int = 0
+
+
+# --- the conditions --------------------------------------------------------------------------------------
+
+
+def record_rate(plans: Sequence[Any]) -> tuple[float | None, str]:
+    """The one probability with which every record is kept independently (Poisson sampling over the union of
+    the data), or None and why not."""
+    from fedsample.sampling.data import AllSamples, BernoulliSamples
+
+    kinds = {type(p) for p in plans}
+    if kinds == {AllSamples}:
+        return None, "every record is used (no data sampling)"
+    if kinds != {BernoulliSamples}:
+        other = next(k for k in kinds if k is not BernoulliSamples)
+        return None, f"the data plan {other.__name__} is not Poisson sampling of records with one data-independent probability"
+    rates = {float(p.p) for p in plans}
+    if len(rates) > 1:
+        return None, "clients keep records with different probabilities"
+    (q,) = rates
+    if q >= 1:
+        return None, "degenerate data sampling: q = 1 keeps every record"
+    return q, f"each record kept independently with probability q = {q:.4g} (Poisson sampling over the union of the data)"
+
+
+def hides_draw(noise: Any) -> tuple[bool, str]:
+    """Whether a reply hides whether and how much the client drew (its step count, loss and drawn count)."""
+    if getattr(noise, "hides_draw", False):
+        return True, ""
+    return False, "per-client replies show the server whether the client drew any record (steps, loss)"
+
+
+def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
+    """The client sampler's amplification under ``threat``: data-independent exact inclusion probabilities
+    and an adversary that does not see the cohort."""
+    from fedsample.sampling.clients import AllClients, PoissonClients, UniformClients
+
+    name = type(clients).__name__
+    if isinstance(clients, AllClients):
+        return ClientDesign("all", "every client takes part (no client sampling)")
+    if threat == "server":
+        return ClientDesign("none", f"no client-level amplification: the server picks the cohort ({name}) and sees who answers")
+    if getattr(clients, "samples_per_round", None) is not None:
+        return ClientDesign("none", f"{name}(samples_per_round=...) derives its inclusion probabilities from the clients' sizes")
+    if isinstance(clients, PoissonClients):
+        if clients.q >= 1:
+            return ClientDesign("none", "degenerate client sampler: q = 1 chooses every client")
+        return ClientDesign("poisson", f"clients chosen independently with probability {clients.q:.4g}", rate=float(clients.q))
+    if isinstance(clients, UniformClients):
+        if clients.m >= population:
+            return ClientDesign("none", f"degenerate client sampler: m = {clients.m} of {population} chooses every client")
+        return ClientDesign("without-replacement", f"{clients.m} of {population} clients uniformly without replacement",
+                            size=int(clients.m), population=int(population))
+    return ClientDesign("none", f"{name}'s inclusion probabilities are not data-independent and exact")
+
+
+def check_mechanism(strategy: Any, accounting: Accounting) -> None:
+    """The combinations the accounting cannot describe, refused with one line naming the part."""
+    from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, Sum, WeightedMean
+    from fedsample.training.local import OneGradient
+
+    noise = getattr(strategy, "noise", None)
+    if noise is None:
+        return
+    aggregate = strategy.aggregate
+    if isinstance(aggregate, (FedNova, DrawnNormalizedSum)):
+        raise ValueError(f"noise: {type(aggregate).__name__} needs each client's step or drawn count, which a noised reply withholds")
+    if getattr(noise, "clipping", "client") == "example":
+        if not (isinstance(strategy.local, OneGradient) and strategy.local.K):
+            raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
+        if not (isinstance(aggregate, Sum) or (isinstance(aggregate, WeightedMean) and aggregate.by == "uniform")):
+            raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
+        if accounting.unit == "user" and accounting.k is None:
+            raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
+
+
+# --- the releases of one call ---------------------------------------------------------------------------------
+
+
+def releases(
+    procedure: str, ids: np.ndarray, payload: Any, round: int, ordinal: int, strategy: Any, accounting: Accounting,
+    population: int, replies: Sequence[Any] | None = None,
+) -> list[Release]:
+    """The releases of one federation call (``ordinal``: its position in the round). ``replies``: None before
+    the call (every asked client assumed to answer, for the budget check), the replies after it."""
+    call = (int(round), procedure, int(ordinal))
+    if procedure == "report_size":
+        return [size_report_release(payload, round, call)]
+    if procedure == "probe":
+        return [probe_release(payload, round, call)]
+    if procedure == "train":
+        sent = payloads_for(payload, len(ids))
+        first = sent.shared if sent.shared is not None else sent.at(0)
+        plans = [sent.shared.plan] if sent.shared is not None else [p.plan for p in sent]
+        asked = len(ids)
+        answered = asked if replies is None else sum(1 for r in replies if not is_failed(r))
+        return [train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)]
+    return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
+
+
+def size_report_release(query: Any, round: int, call: tuple) -> Release:
+    """Exact sizes (unprotected) or each client's randomized response, once per run when permanent."""
+    if query.mode == "exact":
+        return Release(round, "exact sizes", None, None, None, reason="exact sizes carry no noise", call=call)
+    event = randomized_response(1.0 - alpha_for(query.epsilon, query.M), query.M - 1)
+    once = f"size reports (epsilon={query.epsilon:g}, M={query.M}, permanent)" if query.permanent else ""
+    return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
+
+
+def probe_release(request: Any, round: int, call: tuple) -> Release:
+    """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
+    fields = ["loss", "gradient norm"]
+    if getattr(request, "gradient", False):
+        fields.append("full gradient")
+    if getattr(request, "compression", None) is not None:
+        fields.append(f"compressed gradient ({request.compression}, d'={request.dim})")
+    if getattr(request, "per_sample", False):
+        fields.append("gradient-noise variance")
+        if getattr(request, "data_weights", None) is not None:
+            fields.append("weighted second moment (ISFedAvg Eq. 23)")
+    what = "probe: " + ", ".join(fields)
+    return Release(round, what, None, None, None, reason="probe statistics carry no noise", call=call)
+
+
+def warn_unprotected(recorded: Sequence[Release]) -> None:
+    """A :class:`PrivacyWarning` for each newly recorded probe release (sampler reports without noise)."""
+    for r in recorded:
+        if not r.protected and r.what.startswith("probe: "):
+            warnings.warn(f"privacy: every probed client sends its {r.what[len('probe: '):]} without noise "
+                          "(recorded in the ledger as an unprotected release)", PrivacyWarning, stacklevel=3)
+
+
+def train_release(
+    noise: Any, plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, population: int,
+    round: int, call: tuple,
+) -> Release:
+    """The training replies (or their secure sum) of one round, with the amplification the conditions allow."""
+    secure = bool(getattr(strategy, "secure_sum", False))
+    if noise is None:
+        what = "update sum, summed loss and step count" if secure else "per-client updates, losses and step counts"
+        return Release(round, what, None, None, None, reason="no noise on the update", call=call)
+    what = "update sum" if secure else "per-client updates"
+    example = getattr(noise, "clipping", "client") == "example"
+    sigma = float(noise.noise_multiplier)
+    if example:  # the sum's noise: a of the m shares, or one share per visible reply
+        m = max(int(getattr(noise, "shares", 1)), 1)
+        z = sigma * math.sqrt(min(answered, m) / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
+    else:
+        z = sigma
+    if z <= 0:
+        return Release(round, what, None, None, None, reason="noise multiplier 0", call=call)
+    user, k = accounting.unit == "user", accounting.k
+    group = k if (user and example) else 1  # how many clipped contributions one unit can make
+    per_unit = z / group if example else (z if user else z / 2)  # z over the add/remove sensitivity of one unit
+    unamplified = gaussian(per_unit)
+    q, why_q = record_rate(plans)
+    hidden, why_visible = hides_draw(noise)
+    design = client_design(strategy.clients, accounting.threat, population)
+    notes = []
+    data_ok = hidden and q is not None and (not user or k is not None)
+    if not data_ok:
+        notes.append(why_visible if not hidden else why_q if q is None else "user-level data amplification needs k (records per user)")
+    client_rate = design.rate if design.kind == "poisson" else 1.0
+    if design.kind == "none":
+        notes.append(design.reason)
+    if data_ok and user and example:  # the user's drawn count is Binomial(k, q): a mixture of Gaussians
+        counts = np.arange(k + 1)
+        probs = client_rate * binom.pmf(counts, k, q)
+        probs[0] += 1.0 - client_rate
+        event = mixture_of_gaussians(z, counts, probs)
+        reason = f"amplified: a user's drawn records are Binomial(k={k}, q={q:.4g})" + _client_note(design) + _also(notes)
+        return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=call)
+    if data_ok:
+        rate = (1.0 - (1.0 - q) ** k) if user else q
+        how = (f"a user of at most k={k} records takes part with probability 1-(1-q)^k = {rate:.4g}, q = {q:.4g}"
+               if user else why_q)
+        event = poisson_sampled(rate * client_rate, gaussian(per_unit))
+        reason = "amplified: " + how + _client_note(design) + _also(notes)
+        return Release(round, what, event, unamplified, ADD_REMOVE, "poisson", reason, call=call)
+    if design.kind == "poisson":
+        event = poisson_sampled(design.rate, gaussian(per_unit))
+        return Release(round, what, event, unamplified, ADD_REMOVE, "poisson", "amplified: " + design.reason + _also(notes), call=call)
+    if design.kind == "without-replacement":
+        replace_z = per_unit / 2  # replacing a unit moves the output twice as far
+        event = sampled_without_replacement(design.population, design.size, gaussian(replace_z))
+        return Release(round, what, event, gaussian(replace_z), REPLACE, "without-replacement",
+                       "amplified: " + design.reason + " (replace-one)" + _also(notes), call=call)
+    return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification", "not amplified: " + "; ".join(notes), call=call)
+
+
+def _client_note(design: ClientDesign) -> str:
+    return f"; {design.reason}" if design.kind == "poisson" else ""
+
+
+def _also(notes: list[str]) -> str:
+    return f" (not used: {'; '.join(notes)})" if notes else ""

@@ -1,0 +1,65 @@
+"""The federation as the privacy ledger sees it: every call checked against the budget before it is sent and
+recorded after it, as :mod:`fedsample.privacy.amplification` describes it.
+
+:func:`watch` is the one hook a strategy's round calls (``Strategy.round``); the ledger lives in the strategy
+state under :data:`LEDGER_KEY` (saved with checkpoints), created with the default :class:`Accounting` where
+``simulate`` did not put one there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsample.privacy.amplification import check_mechanism, releases, warn_unprotected
+from fedsample.privacy.ledger import Ledger
+
+__all__ = ["LEDGER_KEY", "Recorded", "ledger_of", "round_figures", "watch"]
+
+LEDGER_KEY = "privacy"
+
+
+def ledger_of(state: dict) -> Ledger:
+    """The run's ledger in the strategy state (a default one is created on first use)."""
+    ledger = state.get(LEDGER_KEY)
+    if not isinstance(ledger, Ledger):
+        ledger = state[LEDGER_KEY] = Ledger()
+    return ledger
+
+
+def watch(federation: Any, strategy: Any, state: dict, round: int) -> "Recorded":
+    """``federation`` for one round of ``strategy``, its releases recorded in the state's ledger."""
+    ledger = ledger_of(state)
+    check_mechanism(strategy, ledger.accounting)
+    return Recorded(federation, strategy, ledger, round)
+
+
+def round_figures(state: dict) -> dict:
+    """The round log's privacy keys (:meth:`fedsample.privacy.ledger.Ledger.round_figures`)."""
+    return ledger_of(state).round_figures()
+
+
+class Recorded:
+    """A federation whose calls are checked (:meth:`Ledger.check`: the budget, assuming every asked client
+    answers) and then recorded with who actually answered."""
+
+    def __init__(self, inner: Any, strategy: Any, ledger: Ledger, round: int) -> None:
+        self.inner, self.strategy, self.ledger, self.round = inner, strategy, ledger, round
+        self._calls = 0
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Any:
+        ordinal, self._calls = self._calls, self._calls + 1
+        ids = np.asarray(client_ids)
+        accounting, population = self.ledger.accounting, self.inner.num_clients
+        self.ledger.check(releases(procedure, ids, payload, round, ordinal, self.strategy, accounting, population))
+        replies = self.inner.run(procedure, client_ids, payload, round)
+        # under a secure sum the replies are sealed, a client whose own check rejected its reply already counted as
+        # failed (fedsample.federation.secure_sum.client_side_check): the ledger sees who actually entered the sum
+        warn_unprotected(self.ledger.add(releases(procedure, ids, payload, round, ordinal, self.strategy, accounting, population,
+                                                  replies=replies)))
+        return replies
