@@ -17,6 +17,7 @@ from scipy.stats import binom, multinomial
 pytest.importorskip("dp_accounting")
 
 import fedsample as fs  # noqa: E402
+from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
 from fedsample.messages import ClientContext, SizeQuery, TrainPayload, TrainReport  # noqa: E402
 from fedsample.privacy import amplification, attacks  # noqa: E402
 from fedsample.privacy.ledger import (  # noqa: E402
@@ -308,7 +309,7 @@ def federation(backend="loop", seed=0):
 
 
 def noised_fedsampling(**kw):
-    return dataclasses.replace(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, lr=0.1, **kw), noise=PerExampleNoise(1.0, 2.0))
+    return dataclasses.replace(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, **kw), noise=PerExampleNoise(1.0, 2.0))
 
 
 def rounds_of(strategy, backend="loop", rounds=3, accounting=Accounting(unit="record")):
@@ -318,7 +319,7 @@ def rounds_of(strategy, backend="loop", rounds=3, accounting=Accounting(unit="re
     state["privacy"] = Ledger(accounting)
     logs = []
     for t in range(rounds):
-        params, log = strategy.round(engine, params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(engine, strategy.secure_sum), params, state, t, seed=0)
         logs.append(log)
     return params, logs, state["privacy"]
 
@@ -351,7 +352,7 @@ def test_probing_samplers_warn_and_log_their_unprotected_releases():
     params = fs.models.initial_parameters(module, 0)
     state = strategy.init_state(params)
     with pytest.warns(amplification.PrivacyWarning, match="compressed gradient"):
-        _, log = strategy.round(engine, params, state, 0, seed=0)
+        _, log = strategy.round(with_secure_sum(engine, strategy.secure_sum), params, state, 0, seed=0)
     assert log["privacy_epsilon"] is None and any(w.startswith("probe: ") for w in log["privacy_unprotected"])
 
 
@@ -365,11 +366,11 @@ def test_mechanism_checks_refuse_what_the_ledger_cannot_describe():
     ]
     for strategy, why in cases:
         with pytest.raises(ValueError, match=why):
-            strategy.round(engine, params, strategy.init_state(params), 0, seed=0)
+            strategy.round(with_secure_sum(engine, strategy.secure_sum), params, strategy.init_state(params), 0, seed=0)
     state = noised_fedsampling().init_state(params)
     state["privacy"] = Ledger(Accounting(unit="user"))
     with pytest.raises(ValueError, match="needs k"):
-        noised_fedsampling().round(engine, params, state, 0, seed=0)
+        noised_fedsampling().round(with_secure_sum(engine), params, state, 0, seed=0)
 
 
 # --- per-example clipping ----------------------------------------------------------------------------------------
@@ -434,10 +435,10 @@ def test_the_budget_refuses_a_release_before_it_is_sent():
     params = fs.models.initial_parameters(module, 0)
     state = strategy.init_state(params)
     state["privacy"] = Ledger(Accounting(unit="record", max_epsilon=3.8))
-    params, log = strategy.round(counting, params, state, 0, seed=0)
+    params, log = strategy.round(with_secure_sum(counting, strategy.secure_sum), params, state, 0, seed=0)
     assert counting.trains == 1 and log["privacy_epsilon"] < 3.8
     with pytest.raises(BudgetExceeded, match=r"round 2's update sum would bring epsilon to 3\.\d+ > max_epsilon = 3\.8"):
-        strategy.round(counting, params, state, 1, seed=0)
+        strategy.round(with_secure_sum(counting, strategy.secure_sum), params, state, 1, seed=0)
     assert counting.trains == 1 and len(state["privacy"].releases) == 2  # nothing of round 2 was sent
 
 

@@ -309,17 +309,21 @@ class SizeReporting(Protocol):
 
 @runtime_checkable
 class UpdatePrivacy(Protocol):
-    """What every client does to its update before sending it (:class:`fedsample.privacy.noise.UpdateNoise`:
-    clipping and Gaussian noise); ``noise_multiplier`` is what the accountant composes."""
+    """What every client does to its reply before sending it (:mod:`fedsample.privacy.noise`: clipping and Gaussian
+    noise on the whole update, :class:`~fedsample.privacy.noise.UpdateNoise`, or per example,
+    :class:`~fedsample.privacy.noise.PerExampleNoise`); ``noise_multiplier`` is what the privacy ledger composes and
+    ``clipping`` ("client" or "example") says which unit is clipped. A part that clips per example also computes the
+    gradient itself (``run_solver``, in the place of the solver's ``run``)."""
 
     noise_multiplier: float
+    clipping: str
 
-    def privatize(self, update: Params, rng: np.random.Generator) -> Params: ...
+    def private_reply(self, report: Any, payload: Any, rng: np.random.Generator) -> Any: ...
 
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "clients": ("select",), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
-    "sizes": ("query", "summarize"), "noise": ("privatize",),
+    "sizes": ("query", "summarize"), "noise": ("private_reply",),
 }
 """The methods a part of each Strategy field must have (the declared properties have defaults)."""
 
