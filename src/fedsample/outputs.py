@@ -71,7 +71,7 @@ class Marker:
 def check_folder(out: Path, marker: Marker, *, resume: bool = False, overwrite: bool = False, make_parent: bool = False) -> None:
     """Refuse (:class:`OutputError`, one line) an output folder ``out`` that this command cannot use; writes
     nothing (see the module docstring). ``make_parent``: the parent may be missing (a default folder such as
-    ``runs/``; :func:`start` creates it) when its own parent exists."""
+    ``runs/``, which the command creates once it goes ahead) when its own parent exists."""
     out = Path(out)
     writable = nearest_existing(out, make_parent)
     if out.exists() and not out.is_dir():
@@ -147,7 +147,7 @@ def differences(saved: dict | None, marker: Marker) -> list[str]:
     """The input keys (one level into a dict-valued input) whose saved value differs from ``marker``'s, less
     the ``free`` ones."""
     if saved is None:
-        return [f"{marker.name} (missing or unreadable)"]
+        return [f"{marker.name} (missing or unreadable: results of an earlier version?)"]
     changed = []
     for key, value in marker.inputs.items():
         old = saved.get(key)
@@ -158,20 +158,23 @@ def differences(saved: dict | None, marker: Marker) -> list[str]:
     return changed
 
 
-def start(out: Path, marker: Marker, *, overwrite: bool = False, make_parent: bool = False, record: bool = True) -> None:
-    """Create ``out`` (and its parent with ``make_parent``), remove stale staging, clear the results there
+def start(out: Path, marker: Marker, *, overwrite: bool = False, record: bool = True) -> None:
+    """Create ``out`` (its parent exists: :func:`check_folder`), remove stale staging, clear the results there
     with ``overwrite``, and (``record``) write the marker; a resumed folder's marker keeps the files it named."""
     out = Path(out)
-    if make_parent:
-        out.parent.mkdir(exist_ok=True)
     out.mkdir(exist_ok=True)
     remove_stale(out)
     if overwrite:
         clear(out, marker)
     if record:
-        saved = markers(out).get(marker.command) or {}
-        files = (*marker.files, *saved.get("files", ()))
+        files = (*marker.files, *named_files(markers(out).get(marker.command)))
         write_atomic(out / marker.name, lambda p: p.write_text(marker.text(files)))
+
+
+def named_files(document: dict | None) -> tuple[str, ...]:
+    """The files a marker document names (none for an unreadable one or a run.json of an earlier version)."""
+    files = (document or {}).get("files")
+    return tuple(str(name) for name in files) if isinstance(files, list) else ()
 
 
 def clear(out: Path, marker: Marker) -> list[str]:
@@ -179,7 +182,7 @@ def clear(out: Path, marker: Marker) -> list[str]:
     command's own files; other files are left alone. Returns the names removed."""
     names = set(marker.files)
     for command, document in markers(out).items():
-        names |= {str(name) for name in (document or {}).get("files", ())} | {f"{command}.json"}
+        names |= {*named_files(document), f"{command}.json"}
     removed = []
     for name in sorted(names):
         if Path(name).name != name or name in ("", ".", ".."):
