@@ -87,3 +87,69 @@ def test_a_diagnosis_that_fails_while_writing_leaves_no_file(config, tmp_path, m
     with pytest.raises(RuntimeError, match="disk full"):
         main(["diagnose", str(config), "--draws", "8", "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+# --- issue 27, class 9: diagnose honours [faults], names the grid value, flags a strategy that diverges in run ---
+
+BASE = """
+name = "faults-diagnose"
+rounds = 2
+seeds = [0]
+[dataset]
+name = "digits"
+[partition]
+scheme = "iid"
+num_clients = 20
+[model]
+name = "logreg"
+[[strategies]]
+recipe = "fedavg"
+label = "FedAvg"
+clients_per_round = 10
+steps = 1
+batch_size = 1000000
+"""
+
+
+def test_diagnose_honours_the_experiments_failure_model(tmp_path):
+    """With [faults] train dropout 0.5, about half of the 10 chosen clients send an update each round (400 draws:
+    mean 5 with a standard error of 0.08; the bounds are 6 standard errors), without faults all 10 do."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text(BASE)
+    faulty = tmp_path / "faulty.toml"
+    faulty.write_text(BASE + '[faults]\ndropout = { train = 0.5 }\n')
+    updates = {}
+    for path in (plain, faulty):
+        out = tmp_path / path.stem
+        assert main(["diagnose", str(path), "--draws", "400", "--out", str(out)]) == 0
+        doc = json.loads((out / "diagnostics.json").read_text())
+        updates[path.stem] = doc["strategies"]["FedAvg"]["cost"]["updates"]
+        assert (doc["faults"] is None) == (path is plain)
+    assert updates["plain"] == 10
+    assert 4.5 < updates["faulty"] < 5.5
+    assert "failure model" in (tmp_path / "faulty" / "summary.md").read_text()
+
+
+def test_diagnose_names_the_grid_value_it_diagnoses(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text(BASE.replace('batch_size = 1000000\n', 'batch_size = 1000000\n[strategies.grid]\nlr = [0.05, 0.2]\n')
+                    + "[validation]\nfraction = 0.1\n")
+    out = tmp_path / "out"
+    assert main(["diagnose", str(path), "--draws", "8", "--out", str(out)]) == 0
+    doc = json.loads((out / "diagnostics.json").read_text())
+    assert list(doc["strategies"]) == ["FedAvg [lr=0.05]"]
+    assert doc["grid"] == {"FedAvg [lr=0.05]": {"param": "lr", "value": 0.05, "values": [0.05, 0.2]}}
+    assert "diagnosed at lr = 0.05, the first of its grid values [0.05, 0.2]" in (out / "summary.md").read_text()
+
+
+def test_diagnose_flags_a_strategy_that_diverges_in_run(tmp_path, capsys):
+    path = tmp_path / "wild.toml"
+    path.write_text(BASE + '[[strategies]]\nrecipe = "fedavg"\nlabel = "wild"\nclients_per_round = 10\nlr = 1e38\n')
+    out = tmp_path / "out"
+    assert main(["diagnose", str(path), "--draws", "8", "--out", str(out)]) == 0
+    doc = json.loads((out / "diagnostics.json").read_text())
+    check = doc["run_check"]
+    assert check["rounds"] == 5 and check["status"]["FedAvg"] == "ok" and "diverged" not in check["status"]["FedAvg"]
+    assert "round" in check["status"]["wild"] and check["status"]["wild"] != "ok"
+    assert "wild diverges in `fedsample run`" in (out / "summary.md").read_text()
+    assert "'wild' diverges in its first 5 rounds" in capsys.readouterr().err

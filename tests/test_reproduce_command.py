@@ -254,5 +254,5 @@ def test_a_changed_description_still_counts_as_the_same_experiment(tmp_path):
     runner.check_output_folder(tmp_path, reworded, resume=True)
     other = config.model_copy(update={"eval_every": 5})
     assert not finished(tmp_path, other)
-    with pytest.raises(runner.ConfigError, match="eval_every"):
+    with pytest.raises(ValueError, match="eval_every"):
         runner.check_output_folder(tmp_path, other, resume=True)

@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     part.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="scheme parameter (repeatable)")
     part.add_argument("--seed", type=int, default=0)
     part.add_argument("--out", type=Path, required=True)
+    part.add_argument("--overwrite", action="store_true", help="replace the results in --out")
 
     from fedsample.diagnostics.command import add_arguments
 
@@ -110,20 +111,21 @@ def command_run(args: argparse.Namespace) -> None:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if args.resume and args.overwrite:
         raise CliError("--resume and --overwrite exclude each other")
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    runner.check_run_settings(args.jobs, ray=args.workers is not None or args.ray_address is not None)
     torch.set_num_threads(max(1, args.threads))
     config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
     args.device = _checked_device(config.device)
     config = config.model_copy(update={"device": args.device})  # results.json records the device used
     config = runner.only_strategies(config, args.only)
     out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
-    if args.out is not None:
-        runner.check_output_folder(out, config, args.resume, args.overwrite)
+    runner.check_output_folder(out, config, args.resume, args.overwrite, make_parent=args.out is None)
     tracking = runner.tracking_spec(config, args.track, out / "tracking")
     plan = runner.prepare(config)
-    if args.out is None:
-        DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
-        runner.check_output_folder(out, config, args.resume, args.overwrite)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
+        if args.out is None:
+            DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
         document, results = _run_with_progress(plan, out, args, options, tracking)
     _print_summary(document, out, tracking)
     stopped = runner.failures(results)
@@ -138,8 +140,6 @@ def _ray_if_asked(args: argparse.Namespace):
 
     if args.workers is None and args.ray_address is None:
         return contextlib.nullcontext({})
-    if args.workers is not None and args.workers < 1:
-        raise CliError(f"--workers must be >= 1, got {args.workers}")
     try:
         from fedsample.federation.ray import cli_session
     except ImportError:
@@ -209,13 +209,13 @@ def command_presets(args: argparse.Namespace) -> None:
 
 def command_partition(args: argparse.Namespace) -> None:
     from fedsample.data import load_dataset, make_scheme, partition, write_partition_report
+    from fedsample.data.report import partition_marker
+    from fedsample.outputs import check_folder
 
-    if not args.out.parent.exists():
-        raise CliError(f"output folder {args.out}: its parent folder {args.out.parent} does not exist")
-    dataset = load_dataset(args.dataset)
     scheme = make_scheme(args.scheme, **_key_values(args.param))
-    fed = partition(dataset, scheme, seed=args.seed)
-    write_partition_report(fed, args.out)
+    check_folder(args.out, partition_marker(), overwrite=args.overwrite)  # before the data is loaded
+    fed = partition(load_dataset(args.dataset), scheme, seed=args.seed)
+    write_partition_report(fed, args.out, overwrite=args.overwrite)
     print(f"{fed.num_clients} clients; wrote {args.out}/stats.json and partition.png")
 
 
@@ -247,9 +247,28 @@ def command_reproduce(args: argparse.Namespace) -> None:
         raise RunsFailed(f"{len(failed)} preset(s), study(ies) or run(s) failed (listed above; status in REPRODUCTION.md)")
 
 
+def _os_errors_in_one_line(command):
+    """The command with an operating-system failure (a full disk, a path under a file, an unreadable file)
+    turned into one error line naming the path and the reason (exit code 2) instead of a traceback."""
+    import functools
+
+    @functools.wraps(command)
+    def guarded(args: argparse.Namespace) -> None:
+        try:
+            command(args)
+        except OSError as error:
+            from fedsample.outputs import error_line
+
+            raise CliError(error_line(error)) from None
+
+    return guarded
+
+
 COMMANDS = {
-    "run": command_run, "presets": command_presets, "partition": command_partition,
-    "diagnose": command_diagnose, "privacy": command_privacy, "reproduce": command_reproduce,
+    name: _os_errors_in_one_line(command) for name, command in {
+        "run": command_run, "presets": command_presets, "partition": command_partition,
+        "diagnose": command_diagnose, "privacy": command_privacy, "reproduce": command_reproduce,
+    }.items()
 }
 
 

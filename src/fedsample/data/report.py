@@ -11,6 +11,7 @@ import numpy as np
 from fedsample.data.partition import IID, Dirichlet, LocalLongTail, LogNormalSizes, Natural, Shards
 from fedsample.data.stats import partition_stats
 from fedsample.data.types import FederatedData
+from fedsample.outputs import Marker, written_results
 
 SCHEMES = {
     "iid": IID,
@@ -21,7 +22,7 @@ SCHEMES = {
     "natural": Natural,
 }
 
-__all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_report"]
+__all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_files", "write_partition_report"]
 
 
 def _coerce(scheme: str, name: str, kind: str, value):
@@ -75,20 +76,36 @@ def _subset(sizes: np.ndarray, limit: int) -> tuple[np.ndarray, str]:
     return picked, f"label mix of {len(picked)} of {k:,} clients (sorted by size, largest first, evenly spaced ranks)"
 
 
-def write_partition_report(fed: FederatedData, out_dir: Path, max_clients: int = 50) -> None:
-    """Write ``stats.json`` (:func:`partition_stats`) and ``partition.png`` into ``out_dir`` (created if needed):
-    a histogram of client sizes on log axes and a clients × labels heatmap of the label mix (Figure 1 of the
-    IWDS paper); with more than ``max_clients`` clients the heatmap shows a size-sorted subset and says so."""
+PARTITION_FILES = ("stats.json", "partition.png")
+
+
+def partition_marker(fed: FederatedData | None = None) -> Marker:
+    """The folder's fingerprint (``partition.json``): the dataset, the scheme and the number of clients (recorded,
+    never compared: a partition is not resumed, so a folder can be checked before the partition exists)."""
+    inputs = {} if fed is None else {"dataset": fed.dataset.name, "scheme": str(fed.scheme), "clients": fed.num_clients}
+    return Marker("partition", PARTITION_FILES, inputs, subject="partition")
+
+
+def write_partition_report(fed: FederatedData, out_dir: Path, max_clients: int = 50, overwrite: bool = False) -> None:
+    """Write ``stats.json`` (:func:`partition_stats`) and ``partition.png`` (:func:`write_partition_files`) into
+    ``out_dir`` (created if needed; its parent must exist), with its ``partition.json`` marker, all moved into
+    place together. A folder holding results (of any fedsample command) is refused unless ``overwrite``; a
+    folder that cannot be written is refused before anything is computed (:mod:`fedsample.outputs`)."""
+    with written_results(Path(out_dir), partition_marker(fed), overwrite=overwrite) as folder:
+        write_partition_files(fed, folder, max_clients)
+
+
+def write_partition_files(fed: FederatedData, folder: Path, max_clients: int = 50, stats_name: str = "stats.json") -> None:
+    """Write ``stats_name`` (:func:`partition_stats`) and ``partition.png`` into the existing ``folder``: a
+    histogram of client sizes on log axes and a clients × labels heatmap of the label mix (Figure 1 of the IWDS
+    paper); with more than ``max_clients`` clients the heatmap shows a size-sorted subset and says so."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{out_dir}: exists and is not a directory; expected an output directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(folder)
     stats = partition_stats(fed)
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    (out_dir / stats_name).write_text(json.dumps(stats, indent=1) + "\n")
 
     sizes = fed.sizes()
     fig = Figure(figsize=(14, 5.5), layout="constrained")

@@ -1,5 +1,10 @@
-"""``fedsample diagnose [PRESET|CONFIG] --out DIR``: the experiment's dataset, partition, model and strategies,
-diagnosed at the model's initial parameters (or a checkpoint's), written to DIR."""
+"""``fedsample diagnose [PRESET|CONFIG] --out DIR``: the experiment's dataset, partition, model, strategies and
+failure model, diagnosed at the model's initial parameters (or a checkpoint's), written to DIR.
+
+Every argument, the output folder and the memory the diagnosis needs are checked before anything is computed.
+A strategy with a grid is diagnosed at its first value (said in the table); each strategy also runs its first
+``--check-rounds`` rounds as ``fedsample run`` does, and one that diverges there is flagged.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,38 @@ import time
 from pathlib import Path
 
 DEFAULT_DRAWS = 1000
+DEFAULT_CHECK_ROUNDS = 5
+LOG_BYTES_PER_DRAW = 4096  # a round's log (size estimates, the failed list) kept per draw: a generous bound
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", default="quickstart", help="preset name or experiment .toml (default: quickstart)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/<experiment name>-diagnose)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results in --out")
     parser.add_argument("--draws", type=int, default=DEFAULT_DRAWS, help=f"rounds drawn per strategy (default {DEFAULT_DRAWS})")
     parser.add_argument("--seed", type=int, default=None, help="partition, model and sampling seed (default: the first seed)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="a run's checkpoint (.pt): diagnose at its parameters")
     parser.add_argument("--sketch-dim", type=int, default=None, help="CountSketch size when the gradients do not fit (default 1024)")
+    parser.add_argument("--check-rounds", type=int, default=DEFAULT_CHECK_ROUNDS, metavar="N",
+                        help=f"run each strategy N rounds as 'fedsample run' does and flag one that diverges (default {DEFAULT_CHECK_ROUNDS}; 0: no check)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     from fedsample.tracking.setup import add_track_argument
 
     add_track_argument(parser)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The numbers on the command line, before anything is built (one ValueError line each)."""
+    from fedsample.diagnostics.estimator import MIN_DRAWS
+
+    if args.draws < MIN_DRAWS:
+        raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {args.draws} (--draws)")
+    if args.sketch_dim is not None and args.sketch_dim < 1:
+        raise ValueError(f"--sketch-dim must be >= 1, got {args.sketch_dim}")
+    if args.check_rounds < 0:
+        raise ValueError(f"--check-rounds must be >= 0, got {args.check_rounds}")
+    if args.checkpoint is not None and not args.checkpoint.is_file():
+        raise FileNotFoundError(f"checkpoint {args.checkpoint} does not exist")
 
 
 def command_diagnose(args: argparse.Namespace) -> None:
@@ -29,28 +53,97 @@ def command_diagnose(args: argparse.Namespace) -> None:
 
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM
     from fedsample.diagnostics.measure import diagnose
-    from fedsample.diagnostics.report import summary_table, write_diagnosis
+    from fedsample.diagnostics.report import check_diagnosis_folder, summary_table, write_diagnosis
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
 
+    check_arguments(args)
     torch.set_num_threads(max(1, args.threads))
     config = resolve(args.target)
     out = args.out if args.out is not None else Path("runs") / f"{runner.folder_name(config.name)}-diagnose"
-    if not out.parent.exists():
-        raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
+    sketch_dim = DEFAULT_SKETCH_DIM if args.sketch_dim is None else args.sketch_dim
+    seed = config.seeds[0] if args.seed is None else args.seed
+    inputs = {"config": config.model_dump(mode="json"), "draws": args.draws, "seed": seed, "sketch_dim": sketch_dim,
+              "checkpoint": None if args.checkpoint is None else str(args.checkpoint), "check_rounds": args.check_rounds}
+    check_diagnosis_folder(out, inputs, overwrite=args.overwrite, make_parent=args.out is None)
     tracking = runner.tracking_spec(config, getattr(args, "track", None), out / "tracking")
     plan = runner.prepare(config)
-    seed = config.seeds[0] if args.seed is None else args.seed
+    fed = plan.federation(seed)
+    strategies, grid = diagnosed_strategies(plan)
+    check_memory(plan, fed, len(strategies), args.draws, sketch_dim)
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
-    diagnosis = diagnose(plan.strategies, plan.federation(seed), plan.model, params=params, rounds=args.draws, seed=seed,
-                         sketch_dim=DEFAULT_SKETCH_DIM if args.sketch_dim is None else args.sketch_dim, progress=_report_progress)
-    written = write_diagnosis(diagnosis, out)
+    diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed,
+                         sketch_dim=sketch_dim, progress=_report_progress, faults=plan.faults)
+    notes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
+             "run_check": run_check(plan, strategies, fed, seed, args.check_rounds)}
+    if args.out is None:
+        out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is done
+    written = write_diagnosis(diagnosis, out, overwrite=args.overwrite, inputs=inputs, notes=notes)
     if tracking is not None:  # the tables and pictures, as the artifacts of a run named "diagnose"
         settings = {"experiment_config": config.model_dump(mode="json"), "draws": args.draws, "seed": seed}
         tracking.log_files(config.name, "diagnose", f"{runner.folder_name(config.name)}/diagnose", written, settings)
-    print(summary_table(diagnosis.to_dict()))
+    print(summary_table({**diagnosis.to_dict(), **notes}))
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")
+
+
+def diagnosed_strategies(plan) -> tuple[dict, dict]:
+    """The strategy of each label, a grid at its first value under its run label (``label [lr=0.01]``), and per
+    such label the grid it was taken from (``{"param", "value", "values"}``)."""
+    from fedsample.experiments import grid
+
+    strategies, grids = {}, {}
+    for s in plan.config.strategies:
+        key, strategy = next(iter(plan.variants[s.display].items()))
+        label = grid.run_label(s.display, s, key)
+        strategies[label] = strategy
+        if s.grid:
+            ((param, values),) = s.grid.items()
+            grids[label] = {"param": param, "value": values[0], "values": list(values)}
+    return strategies, grids
+
+
+def diagnosis_memory(rows: int, parameters: int, strategies: int, draws: int, sketch_dim: int) -> int:
+    """Bytes a diagnosis holds at its peak (an estimate): the per-sample gradient basis (rows x its columns,
+    float64 exact or float32 sketched), one chunk of per-sample gradients (float32 and a float64 copy), every
+    strategy's ``draws`` estimates (float64) and round logs, and the estimator statistics' three temporary
+    copies of one strategy's estimates."""
+    from fedsample.diagnostics.gradients import GRADIENT_CHUNK, basis_shape
+
+    dim, sketched = basis_shape(rows, parameters, sketch_dim=sketch_dim)
+    basis = rows * dim * (4 if sketched else 8)
+    chunk = min(rows, GRADIENT_CHUNK) * parameters * 12
+    kept = strategies * draws * (8 * dim + LOG_BYTES_PER_DRAW)
+    statistics = 3 * draws * dim * 8
+    return basis + chunk + kept + statistics
+
+
+def check_memory(plan, fed, strategies: int, draws: int, sketch_dim: int) -> None:
+    """Refuse a diagnosis that cannot fit in the memory available, before it starts (one line)."""
+    from fedsample.memory import check_fits
+    from fedsample.simulation import build_module
+
+    parameters = sum(p.numel() for p in build_module(plan.model, fed).parameters())
+    needed = diagnosis_memory(len(fed.dataset.y_train), parameters, strategies, draws, sketch_dim)
+    check_fits(f"diagnose: {strategies} strategies x {draws} draws (--draws)", needed)
+
+
+def run_check(plan, strategies: dict, fed, seed: int, rounds: int) -> dict | None:
+    """Each strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the
+    automatic backend): ``{"rounds", "status": {label: "ok" or why it diverged}}`` (None: no check)."""
+    from fedsample.simulation import Diverged, simulate
+
+    if rounds == 0:
+        return None
+    status = {}
+    for label, strategy in strategies.items():
+        try:
+            simulate(strategy, federated_data=fed, model=plan.model, rounds=rounds, seed=seed, eval_every=rounds, faults=plan.faults)
+            status[label] = "ok"
+        except Diverged as error:
+            status[label] = str(error)
+            print(f"fedsample: {label!r} diverges in its first {rounds} rounds: {error}", file=sys.stderr, flush=True)
+    return {"rounds": rounds, "status": status}
 
 
 def _report_progress(label: str, result: dict) -> None:
@@ -61,8 +154,6 @@ def _report_progress(label: str, result: dict) -> None:
 def _checkpoint_params(path: Path | None):
     if path is None:
         return None
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
     from fedsample.simulation import SimulationState
 
     return SimulationState.load(path).params

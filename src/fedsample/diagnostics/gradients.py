@@ -26,6 +26,7 @@ from fedsample.training.functional import Params, per_sample_gradients
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 DEFAULT_SKETCH_DIM = 1024
+GRADIENT_CHUNK = 1024  # rows whose per-sample gradients are computed at once
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,17 @@ def countsketch_columns(parameters: int, dim: int, seed: int) -> tuple[torch.Ten
     return bucket, sign
 
 
+def basis_shape(rows: int, parameters: int, memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                sketch_dim: int = DEFAULT_SKETCH_DIM) -> tuple[int, bool]:
+    """(columns, sketched) of the basis of ``rows`` per-sample gradients of ``parameters`` coordinates: exact
+    when rows x parameters x 8 bytes fit ``memory_budget``, else ``sketch_dim`` CountSketch buckets."""
+    sketched = rows * parameters * 8 > memory_budget
+    return (sketch_dim if sketched else parameters), sketched
+
+
 def gradient_basis(
     module: nn.Module, task: str, params: Params, x: torch.Tensor, y: torch.Tensor, seed: int = 0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET, sketch_dim: int = DEFAULT_SKETCH_DIM, chunk: int = 1024,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET, sketch_dim: int = DEFAULT_SKETCH_DIM, chunk: int = GRADIENT_CHUNK,
 ) -> GradientBasis:
     """Per-sample gradients of all rows of ``(x, y)`` at ``params``: exact (float64) when rows x parameters x 8
     bytes fit ``memory_budget``, else a ``sketch_dim``-bucket CountSketch (float32), computed chunk by chunk."""
@@ -79,8 +88,7 @@ def gradient_basis(
         raise ValueError(f"sketch_dim must be >= 1, got {sketch_dim}")
     parameters = sum(v.numel() for v in params.values())
     n = len(y)
-    sketched = n * parameters * 8 > memory_budget
-    dim = sketch_dim if sketched else parameters
+    dim, sketched = basis_shape(n, parameters, memory_budget, sketch_dim)
     out = torch.zeros((n, dim), dtype=torch.float32 if sketched else torch.float64)
     if sketched:
         bucket, sign = countsketch_columns(parameters, dim, seed)

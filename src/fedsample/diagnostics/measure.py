@@ -20,6 +20,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estimator_statistics, full_gradient
 from fedsample.diagnostics.exploitation import exploitation_summary
 from fedsample.diagnostics.federation import LinearisedFederation
+from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
@@ -82,6 +83,7 @@ def diagnose(
     strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
     memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
+    faults: FaultModel | None = None,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
     initial parameters for ``seed``, as ``simulate`` starts) without updating it, and measure each round's
@@ -103,7 +105,7 @@ def diagnose(
     results, all_draws = {}, {}
     for label, st in strategies.items():
         start = time.perf_counter()
-        fed = LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis)
+        fed = with_faults(LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis), faults, seed)
         draws = draw_rounds(st, fed, params, rounds, seed, first_round)
         all_draws[label] = draws
         results[label] = {

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fedsample import outputs
 from fedsample.diagnostics.measure import Diagnosis
+from fedsample.experiments.report import markdown_text
 
 COLUMNS = ("bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
            "samples", "clients contacted", "kB up")
@@ -31,20 +33,64 @@ def summary_table(document: dict) -> str:
     note = (f"{document['rounds']} draws at a fixed model; {document['clients']} clients, {document['samples']} samples; "
             f"gradients {basis['kind']} ({basis['dim']} of {basis['parameters']} coordinates"
             + (f", relative error of squared norms <= {basis['relative_error_bound']:.3f})" if basis["kind"] != "exact" else ")"))
-    return "\n".join(lines) + "\n\n" + note + "\n"
+    return "\n".join(lines) + "\n\n" + "\n".join([note, *setting_lines(document)]) + "\n"
 
 
-def write_diagnosis(diagnosis: Diagnosis, out: Path) -> list[Path]:
-    """diagnostics.json, summary.md, exploitation.png, estimator.png and labels.png in ``out``: written into a
-    temporary folder inside ``out`` and moved into place only when every one is complete, so an interrupted
-    diagnosis never leaves a half-written file. Strict JSON (a non-finite number is null)."""
+def setting_lines(document: dict) -> list[str]:
+    """What else the diagnosis used or found (the command line's ``notes``): the failure model, the grid value
+    each strategy with a grid was diagnosed at, and the strategies that diverged in the first rounds of a run."""
+    lines = []
+    faults = document.get("faults")
+    if faults:
+        lines.append(f"failure model (the experiment's [faults]): {json.dumps(faults)}")
+    for label, grid in (document.get("grid") or {}).items():
+        lines.append(f"{markdown_text(label)}: diagnosed at {grid['param']} = {grid['value']}, the first of its grid values "
+                     f"{grid['values']} (the diagnosis is per unit learning rate)")
+    check = document.get("run_check")
+    if check:
+        diverged = {label: status for label, status in check["status"].items() if status != "ok"}
+        if not diverged:
+            lines.append(f"run check: every strategy ran its first {check['rounds']} rounds as `fedsample run` does without diverging")
+        for label, status in diverged.items():
+            lines.append(f"**{markdown_text(label)} diverges in `fedsample run`** (first {check['rounds']} rounds): {markdown_text(status)}")
+    return lines
+
+
+DIAGNOSIS_FILES = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
+
+
+def diagnosis_marker(inputs: dict) -> outputs.Marker:
+    """The folder's fingerprint, ``diagnose.json``: what was diagnosed (``inputs``)."""
+    return outputs.Marker("diagnose", DIAGNOSIS_FILES, inputs, subject="diagnosis")
+
+
+def default_inputs(diagnosis: Diagnosis) -> dict:
+    """What determines a diagnosis when the caller does not say: dataset, clients, strategies, draws and seed."""
+    return {"dataset": diagnosis.data.dataset.name, "clients": diagnosis.data.num_clients,
+            "strategies": list(diagnosis.results), "draws": diagnosis.rounds, "seed": diagnosis.seed}
+
+
+def check_diagnosis_folder(out: Path, inputs: dict, overwrite: bool = False, make_parent: bool = False) -> None:
+    """Refuse, before anything is computed, a folder that cannot receive a diagnosis (:mod:`fedsample.outputs`)."""
+    outputs.check_folder(Path(out), diagnosis_marker(inputs), overwrite=overwrite, make_parent=make_parent)
+
+
+def write_diagnosis(diagnosis: Diagnosis, out: Path, overwrite: bool = False, inputs: dict | None = None,
+                    notes: dict | None = None) -> list[Path]:
+    """diagnostics.json (with ``notes``: what else the diagnosis used or found), summary.md, exploitation.png,
+    estimator.png, labels.png and the ``diagnose.json`` marker (``inputs``, default :func:`default_inputs`) in
+    ``out`` (created; its parent must exist): written into a temporary folder inside ``out`` and moved into place
+    only when every one is complete, so an interrupted diagnosis never leaves a half-written file. A folder
+    holding results (a run's, another diagnosis) is refused unless ``overwrite``. Strict JSON (a non-finite
+    number is null)."""
     from fedsample.diagnostics.plots import plot_estimator, plot_exploitation, plot_labels
-    from fedsample.experiments.runner import finite_or_none, written_together
+    from fedsample.experiments.runner import finite_or_none
 
-    out.mkdir(parents=True, exist_ok=True)
-    document = diagnosis.to_dict()
-    names = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
-    with written_together(out, names) as folder:
+    out = Path(out)
+    marker = diagnosis_marker(inputs if inputs is not None else default_inputs(diagnosis))
+    document = {**diagnosis.to_dict(), **(notes or {})}
+    names = DIAGNOSIS_FILES
+    with outputs.written_results(out, marker, overwrite=overwrite) as folder:
         (folder / names[0]).write_text(json.dumps(finite_or_none(document), indent=1, allow_nan=False))
         (folder / names[1]).write_text(summary_table(document))
         plot_exploitation(document, folder / names[2])

@@ -5,6 +5,12 @@ Each run (strategy label, grid value, training seed) is independent: its numbers
 ``spawn`` method (never fork a process that may hold CUDA or thread pools); each receives the prepared plan
 once, sets its torch threads, and reports every finished round back through a queue for the progress bar.
 On a CUDA device the runs go one after another in this process (one GPU, the data loaded once).
+
+Ctrl-C reaches every process of the terminal's process group. The processes are started with SIGINT blocked
+(a blocked signal stays blocked across exec, and Python does not unblock it), so they never print a
+KeyboardInterrupt traceback of their own, even while they import; this process receives it, stops the
+processes and cancels the runs not started, and the command line prints one line (exit code 130). The
+checkpoints written so far stay, for ``--resume``.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import queue as queue_module
+import signal
+import threading
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -140,7 +149,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _start_worker(plan: Plan, threads: int, rounds: Any) -> None:
-    """A spawned process: keep the plan and the progress queue, one torch thread unless asked otherwise."""
+    """A spawned process: keep the plan and the progress queue, one torch thread unless asked otherwise; Ctrl-C
+    is the parent's to handle (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(max(1, threads))
     _WORKER.update(plan=plan, rounds=rounds)
 
@@ -155,14 +166,59 @@ def _in_processes(
     plan: Plan, todo: list[Job], settings: RunSettings, jobs: int, threads: int | None, progress: Progress | None
 ) -> dict[Job, Outcome]:
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager:
+    with interrupts_blocked_in_children():
+        manager = context.Manager()  # started here: its process, too, never sees a Ctrl-C
+    with manager:
         rounds = manager.Queue()  # a put returns once the round is queued: none is in flight when the runs end
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(todo)), mp_context=context, initializer=_start_worker, initargs=(plan, threads or 1, rounds)
         ) as pool:
-            futures = {pool.submit(_run_in_worker, job, settings): job for job in todo}
-            _wait_reporting(set(futures), rounds, progress)
-            return {job: future.result() for future, job in futures.items()}
+            try:
+                with interrupts_blocked_in_children():  # spawn (submit starts the processes) with SIGINT blocked
+                    futures = {pool.submit(_run_in_worker, job, settings): job for job in todo}
+                _wait_reporting(set(futures), rounds, progress)
+                return {job: future.result() for future, job in futures.items()}
+            except BaseException:  # Ctrl-C, or a run that raised: stop the others now, not after they finish
+                stop_processes(pool)
+                raise
+
+
+@contextmanager
+def interrupts_blocked_in_children() -> Iterator[None]:
+    """Processes started inside the block have SIGINT blocked for good (the signal mask survives fork and exec).
+    A Ctrl-C during the block is held until it ends, then acted on as usual: this process's other threads (torch's)
+    may still take the signal, so it is recorded rather than raised half-way through starting a process, which
+    would leave that process unknown to the pool and never stopped."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # started inside the block it would unblock SIGINT here (it blocks its own)
+    caught: list[Any] = []
+    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+        if caught and callable(handler):
+            handler(signal.SIGINT, caught[0])  # Python's default handler raises KeyboardInterrupt
+
+
+def stop_processes(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's processes and cancel the runs not started (the checkpoints written stay)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=10)
 
 
 def _wait_reporting(pending: set[Future], rounds: Any, progress: Progress | None) -> None:

@@ -10,7 +10,9 @@ ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a 
 
 def cell(stats: dict, metric: str, seeds: int) -> str:
     """'mean ± sd' (accuracy and macro-F1 in percent, as the papers); the sd is left out for one seed, and
-    the number of seeds is added when some seeds stopped (n < seeds)."""
+    the number of seeds is added when some seeds stopped (n < seeds); "—" when every seed stopped."""
+    if stats.get("mean") is None:
+        return "—"
     scale = 1.0 if metric in ("loss", "mse") else 100.0
     text = f"{stats['mean'] * scale:.2f}"
     if stats.get("sd") is not None:

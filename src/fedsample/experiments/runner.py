@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from fedsample import outputs
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
 from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
@@ -29,52 +26,41 @@ from fedsample.tracking.setup import TrackingSpec, parse_backends
 METRICS = ("accuracy", "macro_f1", "loss")
 
 
-OWNED = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "run.json", "tracking")
+RUN_FILES = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "tracking")
 SUMMARY_FILES = ("results.json", "summary.md", "curves.png", "partition.png")
 
 
-def _ours(out: Path) -> list[str]:
-    return [name for name in OWNED if (out / name).exists()]
+def run_marker(config: ExperimentConfig) -> outputs.Marker:
+    """The folder's fingerprint, ``run.json``: the experiment (a resume may add rounds; the description is
+    prose, not a setting: a preset whose stated cost was updated still resumes; tracking does not change the
+    numbers; the [privacy] table may raise the budget, and each run's checkpoint refuses a ledger kept with another
+    unit, k or threat model)."""
+    return outputs.Marker("run", RUN_FILES, {"config": config.model_dump(mode="json")}, resumable=True,
+                          free=("config.rounds", "config.description", "config.tracking", "config.privacy"))
 
 
-def check_output_folder(out: Path, config: ExperimentConfig | None = None, resume: bool = False, overwrite: bool = False) -> None:
-    """The output folder may be created or reused: a folder that holds a run's files is reused only with
-    ``overwrite`` or to ``resume`` the same experiment (its ``run.json`` names it)."""
-    if not out.parent.exists():
-        raise ConfigError(f"output folder {out}: its parent folder {out.parent} does not exist")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output folder {out}: a file of that name exists")
-    if config is None or overwrite or not out.exists() or not _ours(out):
-        return
-    if not resume:
-        raise ConfigError(f"output folder {out} holds a run's results: pass --overwrite to replace them or --resume to continue")
-    changed = _changed_settings(out / "run.json", config)
-    if changed:
-        raise ConfigError(f"--resume: output folder {out} holds another experiment ({', '.join(changed)} differ); pass --overwrite or another --out")
-
-
-def _changed_settings(marker: Path, config: ExperimentConfig) -> list[str]:
-    """Top-level settings that differ between the folder's run.json and ``config`` (rounds may grow; the
-    description is prose, not a setting: a preset whose stated cost was updated still resumes; tracking does
-    not change the numbers; the [privacy] table may raise the budget, and each run's checkpoint refuses a ledger
-    kept with another unit, k or threat model)."""
-    try:
-        saved = json.loads(marker.read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return ["run.json (missing or unreadable)"]
-    current = config.model_dump(mode="json")
-    return sorted(k for k in set(saved) | set(current) if k not in ("rounds", "description", "tracking", "privacy") and saved.get(k) != current.get(k))
+def check_output_folder(
+    out: Path, config: ExperimentConfig, resume: bool = False, overwrite: bool = False, make_parent: bool = False
+) -> None:
+    """The output folder may be created or reused (:func:`fedsample.outputs.check_folder`, writes nothing): a
+    folder that holds results is reused only with ``overwrite`` or to ``resume`` the same experiment (its
+    ``run.json`` names it); ``make_parent``: the parent (a default ``runs/``) may still be missing."""
+    outputs.check_folder(out, run_marker(config), resume=resume, overwrite=overwrite, make_parent=make_parent)
 
 
 def start_output_folder(out: Path, config: ExperimentConfig, overwrite: bool = False) -> None:
-    """Create the folder (or clear this tool's files from it with ``overwrite``) and record the experiment."""
-    out.mkdir(exist_ok=True)
-    if overwrite:
-        for name in _ours(out):
-            target = out / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    """Create the folder (or clear the results in it with ``overwrite``), remove a killed run's staging, and
+    record the experiment in ``run.json``."""
+    outputs.start(out, run_marker(config), overwrite=overwrite)
     (out / "checkpoints").mkdir(exist_ok=True)
-    write_atomic(out / "run.json", lambda p: p.write_text(json.dumps({"config": config.model_dump(mode="json")}, indent=1)))
+
+
+def check_run_settings(jobs: int, ray: bool = False) -> None:
+    """``jobs`` processes (>= 1; not with Ray, which already spreads each run): one ConfigError line."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs!r}")
+    if jobs > 1 and ray:
+        raise ConfigError("--jobs and Ray (--workers/--ray-address) exclude each other: Ray already spreads each run")
 
 
 def run_plan(
@@ -99,10 +85,7 @@ def run_plan(
     the independent runs in that many processes with ``threads`` torch threads each (default 1), with the
     numbers of ``jobs = 1`` (fedsample.experiments.execute). ``tracking`` logs each (label, grid value, seed) run to
     its trackers (fedsample.tracking)."""
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    if jobs > 1 and (options or {}).get("federation") is not None:
-        raise ConfigError("--jobs and Ray (--workers/--ray-address) exclude each other: Ray already spreads each run")
+    check_run_settings(jobs, (options or {}).get("federation") is not None)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}), tracking)
     if tracking is not None:
@@ -116,12 +99,15 @@ def run_experiment(
     on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
     jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
-    """The whole experiment into ``out`` (already checked with :func:`check_output_folder`): record it, run
-    every strategy, grid value and seed (:func:`run_plan`; ``only`` a subset of the labels), select each
-    grid's value on the validation split, write results.json, summary.md and the plots; returns the
-    results.json document and the raw results of each label (its selected value's runs). With ``tracking``
-    each run is a tracked run, and a run named "summary" holds the experiment's result files."""
+    """The whole experiment into ``out``: check the settings and the folder (:func:`check_run_settings`,
+    :func:`check_output_folder`: a refusal writes nothing), record it, run every strategy, grid value and
+    seed (:func:`run_plan`; ``only`` a subset of the labels), select each grid's value on the validation
+    split, write results.json, summary.md and the plots; returns the results.json document and the raw
+    results of each label (its selected value's runs). With ``tracking`` each run is a tracked run, and a run
+    named "summary" holds the experiment's result files."""
     plan = restricted(plan, only)
+    check_run_settings(jobs, (options or {}).get("federation") is not None)
+    check_output_folder(out, plan.config, resume=resume, overwrite=overwrite)
     if tracking is not None:
         tracking.check()
     start_output_folder(out, plan.config, overwrite=overwrite)
@@ -130,7 +116,7 @@ def run_experiment(
         on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads, tracking=tracking,
     )
     results, extras = selected_runs(plan, outcomes)
-    document = summarize(plan.config, results, extras)
+    document = summarize(plan.config, results, extras, task_metrics(plan.dataset.task))
     write_outputs(plan, out, document, privacy_document(results))
     if tracking is not None and tracking.backends:
         config = {"experiment_config": plan.config.model_dump(mode="json")}
@@ -169,7 +155,7 @@ def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, l
             key, extras[label]["selected"] = grid.select(s, {k: [o.validation for o in runs] for k, runs in by_key.items()})
         results[label] = [o.result for o in by_key[key]]
         if plan.config.validation is not None:
-            extras[label]["validation"] = {"final": metric_table([o.validation for o in by_key[key]], METRICS)}
+            extras[label]["validation"] = {"final": metric_table([o.validation for o in by_key[key]], task_metrics(plan.dataset.task))}
     return results, extras
 
 
@@ -184,18 +170,27 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
-def summarize(config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict] | None = None) -> dict:
+def task_metrics(task: str) -> tuple[str, ...]:
+    """The metrics results.json summarizes for a task: accuracy, macro-F1 and loss; the loss for regression."""
+    return METRICS if task == "classification" else ("loss",)
+
+
+def summarize(
+    config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict] | None = None,
+    metrics: tuple[str, ...] = METRICS,
+) -> dict:
     """The results.json document: config, and per strategy the final-round and best-round metrics
     (``{"mean", "sd", "n", "per_seed"}`` over the seeds that finished, sd with ddof = 1 and null for one seed;
     ``per_seed`` null for a seed that did not; best = the best evaluated round of each seed: highest accuracy
     and macro-F1, lowest loss), each seed's ``status`` ("ok" or the reason it stopped), the per-seed round
-    histories, and ``extras[label]`` (validation metrics, a grid's selection). Strict JSON: no NaN or Infinity."""
+    histories, and ``extras[label]`` (validation metrics, a grid's selection). A strategy whose every seed
+    stopped keeps the same keys: each of ``metrics`` with mean, sd null, n = 0. Strict JSON: no NaN or Infinity."""
     strategies = {}
     for label, runs in results.items():
         finished = [run if isinstance(run, SimulationResult) else None for run in runs]
         strategies[label] = {
-            "final": metric_table([run and run.final for run in finished], METRICS),
-            "best": metric_table([run and {m: best_round(run.history, m) for m in METRICS} for run in finished], METRICS),
+            "final": metric_table([run and run.final for run in finished], metrics),
+            "best": metric_table([run and {m: best_round(run.history, m) for m in metrics} for run in finished], metrics),
             "status": [run.status if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
@@ -229,49 +224,17 @@ def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> di
             for label, runs in results.items()}
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder and rename it into place; the file gets the
-    user's normal permissions (0666 less the umask), like any other file the tool writes."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-@contextmanager
-def written_together(out: Path, names: tuple[str, ...]) -> Iterator[Path]:
-    """A staging folder inside ``out``: the block writes the files ``names`` there, and they are moved into
-    ``out`` only when the block ends without error, so a failure leaves none of them half-written."""
-    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
-        yield Path(tmp)
-        for name in names:
-            os.replace(Path(tmp) / name, out / name)
-
-
 def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = None) -> None:
     """results.json, summary.md, curves.png, the partition picture of the first seed and privacy.json (each run's
     ledger): all written into a temporary folder inside ``out`` and moved into place only when every one is complete."""
-    from fedsample.data.report import write_partition_report
+    from fedsample.data.report import write_partition_files
     from fedsample.experiments.report import plot_curves, summary_table
 
     text = json.dumps(document, indent=1, allow_nan=False)
     ledgers = json.dumps(finite_or_none(privacy or {}), indent=1, allow_nan=False)
-    with written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json")) as folder:
+    with outputs.written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json")) as folder:
         (folder / "results.json").write_text(text)
         (folder / "privacy.json").write_text(ledgers)
         (folder / "summary.md").write_text(summary_table(document))
         plot_curves(document, folder / "curves.png")
-        write_partition_report(plan.federation(plan.config.seeds[0]), folder / "partition")
-        os.replace(folder / "partition" / "stats.json", folder / "partition_stats.json")
-        os.replace(folder / "partition" / "partition.png", folder / "partition.png")
+        write_partition_files(plan.federation(plan.config.seeds[0]), folder, stats_name="partition_stats.json")

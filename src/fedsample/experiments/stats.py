@@ -11,10 +11,11 @@ LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
 
 def over_seeds(per_seed: list[float | None]) -> dict:
     """``{"mean", "sd", "n", "per_seed"}`` over the seeds with a value (None marks a seed that stopped):
-    sd is the sample standard deviation, sqrt(sum (x - mean)^2 / (n - 1)), null for n = 1."""
+    sd is the sample standard deviation, sqrt(sum (x - mean)^2 / (n - 1)), null for n = 1; mean and sd are
+    null for n = 0 (every seed stopped)."""
     values = [float(v) for v in per_seed if v is not None]
     n = len(values)
-    mean = sum(values) / n
+    mean = sum(values) / n if n else None
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
     return {"mean": mean, "sd": sd, "n": n, "per_seed": per_seed}
 
@@ -30,11 +31,12 @@ def best_round(history: list[dict], metric: str) -> float | None:
 
 
 def metric_table(per_seed_metrics: list[dict | None], metrics: tuple[str, ...]) -> dict:
-    """Per metric measured in every finished seed, its :func:`over_seeds` summary (None: a seed that stopped)."""
+    """Per metric measured in every finished seed, its :func:`over_seeds` summary (None: a seed that stopped);
+    when every seed stopped, each of ``metrics`` with n = 0 and null mean and sd (the keys stay the same)."""
     done = [m for m in per_seed_metrics if m is not None]
     table = {}
     for metric in metrics:
-        if not done or any(m.get(metric) is None for m in done):
+        if done and any(m.get(metric) is None for m in done):
             continue
         table[metric] = over_seeds([None if m is None else m[metric] for m in per_seed_metrics])
     return table

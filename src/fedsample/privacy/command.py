@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from fedsample.memory import check_fits, check_int64
 from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 
@@ -48,25 +49,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def sizes_text(spec: str) -> str:
+    """The text of ``--sizes``: the file's when ``spec`` names one (a folder or an unreadable file is one line
+    with the reason), else ``spec`` itself."""
+    path = Path(spec)
+    try:
+        exists = path.exists()
+    except OSError:  # a long list of numbers is too long for a file name
+        exists = False
+    if not exists:
+        return spec
+    if path.is_dir():
+        raise ValueError(f"--sizes {spec}: is a folder; expected integers or a file of integers")
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise ValueError(f"--sizes {spec}: cannot read it: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--sizes {spec}: not a text file of integers") from None
+
+
 def read_sizes(spec: str | None, default: Callable[[], np.ndarray]) -> np.ndarray:
     """Sizes from a comma list or a file of whitespace/comma-separated integers; ``default()`` when ``spec`` is None
-    (the command line passes the quickstart-lognormal partition's sizes, seed 0)."""
+    (the command line passes the quickstart-lognormal partition's sizes, seed 0). Every size and their total must
+    fit numpy's int64."""
     if spec is None:
         return default()
-    text = Path(spec).read_text() if Path(spec).is_file() else spec
+    text = sizes_text(spec)
     try:
-        sizes = np.array([int(v) for v in text.replace(",", " ").split()], dtype=np.int64)
+        values = [int(v) for v in text.replace(",", " ").split()]
     except ValueError:
         raise ValueError(f"--sizes: expected integers or a file of integers, got {spec[:40]!r}") from None
-    if len(sizes) == 0 or np.any(sizes < 1):
+    if len(values) == 0 or min(values) < 1:
         raise ValueError("--sizes: every client must hold at least one sample")
-    return sizes
+    check_int64("--sizes: a size", max(values))
+    check_int64("--sizes: the total", sum(values))
+    return np.array(values, dtype=np.int64)
+
+
+AUDIT_BYTES = 48  # per audit draw and per size value 1..M-1: the reports and their temporaries, the count arrays
+ATTACK_BYTES = 24  # per (round, client): the reports, their column index, np.add.at's temporary
+COUNT_BYTES = 16  # per (size value, client): the attack's counts and argmax's transposed copy
+
+
+def report_memory(M: int, rounds: int, clients: int, draws: int) -> int:
+    """Bytes :func:`report` needs at its peak (an estimate): the audit's ``draws`` reports per size and its
+    per-value counts, or the attack's ``rounds x clients`` reports and its ``M x clients`` counts, whichever is larger."""
+    audit = AUDIT_BYTES * (draws + M)
+    attack = ATTACK_BYTES * rounds * clients + COUNT_BYTES * M * clients
+    return max(audit, attack)
 
 
 def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float, draws: int, seed: int) -> list[str]:
     """The lines ``fedsample privacy`` prints about the size reports."""
     if rounds < 1 or draws < 1:
         raise ValueError(f"--rounds and --draws must be >= 1, got {rounds} and {draws}")
+    check_int64("--M", M)
+    check_fits(f"privacy: --M {M}, --rounds {rounds}, --draws {draws} over {len(sizes)} clients",
+               report_memory(M, rounds, len(sizes), draws))
     alpha = alpha_for(epsilon, M)
     clipped = float(clip_size(sizes, M).sum())
     se = math.sqrt(estimator_variance(sizes, epsilon, M))

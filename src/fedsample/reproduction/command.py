@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+from fedsample import outputs
 from fedsample.experiments import runner
 from fedsample.experiments.config import ConfigError, ExperimentConfig, parse_config
 from fedsample.experiments.presets import resolve
@@ -110,18 +111,30 @@ def select(args: argparse.Namespace) -> Selection:
     studies = {study.name: study for study in paper.studies}
     names = chosen([*entries, *studies], args.only, paper, profile)
     out = args.out if args.out is not None else Path("runs") / f"reproduce-{paper.name}-{profile}"
-    if not out.parent.exists():
-        raise ValueError(f"output folder {out}: its parent folder {out.parent} does not exist")
     configs = {key: preset_config(entries[key], seeds, args.rounds, device) for key in names if key in entries}
     chosen_studies = {k: studies[k] for k in names if k in studies}
+    outputs.check_folder(out, reproduction_marker(paper, profile, names), resume=args.resume, overwrite=args.overwrite,
+                         make_parent=args.out is None)
     check_folders(out, configs, chosen_studies, args)
     skipped = [name for name in [*entries, *studies] if name not in names]
     return Selection(paper, device, profile, out, configs, chosen_studies, seeds, skipped, run_options(args, out))
 
 
+REPRODUCTION_FILES = ("REPRODUCTION.md", "reproduction.json")
+
+
+def reproduction_marker(paper: Paper, profile: str, names: Sequence[str] = ()) -> outputs.Marker:
+    """OUT's fingerprint, ``reproduce.json``: the paper and profile, and the files and folders (one per preset
+    and study) a reproduction writes there; a --resume continues only the same paper on the same profile (each
+    preset's folder then checks its own experiment)."""
+    return outputs.Marker("reproduce", (*REPRODUCTION_FILES, *names), {"paper": paper.name, "profile": profile},
+                          resumable=True, subject="reproduction")
+
+
 def check_folders(out: Path, configs: dict[str, ExperimentConfig], studies: dict[str, Study], args: argparse.Namespace) -> None:
-    """Earlier results in OUT are replaced only with --overwrite, or continued with --resume (same experiment)."""
-    if not out.exists():  # a new OUT holds nothing to protect; it is made once everything is valid
+    """Earlier results in OUT's preset and study folders are replaced only with --overwrite, or continued with
+    --resume (same experiment)."""
+    if not out.exists() or args.overwrite:  # a new OUT holds nothing to protect; --overwrite clears OUT first
         return
     for key, config in configs.items():
         runner.check_output_folder(out / key, config, args.resume, args.overwrite)
@@ -185,7 +198,7 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     folder.mkdir(exist_ok=True)
     measured = study.run(sel.device, seeds, folder)
     document = {"seeds": seeds, "device": sel.device, "values": {k: {m: list(v) for m, v in d.items()} for k, d in measured.items()}}
-    runner.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
+    outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
     return "ran", study_values(document["values"])
 
 
@@ -261,8 +274,8 @@ def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[d
 def write_reproduction(out: Path, document: dict) -> None:
     """reproduction.json and REPRODUCTION.md, each written whole (temporary file, then renamed)."""
     text = json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)
-    runner.write_atomic(out / "reproduction.json", lambda p: p.write_text(text))
-    runner.write_atomic(out / "REPRODUCTION.md", lambda p: p.write_text(markdown(document)))
+    outputs.write_atomic(out / "reproduction.json", lambda p: p.write_text(text))
+    outputs.write_atomic(out / "REPRODUCTION.md", lambda p: p.write_text(markdown(document)))
 
 
 def preset_description(entry: str) -> str:
@@ -302,7 +315,10 @@ def reproduce(args: argparse.Namespace) -> list[str]:
         print(listing())
         return []
     sel = select(args)
-    sel.out.mkdir(exist_ok=True)
+    if args.out is None:
+        sel.out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is valid
+    marker = reproduction_marker(sel.paper, sel.profile, [*sel.configs, *sel.studies])
+    outputs.start(sel.out, marker, overwrite=args.overwrite)
     start = time.perf_counter()
     runs, values, failures = execute(sel, args)
     document = reproduction_document(sel, args, runs, values, time.perf_counter() - start)

@@ -196,7 +196,10 @@ class StratifiedMean:
     - ``unbiased`` (default): Horvitz-Thompson inside strata, (1/N) * sum_h sum_{k in s_h} Delta_k / pi_k.
       Since strata are sampled independently, pi_k is the overall inclusion probability, so this is
       unbiased for the full-participation mean (1/N) * sum_k Delta_k whatever the within-stratum design
-      (it coincides with ``WeightedMean("inverse_inclusion")``).
+      (it coincides with ``WeightedMean("inverse_inclusion")``). When clients fail, each stratum's weights
+      are divided by that stratum's response rate r_h = answered_h / asked_h (the weighting-class adjustment
+      with the strata as classes): unbiased, given at least one answer in every stratum, when clients answer
+      at random with a rate that may differ between strata; one overall rate would be biased then.
     - ``paper``: the FedSTS/FedSTaS aggregation (Slessor et al. 2025, Eq. 6 and Algorithm 2, last line)
       (1/N) * sum_h N_h * (1/m_h) * sum_{k in s_h} Delta_k. Unbiased only when pi_k = m_h / N_h inside
       each stratum; with importance sampling proportional to ||X_k|| it over-weights large-norm clients
@@ -238,7 +241,25 @@ class StratifiedMean:
         return N_h[h] / (m_h[h] * cohort.population)
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        if self.by == "unbiased" and cohort.strata is not None:
+            rate = stratum_response_rates(reports, cohort, ctx)
+            return linear_combination(reports, lambda positions, _: 1.0 / (cohort.inclusion[positions] * cohort.population * rate[positions]))
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
+
+
+def stratum_response_rates(reports: Reports, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
+    """Per cohort position, the response rate of its stratum, r_h = (members of h whose reply did not fail) /
+    (members of h asked). Clients lost before the cohort was formed (a failed size report) belong to no known
+    stratum: the share of them in the round's rate (``ctx.response_rate``) scales every stratum alike."""
+    failed = replies_of(reports).failed
+    failed_at = np.fromiter(failed, dtype=np.int64, count=len(failed))
+    replied = np.ones(len(cohort), dtype=bool)
+    replied[failed_at] = False
+    _, stratum = np.unique(np.asarray(cohort.strata), return_inverse=True)
+    rate = np.bincount(stratum, weights=replied) / np.bincount(stratum)
+    in_cohort = replied.mean() if len(cohort) else 1.0
+    lost = response_rate_of(ctx) / in_cohort if in_cohort > 0 else 1.0
+    return rate[stratum] * lost
 
 
 def size_ratio_weights(sizes: np.ndarray, inclusion: np.ndarray) -> np.ndarray:
