@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from fedsample.diagnostics.federation import LinearisedFederation
+from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
@@ -53,12 +54,14 @@ class Draws:
 
 
 def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Params, rounds: int, seed: int,
-                first_round: int = 0) -> Draws:
-    """Run ``rounds`` rounds of ``strategy`` at the frozen ``params``, recording each round's aggregate."""
+                first_round: int = 0, faults: FaultModel | None = None) -> Draws:
+    """Run ``rounds`` rounds of ``strategy`` at the frozen ``params``, recording each round's aggregate; the
+    clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run."""
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder)
     state = frozen.init_state(params)
-    served = with_secure_sum(federation, frozen.secure_sum)  # sealed as in a run, where the strategy declares it
+    # the failure model, then sealed where the strategy declares a secure sum: the federation a run builds
+    served = with_secure_sum(with_faults(federation, faults, seed), frozen.secure_sum)
     n = len(federation.data.dataset.y_train)
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64), *(np.zeros(rounds, dtype=np.int64) for _ in range(4)), [])
     for i in range(rounds):

@@ -20,7 +20,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estimator_statistics, full_gradient
 from fedsample.diagnostics.exploitation import exploitation_summary
 from fedsample.diagnostics.federation import LinearisedFederation
-from fedsample.federation.faults import FaultModel, with_faults
+from fedsample.federation.faults import FaultModel
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
@@ -105,8 +105,8 @@ def diagnose(
     results, all_draws = {}, {}
     for label, st in strategies.items():
         start = time.perf_counter()
-        fed = with_faults(LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis), faults, seed)
-        draws = draw_rounds(st, fed, params, rounds, seed, first_round)
+        fed = LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis)
+        draws = draw_rounds(st, fed, params, rounds, seed, first_round, faults)
         all_draws[label] = draws
         results[label] = {
             "estimator": estimator_statistics(draws.estimates, target),
