@@ -67,3 +67,26 @@ def test_dir_lists_the_lazy_submodules(restore_modules):
     fs = fresh_fedsample()
     assert {"privacy", "rounds", "messages", "simulate"} <= set(dir(fs))
     assert {"accounting", "attacks", "command"} <= set(dir(fs.privacy))
+
+
+def public_modules() -> list[str]:
+    """Every module a user may import: no part of its dotted name starts with an underscore."""
+    return [name for name in all_modules() if not any(part.startswith("_") for part in name.split("."))]
+
+
+@pytest.mark.parametrize("name", ["fedsample", *public_modules()])
+def test_every_public_module_declares_its_public_names(name):
+    module = importlib.import_module(name)
+    declared = getattr(module, "__all__", None)
+    assert isinstance(declared, list) and declared, f"{name} defines no __all__"
+    assert all(isinstance(n, str) for n in declared)
+    assert not [n for n in declared if n.startswith("_")], f"{name}.__all__ names private names"
+    assert len(set(declared)) == len(declared), f"{name}.__all__ repeats a name"
+    missing = [n for n in declared if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not have: {missing}"
+
+
+def test_the_public_names_are_what_a_star_import_gives():
+    namespace: dict = {}
+    exec("from fedsample.privacy.sizes import *", namespace)
+    assert {"ExactSizes", "RandomizedSizes", "SizeInfo"} <= set(namespace) and "np" not in namespace

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+__all__ = ["COMMANDS", "main"]
+
 EXIT_USAGE = 2
 DEFAULT_RUNS = Path("runs")
 

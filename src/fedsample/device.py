@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+__all__ = ["free_memory", "resolve_device", "to_device"]
+
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
 

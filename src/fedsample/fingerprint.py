@@ -13,6 +13,8 @@ import numpy as np
 
 from fedsample.data.types import FederatedData
 
+__all__ = ["differences", "run_fingerprint"]
+
 
 def digest(*arrays: Any) -> str:
     """A short blake2b digest of arrays and strings (their bytes, shapes and dtypes)."""

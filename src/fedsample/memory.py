@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["available_memory", "check_fits", "check_int64"]
+
 INT64_MAX = 2**63 - 1
 
 

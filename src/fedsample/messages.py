@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
-Params = dict[str, torch.Tensor]
-
 __all__ = [
     "ClientContext", "DataWeights", "LocalSample", "Params", "PerClient", "ProbeReport", "ProbeRequest", "Shared",
     "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
+
+Params = dict[str, torch.Tensor]
 
 
 @dataclass

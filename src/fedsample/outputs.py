@@ -29,6 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+__all__ = [
+    "Marker", "OutputError", "check_folder", "error_line", "start", "write_atomic", "written_results",
+    "written_together",
+]
+
 STAGING = ".fedsample-staging-"
 LEGACY_STAGING = ".writing-"  # the staging prefix of earlier versions (no process id: always stale)
 COMMANDS = ("run", "diagnose", "partition", "reproduce")  # each one's marker is COMMAND.json

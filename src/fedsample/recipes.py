@@ -38,6 +38,11 @@ from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAg
 from fedsample.training.local import EpochSGD, LocalSGD, OneGradient
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
+__all__ = [
+    "PARAMETERS", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
+    "fedsampling", "fedsampling_naive", "fedstas", "fedsts", "fedyogi", "isfedavg", "iwds", "recipe", "weighted_fedavg",
+]
+
 MOMENTUM = reals(0, 1, "[)")
 
 #: The recipes' parameter names, one per concept, and what each admits (docs/parameters.md lists them with

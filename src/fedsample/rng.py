@@ -25,6 +25,11 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where a device is used, so numpy-only users do not pay for it
     import torch
 
+__all__ = [
+    "ClientRandom", "CohortRandom", "CohortStreams", "SERVER", "client_rng", "client_streams", "client_streams_torch",
+    "generator", "mix64", "mix64_torch", "stream_uniforms", "stream_uniforms_torch", "torch_seed", "uniform_integers",
+]
+
 SERVER = -1  # the "client id" of the server's own draws
 
 

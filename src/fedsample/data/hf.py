@@ -18,6 +18,8 @@ import numpy as np
 
 from fedsample.data.types import Dataset
 
+__all__ = ["COLUMN_PREFIX", "EXTRA", "from_hf", "hf_datasets", "load_hf"]
+
 EXTRA = "pip install 'fedsample[hf]'"
 FORMATS = ("csv", "parquet", "json", "imagefolder")  # datasets' packaged builders for local files
 COLUMN_PREFIX = "column:"  # meta[COLUMN_PREFIX + name]: a kept per-row column (natural ids, for partitioners)

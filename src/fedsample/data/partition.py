@@ -17,6 +17,11 @@ import numpy as np
 from fedsample.data.checks import check_partition, listed
 from fedsample.data.types import Dataset, FederatedData
 
+__all__ = [
+    "Dirichlet", "IID", "LocalLongTail", "LogNormalSizes", "Natural", "Shards", "apportion", "capped_shares",
+    "partition",
+]
+
 
 def apportion(weights: np.ndarray, total: int, minimum: int = 0) -> np.ndarray:
     """Hamilton's largest-remainder apportionment of ``total`` units among ``len(weights)`` parts, exact in

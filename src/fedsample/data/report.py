@@ -13,6 +13,8 @@ from fedsample.data.stats import partition_stats
 from fedsample.data.types import FederatedData
 from fedsample.outputs import Marker, written_results
 
+__all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_files", "write_partition_report"]
+
 SCHEMES = {
     "iid": IID,
     "dirichlet": Dirichlet,
@@ -21,8 +23,6 @@ SCHEMES = {
     "llt": LocalLongTail,
     "natural": Natural,
 }
-
-__all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_files", "write_partition_report"]
 
 
 def _coerce(scheme: str, name: str, kind: str, value):

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+__all__ = ["gini", "partition_stats"]
+
 
 class Partition(Protocol):
     """What the statistics read of a partition (a :class:`~fedsample.data.types.FederatedData`)."""

@@ -18,6 +18,8 @@ import numpy as np
 
 from fedsample.data.types import Dataset
 
+__all__ = ["fedprox_synthetic", "isfedavg_regression", "msd_db"]
+
 
 def isfedavg_regression(
     num_agents: int = 300,

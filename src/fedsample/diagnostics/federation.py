@@ -31,6 +31,8 @@ from fedsample.rounds import Replies, ReplyList
 from fedsample.training.functional import Params
 from fedsample.training.local import SGDStep
 
+__all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
+
 SIZE_REPORT_BYTES = 8
 PROBE_SCALARS_BYTES = 16
 

@@ -24,6 +24,10 @@ from torch import nn
 
 from fedsample.training.functional import Params, per_sample_gradients
 
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET", "DEFAULT_SKETCH_DIM", "GRADIENT_CHUNK", "GradientBasis", "basis_shape", "gradient_basis",
+]
+
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 DEFAULT_SKETCH_DIM = 1024
 GRADIENT_CHUNK = 1024  # rows whose per-sample gradients are computed at once

@@ -28,6 +28,8 @@ from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
+__all__ = ["Diagnosis", "diagnose"]
+
 
 @dataclass
 class Diagnosis:

@@ -9,6 +9,8 @@ import numpy as np
 from fedsample.diagnostics.exploitation import drawn_label_counts
 from fedsample.diagnostics.measure import Diagnosis
 
+__all__ = ["plot_estimator", "plot_exploitation", "plot_labels"]
+
 EXAMPLE_CLIENTS = 8
 
 

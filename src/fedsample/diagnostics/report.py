@@ -9,6 +9,8 @@ from fedsample import outputs
 from fedsample.diagnostics.measure import Diagnosis
 from fedsample.experiments.report import markdown_text
 
+__all__ = ["check_diagnosis_folder", "summary_table", "write_diagnosis"]
+
 COLUMNS = ("bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
            "samples", "clients contacted", "kB up")
 

@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fedsample import checks
 from fedsample.tracking.setup import BACKENDS
 
+__all__ = [
+    "ConfigError", "DatasetConfig", "ExperimentConfig", "FaultsConfig", "HFDatasetOptions", "MlflowConfig",
+    "ModelConfig", "PartitionConfig", "PrivacyConfig", "ScheduleConfig", "StragglerConfig", "StrategyConfig",
+    "TrackingConfig", "ValidationConfig", "WandbConfig", "load_config", "parse_config",
+]
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

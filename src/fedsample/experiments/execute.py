@@ -35,6 +35,8 @@ from fedsample.experiments.validation import validation_metrics
 from fedsample.simulation import Diverged, SimulationResult, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
 
+__all__ = ["RunSettings", "checkpoint_path", "folder_name", "run_jobs"]
+
 Progress = Callable[[str, int], None]
 
 

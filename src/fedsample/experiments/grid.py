@@ -8,6 +8,8 @@ from typing import Any
 
 from fedsample.experiments.config import StrategyConfig
 
+__all__ = ["run_label", "select", "variants"]
+
 SELECTED_BY = "final-round validation accuracy, mean over seeds (highest)"
 SELECTED_BY_LOSS = "final-round validation loss, mean over seeds (lowest)"
 

@@ -19,6 +19,10 @@ from fedsample.recipes import recipe
 from fedsample.simulation import SimulationResult
 from fedsample.strategy import Strategy
 
+__all__ = [
+    "Failure", "Job", "Outcome", "Plan", "check_cohort_size", "fault_model", "only_strategies", "prepare", "restricted",
+]
+
 
 @dataclass
 class Plan:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from fedsample.experiments.config import ConfigError, ExperimentConfig, load_config, parse_config
 
+__all__ = ["ConfigError", "describe_presets", "load_preset", "parse_config", "preset_names", "resolve"]
+
 
 def _preset_files() -> dict[str, Path]:
     folder = resources.files("fedsample.experiments") / "presets"
@@ -33,6 +35,3 @@ def resolve(target: str) -> ExperimentConfig:
 
 def describe_presets() -> list[tuple[str, str]]:
     return [(name, load_preset(name).description) for name in preset_names()]
-
-
-__all__ = ["preset_names", "load_preset", "resolve", "describe_presets", "parse_config", "ConfigError"]

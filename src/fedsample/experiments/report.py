@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = ["caption", "columns", "markdown_text", "plot_curves", "rows", "summary_table"]
+
 METRIC_TITLES = {"accuracy": "Accuracy", "macro_f1": "Macro-F1", "loss": "Loss"}
 ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a result
 

@@ -23,6 +23,11 @@ from fedsample.experiments.stats import best_round, metric_table
 from fedsample.simulation import SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
+__all__ = [
+    "METRICS", "check_output_folder", "check_run_settings", "failures", "finite_or_none", "run_experiment", "run_plan",
+    "summarize", "tracking_spec",
+]
+
 METRICS = ("accuracy", "macro_f1", "loss")
 
 

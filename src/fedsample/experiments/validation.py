@@ -17,6 +17,8 @@ from fedsample import checks
 from fedsample.data.types import Dataset
 from fedsample.evaluation import evaluate
 
+__all__ = ["FRACTION", "Validation", "carve_validation", "validation_metrics"]
+
 VALIDATION_PURPOSE = 0x7A11D  # the carve's own SeedSequence entry: not any partition's stream
 #: The fraction of the training data carved off: strictly between 0 and 1.
 FRACTION = checks.reals(0, 1, "()")

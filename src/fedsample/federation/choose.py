@@ -37,6 +37,8 @@ from torch import nn
 from fedsample import parts
 from fedsample.training import random_layers
 
+__all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_cohort"]
+
 STACKED_MIN_CLIENTS = 8
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 

@@ -27,6 +27,8 @@ from fedsample.messages import PerClient, Shared, payloads_for
 from fedsample.rng import CohortRandom
 from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, replies_of
 
+__all__ = ["FaultModel", "Faulty", "Straggler", "miss_probability", "with_faults"]
+
 PHASES = ("report_size", "probe", "train")
 
 

@@ -43,6 +43,11 @@ from fedsample.federation.shards import as_range, assign_clients, positions_by_w
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 from fedsample.training.functional import Params
 
+__all__ = [
+    "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedReports", "cli_session",
+    "ray_federation", "ray_session",
+]
+
 
 class ShardLost(FederationLost):
     """An actor holding clients died; resume from the last checkpoint on a fresh federation."""

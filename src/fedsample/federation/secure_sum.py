@@ -30,6 +30,8 @@ from fedsample.messages import payloads_for
 from fedsample.rounds import Failed, Replies, ReplyList, replies_of
 from fedsample.training.functional import Params
 
+__all__ = ["SealedReplies", "SecureSum", "with_secure_sum"]
+
 
 class SecureSum(Federation):
     """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only. It keeps

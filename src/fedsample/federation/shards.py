@@ -11,6 +11,8 @@ import numpy as np
 
 from fedsample.data.types import Dataset, FederatedData
 
+__all__ = ["as_range", "assign_clients", "positions_by_worker", "shard_of"]
+
 
 def assign_clients(num_clients: int, workers: int) -> np.ndarray:
     """The worker of each client: round-robin, ``k mod workers`` (equal counts; any sampled cohort splits

@@ -20,6 +20,8 @@ from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
+__all__ = ["Simulator"]
+
 
 class Simulator(Federation):
     """Runs client procedures in this process, one client after the other.

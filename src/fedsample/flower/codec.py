@@ -22,6 +22,8 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedsample.messages import ProbeReport, TrainReport
 from fedsample.training.functional import Params
 
+__all__ = ["MalformedReply", "decode_report", "decode_request", "encode_report", "encode_request"]
+
 HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"
 REPORT, ARRAYS = "report", "arrays"
 

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+__all__ = ["AppConfig"]
+
 
 @dataclass(frozen=True)
 class AppConfig:

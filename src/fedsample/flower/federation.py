@@ -23,6 +23,8 @@ from fedsample.flower.codec import MalformedReply, decode_report, encode_request
 from fedsample.messages import payloads_for
 from fedsample.rounds import Failed, Replies
 
+__all__ = ["FlowerFederation", "discover_nodes"]
+
 IDENTIFY = "query.identify"
 PULL_INTERVAL = 0.05  # seconds between pulls for replies
 

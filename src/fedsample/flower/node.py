@@ -21,6 +21,8 @@ from fedsample.flower.config import AppConfig
 from fedsample.models import model_from_name
 from fedsample.rng import client_rng
 
+__all__ = ["client_app", "client_context", "scheme_for", "serve"]
+
 STATE = "fedsample-state"
 BAD_REQUEST, PROCEDURE_FAILED = 400, 500
 

@@ -27,6 +27,8 @@ from fedsample.models import initial_parameters, model_from_name
 from fedsample.recipes import recipe
 from fedsample.training.functional import Params
 
+__all__ = ["FlowerRun", "run_server", "server_app"]
+
 
 @dataclasses.dataclass
 class FlowerRun:

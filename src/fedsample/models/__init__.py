@@ -19,14 +19,14 @@ from fedsample.models.basic import CNN, MLP, LogisticRegression, PflCNN
 from fedsample.models.images import VGG9, ResNet
 from fedsample.models.text import TextCNN, Transformer, check_token_ids
 
+__all__ = [
+    "CNN", "LogisticRegression", "MLP", "MODELS", "ModelSpec", "PflCNN", "ResNet", "TextCNN", "Transformer", "VGG9",
+    "check_inputs", "initial_parameters", "model_from_name",
+]
+
 ModelSpec = LogisticRegression | MLP | CNN | PflCNN | TextCNN | Transformer | ResNet | VGG9
 
 MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN, PflCNN, TextCNN, Transformer, ResNet, VGG9)}
-
-__all__ = [
-    "CNN", "MLP", "MODELS", "LogisticRegression", "ModelSpec", "PflCNN", "ResNet", "TextCNN", "Transformer", "VGG9",
-    "check_inputs", "initial_parameters", "model_from_name",
-]
 
 
 def model_from_name(name: str, **params) -> ModelSpec:

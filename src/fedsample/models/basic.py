@@ -11,6 +11,8 @@ from torch import nn
 from fedsample import checks
 from fedsample.models.common import DROPOUTS, WIDTHS, outputs, pair
 
+__all__ = ["CNN", "LogisticRegression", "MLP", "PflCNN"]
+
 
 @dataclass(frozen=True)
 class LogisticRegression:

@@ -6,6 +6,8 @@ from typing import Any
 
 from fedsample import checks
 
+__all__ = ["DROPOUT", "DROPOUTS", "NORM", "WIDTHS", "as_tuple", "outputs", "pair"]
+
 
 def outputs(num_classes: int) -> int:
     """The output width: one logit per class, or one output for regression (``num_classes == 0``)."""

@@ -17,6 +17,8 @@ from torch import nn
 from fedsample import checks
 from fedsample.models.common import DROPOUT, NORM, WIDTHS, as_tuple, outputs
 
+__all__ = ["ResNet", "VGG9"]
+
 
 def image_shape(spec: object, input_shape: tuple[int, ...], smallest: int) -> tuple[int, int, int]:
     """``(C, H, W)`` with H, W >= ``smallest`` (one ``ValueError`` line otherwise)."""

@@ -18,6 +18,8 @@ from torch import nn
 from fedsample import checks
 from fedsample.models.common import DROPOUT, WIDTHS, as_tuple, outputs
 
+__all__ = ["TextCNN", "Transformer", "check_token_ids"]
+
 VOCABULARY = checks.integers(2)
 
 PAD = 0  # token id of padding (the loader's vocabulary: 0 = pad, 1 = unknown)

@@ -19,6 +19,11 @@ import math
 
 from fedsample import checks
 
+__all__ = [
+    "DEFAULT_DELTA", "SPEND_KEYS", "advanced_composition", "basic_composition", "gaussian_rdp_epsilon",
+    "gaussian_update_epsilon", "run_spend", "size_report_spend",
+]
+
 DEFAULT_DELTA = 1e-5  # the delta' of advanced composition and of the update accountant
 SPEND_KEYS = ("size_reports", "size_epsilon", "size_epsilon_advanced", "size_delta", "update_epsilon", "update_delta")
 

@@ -25,6 +25,11 @@ from fedsample.messages import SizeQuery
 from fedsample.privacy.reports import alpha_for, clip_size, randomized_response, report_cell
 from fedsample.rng import CohortRandom
 
+__all__ = [
+    "membership_audit", "most_frequent_report_attack", "one_report_guess", "presence_epsilon",
+    "size_reports_over_rounds", "spearman",
+]
+
 
 def size_reports_over_rounds(sizes: np.ndarray, epsilon: float, M: int, rounds: int, permanent: bool, seed: int = 0) -> np.ndarray:
     """``(rounds, clients)`` randomized size reports of clients holding ``sizes``, as the engines draw them."""

@@ -26,6 +26,8 @@ from fedsample.memory import check_fits, check_int64
 from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 
+__all__ = ["add_parser", "command_privacy", "ledger_epsilons", "report", "report_memory"]
+
 UNITS = ("record", "user")
 
 

@@ -23,6 +23,11 @@ import numpy as np
 
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance
 
+__all__ = [
+    "best_M", "estimator_bias", "estimator_rmse", "rmse_M", "rmse_curve", "scaled_total", "scaled_total_variance",
+    "simulated_totals",
+]
+
 PRIOR_DRAWS = 8  # synthetic populations averaged when M is chosen from a prior
 PRIOR_SEED = 0  # public: the choice must be reproducible by anyone holding the same inputs
 

@@ -28,6 +28,8 @@ from fedsample.privacy import accounting, size_estimate
 from fedsample.privacy.reports import EPSILON, THRESHOLD, estimate_total
 from fedsample.privacy.size_estimate import scaled_total
 
+__all__ = ["ExactSizes", "RandomizedSizes", "Scope", "SizeInfo", "SizeReporting"]
+
 Scope = Literal["all", "cohort"]
 
 
@@ -135,6 +137,3 @@ class RandomizedSizes:
         value that ``average`` averages before flooring the mean."""
         raw = estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
         return scaled_total(raw, asked, len(info.ids))
-
-
-__all__ = ["ExactSizes", "RandomizedSizes", "Scope", "SizeInfo", "SizeReporting"]

@@ -2,4 +2,9 @@
 
 from fedsample import lazy
 
+__all__ = [
+    "collect", "command", "consistency", "environment", "isfedavg_msd", "papers", "rederive", "registry", "rows",
+    "significance", "spec", "splice", "table", "verdict",
+]
+
 __getattr__, __dir__ = lazy.submodules(__name__, __path__)

@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 from fedsample.experiments.stats import best_round
 
+__all__ = ["Values", "experiment_values", "lookup", "read_experiment", "study_values"]
+
 Values = dict[str, dict[str, dict[str, list[float | None]]]]
 
 

@@ -26,6 +26,8 @@ from fedsample.reproduction.spec import Paper, Study
 from fedsample.reproduction.table import markdown
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
+__all__ = ["add_arguments", "finished", "reproduce"]
+
 DEFAULT_STUDY_SEEDS = (0, 1, 2)
 STUDY_FILE = "study.json"
 

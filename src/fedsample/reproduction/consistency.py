@@ -11,6 +11,8 @@ from fedsample.reproduction.registry import PROFILES, preset_key, sources
 from fedsample.reproduction.spec import Paper
 from fedsample.reproduction.verdict import PERCENT_METRICS
 
+__all__ = ["check_paper"]
+
 
 def preset_labels(paper: Paper) -> tuple[dict[str, set[str]], list[str]]:
     """``{preset key: its strategy labels}`` for every preset the paper names, and the presets that do not load."""

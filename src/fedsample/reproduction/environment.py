@@ -7,6 +7,8 @@ import os
 import platform
 from pathlib import Path
 
+__all__ = ["hardware", "utc_now"]
+
 
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one) and the number of cores."""

@@ -28,6 +28,11 @@ import numpy as np
 from fedsample.data.synthetic import isfedavg_regression
 from fedsample.sampling.importance import agent_scores, data_variability, paper_alpha, paper_heterogeneity
 
+__all__ = [
+    "BOUND", "Problem", "VARIANTS", "bound_gain_db", "capped_inclusion", "importance_probabilities", "local_training",
+    "msd_study", "normalize_rows", "paper_problem", "run_study", "sample_gradients", "systematic_rows",
+]
+
 VARIANTS = {
     "uniform": "Uniform sampling (FedAvg)",
     "exact": "IS, optimal probabilities (Lemmas 6-7)",

@@ -25,6 +25,8 @@ from fedsample.reproduction.spec import Comparison, Paper
 from fedsample.reproduction.table import COMPARISON_HEADER, ORACLE, claim_text, comparison_rules, result_cells
 from fedsample.reproduction.verdict import Stats
 
+__all__ = ["main", "rederive"]
+
 SECTION = re.compile(r"<!-- reproduction:(?P<paper>[\w-]+):(?P<profile>\w+) -->\n(?P<body>.*?)<!-- /reproduction:(?P=paper):(?P=profile) -->", re.S)
 SIDE = re.compile(r"^(?P<label>.*): (?P<mean>[-+]?\d+(?:\.\d+)?)(?: ± (?P<sd>\d+(?:\.\d+)?))? \((?P<n>\d+) seeds?\)$")
 WHERE = re.compile(r"<br><sub>(?P<source>[^<:]+): (?P<which>.+?)(?: \(tie claim[^<]*\))?</sub>")

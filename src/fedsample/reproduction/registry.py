@@ -9,6 +9,8 @@ from pathlib import Path
 
 from fedsample.reproduction.spec import Paper
 
+__all__ = ["PROFILES", "find_paper", "papers", "preset_key", "profile_of", "profile_presets", "sources"]
+
 PACKAGE = "fedsample.reproduction.papers"
 PROFILES = ("cpu", "cuda")
 

@@ -16,6 +16,8 @@ from fedsample.reproduction.verdict import (
     ALPHA, CONFIDENCE, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
 )
 
+__all__ = ["comparison_row", "figure_row", "paper_rows", "seed_pairs", "tested_row"]
+
 
 def measured(values: Mapping[str, Values], source: str, label: str, which: str, metric: str, scale: float) -> Stats | None:
     """Our per-seed values of one cell as Stats in display units (None when not measured)."""

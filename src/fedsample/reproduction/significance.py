@@ -26,6 +26,11 @@ from typing import Sequence
 
 from scipy import stats
 
+__all__ = [
+    "Estimate", "MAX_SEEDS", "at_seeds", "confidence_interval", "minimal_detectable_difference", "p_greater", "p_less",
+    "paired", "seeds_needed", "tost_p", "welch", "welch_df", "welch_se",
+]
+
 PAIRED = "paired"
 WELCH = "Welch"
 MAX_SEEDS = 10**6  # seeds_needed gives up beyond this many seeds per arm

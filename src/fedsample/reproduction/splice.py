@@ -15,6 +15,8 @@ from typing import Mapping
 
 from fedsample.reproduction.table import markdown
 
+__all__ = ["main", "markers"]
+
 
 def markers(paper: str, profile: str) -> tuple[str, str]:
     return f"<!-- reproduction:{paper}:{profile} -->", f"<!-- /reproduction:{paper}:{profile} -->"

@@ -11,6 +11,8 @@ from fedsample.experiments.report import markdown_text
 from fedsample.reproduction.significance import MAX_SEEDS
 from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, PERCENT_METRICS, POWER, resolution_target
 
+__all__ = ["COMPARISON_HEADER", "claim_text", "comparison_lines", "comparison_rules", "markdown", "result_cells"]
+
 
 def number_format(unit: str, metric: str) -> str:
     """A format: one decimal for percent (as the papers print them), two for dB, four significant fmt else."""

@@ -32,6 +32,11 @@ from fedsample.reproduction.significance import (
     Estimate, confidence_interval, minimal_detectable_difference, p_greater, p_less, paired, seeds_needed, tost_p, welch,
 )
 
+__all__ = [
+    "ALPHA", "CONFIDENCE", "ONE_SIDED", "ORACLE", "PERCENT_METRICS", "POWER", "Stats", "Tested", "comparison_test",
+    "difference", "display_scale", "figure_verdict", "resolution_target", "stats_of",
+]
+
 # Metrics stored as fractions and shown (and compared) in percentage points, as the papers report them.
 PERCENT_METRICS = frozenset({"accuracy", "macro_f1"})
 ALPHA = 0.05  # the two-sided level of every verdict; each one-sided test is at ALPHA / 2

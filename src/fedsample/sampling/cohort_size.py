@@ -16,6 +16,10 @@ import numpy as np
 
 from fedsample import checks
 
+__all__ = [
+    "one_of", "randomly_rounded", "size_weighted_count", "sizes_given", "uniform_count", "with_replacement_inclusion",
+]
+
 
 def one_of(name: str, fixed: float | None, samples_per_round: int | None, default: float, owner: str | None = None) -> float | None:
     """The fixed cohort parameter ``name`` (m or q), or None when ``samples_per_round`` replaces it;

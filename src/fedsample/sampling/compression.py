@@ -24,6 +24,11 @@ import torch
 from fedsample import checks
 from fedsample.training.functional import Params, flatten
 
+__all__ = [
+    "COMPRESSION", "Compression", "DIM", "compress", "information_squeeze", "kmeans_1d", "last_layer",
+    "projection_matrix", "random_projection",
+]
+
 Compression = Literal["squeeze", "projection"]
 COMPRESSIONS: tuple[str, ...] = ("squeeze", "projection")
 

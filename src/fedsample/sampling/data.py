@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
+__all__ = [
+    "AllSamples", "BernoulliSamples", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
+    "sampling_ratio",
+]
+
 
 # --- plans (run on the client) ---------------------------------------------------------------------
 

@@ -75,6 +75,12 @@ from fedsample.training.functional import Params, per_sample_gradients
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
+__all__ = [
+    "ALPHA", "BATCHES", "DEFAULT_FLOOR", "DataRule", "EPOCHS", "FLOOR", "ImportanceAgents", "ImportanceBatches",
+    "ImportanceData", "Update", "agent_scores", "data_scale", "data_variability", "gradient_norms",
+    "normalized_probabilities", "paper_alpha", "paper_heterogeneity", "random_order_systematic", "rescale_subset",
+]
+
 Update = Literal["exact", "approx", "cheap", "uniform"]
 UPDATES = ("exact", "approx", "cheap", "uniform")
 STATE_KEY = "isfedavg"

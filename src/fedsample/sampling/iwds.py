@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
+__all__ = [
+    "BETA", "DECAY", "IWDSData", "LabelWeightedSamples", "beta_schedule", "class_weights", "label_probabilities",
+    "sample_probabilities",
+]
+
 Schedule = Literal["decay", "fixed"]
 #: beta of the effective number (1 - beta^N) / (1 - beta), defined for beta in [0, 1).
 BETA = checks.reals(0, 1, "[)")

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
+__all__ = ["FixedShareSamples", "ParticipantData"]
+
 Draw = Literal["bernoulli", "fixed"]
 
 

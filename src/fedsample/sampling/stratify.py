@@ -27,6 +27,8 @@ from fedsample.rounds import Cohort
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
+__all__ = ["STRATA", "Spread", "StratifiedClients", "Within", "kmeans_strata", "selection_weights", "stratum_spread"]
+
 Spread = Literal["std", "pairwise"]
 Within = Literal["norm", "uniform"]
 

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+__all__ = ["EXTRAS", "MissingExtra", "Tracker", "TrackerGroup", "flat_config", "numeric_metrics", "require"]
+
 #: backend name -> (the Python module it needs, the fedsample extra that installs it); jsonl needs nothing.
 EXTRAS: dict[str, tuple[str, str] | None] = {
     "jsonl": None,

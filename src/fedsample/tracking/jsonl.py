@@ -18,6 +18,8 @@ from typing import IO, Any
 
 from fedsample.tracking.base import Tracker
 
+__all__ = ["JsonlTracker", "read_jsonl"]
+
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Every line of a jsonl tracker file, as dicts."""

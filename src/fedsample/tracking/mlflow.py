@@ -25,6 +25,8 @@ from typing import Any
 
 from fedsample.tracking.base import Tracker, flat_config, require
 
+__all__ = ["MlflowTracker"]
+
 #: MLflow's limits: parameters per batch, characters of a parameter's value.
 PARAMS_PER_BATCH = 100
 PARAM_VALUE_LIMIT = 6000

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from fedsample.tracking.base import EXTRAS, Tracker, TrackerGroup, require
 
+__all__ = ["BACKENDS", "TrackingSpec", "add_track_argument", "parse_backends"]
+
 BACKENDS = tuple(EXTRAS)
 
 

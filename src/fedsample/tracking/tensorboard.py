@@ -16,6 +16,8 @@ from typing import Any
 
 from fedsample.tracking.base import Tracker, require
 
+__all__ = ["TensorBoardTracker"]
+
 TEXT_SUFFIXES = (".md", ".txt", ".json", ".csv")
 TEXT_LIMIT = 64 * 1024
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from fedsample.tracking.base import Tracker, require
 
+__all__ = ["WandbTracker"]
+
 MODES = ("offline", "online", "disabled")
 
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from fedsample.messages import TrainReport
     from fedsample.rounds import Cohort, RoundContext
 
+__all__ = ["DrawnNormalizedSum", "FedNova", "ISFedAvgAggregate", "Scaling", "StratifiedMean", "Sum", "WeightedMean"]
+
 Reports = ReplyList | Sequence["TrainReport | None"]  # what an aggregator is handed
 
 

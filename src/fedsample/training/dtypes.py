@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["float_dtype"]
+
 
 def float_dtype(x: torch.Tensor) -> torch.dtype:
     """``x``'s own type when it is floating point, else torch's default float type: inputs may be int64 token

@@ -13,6 +13,11 @@ from torch.nn import functional as F
 from fedsample.messages import Params
 from fedsample.training.random_layers import Masks, injected
 
+__all__ = [
+    "flatten", "losses_of_outputs", "per_sample_gradients", "per_sample_losses", "weighted_gradient",
+    "weighted_loss_fn", "zeros_like",
+]
+
 
 def per_sample_losses(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, masks: Masks | None = None) -> torch.Tensor:
     """Loss of each sample: cross-entropy for classification, squared error for regression. ``masks``: the

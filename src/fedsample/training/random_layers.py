@@ -37,6 +37,11 @@ from torch import nn
 
 from fedsample.rng import ClientRandom
 
+__all__ = [
+    "InjectedDropout", "Masks", "RandomLayers", "attach", "client_generator", "generator_for", "injected",
+    "mask_bytes_per_sample", "padded", "prepare", "random_layers_of", "seeded_torch",
+]
+
 Masks = dict[str, torch.Tensor]
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)

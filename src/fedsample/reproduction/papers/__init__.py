@@ -2,4 +2,6 @@
 
 from fedsample import lazy
 
+__all__ = ["fedsampling", "fedstas", "isfedavg", "iwds"]
+
 __getattr__, __dir__ = lazy.submodules(__name__, __path__)

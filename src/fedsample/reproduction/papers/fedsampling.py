@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fedsample.reproduction.spec import Comparison, Figure, Paper, with_seeds_needed
 
+__all__ = ["PAPER", "TEXTCNN", "TRANSFORMER"]
+
 SIGMA_PRESETS = tuple(f"fedsampling-fmnist-sigma{s}" for s in (1, 2, 3, 4))
 CPU_LOGNORMAL = "fedsampling-fmnist-sigma4"
 CPU_SHARDS = "fedsampling-fmnist-shards"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from fedsample.reproduction.spec import Comparison, Figure, Paper, with_seeds_needed
 
+__all__ = ["PAPER"]
+
 CPU = "fedstas-fmnist"
 CUDA = "fedstas-fmnist-cuda"
 CUDA_SKEWED = "fedstas-fmnist-a0001-cuda"

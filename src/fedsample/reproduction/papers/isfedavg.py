@@ -6,6 +6,8 @@ from __future__ import annotations
 from fedsample.reproduction.isfedavg_msd import BOUND, VARIANTS, run_study
 from fedsample.reproduction.spec import Comparison, Figure, Paper, Study, with_seeds_needed
 
+__all__ = ["PAPER"]
+
 REGRESSION = "isfedavg-regression"
 CLASSIFICATION = "isfedavg-breast-cancer"
 UNIFORM, EXACT, APPROX, CHEAP = (VARIANTS[v] for v in ("uniform", "exact", "approx", "cheap"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from fedsample.reproduction.spec import Comparison, Figure, Paper, with_seeds_needed
 
+__all__ = ["METHODS", "PAPER", "PARTITIONS", "TABLE1_FMNIST_FEDAVG"]
+
 PARTITIONS = ("llt09", "llt099", "lda01", "lda05")
 TITLES = {"llt09": "LLT alpha_l=0.9", "llt099": "LLT alpha_l=0.99", "lda01": "LDA alpha_d=0.1", "lda05": "LDA alpha_d=0.5"}
 METHODS = ("Uni-Samp", "Imb-Samp", "IWDS beta_m=0.95", "IWDS beta_m=0.98", "IWDS beta_m=0.99")
