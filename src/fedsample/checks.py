@@ -31,7 +31,7 @@ import math
 import numbers
 import types
 import typing
-from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence, TypeVar, Union, cast
 
 import numpy as np
 
@@ -113,14 +113,14 @@ class Interval(Constraint):
     def satisfied_by(self, value: Any) -> bool:
         if not (is_integer(value) if self.kind == "integer" else is_real(value)):
             return False
-        left, right = self.closed
+        left, right = self.closed[0], self.closed[1]
         if self.low is not None and not (value >= self.low if left == "[" else value > self.low):
             return False
         return self.high is None or (value <= self.high if right == "]" else value < self.high)
 
     def __str__(self) -> str:
         integer = self.kind == "integer"
-        left, right = self.closed
+        left, right = self.closed[0], self.closed[1]
         if self.low is not None and self.high is not None:
             text = f"in {left}{_bound(self.low, integer)}, {_bound(self.high, integer)}{right}"
         elif self.low is not None:
@@ -211,8 +211,6 @@ POSITIVE = reals(0, None, "()")
 NON_NEGATIVE = reals(0)
 PROBABILITY = reals(0, 1)
 
-Spec = Union[Constraint, None, Sequence[Union[Constraint, None]], "Param"]
-
 
 @dataclasses.dataclass(frozen=True)
 class Param:
@@ -228,6 +226,9 @@ class Param:
         object.__setattr__(self, "constraints", constraints)
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "words", words)
+
+
+Spec = Constraint | None | Sequence[Constraint | None] | Param
 
 
 #: A seed: what numpy's SeedSequence and the (seed, round, purpose) cells take.
@@ -267,7 +268,10 @@ def check(name: str, value: T, *constraints: Constraint | Param | None, owner: s
         given = constraints[0]
         spec: Param = given if label is None else Param(*given.constraints, label=label, words=given.words)
     else:
-        spec = Param(*constraints, label=label)
+        plain = [c for c in constraints if not isinstance(c, Param)]
+        if len(plain) < len(constraints):
+            raise TypeError(f"check({name!r}): a Param is given alone, not among other constraints")
+        spec = Param(*plain, label=label)
     validate(owner, {name: value}, {name: spec})
     return value
 
@@ -337,7 +341,7 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
                 if parent is not None:
                     parent()
 
-        cls.__constraints__ = rules  # type: ignore[attr-defined]
+        cls.__constraints__ = rules  # type: ignore[attr-defined]  # the attributes this decorator adds to the class
         cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
         return cls
 
@@ -390,9 +394,8 @@ def arguments(
                     fail(given_as.get(name, name), bound[name], requirement(rule), who, None if name in given_as else label)
             return fn(*args, **kwargs)
 
-        wrapper.__aliases__ = aliases  # type: ignore[attr-defined]
-        wrapper.__renamed__ = renamed  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        wrapper.__dict__.update(__aliases__=aliases, __renamed__=renamed)
+        return cast(F, wrapper)
 
     return decorate
 

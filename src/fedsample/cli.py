@@ -10,6 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fedsample.experiments.config import ExperimentConfig
+    from fedsample.experiments.plan import Plan
+    from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["COMMANDS", "main"]
 
@@ -87,7 +95,7 @@ def _key_values(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _overridden(config, rounds: int | None, seeds: str | None, device: str | None = None):
+def _overridden(config: ExperimentConfig, rounds: int | None, seeds: str | None, device: str | None = None) -> ExperimentConfig:
     from fedsample.experiments.config import parse_config
 
     data = config.model_dump()
@@ -135,7 +143,7 @@ def command_run(args: argparse.Namespace) -> None:
         raise RunsFailed(f"{len(stopped)} run(s) diverged (listed above; status in results.json)")
 
 
-def _ray_if_asked(args: argparse.Namespace):
+def _ray_if_asked(args: argparse.Namespace) -> ContextManager[dict]:
     """A Ray session for ``--workers``/``--ray-address`` (one for every run of the experiment) yielding the
     ``simulate`` options, or no session and no options."""
     import contextlib
@@ -156,7 +164,9 @@ def _checked_device(device: str) -> str:
     return str(resolve_device(device))
 
 
-def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict, tracking=None):
+def _run_with_progress(
+    plan: Plan, out: Path, args: argparse.Namespace, options: dict, tracking: TrackingSpec | None = None
+) -> tuple[dict, dict]:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -180,7 +190,7 @@ def _run_with_progress(plan, out: Path, args: argparse.Namespace, options: dict,
         )
 
 
-def _print_summary(document: dict, out: Path, tracking=None) -> None:
+def _print_summary(document: dict, out: Path, tracking: TrackingSpec | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -233,7 +243,7 @@ def command_privacy(args: argparse.Namespace) -> None:
     run_privacy(args, default_sizes=_quickstart_lognormal_sizes)
 
 
-def _quickstart_lognormal_sizes():
+def _quickstart_lognormal_sizes() -> np.ndarray:
     """The client sizes of the quickstart-lognormal preset's partition (seed 0): ``fedsample privacy``'s default."""
     from fedsample.experiments.presets import load_preset
     from fedsample.experiments.runner import prepare
@@ -249,7 +259,7 @@ def command_reproduce(args: argparse.Namespace) -> None:
         raise RunsFailed(f"{len(failed)} preset(s), study(ies) or run(s) failed (listed above; status in REPRODUCTION.md)")
 
 
-def _os_errors_in_one_line(command):
+def _os_errors_in_one_line(command: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], None]:
     """The command with an operating-system failure (a full disk, a path under a file, an unreadable file)
     turned into one error line naming the path and the reason (exit code 2) instead of a traceback."""
     import functools

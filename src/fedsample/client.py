@@ -10,6 +10,8 @@ update when its plan drew nothing), so whether a reply arrives says nothing abou
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import torch
 
@@ -36,7 +38,7 @@ def report_size(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) 
         return ctx.size
     if query.permanent:
         return permanent_response(ctx, query, rng)
-    return int(randomized_response(ctx.size, query.epsilon, query.M, rng))
+    return int(randomized_response(ctx.size, *query.randomization, rng))
 
 
 def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Generator) -> int:
@@ -45,11 +47,12 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
     ``rng`` the first answer is memoized in the client-held ``ctx.state``."""
     if isinstance(rng, ClientRandom):
         stream = client_rng(rng.seed, PERMANENT_ROUND, rng.client, PERMANENT_REPORT)
-        return int(randomized_response(ctx.size, query.epsilon, query.M, stream))
+        return int(randomized_response(ctx.size, *query.randomization, stream))
     memo = ctx.state.setdefault("permanent_reports", {})
-    key = (float(query.epsilon), int(query.M))
+    epsilon, M = query.randomization
+    key = (float(epsilon), int(M))
     if key not in memo:
-        memo[key] = int(randomized_response(ctx.size, query.epsilon, query.M, rng))
+        memo[key] = int(randomized_response(ctx.size, epsilon, M, rng))
     return memo[key]
 
 
@@ -120,4 +123,4 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     return report
 
 
-PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}
+PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, "probe": probe, "train": train}

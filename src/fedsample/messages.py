@@ -86,6 +86,13 @@ class SizeQuery:
     M: int | None = None
     permanent: bool = True
 
+    @property
+    def randomization(self) -> tuple[float, int]:
+        """``(epsilon, M)`` of a randomized query (an exact query has none: a ValueError)."""
+        if self.epsilon is None or self.M is None:
+            raise ValueError(f"a {self.mode} size query carries no (epsilon, M)")
+        return self.epsilon, self.M
+
 
 @dataclass(frozen=True)
 class ProbeRequest:

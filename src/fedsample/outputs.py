@@ -241,7 +241,7 @@ def staging_prefix() -> str:
     return f"{STAGING}{os.getpid()}-"
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file in the same folder and rename it into place; the file gets the
     user's normal permissions (0666 less the umask), like any other file the tool writes. An operating-system
     failure names ``path``, and no temporary file stays behind."""
@@ -306,7 +306,7 @@ def written_results(out: Path, marker: Marker, *, overwrite: bool = False) -> It
         (folder / marker.name).write_text(marker.text())
 
 
-def staged_name(filename: object, staging: Path) -> str:
+def staged_name(filename: str | bytes | os.PathLike | None, staging: Path) -> str:
     """The name inside the output folder of a file the block was writing in ``staging``."""
     if filename is None:
         return ""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, run
 
 import numpy as np
 
-from fedsample.messages import ClientContext, LocalSample, Params, SizeQuery
+from fedsample.messages import ClientContext, LocalSample, Params, PerClient, SizeQuery
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
@@ -183,10 +183,21 @@ class StepRule(Protocol):
     """A local step's arithmetic (:class:`fedsample.training.local.SGDStep`): with minibatch gradient g,
     d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b."""
 
-    lr: float
-    momentum: float
-    weight_decay: float
-    prox_mu: float
+    @property
+    def lr(self) -> float: ...
+
+    @property
+    def momentum(self) -> float: ...
+
+    @property
+    def weight_decay(self) -> float: ...
+
+    @property
+    def prox_mu(self) -> float: ...
+
+    def step_weights(self, total: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """a_t: the weight of step ``step``'s gradient in the first-order update of a client taking ``total`` steps."""
+        ...
 
 
 # --- the parts ----------------------------------------------------------------------------------------------------
@@ -199,7 +210,8 @@ class ClientSampler(Protocol):
     clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs);
     optionally ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``)."""
 
-    needs_sizes: SizeNeed
+    @property
+    def needs_sizes(self) -> SizeNeed: ...
 
     def select(self, ctx: RoundContext) -> Cohort: ...
 
@@ -226,13 +238,14 @@ class CohortPlan(DataPlan, Protocol):
 
 @runtime_checkable
 class DataSampler(Protocol):
-    """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member.
+    """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member (PerClient).
     Declares ``needs_sizes``; optionally ``count_drawn`` (its plans make each client add its drawn count to its
     reply) and ``shared_settings``."""
 
-    needs_sizes: SizeNeed
+    @property
+    def needs_sizes(self) -> SizeNeed: ...
 
-    def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | list[DataPlan]: ...
+    def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | PerClient: ...
 
 
 @runtime_checkable
@@ -257,7 +270,8 @@ class ScheduledSolver(LocalSolver, Protocol):
       ``run`` adds something the schedule does not say, run client by client).
     """
 
-    batched: bool
+    @property
+    def batched(self) -> bool: ...
 
     def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule: ...
 
@@ -275,8 +289,11 @@ class Aggregator(Protocol):
     sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count`` and
     ``shared_settings``."""
 
-    needs_sizes: SizeNeed
-    linear: bool
+    @property
+    def needs_sizes(self) -> SizeNeed: ...
+
+    @property
+    def linear(self) -> bool: ...
 
     def combine(self, reports: Sequence[Any], cohort: Cohort, ctx: RoundContext) -> Params | None: ...
 
@@ -286,7 +303,8 @@ class ServerOptimizer(Protocol):
     """Applies the aggregate: ``step(params, delta, state) -> (params, state)``; ``lr`` is what a learning-rate
     schedule scales."""
 
-    lr: float
+    @property
+    def lr(self) -> float: ...
 
     def init_state(self, params: Params) -> dict: ...
 
@@ -298,8 +316,11 @@ class SizeReporting(Protocol):
     """How the server learns sizes: the ``query`` clients answer, who is asked (``scope``: every client before
     selection or the cohort after it), whether the answers are ``exact``, and their summary."""
 
-    scope: Literal["all", "cohort"]
-    exact: bool
+    @property
+    def scope(self) -> Literal["all", "cohort"]: ...
+
+    @property
+    def exact(self) -> bool: ...
 
     @property
     def query(self) -> SizeQuery: ...
@@ -315,8 +336,11 @@ class UpdatePrivacy(Protocol):
     ``clipping`` ("client" or "example") says which unit is clipped. A part that clips per example also computes the
     gradient itself (``run_solver``, in the place of the solver's ``run``)."""
 
-    noise_multiplier: float
-    clipping: str
+    @property
+    def noise_multiplier(self) -> float: ...
+
+    @property
+    def clipping(self) -> str: ...
 
     def private_reply(self, report: Any, payload: Any, rng: np.random.Generator) -> Any: ...
 
@@ -364,7 +388,7 @@ def describe(part: Any) -> str:
             continue
         value = getattr(part, f.name)
         default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING  # type: ignore[misc]
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
         )
         try:
             same = bool(value == default)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, cast
 
 from fedsample import checks
-from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, integers, reals
+from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
-from fedsample.parts import SizeNeed
+from fedsample.parts import SizeNeed, declared
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 MOMENTUM = reals(0, 1, "[)")
+LR_DECAY = reals(0, 1, "(]")
 
 #: The recipes' parameter names, one per concept, and what each admits (docs/parameters.md lists them with
 #: their old names and the papers' symbols). A recipe checks every argument it was given against this table.
@@ -58,7 +59,7 @@ PARAMETERS: dict[str, checks.Spec] = {
     "local_momentum": MOMENTUM,
     "server_momentum": MOMENTUM,
     "weight_decay": NON_NEGATIVE,
-    "lr_decay": reals(0, 1, "(]"),
+    "lr_decay": LR_DECAY,
     "prox_mu": NON_NEGATIVE,
     "beta1": MOMENTUM,
     "beta2": MOMENTUM,
@@ -92,7 +93,7 @@ def _recipe(
     def decorate(fn: Callable[..., Strategy]) -> Callable[..., Strategy]:
         names = inspect.signature(fn).parameters
         rules = {name: PARAMETERS[name] for name in names if name in PARAMETERS}
-        return checks.arguments(aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
+        return checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
 
     return decorate
 
@@ -112,7 +113,7 @@ ClientSampling = Literal["uniform", "weighted"]
 
 def _federated(
     name: str, local: LocalSGD, server: Any, client_sampling: ClientSampling, clients_per_round: int | None,
-    clients: Any = None, data: Any = None, aggregate: Callable[[str], Any] = WeightedMean,
+    clients: Any = None, data: Any = None, aggregate: Callable[..., Any] = WeightedMean,
     samples_per_round: int | None = None,
 ) -> Strategy:
     """The FedAvg family's common construction (FedAvg, FedProx, FedNova, FedAvgM, FedAdam, FedYogi,
@@ -137,7 +138,7 @@ def _federated(
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
     by = "uniform" if isinstance(clients, SizeProportional) else "size"
-    scope = "all" if getattr(clients, "needs_sizes", None) is SizeNeed.EXACT_ALL else "cohort"
+    scope: Literal["all", "cohort"] = "all" if declared(clients, "needs_sizes") is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
         sizes=ExactSizes(scope=scope), name=("weighted_" if weighted else "") + name,
@@ -148,7 +149,7 @@ def _fedopt(
     name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, lr: float,
     epochs: int | None, steps: int | None, batch_size: int | None, local_momentum: float, weight_decay: float,
     lr_decay: float, client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0,
-    aggregate: Callable[[str], Any] = WeightedMean,
+    aggregate: Callable[..., Any] = WeightedMean,
 ) -> Strategy:
     """FedAvg's local SGD (with FedProx's ``prox_mu``) under the server optimizer ``server``."""
     local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, prox_mu, lr_decay)
@@ -224,9 +225,10 @@ def fedsampling(
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
     if normalize == "drawn" and not secure_sum:
         raise ValueError("fedsampling: normalize='drawn' needs secure_sum=True: the server may learn only the summed drawn count, not each client's")
+    prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
     policy = (
         ExactSizes(scope="all") if sizes == "exact" else
-        RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=tuple(size_prior))
+        RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
     )
     return Strategy(
         clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=normalize == "drawn"),
@@ -383,7 +385,8 @@ def fedsts(
     paper's m (alias ``m``). Paper defaults: H = 10, m = 10, d' = 9, 3 local SGD steps, lr 0.01, batch 128.
     ``samples_per_round=K`` instead of m derives m each round from every client's exact size."""
     m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, 10, "fedsts")
-    clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)  # type: ignore[arg-type]
+    clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
+    sizes: ExactSizes | None
     if clients.needs_sizes is SizeNeed.EXACT_ALL:
         sizes = ExactSizes(scope="all")
     else:
@@ -427,11 +430,11 @@ def fedstas(
     return dataclasses.replace(base, data=data or ParticipantData(eta, draw), sizes=sizes, name="fedstas")
 
 
-def _participant_sizes(epsilon: float | str | None, M: int) -> ExactSizes | RandomizedSizes:
+def _participant_sizes(epsilon: float | Literal["none"] | None, M: int) -> ExactSizes | RandomizedSizes:
     """The cohort's size reports: exact for ``epsilon`` None (or "none"), else epsilon-LDP with threshold M."""
     if epsilon is None or epsilon == "none":
         return ExactSizes(scope="cohort")
-    return RandomizedSizes(epsilon, M, scope="cohort")  # type: ignore[arg-type]
+    return RandomizedSizes(epsilon, M, scope="cohort")
 
 
 def _accepted(fn: Callable[..., Strategy]) -> set[str]:
@@ -458,7 +461,7 @@ def recipe(name: str, **params: Any) -> Strategy:
     recipe, which takes ``**base_params``, checks the base's parameters itself)."""
     fn = RECIPES.get(name)
     takes_any = fn is not None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
-    return fn(**params) if takes_any else _checked(name, params)(**params)
+    return fn(**params) if fn is not None and takes_any else _checked(name, params)(**params)
 
 
 # --- recipes over a base recipe -------------------------------------------------------------------
@@ -474,12 +477,13 @@ def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]
     if missing:
         raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
-    return dataclasses.replace(strategy, local=dataclasses.replace(strategy.local, **fields)) if fields else strategy
+    local: Any = strategy.local  # a dataclass solver (hasattr above)
+    return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields)) if fields else strategy
 
 
 @_recipe(
     aliases={"rho": "beta_decay"}, renamed={"momentum": "local_momentum"},  # None: the base recipe's value
-    local_momentum=[MOMENTUM, None], lr_decay=[PARAMETERS["lr_decay"], None], prox_mu=[NON_NEGATIVE, None],
+    local_momentum=[MOMENTUM, None], lr_decay=[LR_DECAY, None], prox_mu=[NON_NEGATIVE, None],
 )
 def iwds(
     *, beta_m: float = 0.98, beta_0: float = 0.9999, beta_decay: float = 0.992, schedule: Literal["decay", "fixed"] = "decay",
@@ -504,7 +508,7 @@ def iwds(
     if local_momentum is None and base == "fednova":
         local_momentum = 0.9
     options = {k: v for k, v in {"local_momentum": local_momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
-    params = {"clients_per_round": 5} if "clients_per_round" in takes and not {"samples_per_round", "m", "L"} & set(base_params) else {}
+    params: dict[str, Any] = {"clients_per_round": 5} if "clients_per_round" in takes and not {"samples_per_round", "m", "L"} & set(base_params) else {}
     params.update(base_params)
     params.update({k: v for k, v in options.items() if k in takes})
     data = IWDSData(beta_m=beta_m, beta_0=beta_0, rho=beta_decay, schedule=schedule)

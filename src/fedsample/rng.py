@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -185,7 +185,7 @@ class ClientRandom:
         low, high = (0, low) if high is None else (low, high)
         if high <= low:
             raise ValueError(f"integers: high ({high}) must exceed low ({low})")
-        drawn = uniform_integers(self.random(size), int(low), int(high))
+        drawn = uniform_integers(np.asarray(self.random(size)), int(low), int(high))
         return int(drawn) if size is None else drawn
 
     def permutation(self, x: int | np.ndarray) -> np.ndarray:
@@ -202,7 +202,7 @@ class ClientRandom:
             self._generator = generator(self.seed, self.round, self.client, self.purpose)
         return self._generator
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.generator, name)
 
 
@@ -217,6 +217,7 @@ class CohortRandom:
         self.clients = np.asarray(clients, dtype=np.int64)
         key = cell_key(int(seed), int(round), purpose)
         self.device = device
+        self.streams: Any  # uint64 numpy streams, or an int64 tensor on the device
         if device is None:
             self.streams = client_streams(key, self.clients)
         else:
@@ -264,12 +265,12 @@ class CohortRandom:
     def _ragged_device(self, counts: np.ndarray, starts: np.ndarray) -> "torch.Tensor":
         import torch
 
-        counts = torch.as_tensor(counts, device=self.device)
-        starts = torch.as_tensor(np.array(starts), device=self.device)
-        first = torch.cumsum(counts, 0) - counts
-        owner = torch.repeat_interleave(torch.arange(len(counts), device=self.device), counts)
+        n = torch.as_tensor(counts, device=self.device)
+        begin = torch.as_tensor(np.array(starts), device=self.device)
+        first = torch.cumsum(n, 0) - n
+        owner = torch.repeat_interleave(torch.arange(len(n), device=self.device), n)
         within = torch.arange(len(owner), dtype=torch.int64, device=self.device) - first[owner]
-        return stream_uniforms_torch(self.streams[owner], within + starts[owner])
+        return stream_uniforms_torch(self.streams[owner], within + begin[owner])
 
 
 class CohortStreams(Sequence):
@@ -286,7 +287,7 @@ class CohortStreams(Sequence):
     def __len__(self) -> int:
         return len(self.clients)
 
-    def __getitem__(self, c: int) -> ClientRandom:  # type: ignore[override]
+    def __getitem__(self, c: int) -> ClientRandom:  # type: ignore[override]  # one client's stream; no slices
         rng = ClientRandom(self.seed, self.round, int(self.clients[c]), self.purpose)
         rng.position = int(self.positions[c])
         return rng

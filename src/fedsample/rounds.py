@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -96,7 +96,7 @@ class Cohort:
             object.__setattr__(self, "multiplicity", np.ones(len(self.ids), dtype=np.int64))
 
     @classmethod
-    def from_sample(cls, sample: Any, population: int, **extra) -> "Cohort":
+    def from_sample(cls, sample: Any, population: int, **extra: Any) -> "Cohort":
         """From a :class:`fedsample.sampling.design.Sample` (ids, inclusion, multiplicity)."""
         return cls(sample.ids, sample.inclusion, population, sample.multiplicity, **extra)
 
@@ -153,9 +153,15 @@ class ReplyList(Sequence):
     non-finite sum, not each update, is what the server checks first); ``sealed`` that single replies cannot be
     read at all (a secure sum: the server gets only the sums)."""
 
-    fused: ClassVar[bool] = False
-    sealed: ClassVar[bool] = False
     failed: dict[int, Failed]
+
+    @property
+    def fused(self) -> bool:
+        return False
+
+    @property
+    def sealed(self) -> bool:
+        return False
 
     @abstractmethod
     def rejecting(self, failures: dict[int, Failed]) -> "ReplyList":
@@ -197,7 +203,7 @@ class ReplyList(Sequence):
         counts = [getattr(self[i], "samples", None) for i in self.received_positions().tolist()]
         if any(c is None for c in counts):
             raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
-        return int(sum(counts))
+        return int(sum(c for c in counts if c is not None))
 
     def numbers(self) -> np.ndarray | None:
         """The replies as floats (size reports), NaN where failed; None when a reply that did not fail is not a
@@ -279,11 +285,11 @@ class Widened(ReplyList):
         self.failed = {**failed, **{int(self.live[j]): f for j, f in source.failed.items()}}
 
     @property
-    def fused(self) -> bool:  # type: ignore[override]
+    def fused(self) -> bool:
         return self.source.fused
 
     @property
-    def sealed(self) -> bool:  # type: ignore[override]
+    def sealed(self) -> bool:
         return self.source.sealed
 
     def __len__(self) -> int:

@@ -36,7 +36,7 @@ from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 
 __all__ = [
-    "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
+    "Backend", "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
     "resolve_backend", "simulate",
 ]
 
@@ -192,11 +192,14 @@ def simulate(
     module.to(where)
     choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
     with ExitStack() as stack:
+        engine: Federation
         if isinstance(federation, FederationFactory):
-            federation = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
-        if federation is None:
-            federation = make_federation(choice.backend, data, module, seed, memory_budget, where)
-        fed = with_secure_sum(with_faults(federation, faults, seed), strategy.secure_sum)
+            engine = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
+        elif federation is None:
+            engine = make_federation(choice.backend, data, module, seed, memory_budget, where)
+        else:
+            engine = federation
+        fed = with_secure_sum(with_faults(engine, faults, seed), strategy.secure_sum)
         load_client_states_into(fed, state.client_states)
         tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
         status = _run_rounds(strategy, fed, module, data, state, ledger, rounds, seed, eval_every, checkpoint,
@@ -225,7 +228,7 @@ def _run_rounds(
             try:
                 state.params, log = strategy.round(fed, state.params, state.state, t, seed)
             except BudgetExceeded as stop:  # nothing of round t+1 past the refused release: its state is put back
-                state.state = {**before, LEDGER_KEY: ledger}
+                state.state = {**(before or {}), LEDGER_KEY: ledger}
                 status = f"{strategy.name}, seed {seed}: {stop}"
                 break
             except (ValueError, ArithmeticError) as error:

@@ -24,7 +24,7 @@ from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, r
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
-from fedsample.privacy.sizes import ExactSizes, RandomizedSizes, SizeInfo
+from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
 from fedsample.training.aggregate import WeightedMean
 from fedsample.training.functional import Params
 from fedsample.training.local import LocalSGD
@@ -86,7 +86,7 @@ class Strategy:
         total from the a of n asked that answered is scaled by n/a (docs/reliability.md)."""
         policy = self.size_policy(ctx)
         replies = ctx.federation.run("report_size", ids, policy.query, ctx.round)
-        M = policy.M if isinstance(policy, RandomizedSizes) else None
+        M = policy.threshold if isinstance(policy, RandomizedSizes) else None
         kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
         _note_failures(ctx, failed)
         if len(kept) == 0:
@@ -96,9 +96,11 @@ class Strategy:
             info = replace(info, total=scaled_total(info.total, len(ids), len(kept)))
         return info
 
-    def size_policy(self, ctx: RoundContext) -> ExactSizes | RandomizedSizes:
+    def size_policy(self, ctx: RoundContext) -> SizeReporting:
         """The size policy with its threshold resolved for this federation (``M="rmse"``: from the number of
         clients and the user's size prior, :func:`fedsample.privacy.size_estimate.rmse_M`)."""
+        if self.sizes is None:
+            raise ValueError(f"{self.name} collects no sizes (sizes=None)")
         if not (isinstance(self.sizes, RandomizedSizes) and self.sizes.M == "rmse"):
             return self.sizes
         policy = self.sizes.for_population(ctx.num_clients)
@@ -109,14 +111,15 @@ class Strategy:
         """Every client's size reports (FedSampling). With ``reuse=R`` reports are asked for only every R rounds
         and the estimate is kept in between; with ``average=A`` the estimate is the mean of the last A
         unclamped estimates, then floored at the number of clients (docs/size-estimate.md). The memo lives in the strategy state (saved with checkpoints)."""
-        reuse, average = getattr(self.sizes, "reuse", 1), getattr(self.sizes, "average", 1)
-        if reuse == 1 and average == 1:
+        if not isinstance(self.sizes, RandomizedSizes) or (self.sizes.reuse == 1 and self.sizes.average == 1):
             return self.collect_sizes(ctx, np.arange(ctx.num_clients))
+        reuse, average = self.sizes.reuse, self.sizes.average
         memo = ctx.state.setdefault("size_estimates", {"asked": None, "totals": [], "info": None})
         if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
             return memo["info"]
         info = self.collect_sizes(ctx, np.arange(ctx.num_clients))
-        memo["totals"] = (memo["totals"] + [self.size_policy(ctx).unclamped_total(info, ctx.num_clients)])[-average:]
+        policy = self.sizes.for_population(ctx.num_clients)
+        memo["totals"] = (memo["totals"] + [policy.unclamped_total(info, ctx.num_clients)])[-average:]
         total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
         memo.update(asked=ctx.round, info=replace(info, total=total))
         return memo["info"]
@@ -342,7 +345,7 @@ RULES = (
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
     """The cohort members where ``keep`` is True (inclusion probabilities, multiplicities, strata kept)."""
     strata = None if cohort.strata is None else np.asarray(cohort.strata)[keep]
-    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata)
+    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=np.asarray(cohort.multiplicity)[keep], strata=strata)
 
 
 class RoundFailed(Exception):

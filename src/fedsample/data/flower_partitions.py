@@ -11,15 +11,16 @@ partitioner with one extra column, :data:`ROW_ID` (0..n−1), and each partition
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from fedsample.data.hf import COLUMN_PREFIX, EXTRA, from_hf, hf_datasets
-from fedsample.data.types import Dataset, FederatedData
+from fedsample.data.types import Dataset, FederatedData, Task
 
 __all__ = ["FlowerScheme", "ROW_ID", "from_flwr", "with_row_ids"]
 
@@ -27,7 +28,7 @@ ROW_ID = "__fedsample_row__"
 _FLOWER_ERRORS = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
-def flwr_partitioners():
+def flwr_partitioners() -> Any:
     """``flwr_datasets.partitioner`` (offline, no telemetry), or an ImportError naming the extra."""
     hf_datasets()
     try:
@@ -42,7 +43,7 @@ def row_partitioners() -> list[str]:
     return [n for n in flwr_partitioners().__all__ if n != "Partitioner" and not n.startswith("Vertical")]
 
 
-def with_row_ids(dataset):
+def with_row_ids(dataset: Any) -> Any:
     """``dataset`` (a ``datasets.Dataset`` or ``DatasetDict``) with the column :data:`ROW_ID` = 0..n−1 (of
     each split): assign this to a partitioner (or pass it as FederatedDataset's ``preprocessor``) to read its
     partitions' rows back with :func:`from_flwr`."""
@@ -54,13 +55,13 @@ def with_row_ids(dataset):
     return dataset.add_column(ROW_ID, np.arange(len(dataset), dtype=np.int64))
 
 
-def _row_ids(ds, where: str) -> np.ndarray:
+def _row_ids(ds: Any, where: str) -> np.ndarray:
     if ROW_ID not in ds.column_names:
         raise ValueError(f"{where} has no {ROW_ID!r} column")
     return ds.with_format("arrow", columns=[ROW_ID])[:].column(ROW_ID).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _flower(partitioner, what: str, call):
+def _flower(partitioner: Any, what: str, call: Callable[[], Any]) -> Any:
     """Run a Flower call; its errors become one ValueError line naming the partitioner."""
     try:
         return call()
@@ -69,10 +70,10 @@ def _flower(partitioner, what: str, call):
         raise ValueError(f"{type(partitioner).__name__}: {what}: {message}") from None
 
 
-def client_rows(partitioner, num_rows: int) -> list[np.ndarray]:
+def client_rows(partitioner: Any, num_rows: int) -> list[np.ndarray]:
     """Each partition's row ids, in partition order; a row in two partitions is an error."""
     count = _flower(partitioner, "num_partitions", lambda: partitioner.num_partitions)
-    clients = [_row_ids(_flower(partitioner, f"partition {k}", lambda k=k: partitioner.load_partition(k)), f"partition {k}")
+    clients = [_row_ids(_flower(partitioner, f"partition {k}", functools.partial(partitioner.load_partition, k)), f"partition {k}")
                for k in range(count)]
     owned = np.bincount(np.concatenate(clients), minlength=num_rows) if clients else np.zeros(num_rows, np.int64)
     if np.any(owned > 1):
@@ -84,7 +85,7 @@ def client_rows(partitioner, num_rows: int) -> list[np.ndarray]:
     return clients
 
 
-def natural_ids(partitioner, count: int) -> np.ndarray | None:
+def natural_ids(partitioner: Any, count: int) -> np.ndarray | None:
     """The natural id of each partition (NaturalIdPartitioner), or its group's ids joined by "+"
     (GroupedNaturalIdPartitioner); None for other partitioners."""
     single = getattr(partitioner, "partition_id_to_natural_id", None)
@@ -96,8 +97,8 @@ def natural_ids(partitioner, count: int) -> np.ndarray | None:
     return None
 
 
-def from_flwr(partitioner, dataset=None, *, data: Dataset | None = None, features=None, label: str = "label",
-              test=None, task: str = "classification", name: str | None = None) -> FederatedData:
+def from_flwr(partitioner: Any, dataset: Any = None, *, data: Dataset | None = None, features: str | Sequence[str] | None = None,
+              label: str = "label", test: Any = None, task: Task = "classification", name: str | None = None) -> FederatedData:
     """A fedsample :class:`FederatedData` from a Flower Datasets partitioner: client k owns the rows of
     ``partitioner.load_partition(k)``.
 

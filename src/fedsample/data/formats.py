@@ -11,6 +11,7 @@ import gzip
 import io
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from fedsample.data.checks import check_finite
 __all__ = ["read_cifar_pickle", "read_idx", "read_libsvm", "write_cifar_pickle", "write_idx", "write_libsvm"]
 
 # IDX type codes (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT"); data are big-endian.
-_IDX_TYPES = {
+_IDX_TYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
     0x0B: np.dtype(">i2"),
@@ -104,7 +105,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         ("_codecs", "encode"),
     }
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")

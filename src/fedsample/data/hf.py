@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedsample.data.types import Dataset
+from fedsample.data.types import Dataset, Task
 
 __all__ = ["COLUMN_PREFIX", "EXTRA", "from_hf", "hf_datasets", "load_hf"]
 
@@ -43,7 +43,7 @@ def offline_by_default() -> bool:
     return _offline_is_ours
 
 
-def hf_datasets():
+def hf_datasets() -> Any:
     """The ``datasets`` module with offline mode on (unless the user chose otherwise); a clear ImportError
     naming the extra when it is missing. If ``datasets`` was imported before the variables were set, its
     offline switches (read at import) are turned on too."""
@@ -62,7 +62,7 @@ def hf_datasets():
 # --- columns to arrays ----------------------------------------------------------------------------------
 
 
-def _kind(feature: Any, datasets) -> str:
+def _kind(feature: Any, datasets: Any) -> str:
     """``number`` (a numeric or bool Value, a ClassLabel), ``array`` (a list or ArrayND column), ``image``,
     ``string`` or ``other``."""
     if isinstance(feature, datasets.ClassLabel):
@@ -78,7 +78,7 @@ def _kind(feature: Any, datasets) -> str:
     return "array" if isinstance(feature, arrays) else "other"
 
 
-def _scalar_column(ds, column: str) -> np.ndarray:
+def _scalar_column(ds: Any, column: str) -> np.ndarray:
     """One column of scalars as numpy (indices mappings respected); missing values are an error."""
     values = ds.with_format("arrow", columns=[column])[:].column(column)
     if values.null_count:
@@ -86,7 +86,7 @@ def _scalar_column(ds, column: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False) if len(values) else np.zeros(0)
 
 
-def _array_column(ds, column: str) -> np.ndarray:
+def _array_column(ds: Any, column: str) -> np.ndarray:
     """A list/ArrayND column as one ``(n, *shape)`` float32 array; ragged rows or missing values are an error."""
     values = ds.with_format("numpy", columns=[column])[:][column] if len(ds) else np.zeros((0, 0))
     if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
@@ -95,7 +95,7 @@ def _array_column(ds, column: str) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def _image_array(image, column: str, row: int) -> np.ndarray:
+def _image_array(image: Any, column: str, row: int) -> np.ndarray:
     """One PIL image as ``(C, H, W)`` float32 in [0, 1]: grayscale modes give 1 channel, colour modes 3 (RGB;
     alpha dropped)."""
     if image is None:
@@ -107,7 +107,7 @@ def _image_array(image, column: str, row: int) -> np.ndarray:
     return pixels[None] if gray else pixels.transpose(2, 0, 1)
 
 
-def _image_column(ds, column: str) -> np.ndarray:
+def _image_column(ds: Any, column: str) -> np.ndarray:
     """An Image column as ``(n, C, H, W)`` float32; every image must have the same size (grayscale images are
     repeated to 3 channels when the column also holds colour images)."""
     arrays = [_image_array(image, column, row) for row, image in enumerate(ds[column])]
@@ -131,7 +131,7 @@ def _finite(x: np.ndarray, columns: Sequence[str], split: str) -> np.ndarray:
     return x
 
 
-def feature_array(ds, columns: Sequence[str], split: str = "train") -> np.ndarray:
+def feature_array(ds: Any, columns: Sequence[str], split: str = "train") -> np.ndarray:
     """The features of ``ds`` as float32: several numeric columns side by side ``(n, k)``, one list/ArrayND
     column ``(n, *shape)``, or one Image column ``(n, C, H, W)`` in [0, 1]."""
     datasets = hf_datasets()
@@ -186,7 +186,7 @@ def regression_targets(values: np.ndarray, column: str) -> np.ndarray:
 # --- splits ---------------------------------------------------------------------------------------------
 
 
-def _split_of(dataset, datasets, split: str, what: str):
+def _split_of(dataset: Any, datasets: Any, split: str, what: str) -> Any:
     if not isinstance(dataset, datasets.DatasetDict):
         raise ValueError(f"{what}: a split name ({split!r}) needs a DatasetDict, got {type(dataset).__name__}")
     if split not in dataset:
@@ -194,7 +194,7 @@ def _split_of(dataset, datasets, split: str, what: str):
     return dataset[split]
 
 
-def train_and_test(dataset, test, split: str, datasets) -> tuple[Any, Any]:
+def train_and_test(dataset: Any, test: Any, split: str, datasets: Any) -> tuple[Any, Any]:
     """The training ``datasets.Dataset`` and the test one (None: carve one off). A DatasetDict gives its
     ``split`` and, when ``test`` is None, its "test" split if it has one."""
     if isinstance(dataset, datasets.DatasetDict):
@@ -226,7 +226,7 @@ def held_out_rows(y: np.ndarray, fraction: float, stratified: bool) -> np.ndarra
     return np.sort(test)
 
 
-def _columns(train, features, label: str) -> list[str]:
+def _columns(train: Any, features: str | Sequence[str] | None, label: str) -> list[str]:
     if label not in train.column_names:
         raise ValueError(f"label: no column {label!r}; the columns are {', '.join(train.column_names)}")
     columns = [c for c in train.column_names if c != label] if features is None else [features] if isinstance(features, str) else list(features)
@@ -240,7 +240,7 @@ def _columns(train, features, label: str) -> list[str]:
     return columns
 
 
-def _kept(ds, columns: Sequence[str], datasets) -> dict[str, np.ndarray]:
+def _kept(ds: Any, columns: Sequence[str], datasets: Any) -> dict[str, np.ndarray]:
     """The other scalar columns (e.g. a user id), one value per row, for natural partitions."""
     kept = {}
     for column in columns:
@@ -251,8 +251,8 @@ def _kept(ds, columns: Sequence[str], datasets) -> dict[str, np.ndarray]:
     return kept
 
 
-def from_hf(dataset, features: str | Sequence[str] | None = None, label: str = "label", test=None, *,
-            split: str = "train", test_fraction: float = 0.2, task: str = "classification", name: str | None = None) -> Dataset:
+def from_hf(dataset: Any, features: str | Sequence[str] | None = None, label: str = "label", test: Any = None, *,
+            split: str = "train", test_fraction: float = 0.2, task: Task = "classification", name: str | None = None) -> Dataset:
     """A fedsample :class:`Dataset` from a Hugging Face ``datasets.Dataset`` or ``DatasetDict``.
 
     ``features``: several numeric columns (side by side), one list/ArrayND column, or one Image column
@@ -299,7 +299,7 @@ def from_hf(dataset, features: str | Sequence[str] | None = None, label: str = "
     return Dataset(name or _name_of(train), x, y, x_test, y_test, num_classes, task=task, meta=meta)
 
 
-def _name_of(ds) -> str:
+def _name_of(ds: Any) -> str:
     info = getattr(ds, "info", None)
     return f"hf:{info.dataset_name}" if info is not None and info.dataset_name else "hf"
 
@@ -307,9 +307,9 @@ def _name_of(ds) -> str:
 # --- files and cached Hub datasets ----------------------------------------------------------------------
 
 
-def load_hf(path: str | None = None, *, format: str | None = None, data_files=None, subset: str | None = None,
+def load_hf(path: str | None = None, *, format: str | None = None, data_files: Any = None, subset: str | None = None,
             split: str = "train", test: str | None = None, test_fraction: float = 0.2,
-            features: str | Sequence[str] | None = None, label: str = "label", task: str = "classification",
+            features: str | Sequence[str] | None = None, label: str = "label", task: Task = "classification",
             name: str | None = None) -> Dataset:
     """``datasets.load_dataset`` offline, then :func:`from_hf`. ``format`` (csv, parquet, json, imagefolder)
     with ``data_files`` (a file, a list, or ``{split: files}``) and/or ``path`` (a directory) reads local
@@ -324,6 +324,7 @@ def load_hf(path: str | None = None, *, format: str | None = None, data_files=No
     if format is not None and path is None and data_files is None:
         raise ValueError(f"format {format!r} needs data_files (or path, a directory of {format} files)")
     _check_local(data_files)
+    args: tuple[str | None, ...]
     if format is not None:
         args, options = (format,), {"data_files": data_files, "data_dir": path}
     else:
@@ -338,7 +339,7 @@ def load_hf(path: str | None = None, *, format: str | None = None, data_files=No
                    name=name or _display_name(path, format, data_files))
 
 
-def _check_local(data_files) -> None:
+def _check_local(data_files: Any) -> None:
     """Every named data file must exist locally (a glob pattern is left to ``datasets``)."""
     files = [data_files] if isinstance(data_files, str) else list(data_files.values()) if isinstance(data_files, dict) else list(data_files or [])
     flat = [f for group in files for f in ([group] if isinstance(group, str) else group)]
@@ -356,7 +357,7 @@ def _not_available(path: str | None, format: str | None, error: Exception, offli
     return f"could not read {path or format!r}: {first}"
 
 
-def _display_name(path: str | None, format: str | None, data_files) -> str:
+def _display_name(path: str | None, format: str | None, data_files: Any) -> str:
     if format is None:
         return f"hf:{path}"
     first = data_files if isinstance(data_files, str) else None

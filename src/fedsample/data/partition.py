@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -296,7 +297,7 @@ class Natural:
         return FederatedData(dataset, fed.order, fed.offsets, scheme=fed.scheme, user_ids=users)
 
 
-def partition(dataset: Dataset, scheme, seed: int = 0) -> FederatedData:
+def partition(dataset: Dataset, scheme: Any, seed: int = 0) -> FederatedData:
     """Divide ``dataset``'s training split among clients according to ``scheme``.
 
     The result is checked (:func:`~fedsample.data.checks.check_partition`): every row at most once, no

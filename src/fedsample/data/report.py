@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ SCHEMES = {
 }
 
 
-def _coerce(scheme: str, name: str, kind: str, value):
+def _coerce(scheme: str, name: str, kind: str, value: Any) -> Any:
     """Turn a command-line string into the field's type; other values pass through."""
     if not isinstance(value, str) or kind.startswith("str"):
         return value
@@ -46,7 +47,7 @@ def _coerce(scheme: str, name: str, kind: str, value):
     return value
 
 
-def make_scheme(name: str, **params):
+def make_scheme(name: str, **params: Any) -> Any:
     """Build a partition scheme from its name (iid, dirichlet, shards, lognormal, llt, natural) and its
     parameters; string values (from a command line) are converted to the parameter's type."""
     key = name.strip().lower()

@@ -142,8 +142,12 @@ def fedprox_synthetic(
             x = v + rng.standard_normal((sizes[k], dim)) * np.sqrt(cov_diag)
             y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone: argmax of the logits
             n_train = int(train_fraction * sizes[k])
-            xs_tr.append(x[:n_train]); ys_tr.append(y[:n_train]); ids_tr.append(np.full(n_train, k))
-            xs_te.append(x[n_train:]); ys_te.append(y[n_train:]); ids_te.append(np.full(sizes[k] - n_train, k))
+            xs_tr.append(x[:n_train])
+            ys_tr.append(y[:n_train])
+            ids_tr.append(np.full(n_train, k))
+            xs_te.append(x[n_train:])
+            ys_te.append(y[n_train:])
+            ids_te.append(np.full(sizes[k] - n_train, k))
         x_tr, x_te = np.concatenate(xs_tr).astype(np.float32), np.concatenate(xs_te).astype(np.float32)
     name = "fedprox-synthetic-iid" if iid else f"fedprox-synthetic({alpha:g},{beta:g})"
     meta = {

@@ -153,7 +153,7 @@ def parse_play(text: str) -> dict[str, str]:
     their own line (``[Exit.]``) are dropped. Poems (no speaker lines) give an empty dict.
     """
     lines = text.replace("\r\n", "\n").split("\n")
-    speeches: dict[str, list[str]] = {}
+    speeches: dict[str, list[list[str]]] = {}
     current: list[str] | None = None
     for i, line in enumerate(lines):
         s = line.strip()
@@ -170,7 +170,7 @@ def parse_play(text: str) -> dict[str, str]:
             and m.group(1).split()[0] not in _NOT_SPEAKERS
         ):
             current = []
-            speeches.setdefault(m.group(1), []).append(current)  # type: ignore[arg-type]
+            speeches.setdefault(m.group(1), []).append(current)
             continue
         if current is not None and not (s.startswith("[") and s.endswith("]")):
             current.append(s)

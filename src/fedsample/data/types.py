@@ -14,7 +14,7 @@ import numpy as np
 from fedsample.data.checks import check_indices, check_split
 from fedsample.data.stats import partition_stats
 
-__all__ = ["Dataset", "FederatedData"]
+__all__ = ["Dataset", "FederatedData", "Task"]
 
 Task = Literal["classification", "regression"]
 

@@ -12,6 +12,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedsample.data.types import FederatedData
+    from fedsample.experiments.plan import Plan
+    from fedsample.messages import Params
 
 __all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_check"]
 
@@ -89,7 +95,7 @@ def command_diagnose(args: argparse.Namespace) -> None:
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")
 
 
-def diagnosed_strategies(plan) -> tuple[dict, dict]:
+def diagnosed_strategies(plan: Plan) -> tuple[dict, dict]:
     """The strategy of each label, a grid at its first value under its run label (``label [lr=0.01]``), and per
     such label the grid it was taken from (``{"param", "value", "values"}``)."""
     from fedsample.experiments import grid
@@ -120,7 +126,7 @@ def diagnosis_memory(rows: int, parameters: int, strategies: int, draws: int, sk
     return basis + chunk + kept + statistics
 
 
-def check_memory(plan, fed, strategies: int, draws: int, sketch_dim: int) -> None:
+def check_memory(plan: Plan, fed: FederatedData, strategies: int, draws: int, sketch_dim: int) -> None:
     """Refuse a diagnosis that cannot fit in the memory available, before it starts (one line)."""
     from fedsample.memory import check_fits
     from fedsample.simulation import build_module
@@ -130,7 +136,7 @@ def check_memory(plan, fed, strategies: int, draws: int, sketch_dim: int) -> Non
     check_fits(f"diagnose: {strategies} strategies x {draws} draws (--draws)", needed)
 
 
-def run_check(plan, strategies: dict, fed, seed: int, rounds: int) -> dict | None:
+def run_check(plan: Plan, strategies: dict, fed: FederatedData, seed: int, rounds: int) -> dict | None:
     """Each strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the
     automatic backend): ``{"rounds", "status": {label: "ok" or why it diverged}}`` (None: no check)."""
     from fedsample.simulation import Diverged, simulate
@@ -153,7 +159,7 @@ def _report_progress(label: str, result: dict) -> None:
     print(f"{label}: bias {e['bias']:.3f}, variance {e['variance']:.3f} ({result['seconds']:.1f} s)", file=sys.stderr, flush=True)
 
 
-def _checkpoint_params(path: Path | None):
+def _checkpoint_params(path: Path | None) -> Params | None:
     if path is None:
         return None
     from fedsample.simulation import SimulationState

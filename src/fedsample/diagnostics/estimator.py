@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -28,6 +29,8 @@ MIN_DRAWS = 4  # the jackknife leaves out one of at least 2 blocks of at least 2
 
 class _RecordingServer:
     """A server optimizer that records the aggregated update and leaves the parameters as they are."""
+
+    lr = 1.0  # nothing to scale: the recorded update is the aggregate itself
 
     def __init__(self) -> None:
         self.delta: Params | None = None
@@ -60,12 +63,14 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     """Run ``rounds`` rounds of ``strategy`` at the frozen ``params``, recording each round's aggregate; the
     clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run."""
     recorder = _RecordingServer()
-    frozen = dataclasses.replace(strategy, server=recorder)
+    frozen = dataclasses.replace(strategy, server=recorder, schedule=None)  # a schedule scales the server's step, not the aggregate
     state = frozen.init_state(params)
     # the failure model, then sealed where the strategy declares a secure sum: the federation a run builds
     served = with_secure_sum(with_faults(federation, faults, seed), frozen.secure_sum)
     n = len(federation.data.dataset.y_train)
-    out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64), *(np.zeros(rounds, dtype=np.int64) for _ in range(4)), [])
+    per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(4)]
+    out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64),
+                per_round[0], per_round[1], per_round[2], per_round[3], [])
     for i in range(rounds):
         recorder.delta = None
         federation.new_round()
@@ -80,7 +85,7 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     return out
 
 
-def _block_jackknife_se(blocks: list[np.ndarray], statistic) -> float:
+def _block_jackknife_se(blocks: list[np.ndarray], statistic: Callable[[np.ndarray, float, int], float]) -> float:
     """Delete-one-block jackknife standard error of ``statistic(sum vector, sum of squares, count)``."""
     sums = np.array([b.sum(0) for b in blocks])
     squares = np.array([float(np.sum(b * b)) for b in blocks])

@@ -86,7 +86,7 @@ class _LinearReport(TrainReport):
         self.steps, self.loss, self.norm_steps = steps, 0.0, norm_steps  # no loss is computed here (0.0: a finite reply)
 
     @property
-    def update(self) -> Params:  # type: ignore[override]
+    def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
         return self._owner.update_of(self._position)
 
 
@@ -110,6 +110,7 @@ class LinearisedFederation(VectorizedSimulator):
         ids = np.asarray(client_ids, dtype=np.int64)
         self.cost.contacted.update(ids.tolist())
         sent = payloads_for(payload, len(ids))
+        replies: ReplyList
         if procedure == "probe" and sent.shared is not None:
             replies = self._cached_probes(ids, sent.shared, round)
         else:
@@ -117,7 +118,7 @@ class LinearisedFederation(VectorizedSimulator):
         self.cost.bytes_up += self._reply_bytes(procedure, payload, replies)
         return replies
 
-    def _reply_bytes(self, procedure: str, payload: Any, replies: list) -> int:
+    def _reply_bytes(self, procedure: str, payload: Any, replies: ReplyList) -> int:
         if procedure == "report_size":
             return SIZE_REPORT_BYTES * len(replies)
         if procedure == "probe":

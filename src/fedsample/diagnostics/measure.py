@@ -21,7 +21,7 @@ from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estim
 from fedsample.diagnostics.exploitation import exploitation_summary
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel
-from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
+from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, gradient_basis
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
 from fedsample.privacy.sizes import RandomizedSizes
@@ -72,10 +72,10 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dic
         return None
     sizes = sizes.for_population(fed.num_clients)  # M="rmse" resolved as the strategy resolves it
     estimates = np.array([log["size_estimate"] for log in draws.logs if "size_estimate" in log])
-    theory = np.sqrt(estimator_variance(fed.sizes(), sizes.epsilon, sizes.M)) if sizes.scope == "all" else None
+    theory = np.sqrt(estimator_variance(fed.sizes(), sizes.epsilon, sizes.threshold)) if sizes.scope == "all" else None
     return {
-        "epsilon_per_round": sizes.epsilon, "M": sizes.M, "alpha": alpha_for(sizes.epsilon, sizes.M),
-        "scope": sizes.scope, "total": int(len(fed.order)), "clipped_total": int(clip_size(fed.sizes(), sizes.M).sum()),
+        "epsilon_per_round": sizes.epsilon, "M": sizes.M, "alpha": alpha_for(sizes.epsilon, sizes.threshold),
+        "scope": sizes.scope, "total": int(len(fed.order)), "clipped_total": int(clip_size(fed.sizes(), sizes.threshold).sum()),
         "estimate_mean": float(estimates.mean()) if len(estimates) else None,
         "estimate_sd": float(estimates.std()) if len(estimates) > 1 else None, "estimate_se_theory": theory,
     }

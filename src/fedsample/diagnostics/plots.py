@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedsample.diagnostics.exploitation import drawn_label_counts
 from fedsample.diagnostics.measure import Diagnosis
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = ["plot_estimator", "plot_exploitation", "plot_labels"]
 
 EXAMPLE_CLIENTS = 8
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -126,9 +126,10 @@ class ScheduleConfig(_Strict):
 
     def build(self, rounds: int = 1) -> Any:
         """The :class:`~fedsample.training.schedule.Schedule` (``rounds``: the cosine's length when not given)."""
-        from fedsample.training.schedule import Schedule
+        from fedsample.training.schedule import Kind, Schedule
 
-        return Schedule(self.kind, self.every, self.gamma, self.rounds if self.rounds is not None else rounds)  # type: ignore[arg-type]
+        kind = cast(Kind, self.kind)  # checked by Schedule
+        return Schedule(kind, self.every, self.gamma, self.rounds if self.rounds is not None else rounds)
 
     @model_validator(mode="after")
     def _needed(self) -> "ScheduleConfig":

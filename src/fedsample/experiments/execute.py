@@ -15,6 +15,7 @@ checkpoints written so far stay, for ``--resume``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 import queue as queue_module
@@ -32,7 +33,7 @@ from fedsample.device import resolve_device
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.experiments.validation import validation_metrics
-from fedsample.simulation import Diverged, SimulationResult, build_module, simulate
+from fedsample.simulation import Backend, Diverged, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["RunSettings", "checkpoint_path", "folder_name", "run_jobs"]
@@ -47,7 +48,7 @@ class RunSettings:
     out: Path
     resume: bool = False
     checkpoint_every: int = 10
-    backend: str = "auto"
+    backend: Backend = "auto"
     device: str = "cpu"
     options: dict = field(default_factory=dict)
     tracking: TrackingSpec | None = None
@@ -141,7 +142,7 @@ def _in_turn(plan: Plan, todo: list[Job], settings: RunSettings, progress: Progr
     outcomes = {}
     for job in todo:
         name = job_name(plan, job)
-        outcomes[job] = run_job(plan, job, settings, (lambda t, name=name: progress(name, t)) if progress else None)
+        outcomes[job] = run_job(plan, job, settings, functools.partial(progress, name) if progress else None)
     return outcomes
 
 

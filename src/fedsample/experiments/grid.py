@@ -36,21 +36,23 @@ def run_label(label: str, strategy: StrategyConfig, key: str) -> str:
 
 def selection_score(validation: list[dict | None]) -> tuple[float | None, str]:
     """The score of one value over its seeds' final validation metrics (None if a seed stopped), and what it is."""
-    if not validation or any(v is None for v in validation):
+    runs = [v for v in validation if v is not None]
+    if not validation or len(runs) < len(validation):
         return None, SELECTED_BY
-    if all("accuracy" in v for v in validation):
-        return sum(v["accuracy"] for v in validation) / len(validation), SELECTED_BY
-    return -sum(v["loss"] for v in validation) / len(validation), SELECTED_BY_LOSS
+    if all("accuracy" in v for v in runs):
+        return sum(v["accuracy"] for v in runs) / len(runs), SELECTED_BY
+    return -sum(v["loss"] for v in runs) / len(runs), SELECTED_BY_LOSS
 
 
 def select(strategy: StrategyConfig, validation: dict[str, list[dict | None]]) -> tuple[str, dict]:
     """The selected value's key and results.json's ``selected`` entry: the first value with the best score
     (values whose runs stopped are never selected unless all stopped; then the first value, score null)."""
     scores = {key: selection_score(runs) for key, runs in validation.items()}
-    ranked = [key for key in scores if scores[key][0] is not None]
-    chosen = max(ranked, key=lambda key: scores[key][0]) if ranked else next(iter(scores))
+    ranked = {key: score for key, (score, _) in scores.items() if score is not None}
+    chosen = max(ranked, key=ranked.__getitem__) if ranked else next(iter(scores))
     by = scores[chosen][1]
     grid = {key: (None if score is None else (-score if by == SELECTED_BY_LOSS else score)) for key, (score, _) in scores.items()}
+    assert strategy.grid, "select is asked of a strategy with a grid"
     name, values = next(iter(strategy.grid.items()))
     value = next(v for v in values if value_key(v) == chosen)
     return chosen, {"param": name, "value": value, "by": by, "grid": grid}

@@ -4,6 +4,7 @@ holds: one per (strategy label, grid value, training seed)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -127,10 +128,11 @@ def build_dataset(config: DatasetConfig) -> Dataset:
         from fedsample.data.hf import load_hf
 
         return load_hf(name=config.name, **config.params)
+    assert config.name is not None  # a builtin dataset is named (DatasetConfig)
     return load_dataset(config.name, **config.params)
 
 
-def build_scheme(config: PartitionConfig):
+def build_scheme(config: PartitionConfig) -> Any:
     """A fedsample partition scheme by name, or ``flwr:NAME``: a Flower Datasets partitioner."""
     if config.scheme.startswith("flwr:"):
         from fedsample.data.flower_partitions import FlowerScheme
@@ -165,7 +167,7 @@ def prepare(config: ExperimentConfig) -> Plan:
     strategies = {label: next(iter(by_key.values())) for label, by_key in variants.items()}
     plan = Plan(config, dataset, scheme, model, strategies, fault_model(config), variants=variants)
     for seed in config.seeds:
-        fed = _built(f"partition (seed {plan.partition_seed(seed)})", lambda seed=seed: plan.federation(seed), DATA_ERRORS)
+        fed = _built(f"partition (seed {plan.partition_seed(seed)})", functools.partial(plan.federation, seed), DATA_ERRORS)
         for label, by_key in variants.items():
             for strategy in by_key.values():
                 check_cohort_size(label, strategy, fed.num_clients)

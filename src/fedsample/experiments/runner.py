@@ -20,12 +20,12 @@ from fedsample.experiments.plan import (  # noqa: F401 - the runner's public nam
     Failure, Job, Outcome, Plan, check_cohort_size, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
-from fedsample.simulation import SimulationResult
+from fedsample.simulation import Backend, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
 __all__ = [
-    "METRICS", "check_output_folder", "check_run_settings", "failures", "finite_or_none", "run_experiment", "run_plan",
-    "summarize", "tracking_spec",
+    "METRICS", "check_output_folder", "check_run_settings", "checkpoint_path", "failures", "finite_or_none", "run_experiment",
+    "run_plan", "summarize", "tracking_spec",
 ]
 
 METRICS = ("accuracy", "macro_f1", "loss")
@@ -74,7 +74,7 @@ def run_plan(
     resume: bool = False,
     checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None,
-    backend: str = "auto",
+    backend: Backend = "auto",
     on_failure: Callable[[str], None] | None = None,
     options: dict | None = None,
     device: str | None = None,
@@ -100,7 +100,7 @@ def run_plan(
 
 def run_experiment(
     plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, checkpoint_every: int = 10,
-    progress: Callable[[str, int], None] | None = None, backend: str = "auto",
+    progress: Callable[[str, int], None] | None = None, backend: Backend = "auto",
     on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
     jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
@@ -137,7 +137,7 @@ def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> 
     backends = parse_backends(track) if track is not None else tuple(table.backends) if table is not None else ()
     if not backends:
         return None
-    options = {} if table is None else {
+    options: dict[str, Any] = {} if table is None else {
         "mlflow_uri": table.mlflow.tracking_uri, "wandb_project": table.wandb.project, "wandb_mode": table.wandb.mode,
         "wandb_entity": table.wandb.entity,
     }
@@ -149,7 +149,8 @@ def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> 
 def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict]]:
     """Per label, the runs of its selected grid value (its only runs without a grid), and the results.json
     entries beside them: ``validation`` (final-round metrics on the validation split) and ``selected``."""
-    results, extras = {}, {}
+    results: dict[str, list[SimulationResult | Failure]] = {}
+    extras: dict[str, dict] = {}
     seeds = plan.config.seeds
     for s in plan.config.strategies:
         label = s.display
@@ -194,8 +195,8 @@ def summarize(
     for label, runs in results.items():
         finished = [run if isinstance(run, SimulationResult) else None for run in runs]
         strategies[label] = {
-            "final": metric_table([run and run.final for run in finished], metrics),
-            "best": metric_table([run and {m: best_round(run.history, m) for m in metrics} for run in finished], metrics),
+            "final": metric_table([None if run is None else run.final for run in finished], metrics),
+            "best": metric_table([None if run is None else {m: best_round(run.history, m) for m in metrics} for run in finished], metrics),
             "status": [run.status if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],

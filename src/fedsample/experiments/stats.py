@@ -4,6 +4,7 @@ round on the test set."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 __all__ = ["LOWER_IS_BETTER", "best_round", "metric_table", "over_seeds"]
 
@@ -11,14 +12,14 @@ __all__ = ["LOWER_IS_BETTER", "best_round", "metric_table", "over_seeds"]
 LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
 
 
-def over_seeds(per_seed: list[float | None]) -> dict:
+def over_seeds(per_seed: Sequence[float | None]) -> dict:
     """``{"mean", "sd", "n", "per_seed"}`` over the seeds with a value (None marks a seed that stopped):
     sd is the sample standard deviation, sqrt(sum (x - mean)^2 / (n - 1)), null for n = 1; mean and sd are
     null for n = 0 (every seed stopped)."""
     values = [float(v) for v in per_seed if v is not None]
     n = len(values)
     mean = sum(values) / n if n else None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 and mean is not None else None
     return {"mean": mean, "sd": sd, "n": n, "per_seed": per_seed}
 
 

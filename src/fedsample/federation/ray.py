@@ -82,12 +82,12 @@ class ClientShard:
         self._held = (token, reports)
         return summarize_reports(reports)
 
-    def weighted_update_sum(self, positions: np.ndarray | range, weights: np.ndarray | float, token: int) -> Params:
+    def weighted_update_sum(self, positions: np.ndarray | range, weights: np.ndarray | float, token: int) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token`` (``positions`` may
         come as a range and ``weights`` as one number shared by all: :func:`compact_weights`)."""
         positions = np.arange(positions.start, positions.stop, positions.step, dtype=np.int64) if isinstance(positions, range) else positions
-        weights = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else weights
-        return self._reports(token).weighted_update_sum(positions, weights)
+        each = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else np.asarray(weights)
+        return self._reports(token).weighted_update_sum(positions, each)
 
     def updates(self, positions: np.ndarray, token: int) -> list[Params]:
         """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
@@ -132,7 +132,7 @@ class RemoteReport(TrainReport):
         self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
 
     @property
-    def update(self) -> Params:  # type: ignore[override]
+    def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
         return self._owner.update_of(self._position)
 
     def __repr__(self) -> str:
@@ -214,7 +214,7 @@ class RayFederation(Federation):
         actor = ray.remote(ClientShard).options(**options)
         threads = max(1, int(cpus_per_worker))
         budget = memory_budget or DEFAULT_MEMORY_BUDGET
-        self.actors = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
+        self.actors: list[Any] = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
         self.nodes = self._started([a.node.remote() for a in self.actors], start_timeout, options)
 
     @property
@@ -295,11 +295,11 @@ def compact_weights(weights: np.ndarray) -> np.ndarray | float:
 def _in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size: int) -> ReplyList:
     """The actors' answers put back in cohort order: one array where every actor answered with one (size
     reports, :class:`~fedsample.rounds.NumberReplies`), else a list."""
-    arrays = bool(answers) and all(isinstance(a, NumberReplies) and not a.failed for a in answers.values())
-    if arrays:
-        values = np.zeros(size, dtype=next(iter(answers.values())).values.dtype)
-        for w, answer in answers.items():
-            values[parts[w]] = answer.values
+    numbers = {w: a for w, a in answers.items() if isinstance(a, NumberReplies) and not a.failed}
+    if answers and len(numbers) == len(answers):
+        values = np.zeros(size, dtype=next(iter(numbers.values())).values.dtype)
+        for w, number in numbers.items():
+            values[parts[w]] = number.values
         return NumberReplies(values)
     out: list[Any] = [None] * size
     for w, answer in answers.items():

@@ -141,7 +141,7 @@ class SealedReplies(ReplyList):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, position: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, position: Any) -> Any:
         if not -self._count <= position < self._count:
             raise IndexError(position)
         return self.failed.get(position % self._count, _SEALED)

@@ -15,7 +15,7 @@ from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
-from fedsample.rounds import Replies
+from fedsample.rounds import Replies, ReplyList
 from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
@@ -80,7 +80,7 @@ class Simulator(Federation):
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         fn = procedures.PROCEDURES[procedure]
         sent = payloads_for(payload, len(client_ids))
         reports = []

@@ -39,8 +39,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 
 from __future__ import annotations
 
-import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -55,7 +54,7 @@ from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import NumberReplies, Replies
+from fedsample.rounds import NumberReplies, Replies, ReplyList
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -83,13 +82,13 @@ class VectorizedSimulator(Simulator):
         self.memory_budget = int(memory_budget)
         self.sizes = data.sizes()
         self._loss_fn = weighted_loss_fn(self.train_module, self.task)
-        self._batched_loss = None
+        self._batched_loss: Callable[..., torch.Tensor] | None = None
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
 
     # --- the verb ----------------------------------------------------------------------------------
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies | NumberReplies:
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(payload, len(ids))
         if procedure == "report_size" and sent.shared is not None:
@@ -105,13 +104,13 @@ class VectorizedSimulator(Simulator):
             return NumberReplies(sizes.copy())
         cell_round, purpose = report_cell(query, round)
         streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
-        return NumberReplies(randomized_response(sizes, query.epsilon, query.M, streams))
+        return NumberReplies(randomized_response(sizes, *query.randomization, streams))
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> Replies:
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> ReplyList:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
         Updates with clipping and noise (``payload.noise``) are per-client and nonlinear: the reference loop."""
         self._unions.clear()
-        payloads = [sent.shared] if sent.shared is not None else list(sent)
+        payloads = list(sent) if isinstance(sent, PerClient) else [sent.shared]
         if any(p.noise is not None for p in payloads) or self.needs_loop() is not None:
             return super().run("train", ids, _as_sent(sent), round)
         if sent.shared is not None:  # one payload for all: one group
@@ -130,7 +129,7 @@ class VectorizedSimulator(Simulator):
                 reports[position] = report
         return Replies(reports, failed={})
 
-    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> Replies:
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> ReplyList:
         """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
@@ -149,7 +148,7 @@ class VectorizedSimulator(Simulator):
 
     # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
 
-    def draw_cohort(self, ids: np.ndarray, plan: Any, round: int) -> tuple[DrawnCohort, Sequence[np.random.Generator]]:
+    def draw_cohort(self, ids: np.ndarray, plan: Any, round: int) -> tuple[DrawnCohort, Sequence[Any]]:
         """What each client's ``plan`` draws, and each client's stream positioned after its draw, as the loop's
         ``train`` sees them: in one pass where the plan declares a cohort draw (:class:`fedsample.parts.CohortPlan`),
         else client by client."""
@@ -379,6 +378,12 @@ class CohortReports(Replies):
     computed when read); the drawn rows stay in the federation."""
 
     fused = True
+    _federation: VectorizedSimulator
+    _token: int
+    _took_step: np.ndarray  # the replies' steps > 0
+    _step: float
+    _decay: float
+    _updates: Params | None
 
     @classmethod
     def one_gradient(
@@ -457,7 +462,7 @@ class _DeferredReport(TrainReport):
         self.steps, self.loss, self.norm_steps = 1, loss, None
 
     @property
-    def update(self) -> Params:  # type: ignore[override]
+    def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
         return self._owner.update_of(self._position)
 
     def __repr__(self) -> str:
@@ -470,7 +475,7 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
 
     total = [x.numel() * x.element_size()]
 
-    def hook(_module, _inputs, output):
+    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):
             total.append(output.numel() * output.element_size())
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -59,8 +59,9 @@ def encode_request(procedure: str, client: int, seed: int, round: int, payload: 
 
 def decode_request(content: RecordDict) -> Request:
     """The node's side of :func:`encode_request` (parameters back as torch tensors)."""
-    header = content.config_records[HEADER]
-    payload = pickle.loads(content.config_records[PAYLOAD]["blob"])  # from the server the node serves
+    header: Mapping[str, Any] = content.config_records[HEADER]  # as encode_request wrote them
+    pickled: Mapping[str, Any] = content.config_records[PAYLOAD]
+    payload = pickle.loads(pickled["blob"])  # from the server the node serves
     if PARAMS in content.array_records:
         payload = dataclasses.replace(payload, params=params_of(content.array_records[PARAMS]))
     return Request(str(header["procedure"]), int(header["client"]), int(header["seed"]), int(header["round"]), payload)
@@ -88,7 +89,7 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
     if procedure == "probe":
         return _encode_probe(report)
     if procedure == "train":
-        metrics = {"steps": int(report.steps), "loss": float(report.loss)}
+        metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
         if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
@@ -98,7 +99,7 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
 
 
 def _encode_probe(report: ProbeReport) -> RecordDict:
-    metrics = {"loss": float(report.loss), "grad_norm": float(report.grad_norm)}
+    metrics: dict[str, Any] = {"loss": float(report.loss), "grad_norm": float(report.grad_norm)}
     metrics.update({f"extra.{k}": float(v) for k, v in report.extra.items()})
     arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed)) if v is not None}
     records: dict[str, Any] = {REPORT: MetricRecord(metrics)}
@@ -124,7 +125,7 @@ def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
     raise MalformedReply(f"unknown procedure {procedure!r}")
 
 
-def _field(record: Any, name: str, kind: type) -> Any:
+def _field(record: Any, name: str, kind: type | tuple[type, ...]) -> Any:
     value = record.get(name) if hasattr(record, "get") else None
     if not isinstance(value, kind) or isinstance(value, bool):
         raise MalformedReply(f"field {name!r} is {value!r}, expected {getattr(kind, '__name__', 'a number')}")

@@ -43,7 +43,7 @@ class AppConfig:
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ValueError(f"unknown fedsample run-config keys {unknown}; known: {sorted(known)}")
-        values = {}
+        values: dict[str, Any] = {}
         for key, value in run_config.items():
             name = known[key].name
             values[name] = _json_object(key, value) if name.endswith("_args") else value

@@ -61,10 +61,10 @@ class FlowerFederation(Federation):
         self.asked[round].append((procedure, ids))
         payloads = [sent.at(i) for i in range(len(ids))]
         reachable = self._reachable(ids, round)
-        replies: list[Any] = [Failed(k, procedure, reachable.get(k, "")) for k in ids]
-        sent = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
-        answers = exchange(self.grid, list(sent.values()), self.timeout)
-        for i, message in sent.items():
+        replies: list[Any] = [Failed(k, procedure, reachable.get(k) or "") for k in ids]
+        messages = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
+        answers = exchange(self.grid, list(messages.values()), self.timeout)
+        for i, message in messages.items():
             replies[i] = self._read(procedure, ids[i], payloads[i], answers.get(id(message)))
             if id(message) not in answers:
                 self.left_out[round][ids[i]] = replies[i].reason
@@ -131,7 +131,8 @@ def discover_nodes(grid: Grid, expected: int, wait: float, timeout: float) -> di
     answers = exchange(grid, messages, timeout)
     nodes: dict[int, int] = {}
     for reply in (answers[id(m)] for m in messages if id(m) in answers):
-        client = None if reply.has_error() else reply.content.config_records.get("identity", {}).get("client")
+        identity = None if reply.has_error() else reply.content.config_records.get("identity")
+        client = None if identity is None else identity.get("client")
         if isinstance(client, int) and not isinstance(client, bool) and client not in nodes:
             nodes[client] = reply.metadata.src_node_id
     return nodes

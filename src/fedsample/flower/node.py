@@ -16,6 +16,7 @@ from fedsample import client as procedures
 from fedsample.messages import ClientContext
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
+from fedsample.data.types import Dataset, FederatedData
 from fedsample.flower.codec import decode_request, encode_report
 from fedsample.flower.config import AppConfig
 from fedsample.models import model_from_name
@@ -36,7 +37,7 @@ def client_id(node_config: Mapping[str, Any]) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _federated(config_json: str):
+def _federated(config_json: str) -> tuple[Dataset, FederatedData]:
     config = AppConfig(**json.loads(config_json))
     dataset = load_dataset(config.dataset, **config.dataset_args)
     return dataset, partition(dataset, scheme_for(config, dataset.num_train), seed=config.data_seed)
@@ -84,7 +85,7 @@ def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dic
 
 def load_state(context: Context) -> dict:
     """The client-held state kept in the node's Flower context (never sent)."""
-    record = context.state.config_records.get(STATE)
+    record: Mapping[str, Any] | None = context.state.config_records.get(STATE)  # as save_state wrote it
     return pickle.loads(record["blob"]) if record is not None else {}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fedsample import lazy
 
 import dataclasses
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ ModelSpec = LogisticRegression | MLP | CNN | PflCNN | TextCNN | Transformer | Re
 MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN, PflCNN, TextCNN, Transformer, ResNet, VGG9)}
 
 
-def model_from_name(name: str, **params) -> ModelSpec:
+def model_from_name(name: str, **params: Any) -> ModelSpec:
     """The spec ``name`` with ``params``; an unknown name or parameter is one ``ValueError`` line listing the
     known ones, and each spec checks its values."""
     if name not in MODELS:
@@ -56,8 +57,9 @@ def initial_parameters(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(seed))
         for layer in module.modules():
-            if hasattr(layer, "reset_parameters"):
-                layer.reset_parameters()
+            reset = getattr(layer, "reset_parameters", None)
+            if callable(reset):
+                reset()
     return {name: p.detach().clone() for name, p in module.named_parameters()}
 
 __getattr__, __dir__ = lazy.submodules(__name__, __path__)

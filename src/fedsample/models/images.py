@@ -24,7 +24,7 @@ def image_shape(spec: object, input_shape: tuple[int, ...], smallest: int) -> tu
     """``(C, H, W)`` with H, W >= ``smallest`` (one ``ValueError`` line otherwise)."""
     if len(input_shape) != 3 or min(input_shape[1:]) < smallest:
         raise ValueError(f"{type(spec).__name__} needs image inputs of shape (C, H, W) with H, W >= {smallest}, got {input_shape}")
-    return input_shape  # type: ignore[return-value]
+    return input_shape[0], input_shape[1], input_shape[2]
 
 
 def norm_layer(kind: str, channels: int, groups: int) -> nn.Module:

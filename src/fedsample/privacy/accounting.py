@@ -16,6 +16,7 @@ Two budgets, kept apart:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fedsample import checks
 
@@ -57,7 +58,7 @@ def size_report_spend(epsilon: float, reports: int, permanent: bool, delta: floa
     return {"size_reports": draws, "size_epsilon": basic, "size_epsilon_advanced": advanced, "size_delta": delta}
 
 
-def _dp_accounting():
+def _dp_accounting() -> Any:
     try:
         import dp_accounting
     except ImportError as error:  # pragma: no cover - depends on the environment
@@ -98,7 +99,7 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
     return rounds * a / (2 * noise_multiplier**2) + math.log(1 / delta) / (a - 1)
 
 
-def run_spend(sizes: object, noise: object, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
+def run_spend(sizes: Any, noise: Any, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
     (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
     ``sizes`` is randomized, and

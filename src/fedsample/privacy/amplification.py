@@ -57,7 +57,7 @@ from fedsample.privacy.ledger import (
     ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
-from fedsample.messages import payloads_for
+from fedsample.messages import PerClient, payloads_for
 from fedsample.privacy.reports import alpha_for
 from fedsample.rounds import is_failed
 
@@ -122,11 +122,11 @@ def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
         return ClientDesign("none", f"no client-level amplification: the server picks the cohort ({name}) and sees who answers")
     if getattr(clients, "samples_per_round", None) is not None:
         return ClientDesign("none", f"{name}(samples_per_round=...) derives its inclusion probabilities from the clients' sizes")
-    if isinstance(clients, PoissonClients):
+    if isinstance(clients, PoissonClients) and clients.q is not None:  # q is set: no samples_per_round
         if clients.q >= 1:
             return ClientDesign("none", "degenerate client sampler: q = 1 chooses every client")
         return ClientDesign("poisson", f"clients chosen independently with probability {clients.q:.4g}", rate=float(clients.q))
-    if isinstance(clients, UniformClients):
+    if isinstance(clients, UniformClients) and clients.m is not None:  # m is set: no samples_per_round
         if clients.m >= population:
             return ClientDesign("none", f"degenerate client sampler: m = {clients.m} of {population} chooses every client")
         return ClientDesign("without-replacement", f"{clients.m} of {population} clients uniformly without replacement",
@@ -171,7 +171,7 @@ def releases(
     if procedure == "train":
         sent = payloads_for(payload, len(ids))
         first = sent.shared if sent.shared is not None else sent.at(0)
-        plans = [sent.shared.plan] if sent.shared is not None else [p.plan for p in sent]
+        plans = [p.plan for p in sent] if isinstance(sent, PerClient) else [sent.shared.plan]
         asked = len(ids)
         answered = asked if replies is None else sum(1 for r in replies if not is_failed(r))
         return [train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)]
@@ -230,7 +230,11 @@ def train_release(
     if z <= 0:
         return Release(round, what, None, None, None, reason="noise multiplier 0", call=call)
     user, k = accounting.unit == "user", accounting.k
-    group = k if (user and example) else 1  # how many clipped contributions one unit can make
+    group = 1  # how many clipped contributions one unit can make
+    if user and example:
+        if k is None:
+            raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user)")
+        group = k
     per_unit = z / group if example else (z if user else z / 2)  # z over the add/remove sensitivity of one unit
     unamplified = gaussian(per_unit)
     q, why_q = record_rate(plans)
@@ -244,14 +248,16 @@ def train_release(
     if design.kind == "none":
         notes.append(design.reason)
     if data_ok and user and example:  # the user's drawn count is Binomial(k, q): a mixture of Gaussians
+        assert q is not None and k is not None  # data_ok
         counts = np.arange(k + 1)
         probs = client_rate * binom.pmf(counts, k, q)
         probs[0] += 1.0 - client_rate
-        event = mixture_of_gaussians(z, counts, probs)
+        event = mixture_of_gaussians(z, counts.tolist(), probs)
         reason = f"amplified: a user's drawn records are Binomial(k={k}, q={q:.4g})" + _client_note(design) + _also(notes)
         return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=call)
     if data_ok:
-        rate = (1.0 - (1.0 - q) ** k) if user else q
+        assert q is not None  # data_ok
+        rate = (1.0 - (1.0 - q) ** k) if user and k is not None else q
         how = (f"a user of at most k={k} records takes part with probability 1-(1-q)^k = {rate:.4g}, q = {q:.4g}"
                if user else why_q)
         event = poisson_sampled(rate * client_rate, gaussian(per_unit))

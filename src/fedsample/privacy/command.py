@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from fedsample.memory import check_fits, check_int64
 from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
+
+if TYPE_CHECKING:
+    from fedsample.privacy.ledger import Method, Unit
 
 __all__ = ["add_parser", "command_privacy", "ledger_epsilons", "report", "report_memory"]
 
@@ -135,7 +138,7 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
 
 
 def ledger_epsilons(
-    rounds: int, sigma: float, rate: float, unit: str, k: int | None, delta: float, method: str,
+    rounds: int, sigma: float, rate: float, unit: Unit, k: int | None, delta: float, method: Method,
     size_report: tuple[float, int] | None = None, clipping: str = "both",
 ) -> list[tuple[str, dict]]:
     """Per clipping mode (``clipping``: ``"example"``, ``"client"`` or ``"both"``), the ledger's summary after
@@ -174,7 +177,7 @@ def ledger_epsilons(
 
 
 def ledger_report(
-    rounds: int, sigma: float, rate: float, unit: str, k: int | None, delta: float, method: str, size_report: tuple[float, int] | None = None,
+    rounds: int, sigma: float, rate: float, unit: Unit, k: int | None, delta: float, method: Method, size_report: tuple[float, int] | None = None,
     clipping: str = "both",
 ) -> list[str]:
     """The lines of the ledger's part: epsilon with and without amplification, per clipping mode."""

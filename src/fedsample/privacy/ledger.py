@@ -288,10 +288,9 @@ def epsilon_of(events: Sequence[dict], delta: float, method: Method = "pld", rel
     if not events:
         return {"epsilon": 0.0, "delta": delta, "num_releases": 0, "accounting_method": used, "optimal_order": None}
     if used == "pld":
-        composed = None
-        for event in events:
-            one = _pld(event)
-            composed = one if composed is None else composed.compose(one)
+        composed = _pld(events[0])
+        for event in events[1:]:
+            composed = composed.compose(_pld(event))
         return _spent(composed.get_epsilon_for_delta(delta), delta, len(events), used)
     return _rdp_spent(sum(_rdp(e, relation) for e in events), delta, len(events))
 
@@ -382,8 +381,9 @@ class Ledger:
         delta = self.accounting.delta
         out = {}
         for relation in self.relations(extra):
-            def events_of(releases: Sequence[Release]) -> list[dict]:
-                return [(r.event if amplified else r.unamplified) for r in releases if r.protected and r.relation in (relation, None)]
+            def events_of(releases: Sequence[Release], relation: Relation = relation) -> list[dict]:
+                chosen = [(r.event if amplified else r.unamplified) for r in releases if r.protected and r.relation in (relation, None)]
+                return [e for e in chosen if e is not None]
 
             recorded, added = events_of(self.releases), events_of(extra)
             if self.unprotected(extra):
@@ -479,8 +479,12 @@ class Ledger:
     @classmethod
     def from_state_dict(cls, state: dict) -> "Ledger":
         names = {f.name for f in fields(Release)}
-        releases = [Release(**{k: (tuple(v) if k == "call" and v is not None else v) for k, v in r.items() if k in names})
-                    for r in state["releases"]]
+        releases = []
+        for r in state["releases"]:
+            kept: dict[str, Any] = {k: v for k, v in r.items() if k in names}
+            if kept.get("call") is not None:
+                kept["call"] = tuple(kept["call"])
+            releases.append(Release(**kept))
         return cls(Accounting(**state["accounting"]), releases)
 
     def continued_with(self, accounting: Accounting) -> "Ledger":

@@ -8,7 +8,7 @@ state under :data:`LEDGER_KEY` (saved with checkpoints), created with the defaul
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -61,8 +61,7 @@ def randomized_response(n: np.ndarray | int, epsilon: float, M: int, rng: "np.ra
         raise ValueError("a client reporting its size must hold at least one sample")
     if isinstance(rng, CohortRandom):  # one client each: draw 0 decides, draw 1 is the fake size
         u = rng.columns(2)
-        truthful, fake = u[:, 0] < alpha, uniform_integers(u[:, 1], 1, M)
-        return np.where(truthful, clip_size(n, M), fake)
+        return np.where(u[:, 0] < alpha, clip_size(n, M), uniform_integers(u[:, 1], 1, M))
     truthful = rng.random(n.shape) < alpha
     fake = rng.integers(1, M, size=n.shape)
     return np.where(truthful, clip_size(n, M), fake)
@@ -76,7 +75,7 @@ def response_distribution(n: int, epsilon: float, M: int) -> np.ndarray:
     return probs
 
 
-def validate_reports(reports: np.ndarray, M: int, client_ids: Sequence[int] | None = None) -> np.ndarray:
+def validate_reports(reports: np.ndarray, M: int, client_ids: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
     """Reject any report outside {1, ..., M-1}, naming the client that sent it."""
     reports = np.asarray(reports)
     if reports.ndim != 1 or not (np.issubdtype(reports.dtype, np.integer) or np.issubdtype(reports.dtype, np.floating)):
@@ -89,7 +88,7 @@ def validate_reports(reports: np.ndarray, M: int, client_ids: Sequence[int] | No
 
 
 def estimate_total(
-    reports: np.ndarray, epsilon: float, M: int, client_ids: Sequence[int] | None = None, clamp: bool = True
+    reports: np.ndarray, epsilon: float, M: int, client_ids: Sequence[int] | np.ndarray | None = None, clamp: bool = True
 ) -> float:
     """Unbiased estimate of the total (clipped) size over the clients that answered (Eq. 2).
 
@@ -127,7 +126,7 @@ def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, 
     for n in sizes:
         reports = randomized_response(np.full(draws, n), epsilon, M, rng)
         counts[n] = np.bincount(reports, minlength=M)[1:] / draws
-    best = (0.0, None, None)
+    best: tuple[float, tuple[int, int] | None, int | None] = (0.0, None, None)
     for n in sizes:
         for other in sizes:
             if n == other:

@@ -53,6 +53,8 @@ class SizeInfo:
     def total_over(self, ids: np.ndarray) -> float:
         """The estimated total size of a subset of the clients that answered (e.g. the participants,
         FedSTaS Eq. 8): the policy's estimator applied to their reports alone."""
+        if self.policy is None:
+            raise ValueError("these size reports name no policy: a subset's total needs its estimator")
         return self.policy.summarize(np.asarray(ids), self.for_clients(np.asarray(ids))).total
 
 
@@ -114,10 +116,15 @@ class RandomizedSizes:
         return replace(self, M=size_estimate.rmse_M(int(num_clients), float(self.epsilon), *map(float, self.size_prior)))
 
     @property
-    def query(self) -> SizeQuery:
+    def threshold(self) -> int:
+        """M as a number: ``M="rmse"`` is resolved per population (:meth:`for_population`)."""
         if self.M == "rmse":
             raise RuntimeError("M='rmse' is resolved per population: use for_population(num_clients).query")
-        return SizeQuery("randomized", self.epsilon, self.M, self.permanent)
+        return self.M
+
+    @property
+    def query(self) -> SizeQuery:
+        return SizeQuery("randomized", self.epsilon, self.threshold, self.permanent)
 
     def reports_after(self, rounds: int) -> int:
         """Size queries a client has answered after ``rounds`` rounds: one every ``reuse`` rounds."""
@@ -128,12 +135,12 @@ class RandomizedSizes:
         return accounting.size_report_spend(self.epsilon, reports, self.permanent, delta)
 
     def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo:
-        total = estimate_total(np.asarray(reports), self.epsilon, self.M, client_ids=ids)
+        total = estimate_total(np.asarray(reports), self.epsilon, self.threshold, client_ids=ids)
         return SizeInfo(ids=ids, reports=np.asarray(reports, dtype=np.int64), total=total, exact=False, policy=self)
 
     def unclamped_total(self, info: SizeInfo, asked: int) -> float:
         """Eq. 2 without the floor at the number of answers, scaled from the clients that answered to the
         ``asked`` (as :meth:`fedsample.strategy.Strategy.collect_sizes` scales the clamped total): the unbiased
         value that ``average`` averages before flooring the mean."""
-        raw = estimate_total(info.reports, self.epsilon, self.M, client_ids=info.ids, clamp=False)
+        raw = estimate_total(info.reports, self.epsilon, self.threshold, client_ids=info.ids, clamp=False)
         return scaled_total(raw, asked, len(info.ids))

@@ -47,7 +47,7 @@ def read_experiment(folder: Path) -> Values:
     return experiment_values(json.loads((folder / "results.json").read_text()))
 
 
-def study_values(measured: Mapping[str, Mapping[str, Sequence[float]]]) -> Values:
+def study_values(measured: Mapping[str, Mapping[str, Sequence[float | None]]]) -> Values:
     """A study's ``{label: {metric: [per seed]}}``: one measurement, used as both "final" and "best"."""
     out: Values = {}
     for label, metrics in measured.items():

@@ -223,7 +223,7 @@ def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[
         say(args, f"[{i}/{total}] {sel.paper.name}: {kind} {key} ...")
         start = time.perf_counter()
         try:
-            if kind == "preset":
+            if isinstance(what, ExperimentConfig):  # a preset
                 status, stopped = run_preset(key, what, sel, args)
                 values[key] = read_experiment(sel.out / key)
                 failures += stopped
@@ -236,7 +236,7 @@ def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[
         wall = time.perf_counter() - start
         if status.startswith("reused"):  # the time it took when it ran, from the folder's last reproduction.json
             wall = earlier.get(key, wall)
-        description = what.description if kind == "preset" else f"{what.description} (cost: {what.cost})".strip()
+        description = what.description if isinstance(what, ExperimentConfig) else f"{what.description} (cost: {what.cost})".strip()
         runs.append({"name": key, "kind": kind, "description": description, "wall_s": wall, "status": status})
         say(args, f"[{i}/{total}] {key}: {status} ({wall:.0f} s)")
     runs += [{"name": name, "kind": "skipped", "description": "", "wall_s": None, "status": "not run (--only)"} for name in sel.skipped]
@@ -293,7 +293,7 @@ def listing() -> str:
     lines = []
     for name, paper in papers().items():
         lines.append(f"{name}: {paper.citation}")
-        for profile, entries in paper.presets.items():
+        for profile in paper.presets:
             for key, entry in profile_presets(paper, profile).items():
                 lines.append(f"  [{profile}] {key}: {preset_description(entry)}")
         lines += [f"  [study] {s.name}: {s.description} (cost: {s.cost})" for s in paper.studies]

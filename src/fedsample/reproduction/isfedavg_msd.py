@@ -109,7 +109,7 @@ def systematic_rows(pi: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> 
     order = np.argsort(rng.random((M, N)), axis=1)
     cum = np.cumsum(np.take_along_axis(pi, order, axis=1), axis=1)
     width = int(np.max(n))
-    points = rng.random(M)[:, None] + np.arange(width)[None, :]
+    points = np.asarray(rng.random(M))[:, None] + np.arange(width)[None, :]
     pos = np.minimum((cum[:, :, None] <= points[:, None, :]).sum(axis=1), N - 1)
     return np.take_along_axis(order, pos, axis=1), np.arange(width)[None, :] < np.asarray(n)[:, None]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypeGuard
 
 from fedsample.reproduction.collect import Values, lookup
 from fedsample.reproduction.registry import profile_presets
@@ -34,7 +34,7 @@ def seed_pairs(better: Sequence[float | None], worse: Sequence[float | None], sc
     return [(float(b) * scale, float(w) * scale) for b, w in zip(better, worse) if finished(b) and finished(w)]
 
 
-def finished(value: float | None) -> bool:
+def finished(value: float | None) -> TypeGuard[float]:
     """Whether a seed's value exists (a seed that stopped is None; a diverged value is not finite)."""
     return value is not None and math.isfinite(float(value))
 
@@ -78,7 +78,7 @@ def tested_row(
     if tested.estimate is None:
         return {**row, "n": [better.n, worse.n]}
     est = tested.estimate
-    return {**row, "se": est.se, "df": est.df, "ci": list(tested.ci), "test": est.test, "n": list(est.n)}
+    return {**row, "se": est.se, "df": est.df, "ci": None if tested.ci is None else list(tested.ci), "test": est.test, "n": list(est.n)}
 
 
 def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
@@ -89,8 +89,10 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     worse = measured(values, comparison.source, comparison.worse, comparison.which, comparison.metric, scale)
     pairs = None
     if comparison.paired and better is not None and worse is not None:
-        sides = [lookup(values, comparison.source, label, comparison.which, comparison.metric) for label in (comparison.better, comparison.worse)]
-        pairs = seed_pairs(*sides, scale)
+        first, second = (lookup(values, comparison.source, label, comparison.which, comparison.metric)
+                         for label in (comparison.better, comparison.worse))
+        if first is not None and second is not None:  # measured above: both sides have values
+            pairs = seed_pairs(first, second, scale)
     return tested_row(comparison, better, worse, pairs)
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Literal, Mapping, Sequence
 
 from fedsample.experiments.stats import LOWER_IS_BETTER  # smaller is better for these metrics, larger for the rest
 
-__all__ = ["Comparison", "Figure", "Paper", "Study", "with_seeds_needed"]
+__all__ = ["Comparison", "Figure", "Paper", "Study", "Which", "with_seeds_needed"]
 
 # "final": the last round (a grid's value selected on the validation split); "best": the oracle, the best round
 # on the test set (Figures only, for information; no verdict).

@@ -160,7 +160,7 @@ def run_lines(runs: list[Mapping]) -> list[str]:
     return lines
 
 
-def total_wall(document: dict) -> str:
+def total_wall(document: Mapping) -> str:
     """This invocation's wall time, and the runs' own where some were reused from an earlier invocation."""
     line = f"Total wall time: {document['wall_s']:.0f} s"
     reused = [r for r in document["runs"] if r["status"].startswith("reused") and r["wall_s"] is not None]

@@ -150,7 +150,7 @@ def comparison_test(
     if tie and margin is None:
         return Tested(estimate.d, estimate, None, ci, mdd, None, "inconclusive (no equivalence margin stated)")
     needed = seeds_needed(estimate, resolution_target(estimate.d, tie, margin), ONE_SIDED, POWER)
-    p, verdict = equivalence_verdict(estimate, margin, names) if tie else ordering_verdict(estimate)
+    p, verdict = equivalence_verdict(estimate, margin, names) if tie and margin is not None else ordering_verdict(estimate)
     return Tested(estimate.d, estimate, p, ci, mdd, needed, verdict)
 
 

@@ -61,12 +61,14 @@ class UniformClients:
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m (at most N), or with ``samples_per_round`` E[m] = K / mean(n_k) from ``sizes`` (at most N)."""
         if self.samples_per_round is None:
+            assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             return float(min(self.m, num_clients))
         return min(float(num_clients), cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round))
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         if self.samples_per_round is None:
+            assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             return Cohort.from_sample(design.simple_random(N, min(self.m, N), ctx.rng("clients")), N)
         expected = min(cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round), N)
         m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
@@ -104,6 +106,7 @@ class SizeProportional:
         p = np.zeros(ctx.num_clients)
         p[sizes.ids] = sizes.reports / sizes.reports.sum()
         if self.samples_per_round is None:
+            assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             return Cohort.from_sample(design.pps_with_replacement(p, self.m, ctx.rng("clients")), ctx.num_clients)
         expected = cohort_size.size_weighted_count(sizes.reports, self.samples_per_round)
         m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
@@ -133,12 +136,15 @@ class PoissonClients:
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """q N, or with ``samples_per_round`` min(1, K / sum n_k) N from ``sizes``."""
         if self.samples_per_round is None:
+            assert self.q is not None  # __post_init__: q is set when samples_per_round is not
             return float(self.q * num_clients)
         return min(1.0, self.samples_per_round / float(np.sum(cohort_size.sizes_given(sizes, self)))) * num_clients
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
-        q = self.q
         if self.samples_per_round is not None:
             q = min(1.0, self.samples_per_round / float(np.sum(ctx.require_sizes(exact=True).reports)))
+        else:
+            assert self.q is not None  # __post_init__: q is set when samples_per_round is not
+            q = self.q
         return Cohort.from_sample(design.bernoulli(N, q, ctx.rng("clients")), N)

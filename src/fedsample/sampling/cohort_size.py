@@ -11,6 +11,7 @@ taken from exact size reports of every client, which reveals each client's size 
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import numpy as np
 
@@ -20,8 +21,10 @@ __all__ = [
     "one_of", "randomly_rounded", "size_weighted_count", "sizes_given", "uniform_count", "with_replacement_inclusion",
 ]
 
+N = TypeVar("N", int, float)
 
-def one_of(name: str, fixed: float | None, samples_per_round: int | None, default: float, owner: str | None = None) -> float | None:
+
+def one_of(name: str, fixed: N | None, samples_per_round: int | None, default: N, owner: str | None = None) -> N | None:
     """The fixed cohort parameter ``name`` (m or q), or None when ``samples_per_round`` replaces it;
     ``default`` when neither is given. Giving both is one :class:`~fedsample.checks.ParameterError` line (the
     values themselves are checked by their owner's constraints)."""

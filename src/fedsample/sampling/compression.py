@@ -16,7 +16,7 @@ Both are deterministic functions of the gradient (and of the seed), so they need
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ DIM = checks.Param(checks.COUNT, label="compressed dimension d'")
 COMPRESSION = checks.Options(*COMPRESSIONS)
 
 
-def check_dim(dim: object) -> int:
+def check_dim(dim: Any) -> int:
     """Validate the compressed dimension d' (an integer >= 1)."""
     return int(checks.check("dim", dim, DIM))
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import Any, Callable
 
 import numpy as np
 
@@ -102,8 +103,9 @@ class Sample:
 
 def _check_rng(rng: object, where: str) -> np.random.Generator:
     """A numpy Generator, or the Generator behind a client's stream (``fedsample.rng.ClientRandom.generator``)."""
-    if isinstance(getattr(rng, "generator", None), np.random.Generator):
-        return rng.generator
+    generator = getattr(rng, "generator", None)
+    if isinstance(generator, np.random.Generator):
+        return generator
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"{where}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
     return rng
@@ -600,7 +602,7 @@ def stratified(
     starts = np.concatenate([[0], np.cumsum(sizes)])
     id_parts: list[np.ndarray] = []
     pi_parts: list[np.ndarray] = []
-    for h in np.flatnonzero(alloc > 0):
+    for h in np.flatnonzero(alloc > 0).tolist():
         units = order[starts[h] : starts[h + 1]]
         m_h = int(alloc[h])
         if w is None:
@@ -670,7 +672,7 @@ def successive_sampling_sets(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndar
     f[0] = 1.0
     for k in range(n):
         layer = masks[(size == k) & (f > 0)]
-        for j in np.flatnonzero(q > 0):
+        for j in np.flatnonzero(q > 0).tolist():
             src = layer[((layer >> j) & 1) == 0]
             src = src[left[src] > 0]
             f[src | (1 << j)] += f[src] * q[j] / left[src]
@@ -687,7 +689,7 @@ def successive_sampling_inclusion(p: np.ndarray, n: int) -> np.ndarray:
     return probs @ members
 
 
-def replay_inclusion(draw, population: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+def replay_inclusion(draw: Callable[[np.random.Generator], Any], population: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Monte Carlo inclusion frequencies of a selection procedure: run ``draw(rng)`` (returning a
     :class:`Sample` or an array of ids) ``draws`` times from frozen inputs and count, for each of the
     ``population`` units, the fraction of runs that include it. Each frequency has standard error

@@ -259,6 +259,7 @@ class ImportanceBatches:
 
     def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Eq. 53: the drawn points share their probability mass by their gradient norms at ``params``."""
+        assert self.params is not None  # a refreshing plan ("cheap") carries the global model
         return rescale_subset(p, rows, gradient_norms(ctx, self.params, rows))
 
 
@@ -277,7 +278,8 @@ def stored_data_weights(ctx: ClientContext) -> np.ndarray:
 
 def _per_agent(value: int | Sequence[int]) -> int | tuple[int, ...]:
     """One value for every agent (an int), or one per agent (a tuple of ints); already checked (:data:`EPOCHS`)."""
-    return int(value) if np.ndim(value) == 0 else tuple(int(v) for v in value)  # type: ignore[arg-type, union-attr]
+    values = np.asarray(value)
+    return int(values) if values.ndim == 0 else tuple(int(v) for v in values)
 
 
 def _for_agent(value: int | tuple[int, ...], k: int, name: str) -> int:
@@ -336,10 +338,12 @@ class ImportanceAgents:
         rule = DataRule("held" if self.update == "cheap" else "gradient", self.floor)
         second_moment, grad_norm = _probe(ctx, ids, params, rule)
         epochs, batch = _agent_values(self.epochs, ids, "epochs"), _agent_values(self.batch_size, ids, "batch_size")
+        alpha: float | np.ndarray
         if self.alpha is None:
             alpha = paper_alpha(epochs, batch)
         else:
-            alpha = self.alpha if np.ndim(self.alpha) == 0 else np.asarray(self.alpha)[ids]
+            given = np.asarray(self.alpha, dtype=np.float64)
+            alpha = float(given) if given.ndim == 0 else given[ids]
         return agent_scores(data_variability(second_moment, epochs, batch), grad_norm, alpha)
 
     def probabilities(self, ctx: "RoundContext") -> np.ndarray:
@@ -350,6 +354,7 @@ class ImportanceAgents:
             return np.full(K, 1.0 / K)
         if self.update == "exact":
             if "agent_scores_exact" not in state:
+                assert self.reference is not None  # checked at construction for update="exact"
                 state["agent_scores_exact"] = self.scores(ctx, everyone, self.reference)
             return normalized_probabilities(state["agent_scores_exact"], self.floor)
         if self.update == "approx":

@@ -18,7 +18,6 @@ import numpy as np
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
 from fedsample.parts import SizeNeed
-from fedsample.privacy.reports import estimate_total
 from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
 if TYPE_CHECKING:

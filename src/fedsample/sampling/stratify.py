@@ -12,7 +12,7 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class StratifiedClients:
     """
 
     H: int = 10
-    m: int = 10
+    m: int | None = 10  # None with samples_per_round
     dim: int = 9
     compression: Compression = "squeeze"
     recompute_every: int = 1
@@ -141,6 +141,7 @@ class StratifiedClients:
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""
         if self.samples_per_round is None:
+            assert self.m is not None  # __post_init__: m is checked when samples_per_round is not given
             return float(min(self.m, num_clients))
         expected = cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round)
         return float(min(num_clients, max(self.H, expected)))
@@ -148,6 +149,7 @@ class StratifiedClients:
     def clients_per_round(self, ctx: "RoundContext") -> int:
         """m, or the count derived from the reported sizes for ``samples_per_round`` (at least H)."""
         if self.samples_per_round is None:
+            assert self.m is not None  # __post_init__: m is checked when samples_per_round is not given
             return self.m
         expected = cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round)
         return min(ctx.num_clients, max(self.H, cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))))
@@ -165,7 +167,7 @@ class StratifiedClients:
         """Stratum labels: re-clustered when due (every ``recompute_every`` rounds), else kept from state."""
         kept = ctx.state.get("strata")
         due = kept is None or len(kept["labels"]) != len(vectors) or ctx.round - kept["round"] >= self.recompute_every
-        if due:
+        if due or kept is None:
             labels = kmeans_strata(vectors, self.H, ctx.rng("strata"))
             ctx.state["strata"] = {"labels": labels, "round": ctx.round}
             return labels
@@ -195,11 +197,11 @@ def projection_seed(seed: int) -> int:
     return int(generator(seed, 0, SERVER, "projection").integers(2**62))
 
 
-def _check_strata_count(H: object, N: int | None = None) -> int:
+def _check_strata_count(H: Any, N: int | None = None) -> int:
     checks.check("H", H, STRATA)
-    if N is not None and H > N:  # type: ignore[operator]
+    if N is not None and H > N:
         raise ValueError(f"number of strata H = {H} exceeds the number of clients N = {N}")
-    return int(H)  # type: ignore[call-overload]
+    return int(H)
 
 
 def _check_vectors(vectors: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def is_number(value: Any) -> bool:
     return dtype is not None and getattr(value, "ndim", 1) == 0 and dtype.kind in "biuf"
 
 
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_config(config: Mapping[str, Any] | list | tuple, prefix: str = "") -> dict[str, Any]:
     """A nested config as ``{"a.b.0.c": value}`` (dicts and lists flattened with dots), for trackers whose
     parameters are flat (MLflow)."""
     out: dict[str, Any] = {}

@@ -86,7 +86,12 @@ class MlflowTracker(Tracker):
         super().__init__()
         self.experiment, self.run_name = experiment, run_name
         self.folder = None if folder is None else Path(folder)
-        self.tracking_uri = tracking_uri or default_uri(self.folder)
+        if tracking_uri:
+            self.tracking_uri = tracking_uri
+        elif self.folder is not None:
+            self.tracking_uri = default_uri(self.folder)
+        else:
+            raise ValueError("MlflowTracker needs a folder for its local store or a tracking_uri")
         self.tags = dict(tags or {})
         self._client: Any = None
         self.run_id: str | None = None

@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from fedsample.tracking.base import EXTRAS, Tracker, TrackerGroup, require
+
+if TYPE_CHECKING:
+    from fedsample.tracking.mlflow import MlflowTracker
 
 __all__ = ["BACKENDS", "TrackingSpec", "add_track_argument", "parse_backends"]
 
@@ -53,7 +56,7 @@ class TrackingSpec:
     folder: Path
     mlflow_uri: str | None = None
     wandb_project: str | None = None
-    wandb_mode: str = "offline"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_entity: str | None = None
 
     def check(self) -> None:
@@ -83,7 +86,7 @@ class TrackingSpec:
                                          mode=self.wandb_mode, entity=self.wandb_entity))
         return made
 
-    def _mlflow(self, experiment: str, run: str) -> Tracker:
+    def _mlflow(self, experiment: str, run: str) -> MlflowTracker:
         from fedsample.tracking.mlflow import MlflowTracker
 
         folder = None if self.mlflow_uri else self.folder / "mlflow"

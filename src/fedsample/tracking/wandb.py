@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fedsample.tracking.base import Tracker, require
 
@@ -45,8 +45,8 @@ class WandbTracker(Tracker):
     backend = "wandb"
 
     def __init__(
-        self, folder: str | Path, project: str, run_name: str, group: str | None = None, mode: str = "offline",
-        entity: str | None = None,
+        self, folder: str | Path, project: str, run_name: str, group: str | None = None,
+        mode: Literal["offline", "online", "disabled"] = "offline", entity: str | None = None,
     ) -> None:
         require("wandb")
         if mode not in MODES:

@@ -70,12 +70,12 @@ class WeightedMean:
         """``size``: the cohort's size reports (exact, or randomized ones used as they are)."""
         return SizeNeed.COHORT if self.by == "size" else SizeNeed.NONE
 
-    def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
+    def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "inverse_inclusion":
             return 1.0 / (cohort.inclusion[positions] * cohort.population * response_rate_of(ctx))
-        w = cohort.multiplicity[positions].astype(np.float64)
+        w = np.asarray(cohort.multiplicity)[positions].astype(np.float64)
         if self.by == "size":
-            w = w * ctx.require_sizes().for_clients(cohort.ids[positions])
+            w = w * reported_sizes(ctx, cohort.ids[positions])
         return w / w.sum()
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
@@ -115,9 +115,16 @@ class DrawnNormalizedSum:
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
         drawn = replies_of(reports).drawn_total() if total is not None else 0
-        if drawn == 0:
+        if total is None or drawn == 0:
             return None
         return {k: v * (self.K / drawn) for k, v in total.items()}
+
+
+def reported_sizes(ctx: "RoundContext | None", ids: np.ndarray, exact: bool = False) -> np.ndarray:
+    """The round's size reports of the clients ``ids`` (size weights need the round's context)."""
+    if ctx is None:
+        raise ValueError("size weights need the round's context (its size reports)")
+    return ctx.require_sizes(exact=exact).for_clients(ids)
 
 
 def response_rate_of(ctx: "RoundContext | None") -> float:
@@ -233,7 +240,7 @@ class StratifiedMean:
         if self.by == "unbiased":
             return WeightedMean("inverse_inclusion").weights(positions, cohort, ctx)
         if self.by == "size":
-            sizes = ctx.require_sizes(exact=True).for_clients(cohort.ids[positions])  # type: ignore[union-attr]
+            sizes = reported_sizes(ctx, cohort.ids[positions], exact=True)
             return size_ratio_weights(sizes, cohort.inclusion[positions])
         if cohort.strata is None or "stratum_sizes" not in cohort.info or "allocation" not in cohort.info:
             raise ValueError("StratifiedMean('paper') needs a stratified cohort (strata, stratum_sizes, allocation)")

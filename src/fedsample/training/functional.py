@@ -34,7 +34,7 @@ def losses_of_outputs(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Te
     return F.cross_entropy(out, y, reduction="none")
 
 
-def weighted_loss_fn(module: nn.Module, task: str) -> Callable[[Params, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def weighted_loss_fn(module: nn.Module, task: str) -> Callable[..., torch.Tensor]:
     """``loss(params, x, y, w) = sum_i w_i * l_i(params)``: every solver expresses its estimator through ``w``
     (1/B for a minibatch mean, 1/K for FedSampling's G_c, importance weights for ISFedAvg)."""
 

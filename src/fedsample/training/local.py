@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -131,7 +131,7 @@ def sgd_step_(
     """One SGD step in place: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b.
     Zero terms cost nothing; ``w`` and ``buf`` are updated in place (``anchor`` broadcasts against stacked
     ``w``), ``g`` is left as it is."""
-    d = g
+    d: tuple[torch.Tensor, ...] | list[torch.Tensor] = g
     if weight_decay:
         d = torch._foreach_add(d, w, alpha=weight_decay)
     if prox_mu:
@@ -300,16 +300,17 @@ class LocalSGD(Scheduled):
         when the plan gives a sampling distribution, batches drawn with replacement from it."""
         n = len(sample.indices)
         b = n if self.batch_size is None else min(self.batch_size, n)
+        epochs = self.epochs or 0  # None only when steps is given
         if sample.probs is not None:
-            count = self.steps if self.steps is not None else self.epochs * math.ceil(n / b)
+            count = self.steps if self.steps is not None else epochs * math.ceil(n / b)
             return list(rng.choice(n, size=(count, b), replace=True, p=sample.probs))
         if self.steps is not None:
             passes = math.ceil(self.steps * b / n)
             order = np.concatenate([rng.permutation(n) for _ in range(passes)])
             return [order[i * b : (i + 1) * b] for i in range(self.steps)]
-        order = np.concatenate([rng.permutation(n) for _ in range(self.epochs)])
+        order = np.concatenate([rng.permutation(n) for _ in range(epochs)])
         per_epoch = math.ceil(n / b)
-        return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(self.epochs) for i in range(per_epoch)]
+        return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(epochs) for i in range(per_epoch)]
 
     def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
         """:meth:`batches` of every member (:func:`minibatch_schedule`)."""

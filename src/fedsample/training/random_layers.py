@@ -30,7 +30,7 @@ import copy
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -88,7 +88,7 @@ class RandomLayers:
             masks[key] = keep if p == 0.0 else keep.mul_(1.0 / (1.0 - p)) if p < 1.0 else keep
         return masks if device is None else {k: m.to(device) for k, m in masks.items()}
 
-    def draw_many(self, generators: list[torch.Generator | None], rows: list[int], dtype: torch.dtype = torch.float32) -> Masks:
+    def draw_many(self, generators: Sequence[torch.Generator | None], rows: list[int], dtype: torch.dtype = torch.float32) -> Masks:
         """The masks of one forward of each client (client i: ``rows[i]`` samples from ``generators[i]``),
         concatenated along the sample axis in client order: a union batch's masks."""
         if not self.layers:

@@ -18,7 +18,7 @@ from fedsample import checks
 if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torch, as experiment files are read
     from fedsample.training.functional import Params
 
-__all__ = ["Schedule", "scheduled_step"]
+__all__ = ["Kind", "Schedule", "scheduled_step"]
 
 Kind = Literal["constant", "step", "exponential", "cosine"]
 KINDS = ("constant", "step", "exponential", "cosine")

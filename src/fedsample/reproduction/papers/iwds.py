@@ -11,7 +11,7 @@ Every figure appears once per profile, so each profile's table has the paper's n
 
 from __future__ import annotations
 
-from fedsample.reproduction.spec import Comparison, Figure, Paper, with_seeds_needed
+from fedsample.reproduction.spec import Comparison, Figure, Paper, Which, with_seeds_needed
 
 __all__ = ["METHODS", "PAPER", "PARTITIONS", "TABLE1_FMNIST_FEDAVG"]
 
@@ -28,7 +28,7 @@ TABLE1_FMNIST_FEDAVG: dict[str, tuple[float, ...]] = {
     "lda05": (91.29, 91.14, 91.22, 91.21, 91.18),
 }
 
-WHICH = "final"
+WHICH: Which = "final"
 WHICH_NOTE = ("Table 1 reports 'top-1 validation accuracy': top-1 accuracy (the top-scoring class is right), not the "
               "best round; compared at the final round (on the cuda presets, of the lr selected on the validation split)")
 # Every comparison is within one preset, whose runs of one seed share the partition, the validation split and
