@@ -82,7 +82,6 @@ __all__ = [
 ]
 
 Update = Literal["exact", "approx", "cheap", "uniform"]
-UPDATES = ("exact", "approx", "cheap", "uniform")
 STATE_KEY = "isfedavg"
 #: Default mixing with the uniform distribution (not in the paper; see the module notes).
 DEFAULT_FLOOR = 1e-3

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torc
 __all__ = ["Kind", "Schedule", "scheduled_step"]
 
 Kind = Literal["constant", "step", "exponential", "cosine"]
-KINDS = ("constant", "step", "exponential", "cosine")
 
 
 @dataclass(frozen=True)
