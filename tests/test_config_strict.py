@@ -24,7 +24,7 @@ def run_toml(tmp_path, text):
         ("rounds = 2.0\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\n', "rounds"),
         ("rounds = 2\neval_every = true\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\n', "eval_every"),
         ("rounds = 2\n" + HEAD.replace("seeds = [0]", "seeds = [-1]") + '[[strategies]]\nrecipe = "fedavg"\n', "seeds"),
-        ("rounds = 2\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\nclients_per_round = 6\n', "exceeds the number of clients N = 5"),
+        ("rounds = 2\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\nclients_per_round = 6\n', "clients_per_round (m) must be at most the number of clients, 5, got 6"),
         ("rounds = 2\n" + HEAD.replace("num_clients = 5", "num_clients = 100000") + '[[strategies]]\nrecipe = "fedavg"\n', "100000 clients"),
         ("rounds = 2\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\nlabel = "a\\nb"\n', "printable"),
         ("rounds = 2\n" + HEAD + '[[strategies]]\nrecipe = "fedavg"\n[faults]\ndropout = {train = 1.5}\n', "dropout"),

@@ -125,7 +125,7 @@ def test_a_round_where_nothing_arrives_leaves_the_parameters_unchanged_and_says_
     assert log["params_unchanged"] and log["dropped"] == 4
 
 
-RECIPE_PARAMS = {"fedsts": dict(H=2, m=4, dim=3), "fedstas": dict(H=2, m=4, dim=3, M=20), "isfedavg": dict(L=4),
+RECIPE_PARAMS = {"fedsts": dict(H=2, m=4, dim=3), "fedstas": dict(H=2, m=4, dim=3, M=20, eta=100), "isfedavg": dict(L=4),
                  "fedsampling": dict(K=60, M=30), "fedsampling_naive": {}, "centralized": dict(K=32), "iwds": {}}
 
 

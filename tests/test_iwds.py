@@ -127,7 +127,7 @@ def test_recipe_composes_with_fedavg_and_local_options():
     assert st.clients.m == 5  # the paper's 5 of 10 clients
     assert (st.local.lr, st.local.prox_mu, st.local.momentum, st.local.lr_decay) == (0.1, 0.01, 0.5, 0.992)
     assert st.name == "iwds[fedavg]"
-    fed = _skewed_federation()
+    fed = federate(_skewed_federation().dataset, [48] * 5)  # five clients: m = 5 takes them all
     res = simulate(st, fed, models.LogisticRegression(), rounds=4, seed=1, eval_every=4)
     assert res.history[-1]["accuracy"] > 0.6
     assert all(math.isfinite(h["train_loss"]) for h in res.history)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "BatchSchedule", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "DrawnCohort",
     "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting", "StepRule",
-    "UpdatePrivacy", "batched", "declared", "describe", "missing_methods", "settings_of",
+    "Limit", "UpdatePrivacy", "batched", "declared", "describe", "missing_methods", "settings_of",
 ]
 
 
@@ -83,6 +83,20 @@ class SizeNeed(Enum):
             SizeNeed.COHORT_EXACT: "pass sizes=ExactSizes(scope='cohort') or ExactSizes()",
             SizeNeed.EXACT_ALL: "pass sizes=ExactSizes()",
         }[self]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A count a part asks of the data, which the data must hold (``limits``): ``name`` the parameter as a user
+    gives it (``samples_per_round (K)``), its ``value``, and ``unit``: ``"samples"`` (at most the training data's
+    size: a round cannot keep more samples than there are) or ``"clients"`` (at most the number of clients: a round
+    cannot choose more distinct clients than there are). :meth:`fedsample.strategy.Strategy.check_data` refuses a
+    strategy whose part asks for more, where the data meets the strategy (``simulate``, ``diagnose``, ``fedsample
+    run``), instead of the part capping it silently each round."""
+
+    name: str
+    value: int
+    unit: Literal["samples", "clients"]
 
 
 # --- what a data plan drew, and what a solver does with it ------------------------------------------------------
@@ -208,7 +222,8 @@ class ClientSampler(Protocol):
     """Who trains this round. ``select`` returns a :class:`~fedsample.rounds.Cohort` carrying every chosen client's
     inclusion probability pi_k. Declares ``needs_sizes`` and ``expected_cohort`` (the expected number of distinct
     clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs);
-    optionally ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``)."""
+    optionally ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``) and
+    ``limits`` (the counts it asks of the data, :class:`Limit`)."""
 
     @property
     def needs_sizes(self) -> SizeNeed: ...
@@ -240,7 +255,7 @@ class CohortPlan(DataPlan, Protocol):
 class DataSampler(Protocol):
     """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member (PerClient).
     Declares ``needs_sizes``; optionally ``count_drawn`` (its plans make each client add its drawn count to its
-    reply) and ``shared_settings``."""
+    reply), ``shared_settings`` and ``limits`` (:class:`Limit`)."""
 
     @property
     def needs_sizes(self) -> SizeNeed: ...
@@ -354,6 +369,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 DEFAULTS: dict[str, Any] = {
     "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
+    "limits": (),
 }
 """What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
 

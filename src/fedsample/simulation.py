@@ -181,6 +181,7 @@ def simulate(
     data = federated_data
     if strategy.pooled:
         data = data.pooled()
+    strategy.check_data(data.num_clients, int(data.sizes().sum()))  # K, m within the data: no silent clamp
     module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
     if isinstance(federation, str):
         raise ValueError(f"federation must be a federation or a federation factory (e.g. fedsample.federation.ray."

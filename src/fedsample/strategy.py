@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from fedsample import parts, validate
+from fedsample import checks, parts, validate
 
-from fedsample.parts import Aggregator, ClientSampler, DataSampler, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
+from fedsample.parts import Aggregator, ClientSampler, DataSampler, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
@@ -75,6 +75,27 @@ class Strategy:
             problem = rule(self)
             if problem is not None:
                 raise ValueError(problem)
+
+    def limits(self) -> tuple[Limit, ...]:
+        """The counts the parts ask of the data (their declared ``limits``, :class:`~fedsample.parts.Limit`), and, for
+        a pooled strategy (centralized training), its minibatch: drawn from the pooled data, it cannot be larger."""
+        asked = [limit for part in (self.clients, self.data) for limit in parts.declared(part, "limits")]
+        batch = getattr(self.local, "batch_size", None)
+        if self.pooled and isinstance(batch, int):
+            steps = getattr(self.local, "steps", None)
+            asked.append(Limit("samples_per_round (K)" if steps in (None, 1) else "samples_per_round / steps (the minibatch)", batch, "samples"))
+        return tuple(asked)
+
+    def check_data(self, num_clients: int, total: int) -> None:
+        """Every count the strategy asks of the data (:meth:`limits`) within data of ``num_clients`` clients holding
+        ``total`` training samples; the first above is one :class:`~fedsample.checks.ParameterError` line naming the
+        parameter (no part caps it silently each round). ``simulate`` and ``diagnose`` call it before the first
+        round; an experiment's strategies are checked against every seed's partition before anything is written."""
+        for limit in self.limits():
+            if limit.unit == "samples" and limit.value > total:
+                checks.fail(limit.name, limit.value, f"at most the data's {total} training samples", self.name)
+            if limit.unit == "clients" and limit.value > num_clients:
+                checks.fail(limit.name, limit.value, f"at most the number of clients, {num_clients}", self.name)
 
     # --- the round --------------------------------------------------------------------------------
 

@@ -98,6 +98,8 @@ def diagnose(
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
     strategies = _strategies(strategy)
+    for st in strategies.values():  # K, m within the data: no silent clamp
+        st.check_data(1 if st.pooled else data.num_clients, int(data.sizes().sum()))
     module = build_module(model, data)
     params = params if params is not None else initial_parameters(module, seed)
     ds = data.dataset

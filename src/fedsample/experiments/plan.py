@@ -21,7 +21,7 @@ from fedsample.simulation import SimulationResult
 from fedsample.strategy import Strategy
 
 __all__ = [
-    "Failure", "Job", "Outcome", "Plan", "check_cohort_size", "fault_model", "only_strategies", "prepare", "restricted",
+    "Failure", "Job", "Outcome", "Plan", "check_data_fits", "fault_model", "only_strategies", "prepare", "restricted",
 ]
 
 
@@ -155,8 +155,8 @@ def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict) ->
 
 def prepare(config: ExperimentConfig) -> Plan:
     """Build dataset, partition scheme, model, strategies (every grid value) and the failure model, carve
-    the validation split and partition every seed, and check each strategy's cohort size against the number
-    of clients; any problem is one ConfigError line."""
+    the validation split and partition every seed, and check what each strategy asks of the data (clients and
+    samples per round) against every seed's partition; any problem is one ConfigError line."""
     dataset = _built(f"dataset {config.dataset.display!r}", lambda: build_dataset(config.dataset), DATA_ERRORS)
     scheme = _built("partition", lambda: build_scheme(config.partition), DATA_ERRORS)
     model = _built("model", lambda: model_from_name(config.model.name, **config.model.params))
@@ -170,7 +170,7 @@ def prepare(config: ExperimentConfig) -> Plan:
         fed = _built(f"partition (seed {plan.partition_seed(seed)})", functools.partial(plan.federation, seed), DATA_ERRORS)
         for label, by_key in variants.items():
             for strategy in by_key.values():
-                check_cohort_size(label, strategy, fed.num_clients)
+                check_data_fits(label, strategy, fed)
     return plan
 
 
@@ -202,9 +202,11 @@ def fault_model(config: ExperimentConfig) -> FaultModel | None:
     return None if config.faults is None else config.faults.build()
 
 
-def check_cohort_size(label: str, strategy: Strategy, num_clients: int) -> None:
-    """Clients per round (``m``, ISFedAvg's ``L``) must not exceed the number of clients N (no silent clamp)."""
-    for name in ("m", "L"):
-        value = getattr(strategy.clients, name, None)
-        if isinstance(value, int) and value > num_clients:
-            raise ConfigError(f"strategy {label!r}: {name} = {value} clients per round exceeds the number of clients N = {num_clients}")
+def check_data_fits(label: str, strategy: Strategy, fed: FederatedData) -> None:
+    """Clients per round (``m``, ISFedAvg's ``L``, FedSTS's ``H``) at most the number of clients, samples per round
+    (``samples_per_round``, FedSampling's and centralized training's ``K``, FedSTaS's ``eta``) at most the training
+    samples (:meth:`~fedsample.strategy.Strategy.check_data`: no silent clamp); one ConfigError line."""
+    try:
+        strategy.check_data(fed.num_clients, int(fed.sizes().sum()))
+    except checks.ParameterError as error:
+        raise ConfigError(f"strategy {label!r}: {error}") from None

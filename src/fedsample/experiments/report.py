@@ -7,6 +7,7 @@ from pathlib import Path
 __all__ = ["caption", "columns", "markdown_text", "plot_curves", "rows", "summary_table"]
 
 METRIC_TITLES = {"accuracy": "Accuracy", "macro_f1": "Macro-F1", "loss": "Loss"}
+PERCENT = ("accuracy", "macro_f1")  # shown in percent in every table and picture (results.json keeps fractions)
 ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a result
 
 
@@ -15,11 +16,16 @@ def cell(stats: dict, metric: str, seeds: int) -> str:
     the number of seeds is added when some seeds stopped (n < seeds); "—" when every seed stopped."""
     if stats.get("mean") is None:
         return "—"
-    scale = 1.0 if metric in ("loss", "mse") else 100.0
+    scale = percent_scale(metric)
     text = f"{stats['mean'] * scale:.2f}"
     if stats.get("sd") is not None:
         text += f" ± {stats['sd'] * scale:.2f}"
     return text + (f" (n={stats['n']})" if stats.get("n", seeds) < seeds else "")
+
+
+def percent_scale(metric: str) -> float:
+    """100 for the metrics shown in percent (accuracy, macro-F1), 1 for the others (loss, MSE)."""
+    return 100.0 if metric in PERCENT else 1.0
 
 
 def best_metric(result: dict) -> str | None:
@@ -103,7 +109,8 @@ def plot_text(text: str) -> str:
 
 
 def plot_curves(document: dict, path: Path, metric: str = "accuracy") -> None:
-    """Test ``metric`` per round, one line per strategy (mean over seeds) with a min-max band over seeds."""
+    """Test ``metric`` per round, one line per strategy (mean over seeds) with a min-max band over seeds; accuracy
+    and macro-F1 in percent, as in the tables."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -117,12 +124,13 @@ def plot_curves(document: dict, path: Path, metric: str = "accuracy") -> None:
         if not curves or not curves[0]:
             continue
         rounds = np.array([t for t, _ in curves[0]])
-        values = np.array([[v for _, v in c] for c in curves])
+        values = np.array([[v for _, v in c] for c in curves]) * percent_scale(metric)
         (line,) = ax.plot(rounds, values.mean(axis=0), label=plot_text(label))
         if len(values) > 1:
             ax.fill_between(rounds, values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.2)
     ax.set_xlabel("round")
-    ax.set_ylabel(f"test {METRIC_TITLES.get(metric, metric).lower()}")
+    unit = " (%)" if metric in PERCENT else ""
+    ax.set_ylabel(f"test {METRIC_TITLES.get(metric, metric).lower()}{unit}")
     ax.set_title(plot_text(f"{document['config']['name']}: test {metric} (mean over seeds, band = min–max)"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

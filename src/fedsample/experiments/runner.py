@@ -17,7 +17,7 @@ from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
 from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
 from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
-    Failure, Job, Outcome, Plan, check_cohort_size, fault_model, only_strategies, prepare, restricted,
+    Failure, Job, Outcome, Plan, check_data_fits, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
 from fedsample.simulation import Backend, SimulationResult

@@ -7,6 +7,11 @@ samples the cohort holds, from which m (or q) is derived each round from the cli
 sizes (see :mod:`fedsample.sampling.cohort_size`). That target asks every client for its exact size
 each round (the server learns all sizes, as size-weighted sampling already requires); a sampler given
 a fixed m asks nothing.
+
+No count is capped silently: m (or K) above the data's clients (or samples) is refused where the data meets the
+strategy (``limits``, :meth:`fedsample.strategy.Strategy.check_data`); a derived count that a round still cannot
+realize (fewer than one client, more than N, q above 1: failed size reports change the mean) is moved to the
+nearest feasible value and the round's record names it (``clamped``, :mod:`fedsample.sampling.clamp`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.parts import SizeNeed
+from fedsample.parts import Limit, SizeNeed
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
+from fedsample.sampling.clamp import clamped
 
 __all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients"]
 
@@ -58,6 +64,11 @@ class UniformClients:
     def needs_sizes(self) -> SizeNeed:
         return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """m at most the clients, or K at most the samples."""
+        return _limits(self.m, self.samples_per_round)
+
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m (at most N), or with ``samples_per_round`` E[m] = K / mean(n_k) from ``sizes`` (at most N)."""
         if self.samples_per_round is None:
@@ -69,8 +80,10 @@ class UniformClients:
         N = ctx.num_clients
         if self.samples_per_round is None:
             assert self.m is not None  # __post_init__: m is set when samples_per_round is not
-            return Cohort.from_sample(design.simple_random(N, min(self.m, N), ctx.rng("clients")), N)
-        expected = min(cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round), N)
+            m = int(clamped(ctx.log, "clients_per_round", self.m, 0, N))
+            return Cohort.from_sample(design.simple_random(N, m, ctx.rng("clients")), N)
+        asked = self.samples_per_round / cohort_size.mean_size(ctx.require_sizes(exact=True).reports)
+        expected = clamped(ctx.log, "clients_per_round", asked, 1.0, N)
         m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
         sample = design.simple_random(N, min(m, N), ctx.rng("clients"))
         return Cohort(sample.ids, np.full(len(sample), expected / N), N, sample.multiplicity)
@@ -92,6 +105,11 @@ class SizeProportional:
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "SizeProportional"))
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """K at most the samples (m draws with replacement: any m can be drawn)."""
+        return _limits(None, self.samples_per_round)
+
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """The expected number of distinct clients, sum_k pi_k, from ``sizes`` (p_k = n_k / n)."""
         n = cohort_size.sizes_given(sizes, self)
@@ -108,7 +126,7 @@ class SizeProportional:
         if self.samples_per_round is None:
             assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             return Cohort.from_sample(design.pps_with_replacement(p, self.m, ctx.rng("clients")), ctx.num_clients)
-        expected = cohort_size.size_weighted_count(sizes.reports, self.samples_per_round)
+        expected = clamped(ctx.log, "clients_per_round", cohort_size.size_weighted_draws(sizes.reports, self.samples_per_round), 1.0, np.inf)
         m = cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
         sample = design.pps_with_replacement(p, m, ctx.rng("clients"))
         inclusion = cohort_size.with_replacement_inclusion(p[sample.ids], expected)
@@ -133,6 +151,11 @@ class PoissonClients:
     def needs_sizes(self) -> SizeNeed:
         return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """K at most the samples (so that q = K / n <= 1)."""
+        return _limits(None, self.samples_per_round)
+
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """q N, or with ``samples_per_round`` min(1, K / sum n_k) N from ``sizes``."""
         if self.samples_per_round is None:
@@ -143,8 +166,15 @@ class PoissonClients:
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
         if self.samples_per_round is not None:
-            q = min(1.0, self.samples_per_round / float(np.sum(ctx.require_sizes(exact=True).reports)))
+            q = clamped(ctx.log, "q", self.samples_per_round / float(np.sum(ctx.require_sizes(exact=True).reports)), 0.0, 1.0)
         else:
             assert self.q is not None  # __post_init__: q is set when samples_per_round is not
             q = self.q
         return Cohort.from_sample(design.bernoulli(N, q, ctx.rng("clients")), N)
+
+
+def _limits(m: int | None, samples_per_round: int | None) -> tuple[Limit, ...]:
+    """A fixed cohort of m distinct clients, or a target of K samples per round (:class:`~fedsample.parts.Limit`)."""
+    if samples_per_round is not None:
+        return (Limit("samples_per_round", samples_per_round, "samples"),)
+    return () if m is None else (Limit("clients_per_round (m)", m, "clients"),)

@@ -50,17 +50,27 @@ def _positive_sizes(sizes: np.ndarray) -> np.ndarray:
     return sizes
 
 
+def mean_size(sizes: np.ndarray) -> float:
+    """mean(n_k) of the reported sizes: a uniform cohort of m clients holds m * mean(n_k) samples in expectation."""
+    return float(np.mean(_positive_sizes(sizes)))
+
+
 def uniform_count(sizes: np.ndarray, samples_per_round: int) -> float:
     """E[m] for uniform sampling without replacement: the cohort holds m * mean(n_k) samples in
-    expectation, so m = K / mean(n_k) (at least 1)."""
-    return max(1.0, samples_per_round / float(np.mean(_positive_sizes(sizes))))
+    expectation, so m = K / mean(n_k) (at least 1; a round records the floor, :mod:`fedsample.sampling.clamp`)."""
+    return max(1.0, samples_per_round / mean_size(sizes))
+
+
+def size_weighted_draws(sizes: np.ndarray, samples_per_round: int) -> float:
+    """m for m draws with replacement, p_k = n_k / n: one draw carries sum_k p_k n_k = sum n_k^2 / n samples in
+    expectation (a client drawn twice counts twice), so m = K n / sum n_k^2."""
+    sizes = _positive_sizes(sizes)
+    return samples_per_round * float(sizes.sum()) / float(np.sum(sizes**2))
 
 
 def size_weighted_count(sizes: np.ndarray, samples_per_round: int) -> float:
-    """E[m] for m draws with replacement, p_k = n_k / n: one draw carries sum_k p_k n_k = sum n_k^2 / n
-    samples in expectation (a client drawn twice counts twice), so m = K n / sum n_k^2 (at least 1)."""
-    sizes = _positive_sizes(sizes)
-    return max(1.0, samples_per_round * float(sizes.sum()) / float(np.sum(sizes**2)))
+    """E[m] for size-proportional draws: :func:`size_weighted_draws`, at least 1."""
+    return max(1.0, size_weighted_draws(sizes, samples_per_round))
 
 
 def randomly_rounded(expected: float, rng: np.random.Generator) -> int:

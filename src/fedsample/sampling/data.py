@@ -16,8 +16,9 @@ import numpy as np
 from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import SizeNeed
+from fedsample.parts import Limit, SizeNeed
 from fedsample.rng import CohortRandom
+from fedsample.sampling.clamp import clamped
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort
@@ -111,10 +112,12 @@ class FixedRatio:
         return BernoulliSamples(self.ratio)
 
 
-def sampling_ratio(K: int, total_estimate: float) -> float:
-    """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2)."""
+def sampling_ratio(K: int, total_estimate: float, log: dict | None = None) -> float:
+    """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2): N~ is an estimate and can fall below
+    K. With the round's ``log`` a cap is recorded there (``clamped: {"ratio": K/N~}``, :mod:`fedsample.sampling.clamp`)."""
     checks.check("K", K, checks.POSITIVE, owner="sampling_ratio")
-    return min(1.0, K / total_estimate) if total_estimate > 0 else 1.0
+    asked = K / total_estimate if total_estimate > 0 else np.inf
+    return clamped({} if log is None else log, "ratio", asked, 0.0, 1.0)
 
 
 
@@ -122,8 +125,10 @@ def sampling_ratio(K: int, total_estimate: float) -> float:
 @checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN)
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
-    probability K / N~, with N~ the server's estimate of the total size (capped at 1). ``count_drawn``: the
-    clients also send how many samples they drew, for the self-normalized update under a secure sum."""
+    probability K / N~, with N~ the server's estimate of the total size (capped at 1; a round whose N~ falls
+    below K records it, ``clamped``; K above the data's size is refused before the first round, ``limits``).
+    ``count_drawn``: the clients also send how many samples they drew, for the self-normalized update under a
+    secure sum."""
 
     K: int
     count_drawn: bool = False
@@ -134,8 +139,13 @@ class FedSamplingData:
         """K, which the solver (``OneGradient(K)``) and the aggregator divide by."""
         return {"K (samples per round)": self.K}
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """K at most the training samples (K/N >= 1 would keep every sample every round)."""
+        return (Limit("samples_per_round (K)", self.K, "samples"),)
+
     def ratio(self, ctx: "RoundContext") -> float:
-        return sampling_ratio(self.K, ctx.require_sizes().total)
+        return sampling_ratio(self.K, ctx.require_sizes().total, ctx.log)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         p = self.ratio(ctx)

@@ -66,8 +66,9 @@ import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import Limit, SizeNeed
 from fedsample.sampling import design
+from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
 from fedsample.training.functional import Params, per_sample_gradients
@@ -327,6 +328,11 @@ class ImportanceAgents:
         object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
         _check_reference(self.update, self.reference)
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """L at most the agents."""
+        return (Limit("clients_per_round (L)", self.L, "clients"),)
+
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """L agents (at most N): systematic sampling draws exactly L."""
         return float(min(self.L, num_clients))
@@ -362,7 +368,8 @@ class ImportanceAgents:
 
     def select(self, ctx: "RoundContext") -> Cohort:
         p = self.probabilities(ctx)
-        sample = random_order_systematic(p, min(self.L, ctx.num_clients), ctx.rng("clients"))
+        L = int(clamped(ctx.log, "clients_per_round", self.L, 0, ctx.num_clients))
+        sample = random_order_systematic(p, L, ctx.rng("clients"))
         if self.update == "cheap":  # Eq. 52: the participants report at w_{i-1}; used from the next round on
             scores = self.scores(ctx, sample.ids, ctx.params)
             _state(ctx)["agent_p"] = rescale_subset(_state(ctx)["agent_p"], sample.ids, scores)

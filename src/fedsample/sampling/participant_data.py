@@ -17,7 +17,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import SizeNeed
+from fedsample.parts import Limit, SizeNeed
 from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
 if TYPE_CHECKING:
@@ -72,9 +72,15 @@ class ParticipantData:
         """eta, the samples per round (a solver or aggregator that divides by K must divide by eta)."""
         return {"K (samples per round)": self.eta}
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """eta at most the training samples (the participants hold fewer still: a round records its cap)."""
+        return (Limit("samples_per_round (eta)", self.eta, "samples"),)
+
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
-        """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1)."""
-        return sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids))
+        """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1, recorded in the round's
+        ``clamped``: the participants may hold fewer than eta samples)."""
+        return sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids), ctx.log)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples | FixedShareSamples:
         p = self.ratio(ctx, cohort)

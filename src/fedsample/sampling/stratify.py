@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from fedsample.messages import ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import Limit, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
 from fedsample.sampling import cohort_size, design
+from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 
 if TYPE_CHECKING:
@@ -138,6 +139,16 @@ class StratifiedClients:
     def needs_sizes(self) -> SizeNeed:
         return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """H strata of clients, and m clients or K samples per round."""
+        if self.samples_per_round is not None:
+            count = Limit("samples_per_round", self.samples_per_round, "samples")
+        else:
+            assert self.m is not None  # __post_init__: m is set when samples_per_round is not
+            count = Limit("clients_per_round (m)", self.m, "clients")
+        return (Limit("H (strata)", self.H, "clients"), count)
+
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""
         if self.samples_per_round is None:
@@ -147,12 +158,14 @@ class StratifiedClients:
         return float(min(num_clients, max(self.H, expected)))
 
     def clients_per_round(self, ctx: "RoundContext") -> int:
-        """m, or the count derived from the reported sizes for ``samples_per_round`` (at least H)."""
+        """m, or the count derived from the reported sizes for ``samples_per_round``: K / mean(n_k), at least H (one
+        client per stratum) and at most N, randomly rounded; a round whose count had to move records it (``clamped``)."""
         if self.samples_per_round is None:
             assert self.m is not None  # __post_init__: m is checked when samples_per_round is not given
             return self.m
-        expected = cohort_size.uniform_count(ctx.require_sizes(exact=True).reports, self.samples_per_round)
-        return min(ctx.num_clients, max(self.H, cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))))
+        asked = self.samples_per_round / cohort_size.mean_size(ctx.require_sizes(exact=True).reports)
+        expected = clamped(ctx.log, "clients_per_round", asked, self.H, ctx.num_clients)
+        return cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
 
     def probe(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's compressed gradient at the current global parameters (one row per client)."""

@@ -1,0 +1,465 @@
+"""The docs' tables and pictures, made by the commands the docs show, so that they cannot go stale.
+
+    python docs/regenerate.py            # run the commands (about 2 minutes of CPU), store their records, rewrite the docs
+    python docs/regenerate.py --render   # rewrite the docs from the stored records only (no command runs)
+    python docs/regenerate.py --check    # exit 1 naming every generated block or picture that differs; writes nothing
+
+Every generated part of a Markdown file (README.md, docs/*.md) sits between two marker comments::
+
+    <!-- generated: NAME -->
+    ...
+    <!-- end: NAME -->
+
+NAME is a key of :data:`BLOCKS`, whose function renders the text from a **record**: what a command wrote, stored in
+``docs/records/COMMAND/`` (``meta.json``: the command as the docs show it, when and where it ran, its wall and CPU
+time, the fedsample commit, and the sha256 of every picture it put in ``docs/img/``). A block may appear in several
+files (the README and a page of docs/ show the same table). Text outside the markers is written by hand and must not
+carry a number a command prints.
+
+What the test suite checks (``tests/test_docs_generated.py``, run by CI):
+
+- every block in the docs is exactly what its record renders, every block of :data:`BLOCKS` is in some doc, every
+  marker names a block, and every picture in ``docs/img/`` that a record made has the hash the record stored;
+- the commands still give the stored numbers: a full run is too slow for the suite (the quickstart is 3 seeds x 100
+  rounds, the diagnosis 1,000 draws), so each record also stores a **sentinel**, the same command reduced (3 rounds of
+  seed 0; 20 draws; the partition in full) run through the real CLI by this script, and the test re-runs the reduced
+  command and compares numbers (integers exactly, floats to a relative 1e-4). A change of the code that changes the
+  commands' numbers (a default, a random stream, a formula) changes the sentinel too, and the test says to run this
+  script. A change that shows only after round 3 or draw 20 is not seen by it: regenerate after such changes.
+
+Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown; a record
+may come from a command this script does not run (a reproduction's REPRODUCTION.md copied into ``docs/records/``),
+in which case its block is checked against the record but no sentinel is re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+RECORDS = DOCS / "records"
+IMG = DOCS / "img"
+MARKER = re.compile(r"<!-- generated: (?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- end: (?P=name) -->", re.S)
+OPENING = re.compile(r"<!-- (generated|end): ([\w.-]+) -->")
+RTOL, ATOL = 1e-4, 1e-9
+
+
+# --- the commands ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command as the docs show it (``args``, without ``--out``), the same command reduced for the test suite
+    (``sentinel``), the files of its output folder kept as its record, and the pictures it puts in docs/img/
+    (output file -> docs/img name)."""
+
+    args: tuple[str, ...]
+    sentinel: tuple[str, ...]
+    keep: tuple[str, ...]
+    pictures: dict[str, str]
+    numbers: Callable[[Path], dict]  # the sentinel's numbers, from its output folder
+
+
+def run_numbers(out: Path) -> dict:
+    """Per strategy: each round's training loss, samples drawn and size estimate, and the final test metrics."""
+    document = json.loads((out / "results.json").read_text())
+    numbers = {}
+    for label, result in document["strategies"].items():
+        rounds = result["history"][0]
+        numbers[label] = {
+            "train_loss": [r.get("train_loss") for r in rounds],
+            "samples": [r.get("samples") for r in rounds],
+            "cohort": [r.get("cohort") for r in rounds],
+            "size_estimate": [r.get("size_estimate") for r in rounds],
+            "final": {m: s["per_seed"][0] for m, s in result["final"].items()},
+        }
+    return numbers
+
+
+def diagnose_numbers(out: Path) -> dict:
+    """Per strategy: the estimator's numbers, the cost and the exploitation by size decile."""
+    document = json.loads((out / "diagnostics.json").read_text())
+    return {
+        label: {
+            "estimator": {k: r["estimator"][k] for k in ("bias_sq", "variance", "mse", "scale")},
+            "cost": {k: r["cost"][k] for k in ("samples", "clients_contacted", "updates")},
+            "by_size_decile": [d["inclusion"] for d in r["exploitation"]["by_size_decile"]],
+        }
+        for label, r in document["strategies"].items()
+    }
+
+
+def partition_numbers(out: Path) -> dict:
+    """The partition's statistics (stats.json) but the scheme's text."""
+    stats = json.loads((out / "stats.json").read_text())
+    return {k: v for k, v in stats.items() if k != "scheme"}
+
+
+COMMANDS: dict[str, Command] = {
+    "quickstart": Command(
+        ("run", "quickstart"), ("run", "quickstart", "--rounds", "3", "--seeds", "0", "--quiet"),
+        ("results.json", "summary.md"), {"curves.png": "quickstart-curves.png", "partition.png": "quickstart-partition.png"},
+        run_numbers,
+    ),
+    "diagnose-quickstart-lognormal": Command(
+        ("diagnose", "quickstart-lognormal"), ("diagnose", "quickstart-lognormal", "--draws", "20", "--check-rounds", "0"),
+        ("diagnostics.json", "summary.md"),
+        {"exploitation.png": "diagnose-quickstart-exploitation.png", "estimator.png": "diagnose-quickstart-estimator.png",
+         "labels.png": "diagnose-quickstart-labels.png"},
+        diagnose_numbers,
+    ),
+    "partition-digits-dirichlet": Command(
+        ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
+        ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
+        ("stats.json",), {"partition.png": "partition-digits-dirichlet.png"},
+        partition_numbers,
+    ),
+}
+
+
+def shown(args: tuple[str, ...]) -> str:
+    """The command as the docs write it."""
+    return "fedsample " + " ".join(args)
+
+
+def run_cli(args: tuple[str, ...], out: Path) -> dict:
+    """``fedsample ARGS --out OUT`` in a fresh process (the installed CLI of this checkout); its wall and CPU time."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "fedsample.cli", *args, "--out", str(out)], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{shown(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return {"wall_s": round(wall, 1), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)}
+
+
+def sentinel_numbers(name: str, folder: Path) -> dict:
+    """Run the reduced command of ``name`` through the CLI's own ``main`` into ``folder`` and read its numbers (what
+    the test suite does)."""
+    import contextlib
+    import io
+
+    from fedsample.cli import main
+
+    command = COMMANDS[name]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main([*command.sentinel, "--out", str(folder)])
+    if code != 0:
+        raise RuntimeError(f"{shown(command.sentinel)} failed ({code}): {err.getvalue().strip()}")
+    return json.loads(json.dumps(command.numbers(folder)))  # plain JSON types, as stored
+
+
+def machine() -> str:
+    """The CPU model and core count, and the load when the command started."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()}-core {model}, load {os.getloadavg()[0]:.1f}"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def measure(name: str) -> None:
+    """Run the command ``name`` as the docs show it and its sentinel; store the record and the pictures."""
+    command = COMMANDS[name]
+    record = RECORDS / name
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        where = machine()
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        timing = run_cli(command.args, out)
+        if record.exists():
+            shutil.rmtree(record)
+        record.mkdir(parents=True)
+        for kept in command.keep:
+            text = (out / kept).read_text()
+            if kept == "results.json":  # the per-round histories (MBs) are not what the docs show
+                document = json.loads(text)
+                for result in document["strategies"].values():
+                    result.pop("history", None)
+                text = json.dumps(document, indent=1) + "\n"
+            (record / kept).write_text(text)
+        pictures = {}
+        for produced, picture in command.pictures.items():
+            shutil.copyfile(out / produced, IMG / picture)
+            pictures[picture] = sha256(IMG / picture)
+        sentinel = sentinel_numbers(name, Path(tmp) / "sentinel")
+    meta = {"command": shown(command.args), "sentinel": shown(command.sentinel), "date": started, "machine": where,
+            **timing, "commit": commit(), "python": platform.python_version(), "pictures": pictures}
+    (record / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (record / "sentinel.json").write_text(json.dumps(sentinel, indent=1) + "\n")
+    print(f"{shown(command.args)}: {timing['wall_s']} s wall, {timing['cpu_s']} s CPU; record {record.relative_to(ROOT)}")
+
+
+# --- reading records ------------------------------------------------------------------------------------------------
+
+
+def record(name: str, file: str) -> Any:
+    path = RECORDS / name / file
+    return json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
+
+
+def table_lines(markdown: str) -> list[str]:
+    """The lines of a Markdown table (the tool's printed table) from a summary.md."""
+    return [line for line in markdown.splitlines() if line.startswith("|")]
+
+
+def points(x: float) -> str:
+    return f"{abs(x) * 100:.1f}"
+
+
+# --- the blocks -----------------------------------------------------------------------------------------------------
+
+
+def quickstart_measured() -> str:
+    meta, results = record("quickstart", "meta.json"), record("quickstart", "results.json")
+    config = results["config"]
+    return (f"`{meta['command']}` on {meta['date']} ({meta['machine']}: {meta['wall_s']:.0f} s wall, {meta['cpu_s']:.0f} s "
+            f"of CPU; fedsample {meta['commit']}); {config['rounds']} rounds, seeds {', '.join(map(str, config['seeds']))}. "
+            "It prints this table (`runs/quickstart/summary.md`):\n")
+
+
+def quickstart_table() -> str:
+    summary = record("quickstart", "summary.md")
+    caption = next(line for line in summary.splitlines() if line.startswith("Final round"))
+    return "\n".join(table_lines(summary)) + "\n\n" + caption + "\n"
+
+
+def final(results: dict, label: str, metric: str = "accuracy") -> tuple[float, float]:
+    stats = results["strategies"][label]["final"][metric]
+    return stats["mean"], stats["sd"] or 0.0
+
+
+def quickstart_findings() -> str:
+    """The claims the quickstart table supports, worded from its numbers."""
+    r = record("quickstart", "results.json")
+    fs, fs_sd = final(r, "FedSampling (eps=3)")
+    central, central_sd = final(r, "Centralized")
+    uniform, _ = final(r, "FedAvg (uniform clients)")
+    weighted, _ = final(r, "FedAvg (size-weighted clients)")
+    one_step, _ = final(r, "FedAvg (one step)")
+    naive, naive_sd = final(r, "Naive fixed ratio")
+    gaps = sorted([fs - uniform, fs - weighted])
+    ahead = "ahead of" if gaps[0] > 0 else "behind" if gaps[1] < 0 else "between"
+    pooled = math.sqrt((fs_sd**2 + naive_sd**2) / 2) or float("nan")
+    versus_naive = (fs - naive) / pooled
+    return (
+        f"FedSampling's accuracy is {points(gaps[0])} to {points(gaps[1])} points {ahead} both FedAvg baselines (each "
+        f"trains one local epoch on a cohort derived with `samples_per_round = 64`) and {points(fs - one_step)} points "
+        f"{'ahead of' if fs > one_step else 'behind'} the one-step FedAvg; "
+        f"it is {points(fs - central)} points {'below' if fs < central else 'above'} centralized training and "
+        f"{points(fs - naive)} points {'above' if fs > naive else 'below'} the naive fixed-ratio method "
+        f"({abs(versus_naive):.1f} pooled standard deviations over {len(r['config']['seeds'])} seeds).\n"
+    )
+
+
+def diagnose_measured() -> str:
+    meta = record("diagnose-quickstart-lognormal", "meta.json")
+    return (f"`{meta['command']}` (R = 1,000 draws; {meta['date']}, {meta['machine']}: {meta['cpu_s']:.0f} s of CPU, "
+            f"{meta['wall_s']:.0f} s wall) prints:\n")
+
+
+def diagnose_table() -> str:
+    summary = record("diagnose-quickstart-lognormal", "summary.md").strip("\n")
+    return summary + "\n"
+
+
+def _diagnosis() -> tuple[dict, dict, dict]:
+    d = record("diagnose-quickstart-lognormal", "diagnostics.json")
+    return d, d["strategies"]["FedSampling (eps=3)"], d["strategies"]["FedAvg (size-weighted clients)"]
+
+
+def fedsampling_scale_sentence(fs: dict) -> str:
+    """What FedSampling's scale says, from the recorded size estimate (permanent reports: one N~ per run)."""
+    p, e = fs["privacy"], fs["estimator"]
+    scale = e["scale"]
+    direction = f"{points(scale - 1)}% too {'long' if scale > 1 else 'short'}" if abs(scale - 1) >= 0.005 else "the right length"
+    fixed = p["estimate_sd"] <= 1e-6 * max(p["estimate_mean"], 1.0)
+    if fixed:
+        spread = (f"with permanent size reports (the default: one report per client per run) every round of a run uses "
+                  f"the same Ñ, here {p['estimate_mean']:,.0f} (Eq. 2's standard error {p['estimate_se_theory']:,.0f}; the "
+                  f"clipped total is {p['clipped_total']:,}, the true one {p['total']:,}), so the update's length is "
+                  f"N/Ñ = {p['total'] / p['estimate_mean']:.3f} times the right one")
+    else:
+        spread = (f"Ñ varies over the draws (mean {p['estimate_mean']:,.0f}, sd {p['estimate_sd']:,.0f}; Eq. 2's standard "
+                  f"error {p['estimate_se_theory']:,.0f}; clipped total {p['clipped_total']:,}, true total {p['total']:,})")
+    return (f"FedSampling's update is {direction} (scale {scale:.3f}) and points the right way (cosine {e['cosine']:.4f}): "
+            f"{spread}. Ñ estimates the *clipped* total at M = {p['M']}, so over runs (another seed, or fresh reports "
+            f"with `permanent=False`) the update is too long on average: N / clipped total = {p['total'] / p['clipped_total']:.2f}, "
+            "more with Ñ's noise (E[1/Ñ] > 1/E[Ñ]), less where Ñ is floored at the number of clients")
+
+
+def size_weighted_sentence(weighted: dict) -> str:
+    deciles = weighted["exploitation"]["by_size_decile"]
+    ratio = deciles[-1]["inclusion"] / deciles[0]["inclusion"]
+    return (f"size-weighted client sampling draws {weighted['cost']['samples']:.0f} samples a round, not 64, and uses the "
+            f"samples of the largest clients (the largest tenth of the data, on clients of {deciles[-1]['min_size']}-"
+            f"{deciles[-1]['max_size']} samples) {ratio:.0f} times as often as those of the smallest (clients of "
+            f"{deciles[0]['min_size']}-{deciles[0]['max_size']})")
+
+
+def diagnose_findings() -> str:
+    _, fs, weighted = _diagnosis()
+    return fedsampling_scale_sentence(fs) + "; " + size_weighted_sentence(weighted) + ".\n"
+
+
+def diagnose_notes() -> str:
+    """docs/diagnostics.md's reading of the quickstart table."""
+    d, fs, weighted = _diagnosis()
+    naive = d["strategies"]["Naive fixed ratio"]["estimator"]
+    budget = [label for label, r in d["strategies"].items() if abs(r["cost"]["samples"] - 64) > 0.25 * 64]
+    return (
+        f"- The budget of about 64 samples per round holds for all but {', '.join(budget)}: size-weighted client sampling "
+        f"draws {weighted['cost']['samples']:.0f} a round (16 draws proportional to size land on the big clients), so its "
+        "variance is not comparable.\n"
+        f"- {fedsampling_scale_sentence(fs)}. Its bias ({fs['estimator']['bias']:.3f}) is close to |1 − scale| = "
+        f"{abs(1 - fs['estimator']['scale']):.3f}: a bias that only rescales the update acts like another learning rate.\n"
+        f"- The naive fixed ratio's bias ({naive['bias']:.3f}, {naive['bias_sq'] / naive['bias_sq_se']:.1f} standard errors of "
+        "bias²) is small at the initial model, where client gradients differ little.\n"
+    )
+
+
+def partition_measured() -> str:
+    meta, stats = record("partition-digits-dirichlet", "meta.json"), record("partition-digits-dirichlet", "stats.json")
+    sizes, mix = stats["sizes"], stats["label_mix"]
+    return (f"`{meta['command']} --out DIR` writes `DIR/stats.json` and this `DIR/partition.png`: {stats['num_clients']} "
+            f"clients of {sizes['min']} to {sizes['max']} digits (Gini {stats['imbalance']['gini']:.2f}), "
+            f"{mix['mean_classes_per_client']:.1f} classes per client on average, the largest class {mix['mean_dominant_share'] * 100:.0f}% "
+            "of a client's samples on average.\n\n![partition picture](img/partition-digits-dirichlet.png)\n")
+
+
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    # name: (the record it renders, renderer)
+    "quickstart-measured": ("quickstart", quickstart_measured),
+    "quickstart-table": ("quickstart", quickstart_table),
+    "quickstart-findings": ("quickstart", quickstart_findings),
+    "diagnose-quickstart-measured": ("diagnose-quickstart-lognormal", diagnose_measured),
+    "diagnose-quickstart-table": ("diagnose-quickstart-lognormal", diagnose_table),
+    "diagnose-quickstart-findings": ("diagnose-quickstart-lognormal", diagnose_findings),
+    "diagnose-quickstart-notes": ("diagnose-quickstart-lognormal", diagnose_notes),
+    "partition-digits-dirichlet": ("partition-digits-dirichlet", partition_measured),
+}
+
+
+# --- the docs -------------------------------------------------------------------------------------------------------
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def rendered(text: str) -> str:
+    """``text`` with every generated block re-rendered from its record."""
+    def block(match: re.Match) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            return match[0]
+        return f"<!-- generated: {name} -->\n{BLOCKS[name][1]()}<!-- end: {name} -->"
+
+    return MARKER.sub(block, text)
+
+
+def problems() -> list[str]:
+    """Every way the docs differ from their records: a block that renders differently, a block of BLOCKS no doc
+    holds, a marker without a block or without its end, a picture whose bytes are not those its record stored."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for path in documents():
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        names = [m["name"] for m in MARKER.finditer(text)]
+        opened = [m.group(2) for m in OPENING.finditer(text) if m.group(1) == "generated"]
+        found += [f"{where}: marker '{n}' has no '<!-- end: {n} -->' line" for n in opened if n not in names]
+        found += [f"{where}: block '{n}' is not one of docs/regenerate.py's BLOCKS" for n in names if n not in BLOCKS]
+        seen.update(names)
+        for match in MARKER.finditer(text):
+            name = match["name"]
+            if name in BLOCKS and match["body"] != BLOCKS[name][1]():
+                found.append(f"{where}: block '{name}' differs from what its record ({BLOCKS[name][0]}) renders")
+    found += [f"block '{n}' is in no doc" for n in BLOCKS if n not in seen]
+    for name in COMMANDS:
+        for picture, digest in record(name, "meta.json")["pictures"].items():
+            if not (IMG / picture).exists() or sha256(IMG / picture) != digest:
+                found.append(f"docs/img/{picture} is not the picture `{shown(COMMANDS[name].args)}` made for its record")
+    return found
+
+
+def render() -> None:
+    for path in documents():
+        text = path.read_text()
+        new = rendered(text)
+        if new != text:
+            path.write_text(new)
+            print(f"rewrote {path.relative_to(ROOT)}")
+
+
+def differences(expected: Any, got: Any, where: str = "") -> list[str]:
+    """Where two sentinels' numbers differ: integers and strings exactly, floats to RTOL (relative) or ATOL."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        keys = sorted(set(expected) | set(got))
+        return [d for k in keys for d in (differences(expected.get(k), got.get(k), f"{where}/{k}") if k in expected and k in got
+                                        else [f"{where}/{k}: only in {'the record' if k in expected else 'the new run'}"])]
+    if isinstance(expected, list) and isinstance(got, list):
+        if len(expected) != len(got):
+            return [f"{where}: {len(expected)} entries recorded, {len(got)} now"]
+        return [d for i, (a, b) in enumerate(zip(expected, got)) for d in differences(a, b, f"{where}[{i}]")]
+    if isinstance(expected, float) or isinstance(got, float):
+        if isinstance(expected, (int, float)) and isinstance(got, (int, float)) and math.isclose(expected, got, rel_tol=RTOL, abs_tol=ATOL):
+            return []
+    elif expected == got:
+        return []
+    return [f"{where}: recorded {expected!r}, now {got!r}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--render", action="store_true", help="rewrite the docs from the stored records only")
+    parser.add_argument("--check", action="store_true", help="exit 1 naming what differs; write nothing")
+    parser.add_argument("--only", action="append", choices=sorted(COMMANDS), help="run only this command (repeatable)")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = problems()
+        print("\n".join(found) if found else "the docs are what their records render")
+        return 1 if found else 0
+    if not args.render:
+        sys.path.insert(0, str(ROOT / "src"))
+        for name in args.only or COMMANDS:
+            measure(name)
+    render()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
