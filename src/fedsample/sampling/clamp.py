@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import MutableMapping
 
+__all__ = ["clamped"]
+
 
 def clamped(log: MutableMapping, name: str, asked: float, low: float, high: float) -> float:
     """``asked`` moved into [``low``, ``high``]; when it had to move, ``log["clamped"][name] = asked``."""
