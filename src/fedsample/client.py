@@ -13,16 +13,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsample.messages import ClientContext, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport
+from fedsample.messages import ClientContext, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
+from fedsample.sampling.oort import statistical_utility
 from fedsample.training.dtypes import float_dtype
-from fedsample.training.functional import flatten, per_sample_gradients, weighted_gradient, zeros_like
+from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "PROCEDURES", "empty_report", "gradient_noise_variance", "permanent_response", "probe", "report_size", "train",
-    "weighted_second_moment",
+    "PROCEDURES", "empty_report", "gradient_noise_variance", "permanent_response", "probe", "probe_rows", "report_size",
+    "sample_utility", "statistical_utilities", "train", "weighted_second_moment",
 ]
 
 
@@ -57,9 +58,19 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
 
 
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
-    """Full-batch loss and gradient of the client's local objective (mean over its samples)."""
-    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=float_dtype(ctx.x), device=ctx.x.device)
-    g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
+    """The statistics the request asks for (:class:`~fedsample.messages.ProbeRequest`): the label histogram, the
+    loss, or (the default) loss and gradient of the client's local objective (mean over its samples, or over the
+    minibatch :func:`probe_rows` draws)."""
+    if request.statistics == "labels":
+        return ProbeReport(loss=None, grad_norm=None, label_counts=ctx.label_counts())
+    rows = probe_rows(ctx.size, request.minibatch, rng)
+    x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
+    if request.statistics == "loss":
+        with torch.no_grad():
+            losses = per_sample_losses(ctx.module, request.params, x, y, ctx.task)
+        return ProbeReport(loss=float(losses.double().mean()), grad_norm=None)
+    weights = torch.full((len(y),), 1.0 / len(y), dtype=float_dtype(x), device=x.device)
+    g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, x, y, weights)
     flat = flatten(g)
     report = ProbeReport(
         loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.cpu().numpy() if request.gradient else None
@@ -67,12 +78,22 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     if request.compression is not None:
         report.compressed = compress(g, request.compression, request.dim, request.projection_seed)
     if request.per_sample:
-        per_sample = per_sample_gradients(ctx.module, ctx.task, request.params, ctx.x, ctx.y)
+        per_sample = per_sample_gradients(ctx.module, ctx.task, request.params, x, y)
         report.extra["sigma2"] = gradient_noise_variance(per_sample, flat)
         if request.data_weights is not None:
             norms = torch.linalg.vector_norm(per_sample, dim=1).cpu().numpy().astype(np.float64)
             report.extra["weighted_second_moment"] = weighted_second_moment(norms, request.data_weights.probabilities(ctx, norms))
     return report
+
+
+def probe_rows(size: int, minibatch: int | None, rng: np.random.Generator) -> np.ndarray | None:
+    """The positions a probe reads: None (all of the client's data) without ``minibatch`` or when the client holds
+    at most that many samples, else ``minibatch`` positions drawn uniformly without replacement (the first of a
+    permutation of the client's stream: ``rng.permutation``, which a vectorized engine computes for a whole cohort
+    from the same counter-based streams), sorted."""
+    if minibatch is None or size <= minibatch:
+        return None
+    return np.sort(rng.permutation(size)[:minibatch])
 
 
 def gradient_noise_variance(per_sample: torch.Tensor, mean_gradient: torch.Tensor) -> float:
@@ -115,9 +136,30 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
             samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
         )
+        if payload.utility:
+            report.utility = float(sample_utility(ctx, sample, payload.params))
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
         report = payload.noise.private_reply(report, payload, rng)
     return report
+
+
+def sample_utility(ctx: ClientContext, sample: LocalSample, params: Params) -> float:
+    """Oort's statistical utility of the client's drawn sample B at the received parameters
+    (:func:`statistical_utilities` of one client)."""
+    rows = torch.as_tensor(np.asarray(sample.indices, dtype=np.int64), device=ctx.x.device)
+    with torch.no_grad():
+        losses = per_sample_losses(ctx.module, params, ctx.x[rows], ctx.y[rows], ctx.task)
+    return float(statistical_utilities(losses.double().cpu().numpy(), np.zeros(len(sample), dtype=np.int64), 1)[0])
+
+
+def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
+    """Oort's statistical utility U_c = |B_c| sqrt((1/|B_c|) sum_{s in B_c} loss_s^2) of each of ``clients`` members
+    (Lai et al. 2021, Sec. 4.2; :func:`fedsample.sampling.oort.statistical_utility`) from the per-sample ``losses`` of
+    their drawn samples, ``member[s]`` the member of sample s; 0 for a member that drew nothing. The losses are taken at
+    the parameters the client received (Oort collects them during local training)."""
+    counts = np.bincount(member, minlength=clients).astype(np.float64)
+    squares = np.bincount(member, weights=np.asarray(losses, dtype=np.float64) ** 2, minlength=clients)
+    return statistical_utility(counts, squares / np.maximum(counts, 1.0))
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

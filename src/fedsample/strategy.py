@@ -21,6 +21,7 @@ from fedsample.messages import PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
+from fedsample.sampling import adaptive
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
@@ -147,7 +148,9 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)))  # noqa: E731
+        utility = bool(getattr(self.clients, "reply_utility", False))  # Oort asks each client for its statistical utility
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)),  # noqa: E731
+                                             utility=utility)
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
         replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
@@ -158,6 +161,9 @@ class Strategy:
         if not replies.sealed:  # sealed updates cannot be read: only their sum is checked (on the clients' side)
             replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
+        observe = getattr(self.clients, "observe", None)  # a sampler that learns from the replies (rpow-d, Oort)
+        if observe is not None:
+            observe(ctx, cohort, replies)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
@@ -201,7 +207,7 @@ class Strategy:
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
-        log.update(cohort_figures(cohort))
+        log.update(inclusion_figures(self.clients, cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
@@ -237,6 +243,19 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
     }
+
+
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+    """The round record's account of the cohort's inclusion probabilities: :func:`cohort_figures` where they are exact;
+    where they are estimated or degenerate, the kind and what it means (``inclusion_note``: biased by design, or no
+    unbiased estimator), never figures of 1/pi. A sampler that declares its kind (:mod:`fedsample.sampling.adaptive`)
+    has it recorded (``inclusion``)."""
+    kind = adaptive.cohort_kind(sampler, cohort)
+    declared = "inclusion_kind" in cohort.info or hasattr(sampler, "inclusion_kind")
+    out: dict[str, Any] = {"inclusion": kind} if declared else {}
+    if kind == "exact":
+        return {**out, **cohort_figures(cohort)}
+    return {**out, "inclusion_note": adaptive.statement(kind)}
 
 
 # --- the compatibility rules (Strategy.check) -------------------------------------------------------------------
@@ -325,6 +344,30 @@ def strata_come_from_the_sampler(s: Strategy) -> str | None:
     return None
 
 
+def inclusion_weights_need_exact_probabilities(s: Strategy) -> str | None:
+    """An aggregator that divides by the inclusion probabilities needs a sampler whose probabilities are exact."""
+    kind = adaptive.inclusion_kind(s.clients)
+    if kind != "exact" and getattr(s.aggregate, "weights_by_inclusion", False):
+        return (f"{parts.describe(s.aggregate)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
+                f"are {kind} ({adaptive.statement(kind)}): use WeightedMean('uniform') or WeightedMean('size')")
+    return None
+
+
+def sampler_replies_are_readable(s: Strategy) -> str | None:
+    """A sampler that reads each client's training reply (its loss, its statistical utility) needs replies the server
+    can read: not sealed by a secure sum, not noised (noised replies withhold the loss)."""
+    fields = adaptive.reads_replies(s.clients)
+    if not fields:
+        return None
+    if s.secure_sum:
+        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]}, which secure_sum=True hides from the "
+                "server: pass secure_sum=False")
+    if s.noise is not None:
+        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]}, which {parts.describe(s.noise)} "
+                "withholds from its noised replies: drop the noise or choose another sampler")
+    return None
+
+
 def schedule_has_a_learning_rate(s: Strategy) -> str | None:
     """A learning-rate schedule scales the server optimizer's ``lr``."""
     if s.schedule is not None and not hasattr(s.server, "lr"):
@@ -334,7 +377,8 @@ def schedule_has_a_learning_rate(s: Strategy) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, schedule_has_a_learning_rate,
+    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_exact_probabilities,
+    sampler_replies_are_readable, schedule_has_a_learning_rate,
 )
 """What :meth:`Strategy.check` enforces, in order."""
 

@@ -118,11 +118,14 @@ def probe_problem(report: Any) -> str | None:
         return report.reason
     numbers = [getattr(report, "loss", math.nan), getattr(report, "grad_norm", math.nan)]
     numbers += list(getattr(report, "extra", {}).values())
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+    if not all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in numbers):  # None: not asked for
         return f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})"
     compressed = getattr(report, "compressed", None)
     if compressed is not None and not np.all(np.isfinite(compressed)):
         return "non-finite compressed gradient"
+    labels = getattr(report, "label_counts", None)
+    if labels is not None and not (np.all(np.isfinite(labels)) and np.all(np.asarray(labels) >= 0)):
+        return "invalid label histogram (counts must be finite and non-negative)"
     return None
 
 

@@ -89,6 +89,8 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
         metrics = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
+        if getattr(report, "utility", None) is not None:  # only when the payload asks (Oort's statistical utility)
+            metrics["utility"] = float(report.utility)
         if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
@@ -96,9 +98,10 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
 
 
 def _encode_probe(report: ProbeReport) -> RecordDict:
-    metrics = {"loss": float(report.loss), "grad_norm": float(report.grad_norm)}
+    metrics = {k: float(v) for k, v in (("loss", report.loss), ("grad_norm", report.grad_norm)) if v is not None}
     metrics.update({f"extra.{k}": float(v) for k, v in report.extra.items()})
-    arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed)) if v is not None}
+    arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed), ("label_counts", report.label_counts))
+              if v is not None}
     records: dict[str, Any] = {REPORT: MetricRecord(metrics)}
     if arrays:
         records[ARRAYS] = ArrayRecord({k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()})
@@ -116,7 +119,7 @@ def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
     if isinstance(record, ConfigRecord) and record.get("empty") is True:
         return None
     if procedure == "probe":
-        return _probe(record, content)
+        return _probe(record, content, payload)
     if procedure == "train":
         return _train(record, content, payload.params)
     raise MalformedReply(f"unknown procedure {procedure!r}")
@@ -142,12 +145,19 @@ def _size(record: Any) -> int:
     return size
 
 
-def _probe(record: Any, content: RecordDict) -> ProbeReport:
-    loss = _finite("loss", float(_field(record, "loss", (int, float))))
-    grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float))))
+def _probe(record: Any, content: RecordDict, request: Any) -> ProbeReport:
+    """A probe reply with the statistics ``request`` asked for (``statistics``: the loss and gradient norm, the loss,
+    or the label histogram only)."""
+    asked = getattr(request, "statistics", "gradient")
+    loss = None if asked == "labels" else _finite("loss", float(_field(record, "loss", (int, float))))
+    grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float)))) if asked == "gradient" else None
     extra = {k.removeprefix("extra."): _finite(k, float(v)) for k, v in record.items() if k.startswith("extra.")}
     arrays = {k: _finite_array(k, a.numpy()) for k, a in content.array_records.get(ARRAYS, {}).items()}
-    return ProbeReport(loss, grad_norm, gradient=arrays.get("gradient"), extra=extra, compressed=arrays.get("compressed"))
+    labels = arrays.get("label_counts")
+    if asked == "labels" and (labels is None or labels.ndim != 1 or np.any(labels < 0)):
+        raise MalformedReply("no label histogram (a 1-D array of non-negative counts)")
+    return ProbeReport(loss, grad_norm, gradient=arrays.get("gradient"), extra=extra, compressed=arrays.get("compressed"),
+                       label_counts=labels)
 
 
 def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
@@ -163,7 +173,10 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
     samples = record.get("samples")
     if samples is not None and (_field(record, "samples", int) < 0):
         raise MalformedReply(f"negative drawn-sample count {samples}")
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples)
+    utility = record.get("utility")
+    if utility is not None:
+        utility = _finite("utility", float(_field(record, "utility", (int, float))))
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, utility=utility)
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

@@ -45,6 +45,8 @@ raise :class:`PrivacyWarning`, once per kind).
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import warnings
 from dataclasses import dataclass
@@ -174,7 +176,10 @@ def releases(
         plans = [sent.shared.plan] if sent.shared is not None else [p.plan for p in sent]
         asked = len(ids)
         answered = asked if replies is None else sum(1 for r in replies if not is_failed(r))
-        return [train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)]
+        release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
+        if getattr(first, "utility", False):  # Oort's statistical utility rides along, in the clear
+            release = dataclasses.replace(release, what=release.what + ", statistical utilities")
+        return [release]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 
 
@@ -189,7 +194,12 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
 
 def probe_release(request: Any, round: int, call: tuple) -> Release:
     """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
-    fields = ["loss", "gradient norm"]
+    statistics = getattr(request, "statistics", "gradient")
+    if statistics == "labels":
+        return Release(round, "probe: label histogram", None, None, None, reason="probe statistics carry no noise", call=call)
+    fields = ["loss"] if statistics == "loss" else ["loss", "gradient norm"]
+    if getattr(request, "minibatch", None) is not None:
+        fields[0] = f"loss on a minibatch of {request.minibatch}"
     if getattr(request, "gradient", False):
         fields.append("full gradient")
     if getattr(request, "compression", None) is not None:

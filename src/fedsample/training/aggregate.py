@@ -68,6 +68,11 @@ class WeightedMean:
         """``size``: the cohort's size reports (exact, or randomized ones used as they are)."""
         return SizeNeed.COHORT if self.by == "size" else SizeNeed.NONE
 
+    @property
+    def weights_by_inclusion(self) -> bool:
+        """Whether the weights divide by the cohort's inclusion probabilities (which must then be exact)."""
+        return self.by == "inverse_inclusion"
+
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
         if self.by == "inverse_inclusion":
             return 1.0 / (cohort.inclusion[positions] * cohort.population * response_rate_of(ctx))
@@ -173,6 +178,10 @@ class FedNova:
     def needs_sizes(self) -> SizeNeed:
         return WeightedMean(self.by).needs_sizes
 
+    @property
+    def weights_by_inclusion(self) -> bool:
+        return WeightedMean(self.by).weights_by_inclusion
+
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         def weights(positions: np.ndarray, got: list["TrainReport"]) -> np.ndarray:
             p = WeightedMean(self.by).weights(positions, cohort, ctx)
@@ -226,6 +235,11 @@ class StratifiedMean:
     def needs_strata(self) -> bool:
         """``paper`` weighs by N_h / m_h: the cohort must carry its strata and allocation."""
         return self.by == "paper"
+
+    @property
+    def weights_by_inclusion(self) -> bool:
+        """``unbiased`` and ``size`` divide by pi_k."""
+        return self.by != "paper"
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
@@ -287,6 +301,11 @@ class ISFedAvgAggregate:
     def shared_settings(self) -> Mapping[str, Any]:
         """Where the agent factor 1/(K p_k) goes: the data sampler's plans must agree."""
         return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
+
+    @property
+    def weights_by_inclusion(self) -> bool:
+        """``aggregate``: the Horvitz-Thompson mean divides by pi_k."""
+        return self.scaling == "aggregate"
 
     def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
