@@ -25,6 +25,7 @@ from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETC
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
 from fedsample.privacy.sizes import RandomizedSizes
+from fedsample.sampling import adaptive
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
@@ -62,6 +63,23 @@ def cost_summary(draws: Draws) -> dict:
             "bytes_up": float(draws.bytes_up.mean())}
 
 
+def sampler_summary(strategy: Strategy, draws: Draws) -> dict:
+    """How the client sampler's inclusion probabilities are known and what running it costs and reveals: its declared
+    ``inclusion`` kind with the ``statement`` that goes with it (biased by design, no unbiased estimator; empty for
+    exact ones), the number of drawn rounds of each kind (``rounds_by_kind``: FedCor's random rounds are exact), what
+    the server learns (``server_learns``), and the sampler's probes per round (``probes``: replies, ``probe_bytes``;
+    already part of the cost's clients contacted and bytes up)."""
+    kind = adaptive.inclusion_kind(strategy.clients)
+    kinds = [log.get("inclusion", kind) for log in draws.logs]
+    return {
+        "inclusion": kind, "statement": adaptive.statement(kind),
+        "rounds_by_kind": {k: kinds.count(k) for k in adaptive.INCLUSION_KINDS if k in kinds},
+        "server_learns": list(adaptive.server_learns(strategy.clients)),
+        "probes": float(np.mean([log.get("sampler_probes", 0) for log in draws.logs])),
+        "probe_bytes": float(np.mean([log.get("sampler_probe_bytes", 0) for log in draws.logs])),
+    }
+
+
 def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dict | None:
     """For randomized size reports: epsilon per round, alpha, the standard error of Ñ (Eq. 2; the clipped
     total is what it estimates) in theory and across the draws."""
@@ -92,7 +110,8 @@ def diagnose(
     mean squared error relative to ||g*||^2, see :func:`~fedsample.diagnostics.estimator.estimator_statistics`),
     ``exploitation`` (per-sample inclusion frequency: mean, CV, by client-size decile, by label, label skew),
     ``cost`` (per round: samples drawn, clients contacted, updates, bytes up), ``privacy`` (randomized size
-    reports only) and ``seconds``."""
+    reports only), ``sampler`` (how its inclusion probabilities are known, what the server learns, its probes:
+    :func:`sampler_summary`) and ``seconds``."""
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
     strategies = _strategies(strategy)
@@ -111,7 +130,7 @@ def diagnose(
         results[label] = {
             "estimator": estimator_statistics(draws.estimates, target),
             "exploitation": exploitation_summary(draws.inclusion, rounds, data),
-            "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
+            "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data), "sampler": sampler_summary(st, draws),
             "seconds": time.perf_counter() - start,
         }
         if progress:

@@ -46,6 +46,8 @@ def setting_lines(document: dict) -> list[str]:
     for label, grid in (document.get("grid") or {}).items():
         lines.append(f"{markdown_text(label)}: diagnosed at {grid['param']} = {grid['value']}, the first of its grid values "
                      f"{grid['values']} (the diagnosis is per unit learning rate)")
+    for label, result in document["strategies"].items():
+        lines.extend(sampler_lines(label, result.get("sampler")))
     check = document.get("run_check")
     if check:
         diverged = {label: status for label, status in check["status"].items() if status != "ok"}
@@ -54,6 +56,18 @@ def setting_lines(document: dict) -> list[str]:
         for label, status in diverged.items():
             lines.append(f"**{markdown_text(label)} diverges in `fedsample run`** (first {check['rounds']} rounds): {markdown_text(status)}")
     return lines
+
+
+def sampler_lines(label: str, sampler: dict | None) -> list[str]:
+    """What the table cannot say of a sampler whose inclusion probabilities are not exact: the kind and its statement
+    (biased by design; no unbiased estimator), what the server learns and the sampler's probes per round."""
+    if not sampler or sampler["inclusion"] == "exact":
+        return []
+    learns = ", ".join(sampler["server_learns"]) or "nothing beyond the replies"
+    probes = f"{sampler['probes']:g} probes per round ({sampler['probe_bytes'] / 1e3:.1f} kB up)" if sampler["probes"] else "no probes"
+    kinds = ", ".join(f"{n} {k}" for k, n in sampler["rounds_by_kind"].items())
+    return [f"{markdown_text(label)}: inclusion probabilities {sampler['inclusion']} ({kinds} rounds): {sampler['statement']}; "
+            f"the server learns {learns}; {probes}"]
 
 
 DIAGNOSIS_FILES = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
