@@ -383,11 +383,8 @@ class _Recording:
             self.trained.append([int(k) for k in client_ids])
         return self.inner.run(procedure, client_ids, payload, round)
 
-    def client_states(self):
-        return self.inner.client_states()
-
-    def load_client_states(self, states):
-        self.inner.load_client_states(states)
+    def __getattr__(self, name):  # the inner federation's other abilities (client states), where it has them
+        return getattr(self.inner, name)
 
 
 def assert_same_run(got, want, exact: bool = False) -> None:
@@ -468,3 +465,26 @@ def test_diagnose_states_the_kind_what_the_server_learns_and_the_probes_of_each_
     assert diagnosis.results["pow-d"]["sampler"]["probes"] == 8 and diagnosis.results["rpow-d"]["sampler"]["probes"] == 0
     assert diagnosis.results["fedcor"]["sampler"]["rounds_by_kind"] == {"exact": 10, "degenerate": 10}  # warm-up, refit rounds
     assert diagnosis.results["divfl"]["sampler"]["probe_bytes"] > diagnosis.results["pow-d"]["sampler"]["probe_bytes"]
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_flower_gives_the_loops_numbers(name, monkeypatch):
+    """Through FlowerFederation and fedsample's real ClientApp handler (an in-process grid: the probes and training
+    replies go through the codec as typed records): the same cohorts and numbers as the reference loop."""
+    pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedsample.flower import FlowerFederation
+    from test_flower_federation import FakeGrid, local_data
+
+    for attribute in ("_run_id", "_task_id", "_node_id"):  # what a running ServerApp has set (Flower internals)
+        if hasattr(TaskIdentity, attribute):
+            monkeypatch.setattr(TaskIdentity, attribute, 0)
+    data, model = local_data()
+    runs = []
+    for federation in (FlowerFederation(FakeGrid({}, 8), {k: k for k in range(8)}, 8, seed=0, timeout=30.0), Simulator(data, model, 0)):
+        recorded = _Recording(federation)
+        runs.append((fs.simulate(strategy(name), federated_data=data, model=model, rounds=7, seed=0, federation=recorded),
+                     recorded.trained))
+    assert runs[0][1] == runs[1][1]
+    assert_same_run(runs[0][0], runs[1][0])

@@ -78,6 +78,20 @@ def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
     assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
 
 
+@pytest.mark.parametrize("name", ["pow-d", "cpow-d", "rpow-d", "fedcbs", "fedcor", "divfl", "oort"])
+def test_ray_gives_the_vectorized_engines_numbers_for_the_adaptive_samplers(name, fed, module, ray_fed):
+    """Their probes (loss, minibatch, labels, gradients) and Oort's utility in the replies, split over the actors."""
+    import warnings
+
+    from test_adaptive_samplers import strategy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fs.privacy.amplification.PrivacyWarning)  # every probe is an unprotected release
+        on_ray = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, federation=ray_fed)
+        alone = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, backend="vectorized")
+    assert_same_run(on_ray, alone)
+
+
 def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, ray_fed):
     """For aggregators that read every client's update: the same steps, loss, a_k and update as the engine's."""
     from fedsample.messages import TrainPayload
