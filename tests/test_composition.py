@@ -19,6 +19,11 @@ from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.importance import ImportanceAgents, ImportanceData
 from fedsample.sampling.iwds import IWDSData
 from fedsample.sampling.stratify import StratifiedClients
+from fedsample.sampling.divfl import DivFLClients
+from fedsample.sampling.fedcbs import FedCBSClients
+from fedsample.sampling.fedcor import FedCorClients
+from fedsample.sampling.oort import OortClients
+from fedsample.sampling.power_of_choice import PowerOfChoiceClients
 from fedsample.simulation import simulate
 from fedsample.training.aggregate import FedNova, WeightedMean
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
@@ -29,7 +34,10 @@ FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam
 CLIENT_SAMPLERS = {
     "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
     "stratified": StratifiedClients(H=2, m=3, dim=3), "importance": ImportanceAgents(L=3),
+    "power_of_choice": PowerOfChoiceClients(m=2, d=4), "fedcbs": FedCBSClients(m=2), "fedcor": FedCorClients(m=2, warmup=2, rank=2),
+    "divfl": DivFLClients(m=2), "oort": OortClients(m=2),
 }
+ADAPTIVE = ("power_of_choice", "fedcbs", "fedcor", "divfl", "oort")  # their inclusion probabilities are not exact
 DATA_SAMPLERS = {
     "full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6),
     "participants": ParticipantData(40), "iwds": IWDSData(), "importance": ImportanceData(epochs=2, batch_size=4),
@@ -53,13 +61,22 @@ INCOMPATIBLE = {
     ("fedsts", None, "fedsampling"): "needs size reports",
     ("fedsts", None, "participants"): "needs size reports",
     ("fedstas", "size_proportional", None): "needs exact sizes",
+    **{(name, client, None): "needs exact sizes" for name in ("fedsampling", "fedsampling_naive", "isfedavg")
+       for client in ("power_of_choice", "fedcor")},
+    # the stratified means divide by pi, which the adaptive samplers do not have (FedSTS's own data samplers that
+    # need size reports are refused first where the sampler asks for no sizes)
+    **{("fedstas", client, None): "divides by the inclusion probabilities" for client in ADAPTIVE},
+    **{("fedsts", client, None): "divides by the inclusion probabilities|needs size reports" for client in ADAPTIVE},
+    ("fedsampling", "oort", None): "secure_sum=True hides|divides by the inclusion probabilities",  # Oort reads the utility
+    # ISFedAvg's data plans scale each agent's steps by L / (K pi_k)
+    **{(None, client, "importance"): "divides by the inclusion probabilities" for client in ADAPTIVE},
 }
 
 
 def refusal(name: str, client_name: str, data_name: str) -> str | None:
     if name == "fedsts" and client_name == "size_proportional":
         return None  # FedSTS collects exact sizes of all when its sampler needs them: every data sampler gets them
-    for key in ((name, client_name, None), (name, None, data_name)):
+    for key in ((name, client_name, None), (name, None, data_name), (None, client_name, data_name)):
         if key in INCOMPATIBLE:
             return INCOMPATIBLE[key]
     return None

@@ -345,11 +345,15 @@ def strata_come_from_the_sampler(s: Strategy) -> str | None:
 
 
 def inclusion_weights_need_exact_probabilities(s: Strategy) -> str | None:
-    """An aggregator that divides by the inclusion probabilities needs a sampler whose probabilities are exact."""
+    """A part that divides by the inclusion probabilities (an aggregator's weights, ISFedAvg's agent factor in the data
+    plans: ``weights_by_inclusion``) needs a sampler whose probabilities are exact."""
     kind = adaptive.inclusion_kind(s.clients)
-    if kind != "exact" and getattr(s.aggregate, "weights_by_inclusion", False):
-        return (f"{parts.describe(s.aggregate)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
-                f"are {kind} ({adaptive.statement(kind)}): use WeightedMean('uniform') or WeightedMean('size')")
+    if kind == "exact":
+        return None
+    for part, instead in ((s.data, "another data sampler"), (s.aggregate, "WeightedMean('uniform') or WeightedMean('size')")):
+        if getattr(part, "weights_by_inclusion", False):
+            return (f"{parts.describe(part)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
+                    f"are {kind} ({adaptive.statement(kind)}): use {instead}")
     return None
 
 

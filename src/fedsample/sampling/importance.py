@@ -390,6 +390,11 @@ class ImportanceData:
         """Where the agent factor 1/(K p_k) goes, which the aggregator must agree with."""
         return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
 
+    @property
+    def weights_by_inclusion(self) -> bool:
+        """``step``: the agent factor L / (K pi_k) divides by the cohort's inclusion probabilities."""
+        return self.scaling == "step"
+
     def agent_factors(self, cohort: Cohort) -> np.ndarray:
         if self.scaling == "aggregate":
             return np.ones(len(cohort))
