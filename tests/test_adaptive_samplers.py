@@ -323,7 +323,7 @@ def test_divfl_chooses_the_same_clients_whatever_the_seed(fed, module):
     assert cohorts[0] == cohorts[1] == cohorts[2]
     assert all(log["inclusion"] == "degenerate" and "no unbiased estimator" in log["inclusion_note"] for log in logs)
     assert all("inclusion_min" not in log for log in logs)  # nothing divides by pi = 1
-    assert logs[0]["sampler_probes"] == 4  # round 1: the chosen clients' gradients
+    assert logs[0]["sampler_probes"] == 4 and logs[0]["clients_contacted"] == 4  # round 1: the chosen clients' gradients
     n_params = sum(v.numel() for v in params.values())
     assert logs[0]["sampler_probe_bytes"] == 4 * (8 + 8 + 4 * n_params)
 
@@ -409,6 +409,9 @@ def test_the_loop_and_the_vectorized_engine_choose_the_same_clients_and_give_the
     assert_same_run(runs["vectorized"][0], runs["loop"][0])
     history = runs["loop"][0].history
     assert all("sampler_probes" in r and "sampler_probe_bytes" in r for r in history)
+    if name.endswith("pow-d"):  # every client reports its exact size (the candidate draw); pow-d and cpow-d probe d = 8
+        assert all(r["clients_contacted"] == 24 and r["sampler_probes"] == (0 if name == "rpow-d" else 8) for r in history)
+        assert all(r["sampler_probe_bytes"] == 8 * r["sampler_probes"] for r in history)
     assert all(r["inclusion"] in ("estimated", "degenerate", "exact") for r in history)
 
 

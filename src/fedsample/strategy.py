@@ -197,7 +197,9 @@ class Strategy:
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList) -> dict:
         """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
-        replies' summed loss and count: all a secure sum reveals), the size estimate and the privacy spent."""
+        replies' summed loss and count: all a secure sum reveals), how many clients the round asked anything
+        (``clients_contacted``: size queries, probes, training), the cohort's inclusion probabilities (or how they are
+        known), the size estimate and the privacy spent."""
         _note_failures(ctx, reports.failures())
         log: dict[str, Any] = {"cohort": len(cohort)}
         loss_sum, log["updates"] = reports.summed_loss()
@@ -207,6 +209,8 @@ class Strategy:
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
+        if isinstance(ctx.federation, _CheckedProbes):
+            log["clients_contacted"] = ctx.federation.contacted(cohort.ids)
         log.update(inclusion_figures(self.clients, cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
@@ -406,16 +410,27 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged)."""
+    adds strategy, seed and round; a non-finite one usually means the model diverged). It also notes every client
+    the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
+        self._asked: np.ndarray | None = None  # one flag per client, set when the parts ask it anything
 
     @property
     def num_clients(self) -> int:
         return self.inner.num_clients
 
+    def contacted(self, cohort: np.ndarray) -> int:
+        """How many distinct clients the round asked anything: the parts' size queries and probes, and the cohort."""
+        asked = np.zeros(self.num_clients, dtype=bool) if self._asked is None else self._asked.copy()
+        asked[np.asarray(cohort, dtype=np.int64)] = True
+        return int(np.count_nonzero(asked))
+
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        if self._asked is None:
+            self._asked = np.zeros(self.num_clients, dtype=bool)
+        self._asked[np.asarray(client_ids, dtype=np.int64)] = True
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
