@@ -20,7 +20,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Literal, Mapping
 
-from fedsample import checks
+from fedsample import checks, parts
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, integers, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
 from fedsample.parts import SizeNeed
@@ -118,7 +118,8 @@ def _federated(
     replacement with p_k = n_k/n (Li et al. 2019, scheme I; the "weighted" baselines of Qi et al. 2023,
     Fig. 3), uniform average over the draws; the strategy is named ``weighted_<name>``. A ``clients=``
     override replaces the sampler; the weighting follows the sampler actually used: draw multiplicities
-    for :class:`SizeProportional` (its draws already carry n_k/n), cohort sizes for every other sampler
+    for a sampler whose draws already carry n_k/n (declared ``draws_carry_sizes``: :class:`SizeProportional`,
+    clustered sampling), cohort sizes for every other sampler
     (right for equal-probability designs: uniform, all, Poisson). Sizes are asked of every client where
     the sampler needs them, otherwise of the cohort only.
 
@@ -131,7 +132,7 @@ def _federated(
     if clients is None:
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
-    by = "uniform" if isinstance(clients, SizeProportional) else "size"
+    by = "uniform" if parts.declared(clients, "draws_carry_sizes") else "size"
     scope = "all" if getattr(clients, "needs_sizes", None) is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,

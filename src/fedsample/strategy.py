@@ -13,11 +13,13 @@ import numpy as np
 
 from fedsample import parts, validate
 
-from fedsample.parts import Aggregator, ClientSampler, DataSampler, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
+from fedsample.parts import (
+    Aggregator, ClientSampler, DataSampler, InclusionKind, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy,
+)
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
-from fedsample.messages import PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
@@ -149,7 +151,11 @@ class Strategy:
         # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)))  # noqa: E731
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
-        replies = replies_of(federation.run("train", cohort.ids, payload, round))
+        if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
+            cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
+            lost = 0  # the clients that failed to train are not candidates (recorded in the round's failures)
+        else:
+            replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
             raise ValueError(
                 f"{self.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -159,10 +165,27 @@ class Strategy:
             replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
+        observe = getattr(self.clients, "observe", None)
+        if observe is not None:  # server-held sampler state learnt from the valid replies (clustered sampling's Alg. 2)
+            observe(ctx, cohort, replies)
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
         params, state["server"] = scheduled_step(self.server, self.schedule, round, params, delta, state["server"])
         return params, ctx.log
+
+    def train_then_send(self, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
+        """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
+        update, replying with its norm (``train_held``); the sampler chooses the cohort from the norms
+        (``select_trained``); only the cohort sends its kept update (``send_held``). Clients whose training failed
+        are named in the round's record and are not candidates. The record states the cost: ``local_trainings``
+        (the clients that trained) for ``cohort`` uploads."""
+        held = replies_of(federation.run("train_held", trained.ids, payload, ctx.round))
+        held = validate.screen_held(held, trained.ids)
+        _note_failures(ctx, held.failures())
+        ctx.log["local_trainings"] = len(trained) - len(held.failures())
+        cohort = self.clients.select_trained(ctx, trained, held)
+        request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
+        return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
 
     def combine_valid(
         self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
@@ -201,7 +224,7 @@ class Strategy:
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
-        log.update(cohort_figures(cohort))
+        log.update(inclusion_figures(self.clients, cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
@@ -220,11 +243,29 @@ def drawn_or_none(reports: ReplyList) -> int | None:
         return None
 
 
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+    """What the round record says of the cohort's inclusion probabilities, by how the sampler knows them
+    (:class:`~fedsample.parts.InclusionKind`): exact ones, their figures (:func:`cohort_figures`); estimated ones,
+    ``inclusion: "estimated"`` and that the aggregate is biased by design (with the figures of the weights the
+    sampler assumes, if its cohorts carry any); degenerate ones, ``inclusion: "degenerate"`` and that no unbiased
+    estimator exists (no figure divides by pi = 1)."""
+    kind = parts.inclusion_kind(sampler)
+    if kind is InclusionKind.EXACT:
+        return cohort_figures(cohort)
+    figures: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias}
+    if kind is InclusionKind.ESTIMATED and cohort.expected_draws is not None and len(cohort):
+        figures["design_weight_total"] = float(np.sum(cohort.design_weights()))  # of the assumed weights
+    return figures
+
+
 def cohort_figures(cohort: Cohort) -> dict[str, float]:
     """The sampler's figures of a round (none for an empty cohort): the min, mean and max inclusion probability
     pi_k of the cohort, and Kish's (1965) effective sample size of its design weights w_k = 1/pi_k, each drawn
     m_k times (the multiplicity): n_eff = (sum_k m_k w_k)^2 / sum_k m_k w_k^2, with the weights' coefficient
-    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2)."""
+    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2); and
+    ``design_weight_total``, sum_k d_k of the design weights (:meth:`~fedsample.rounds.Cohort.design_weights`:
+    1/pi_k, or m_k / E[m_k] for draws with replacement), an unbiased estimate of the number of clients N, so its
+    mean over rounds checks the probabilities (``fedsample.diagnose`` reports it)."""
     if len(cohort) == 0:
         return {}
     pi = np.asarray(cohort.inclusion, dtype=np.float64)
@@ -236,6 +277,7 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+        "design_weight_total": float(np.sum(cohort.design_weights())),
     }
 
 
@@ -325,6 +367,31 @@ def strata_come_from_the_sampler(s: Strategy) -> str | None:
     return None
 
 
+def inclusion_weights_need_known_probabilities(s: Strategy) -> str | None:
+    """An aggregator that divides by inclusion probabilities (or expected draws) needs a sampler whose cohorts carry
+    them (:class:`~fedsample.parts.InclusionKind`): exact, or estimated with the weights its method assumes
+    (``assumed_weights``, biased as the round record says); never a deterministic one, where pi = 1 would be
+    divided by and no unbiased estimator exists."""
+    if not parts.declared(s.aggregate, "weighs_by_inclusion"):
+        return None
+    kind = parts.inclusion_kind(s.clients)
+    if kind is InclusionKind.DEGENERATE:
+        return (f"{parts.describe(s.aggregate)} divides by inclusion probabilities, but {parts.describe(s.clients)} selects "
+                "deterministically (pi in {0, 1}): no unbiased estimator exists; weigh by size or uniformly instead")
+    if kind is InclusionKind.ESTIMATED and not parts.declared(s.clients, "assumed_weights"):
+        return (f"{parts.describe(s.aggregate)} divides by inclusion probabilities, but those of {parts.describe(s.clients)} "
+                "have no closed form (estimated): weigh by size or uniformly instead")
+    return None
+
+
+def sampler_reads_replies_in_the_clear(s: Strategy) -> str | None:
+    """A sampler that learns from each client's reply (``reads_replies``) cannot run under a secure sum."""
+    if s.secure_sum and parts.declared(s.clients, "reads_replies"):
+        return (f"{parts.describe(s.clients)} keeps what each client's reply says (its server-held state), but secure_sum=True "
+                "reveals only their sum: pass secure_sum=False")
+    return None
+
+
 def schedule_has_a_learning_rate(s: Strategy) -> str | None:
     """A learning-rate schedule scales the server optimizer's ``lr``."""
     if s.schedule is not None and not hasattr(s.server, "lr"):
@@ -335,6 +402,7 @@ def schedule_has_a_learning_rate(s: Strategy) -> str | None:
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
     drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, schedule_has_a_learning_rate,
+    inclusion_weights_need_known_probabilities, sampler_reads_replies_in_the_clear,
 )
 """What :meth:`Strategy.check` enforces, in order."""
 
@@ -342,7 +410,9 @@ RULES = (
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
     """The cohort members where ``keep`` is True (inclusion probabilities, multiplicities, strata kept)."""
     strata = None if cohort.strata is None else np.asarray(cohort.strata)[keep]
-    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata)
+    expected = None if cohort.expected_draws is None else np.asarray(cohort.expected_draws)[keep]
+    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata,
+                   expected_draws=expected)
 
 
 class RoundFailed(Exception):

@@ -68,8 +68,10 @@ class Simulator(Federation):
         return contextlib.nullcontext()
 
     def client_states(self) -> dict[int, dict]:
-        """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy)."""
-        return {k: copy.deepcopy(s) for k, s in self._states.items() if s}
+        """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy). An update
+        kept for a round's second phase (:data:`fedsample.client.HELD`) is not state across rounds and is left out."""
+        kept = {k: {key: v for key, v in s.items() if key != procedures.HELD} for k, s in self._states.items()}
+        return {k: copy.deepcopy(s) for k, s in kept.items() if s}
 
     def load_client_states(self, states: dict[int, dict]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
