@@ -24,7 +24,7 @@ from fedsample.training.functional import flatten, per_sample_gradients, weighte
 
 __all__ = [
     "HELD", "PROCEDURES", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
-    "probe", "report_size", "send_held", "train", "train_held", "update_norm", "weighted_second_moment",
+    "probe", "report_size", "send_held", "stream_of", "train", "train_held", "update_norm", "weighted_second_moment",
 ]
 
 
@@ -155,6 +155,12 @@ def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator
     if held is None or held["round"] != request.round:
         raise ValueError(f"client {ctx.client_id} keeps no update of round {request.round} (train_held first)")
     return held["report"]
+
+
+def stream_of(procedure: str) -> str:
+    """The purpose of a procedure's random stream, (seed, round, client, purpose): ``train_held`` trains exactly as
+    ``train`` does, from the same stream, so a held update is the update the client would have sent."""
+    return "train" if procedure == "train_held" else procedure
 
 
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train, "train_held": train_held, "send_held": send_held}

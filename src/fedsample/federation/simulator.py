@@ -85,8 +85,8 @@ class Simulator(Federation):
         sent = payloads_for(payload, len(client_ids))
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
-            rng = client_rng(self.seed, round, int(k), procedure)
-            with self._torch_random(round, int(k), procedure):
+            rng = client_rng(self.seed, round, int(k), procedures.stream_of(procedure))
+            with self._torch_random(round, int(k), procedures.stream_of(procedure)):
                 reports.append(fn(self.context(int(k)), sent.at(position), rng))
         return Replies(reports, failed={})
 
