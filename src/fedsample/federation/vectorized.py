@@ -105,8 +105,9 @@ class VectorizedSimulator(Simulator):
         held = []
         for position, k in enumerate(ids.tolist()):
             report = reports[position]
-            kept = TrainReport(update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
-                               samples=getattr(report, "samples", None))  # a plain report: no tie to this call's batch
+            kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
+                update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
+                samples=getattr(report, "samples", None))
             held.append(procedures.hold(self.context(k), kept, round))
         return Replies(held, failed={})
 

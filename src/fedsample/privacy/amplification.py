@@ -180,7 +180,7 @@ def releases(
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
         return [release if procedure == "train" else held_release(release, round)]
     if procedure == "send_held":
-        return [sent_held_release(getattr(strategy, "noise", None), round, call)]
+        return [sent_held_release(getattr(strategy, "noise", None), bool(getattr(strategy, "secure_sum", False)), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 
 
@@ -225,12 +225,13 @@ def held_release(trained: Release, round: int) -> Release:
     return replace(trained, what="every client's noised update (its norm now; the update itself if chosen)", once=held_once(round))
 
 
-def sent_held_release(noise: Any, round: int, call: tuple) -> Release:
-    """``send_held``: the chosen clients' kept updates (no noise: unprotected; noised: the round's
-    :func:`held_release`, not counted again)."""
+def sent_held_release(noise: Any, secure: bool, round: int, call: tuple) -> Release:
+    """``send_held``: the chosen clients' kept updates, or their secure sum (no noise: unprotected; noised: the
+    round's :func:`held_release`, not counted again)."""
     if noise is None:
-        return Release(round, "per-client updates chosen by their norms, losses and step counts", None, None, None,
-                       reason="no noise on the update", call=call)
+        what = ("update sum of the clients chosen by their norms, summed loss and step count" if secure
+                else "per-client updates chosen by their norms, losses and step counts")
+        return Release(round, what, None, None, None, reason="no noise on the update", call=call)
     return Release(round, "the chosen clients' noised updates (the round's held release)", None, None, None,
                    reason="post-processing of the held release", once=held_once(round), call=call)
 
