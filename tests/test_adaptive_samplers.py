@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import fedsample as fs
+from fedsample import parts
 from fedsample.client import probe, sample_utility, statistical_utilities
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
@@ -98,11 +99,12 @@ def test_each_sampler_declares_its_inclusion_kind_what_the_server_learns_and_its
              "fedcor": "degenerate", "divfl": "degenerate", "oort": "estimated"}
     for name, make in SAMPLERS.items():
         sampler = make()
-        assert adaptive.inclusion_kind(sampler) == kinds[name]
-        assert adaptive.server_learns(sampler) and set(adaptive.server_learns(sampler)) <= vocabulary, name
+        assert parts.inclusion_kind(sampler) is parts.InclusionKind(kinds[name])
+        learns = {v.value for v in parts.server_learns(sampler)}
+        assert learns and learns <= vocabulary, name
         assert sampler.expected_cohort(24) == 4 and sampler.expected_cohort(3) == 3
-    assert adaptive.reads_replies(SAMPLERS["rpow-d"]()) == ("loss",) and adaptive.reads_replies(SAMPLERS["oort"]()) == ("utility",)
-    assert adaptive.reads_replies(SAMPLERS["pow-d"]()) == ()
+    assert parts.replies_read(SAMPLERS["rpow-d"]()) == ("loss",) and parts.replies_read(SAMPLERS["oort"]()) == ("utility",)
+    assert parts.replies_read(SAMPLERS["pow-d"]()) == ()
 
 
 def test_bad_settings_are_one_line_naming_the_parameter():
@@ -279,9 +281,11 @@ def test_estimated_inclusion_sums_to_the_cohort_and_matches_an_independent_repla
     state = warm_state(sampler, federation, 4, observe=name in ("rpow-d", "oort"))
     round = 4
     frozen = sampler.frozen_state(context(federation, round, 0, copy.deepcopy(state)))
-    estimate = sampler.estimate_inclusion(frozen, draws=R, seed=5, round=round)
+    estimate = sampler.replay(frozen, draws=R, seed=5, round=round)
     assert estimate.sum() == pytest.approx(3, abs=1e-9)  # m distinct clients in every replay
-    np.testing.assert_array_equal(estimate, sampler.estimate_inclusion(frozen, draws=R, seed=5, round=round))  # the run's stream
+    np.testing.assert_array_equal(estimate, sampler.replay(frozen, draws=R, seed=5, round=round))  # the run's stream
+    contract = sampler.estimate_inclusion(context(federation, round, 5, copy.deepcopy(state)), draws=R)  # parts' contract
+    np.testing.assert_array_equal(contract, estimate)
     rng = np.random.default_rng(99)
     if name.endswith("pow-d"):
         independent = power_of_choice.estimate_inclusion(frozen.sizes, frozen.losses, 6, 3, R, rng)
@@ -300,7 +304,7 @@ def test_power_of_choice_favours_high_losses_beyond_its_share():
     federation = table()
     sampler = PowerOfChoiceClients(m=3, d=6)
     frozen = sampler.frozen_state(context(federation, 0, 0, {}))
-    pi = sampler.estimate_inclusion(frozen, draws=4000, seed=0)
+    pi = sampler.replay(frozen, draws=4000, seed=0)
     top = int(np.argmax(frozen.losses))
     p = frozen.sizes / frozen.sizes.sum()
     assert pi[top] > 3 * p[top] + Z * np.sqrt(pi[top] * (1 - pi[top]) / 4000)
@@ -321,7 +325,7 @@ def test_divfl_chooses_the_same_clients_whatever_the_seed(fed, module):
         cohorts.append(federation.trained)
         logs.append(log)
     assert cohorts[0] == cohorts[1] == cohorts[2]
-    assert all(log["inclusion"] == "degenerate" and "no unbiased estimator" in log["inclusion_note"] for log in logs)
+    assert all(log["inclusion"] == "degenerate" and "no unbiased estimator" in log["bias"] for log in logs)
     assert all("inclusion_min" not in log for log in logs)  # nothing divides by pi = 1
     assert logs[0]["sampler_probes"] == 4 and logs[0]["clients_contacted"] == 4  # round 1: the chosen clients' gradients
     n_params = sum(v.numel() for v in params.values())
@@ -345,7 +349,7 @@ def test_fedcor_is_random_in_its_warmup_and_deterministic_after_it(fed, module):
     for log in runs[0][1]:
         assert log["inclusion"] == "exact" and log["inclusion_mean"] == pytest.approx(4 / 24) and log["sampler_probes"] == 24
     for after in (runs[0][2], runs[1][2]):
-        assert all(log["inclusion"] == "degenerate" and "no unbiased estimator" in log["inclusion_note"] for log in after)
+        assert all(log["inclusion"] == "degenerate" and "no unbiased estimator" in log["bias"] for log in after)
     assert runs[0][0][5] == runs[0][0][6]  # greedy round: the same cohort whatever the seed
 
 
@@ -459,11 +463,11 @@ def test_diagnose_states_the_kind_what_the_server_learns_and_the_probes_of_each_
     table = summary_table(diagnosis.to_dict())
     for name, result in diagnosis.results.items():
         sampler, cost, estimator = result["sampler"], result["cost"], result["estimator"]
-        assert sampler["server_learns"] == list(adaptive.server_learns(strategies[name].clients))
+        assert sampler["server_learns"] == [v.value for v in parts.server_learns(strategies[name].clients)]
         assert np.isfinite(estimator["bias_sq"]) and np.isfinite(estimator["variance"])
         assert result["exploitation"]["mean"] > 0
         expected = "biased by design" if sampler["inclusion"] == "estimated" else "no unbiased estimator"
-        assert expected in sampler["statement"] and f"{name}: inclusion probabilities {sampler['inclusion']}" in table
+        assert expected in sampler["bias"] and f"{name}: inclusion probabilities {sampler['inclusion']}" in table
         assert cost["bytes_up"] >= sampler["probe_bytes"] and cost["clients_contacted"] >= 4
     assert diagnosis.results["pow-d"]["sampler"]["probes"] == 8 and diagnosis.results["rpow-d"]["sampler"]["probes"] == 0
     assert diagnosis.results["fedcor"]["sampler"]["rounds_by_kind"] == {"exact": 10, "degenerate": 10}  # warm-up, refit rounds

@@ -1,5 +1,5 @@
 """The Ray federation on a local Ray (2 actors, 1 CPU each): the numbers of the vectorized engine for
-FedSampling, FedAvg, FedSTS and ISFedAvg; O(actors x parameters) bytes per round; a killed actor, then
+FedSampling, FedAvg, FedSTS, ISFedAvg, clustered sampling, optimal client sampling and DELTA; O(actors x parameters) bytes per round; a killed actor, then
 resume from the last checkpoint, ends with the numbers of an uninterrupted run; the CLI's --workers."""
 
 import json
@@ -52,6 +52,9 @@ RECIPES = {
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),
     "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),
+    "clustered_similarity": lambda: fs.recipes.clustered_sampling(m=6, algorithm="similarity", epochs=2, batch_size=4, lr=0.1),
+    "optimal_sampling": lambda: fs.recipes.optimal_sampling(m=6, epochs=2, batch_size=4, lr=0.1),
+    "delta_reference": lambda: fs.recipes.delta(m=6, draw="reference", epochs=2, batch_size=4, lr=0.1),
 }
 
 

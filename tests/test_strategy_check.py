@@ -199,6 +199,42 @@ def test_a_sampler_that_reads_training_replies_refuses_a_secure_sum_and_noise():
     Strategy(clients=PowerOfChoiceClients(m=2, d=4), sizes=ExactSizes(), secure_sum=True)  # pow-d reads probes, not replies
 
 
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """A sampler declared estimated or degenerate (the inclusion contract), choosing the first m clients."""
+
+    inclusion_kind: str = "degenerate"
+    assumed_weights: bool = False
+    reads_replies: tuple = ()
+    m: int = 2
+
+    def select(self, ctx):
+        from fedsample.rounds import Cohort
+
+        return Cohort(np.arange(self.m), np.full(self.m, np.nan), ctx.num_clients)
+
+    def expected_cohort(self, num_clients, sizes=None):
+        return float(self.m)
+
+
+def test_weights_that_divide_by_inclusion_probabilities_need_a_sampler_that_knows_them():
+    for by in ("inverse_inclusion", "size_inverse_inclusion"):
+        sizes = ExactSizes() if by.startswith("size") else None
+        refused(error_of(clients=_Chosen(), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", f"WeightedMean(by='{by}')", "deterministic")
+        refused(error_of(clients=_Chosen("estimated"), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", "estimated")
+        Strategy(clients=_Chosen("estimated", assumed_weights=True), aggregate=WeightedMean(by), sizes=sizes)  # its assumed weights
+    refused(error_of(clients=_Chosen(), aggregate=StratifiedMean("unbiased")), "StratifiedMean()", "deterministic")
+    refused(error_of(clients=_Chosen(), aggregate=FedNova("inverse_inclusion")), "FedNova(by='inverse_inclusion')")
+    Strategy(clients=_Chosen(), aggregate=WeightedMean("uniform"))  # no division by pi: runs, the round record says biased
+    Strategy(clients=UniformClients(3), aggregate=WeightedMean("inverse_inclusion"))
+
+
+def test_a_sampler_that_reads_each_update_refuses_a_secure_sum_but_not_noise():
+    refused(error_of(clients=_Chosen(reads_replies=("update",)), aggregate=Sum(), secure_sum=True), "_Chosen(", "update", "secure_sum=True")
+    Strategy(clients=_Chosen(reads_replies=("update",)), aggregate=Sum())
+    Strategy(clients=_Chosen(reads_replies=("update",)), noise=UpdateNoise(1.0, 1.0))  # noised updates are still updates
+
+
 # --- what is checked, and what still constructs --------------------------------------------------------------
 
 

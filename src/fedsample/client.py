@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsample.messages import ClientContext, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport
+from fedsample.messages import (
+    ClientContext, HeldReport, HeldRequest, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
+)
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -22,8 +24,9 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "PROCEDURES", "empty_report", "gradient_noise_variance", "permanent_response", "probe", "probe_rows", "report_size",
-    "sample_utility", "statistical_utilities", "train", "weighted_second_moment",
+    "HELD", "PROCEDURES", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
+    "probe", "probe_rows", "report_size", "sample_utility", "send_held", "statistical_utilities", "stream_of", "train",
+    "train_held", "update_norm", "weighted_second_moment",
 ]
 
 
@@ -162,4 +165,47 @@ def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) 
     return statistical_utility(counts, squares / np.maximum(counts, 1.0))
 
 
-PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}
+# --- training that waits for the server's choice (optimal client sampling) -----------------------------------
+
+HELD = "held_update"
+"""The key of ``ctx.state`` under which a client keeps the update of this round's ``train_held`` (a round is never
+checkpointed midway, so federations leave it out of the client states they export)."""
+
+
+def update_norm(report: TrainReport | None) -> float:
+    """||U_k||: the Euclidean norm of the whole update (every parameter), summed in float64; 0 for a client that
+    took no step (or sent no report)."""
+    if report is None or getattr(report, "steps", 1) == 0:
+        return 0.0
+    return float(np.sqrt(sum(float(torch.sum(v.detach().double() ** 2)) for v in report.update.values())))
+
+
+def hold(ctx: ClientContext, report: TrainReport, round: int) -> HeldReport:
+    """Keep ``report`` on the client (its ``ctx.state``) and answer only its update's norm."""
+    ctx.state[HELD] = {"round": int(round), "report": report}
+    return HeldReport(update_norm(report))
+
+
+def train_held(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> HeldReport:
+    """:func:`train`, but the report stays with the client (:func:`hold`): the server receives the update's norm
+    and, if it chooses this client, the update itself (:func:`send_held`)."""
+    return hold(ctx, train(ctx, payload, rng), payload.round)
+
+
+def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator) -> TrainReport:
+    """The training report kept by this round's :func:`train_held` (once: it is no longer kept afterwards)."""
+    held = ctx.state.pop(HELD, None)
+    if held is None or held["round"] != request.round:
+        raise ValueError(f"client {ctx.client_id} keeps no update of round {request.round} (train_held first)")
+    return held["report"]
+
+
+def stream_of(procedure: str) -> str:
+    """The purpose of a procedure's random stream, (seed, round, client, purpose): ``train_held`` trains exactly as
+    ``train`` does, from the same stream, so a held update is the update the client would have sent."""
+    return "train" if procedure == "train_held" else procedure
+
+
+PROCEDURES = {"report_size": report_size, "probe": probe, "train": train, "train_held": train_held, "send_held": send_held}
+UPDATE_PROCEDURES = ("train", "send_held")
+"""The procedures whose replies carry updates (sealed by a secure sum, summed on Ray's actors)."""

@@ -3,9 +3,10 @@
 A leaf module (it imports no other fedsample module but the parameter type): the strategy's parts, the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
-- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`; one payload shared by every
-  asked client, or :class:`PerClient` (one each), read by every federation through :func:`payloads_for`;
-- client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`;
+- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`, :class:`HeldRequest`; one
+  payload shared by every asked client, or :class:`PerClient` (one each), read by every federation through
+  :func:`payloads_for`;
+- client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`, :class:`HeldReport`;
 - on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
   data plan drew) and the :class:`DataWeights` rule it applies to its own data.
 """
@@ -24,8 +25,8 @@ from fedsample import checks
 Params = dict[str, torch.Tensor]
 
 __all__ = [
-    "ClientContext", "DataWeights", "LocalSample", "Params", "PerClient", "ProbeReport", "ProbeRequest", "Shared",
-    "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
+    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "Params", "PerClient", "ProbeReport",
+    "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 
@@ -180,6 +181,24 @@ class TrainReport:
     norm_steps: float | None = None
     samples: int | None = None
     utility: float | None = None
+
+
+@dataclass
+class HeldReport:
+    """A client's answer to ``train_held``: the norm ||U_k|| of the update it trained and keeps on its side (0 when
+    its plan drew nothing); the update itself leaves the client only if the server asks for it (:class:`HeldRequest`)."""
+
+    norm: float
+
+
+@dataclass(frozen=True)
+class HeldRequest:
+    """Send the update kept by round ``round``'s ``train_held`` (the second phase of a sampler that chooses among
+    clients that have trained, :class:`fedsample.parts.TrainsFirst`). ``shapes``: the parameters' names and shapes,
+    so that the server checks the reply without sending the parameters again."""
+
+    round: int
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 # --- one payload for all, or one per client ------------------------------------------------------------------

@@ -13,15 +13,16 @@ import numpy as np
 
 from fedsample import parts, validate
 
-from fedsample.parts import Aggregator, ClientSampler, DataSampler, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
+from fedsample.parts import (
+    Aggregator, ClientSampler, DataSampler, InclusionKind, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy,
+)
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
-from fedsample.messages import PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
-from fedsample.sampling import adaptive
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
@@ -152,7 +153,11 @@ class Strategy:
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)),  # noqa: E731
                                              utility=utility)
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
-        replies = replies_of(federation.run("train", cohort.ids, payload, round))
+        if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
+            cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
+            lost = 0  # the clients that failed to train are not candidates (recorded in the round's failures)
+        else:
+            replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
             raise ValueError(
                 f"{self.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -161,14 +166,28 @@ class Strategy:
         if not replies.sealed:  # sealed updates cannot be read: only their sum is checked (on the clients' side)
             replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
-        observe = getattr(self.clients, "observe", None)  # a sampler that learns from the replies (rpow-d, Oort)
-        if observe is not None:
-            observe(ctx, cohort, replies)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
+        observe = getattr(self.clients, "observe", None)
+        if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
+            observe(ctx, cohort, replies)
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
         params, state["server"] = scheduled_step(self.server, self.schedule, round, params, delta, state["server"])
         return params, ctx.log
+
+    def train_then_send(self, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
+        """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
+        update, replying with its norm (``train_held``); the sampler chooses the cohort from the norms
+        (``select_trained``); only the cohort sends its kept update (``send_held``). Clients whose training failed
+        are named in the round's record and are not candidates. The record states the cost: ``local_trainings``
+        (the clients that trained) for ``cohort`` uploads."""
+        held = replies_of(federation.run("train_held", trained.ids, payload, ctx.round))
+        held = validate.screen_held(held, trained.ids)
+        _note_failures(ctx, held.failures())
+        ctx.log["local_trainings"] = len(trained) - len(held.failures())
+        cohort = self.clients.select_trained(ctx, trained, held)
+        request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
+        return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
 
     def combine_valid(
         self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
@@ -230,11 +249,31 @@ def drawn_or_none(reports: ReplyList) -> int | None:
         return None
 
 
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+    """What the round record says of the cohort's inclusion probabilities, by how the sampler knows them
+    (:class:`~fedsample.parts.InclusionKind`): exact ones, their figures (:func:`cohort_figures`); estimated ones,
+    ``inclusion: "estimated"`` and that the aggregate is biased by design (with the figures of the weights the
+    sampler assumes, if its cohorts carry any); degenerate ones, ``inclusion: "degenerate"`` and that no unbiased
+    estimator exists (no figure divides by pi = 1). A cohort may state its own round's kind
+    (:func:`~fedsample.parts.inclusion_kind`)."""
+    kind = parts.inclusion_kind(sampler, cohort)
+    if kind is InclusionKind.EXACT:  # named where the sampler is not always exact (FedCor's random warm-up rounds)
+        named = parts.inclusion_kind(sampler) is not InclusionKind.EXACT
+        return {**({"inclusion": kind.value} if named else {}), **cohort_figures(cohort)}
+    figures: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias}
+    if kind is InclusionKind.ESTIMATED and cohort.expected_draws is not None and len(cohort):
+        figures["design_weight_total"] = float(np.sum(cohort.design_weights()))  # of the assumed weights
+    return figures
+
+
 def cohort_figures(cohort: Cohort) -> dict[str, float]:
     """The sampler's figures of a round (none for an empty cohort): the min, mean and max inclusion probability
     pi_k of the cohort, and Kish's (1965) effective sample size of its design weights w_k = 1/pi_k, each drawn
     m_k times (the multiplicity): n_eff = (sum_k m_k w_k)^2 / sum_k m_k w_k^2, with the weights' coefficient
-    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2)."""
+    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2); and
+    ``design_weight_total``, sum_k d_k of the design weights (:meth:`~fedsample.rounds.Cohort.design_weights`:
+    1/pi_k, or m_k / E[m_k] for draws with replacement), an unbiased estimate of the number of clients N, so its
+    mean over rounds checks the probabilities (``fedsample.diagnose`` reports it)."""
     if len(cohort) == 0:
         return {}
     pi = np.asarray(cohort.inclusion, dtype=np.float64)
@@ -246,20 +285,8 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+        "design_weight_total": float(np.sum(cohort.design_weights())),
     }
-
-
-def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
-    """The round record's account of the cohort's inclusion probabilities: :func:`cohort_figures` where they are exact;
-    where they are estimated or degenerate, the kind and what it means (``inclusion_note``: biased by design, or no
-    unbiased estimator), never figures of 1/pi. A sampler that declares its kind (:mod:`fedsample.sampling.adaptive`)
-    has it recorded (``inclusion``)."""
-    kind = adaptive.cohort_kind(sampler, cohort)
-    declared = "inclusion_kind" in cohort.info or hasattr(sampler, "inclusion_kind")
-    out: dict[str, Any] = {"inclusion": kind} if declared else {}
-    if kind == "exact":
-        return {**out, **cohort_figures(cohort)}
-    return {**out, "inclusion_note": adaptive.statement(kind)}
 
 
 # --- the compatibility rules (Strategy.check) -------------------------------------------------------------------
@@ -348,30 +375,40 @@ def strata_come_from_the_sampler(s: Strategy) -> str | None:
     return None
 
 
-def inclusion_weights_need_exact_probabilities(s: Strategy) -> str | None:
-    """A part that divides by the inclusion probabilities (an aggregator's weights, ISFedAvg's agent factor in the data
-    plans: ``weights_by_inclusion``) needs a sampler whose probabilities are exact."""
-    kind = adaptive.inclusion_kind(s.clients)
-    if kind == "exact":
+def inclusion_weights_need_known_probabilities(s: Strategy) -> str | None:
+    """A part that divides by inclusion probabilities or expected draws (``weighs_by_inclusion``: an aggregator's
+    Horvitz-Thompson weights, ISFedAvg's agent factor in the data plans) needs a sampler whose cohorts carry them
+    (:class:`~fedsample.parts.InclusionKind`): exact, or estimated with the weights its method assumes
+    (``assumed_weights``, biased as the round record says); never a deterministic one, where pi = 1 would be
+    divided by and no unbiased estimator exists."""
+    kind = parts.inclusion_kind(s.clients)
+    if kind is InclusionKind.EXACT:
         return None
-    for part, instead in ((s.data, "another data sampler"), (s.aggregate, "WeightedMean('uniform') or WeightedMean('size')")):
-        if getattr(part, "weights_by_inclusion", False):
+    for part, instead in ((s.data, "use another data sampler"), (s.aggregate, "weigh by size or uniformly instead")):
+        if not parts.declared(part, "weighs_by_inclusion"):
+            continue
+        if kind is InclusionKind.DEGENERATE:
+            return (f"{parts.describe(part)} divides by the inclusion probabilities, but {parts.describe(s.clients)} selects "
+                    f"deterministically (degenerate, pi in {{0, 1}}): no unbiased estimator exists; {instead}")
+        if not parts.declared(s.clients, "assumed_weights"):
             return (f"{parts.describe(part)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
-                    f"are {kind} ({adaptive.statement(kind)}): use {instead}")
+                    f"have no closed form (estimated, biased by design): {instead}")
     return None
 
 
 def sampler_replies_are_readable(s: Strategy) -> str | None:
-    """A sampler that reads each client's training reply (its loss, its statistical utility) needs replies the server
-    can read: not sealed by a secure sum, not noised (noised replies withhold the loss)."""
-    fields = adaptive.reads_replies(s.clients)
+    """A sampler that learns from each client's training reply (``reads_replies``: the fields it reads) needs replies
+    the server can read: not sealed by a secure sum; and, where it reads more than the update (the loss, Oort's
+    statistical utility), not noised (noised replies withhold them)."""
+    fields = parts.replies_read(s.clients)
     if not fields:
         return None
     if s.secure_sum:
-        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]}, which secure_sum=True hides from the "
-                "server: pass secure_sum=False")
-    if s.noise is not None:
-        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]}, which {parts.describe(s.noise)} "
+        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]} (its server-held state), which "
+                "secure_sum=True hides from the server (only the sum is revealed): pass secure_sum=False")
+    withheld = [f for f in fields if f != "update"]
+    if s.noise is not None and withheld:
+        return (f"{parts.describe(s.clients)} reads each client's training {withheld[0]}, which {parts.describe(s.noise)} "
                 "withholds from its noised replies: drop the noise or choose another sampler")
     return None
 
@@ -385,7 +422,7 @@ def schedule_has_a_learning_rate(s: Strategy) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_exact_probabilities,
+    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
     sampler_replies_are_readable, schedule_has_a_learning_rate,
 )
 """What :meth:`Strategy.check` enforces, in order."""
@@ -394,7 +431,9 @@ RULES = (
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
     """The cohort members where ``keep`` is True (inclusion probabilities, multiplicities, strata kept)."""
     strata = None if cohort.strata is None else np.asarray(cohort.strata)[keep]
-    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata)
+    expected = None if cohort.expected_draws is None else np.asarray(cohort.expected_draws)[keep]
+    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=cohort.multiplicity[keep], strata=strata,
+                   expected_draws=expected)
 
 
 class RoundFailed(Exception):

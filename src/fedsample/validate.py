@@ -129,6 +129,36 @@ def probe_problem(report: Any) -> str | None:
     return None
 
 
+def held_problem(report: Any) -> str | None:
+    """Why a ``train_held`` reply is unusable: Failed, or not a finite non-negative norm."""
+    if is_failed(report):
+        return report.reason
+    norm = getattr(report, "norm", None)
+    if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not math.isfinite(norm) or norm < 0:
+        return f"update norm must be a finite number >= 0, got {norm!r}"
+    return None
+
+
+def screen_held(replies: Sequence[Any] | ReplyList, ids: np.ndarray) -> ReplyList:
+    """``train_held`` replies with every unusable one replaced by ``Failed(client, "train_held", reason)``."""
+    replies = replies_of(replies)
+    if len(replies) != len(ids):
+        raise RuntimeError(f"the federation answered {len(replies)} update norms for {len(ids)} clients")
+    rejected = {i: Failed(int(ids[i]), "train_held", problem) for i, r in enumerate(replies)
+                if i not in replies.failed and (problem := held_problem(r))}
+    return replies.rejecting(rejected) if rejected else replies
+
+
+def shapes_of(params: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The parameters' names and shapes (what a reply's update must have)."""
+    return tuple((k, tuple(v.shape)) for k, v in params.items())
+
+
+def like_shapes(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict:
+    """Parameters of the given names and shapes, without storage (to check a reply's shapes against)."""
+    return {name: torch.empty(shape, device="meta") for name, shape in shapes}
+
+
 def params_finite(params: dict) -> bool:
     """True when every parameter tensor is finite."""
     return all(bool(torch.isfinite(v).all()) for v in params.values())

@@ -16,6 +16,8 @@ streams); probes of all of a client's data at the fixed model do not depend on t
 client and request. Each client's reported loss is its schedule's loss at the fixed model (the weighted per-sample
 losses of each step, averaged over its steps) and, where the payload asks for it, its statistical utility (Oort) over
 what it drew: the samplers that rank clients by the losses of their training replies (rpow-d, Oort) see them.
+``train_held`` (a sampler that chooses among trained clients) linearises every client's update and keeps it on the
+client's side; ``send_held`` returns the chosen ones, and only those count as updates, bytes and drawn rows.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.client import statistical_utilities
-from fedsample.messages import PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
+from fedsample.client import statistical_utilities, update_norm
+from fedsample.messages import HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
@@ -36,17 +38,21 @@ from fedsample.training.functional import Params
 from fedsample.training.local import SGDStep
 
 SIZE_REPORT_BYTES = 8
+NORM_BYTES = 8
 
 
 @dataclass
 class RoundCost:
     """What one round asked of the clients: clients contacted, updates received, the rows drawn (one entry
-    per drawn sample and client) and the bytes sent up."""
+    per drawn sample and client whose update reached the server), the bytes sent up, the local trainings (more
+    than the updates where a sampler chooses among trained clients) and the probes answered."""
 
     contacted: set = field(default_factory=set)
     rows: list = field(default_factory=list)
     updates: int = 0
     bytes_up: int = 0
+    trainings: int = 0
+    probes: int = 0
 
 
 class LinearReports(Replies):
@@ -80,6 +86,13 @@ class LinearReports(Replies):
         a, b = self._cuts[position], self._cuts[position + 1]
         return {"g": self.basis.combination(self.rows[a:b], self.coef[a:b])}
 
+    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+        """Client ``position``'s dataset rows and coefficients (one entry per use), steps, a_k and loss."""
+        a, b = self._cuts[position], self._cuts[position + 1]
+        report = self[position]
+        steps, norm, loss = (0, 0.0, 0.0) if report is None else (report.steps, report.norm_steps, report.loss)
+        return self.rows[a:b], self.coef[a:b], steps, norm, loss
+
 
 class _LinearReport(TrainReport):
     """One client's linearised update, computed when read."""
@@ -103,6 +116,7 @@ class LinearisedFederation(VectorizedSimulator):
         self.update_bytes = 4 * basis.parameters
         self.cost = RoundCost()
         self._probes: dict[tuple, Any] = {}
+        self._held: dict[int, tuple] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
 
     def new_round(self) -> RoundCost:
         """Start counting a new round; returns the finished round's cost."""
@@ -115,15 +129,40 @@ class LinearisedFederation(VectorizedSimulator):
         sent = payloads_for(payload, len(ids))
         if procedure == "probe" and sent.shared is not None and sent.shared.minibatch is None:
             replies = self._cached_probes(ids, sent.shared, round)
+        elif procedure == "train_held":  # every client trains; its update and rows stay on its side until sent
+            reports = self.train(ids, sent, round, sent_up=False)
+            self._held = {k: (round, *reports.terms_of(c)) for c, k in enumerate(ids.tolist())}
+            replies = Replies([HeldReport(update_norm(reports[c])) for c in range(len(ids))], failed={})
+        elif procedure == "send_held":
+            replies = self._send_held(ids, payload)
         else:
             replies = super().run(procedure, ids, payload, round)
         self.cost.bytes_up += self._reply_bytes(procedure, payload, replies)
         return replies
 
+    def _send_held(self, ids: np.ndarray, request: HeldRequest) -> LinearReports:
+        """The chosen clients' kept linearised updates, as one :class:`LinearReports` (a fused sum): only these count
+        as updates, bytes and drawn rows."""
+        kept = [self._held.pop(k, None) for k in ids.tolist()]
+        if any(h is None or h[0] != request.round for h in kept):
+            raise ValueError(f"a client keeps no update of round {request.round} (train_held first)")
+        rows = np.concatenate([h[1] for h in kept] + [np.zeros(0, np.int64)])
+        member = np.repeat(np.arange(len(kept)), [len(h[1]) for h in kept]).astype(np.int64)
+        coef = np.concatenate([h[2] for h in kept] + [np.zeros(0)])
+        steps, norm = np.array([h[3] for h in kept], dtype=np.int64), np.array([h[4] for h in kept], dtype=np.float64)
+        reports = LinearReports(self.basis, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64))
+        self.cost.rows.append(rows)
+        self.cost.updates += len(reports.received_positions())
+        self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
+        return reports
+
     def _reply_bytes(self, procedure: str, payload: Any, replies: list) -> int:
         if procedure == "report_size":
             return SIZE_REPORT_BYTES * len(replies)
+        if procedure == "train_held":
+            return NORM_BYTES * len(replies)
         if procedure == "probe":
+            self.cost.probes += len(replies)
             return sum(r.nbytes for r in replies)  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate
         return 0
 
@@ -138,9 +177,10 @@ class LinearisedFederation(VectorizedSimulator):
                 self._probes[(k, key)] = reply
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> LinearReports:
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int, sent_up: bool = True) -> LinearReports:
         """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`:
-        clients that share a plan and a solver are drawn and scheduled together."""
+        clients that share a plan and a solver are drawn and scheduled together. ``sent_up=False``: the updates are
+        kept on the clients' side (``train_held``): trainings are counted, not uploads."""
         groups: dict[tuple, list[int]] = {}
         if sent.shared is None:
             for position in range(len(ids)):
@@ -157,9 +197,11 @@ class LinearisedFederation(VectorizedSimulator):
         asks = sent.shared.utility if sent.shared is not None else any(sent.at(i).utility for i in range(len(ids)))
         reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
                                 utilities if asks else None)
-        self.cost.rows.append(rows)
-        self.cost.updates += len(reports.received_positions())
-        self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
+        self.cost.trainings += len(reports.received_positions())
+        if sent_up:
+            self.cost.rows.append(rows)
+            self.cost.updates += len(reports.received_positions())
+            self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
 
     def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:

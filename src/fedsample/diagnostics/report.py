@@ -9,24 +9,28 @@ from fedsample import outputs
 from fedsample.diagnostics.measure import Diagnosis
 from fedsample.experiments.report import markdown_text
 
-COLUMNS = ("bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
-           "samples", "clients contacted", "kB up")
+COLUMNS = ("π", "bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
+           "samples", "clients contacted", "trainings", "kB up", "server learns")
 
 
 def _row(label: str, result: dict) -> list[str]:
     e, x, c = result["estimator"], result["exploitation"], result["cost"]
+    sampler = result.get("sampler") or {}
     deciles = x["by_size_decile"]
     ratio = deciles[0]["inclusion"] / deciles[-1]["inclusion"] if deciles[-1]["inclusion"] > 0 else float("inf")
     return [
-        label, f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
+        label, sampler.get("inclusion", "exact"), f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
         f"{e['mse']:.3f}", f"{e['scale']:.3f}", f"{x['cv']:.2f}", f"{ratio:.2f}", f"{c['samples']:.1f}",
-        f"{c['clients_contacted']:.0f}", f"{c['bytes_up'] / 1e3:.1f}",
+        f"{c['clients_contacted']:.0f}", f"{c.get('local_trainings', c['updates']):.0f}", f"{c['bytes_up'] / 1e3:.1f}",
+        ", ".join(sampler.get("server_learns", [])) or "—",
     ]
 
 
 def summary_table(document: dict) -> str:
-    """The markdown table: per strategy the estimator's bias, variance, MSE and scale relative to g*, the
-    inclusion frequency's CV and smallest/largest size-decile ratio, and the per-round cost."""
+    """The markdown table: per strategy how its inclusion probabilities are known (π: exact, estimated,
+    degenerate), the estimator's bias, variance, MSE and scale relative to g*, the inclusion frequency's CV and
+    smallest/largest size-decile ratio, the per-round cost (samples, clients contacted, local trainings, kB up) and
+    what the client sampler makes the server learn."""
     lines = ["| strategy | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     lines += ["| " + " | ".join(_row(label, r)) + " |" for label, r in document["strategies"].items()]
     basis = document["basis"]
@@ -66,7 +70,7 @@ def sampler_lines(label: str, sampler: dict | None) -> list[str]:
     learns = ", ".join(sampler["server_learns"]) or "nothing beyond the replies"
     probes = f"{sampler['probes']:g} probes per round ({sampler['probe_bytes'] / 1e3:.1f} kB up)" if sampler["probes"] else "no probes"
     kinds = ", ".join(f"{n} {k}" for k, n in sampler["rounds_by_kind"].items())
-    return [f"{markdown_text(label)}: inclusion probabilities {sampler['inclusion']} ({kinds} rounds): {sampler['statement']}; "
+    return [f"{markdown_text(label)}: inclusion probabilities {sampler['inclusion']} ({kinds} rounds): {sampler['bias']}; "
             f"the server learns {learns}; {probes}"]
 
 

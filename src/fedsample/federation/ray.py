@@ -35,6 +35,7 @@ import ray
 import torch
 from torch import nn
 
+from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation, FederationFactory
@@ -67,12 +68,12 @@ class ClientShard:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
-        """The engine's answer for ``ids``; for ``train``, a summary (:func:`summarize_reports`) while the
-        reports stay here under ``token``."""
+        """The engine's answer for ``ids``; for ``train`` and ``send_held`` (the procedures whose replies carry
+        updates), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
         if isinstance(ids, range):
             ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
         reports = self.sim.run(procedure, ids, payload, round)
-        if procedure != "train":
+        if procedure not in UPDATE_PROCEDURES:
             return reports
         self._held = (token, reports)
         return summarize_reports(reports)
@@ -227,7 +228,7 @@ class RayFederation(Federation):
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if procedure == "train":
+        if procedure in UPDATE_PROCEDURES:
             nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return _in_cohort_order(answers, parts, len(ids))

@@ -49,6 +49,7 @@ from torch import nn
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
 from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample import client as procedures
 from fedsample.client import empty_report, statistical_utilities
 from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
@@ -96,7 +97,21 @@ class VectorizedSimulator(Simulator):
             return self.probe_cohort(ids, sent.shared, round)
         if procedure == "train":
             return self.train(ids, sent, round)
+        if procedure == "train_held":
+            return self.hold(ids, self.train(ids, sent, round), round)
         return super().run(procedure, ids, payload, round)
+
+    def hold(self, ids: np.ndarray, reports: Replies, round: int) -> Replies:
+        """The cohort's batched training reports kept on the clients' side (each client's ``ctx.state``, as the
+        loop's :func:`~fedsample.client.train_held` keeps them), answered by their norms."""
+        held = []
+        for position, k in enumerate(ids.tolist()):
+            report = reports[position]
+            kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
+                update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
+                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None))
+            held.append(procedures.hold(self.context(k), kept, round))
+        return Replies(held, failed={})
 
     def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> NumberReplies:
         """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array)."""

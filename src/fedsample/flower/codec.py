@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import ProbeReport, TrainReport
+from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
 HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"
@@ -78,14 +79,17 @@ def params_of(record: ArrayRecord) -> Params:
 
 
 def encode_report(procedure: str, report: Any) -> RecordDict:
-    """A report as typed records: an integer size, a probe's statistics, or a training update."""
+    """A report as typed records: an integer size, a probe's statistics, an update's norm (``train_held``) or a
+    training update (``train``, ``send_held``)."""
     if procedure == "report_size":
         return RecordDict({REPORT: ConfigRecord({"size": int(report)})})
     if report is None:  # a client that drew no sample sends nothing
         return RecordDict({REPORT: ConfigRecord({"empty": True})})
     if procedure == "probe":
         return _encode_probe(report)
-    if procedure == "train":
+    if procedure == "train_held":
+        return RecordDict({REPORT: MetricRecord({"norm": float(report.norm)})})
+    if procedure in ("train", "send_held"):
         metrics = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
@@ -122,6 +126,13 @@ def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
         return _probe(record, content, payload)
     if procedure == "train":
         return _train(record, content, payload.params)
+    if procedure == "train_held":
+        norm = _finite("norm", float(_field(record, "norm", (int, float))))
+        if norm < 0:
+            raise MalformedReply(f"negative update norm {norm}")
+        return HeldReport(norm)
+    if procedure == "send_held":  # the update kept from train_held: checked against the shapes the request names
+        return _train(record, content, like_shapes(payload.shapes))
     raise MalformedReply(f"unknown procedure {procedure!r}")
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -238,7 +238,7 @@ class FedCBSState:
 
 @dataclass(frozen=True)
 @checks.constrained(m=checks.COUNT, lam=checks.NON_NEGATIVE, beta=[checks.POSITIVE, None])
-class FedCBSClients:
+class FedCBSClients(adaptive.Replayed):
     """Fed-CBS (Zhang et al., ICML 2023) as a client sampler: m clients drawn one at a time, each step favouring
     the client that lowers the pooled class imbalance QCID of the cohort (:func:`fedcbs_sample`; first step with
     the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)); exponents beta_k = k, or ``beta`` at every step).
@@ -254,8 +254,8 @@ class FedCBSClients:
     lam: float = 1.0
     beta: float | None = None
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[str] = "estimated"
-    server_learns: ClassVar[tuple[str, ...]] = SERVER_LEARNS["fedcbs"]
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
+    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["fedcbs"]))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
@@ -264,7 +264,7 @@ class FedCBSClients:
         state = self.frozen_state(ctx)
         sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta)
         adaptive.sampler_state(ctx)["counts"][sample.ids] += 1
-        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind})
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
 
     def histograms(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's label histogram: probed once (every client, the first round the sampler runs), then kept."""
@@ -283,10 +283,10 @@ class FedCBSClients:
         histograms = self.histograms(ctx)
         return FedCBSState(histograms, adaptive.sampler_state(ctx)["counts"].copy(), ctx.round + 1)
 
-    def estimate_inclusion(self, state: FedCBSState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+    def replay(self, state: FedCBSState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`fedcbs_sample` read from the
         run's stream of (``seed``, ``round``) (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error
         sqrt(pi (1 - pi) / draws), sum exactly m."""
-        checks.check("draws", draws, checks.COUNT, owner="FedCBSClients.estimate_inclusion")
+        checks.check("draws", draws, checks.COUNT, owner="FedCBSClients.replay")
         return estimate_inclusion(state.histograms, self.m, draws, adaptive.replay_rng(seed, round), t=state.t,
                                   counts=state.counts, lam=self.lam, beta=self.beta)

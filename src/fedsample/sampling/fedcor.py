@@ -36,7 +36,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -203,7 +203,7 @@ class FedCorClients:
     refit_every: int | None = None
     forget: float = 1.0
     weights: Literal["size", "uniform"] = "size"
-    inclusion_kind: ClassVar[str] = "degenerate"
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.DEGENERATE
 
     @property
     def needs_sizes(self) -> SizeNeed:
@@ -211,8 +211,9 @@ class FedCorClients:
         return SizeNeed.EXACT_ALL if self.weights == "size" else SizeNeed.NONE
 
     @property
-    def server_learns(self) -> tuple[str, ...]:
-        return ("sizes",) + SERVER_LEARNS["fedcor"] if self.weights == "size" else SERVER_LEARNS["fedcor"]
+    def server_learns(self) -> tuple[Learns, ...]:
+        learns = tuple(map(Learns, SERVER_LEARNS["fedcor"]))
+        return (Learns.SIZES, *learns) if self.weights == "size" else learns
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))

@@ -66,7 +66,7 @@ import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.sampling import design
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
@@ -314,11 +314,18 @@ class ImportanceAgents:
     epochs: int | tuple[int, ...] = 1
     batch_size: int | tuple[int, ...] = 1
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
         object.__setattr__(self, "batch_size", _per_agent(self.batch_size))
         _check_reference(self.update, self.reference)
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """The probed agents' loss, gradient norm and gradient variances (sigma^2_k and Eq. 23's sum); nothing
+        with ``update="uniform"``."""
+        return () if self.update == "uniform" else (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.LOCAL_VARIANCES)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """L agents (at most N): systematic sampling draws exactly L."""
@@ -391,7 +398,7 @@ class ImportanceData:
         return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
 
     @property
-    def weights_by_inclusion(self) -> bool:
+    def weighs_by_inclusion(self) -> bool:
         """``step``: the agent factor L / (K pi_k) divides by the cohort's inclusion probabilities."""
         return self.scaling == "step"
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -183,7 +183,7 @@ class OortState:
     m=checks.COUNT, epsilon=checks.PROBABILITY, decay=checks.PROBABILITY, floor=checks.PROBABILITY,
     cutoff=checks.reals(0, 1, "(]"), staleness=checks.BOOLEAN,
 )
-class OortClients:
+class OortClients(adaptive.Replayed):
     """Oort's participant selection (Lai et al., OSDI 2021), statistical utility only, as a client sampler: there is
     no system-time model in fedsample, so Oort's preferred duration, its (T / t_i)^alpha penalty and its pacer are
     left out, and unexplored clients are drawn uniformly (Oort prefers fast ones).
@@ -206,8 +206,8 @@ class OortClients:
     cutoff: float = 0.95
     staleness: bool = True
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[str] = "estimated"
-    server_learns: ClassVar[tuple[str, ...]] = SERVER_LEARNS["oort"]
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
+    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["oort"]))
     reads_replies: ClassVar[tuple[str, ...]] = ("utility",)
     reply_utility: ClassVar[bool] = True
 
@@ -221,7 +221,7 @@ class OortClients:
         state = self.frozen_state(ctx)
         sample = oort_select(state.utility, state.explored, self.m, state.epsilon, ctx.rng("clients"), self.cutoff)
         ctx.log["exploration_rate"] = state.epsilon
-        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind})
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
 
     def held(self, ctx: "RoundContext") -> dict:
         """The server-held state: utilities, explored mask, round (1-based) of the last participation (0: never)."""
@@ -252,10 +252,10 @@ class OortClients:
         state["explored"][ids] = True
         state["last"][ids] = ctx.round + 1
 
-    def estimate_inclusion(self, state: OortState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+    def replay(self, state: OortState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`oort_select` read from the run's
         stream of (``seed``, ``round``) (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error
         sqrt(pi (1 - pi) / draws), sum exactly m."""
-        checks.check("draws", draws, checks.COUNT, owner="OortClients.estimate_inclusion")
+        checks.check("draws", draws, checks.COUNT, owner="OortClients.replay")
         return estimate_inclusion(state.utility, state.explored, self.m, state.epsilon, draws, adaptive.replay_rng(seed, round),
                                   self.cutoff)

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -179,7 +179,7 @@ class PowerOfChoiceState:
 
 @dataclass(frozen=True)
 @checks.constrained(m=checks.COUNT, d=checks.COUNT, b=[checks.COUNT, None])
-class PowerOfChoiceClients:
+class PowerOfChoiceClients(adaptive.Replayed):
     """Power-of-choice client selection (Cho, Wang & Joshi, AISTATS 2022) as a client sampler: each round d
     candidates drawn without replacement proportionally to their data sizes (:func:`candidate_set`), the m with the
     highest loss kept (:func:`highest_losses`). ``variant`` says which loss:
@@ -201,7 +201,7 @@ class PowerOfChoiceClients:
     variant: Variant = "pow-d"
     b: int | None = None
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
-    inclusion_kind: ClassVar[str] = "estimated"
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
 
     def __post_init__(self) -> None:
         if self.m > self.d:
@@ -210,8 +210,8 @@ class PowerOfChoiceClients:
             checks.fail("b", self.b, "the minibatch size (an integer >= 1) for cpow-d, None otherwise", "PowerOfChoiceClients")
 
     @property
-    def server_learns(self) -> tuple[str, ...]:
-        return SERVER_LEARNS[self.variant]
+    def server_learns(self) -> tuple[Learns, ...]:
+        return tuple(map(Learns, SERVER_LEARNS[self.variant]))
 
     @property
     def reads_replies(self) -> tuple[str, ...]:
@@ -226,7 +226,7 @@ class PowerOfChoiceClients:
         candidates = candidate_set(sizes, self.d, ctx.rng("clients"))
         ids = highest_losses(candidates, self.losses(ctx, candidates), self.m)
         ctx.log["candidates"] = len(candidates)
-        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind})
+        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
 
     def sizes(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's exact reported size (0 for a client whose report failed: it cannot be a candidate)."""
@@ -276,10 +276,10 @@ class PowerOfChoiceClients:
         replies = ctx.federation.run("probe", everyone, self.request(ctx.params), ctx.round)
         return PowerOfChoiceState(sizes, np.array([r.loss for r in replies], dtype=np.float64))
 
-    def estimate_inclusion(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+    def replay(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(k in S) of one round from the frozen ``state``, by ``draws`` replays of the selection (candidates and
         ranking; :func:`power_of_choice`) read from the run's stream of (``seed``, ``round``)
         (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error sqrt(pi (1 - pi) / draws), sum exactly m.
         cpow-d's replay holds the minibatch losses of ``state`` fixed (conditional on that draw)."""
-        checks.check("draws", draws, checks.COUNT, owner="PowerOfChoiceClients.estimate_inclusion")
+        checks.check("draws", draws, checks.COUNT, owner="PowerOfChoiceClients.replay")
         return estimate_inclusion(state.sizes, state.losses, self.d, self.m, draws, adaptive.replay_rng(seed, round))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from fedsample.messages import ProbeRequest
-from fedsample.parts import SizeNeed
+from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
@@ -127,6 +127,7 @@ class StratifiedClients:
     within: Within = "norm"
     samples_per_round: int | None = None
     stratified: ClassVar[bool] = True  # its cohorts carry strata, stratum sizes and the allocation
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         if self.samples_per_round is None and not checks.integers(self.H).satisfied_by(self.m):
@@ -135,6 +136,13 @@ class StratifiedClients:
     @property
     def needs_sizes(self) -> SizeNeed:
         return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """Every client's probe each round (its loss, gradient norm and compressed gradient), and every size with
+        ``samples_per_round``."""
+        probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.COMPRESSED_GRADIENTS)
+        return probed + ((Learns.SIZES,) if self.samples_per_round is not None else ())
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""
