@@ -26,7 +26,7 @@ class AskedFederation:
         return self.inner.num_clients
 
     def run(self, procedure, client_ids, payload, round):
-        if procedure == "train":
+        if procedure in ("train", "train_held"):
             self.trained[round] = [int(k) for k in client_ids]
         return self.inner.run(procedure, client_ids, payload, round)
 

@@ -19,6 +19,14 @@ from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.importance import ImportanceAgents, ImportanceData
 from fedsample.sampling.iwds import IWDSData
 from fedsample.sampling.stratify import StratifiedClients
+from fedsample.sampling.clustered import ClusteredClients
+from fedsample.sampling.delta import DeltaClients
+from fedsample.sampling.divfl import DivFLClients
+from fedsample.sampling.optimal import OptimalClients
+from fedsample.sampling.fedcbs import FedCBSClients
+from fedsample.sampling.fedcor import FedCorClients
+from fedsample.sampling.oort import OortClients
+from fedsample.sampling.power_of_choice import PowerOfChoiceClients
 from fedsample.simulation import simulate
 from fedsample.training.aggregate import FedNova, WeightedMean
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
@@ -29,7 +37,12 @@ FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam
 CLIENT_SAMPLERS = {
     "all": AllClients(), "uniform": UniformClients(2), "size_proportional": SizeProportional(3), "poisson": PoissonClients(0.6),
     "stratified": StratifiedClients(H=2, m=3, dim=3), "importance": ImportanceAgents(L=3),
+    "power_of_choice": PowerOfChoiceClients(m=2, d=4), "fedcbs": FedCBSClients(m=2), "fedcor": FedCorClients(m=2, warmup=2, rank=2),
+    "divfl": DivFLClients(m=2), "oort": OortClients(m=2),
+    "clustered": ClusteredClients(m=2), "optimal": OptimalClients(m=2), "delta": DeltaClients(m=2),
 }
+ADAPTIVE = ("power_of_choice", "fedcbs", "fedcor", "divfl", "oort")  # their inclusion probabilities are not exact
+SIZED = ("size_proportional", "clustered", "optimal", "delta")  # they need every client's exact size before selecting
 DATA_SAMPLERS = {
     "full": FullData(), "fixed_ratio": FixedRatio(0.5), "fedsampling": FedSamplingData(40), "subset": UniformSubset(6),
     "participants": ParticipantData(40), "iwds": IWDSData(), "importance": ImportanceData(epochs=2, batch_size=4),
@@ -38,28 +51,38 @@ SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {
     "fedsampling": dict(K=40, M=60), "fedsampling_naive": {},
     "fedsts": dict(H=2, m=3, dim=3, steps=1, batch_size=8), "iwds": dict(clients_per_round=2, batch_size=8),
     "isfedavg": dict(L=3, batch_size=4), "fedstas": dict(H=2, m=3, dim=3, eta=40, M=60, steps=1, batch_size=8),
+    "clustered_sampling": dict(m=2, batch_size=8), "optimal_sampling": dict(m=2, batch_size=8), "delta": dict(m=2, batch_size=8),
 }
+# Recipes that are a client sampler's published method build their own sampler (no clients= override).
+OWN_CLIENTS = {"clustered_sampling": "clustered", "optimal_sampling": "optimal", "delta": "delta"}
 # Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
 # and size-proportional sampling needs exact ones; the naive fixed-ratio method asks for no sizes at all,
 # which size-proportional client sampling and FedSampling's data sampler both need.
 INCOMPATIBLE = {
-    ("fedsampling", "size_proportional", None): "needs exact sizes",
-    ("fedsampling_naive", "size_proportional", None): "needs exact sizes",
+    **{(name, client, None): "needs exact sizes" for name in ("fedsampling", "fedsampling_naive", "isfedavg", "fedstas")
+       for client in SIZED},
     ("fedsampling_naive", None, "fedsampling"): "needs size reports",
     ("fedsampling_naive", None, "participants"): "needs size reports",
     ("isfedavg", None, "fedsampling"): "needs size reports",
     ("isfedavg", None, "participants"): "needs size reports",
-    ("isfedavg", "size_proportional", None): "needs exact sizes",
     ("fedsts", None, "fedsampling"): "needs size reports",
     ("fedsts", None, "participants"): "needs size reports",
-    ("fedstas", "size_proportional", None): "needs exact sizes",
+    **{(name, client, None): "needs exact sizes" for name in ("fedsampling", "fedsampling_naive", "isfedavg")
+       for client in ("power_of_choice", "fedcor")},
+    # the stratified means divide by pi, which the adaptive samplers do not have (FedSTS's own data samplers that
+    # need size reports are refused first where the sampler asks for no sizes)
+    **{("fedstas", client, None): "divides by the inclusion probabilities" for client in ADAPTIVE},
+    **{("fedsts", client, None): "divides by the inclusion probabilities|needs size reports" for client in ADAPTIVE},
+    ("fedsampling", "oort", None): "secure_sum=True hides|divides by the inclusion probabilities",  # Oort reads the utility
+    # ISFedAvg's data plans scale each agent's steps by L / (K pi_k)
+    **{(None, client, "importance"): "divides by the inclusion probabilities" for client in ADAPTIVE},
 }
 
 
 def refusal(name: str, client_name: str, data_name: str) -> str | None:
-    if name == "fedsts" and client_name == "size_proportional":
+    if name == "fedsts" and client_name in SIZED:
         return None  # FedSTS collects exact sizes of all when its sampler needs them: every data sampler gets them
-    for key in ((name, client_name, None), (name, None, data_name)):
+    for key in ((name, client_name, None), (name, None, data_name), (None, client_name, data_name)):
         if key in INCOMPATIBLE:
             return INCOMPATIBLE[key]
     return None
@@ -94,13 +117,13 @@ OWN_DATA = {"iwds": "iwds"}
 CASES = [
     (name, client_name, data_name)
     for name in SMALL for client_name in CLIENT_SAMPLERS for data_name in DATA_SAMPLERS
-    if OWN_DATA.get(name, data_name) == data_name
+    if OWN_DATA.get(name, data_name) == data_name and OWN_CLIENTS.get(name, client_name) == client_name
 ]
 
 
 @pytest.mark.parametrize("name, client_name, data_name", CASES)
 def test_recipe_runs_with_every_client_and_data_sampler(fed, name, client_name, data_name):
-    parts = dict(clients=CLIENT_SAMPLERS[client_name])
+    parts = {} if name in OWN_CLIENTS else dict(clients=CLIENT_SAMPLERS[client_name])
     if name not in OWN_DATA:
         parts["data"] = DATA_SAMPLERS[data_name]
     reason = refusal(name, client_name, data_name)
@@ -109,7 +132,7 @@ def test_recipe_runs_with_every_client_and_data_sampler(fed, name, client_name, 
             recipes.RECIPES[name](**SMALL[name], **parts)
         return
     strategy = recipes.RECIPES[name](**SMALL[name], **parts)
-    assert strategy.clients is CLIENT_SAMPLERS[client_name]
+    assert strategy.clients is CLIENT_SAMPLERS[client_name] or (name in OWN_CLIENTS and type(strategy.clients) is type(CLIENT_SAMPLERS[client_name]))
     assert strategy.data is DATA_SAMPLERS[data_name] or (name in OWN_DATA and strategy.data == DATA_SAMPLERS[data_name])
     result = simulate(strategy, fed, LogisticRegression(), rounds=2, seed=1, eval_every=2)
     assert all(torch.isfinite(v).all() for v in result.params.values())

@@ -1,5 +1,5 @@
 """The Ray federation on a local Ray (2 actors, 1 CPU each): the numbers of the vectorized engine for
-FedSampling, FedAvg, FedSTS and ISFedAvg; O(actors x parameters) bytes per round; a killed actor, then
+FedSampling, FedAvg, FedSTS, ISFedAvg, clustered sampling, optimal client sampling and DELTA; O(actors x parameters) bytes per round; a killed actor, then
 resume from the last checkpoint, ends with the numbers of an uninterrupted run; the CLI's --workers."""
 
 import json
@@ -52,6 +52,9 @@ RECIPES = {
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),
     "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),
+    "clustered_similarity": lambda: fs.recipes.clustered_sampling(m=6, algorithm="similarity", epochs=2, batch_size=4, lr=0.1),
+    "optimal_sampling": lambda: fs.recipes.optimal_sampling(m=6, epochs=2, batch_size=4, lr=0.1),
+    "delta_reference": lambda: fs.recipes.delta(m=6, draw="reference", epochs=2, batch_size=4, lr=0.1),
 }
 
 
@@ -76,6 +79,20 @@ def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
     alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
     assert_same_run(on_ray, alone)
     assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
+
+
+@pytest.mark.parametrize("name", ["pow-d", "cpow-d", "rpow-d", "fedcbs", "fedcor", "divfl", "oort"])
+def test_ray_gives_the_vectorized_engines_numbers_for_the_adaptive_samplers(name, fed, module, ray_fed):
+    """Their probes (loss, minibatch, labels, gradients) and Oort's utility in the replies, split over the actors."""
+    import warnings
+
+    from test_adaptive_samplers import strategy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fs.privacy.amplification.PrivacyWarning)  # every probe is an unprotected release
+        on_ray = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, federation=ray_fed)
+        alone = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, backend="vectorized")
+    assert_same_run(on_ray, alone)
 
 
 def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, ray_fed):

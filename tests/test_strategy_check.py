@@ -177,6 +177,64 @@ def test_a_learning_rate_schedule_needs_a_server_optimizer_with_a_learning_rate(
     Strategy(server=FixedStep())  # without a schedule it has nothing to scale
 
 
+def test_weights_by_inverse_inclusion_need_a_sampler_with_exact_probabilities():
+    from fedsample.sampling.divfl import DivFLClients
+    from fedsample.sampling.oort import OortClients
+
+    for aggregate in (WeightedMean("inverse_inclusion"), FedNova("inverse_inclusion"), StratifiedMean("unbiased")):
+        refused(error_of(clients=OortClients(m=3), aggregate=aggregate), "OortClients(m=3)", "estimated", "biased by design")
+        refused(error_of(clients=DivFLClients(m=3), aggregate=aggregate), "DivFLClients(m=3)", "degenerate", "no unbiased estimator")
+    Strategy(clients=OortClients(m=3), aggregate=WeightedMean("uniform"))
+    Strategy(clients=DivFLClients(m=3), aggregate=WeightedMean("size"), sizes=ExactSizes(scope="cohort"))
+
+
+def test_a_sampler_that_reads_training_replies_refuses_a_secure_sum_and_noise():
+    from fedsample.sampling.oort import OortClients
+    from fedsample.sampling.power_of_choice import PowerOfChoiceClients
+
+    rpow = PowerOfChoiceClients(m=2, d=4, variant="rpow-d")
+    refused(error_of(clients=rpow, sizes=ExactSizes(), secure_sum=True), "PowerOfChoiceClients(m=2, d=4, variant='rpow-d')",
+            "loss", "secure_sum=True")
+    refused(error_of(clients=OortClients(m=3), noise=UpdateNoise(1.0, 1.0)), "OortClients(m=3)", "utility", "UpdateNoise")
+    Strategy(clients=PowerOfChoiceClients(m=2, d=4), sizes=ExactSizes(), secure_sum=True)  # pow-d reads probes, not replies
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """A sampler declared estimated or degenerate (the inclusion contract), choosing the first m clients."""
+
+    inclusion_kind: str = "degenerate"
+    assumed_weights: bool = False
+    reads_replies: tuple = ()
+    m: int = 2
+
+    def select(self, ctx):
+        from fedsample.rounds import Cohort
+
+        return Cohort(np.arange(self.m), np.full(self.m, np.nan), ctx.num_clients)
+
+    def expected_cohort(self, num_clients, sizes=None):
+        return float(self.m)
+
+
+def test_weights_that_divide_by_inclusion_probabilities_need_a_sampler_that_knows_them():
+    for by in ("inverse_inclusion", "size_inverse_inclusion"):
+        sizes = ExactSizes() if by.startswith("size") else None
+        refused(error_of(clients=_Chosen(), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", f"WeightedMean(by='{by}')", "deterministic")
+        refused(error_of(clients=_Chosen("estimated"), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", "estimated")
+        Strategy(clients=_Chosen("estimated", assumed_weights=True), aggregate=WeightedMean(by), sizes=sizes)  # its assumed weights
+    refused(error_of(clients=_Chosen(), aggregate=StratifiedMean("unbiased")), "StratifiedMean()", "deterministic")
+    refused(error_of(clients=_Chosen(), aggregate=FedNova("inverse_inclusion")), "FedNova(by='inverse_inclusion')")
+    Strategy(clients=_Chosen(), aggregate=WeightedMean("uniform"))  # no division by pi: runs, the round record says biased
+    Strategy(clients=UniformClients(3), aggregate=WeightedMean("inverse_inclusion"))
+
+
+def test_a_sampler_that_reads_each_update_refuses_a_secure_sum_but_not_noise():
+    refused(error_of(clients=_Chosen(reads_replies=("update",)), aggregate=Sum(), secure_sum=True), "_Chosen(", "update", "secure_sum=True")
+    Strategy(clients=_Chosen(reads_replies=("update",)), aggregate=Sum())
+    Strategy(clients=_Chosen(reads_replies=("update",)), noise=UpdateNoise(1.0, 1.0))  # noised updates are still updates
+
+
 # --- what is checked, and what still constructs --------------------------------------------------------------
 
 
@@ -184,7 +242,7 @@ def test_every_rule_has_a_docstring_and_a_test_here():
     source = open(__file__).read()
     for rule in RULES:
         assert rule.__doc__
-    assert len(RULES) == 8 and len(re.findall(r"^def test_", source, re.M)) >= len(RULES)
+    assert len(RULES) == 10 and len(re.findall(r"^def test_", source, re.M)) >= len(RULES)
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))

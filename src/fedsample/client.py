@@ -15,16 +15,20 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fedsample.messages import ClientContext, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport
+from fedsample.messages import (
+    ClientContext, HeldReport, HeldRequest, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
+)
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
+from fedsample.sampling.oort import statistical_utility
 from fedsample.training.dtypes import float_dtype
-from fedsample.training.functional import flatten, per_sample_gradients, weighted_gradient, zeros_like
+from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "PROCEDURES", "empty_report", "gradient_noise_variance", "permanent_response", "probe", "report_size", "train",
-    "weighted_second_moment",
+    "HELD", "PROCEDURES", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
+    "probe", "probe_rows", "report_size", "sample_utility", "send_held", "statistical_utilities", "stream_of", "train",
+    "train_held", "update_norm", "weighted_second_moment",
 ]
 
 
@@ -60,9 +64,19 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
 
 
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
-    """Full-batch loss and gradient of the client's local objective (mean over its samples)."""
-    weights = torch.full((ctx.size,), 1.0 / ctx.size, dtype=float_dtype(ctx.x), device=ctx.x.device)
-    g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, ctx.x, ctx.y, weights)
+    """The statistics the request asks for (:class:`~fedsample.messages.ProbeRequest`): the label histogram, the
+    loss, or (the default) loss and gradient of the client's local objective (mean over its samples, or over the
+    minibatch :func:`probe_rows` draws)."""
+    if request.statistics == "labels":
+        return ProbeReport(loss=None, grad_norm=None, label_counts=ctx.label_counts())
+    rows = probe_rows(ctx.size, request.minibatch, rng)
+    x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
+    if request.statistics == "loss":
+        with torch.no_grad():
+            losses = per_sample_losses(ctx.module, request.params, x, y, ctx.task)
+        return ProbeReport(loss=float(losses.double().mean()), grad_norm=None)
+    weights = torch.full((len(y),), 1.0 / len(y), dtype=float_dtype(x), device=x.device)
+    g, loss = weighted_gradient(ctx.module, ctx.task)(request.params, x, y, weights)
     flat = flatten(g)
     report = ProbeReport(
         loss=float(loss), grad_norm=float(torch.linalg.vector_norm(flat)), gradient=flat.cpu().numpy() if request.gradient else None
@@ -70,12 +84,22 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     if request.compression is not None:
         report.compressed = compress(g, request.compression, request.dim, request.projection_seed)
     if request.per_sample:
-        per_sample = per_sample_gradients(ctx.module, ctx.task, request.params, ctx.x, ctx.y)
+        per_sample = per_sample_gradients(ctx.module, ctx.task, request.params, x, y)
         report.extra["sigma2"] = gradient_noise_variance(per_sample, flat)
         if request.data_weights is not None:
             norms = torch.linalg.vector_norm(per_sample, dim=1).cpu().numpy().astype(np.float64)
             report.extra["weighted_second_moment"] = weighted_second_moment(norms, request.data_weights.probabilities(ctx, norms))
     return report
+
+
+def probe_rows(size: int, minibatch: int | None, rng: np.random.Generator) -> np.ndarray | None:
+    """The positions a probe reads: None (all of the client's data) without ``minibatch`` or when the client holds
+    at most that many samples, else ``minibatch`` positions drawn uniformly without replacement (the first of a
+    permutation of the client's stream: ``rng.permutation``, which a vectorized engine computes for a whole cohort
+    from the same counter-based streams), sorted."""
+    if minibatch is None or size <= minibatch:
+        return None
+    return np.sort(rng.permutation(size)[:minibatch])
 
 
 def gradient_noise_variance(per_sample: torch.Tensor, mean_gradient: torch.Tensor) -> float:
@@ -118,9 +142,73 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
             samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
         )
+        if payload.utility:
+            report.utility = float(sample_utility(ctx, sample, payload.params))
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
         report = payload.noise.private_reply(report, payload, rng)
     return report
 
 
-PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, "probe": probe, "train": train}
+def sample_utility(ctx: ClientContext, sample: LocalSample, params: Params) -> float:
+    """Oort's statistical utility of the client's drawn sample B at the received parameters
+    (:func:`statistical_utilities` of one client)."""
+    rows = torch.as_tensor(np.asarray(sample.indices, dtype=np.int64), device=ctx.x.device)
+    with torch.no_grad():
+        losses = per_sample_losses(ctx.module, params, ctx.x[rows], ctx.y[rows], ctx.task)
+    return float(statistical_utilities(losses.double().cpu().numpy(), np.zeros(len(sample), dtype=np.int64), 1)[0])
+
+
+def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
+    """Oort's statistical utility U_c = |B_c| sqrt((1/|B_c|) sum_{s in B_c} loss_s^2) of each of ``clients`` members
+    (Lai et al. 2021, Sec. 4.2; :func:`fedsample.sampling.oort.statistical_utility`) from the per-sample ``losses`` of
+    their drawn samples, ``member[s]`` the member of sample s; 0 for a member that drew nothing. The losses are taken at
+    the parameters the client received (Oort collects them during local training)."""
+    counts = np.bincount(member, minlength=clients).astype(np.float64)
+    squares = np.bincount(member, weights=np.asarray(losses, dtype=np.float64) ** 2, minlength=clients)
+    return statistical_utility(counts, squares / np.maximum(counts, 1.0))
+
+
+# --- training that waits for the server's choice (optimal client sampling) -----------------------------------
+
+HELD = "held_update"
+"""The key of ``ctx.state`` under which a client keeps the update of this round's ``train_held`` (a round is never
+checkpointed midway, so federations leave it out of the client states they export)."""
+
+
+def update_norm(report: TrainReport | None) -> float:
+    """||U_k||: the Euclidean norm of the whole update (every parameter), summed in float64; 0 for a client that
+    took no step (or sent no report)."""
+    if report is None or getattr(report, "steps", 1) == 0:
+        return 0.0
+    return float(np.sqrt(sum(float(torch.sum(v.detach().double() ** 2)) for v in report.update.values())))
+
+
+def hold(ctx: ClientContext, report: TrainReport | None, round: int) -> HeldReport:
+    """Keep ``report`` on the client (its ``ctx.state``) and answer only its update's norm."""
+    ctx.state[HELD] = {"round": int(round), "report": report}
+    return HeldReport(update_norm(report))
+
+
+def train_held(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> HeldReport:
+    """:func:`train`, but the report stays with the client (:func:`hold`): the server receives the update's norm
+    and, if it chooses this client, the update itself (:func:`send_held`)."""
+    return hold(ctx, train(ctx, payload, rng), payload.round)
+
+
+def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator) -> TrainReport:
+    """The training report kept by this round's :func:`train_held` (once: it is no longer kept afterwards)."""
+    held = ctx.state.pop(HELD, None)
+    if held is None or held["round"] != request.round:
+        raise ValueError(f"client {ctx.client_id} keeps no update of round {request.round} (train_held first)")
+    return held["report"]
+
+
+def stream_of(procedure: str) -> str:
+    """The purpose of a procedure's random stream, (seed, round, client, purpose): ``train_held`` trains exactly as
+    ``train`` does, from the same stream, so a held update is the update the client would have sent."""
+    return "train" if procedure == "train_held" else procedure
+
+
+PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, "probe": probe, "train": train, "train_held": train_held, "send_held": send_held}
+UPDATE_PROCEDURES = ("train", "send_held")
+"""The procedures whose replies carry updates (sealed by a secure sum, summed on Ray's actors)."""

@@ -3,9 +3,10 @@
 A leaf module (it imports no other fedsample module but the parameter type): the strategy's parts, the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
-- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`; one payload shared by every
-  asked client, or :class:`PerClient` (one each), read by every federation through :func:`payloads_for`;
-- client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`;
+- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`, :class:`HeldRequest`; one
+  payload shared by every asked client, or :class:`PerClient` (one each), read by every federation through
+  :func:`payloads_for`;
+- client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`, :class:`HeldReport`;
 - on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
   data plan drew) and the :class:`DataWeights` rule it applies to its own data.
 """
@@ -19,9 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedsample import checks
+
 __all__ = [
-    "ClientContext", "DataWeights", "LocalSample", "Params", "PerClient", "ProbeReport", "ProbeRequest", "Shared",
-    "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
+    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "Params", "PerClient", "ProbeReport",
+    "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 Params = dict[str, torch.Tensor]
@@ -95,14 +98,22 @@ class SizeQuery:
 
 
 @dataclass(frozen=True)
+@checks.constrained(minibatch=[checks.COUNT, None])
 class ProbeRequest:
-    """Ask for statistics of the local objective at ``params``: loss and full-gradient norm; with
-    ``gradient=True`` also the flattened gradient (compression hooks refine this). With ``per_sample=True``
-    the report's ``extra["sigma2"]`` is the gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2
-    (ISFedAvg, Rizk et al. 2022, Lemma 7), from per-sample gradients; with ``data_weights`` (a rule the client
-    applies to its own data) also ``extra["weighted_second_moment"]`` = (1/N_k^2) sum_n ||grad Q(w; x_n)||^2 / p_n,
-    the sum in ISFedAvg's data-variability term sigma^2_{s,k} (Eq. 23), with the client's p_n; no per-sample
-    value leaves the client."""
+    """Ask for statistics of the local objective at ``params``. ``statistics`` says which:
+
+    - ``"gradient"`` (the default): loss and full-gradient norm; with ``gradient=True`` also the flattened gradient
+      (compression hooks refine this). With ``per_sample=True`` the report's ``extra["sigma2"]`` is the
+      gradient-noise variance mean_n ||grad Q(w; x_n) - grad P_k(w)||^2 (ISFedAvg, Rizk et al. 2022, Lemma 7), from
+      per-sample gradients; with ``data_weights`` (a rule the client applies to its own data) also
+      ``extra["weighted_second_moment"]`` = (1/N_k^2) sum_n ||grad Q(w; x_n)||^2 / p_n, the sum in ISFedAvg's
+      data-variability term sigma^2_{s,k} (Eq. 23), with the client's p_n; no per-sample value leaves the client;
+    - ``"loss"``: the loss only (one forward pass, no gradient: power-of-choice, FedCor);
+    - ``"labels"``: the client's label histogram only, no model evaluation (Fed-CBS).
+
+    ``minibatch=b``: the loss (and gradient) on b of the client's samples drawn uniformly without replacement
+    from its own probe stream (all of them when it holds at most b; power-of-choice's cpow-d) instead of on all
+    of its data. The gradient options apply to ``statistics="gradient"`` only."""
 
     params: Params
     gradient: bool = False
@@ -111,27 +122,54 @@ class ProbeRequest:
     projection_seed: int = 0  # seed of the shared Gaussian projection matrix
     per_sample: bool = False
     data_weights: DataWeights | None = None
+    statistics: Literal["gradient", "loss", "labels"] = "gradient"
+    minibatch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.statistics != "gradient" and (self.gradient or self.compression is not None or self.per_sample):
+            checks.fail("statistics", self.statistics, "'gradient' where a gradient, compression or per_sample is asked for", "ProbeRequest")
+
+
+#: Bytes of one scalar in a probe reply (a float64 or an int64 count), and of one gradient coordinate (float32).
+SCALAR_BYTES, COORDINATE_BYTES = 8, 4
 
 
 @dataclass
 class ProbeReport:
-    loss: float
-    grad_norm: float
+    """A client's answer to a :class:`ProbeRequest`: its ``loss`` and ``grad_norm`` (None where not asked for),
+    the flattened ``gradient``, ``extra`` statistics, the ``compressed`` gradient and the ``label_counts``
+    (one count per class) where asked for."""
+
+    loss: float | None
+    grad_norm: float | None
     gradient: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
     compressed: np.ndarray | None = None
+    label_counts: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """What the reply sends up: 8 bytes per scalar (loss, gradient norm, each extra statistic, each label
+        count) and 4 per gradient or compressed coordinate (float32)."""
+        scalars = sum(v is not None for v in (self.loss, self.grad_norm)) + len(self.extra)
+        scalars += 0 if self.label_counts is None else int(np.size(self.label_counts))
+        coordinates = sum(int(np.size(a)) for a in (self.gradient, self.compressed) if a is not None)
+        return SCALAR_BYTES * scalars + COORDINATE_BYTES * coordinates
 
 
 @dataclass(frozen=True)
 class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
-    privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies."""
+    privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
+    ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
+    that declares ``reply_utility`` asks for it)."""
 
     params: Params
     plan: Any
     solver: Any
     round: int
     noise: Any = None
+    utility: bool = False
 
 
 @dataclass
@@ -140,13 +178,34 @@ class TrainReport:
     where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), and the
     number of local samples it drew (``samples``: only when the plan asks for it, ``report_count``, which the
     self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
-    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise)."""
+    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and, only when the payload asks for it
+    (``utility``), Oort's statistical utility |B| sqrt(mean_{s in B} loss_s^2) of its drawn sample B at the received
+    parameters (:func:`fedsample.client.statistical_utilities`)."""
 
     update: Params
     steps: int
     loss: float
     norm_steps: float | None = None
     samples: int | None = None
+    utility: float | None = None
+
+
+@dataclass
+class HeldReport:
+    """A client's answer to ``train_held``: the norm ||U_k|| of the update it trained and keeps on its side (0 when
+    its plan drew nothing); the update itself leaves the client only if the server asks for it (:class:`HeldRequest`)."""
+
+    norm: float
+
+
+@dataclass(frozen=True)
+class HeldRequest:
+    """Send the update kept by round ``round``'s ``train_held`` (the second phase of a sampler that chooses among
+    clients that have trained, :class:`fedsample.parts.TrainsFirst`). ``shapes``: the parameters' names and shapes,
+    so that the server checks the reply without sending the parameters again."""
+
+    round: int
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 # --- one payload for all, or one per client ------------------------------------------------------------------

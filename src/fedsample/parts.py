@@ -5,7 +5,9 @@ run it without knowing its class.
 Seven kinds of part (docs/architecture.md):
 
 - :class:`ClientSampler` picks the cohort (``select``) and declares its inclusion probabilities on the
-  :class:`~fedsample.rounds.Cohort` it returns, the sizes it needs and its expected cohort;
+  :class:`~fedsample.rounds.Cohort` it returns, how they are known (:class:`InclusionKind`), what the server learns
+  to run it (:class:`Learns`), the sizes it needs and its expected cohort; a sampler that chooses among clients that
+  have already trained declares it (:class:`TrainsFirst`), one that learns from the cohort's replies has ``observe``;
 - :class:`DataSampler` sends each chosen client a :class:`DataPlan`, which the client executes on its own data
   (``draw``); a plan that can be drawn for a whole cohort in one pass declares it (:class:`CohortPlan`);
 - :class:`LocalSolver` computes a client's update (``run``); a solver that declares its arithmetic
@@ -39,8 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Aggregator", "BatchSchedule", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "DrawnCohort",
-    "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting", "StepRule",
-    "Limit", "UpdatePrivacy", "batched", "declared", "describe", "missing_methods", "settings_of",
+    "InclusionKind", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
+    "replies_read", "server_learns", "settings_of", "trains_first",
 ]
 
 
@@ -97,6 +100,67 @@ class Limit:
     name: str
     value: int
     unit: Literal["samples", "clients"]
+
+
+class InclusionKind(Enum):
+    """How a client sampler's inclusion probabilities pi_k = P(k in S) are known (its declared ``inclusion_kind``;
+    default :attr:`EXACT`). The round record (``inclusion``, and ``bias`` where the aggregate cannot be unbiased)
+    and ``fedsample.diagnose`` state it."""
+
+    EXACT = "exact"
+    """In closed form, per draw: every cohort carries each member's true pi_k (``Cohort.inclusion``) and, for draws
+    with replacement (multisets), how many times it was drawn (``multiplicity``) and its expected number of draws
+    (``expected_draws``), so Horvitz-Thompson and Hansen-Hurwitz weights are available."""
+    ESTIMATED = "estimated"
+    """No closed form: the cohort's pi_k are NaN; the sampler may offer ``estimate_inclusion(ctx, draws)``, which
+    replays the round's selection ``draws`` times from the frozen state its ``select`` left in ``ctx.state`` (with
+    the round's replay stream ``ctx.rng("replay")``) and returns every client's inclusion frequency. The aggregate
+    is biased by design."""
+    DEGENERATE = "degenerate"
+    """A deterministic selection (pi_k in {0, 1}, given the state): no unbiased estimator of the full participation
+    exists, and none is pretended (no division by pi_k = 1)."""
+
+    @property
+    def bias(self) -> str | None:
+        """What the round record says about the aggregate's bias (None: the probabilities are exact)."""
+        return {
+            InclusionKind.EXACT: None,
+            InclusionKind.ESTIMATED: "biased by design: the inclusion probabilities have no closed form (estimate_inclusion replays them)",
+            InclusionKind.DEGENERATE: "no unbiased estimator exists: the selection is deterministic (pi in {0, 1})",
+        }[self]
+
+
+class Learns(Enum):
+    """One kind of information the server receives from clients to run a client sampler (a sampler's declared
+    ``server_learns``, a tuple of these; default: nothing beyond the training replies). The values are the names
+    used in the published samplers' ``SERVER_LEARNS`` tables (``fedsample.sampling.*``) and in docs/privacy.md."""
+
+    SIZES = "sizes"
+    """Every client's exact data size."""
+    LOSSES = "losses"
+    """Losses at the global model on the client's data (a probe)."""
+    MINIBATCH_LOSSES = "minibatch_losses"
+    """Losses on a minibatch."""
+    STALE_LOSSES = "stale_losses"
+    """The training losses of the clients' last participation (already in their replies)."""
+    UPDATE_NORMS = "update_norms"
+    """The norm of every client's local update, before the server chooses whose update it receives."""
+    UPDATE_NORM_SUMS = "update_norm_sums"
+    """Only sums of update norms (secure aggregation)."""
+    GRADIENTS = "gradients"
+    """Full gradients or updates of the clients (probed, or kept from their replies)."""
+    COMPRESSED_GRADIENTS = "compressed_gradients"
+    """Compressed gradients (FedSTS's d' numbers)."""
+    GRADIENT_NORMS = "gradient_norms"
+    """Full-gradient norms (a probe)."""
+    LOCAL_VARIANCES = "local_variances"
+    """Local gradient variances (per-sample statistics summed on the client)."""
+    LABEL_HISTOGRAMS = "label_histograms"
+    """Each client's label counts."""
+    PARTICIPATION = "participation"
+    """When each client last took part (which the server knows from its own cohorts)."""
+    PARTICIPATION_COUNTS = "participation_counts"
+    """How often each client took part (which the server knows from its own cohorts)."""
 
 
 # --- what a data plan drew, and what a solver does with it ------------------------------------------------------
@@ -222,8 +286,24 @@ class ClientSampler(Protocol):
     """Who trains this round. ``select`` returns a :class:`~fedsample.rounds.Cohort` carrying every chosen client's
     inclusion probability pi_k. Declares ``needs_sizes`` and ``expected_cohort`` (the expected number of distinct
     clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs);
-    optionally ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``) and
-    ``limits`` (the counts it asks of the data, :class:`Limit`)."""
+    optionally:
+
+    - ``inclusion_kind`` (:class:`InclusionKind`, default exact) and, for an estimated one,
+      ``estimate_inclusion(ctx, draws) -> frequencies`` (one per client, from the state ``select`` left);
+    - ``server_learns``: what the server receives from clients to run it (a tuple of :class:`Learns`);
+    - ``assumed_weights``: an estimated sampler whose cohorts carry the weights its method assumes
+      (``expected_draws``: the DELTA reference implementation's m p_k), so an aggregator that divides by them runs
+      (biased, as the round record says);
+    - ``observe(ctx, cohort, replies)``: server-held state learnt from the cohort's valid training replies (kept in
+      ``ctx.state``, saved with checkpoints), called after aggregation; ``reads_replies`` names the fields of each
+      client's reply it reads (``update``, ``loss``, ``utility``: then a secure sum is refused, and noise where it
+      reads more than the update);
+    - ``draws_carry_sizes``: E[draws of k] is proportional to n_k (MD and clustered sampling), so a uniform mean
+      over the draws is unbiased for FedAvg's size-weighted objective;
+    - ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``);
+    - ``limits`` (the counts it asks of the data, :class:`Limit`);
+    - ``expected_trainings(N, sizes)``: clients that train per round, where more train than send (:class:`TrainsFirst`).
+    """
 
     @property
     def needs_sizes(self) -> SizeNeed: ...
@@ -231,6 +311,17 @@ class ClientSampler(Protocol):
     def select(self, ctx: RoundContext) -> Cohort: ...
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float: ...
+
+
+@runtime_checkable
+class TrainsFirst(ClientSampler, Protocol):
+    """A sampler that chooses among clients that have already trained (optimal client sampling, Chen et al. 2022).
+    ``select(ctx)`` returns who trains (every available client, pi = 1); each of them trains, keeps its update and
+    sends only its norm (the procedure ``train_held``); ``select_trained(ctx, trained, held)`` returns the cohort
+    whose updates the server then receives (``send_held``), with their inclusion probabilities. The other updates
+    never leave their clients. The round record states the cost: ``local_trainings`` for ``cohort`` uploads."""
+
+    def select_trained(self, ctx: RoundContext, trained: Cohort, held: Any) -> Cohort: ...
 
 
 @runtime_checkable
@@ -301,7 +392,8 @@ class ScheduledSolver(LocalSolver, Protocol):
 class Aggregator(Protocol):
     """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
     and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
-    sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count`` and
+    sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count``,
+    ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws) and
     ``shared_settings``."""
 
     @property
@@ -370,6 +462,8 @@ DEFAULTS: dict[str, Any] = {
     "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
     "limits": (),
+    "inclusion_kind": InclusionKind.EXACT, "server_learns": (), "assumed_weights": False, "reads_replies": (),
+    "draws_carry_sizes": False, "weighs_by_inclusion": False,
 }
 """What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
 
@@ -377,6 +471,32 @@ DEFAULTS: dict[str, Any] = {
 def declared(part: Any, name: str) -> Any:
     """The part's declared ``name``, or its default (:data:`DEFAULTS`)."""
     return getattr(part, name, DEFAULTS[name])
+
+
+def inclusion_kind(sampler: Any, cohort: Any = None) -> InclusionKind:
+    """How ``sampler``'s inclusion probabilities are known (declared, default exact); a string is read as the kind.
+    With ``cohort``: that round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random
+    warm-up rounds are exact although the sampler is degenerate)."""
+    kind = declared(sampler, "inclusion_kind")
+    if cohort is not None:
+        kind = cohort.info.get("inclusion_kind", kind)
+    return kind if isinstance(kind, InclusionKind) else InclusionKind(kind)
+
+
+def replies_read(sampler: Any) -> tuple[str, ...]:
+    """The fields of each client's training reply that ``sampler`` keeps (declared ``reads_replies``: ``update``,
+    ``loss``, ``utility``; none by default): a secure sum hides them, noised replies withhold all but the update."""
+    return tuple(declared(sampler, "reads_replies"))
+
+
+def server_learns(sampler: Any) -> tuple[Learns, ...]:
+    """What the server receives from clients to run ``sampler`` (declared; strings are read as :class:`Learns`)."""
+    return tuple(v if isinstance(v, Learns) else Learns(v) for v in declared(sampler, "server_learns"))
+
+
+def trains_first(sampler: Any) -> bool:
+    """Whether ``sampler`` chooses among clients that have already trained (:class:`TrainsFirst`)."""
+    return callable(getattr(sampler, "select_trained", None))
 
 
 def missing_methods(part: Any, field: str) -> list[str]:

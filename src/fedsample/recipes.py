@@ -20,7 +20,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Literal, Mapping, cast
 
-from fedsample import checks
+from fedsample import checks, parts
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
 from fedsample.parts import SizeNeed, declared
@@ -31,6 +31,9 @@ from fedsample.sampling.compression import DIM, Compression
 from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
+from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
+from fedsample.sampling.delta import DeltaClients, Draw
+from fedsample.sampling.optimal import DEFAULT_J_MAX, Objective, OptimalClients, Rule
 from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Within
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
@@ -80,6 +83,9 @@ PARAMETERS: dict[str, checks.Spec] = {
     "l2": NON_NEGATIVE,
     "floor": [isx.FLOOR, None],
     "alpha": isx.ALPHA,
+    "j_max": COUNT,
+    "alpha1": NON_NEGATIVE,
+    "alpha2": NON_NEGATIVE,
 }
 
 
@@ -124,7 +130,8 @@ def _federated(
     replacement with p_k = n_k/n (Li et al. 2019, scheme I; the "weighted" baselines of Qi et al. 2023,
     Fig. 3), uniform average over the draws; the strategy is named ``weighted_<name>``. A ``clients=``
     override replaces the sampler; the weighting follows the sampler actually used: draw multiplicities
-    for :class:`SizeProportional` (its draws already carry n_k/n), cohort sizes for every other sampler
+    for a sampler whose draws already carry n_k/n (declared ``draws_carry_sizes``: :class:`SizeProportional`,
+    clustered sampling), cohort sizes for every other sampler
     (right for equal-probability designs: uniform, all, Poisson). Sizes are asked of every client where
     the sampler needs them, otherwise of the cohort only.
 
@@ -137,7 +144,7 @@ def _federated(
     if clients is None:
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
-    by = "uniform" if isinstance(clients, SizeProportional) else "size"
+    by = "uniform" if parts.declared(clients, "draws_carry_sizes") else "size"
     scope: Literal["all", "cohort"] = "all" if declared(clients, "needs_sizes") is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
@@ -548,10 +555,79 @@ def isfedavg(
     )
 
 
+# --- the published client samplers with the methods their papers define -----------------------------------------
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def clustered_sampling(
+    *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
+    linkage_input: LinkageInput = "embedded", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with clustered sampling (Fraboni et al., ICML 2021): ``clients_per_round`` (the paper's m, alias ``m``)
+    draws, one from each of m distributions built from every client's exact size (``algorithm="size"``: Algorithm 1)
+    or from the clients' latest updates (``"similarity"``: Algorithm 2, with ``similarity`` "arccos", "L2" or "L1"),
+    local SGD, and the paper's aggregation omega_i = draws_i / m (:class:`~fedsample.sampling.clustered.ClusteredClients`;
+    the same as ``fedavg(clients=ClusteredClients(...))``)."""
+    clients = ClusteredClients(clients_per_round, algorithm, similarity, linkage_input)
+    strategy = fedavg(clients=clients, data=data, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                      local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr)
+    return dataclasses.replace(strategy, name="clustered_sampling")
+
+
+def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
+    """The Horvitz-Thompson aggregator of sum_k w_k Delta_k and the sizes it needs (w_k = n_k/n, or 1/N)."""
+    if objective == "size":
+        return WeightedMean("size_inverse_inclusion"), ExactSizes(scope="all")
+    return WeightedMean("inverse_inclusion"), None
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def optimal_sampling(
+    *, clients_per_round: int = 10, rule: Rule = "exact", j_max: int = DEFAULT_J_MAX, objective: Objective = "size",
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022): every client trains (local SGD) and keeps its
+    update U_k; client k sends it with probability p_k proportional to w_k ||U_k|| capped at 1, sum p = m
+    (``clients_per_round``, alias ``m``; ``rule="exact"`` the sorted rule, ``"aocs"`` the AOCS iteration with
+    ``j_max`` rounds), and the server steps by sum_{k in S} w_k U_k / p_k (w_k = n_k/n for ``objective="size"``,
+    1/N for ``"uniform"``). A round costs every client's training for about m uploads."""
+    aggregate, sizes = _horvitz_thompson(objective)
+    return Strategy(
+        clients=OptimalClients(clients_per_round, rule, j_max, objective), data=data or FullData(),
+        local=_local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay), aggregate=aggregate,
+        server=ServerSGD(server_lr), sizes=sizes, name="optimal_sampling",
+    )
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def delta(
+    *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
+    objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
+    variance), m (``clients_per_round``, alias ``m``) clients are drawn with p_k proportional to
+    sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2) (``draw="with_replacement"``: the paper's unbiased weights
+    w_k m_k / (m p_k); ``"poisson"``: pi_k capped, w_k / pi_k; ``"reference"``: the reference implementation's draw
+    without replacement weighted as with replacement, biased), local SGD, and the server steps by the weighted sum
+    (w_k = n_k/n for ``objective="size"``, 1/N for ``"uniform"``)."""
+    aggregate, sizes = _horvitz_thompson(objective)
+    name = "delta" if draw == "with_replacement" else f"delta_{draw}"
+    return Strategy(
+        clients=DeltaClients(clients_per_round, draw, alpha1, alpha2, objective), data=data or FullData(),
+        local=_local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay), aggregate=aggregate,
+        server=ServerSGD(server_lr), sizes=sizes, name=name,
+    )
+
+
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn
     for fn in (
         fedavg, weighted_fedavg, fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad, fedsampling,
-        fedsampling_naive, centralized, fedsts, fedstas, iwds, isfedavg,
+        fedsampling_naive, centralized, fedsts, fedstas, iwds, isfedavg, clustered_sampling, optimal_sampling, delta,
     )
 }

@@ -81,8 +81,11 @@ def weighted_sum(updates: Sequence[Params], weights: Sequence[float] | np.ndarra
 
 @dataclass(frozen=True)
 class Cohort:
-    """Chosen client ids (unique, ascending), their inclusion probabilities pi_k, how many times each was
-    drawn (with-replacement designs), the population size N, and optional stratum labels."""
+    """Chosen client ids (unique, ascending), their inclusion probabilities pi_k (NaN where the sampler's are
+    estimated, :class:`fedsample.parts.InclusionKind`), how many times each was drawn (with-replacement designs),
+    the population size N, optional stratum labels, and optionally each member's expected number of draws
+    E[multiplicity_k] (``expected_draws``: m p_k for m draws with replacement; None: a design without replacement,
+    whose expected draws are pi_k)."""
 
     ids: np.ndarray
     inclusion: np.ndarray
@@ -90,10 +93,18 @@ class Cohort:
     multiplicity: np.ndarray | None = None
     strata: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    expected_draws: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.multiplicity is None:
             object.__setattr__(self, "multiplicity", np.ones(len(self.ids), dtype=np.int64))
+
+    def design_weights(self) -> np.ndarray:
+        """d_k such that sum_{k in S} d_k x_k is unbiased for sum_{all k} x_k: Horvitz-Thompson's 1 / pi_k, or with
+        ``expected_draws`` Hansen-Hurwitz's multiplicity_k / E[multiplicity_k] (Hansen & Hurwitz 1943)."""
+        if self.expected_draws is None:
+            return 1.0 / np.asarray(self.inclusion, dtype=np.float64)
+        return np.asarray(self.multiplicity, dtype=np.float64) / np.asarray(self.expected_draws, dtype=np.float64)
 
     @classmethod
     def from_sample(cls, sample: Any, population: int, **extra: Any) -> "Cohort":

@@ -7,17 +7,19 @@ aggregate -> server step. The strategy talks to clients only through ``Federatio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fedsample import checks, parts, validate
 
-from fedsample.parts import Aggregator, ClientSampler, DataSampler, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, UpdatePrivacy
+from fedsample.parts import (
+    Aggregator, ClientSampler, DataSampler, InclusionKind, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
+)
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
-from fedsample.messages import PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
@@ -171,9 +173,15 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)))  # noqa: E731
+        utility = bool(getattr(self.clients, "reply_utility", False))  # Oort asks each client for its statistical utility
+        payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)),  # noqa: E731
+                                             utility=utility)
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
-        replies = replies_of(federation.run("train", cohort.ids, payload, round))
+        if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
+            cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
+            lost = 0  # the clients that failed to train are not candidates (recorded in the round's failures)
+        else:
+            replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
             raise ValueError(
                 f"{self.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -183,10 +191,27 @@ class Strategy:
             replies = validate.screen_updates(replies, cohort.ids, params)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
         ctx.log.update(self.describe_round(ctx, cohort, replies))
+        observe = getattr(self.clients, "observe", None)
+        if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
+            observe(ctx, cohort, replies)
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
         params, state["server"] = scheduled_step(self.server, self.schedule, round, params, delta, state["server"])
         return params, ctx.log
+
+    def train_then_send(self, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
+        """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
+        update, replying with its norm (``train_held``); the sampler chooses the cohort from the norms
+        (``select_trained``); only the cohort sends its kept update (``send_held``). Clients whose training failed
+        are named in the round's record and are not candidates. The record states the cost: ``local_trainings``
+        (the clients that trained) for ``cohort`` uploads."""
+        held = replies_of(federation.run("train_held", trained.ids, payload, ctx.round))
+        held = validate.screen_held(held, trained.ids)
+        _note_failures(ctx, held.failures())
+        ctx.log["local_trainings"] = len(trained) - len(held.failures())
+        cohort = cast(TrainsFirst, self.clients).select_trained(ctx, trained, held)  # trains_first(self.clients): declared
+        request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
+        return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
 
     def combine_valid(
         self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
@@ -215,7 +240,9 @@ class Strategy:
 
     def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList) -> dict:
         """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
-        replies' summed loss and count: all a secure sum reveals), the size estimate and the privacy spent."""
+        replies' summed loss and count: all a secure sum reveals), how many clients the round asked anything
+        (``clients_contacted``: size queries, probes, training), the cohort's inclusion probabilities (or how they are
+        known), the size estimate and the privacy spent."""
         _note_failures(ctx, reports.failures())
         log: dict[str, Any] = {"cohort": len(cohort)}
         loss_sum, log["updates"] = reports.summed_loss()
@@ -225,7 +252,9 @@ class Strategy:
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
-        log.update(cohort_figures(cohort))
+        if isinstance(ctx.federation, _CheckedProbes):
+            log["clients_contacted"] = ctx.federation.contacted(cohort.ids)
+        log.update(inclusion_figures(self.clients, cohort))
         if ctx.sizes is not None and not ctx.sizes.exact:
             log["size_estimate"] = ctx.sizes.total
         if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
@@ -244,11 +273,31 @@ def drawn_or_none(reports: ReplyList) -> int | None:
         return None
 
 
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+    """What the round record says of the cohort's inclusion probabilities, by how the sampler knows them
+    (:class:`~fedsample.parts.InclusionKind`): exact ones, their figures (:func:`cohort_figures`); estimated ones,
+    ``inclusion: "estimated"`` and that the aggregate is biased by design (with the figures of the weights the
+    sampler assumes, if its cohorts carry any); degenerate ones, ``inclusion: "degenerate"`` and that no unbiased
+    estimator exists (no figure divides by pi = 1). A cohort may state its own round's kind
+    (:func:`~fedsample.parts.inclusion_kind`)."""
+    kind = parts.inclusion_kind(sampler, cohort)
+    if kind is InclusionKind.EXACT:  # named where the sampler is not always exact (FedCor's random warm-up rounds)
+        named = parts.inclusion_kind(sampler) is not InclusionKind.EXACT
+        return {**({"inclusion": kind.value} if named else {}), **cohort_figures(cohort)}
+    figures: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias}
+    if kind is InclusionKind.ESTIMATED and cohort.expected_draws is not None and len(cohort):
+        figures["design_weight_total"] = float(np.sum(cohort.design_weights()))  # of the assumed weights
+    return figures
+
+
 def cohort_figures(cohort: Cohort) -> dict[str, float]:
     """The sampler's figures of a round (none for an empty cohort): the min, mean and max inclusion probability
     pi_k of the cohort, and Kish's (1965) effective sample size of its design weights w_k = 1/pi_k, each drawn
     m_k times (the multiplicity): n_eff = (sum_k m_k w_k)^2 / sum_k m_k w_k^2, with the weights' coefficient
-    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2)."""
+    of variation over the n = sum_k m_k draws (population sd / mean), so that n_eff = n / (1 + cv^2); and
+    ``design_weight_total``, sum_k d_k of the design weights (:meth:`~fedsample.rounds.Cohort.design_weights`:
+    1/pi_k, or m_k / E[m_k] for draws with replacement), an unbiased estimate of the number of clients N, so its
+    mean over rounds checks the probabilities (``fedsample.diagnose`` reports it)."""
     if len(cohort) == 0:
         return {}
     pi = np.asarray(cohort.inclusion, dtype=np.float64)
@@ -260,6 +309,7 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+        "design_weight_total": float(np.sum(cohort.design_weights())),
     }
 
 
@@ -349,6 +399,44 @@ def strata_come_from_the_sampler(s: Strategy) -> str | None:
     return None
 
 
+def inclusion_weights_need_known_probabilities(s: Strategy) -> str | None:
+    """A part that divides by inclusion probabilities or expected draws (``weighs_by_inclusion``: an aggregator's
+    Horvitz-Thompson weights, ISFedAvg's agent factor in the data plans) needs a sampler whose cohorts carry them
+    (:class:`~fedsample.parts.InclusionKind`): exact, or estimated with the weights its method assumes
+    (``assumed_weights``, biased as the round record says); never a deterministic one, where pi = 1 would be
+    divided by and no unbiased estimator exists."""
+    kind = parts.inclusion_kind(s.clients)
+    if kind is InclusionKind.EXACT:
+        return None
+    for part, instead in ((s.data, "use another data sampler"), (s.aggregate, "weigh by size or uniformly instead")):
+        if not parts.declared(part, "weighs_by_inclusion"):
+            continue
+        if kind is InclusionKind.DEGENERATE:
+            return (f"{parts.describe(part)} divides by the inclusion probabilities, but {parts.describe(s.clients)} selects "
+                    f"deterministically (degenerate, pi in {{0, 1}}): no unbiased estimator exists; {instead}")
+        if not parts.declared(s.clients, "assumed_weights"):
+            return (f"{parts.describe(part)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
+                    f"have no closed form (estimated, biased by design): {instead}")
+    return None
+
+
+def sampler_replies_are_readable(s: Strategy) -> str | None:
+    """A sampler that learns from each client's training reply (``reads_replies``: the fields it reads) needs replies
+    the server can read: not sealed by a secure sum; and, where it reads more than the update (the loss, Oort's
+    statistical utility), not noised (noised replies withhold them)."""
+    fields = parts.replies_read(s.clients)
+    if not fields:
+        return None
+    if s.secure_sum:
+        return (f"{parts.describe(s.clients)} reads each client's training {fields[0]} (its server-held state), which "
+                "secure_sum=True hides from the server (only the sum is revealed): pass secure_sum=False")
+    withheld = [f for f in fields if f != "update"]
+    if s.noise is not None and withheld:
+        return (f"{parts.describe(s.clients)} reads each client's training {withheld[0]}, which {parts.describe(s.noise)} "
+                "withholds from its noised replies: drop the noise or choose another sampler")
+    return None
+
+
 def schedule_has_a_learning_rate(s: Strategy) -> str | None:
     """A learning-rate schedule scales the server optimizer's ``lr``."""
     if s.schedule is not None and not hasattr(s.server, "lr"):
@@ -358,7 +446,8 @@ def schedule_has_a_learning_rate(s: Strategy) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, schedule_has_a_learning_rate,
+    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
+    sampler_replies_are_readable, schedule_has_a_learning_rate,
 )
 """What :meth:`Strategy.check` enforces, in order."""
 
@@ -366,7 +455,9 @@ RULES = (
 def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
     """The cohort members where ``keep`` is True (inclusion probabilities, multiplicities, strata kept)."""
     strata = None if cohort.strata is None else np.asarray(cohort.strata)[keep]
-    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=np.asarray(cohort.multiplicity)[keep], strata=strata)
+    expected = None if cohort.expected_draws is None else np.asarray(cohort.expected_draws)[keep]
+    return replace(cohort, ids=cohort.ids[keep], inclusion=cohort.inclusion[keep], multiplicity=np.asarray(cohort.multiplicity)[keep], strata=strata,
+                   expected_draws=expected)
 
 
 class RoundFailed(Exception):
@@ -382,16 +473,27 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged)."""
+    adds strategy, seed and round; a non-finite one usually means the model diverged). It also notes every client
+    the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
+        self._asked: np.ndarray | None = None  # one flag per client, set when the parts ask it anything
 
     @property
     def num_clients(self) -> int:
         return self.inner.num_clients
 
+    def contacted(self, cohort: np.ndarray) -> int:
+        """How many distinct clients the round asked anything: the parts' size queries and probes, and the cohort."""
+        asked = np.zeros(self.num_clients, dtype=bool) if self._asked is None else self._asked.copy()
+        asked[np.asarray(cohort, dtype=np.int64)] = True
+        return int(np.count_nonzero(asked))
+
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        if self._asked is None:
+            self._asked = np.zeros(self.num_clients, dtype=bool)
+        self._asked[np.asarray(client_ids, dtype=np.int64)] = True
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):

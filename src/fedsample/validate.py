@@ -120,12 +120,45 @@ def probe_problem(report: Any) -> str | None:
         return report.reason
     numbers = [getattr(report, "loss", math.nan), getattr(report, "grad_norm", math.nan)]
     numbers += list(getattr(report, "extra", {}).values())
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers):
+    if not all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in numbers):  # None: not asked for
         return f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})"
     compressed = getattr(report, "compressed", None)
     if compressed is not None and not np.all(np.isfinite(compressed)):
         return "non-finite compressed gradient"
+    labels = getattr(report, "label_counts", None)
+    if labels is not None and not (np.all(np.isfinite(labels)) and np.all(np.asarray(labels) >= 0)):
+        return "invalid label histogram (counts must be finite and non-negative)"
     return None
+
+
+def held_problem(report: Any) -> str | None:
+    """Why a ``train_held`` reply is unusable: Failed, or not a finite non-negative norm."""
+    if is_failed(report):
+        return report.reason
+    norm = getattr(report, "norm", None)
+    if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not math.isfinite(norm) or norm < 0:
+        return f"update norm must be a finite number >= 0, got {norm!r}"
+    return None
+
+
+def screen_held(replies: Sequence[Any] | ReplyList, ids: np.ndarray) -> ReplyList:
+    """``train_held`` replies with every unusable one replaced by ``Failed(client, "train_held", reason)``."""
+    replies = replies_of(replies)
+    if len(replies) != len(ids):
+        raise RuntimeError(f"the federation answered {len(replies)} update norms for {len(ids)} clients")
+    rejected = {i: Failed(int(ids[i]), "train_held", problem) for i, r in enumerate(replies)
+                if i not in replies.failed and (problem := held_problem(r))}
+    return replies.rejecting(rejected) if rejected else replies
+
+
+def shapes_of(params: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The parameters' names and shapes (what a reply's update must have)."""
+    return tuple((k, tuple(v.shape)) for k, v in params.items())
+
+
+def like_shapes(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict:
+    """Parameters of the given names and shapes, without storage (to check a reply's shapes against)."""
+    return {name: torch.empty(shape, device="meta") for name, shape in shapes}
 
 
 def params_finite(params: dict) -> bool:

@@ -46,8 +46,9 @@ class _RecordingServer:
 @dataclass
 class Draws:
     """What R draws produced: the estimates ĝ (R x basis dim; 0 where no update arrived), how many rounds each
-    training row was drawn in, and per round the samples drawn, clients contacted, updates and bytes sent up,
-    and the round logs (size estimates, sampling ratios)."""
+    training row was drawn in (rows whose update reached the server), and per round the samples drawn, clients
+    contacted, updates and bytes sent up, local trainings and probes, the round logs (size estimates, sampling
+    ratios), and the strategy state after the last draw (what an estimated sampler's replay starts from)."""
 
     estimates: np.ndarray
     inclusion: np.ndarray
@@ -56,6 +57,9 @@ class Draws:
     updates: np.ndarray
     bytes_up: np.ndarray
     logs: list[dict]
+    trainings: np.ndarray
+    probes: np.ndarray
+    state: dict
 
 
 def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Params, rounds: int, seed: int,
@@ -68,9 +72,9 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     # the failure model, then sealed where the strategy declares a secure sum: the federation a run builds
     served = with_secure_sum(with_faults(federation, faults, seed), frozen.secure_sum)
     n = len(federation.data.dataset.y_train)
-    per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(4)]
+    per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(6)]
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64),
-                per_round[0], per_round[1], per_round[2], per_round[3], [])
+                per_round[0], per_round[1], per_round[2], per_round[3], [], per_round[4], per_round[5], state)
     for i in range(rounds):
         recorder.delta = None
         federation.new_round()
@@ -81,6 +85,7 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
         rows = np.concatenate(cost.rows + [np.zeros(0, np.int64)])
         out.inclusion[np.unique(rows)] += 1
         out.samples[i], out.contacted[i], out.updates[i], out.bytes_up[i] = len(rows), len(cost.contacted), cost.updates, cost.bytes_up
+        out.trainings[i], out.probes[i] = cost.trainings, cost.probes
         out.logs.append(log)
     return out
 

@@ -12,7 +12,12 @@ the curvature between local steps, is not part of it; a weight-decay term does n
 left out).
 
 Size reports and probes are the real procedures (the vectorized engine's, with the same counter-based
-streams); probes at the fixed model do not depend on the round and are computed once per client and request.
+streams); probes of all of a client's data at the fixed model do not depend on the round and are computed once per
+client and request. Each client's reported loss is its schedule's loss at the fixed model (the weighted per-sample
+losses of each step, averaged over its steps) and, where the payload asks for it, its statistical utility (Oort) over
+what it drew: the samplers that rank clients by the losses of their training replies (rpow-d, Oort) see them.
+``train_held`` (a sampler that chooses among trained clients) linearises every client's update and keeps it on the
+client's side; ``send_held`` returns the chosen ones, and only those count as updates, bytes and drawn rows.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.messages import PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
+from fedsample.client import statistical_utilities, update_norm
+from fedsample.messages import HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
@@ -34,18 +40,21 @@ from fedsample.training.local import SGDStep
 __all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
 
 SIZE_REPORT_BYTES = 8
-PROBE_SCALARS_BYTES = 16
+NORM_BYTES = 8
 
 
 @dataclass
 class RoundCost:
     """What one round asked of the clients: clients contacted, updates received, the rows drawn (one entry
-    per drawn sample and client) and the bytes sent up."""
+    per drawn sample and client whose update reached the server), the bytes sent up, the local trainings (more
+    than the updates where a sampler chooses among trained clients) and the probes answered."""
 
     contacted: set = field(default_factory=set)
     rows: list = field(default_factory=list)
     updates: int = 0
     bytes_up: int = 0
+    trainings: int = 0
+    probes: int = 0
 
 
 class LinearReports(Replies):
@@ -55,14 +64,16 @@ class LinearReports(Replies):
     fused = True
 
     def __init__(self, basis: GradientBasis, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
-                 steps: np.ndarray, norm_steps: np.ndarray) -> None:
+                 steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, utilities: np.ndarray | None = None) -> None:
         super().__init__([None] * clients, failed={})
         self.basis, self.rows, self.member, self.coef = basis, rows, member, coef
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
         self._cuts = cuts
         for c in self._received.tolist():
-            self[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]))
+            self[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]), float(losses[c]))
+            if utilities is not None:
+                self[c].utility = float(utilities[c])
 
     def received_positions(self) -> np.ndarray:
         return self.without_failed(self._received)
@@ -77,13 +88,20 @@ class LinearReports(Replies):
         a, b = self._cuts[position], self._cuts[position + 1]
         return {"g": self.basis.combination(self.rows[a:b], self.coef[a:b])}
 
+    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+        """Client ``position``'s dataset rows and coefficients (one entry per use), steps, a_k and loss."""
+        a, b = self._cuts[position], self._cuts[position + 1]
+        report = self[position]
+        steps, norm, loss = (0, 0.0, 0.0) if report is None else (report.steps, report.norm_steps, report.loss)
+        return self.rows[a:b], self.coef[a:b], steps, norm, loss
+
 
 class _LinearReport(TrainReport):
     """One client's linearised update, computed when read."""
 
-    def __init__(self, owner: LinearReports, position: int, steps: int, norm_steps: float) -> None:
+    def __init__(self, owner: LinearReports, position: int, steps: int, norm_steps: float, loss: float) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps = steps, 0.0, norm_steps  # no loss is computed here (0.0: a finite reply)
+        self.steps, self.loss, self.norm_steps = steps, loss, norm_steps  # the loss at the fixed model
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -100,6 +118,7 @@ class LinearisedFederation(VectorizedSimulator):
         self.update_bytes = 4 * basis.parameters
         self.cost = RoundCost()
         self._probes: dict[tuple, Any] = {}
+        self._held: dict[int, tuple] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
 
     def new_round(self) -> RoundCost:
         """Start counting a new round; returns the finished round's cost."""
@@ -111,33 +130,61 @@ class LinearisedFederation(VectorizedSimulator):
         self.cost.contacted.update(ids.tolist())
         sent = payloads_for(payload, len(ids))
         replies: ReplyList
-        if procedure == "probe" and sent.shared is not None:
+        if procedure == "probe" and sent.shared is not None and sent.shared.minibatch is None:
             replies = self._cached_probes(ids, sent.shared, round)
+        elif procedure == "train_held":  # every client trains; its update and rows stay on its side until sent
+            reports = self.train(ids, sent, round, sent_up=False)
+            self._held = {k: (round, *reports.terms_of(c)) for c, k in enumerate(ids.tolist())}
+            replies = Replies([HeldReport(update_norm(reports[c])) for c in range(len(ids))], failed={})
+        elif procedure == "send_held":
+            replies = self._send_held(ids, payload)
         else:
             replies = super().run(procedure, ids, payload, round)
         self.cost.bytes_up += self._reply_bytes(procedure, payload, replies)
         return replies
 
+    def _send_held(self, ids: np.ndarray, request: HeldRequest) -> LinearReports:
+        """The chosen clients' kept linearised updates, as one :class:`LinearReports` (a fused sum): only these count
+        as updates, bytes and drawn rows."""
+        found = [self._held.pop(k, None) for k in ids.tolist()]
+        kept = [h for h in found if h is not None and h[0] == request.round]
+        if len(kept) < len(found):
+            raise ValueError(f"a client keeps no update of round {request.round} (train_held first)")
+        rows = np.concatenate([h[1] for h in kept] + [np.zeros(0, np.int64)])
+        member = np.repeat(np.arange(len(kept)), [len(h[1]) for h in kept]).astype(np.int64)
+        coef = np.concatenate([h[2] for h in kept] + [np.zeros(0)])
+        steps, norm = np.array([h[3] for h in kept], dtype=np.int64), np.array([h[4] for h in kept], dtype=np.float64)
+        reports = LinearReports(self.basis, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64))
+        self.cost.rows.append(rows)
+        self.cost.updates += len(reports.received_positions())
+        self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
+        return reports
+
     def _reply_bytes(self, procedure: str, payload: Any, replies: ReplyList) -> int:
         if procedure == "report_size":
             return SIZE_REPORT_BYTES * len(replies)
+        if procedure == "train_held":
+            return NORM_BYTES * len(replies)
         if procedure == "probe":
-            per = PROBE_SCALARS_BYTES + (self.update_bytes if payload.gradient else 0)
-            return per * len(replies) + sum(4 * np.size(r.compressed) for r in replies if r.compressed is not None)
+            self.cost.probes += len(replies)
+            return sum(r.nbytes for r in replies)  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate
         return 0
 
     def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:
-        """Probe replies at the fixed model, computed once per (client, request options)."""
-        key = (request.gradient, request.compression, request.dim, request.projection_seed, request.per_sample, request.data_weights)
+        """Probe replies at the fixed model, computed once per (client, request options). A minibatch probe is not
+        cached: its draw depends on the round (the client's probe stream)."""
+        key = (request.gradient, request.compression, request.dim, request.projection_seed, request.per_sample, request.data_weights,
+               request.statistics)
         missing = np.array([k for k in ids.tolist() if (k, key) not in self._probes], dtype=np.int64)
         if len(missing):
             for k, reply in zip(missing.tolist(), super().run("probe", missing, request, round)):
                 self._probes[(k, key)] = reply
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> LinearReports:
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int, sent_up: bool = True) -> LinearReports:
         """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`:
-        clients that share a plan and a solver are drawn and scheduled together."""
+        clients that share a plan and a solver are drawn and scheduled together. ``sent_up=False``: the updates are
+        kept on the clients' side (``train_held``): trainings are counted, not uploads."""
         groups: dict[tuple, list[int]] = {}
         if sent.shared is None:
             for position in range(len(ids)):
@@ -146,21 +193,27 @@ class LinearisedFederation(VectorizedSimulator):
             parts = [self._terms(ids, np.asarray(positions), sent.at(positions[0]), round) for positions in groups.values()]
         else:
             parts = [self._terms(ids, np.arange(len(ids)), sent.shared, round)]
-        rows, member, coef, steps, norm = (np.concatenate([p[j] for p in parts]) for j in range(5))
+        rows, member, coef, steps, norm, loss, utility = (np.concatenate([p[j] for p in parts]) for j in range(7))
         order = np.argsort(member, kind="stable")
-        taken, effective = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))
-        everyone = np.concatenate([p[5] for p in parts])
-        taken[everyone], effective[everyone] = steps, norm
-        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective)
-        self.cost.rows.append(rows)
-        self.cost.updates += len(reports.received_positions())
-        self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
+        taken, effective, losses, utilities = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids)), np.zeros(len(ids)), np.zeros(len(ids))
+        everyone = np.concatenate([p[7] for p in parts])
+        taken[everyone], effective[everyone], losses[everyone], utilities[everyone] = steps, norm, loss, utility
+        asks = sent.shared.utility if sent.shared is not None else any(sent.at(i).utility for i in range(len(ids)))
+        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
+                                utilities if asks else None)
+        self.cost.trainings += len(reports.received_positions())
+        if sent_up:
+            self.cost.rows.append(rows)
+            self.cost.updates += len(reports.received_positions())
+            self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
 
     def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:
         """(dataset rows, cohort member, coefficient) of every schedule entry of the clients at ``positions``, and
-        their steps tau_k and a_k: the coefficient of a row used in step t is a_t * weight (the solver's declared
-        schedule and step rule, :meth:`~fedsample.training.local.SGDStep.step_weights`)."""
+        their steps tau_k, a_k, losses and statistical utilities (0 where the payload does not ask), then ``positions``:
+        the coefficient of a row used in step t is a_t * weight (the solver's declared schedule and step rule,
+        :meth:`~fedsample.training.local.SGDStep.step_weights`); a client's loss is the mean over its steps of
+        sum_b weight_b * loss_b at the fixed model, times the schedule's ``loss_scale``."""
         solver = payload.solver
         if not isinstance(solver, ScheduledSolver):
             raise ValueError(f"diagnose measures solvers that declare their schedule and step rule (fedsample.parts."
@@ -170,9 +223,16 @@ class LinearisedFederation(VectorizedSimulator):
         steps = schedule.steps()
         a = solver.step_rule(round).step_weights(steps[schedule.client], schedule.step)
         norm = solver.norm_steps(steps, round)
-        rows = self.data.order[self._rows(ids[positions], drawn, schedule)]  # the engine's rows -> dataset rows
+        engine_rows = self._rows(ids[positions], drawn, schedule)
+        rows = self.data.order[engine_rows]  # the engine's rows -> dataset rows
+        weighted = np.bincount(schedule.client, weights=schedule.weight * self.sample_losses(payload.params, engine_rows), minlength=len(positions))
+        loss = weighted / np.maximum(steps, 1) * (1.0 if schedule.loss_scale is None else schedule.loss_scale)
+        utility = np.zeros(len(positions))
+        if payload.utility and len(drawn.member):
+            drawn_rows = self.data.offsets[ids[positions][drawn.member]] + drawn.position
+            utility = statistical_utilities(self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
         return (rows, positions[schedule.client], a * schedule.weight, steps,
-                steps.astype(np.float64) if norm is None else norm, positions)
+                steps.astype(np.float64) if norm is None else norm, loss, utility, positions)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

@@ -8,6 +8,7 @@ full-data, exact-size gradient (1/n) sum_s g_s, in one per-sample gradient basis
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from fedsample import parts
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estimator_statistics, full_gradient
@@ -25,6 +27,7 @@ from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETC
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
 from fedsample.privacy.sizes import RandomizedSizes
+from fedsample.rounds import RoundContext
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
@@ -58,10 +61,49 @@ def _strategies(strategy: Strategy | Mapping[str, Strategy]) -> dict[str, Strate
 
 
 def cost_summary(draws: Draws) -> dict:
-    """Per-round means of samples drawn, clients contacted, updates received and bytes sent up."""
-    return {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
-            "clients_contacted": float(draws.contacted.mean()), "updates": float(draws.updates.mean()),
-            "bytes_up": float(draws.bytes_up.mean())}
+    """Per-round means of samples drawn, clients contacted, updates received, bytes sent up, local trainings (more
+    than the updates where the sampler chooses among trained clients) and probes answered."""
+    out = {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
+           "clients_contacted": float(draws.contacted.mean()), "updates": float(draws.updates.mean()),
+           "bytes_up": float(draws.bytes_up.mean())}
+    out.update(local_trainings=float(draws.trainings.mean()), probes=float(draws.probes.mean()))
+    return out
+
+
+def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation, params: Params, seed: int, first_round: int) -> dict:
+    """What the client sampler declares and what its draws show: how its inclusion probabilities are known
+    (``inclusion``, and ``bias`` where the aggregate cannot be unbiased: biased by design, or no unbiased estimator),
+    the number of drawn rounds of each kind (``rounds_by_kind``: FedCor's random warm-up rounds are exact), what the
+    server learns to run it (``server_learns``), whether every client trains before the choice (``trains_first``),
+    its probes per round (``probes``: replies, ``probe_bytes``; already part of the cost's clients contacted and bytes
+    up), and ``calibration``: the mean over the draws of sum_{k in S} d_k / N, the cohort's design weights (1/pi_k,
+    or m_k / E[m_k]) against the number of clients, which is 1 within its standard error when the declared
+    probabilities are the true ones (for an estimated sampler: the weights it assumes). An estimated sampler with
+    ``estimate_inclusion`` also gets ``replayed``: its inclusion frequencies replayed from (a copy of) the state after
+    the last draw, as many replays as draws, at the fixed model (a sampler whose replay needs every client's
+    statistics probes them through the diagnosis' federation)."""
+    sampler = strategy.clients
+    kind = parts.inclusion_kind(sampler)
+    kinds = [log.get("inclusion", kind.value) for log in draws.logs]
+    out: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias,
+                           "rounds_by_kind": {k.value: kinds.count(k.value) for k in parts.InclusionKind if k.value in kinds},
+                           "server_learns": [v.value for v in parts.server_learns(sampler)], "trains_first": parts.trains_first(sampler),
+                           "probes": float(np.mean([log.get("sampler_probes", 0) for log in draws.logs])),
+                           "probe_bytes": float(np.mean([log.get("sampler_probe_bytes", 0) for log in draws.logs]))}
+    totals = np.array([log["design_weight_total"] for log in draws.logs if "design_weight_total" in log])
+    if len(totals) > 1:
+        N = fed.num_clients
+        out["calibration"] = {"mean": float(totals.mean() / N), "se": float(totals.std(ddof=1) / np.sqrt(len(totals)) / N),
+                              "rounds": int(len(totals))}
+    replay = getattr(sampler, "estimate_inclusion", None)
+    if kind is parts.InclusionKind.ESTIMATED and replay is not None and draws.state is not None:
+        ctx = RoundContext(fed, params, first_round + len(draws.logs) - 1, seed, copy.deepcopy(draws.state))
+        if strategy.sizes is not None and strategy.sizes.scope == "all":
+            ctx.sizes = strategy.sizes_of_everyone(ctx)
+        frequencies = np.asarray(replay(ctx, len(draws.logs)), dtype=np.float64)
+        out["replayed"] = {"draws": len(draws.logs), "expected_cohort": float(frequencies.sum()),
+                           "min": float(frequencies.min()), "max": float(frequencies.max())}
+    return out
 
 
 def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dict | None:
@@ -93,8 +135,9 @@ def diagnose(
     more) against g* (every client, every sample, exact sizes). Per strategy: ``estimator`` (bias, variance,
     mean squared error relative to ||g*||^2, see :func:`~fedsample.diagnostics.estimator.estimator_statistics`),
     ``exploitation`` (per-sample inclusion frequency: mean, CV, by client-size decile, by label, label skew),
-    ``cost`` (per round: samples drawn, clients contacted, updates, bytes up), ``privacy`` (randomized size
-    reports only) and ``seconds``."""
+    ``cost`` (per round: samples drawn, clients contacted, updates, bytes up, local trainings, probes), ``privacy``
+    (randomized size reports only), ``sampler`` (how its inclusion probabilities are known, what the server learns,
+    its probes, their calibration: :func:`sampler_summary`) and ``seconds``."""
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
     strategies = _strategies(strategy)
@@ -116,6 +159,7 @@ def diagnose(
             "estimator": estimator_statistics(draws.estimates, target),
             "exploitation": exploitation_summary(draws.inclusion, rounds, data),
             "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
+            "sampler": sampler_summary(st, draws, fed, params, seed, first_round),
             "seconds": time.perf_counter() - start,
         }
         if progress:

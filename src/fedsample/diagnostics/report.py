@@ -11,24 +11,28 @@ from fedsample.experiments.report import markdown_text
 
 __all__ = ["check_diagnosis_folder", "summary_table", "write_diagnosis"]
 
-COLUMNS = ("bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
-           "samples", "clients contacted", "kB up")
+COLUMNS = ("π", "bias ± SE of bias²", "variance", "MSE", "scale", "inclusion CV", "smallest/largest decile",
+           "samples", "clients contacted", "trainings", "kB up", "server learns")
 
 
 def _row(label: str, result: dict) -> list[str]:
     e, x, c = result["estimator"], result["exploitation"], result["cost"]
+    sampler = result.get("sampler") or {}
     deciles = x["by_size_decile"]
     ratio = deciles[0]["inclusion"] / deciles[-1]["inclusion"] if deciles[-1]["inclusion"] > 0 else float("inf")
     return [
-        label, f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
+        label, sampler.get("inclusion", "exact"), f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
         f"{e['mse']:.3f}", f"{e['scale']:.3f}", f"{x['cv']:.2f}", f"{ratio:.2f}", f"{c['samples']:.1f}",
-        f"{c['clients_contacted']:.0f}", f"{c['bytes_up'] / 1e3:.1f}",
+        f"{c['clients_contacted']:.0f}", f"{c.get('local_trainings', c['updates']):.0f}", f"{c['bytes_up'] / 1e3:.1f}",
+        ", ".join(sampler.get("server_learns", [])) or "—",
     ]
 
 
 def summary_table(document: dict) -> str:
-    """The markdown table: per strategy the estimator's bias, variance, MSE and scale relative to g*, the
-    inclusion frequency's CV and smallest/largest size-decile ratio, and the per-round cost."""
+    """The markdown table: per strategy how its inclusion probabilities are known (π: exact, estimated,
+    degenerate), the estimator's bias, variance, MSE and scale relative to g*, the inclusion frequency's CV and
+    smallest/largest size-decile ratio, the per-round cost (samples, clients contacted, local trainings, kB up) and
+    what the client sampler makes the server learn."""
     lines = ["| strategy | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     lines += ["| " + " | ".join(_row(label, r)) + " |" for label, r in document["strategies"].items()]
     basis = document["basis"]
@@ -48,6 +52,8 @@ def setting_lines(document: dict) -> list[str]:
     for label, grid in (document.get("grid") or {}).items():
         lines.append(f"{markdown_text(label)}: diagnosed at {grid['param']} = {grid['value']}, the first of its grid values "
                      f"{grid['values']} (the diagnosis is per unit learning rate)")
+    for label, result in document["strategies"].items():
+        lines.extend(sampler_lines(label, result.get("sampler")))
     check = document.get("run_check")
     if check:
         diverged = {label: status for label, status in check["status"].items() if status != "ok"}
@@ -56,6 +62,18 @@ def setting_lines(document: dict) -> list[str]:
         for label, status in diverged.items():
             lines.append(f"**{markdown_text(label)} diverges in `fedsample run`** (first {check['rounds']} rounds): {markdown_text(status)}")
     return lines
+
+
+def sampler_lines(label: str, sampler: dict | None) -> list[str]:
+    """What the table cannot say of a sampler whose inclusion probabilities are not exact: the kind and its statement
+    (biased by design; no unbiased estimator), what the server learns and the sampler's probes per round."""
+    if not sampler or sampler["inclusion"] == "exact":
+        return []
+    learns = ", ".join(sampler["server_learns"]) or "nothing beyond the replies"
+    probes = f"{sampler['probes']:g} probes per round ({sampler['probe_bytes'] / 1e3:.1f} kB up)" if sampler["probes"] else "no probes"
+    kinds = ", ".join(f"{n} {k}" for k, n in sampler["rounds_by_kind"].items())
+    return [f"{markdown_text(label)}: inclusion probabilities {sampler['inclusion']} ({kinds} rounds): {sampler['bias']}; "
+            f"the server learns {learns}; {probes}"]
 
 
 DIAGNOSIS_FILES = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")

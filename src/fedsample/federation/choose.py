@@ -18,7 +18,8 @@ figures in ``benchmarks/README.md``), in order:
 6. Multi-step local SGD with convolutions on CPU: **loop** (stacked clients run as grouped convolutions, about
    3× slower on CPU than the same convolutions one client after the other).
 7. Multi-step local SGD of a convolution-free model: **vectorized** when the client sampler's expected cohort
-   (``expected_cohort(N, sizes)``, from the federation's true sizes) is at least :data:`STACKED_MIN_CLIENTS`,
+   (``expected_cohort(N, sizes)``, from the federation's true sizes; ``expected_trainings`` for a sampler where
+   more clients train than send) is at least :data:`STACKED_MIN_CLIENTS`,
    otherwise **loop**: a stacked step has a fixed overhead (the ``vmap``) that the cohort shares; measured with
    MLP(64) on Fashion-MNIST, batch 32, the vectorized round was 1.3-3× faster with 10 clients per round (19
    steps each) and even or slower with 5 (IWDS, 188 steps each). A sampler that declares no expected cohort is
@@ -71,7 +72,7 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
     conv = next((type(m).__name__ for m in module.modules() if isinstance(m, _CONVOLUTIONS)), None)
     if conv is not None:
         return BackendChoice("loop", f"multi-step local SGD with {conv} on CPU: stacked clients would run grouped convolutions, slower than one client after the other")
-    m = expected_cohort(strategy.clients, len(sizes), sizes)
+    m = expected_trainings(strategy.clients, len(sizes), sizes)
     if m >= STACKED_MIN_CLIENTS:
         return BackendChoice("vectorized", f"multi-step local SGD, no convolutions, ~{m:g} clients per round (>= {STACKED_MIN_CLIENTS}): stacked steps share their overhead")
     return BackendChoice("loop", f"multi-step local SGD, ~{m:g} clients per round (< {STACKED_MIN_CLIENTS}): too few to pay for stacking")
@@ -80,6 +81,13 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
 def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     """Why the vectorized engine cannot batch this model (None: it can)."""
     return random_layers.prepare(module, sample[:1]).unbatchable(sample[:1])
+
+
+def expected_trainings(sampler: Any, num_clients: int, sizes: np.ndarray | None = None) -> float:
+    """Clients that train per round: the sampler's declared ``expected_trainings`` where more train than send
+    (:class:`fedsample.parts.TrainsFirst`: every available client), else its expected cohort."""
+    declared = getattr(sampler, "expected_trainings", None)
+    return expected_cohort(sampler, num_clients, sizes) if declared is None else float(declared(num_clients, sizes))
 
 
 def expected_cohort(sampler: Any, num_clients: int, sizes: np.ndarray | None = None) -> float:

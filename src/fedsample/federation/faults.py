@@ -30,6 +30,9 @@ from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened
 __all__ = ["FaultModel", "Faulty", "Straggler", "miss_probability", "with_faults"]
 
 PHASES = ("report_size", "probe", "train")
+PHASE_OF = {"train_held": "train", "send_held": "train"}
+"""The phase of the procedures of a sampler that chooses among trained clients: both are its training phase, and
+one client's decision is the same in both (a client that trained and keeps its update sends it when asked)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ class Faulty(Federation):
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(payload, len(ids))
-        reasons = self.model.decide(procedure, ids, self.seed, round)
+        reasons = self.model.decide(PHASE_OF.get(procedure, procedure), ids, self.seed, round)
         if not reasons:  # nobody fails by the model: the inner answer as it is (its fused paths intact)
             try:
                 return replies_of(self.inner.run(procedure, ids, payload, round))

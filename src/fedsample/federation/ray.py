@@ -35,6 +35,7 @@ import ray
 import torch
 from torch import nn
 
+from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation, FederationFactory
@@ -72,12 +73,12 @@ class ClientShard:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
-        """The engine's answer for ``ids``; for ``train``, a summary (:func:`summarize_reports`) while the
-        reports stay here under ``token``."""
+        """The engine's answer for ``ids``; for ``train`` and ``send_held`` (the procedures whose replies carry
+        updates), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
         if isinstance(ids, range):
             ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
         reports = self.sim.run(procedure, ids, payload, round)
-        if procedure != "train":
+        if procedure not in UPDATE_PROCEDURES:
             return reports
         self._held = (token, reports)
         return summarize_reports(reports)
@@ -108,12 +109,12 @@ class ClientShard:
 
 def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
     """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN) per received report; replies that carry no
-    update (empty: no step taken) are not summarized and cost nothing."""
+    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN) per received
+    report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
     got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples)) for r in got]
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4)
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None))) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5)
 
 
 def _or_nan(value: float | None) -> float:
@@ -127,9 +128,9 @@ class RemoteReport(TrainReport):
     """A client's train report whose update stays on its actor until read."""
 
     def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
-                 samples: int | None = None) -> None:
+                 samples: int | None = None, utility: float | None = None) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
+        self.steps, self.loss, self.norm_steps, self.samples, self.utility = steps, loss, norm_steps, samples, utility
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -154,9 +155,9 @@ class ShardedReports(Replies):
         self._local = np.zeros(size, dtype=np.int64)
         for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, drawn) in zip(positions[got].tolist(), table.tolist()):
+            for j, (steps, loss, norm, drawn, utility) in zip(positions[got].tolist(), table.tolist()):
                 self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                       None if np.isnan(drawn) else int(drawn))
+                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility)
         self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:
@@ -232,7 +233,7 @@ class RayFederation(Federation):
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if procedure == "train":
+        if procedure in UPDATE_PROCEDURES:
             nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return _in_cohort_order(answers, parts, len(ids))

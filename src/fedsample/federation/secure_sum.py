@@ -2,7 +2,7 @@
 
 :class:`SecureSum` wraps any federation and simulates secure aggregation (Bonawitz et al. 2017; Flower's
 SecAgg+ in a deployment) in-process: the clients' ``train`` replies stay inside the wrapper (the clients'
-side of the door), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
+side of the door; and the ``send_held`` replies of a sampler that chooses among trained clients), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
 weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
 server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
 loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedsample import validate
+from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
 from fedsample.rounds import Failed, Replies, ReplyList, replies_of
@@ -55,7 +56,7 @@ class SecureSum(Federation):
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
-        if procedure != "train":
+        if procedure not in UPDATE_PROCEDURES:
             return replies
         first = payloads_for(payload, len(client_ids)).at(0) if len(client_ids) else None
         replies = client_side_check(replies, client_ids, first)
@@ -63,7 +64,7 @@ class SecureSum(Federation):
         self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
-        self._counted[self._calls] = first is not None and bool(getattr(first.plan, "report_count", False))
+        self._counted[self._calls] = first is not None and bool(getattr(getattr(first, "plan", None), "report_count", False))
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
@@ -98,7 +99,8 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     side)."""
     if payload is None:
         return replies
-    return validate.screen_updates(replies, np.asarray(client_ids), payload.params)
+    params = payload.params if hasattr(payload, "params") else validate.like_shapes(payload.shapes)  # a HeldRequest: shapes only
+    return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
 def summed_samples(replies: ReplyList) -> int | None:

@@ -70,8 +70,10 @@ class Simulator(Federation):
         return contextlib.nullcontext()
 
     def client_states(self) -> dict[int, dict]:
-        """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy)."""
-        return {k: copy.deepcopy(s) for k, s in self._states.items() if s}
+        """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy). An update
+        kept for a round's second phase (:data:`fedsample.client.HELD`) is not state across rounds and is left out."""
+        kept = {k: {key: v for key, v in s.items() if key != procedures.HELD} for k, s in self._states.items()}
+        return {k: copy.deepcopy(s) for k, s in kept.items() if s}
 
     def load_client_states(self, states: dict[int, dict]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
@@ -85,8 +87,8 @@ class Simulator(Federation):
         sent = payloads_for(payload, len(client_ids))
         reports = []
         for position, k in enumerate(np.asarray(client_ids)):
-            rng = client_rng(self.seed, round, int(k), procedure)
-            with self._torch_random(round, int(k), procedure):
+            rng = client_rng(self.seed, round, int(k), procedures.stream_of(procedure))
+            with self._torch_random(round, int(k), procedures.stream_of(procedure)):
                 reports.append(fn(self.context(int(k)), sent.at(position), rng))
         return Replies(reports, failed={})
 

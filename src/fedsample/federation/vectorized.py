@@ -47,8 +47,9 @@ from torch import nn
 
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import PerClient, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
-from fedsample.client import empty_report
+from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample import client as procedures
+from fedsample.client import empty_report, statistical_utilities
 from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
@@ -93,9 +94,25 @@ class VectorizedSimulator(Simulator):
         sent = payloads_for(payload, len(ids))
         if procedure == "report_size" and sent.shared is not None:
             return self.report_sizes(ids, sent.shared, round)
+        if procedure == "probe" and sent.shared is not None and sent.shared.statistics in ("loss", "labels"):
+            return self.probe_cohort(ids, sent.shared, round)
         if procedure == "train":
             return self.train(ids, sent, round)
+        if procedure == "train_held":
+            return self.hold(ids, self.train(ids, sent, round), round)
         return super().run(procedure, ids, payload, round)
+
+    def hold(self, ids: np.ndarray, reports: ReplyList, round: int) -> Replies:
+        """The cohort's batched training reports kept on the clients' side (each client's ``ctx.state``, as the
+        loop's :func:`~fedsample.client.train_held` keeps them), answered by their norms."""
+        held = []
+        for position, k in enumerate(ids.tolist()):
+            report = reports[position]
+            kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
+                update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
+                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None))
+            held.append(procedures.hold(self.context(k), kept, round))
+        return Replies(held, failed={})
 
     def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> NumberReplies:
         """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array)."""
@@ -105,6 +122,61 @@ class VectorizedSimulator(Simulator):
         cell_round, purpose = report_cell(query, round)
         streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
         return NumberReplies(randomized_response(sizes, *query.randomization, streams))
+
+    def probe_cohort(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:
+        """Loss or label probes of a cohort in one pass (:func:`~fedsample.client.probe`'s answers): the label
+        histograms by one count over the cohort's rows; the losses by one forward over the rows each client reads
+        (all of its data, or the minibatch its own probe stream draws: :meth:`probe_draw`), averaged per client."""
+        sizes = self.sizes[ids]
+        if request.statistics == "labels":
+            member = np.repeat(np.arange(len(ids)), sizes)
+            rows = self.data.offsets[ids][member] + (np.arange(len(member)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+            y = self.y[torch.as_tensor(rows, device=self.device)].cpu().numpy()
+            counts = np.bincount(member * self.num_classes + y, minlength=len(ids) * self.num_classes).reshape(len(ids), -1)
+            return Replies([ProbeReport(loss=None, grad_norm=None, label_counts=counts[c]) for c in range(len(ids))], failed={})
+        member, position = self.probe_draw(ids, request.minibatch, round)
+        losses = self.sample_losses(request.params, self.data.offsets[ids][member] + position)
+        means = np.bincount(member, weights=losses, minlength=len(ids)) / np.bincount(member, minlength=len(ids))
+        return Replies([ProbeReport(loss=float(v), grad_norm=None) for v in means.tolist()], failed={})
+
+    def probe_draw(self, ids: np.ndarray, minibatch: int | None, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """(member, position) of every row the cohort's probes read, by member then position: all of a client's
+        data, or with ``minibatch=b`` the first b of the permutation its (seed, round, client, "probe") stream gives
+        (:func:`fedsample.client.probe_rows`: the argsort of its first n uniforms), for clients holding more than b."""
+        sizes = self.sizes[ids]
+        member = np.repeat(np.arange(len(ids)), sizes)
+        position = np.arange(len(member)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        if minibatch is None or not np.any(sizes > minibatch):
+            return member, position
+        big = sizes > minibatch
+        u = CohortRandom(self.seed, round, ids[big], "probe", self._draw_device).ragged(sizes[big])
+        keep = ~big[member]  # small clients keep every row
+        order = np.flatnonzero(big[member])[np.lexsort((u, member[big[member]]))]  # by member, then by uniform
+        firsts = np.cumsum(sizes[big]) - sizes[big]
+        rank = np.arange(len(order)) - np.repeat(firsts, sizes[big])
+        keep[order[rank < minibatch]] = True
+        return member[keep], position[keep]
+
+    def sample_losses(self, params: Params, rows: np.ndarray) -> np.ndarray:
+        """The loss of each of the training ``rows`` at ``params`` (dropout off), one forward in chunks that fit
+        ``memory_budget`` (float64)."""
+        if self._activation_bytes is None:
+            self._activation_bytes = _activation_bytes_per_sample(self.module, self.x[:1], params) + random_layers.mask_bytes_per_sample(self.random)
+        chunk = max(1, self.chunk_budget() // max(self._activation_bytes, 1))
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(rows), chunk):
+                r = torch.as_tensor(rows[start : start + chunk], device=self.device)
+                out.append(per_sample_losses(self.train_module, params, self.x[r], self.y[r], self.task).double().cpu().numpy())
+        return np.concatenate(out + [np.zeros(0)])
+
+    def add_utilities(self, reports: Replies, ids: np.ndarray, drawn: DrawnCohort, params: Params) -> None:
+        """Oort's statistical utility of each member that took a step (:func:`fedsample.client.statistical_utilities`
+        over its drawn rows at the received ``params``), added to its report as the client adds it."""
+        losses = self.sample_losses(params, self.data.offsets[ids[drawn.member]] + drawn.position)
+        utility = statistical_utilities(losses, drawn.member, len(ids))
+        for c in reports.received_positions().tolist():
+            reports[c].utility = float(utility[c])
 
     def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> ReplyList:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
@@ -179,7 +251,10 @@ class VectorizedSimulator(Simulator):
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
         if schedule.single_step:
-            return self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
+            reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
+            if payload.utility:
+                self.add_utilities(reports, ids, drawn, payload.params)
+            return reports
         active = np.flatnonzero(steps)
         bounds = schedule.batch_starts()
         per_client = self._client_bytes(payload.params, int(np.diff(bounds).max()), rule.momentum > 0)
@@ -195,6 +270,8 @@ class VectorizedSimulator(Simulator):
                     update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss,
                     norm_steps=None if norm is None else float(norm[c]), samples=None if counted is None else int(counted[c]),
                 )
+        if payload.utility:
+            self.add_utilities(reports, ids, drawn, payload.params)
         return reports
 
     def _union_step(

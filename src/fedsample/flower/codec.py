@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import ProbeReport, TrainReport
+from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
 __all__ = ["MalformedReply", "decode_report", "decode_request", "encode_report", "encode_request"]
@@ -81,17 +82,22 @@ def params_of(record: ArrayRecord) -> Params:
 
 
 def encode_report(procedure: str, report: Any) -> RecordDict:
-    """A report as typed records: an integer size, a probe's statistics, or a training update."""
+    """A report as typed records: an integer size, a probe's statistics, an update's norm (``train_held``) or a
+    training update (``train``, ``send_held``)."""
     if procedure == "report_size":
         return RecordDict({REPORT: ConfigRecord({"size": int(report)})})
     if report is None:  # a client that drew no sample sends nothing
         return RecordDict({REPORT: ConfigRecord({"empty": True})})
     if procedure == "probe":
         return _encode_probe(report)
-    if procedure == "train":
+    if procedure == "train_held":
+        return RecordDict({REPORT: MetricRecord({"norm": float(report.norm)})})
+    if procedure in ("train", "send_held"):
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
+        if getattr(report, "utility", None) is not None:  # only when the payload asks (Oort's statistical utility)
+            metrics["utility"] = float(report.utility)
         if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
@@ -99,9 +105,10 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
 
 
 def _encode_probe(report: ProbeReport) -> RecordDict:
-    metrics: dict[str, Any] = {"loss": float(report.loss), "grad_norm": float(report.grad_norm)}
+    metrics: dict[str, Any] = {k: float(v) for k, v in (("loss", report.loss), ("grad_norm", report.grad_norm)) if v is not None}
     metrics.update({f"extra.{k}": float(v) for k, v in report.extra.items()})
-    arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed)) if v is not None}
+    arrays = {k: v for k, v in (("gradient", report.gradient), ("compressed", report.compressed), ("label_counts", report.label_counts))
+              if v is not None}
     records: dict[str, Any] = {REPORT: MetricRecord(metrics)}
     if arrays:
         records[ARRAYS] = ArrayRecord({k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()})
@@ -119,9 +126,16 @@ def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
     if isinstance(record, ConfigRecord) and record.get("empty") is True:
         return None
     if procedure == "probe":
-        return _probe(record, content)
+        return _probe(record, content, payload)
     if procedure == "train":
         return _train(record, content, payload.params)
+    if procedure == "train_held":
+        norm = _finite("norm", float(_field(record, "norm", (int, float))))
+        if norm < 0:
+            raise MalformedReply(f"negative update norm {norm}")
+        return HeldReport(norm)
+    if procedure == "send_held":  # the update kept from train_held: checked against the shapes the request names
+        return _train(record, content, like_shapes(payload.shapes))
     raise MalformedReply(f"unknown procedure {procedure!r}")
 
 
@@ -145,12 +159,19 @@ def _size(record: Any) -> int:
     return size
 
 
-def _probe(record: Any, content: RecordDict) -> ProbeReport:
-    loss = _finite("loss", float(_field(record, "loss", (int, float))))
-    grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float))))
+def _probe(record: Any, content: RecordDict, request: Any) -> ProbeReport:
+    """A probe reply with the statistics ``request`` asked for (``statistics``: the loss and gradient norm, the loss,
+    or the label histogram only)."""
+    asked = getattr(request, "statistics", "gradient")
+    loss = None if asked == "labels" else _finite("loss", float(_field(record, "loss", (int, float))))
+    grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float)))) if asked == "gradient" else None
     extra = {k.removeprefix("extra."): _finite(k, float(v)) for k, v in record.items() if k.startswith("extra.")}
     arrays = {k: _finite_array(k, a.numpy()) for k, a in content.array_records.get(ARRAYS, {}).items()}
-    return ProbeReport(loss, grad_norm, gradient=arrays.get("gradient"), extra=extra, compressed=arrays.get("compressed"))
+    labels = arrays.get("label_counts")
+    if asked == "labels" and (labels is None or labels.ndim != 1 or np.any(labels < 0)):
+        raise MalformedReply("no label histogram (a 1-D array of non-negative counts)")
+    return ProbeReport(loss, grad_norm, gradient=arrays.get("gradient"), extra=extra, compressed=arrays.get("compressed"),
+                       label_counts=labels)
 
 
 def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
@@ -166,7 +187,10 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
     samples = record.get("samples")
     if samples is not None and (_field(record, "samples", int) < 0):
         raise MalformedReply(f"negative drawn-sample count {samples}")
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples)
+    utility = record.get("utility")
+    if utility is not None:
+        utility = _finite("utility", float(_field(record, "utility", (int, float))))
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, utility=utility)
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

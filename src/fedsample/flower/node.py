@@ -103,7 +103,7 @@ def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Me
             return Message(Error(BAD_REQUEST, f"this node serves client {client_id(context.node_config)}, not {request.client}"), reply_to=message)
         state = load_state(context)
         ctx = client_context(config, context.node_config, state)
-        rng = client_rng(request.seed, request.round, request.client, request.procedure)
+        rng = client_rng(request.seed, request.round, request.client, procedures.stream_of(request.procedure))
         report = procedures.PROCEDURES[request.procedure](ctx, request.payload, rng)
         save_state(context, ctx.state)
         return Message(encode_report(request.procedure, report), reply_to=message)

@@ -61,8 +61,9 @@ def run_server(grid: Grid, config: AppConfig) -> FlowerRun:
 
 
 def round_outcome(federation: FlowerFederation, round: int) -> dict[str, Any]:
-    """Who was asked to train in ``round`` and which clients failed (phase, reason)."""
-    trained = [ids for procedure, ids in federation.asked.get(round, []) if procedure == "train"]
+    """Who was asked to train in ``round`` (``train``, or ``train_held`` where every client trains before the server
+    chooses whose update it receives) and which clients failed (phase, reason)."""
+    trained = [ids for procedure, ids in federation.asked.get(round, []) if procedure in ("train", "train_held")]
     failed = [dataclasses.asdict(f) for f in federation.failures.get(round, [])]
     return {"train_clients": trained[-1] if trained else [], "failed": failed}
 

@@ -40,14 +40,17 @@ Sensitivities (noise multiplier z of the noise's standard deviation over the sen
 
 The size reports are each client's randomized response (``RandomizedResponseDpEvent(1 - alpha, M - 1)``),
 once per run when permanent; exact sizes, probes and noiseless updates are unprotected releases (probes also
-raise :class:`PrivacyWarning`, once per kind).
+raise :class:`PrivacyWarning`, once per kind). A sampler that chooses among trained clients (optimal client
+sampling) sends every client's update norm (``train_held``: unprotected and warned about, or with noise the
+noised update's release) and then the chosen updates (``send_held``: unprotected, or with noise the same release,
+counted once).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -168,13 +171,18 @@ def releases(
         return [size_report_release(payload, round, call)]
     if procedure == "probe":
         return [probe_release(payload, round, call)]
-    if procedure == "train":
+    if procedure in ("train", "train_held"):
         sent = payloads_for(payload, len(ids))
         first = sent.shared if sent.shared is not None else sent.at(0)
         plans = [p.plan for p in sent] if isinstance(sent, PerClient) else [sent.shared.plan]
         asked = len(ids)
         answered = asked if replies is None else sum(1 for r in replies if not is_failed(r))
-        return [train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)]
+        release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
+        if getattr(first, "utility", False):  # Oort's statistical utility rides along, in the clear
+            release = replace(release, what=release.what + ", statistical utilities")
+        return [release if procedure == "train" else held_release(release, round)]
+    if procedure == "send_held":
+        return [sent_held_release(getattr(strategy, "noise", None), bool(getattr(strategy, "secure_sum", False)), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 
 
@@ -189,7 +197,12 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
 
 def probe_release(request: Any, round: int, call: tuple) -> Release:
     """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
-    fields = ["loss", "gradient norm"]
+    statistics = getattr(request, "statistics", "gradient")
+    if statistics == "labels":
+        return Release(round, "probe: label histogram", None, None, None, reason="probe statistics carry no noise", call=call)
+    fields = ["loss"] if statistics == "loss" else ["loss", "gradient norm"]
+    if getattr(request, "minibatch", None) is not None:
+        fields[0] = f"loss on a minibatch of {request.minibatch}"
     if getattr(request, "gradient", False):
         fields.append("full gradient")
     if getattr(request, "compression", None) is not None:
@@ -202,12 +215,43 @@ def probe_release(request: Any, round: int, call: tuple) -> Release:
     return Release(round, what, None, None, None, reason="probe statistics carry no noise", call=call)
 
 
+def held_once(round: int) -> str:
+    """The key that makes a round's held updates one release: the norms every client sends (``train_held``) and the
+    updates the chosen ones send afterwards (``send_held``) are the same noised updates."""
+    return f"round {round}: each client's noised update, held"
+
+
+def held_release(trained: Release, round: int) -> Release:
+    """``train_held``: every client trains and sends its update's norm. Without noise the norms are an unprotected
+    release (:func:`warn_unprotected` warns); with noise the norm is a function of the noised update, so the release
+    is the noised update's, counted once for the round (the chosen clients' updates sent afterwards are the same
+    release: :func:`sent_held_release`)."""
+    if not trained.protected:
+        return replace(trained, what="update norms (every client that trained, before the server chooses)",
+                       reason="update norms carry no noise")
+    return replace(trained, what="every client's noised update (its norm now; the update itself if chosen)", once=held_once(round))
+
+
+def sent_held_release(noise: Any, secure: bool, round: int, call: tuple) -> Release:
+    """``send_held``: the chosen clients' kept updates, or their secure sum (no noise: unprotected; noised: the
+    round's :func:`held_release`, not counted again)."""
+    if noise is None:
+        what = ("update sum of the clients chosen by their norms, summed loss and step count" if secure
+                else "per-client updates chosen by their norms, losses and step counts")
+        return Release(round, what, None, None, None, reason="no noise on the update", call=call)
+    return Release(round, "the chosen clients' noised updates (the round's held release)", None, None, None,
+                   reason="post-processing of the held release", once=held_once(round), call=call)
+
+
 def warn_unprotected(recorded: Sequence[Release]) -> None:
-    """A :class:`PrivacyWarning` for each newly recorded probe release (sampler reports without noise)."""
+    """A :class:`PrivacyWarning` for each newly recorded probe or update-norm release (sampler reports without noise)."""
     for r in recorded:
         if not r.protected and r.what.startswith("probe: "):
             warnings.warn(f"privacy: every probed client sends its {r.what[len('probe: '):]} without noise "
                           "(recorded in the ledger as an unprotected release)", PrivacyWarning, stacklevel=3)
+        elif not r.protected and r.what.startswith("update norms"):
+            warnings.warn("privacy: every client that trained sends its update's norm without noise (recorded in the "
+                          "ledger as an unprotected release)", PrivacyWarning, stacklevel=3)
 
 
 def train_release(

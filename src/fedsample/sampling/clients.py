@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.parts import Limit, SizeNeed
+from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 from fedsample.sampling.clamp import clamped
@@ -36,6 +36,8 @@ class AllClients:
     """Every available client takes part (pi_k = 1), as in FedSampling (Algorithm 1)."""
 
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+    server_learns: ClassVar[tuple[Learns, ...]] = ()
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
@@ -57,6 +59,8 @@ class UniformClients:
     m: int | None = None
     samples_per_round: int | None = None
 
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "UniformClients"))
 
@@ -68,6 +72,11 @@ class UniformClients:
     def limits(self) -> tuple[Limit, ...]:
         """m at most the clients, or K at most the samples."""
         return _limits(self.m, self.samples_per_round)
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """Every client's size with ``samples_per_round`` (m follows from them), else nothing."""
+        return (Learns.SIZES,) if self.samples_per_round is not None else ()
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m (at most N), or with ``samples_per_round`` E[m] = K / mean(n_k) from ``sizes`` (at most N)."""
@@ -101,6 +110,9 @@ class SizeProportional:
     m: int | None = None
     samples_per_round: int | None = None
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+    server_learns: ClassVar[tuple[Learns, ...]] = (Learns.SIZES,)
+    draws_carry_sizes: ClassVar[bool] = True  # E[draws of k] = m n_k / n: the uniform mean over draws targets FedAvg's objective
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "SizeProportional"))
@@ -144,6 +156,8 @@ class PoissonClients:
     q: float | None = None
     samples_per_round: int | None = None
 
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "q", cohort_size.one_of("q", self.q, self.samples_per_round, 0.1, "PoissonClients"))
 
@@ -155,6 +169,11 @@ class PoissonClients:
     def limits(self) -> tuple[Limit, ...]:
         """K at most the samples (so that q = K / n <= 1)."""
         return _limits(None, self.samples_per_round)
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """Every client's size with ``samples_per_round`` (q follows from them), else nothing."""
+        return (Learns.SIZES,) if self.samples_per_round is not None else ()
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """q N, or with ``samples_per_round`` min(1, K / sum n_k) N from ``sizes``."""

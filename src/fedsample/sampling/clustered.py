@@ -30,12 +30,20 @@ All randomness comes from the ``numpy.random.Generator`` passed in.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
+import torch
 
+from fedsample import checks
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
 from fedsample.sampling import design
 from fedsample.sampling.design import Sample
+
+if TYPE_CHECKING:
+    from fedsample.rounds import ReplyList, RoundContext
 
 __all__ = [
     "PROBABILITY_KIND",
@@ -51,6 +59,8 @@ __all__ = [
     "draw_from_distributions",
     "inclusion_from_distributions",
     "aggregation_weight_variance",
+    "ClusteredClients",
+    "similarity_labels",
 ]
 
 Similarity = Literal["L2", "L1", "arccos"]
@@ -318,3 +328,117 @@ def aggregation_weight_variance(r: np.ndarray) -> np.ndarray:
     is never larger, the expectation p_i being the same."""
     r = _check_distributions(r, "aggregation_weight_variance")
     return (r * (1.0 - r)).sum(axis=0) / r.shape[0] ** 2
+
+
+# --- the client sampler ------------------------------------------------------------------------------------------
+
+Algorithm = Literal["size", "similarity"]
+STATE_KEY = "clustered"
+
+
+def similarity_labels(updates: np.ndarray, seen: np.ndarray, p: np.ndarray, m: int, similarity: Similarity = "arccos",
+                      linkage_input: LinkageInput = "embedded") -> np.ndarray:
+    """Algorithm 2's clusters when only some clients have a representative update (``seen``): Ward's linkage of the
+    seen clients' updates (:func:`similarity_linkage`) cut at mass 1/m (:func:`mass_clusters`), and every client
+    without one a cluster of its own (of mass p_i). Before any client has taken part every client is its own
+    cluster; :func:`cluster_distributions` then seeds the m rows with the m largest clients and pours the others."""
+    N = len(p)
+    labels = np.arange(N, dtype=np.int64)
+    members = np.flatnonzero(seen)
+    if len(members) < 2:
+        return labels
+    clustered = mass_clusters(similarity_linkage(updates[members], similarity, linkage_input), p[members], m)
+    labels[members] = clustered
+    alone = np.flatnonzero(~seen)
+    labels[alone] = clustered.max() + 1 + np.arange(len(alone))
+    return labels
+
+
+def _flat(update: dict) -> np.ndarray:
+    """An update as one float32 vector (the parameters in their order)."""
+    return torch.cat([v.detach().reshape(-1).float().cpu() for v in update.values()]).numpy()
+
+
+@dataclass(frozen=True)
+@checks.constrained(m=checks.Param(checks.COUNT, label="m (draws per round)"))
+class ClusteredClients:
+    """Clustered sampling (Fraboni, Vidal, Kameni & Lorenzi, ICML 2021): m distributions r_k over the clients whose
+    columns sum to m p_i (p_i = n_i / n, every client's exact size), one independent draw from each; a client drawn
+    twice counts twice. ``algorithm="size"`` is Algorithm 1 (:func:`size_distributions`), ``"similarity"`` Algorithm 2
+    (:func:`similarity_labels` and :func:`cluster_distributions`). Exact: pi_i = 1 - prod_k (1 - r_{k,i}), and the
+    cohort carries the multiplicities and E[draws] = m p_i, so the paper's aggregation omega_i = draws / m is
+    ``WeightedMean("uniform")`` (which ``fedavg(clients=ClusteredClients(...))`` picks: ``draws_carry_sizes``) and
+    ``WeightedMean("size_inverse_inclusion")`` the same weights p_i m_i / (m p_i).
+
+    Algorithm 2's input: each client's latest local update Delta_i = w_global - w_i as the server received it (the
+    whole parameter vector), kept in the server-held ``ctx.state`` from the cohort's valid replies (:meth:`observe`:
+    so a secure sum is refused) and saved with checkpoints; ``similarity`` ("arccos", "L2" or "L1") and
+    ``linkage_input`` say how Ward's linkage receives them (:func:`similarity_linkage`). A client that has not yet
+    taken part (or whose kept update is zero, which has no angle) is a cluster of its own.
+    """
+
+    m: int = 10
+    algorithm: Algorithm = "size"
+    similarity: Similarity = "arccos"
+    linkage_input: LinkageInput = "embedded"
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+    draws_carry_sizes: ClassVar[bool] = True
+
+    @property
+    def reads_replies(self) -> tuple[str, ...]:
+        """Algorithm 2 keeps each participant's update."""
+        return ("update",) if self.algorithm == "similarity" else ()
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        return (Learns.SIZES, Learns.GRADIENTS) if self.algorithm == "similarity" else (Learns.SIZES,)
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """sum_i pi_i of Algorithm 1 (for Algorithm 2 the same figure, approximately: its rows depend on the updates)."""
+        from fedsample.sampling import cohort_size
+
+        return float(inclusion_from_distributions(size_distributions(cohort_size.sizes_given(sizes, self), self.m)).sum())
+
+    def shares(self, ctx: "RoundContext") -> np.ndarray:
+        """p_i = n_i / n over every client (0 for a client whose size report failed)."""
+        sizes = ctx.require_sizes(exact=True)
+        n = np.zeros(ctx.num_clients)
+        n[np.asarray(sizes.ids, dtype=np.int64)] = sizes.reports
+        return client_shares(n)
+
+    def distributions(self, ctx: "RoundContext", p: np.ndarray) -> np.ndarray:
+        """The m x N matrix r of this round (Algorithm 1, or Algorithm 2 from the kept updates)."""
+        if self.algorithm == "size":
+            return size_distributions(p, self.m)
+        kept = ctx.state.get(STATE_KEY)
+        if kept is None or len(kept["seen"]) != len(p):
+            labels = np.arange(len(p), dtype=np.int64)
+        else:
+            seen = kept["seen"] & (np.linalg.norm(kept["updates"], axis=1) > 0 if self.similarity == "arccos" else True)
+            labels = similarity_labels(kept["updates"], seen, p, self.m, self.similarity, self.linkage_input)
+            ctx.log["clients_with_update"] = int(np.count_nonzero(kept["seen"]))
+        ctx.log["clusters"] = int(labels.max()) + 1
+        return cluster_distributions(labels, p, self.m)
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        p = self.shares(ctx)
+        sample = draw_from_distributions(self.distributions(ctx, p), ctx.rng("clients"))
+        return Cohort.from_sample(sample, ctx.num_clients, expected_draws=self.m * p[sample.ids])
+
+    def observe(self, ctx: "RoundContext", cohort: Cohort, replies: "ReplyList") -> None:
+        """Algorithm 2: keep each participant's update (its latest representative gradient)."""
+        if self.algorithm != "similarity":
+            return
+        positions = replies.received_positions()
+        if len(positions) == 0:
+            return
+        flat = {int(cohort.ids[i]): _flat(replies[int(i)].update) for i in positions.tolist()}
+        kept = ctx.state.get(STATE_KEY)
+        dim = len(next(iter(flat.values())))
+        if kept is None or kept["updates"].shape != (ctx.num_clients, dim):
+            kept = ctx.state[STATE_KEY] = {"updates": np.zeros((ctx.num_clients, dim), dtype=np.float32),
+                                           "seen": np.zeros(ctx.num_clients, dtype=bool)}
+        for k, vector in flat.items():
+            kept["updates"][k] = vector
+            kept["seen"][k] = True

@@ -25,12 +25,21 @@ issue's; a public re-implementation we read draws the same way. We have not read
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import numpy as np
 
-from fedsample.sampling import design, optimal
+from fedsample import checks
+from fedsample.messages import ProbeRequest
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
+from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
+from fedsample.training.aggregate import OBJECTIVE
+
+if TYPE_CHECKING:
+    from fedsample.rounds import RoundContext
 
 __all__ = [
     "PROBABILITY_KIND",
@@ -45,6 +54,7 @@ __all__ = [
     "reference_sample",
     "reference_inclusion",
     "reference_bias",
+    "DeltaClients",
 ]
 
 Draw = Literal["with_replacement", "poisson", "reference"]
@@ -170,3 +180,104 @@ def reference_bias(p: np.ndarray, m: int, weights: np.ndarray, updates: np.ndarr
     pi = reference_inclusion(q, m)
     factor = np.divide(pi, m * q, out=np.ones_like(pi), where=q > 0) - 1.0
     return (factor * w) @ U
+
+
+# --- the client sampler ------------------------------------------------------------------------------------------
+
+STATE_KEY = "delta"
+
+
+@dataclass(frozen=True)
+@checks.constrained(
+    m=checks.Param(checks.COUNT, label="m (draws per round)"), alpha1=checks.NON_NEGATIVE, alpha2=checks.NON_NEGATIVE,
+)
+class DeltaClients:
+    """DELTA's client sampler (Wang et al., NeurIPS 2023). Every round each client is probed at the global model
+    (``ProbeRequest(gradient=True, per_sample=True)``: its full-data gradient grad F_k and its per-sample gradient
+    variance sigma_k^2, :func:`fedsample.client.probe`); the server forms zeta_k = ||grad F_k - sum_j w_j grad F_j||
+    (:func:`gradient_diversity`) and p_k proportional to sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2), with w_k = n_k/n
+    (``objective="size"``) or 1/N. The draw (``draw``):
+
+    - ``"with_replacement"``: m draws with probabilities p (exact pi_k = 1 - (1 - p_k)^m; the cohort carries the
+      multiplicities and E[draws] = m p_k, so the Horvitz-Thompson aggregators weigh m_k w_k / (m p_k), the paper's);
+    - ``"poisson"``: client k independently with pi_k proportional to its score, capped at 1, sum pi = m (exact);
+    - ``"reference"``: the reference implementation's draw, m distinct clients successively proportional to p
+      (:func:`reference_sample`), weighted as if drawn with replacement, w_k / (m p_k) (the cohort's
+      ``expected_draws`` m p_k, which are not its true pi_k): its probabilities are estimated
+      (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is biased, which ``fedsample.diagnose``
+      shows. The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
+
+    sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
+    alpha1 = alpha2 = 1 by default (the bound's constants are hyperparameters of the practical algorithm)."""
+
+    m: int = 10
+    draw: Draw = "with_replacement"
+    alpha1: float = 1.0
+    alpha2: float = 1.0
+    objective: optimal.Objective = "size"
+
+    @property
+    def inclusion_kind(self) -> InclusionKind:
+        return InclusionKind.ESTIMATED if self.draw == "reference" else InclusionKind.EXACT
+
+    @property
+    def assumed_weights(self) -> bool:
+        """The reference draw's cohorts carry the weights it assumes (m p_k), which an aggregator may divide by."""
+        return self.draw == "reference"
+
+    @property
+    def needs_sizes(self) -> SizeNeed:
+        """Every client's exact size for ``objective="size"`` (the mean gradient of zeta_k, and w_k)."""
+        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.GRADIENTS, Learns.LOCAL_VARIANCES)
+        return probed + ((Learns.SIZES,) if self.objective == "size" else ())
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """The w_k of its target, which the Horvitz-Thompson aggregator must share."""
+        return {OBJECTIVE: self.objective}
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """At most m distinct clients (m draws; sum pi = m for Poisson)."""
+        return float(min(self.m, num_clients))
+
+    def probabilities(self, ctx: "RoundContext") -> np.ndarray:
+        """p_k from every client's probe at the global model (kept in ``ctx.state`` for :meth:`estimate_inclusion`)."""
+        N = ctx.num_clients
+        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True)
+        reports = adaptive.probe(ctx, np.arange(N), request)  # the round record states them (sampler_probes, bytes)
+        gradients = np.stack([np.asarray(r.gradient, dtype=np.float64) for r in reports])
+        variance = np.array([r.extra["sigma2"] for r in reports], dtype=np.float64)
+        w = optimal.objective_weights(ctx, self.objective)
+        scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
+        ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores}
+        return delta_probabilities(scores)
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        N = ctx.num_clients
+        p = self.probabilities(ctx)
+        rng = ctx.rng("clients")
+        if self.draw == "poisson":
+            return Cohort.from_sample(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), N)
+        if self.draw == "with_replacement":
+            sample = with_replacement_sample(p, self.m, rng)
+        else:
+            sample = reference_sample(p, min(self.m, int(np.count_nonzero(p))), rng)
+        return Cohort.from_sample(sample, N, expected_draws=self.m * p[sample.ids])
+
+    def estimate_inclusion(self, ctx: "RoundContext", draws: int) -> np.ndarray:
+        """Every client's inclusion frequency over ``draws`` replays of the round's draw from the probabilities its
+        ``select`` kept in ``ctx.state``, with the round's replay stream (standard error sqrt(pi(1 - pi)/draws)); the
+        exact draws replay too (their closed form is the cohort's ``inclusion``)."""
+        scores = ctx.state[STATE_KEY]["scores"]
+        p = delta_probabilities(scores)
+        m = min(self.m, int(np.count_nonzero(p)))
+        draw = {
+            "with_replacement": lambda g: with_replacement_sample(p, self.m, g),
+            "poisson": lambda g: poisson_sample(scores, min(self.m, len(p)), g),
+            "reference": lambda g: reference_sample(p, m, g),
+        }[self.draw]
+        return design.replay_inclusion(draw, len(p), draws, ctx.rng("replay"))

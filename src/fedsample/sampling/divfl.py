@@ -18,14 +18,23 @@ nearest selected client is j (:func:`represented_by`).
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from fedsample.sampling import design
+from fedsample import checks
+from fedsample.messages import ProbeRequest
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
+from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
 
+if TYPE_CHECKING:
+    from fedsample.rounds import RoundContext
+
 __all__ = [
+    "DivFLClients",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "dissimilarity",
@@ -42,19 +51,21 @@ PROBABILITY_KIND = {"divfl": "degenerate"}
 SERVER_LEARNS = {"divfl": ("gradients",)}
 
 
-def dissimilarity(gradients: np.ndarray, metric: Metric = "l2") -> np.ndarray:
+def dissimilarity(gradients: np.ndarray, metric: Metric = "l2", rows: np.ndarray | None = None) -> np.ndarray:
     """The N x N matrix of ``l2`` distances ||g_i - g_j|| (the paper's) or ``cosine`` dissimilarities
-    1 - cos(g_i, g_j) between the clients' gradients (one row per client)."""
+    1 - cos(g_i, g_j) between the clients' gradients (one row per client); with ``rows``, only those rows of it
+    (the clients whose gradients changed)."""
     from scipy.spatial.distance import cdist
 
     where = "dissimilarity"
     G = design.finite_matrix(gradients, "gradients", where)
+    A = G if rows is None else G[np.asarray(rows, dtype=np.int64)]
     if metric == "l2":
-        return cdist(G, G, "euclidean")
+        return cdist(A, G, "euclidean")
     if metric == "cosine":
         if np.any(np.linalg.norm(G, axis=1) == 0):
             raise ValueError(f"{where}: a zero gradient has no cosine dissimilarity")
-        return np.clip(cdist(G, G, "cosine"), 0.0, 2.0)
+        return np.clip(cdist(A, G, "cosine"), 0.0, 2.0)
     raise ValueError(f"{where}: metric must be 'l2' or 'cosine', got {metric!r}")
 
 
@@ -95,3 +106,54 @@ def divfl_select(gradients: np.ndarray, m: int, metric: Metric = "l2") -> Sample
     (``inclusion`` 1 for the chosen, 0 for the others)."""
     ids = facility_location_greedy(dissimilarity(gradients, metric), m)
     return Sample(ids, np.ones(ids.size), np.ones(ids.size, dtype=np.int64))
+
+
+# --- the client sampler ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+@checks.constrained(m=checks.COUNT)
+class DivFLClients:
+    """DivFL (Balakrishnan et al., ICLR 2022) as a client sampler: the m clients chosen by greedy facility location
+    (:func:`facility_location_greedy`) on the dissimilarities (``metric``) of the clients' latest gradients.
+
+    The gradients: every client's full-data gradient at the global model, probed from all N clients the first round
+    the sampler runs; afterwards each round's chosen clients send their gradient at the global model they receive
+    (a gradient probe of the m chosen, as the authors' code has each chosen client compute its gradient at the
+    received model and send it with its update), and the others keep their stale ones. The server holds the N
+    gradients and their dissimilarity matrix (rows of the refreshed clients recomputed), in the strategy state.
+
+    The choice is deterministic given the gradients: pi in {0, 1}, no unbiased estimator exists (round record:
+    ``inclusion: degenerate``), and aggregators that divide by pi are refused. The server learns every client's
+    gradient (the full parameter vector: 4 bytes per parameter and client in the probe's reply)."""
+
+    m: int = 10
+    metric: Metric = "l2"
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.DEGENERATE
+    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["divfl"]))
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(min(self.m, num_clients))
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        N = ctx.num_clients
+        if self.m > N:
+            checks.fail("m", self.m, f"at most the number of clients ({N})", "DivFLClients")
+        state = adaptive.sampler_state(ctx)
+        first = "gradients" not in state
+        if first:
+            state["gradients"] = self.gradients(ctx, np.arange(N))
+            state["distances"] = dissimilarity(state["gradients"], self.metric)
+        ids = facility_location_greedy(state["distances"], self.m)
+        if not first:  # the chosen clients' gradients at this round's model
+            state["gradients"][ids] = self.gradients(ctx, ids)
+            rows = dissimilarity(state["gradients"], self.metric, rows=ids)
+            state["distances"][ids] = rows
+            state["distances"][:, ids] = rows.T
+        return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
+
+    def gradients(self, ctx: "RoundContext", ids: np.ndarray) -> np.ndarray:
+        """The full-data gradients of ``ids`` at the global model (one row each, float32 as sent)."""
+        replies = adaptive.probe(ctx, ids, ProbeRequest(params=ctx.params, gradient=True))
+        return np.stack([np.asarray(r.gradient, dtype=np.float32) for r in replies])

@@ -29,14 +29,24 @@ The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed 
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import numpy as np
 
-from fedsample.sampling import design
+from fedsample import checks
+from fedsample.messages import ProbeRequest
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
+from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
 
+if TYPE_CHECKING:
+    from fedsample.rounds import RoundContext
+
 __all__ = [
+    "FedCBSClients",
+    "FedCBSState",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "qcid",
@@ -211,3 +221,72 @@ def estimate_inclusion(
     return design.replay_inclusion(
         lambda g: fedcbs_sample(H, m, g, t=t, counts=counts, lam=lam, beta=beta), H.shape[0], draws, rng
     )
+
+
+# --- the client sampler ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FedCBSState:
+    """The inputs of one round's Fed-CBS draw, frozen: the clients' label histograms (one row each), how often each
+    was selected before, and the round t (1-based) of the exploration bonus."""
+
+    histograms: np.ndarray
+    counts: np.ndarray
+    t: int
+
+
+@dataclass(frozen=True)
+@checks.constrained(m=checks.COUNT, lam=checks.NON_NEGATIVE, beta=[checks.POSITIVE, None])
+class FedCBSClients(adaptive.Replayed):
+    """Fed-CBS (Zhang et al., ICML 2023) as a client sampler: m clients drawn one at a time, each step favouring
+    the client that lowers the pooled class imbalance QCID of the cohort (:func:`fedcbs_sample`; first step with
+    the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)); exponents beta_k = k, or ``beta`` at every step).
+
+    The label histograms come from one probe of every client (``statistics="labels"``) the first time the sampler
+    runs (they do not change), kept by the server with the participation counts T_i. **Privacy**: the paper
+    computes QCID under homomorphic encryption, so its server learns only the pairwise inner products of the
+    histograms; here each client sends its histogram in the clear, which the privacy ledger records as an
+    unprotected release with a warning (docs/privacy.md). Inclusion probabilities: estimated
+    (:meth:`estimate_inclusion`); the paper aggregates with FedAvg's size-weighted mean, biased by design."""
+
+    m: int = 10
+    lam: float = 1.0
+    beta: float | None = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
+    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["fedcbs"]))
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(min(self.m, num_clients))
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        state = self.frozen_state(ctx)
+        sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta)
+        adaptive.sampler_state(ctx)["counts"][sample.ids] += 1
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+
+    def histograms(self, ctx: "RoundContext") -> np.ndarray:
+        """Every client's label histogram: probed once (every client, the first round the sampler runs), then kept."""
+        state = adaptive.sampler_state(ctx)
+        if "histograms" not in state:
+            replies = adaptive.probe(ctx, np.arange(ctx.num_clients), ProbeRequest(params=ctx.params, statistics="labels"))
+            state["histograms"] = np.stack([np.asarray(r.label_counts, dtype=np.int64) for r in replies])
+            state["counts"] = np.zeros(ctx.num_clients, dtype=np.int64)
+        else:
+            adaptive.no_probes(ctx)
+        return state["histograms"]
+
+    def frozen_state(self, ctx: "RoundContext") -> FedCBSState:
+        """This round's inputs (the histograms, the counts T_i so far, t = round + 1), probing the histograms the first
+        time."""
+        histograms = self.histograms(ctx)
+        return FedCBSState(histograms, adaptive.sampler_state(ctx)["counts"].copy(), ctx.round + 1)
+
+    def replay(self, state: FedCBSState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+        """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`fedcbs_sample` read from the
+        run's stream of (``seed``, ``round``) (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error
+        sqrt(pi (1 - pi) / draws), sum exactly m."""
+        checks.check("draws", draws, checks.COUNT, owner="FedCBSClients.replay")
+        return estimate_inclusion(state.histograms, self.m, draws, adaptive.replay_rng(seed, round), t=state.t,
+                                  counts=state.counts, lam=self.lam, beta=self.beta)

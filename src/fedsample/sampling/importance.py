@@ -66,7 +66,7 @@ import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
-from fedsample.parts import Limit, SizeNeed
+from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
 from fedsample.sampling import design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
@@ -322,6 +322,7 @@ class ImportanceAgents:
     epochs: int | tuple[int, ...] = 1
     batch_size: int | tuple[int, ...] = 1
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
@@ -332,6 +333,12 @@ class ImportanceAgents:
     def limits(self) -> tuple[Limit, ...]:
         """L at most the agents."""
         return (Limit("clients_per_round (L)", self.L, "clients"),)
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """The probed agents' loss, gradient norm and gradient variances (sigma^2_k and Eq. 23's sum); nothing
+        with ``update="uniform"``."""
+        return () if self.update == "uniform" else (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.LOCAL_VARIANCES)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """L agents (at most N): systematic sampling draws exactly L."""
@@ -406,6 +413,11 @@ class ImportanceData:
     def shared_settings(self) -> Mapping[str, Any]:
         """Where the agent factor 1/(K p_k) goes, which the aggregator must agree with."""
         return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
+
+    @property
+    def weighs_by_inclusion(self) -> bool:
+        """``step``: the agent factor L / (K pi_k) divides by the cohort's inclusion probabilities."""
+        return self.scaling == "step"
 
     def agent_factors(self, cohort: Cohort) -> np.ndarray:
         if self.scaling == "aggregate":

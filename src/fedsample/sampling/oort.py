@@ -25,12 +25,23 @@ have no closed form: :func:`estimate_inclusion` replays the draw from frozen inp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
 import numpy as np
 
-from fedsample.sampling import design
+from fedsample import checks
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
+from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
 
+if TYPE_CHECKING:
+    from fedsample.rounds import ReplyList, RoundContext
+
 __all__ = [
+    "OortClients",
+    "OortState",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "statistical_utility",
@@ -152,3 +163,99 @@ def estimate_inclusion(
     sqrt(pi (1 - pi) / draws)); sums to exactly m."""
     N = np.asarray(explored).size
     return design.replay_inclusion(lambda g: oort_select(utility, explored, m, epsilon, g, cutoff), N, draws, rng)
+
+
+# --- the client sampler ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OortState:
+    """The inputs of one round's Oort selection, frozen: each explored client's utility with its staleness bonus,
+    which clients are explored, and the round's exploration rate epsilon."""
+
+    utility: np.ndarray
+    explored: np.ndarray
+    epsilon: float
+
+
+@dataclass(frozen=True)
+@checks.constrained(
+    m=checks.COUNT, epsilon=checks.PROBABILITY, decay=checks.PROBABILITY, floor=checks.PROBABILITY,
+    cutoff=checks.reals(0, 1, "(]"), staleness=checks.BOOLEAN,
+)
+class OortClients(adaptive.Replayed):
+    """Oort's participant selection (Lai et al., OSDI 2021), statistical utility only, as a client sampler: there is
+    no system-time model in fedsample, so Oort's preferred duration, its (T / t_i)^alpha penalty and its pacer are
+    left out, and unexplored clients are drawn uniformly (Oort prefers fast ones).
+
+    Each round :func:`oort_select`: a fraction epsilon of the m slots (``epsilon``, times ``decay`` every round, at
+    least ``floor``: :func:`exploration_rate`) goes to clients never explored, the rest to explored clients whose
+    utility is at least ``cutoff`` times the k-th best, drawn proportionally to utility. A client's utility is the
+    statistical utility |B_i| sqrt(mean_{s in B_i} loss_s^2) it reports with its training reply (the payload asks
+    for it: ``reply_utility``; the losses at the model it received, on what it drew), plus the staleness bonus
+    sqrt(0.1 log R / L_i) with ``staleness`` (:func:`staleness_bonus`). Server-held state (in checkpoints): the
+    utilities, who was explored, the round of each client's last participation.
+
+    Inclusion probabilities: estimated (:meth:`estimate_inclusion`); FedAvg's aggregation is biased by design. It
+    reads each participant's training reply, so it refuses a secure sum and noised replies."""
+
+    m: int = 10
+    epsilon: float = 0.9
+    decay: float = 0.98
+    floor: float = 0.2
+    cutoff: float = 0.95
+    staleness: bool = True
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
+    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["oort"]))
+    reads_replies: ClassVar[tuple[str, ...]] = ("utility",)
+    reply_utility: ClassVar[bool] = True
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(min(self.m, num_clients))
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        if self.m > ctx.num_clients:
+            checks.fail("m", self.m, f"at most the number of clients ({ctx.num_clients})", "OortClients")
+        adaptive.no_probes(ctx)
+        state = self.frozen_state(ctx)
+        sample = oort_select(state.utility, state.explored, self.m, state.epsilon, ctx.rng("clients"), self.cutoff)
+        ctx.log["exploration_rate"] = state.epsilon
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+
+    def held(self, ctx: "RoundContext") -> dict:
+        """The server-held state: utilities, explored mask, round (1-based) of the last participation (0: never)."""
+        state = adaptive.sampler_state(ctx)
+        if "utility" not in state:
+            N = ctx.num_clients
+            state.update(utility=np.zeros(N), explored=np.zeros(N, dtype=bool), last=np.zeros(N, dtype=np.int64))
+        return state
+
+    def frozen_state(self, ctx: "RoundContext") -> OortState:
+        """This round's inputs: the explored clients' utilities (plus the staleness bonus of round R = round + 1),
+        who is explored, and epsilon."""
+        state = self.held(ctx)
+        utility = state["utility"].copy()
+        seen = state["explored"]
+        if self.staleness and seen.any():
+            utility[seen] += staleness_bonus(state["last"][seen], ctx.round + 1)
+        return OortState(utility, seen.copy(), exploration_rate(ctx.round, self.epsilon, self.decay, self.floor))
+
+    def observe(self, ctx: "RoundContext", cohort: Cohort, replies: "ReplyList") -> None:
+        """The participants' reported utilities (0 for one that drew nothing); they are explored from now on."""
+        state = self.held(ctx)
+        got = replies.received_positions()
+        ids = cohort.ids[got]
+        values = np.array([getattr(replies[int(i)], "utility", None) for i in got], dtype=object)
+        utility = np.array([0.0 if v is None or not np.isfinite(v) else float(v) for v in values], dtype=np.float64)
+        state["utility"][ids] = utility
+        state["explored"][ids] = True
+        state["last"][ids] = ctx.round + 1
+
+    def replay(self, state: OortState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+        """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`oort_select` read from the run's
+        stream of (``seed``, ``round``) (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error
+        sqrt(pi (1 - pi) / draws), sum exactly m."""
+        checks.check("draws", draws, checks.COUNT, owner="OortClients.replay")
+        return estimate_inclusion(state.utility, state.explored, self.m, state.epsilon, draws, adaptive.replay_rng(seed, round),
+                                  self.cutoff)

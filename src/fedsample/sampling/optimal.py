@@ -25,10 +25,20 @@ check that case.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+
 import numpy as np
 
+from fedsample import checks
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
 from fedsample.sampling import design
 from fedsample.sampling.design import Sample
+from fedsample.training.aggregate import OBJECTIVE
+
+if TYPE_CHECKING:
+    from fedsample.rounds import ReplyList, RoundContext
 
 __all__ = [
     "PROBABILITY_KIND",
@@ -39,6 +49,8 @@ __all__ = [
     "optimal_sample",
     "horvitz_thompson_weights",
     "horvitz_thompson_estimate",
+    "OptimalClients",
+    "objective_weights",
 ]
 
 #: Kind of inclusion probabilities of each design of this module.
@@ -125,3 +137,94 @@ def horvitz_thompson_estimate(sample: Sample, weights: np.ndarray, updates: np.n
     if U.ndim != 2:
         raise ValueError(f"horvitz_thompson_estimate: updates must be 2-D, got shape {U.shape}")
     return horvitz_thompson_weights(sample, weights) @ U[sample.ids]
+
+
+# --- the client sampler ------------------------------------------------------------------------------------------
+
+Objective = Literal["size", "uniform"]
+Rule = Literal["exact", "aocs"]
+#: AOCS's default number of iterations (not from the paper's text, which we do not have at hand).
+DEFAULT_J_MAX = 4
+
+
+def objective_weights(ctx: "RoundContext", objective: Objective) -> np.ndarray:
+    """w_k of the target sum_k w_k U_k for every client: n_k / n from every client's exact size report (``"size"``,
+    FedAvg's objective; a client without a report gets 0) or 1/N (``"uniform"``)."""
+    N = ctx.num_clients
+    if objective == "uniform":
+        return np.full(N, 1.0 / N)
+    sizes = ctx.require_sizes(exact=True)
+    w = np.zeros(N)
+    w[np.asarray(sizes.ids, dtype=np.int64)] = sizes.reports
+    return w / w.sum() if w.sum() > 0 else np.full(N, 1.0 / N)
+
+
+@dataclass(frozen=True)
+@checks.constrained(m=checks.Param(checks.COUNT, label="m (expected uploads per round)"), j_max=checks.COUNT)
+class OptimalClients:
+    """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022) as a client sampler that chooses among trained
+    clients (:class:`fedsample.parts.TrainsFirst`). Every client trains and keeps its update U_k, sending only
+    ||U_k|| (``train_held``); the server sets p_k proportional to u_k = w_k ||U_k|| capped at 1 with sum p = m
+    (``rule="exact"``: :func:`optimal_probabilities`; ``"aocs"``: :func:`aocs_probabilities` with ``j_max``
+    iterations) and client k sends its update with probability p_k, independently (``send_held``); the aggregate
+    sum_{k in S} w_k U_k / p_k (``WeightedMean("size_inverse_inclusion")`` for ``objective="size"``, w_k = n_k/n;
+    ``WeightedMean("inverse_inclusion")`` for ``"uniform"``, w_k = 1/N) is unbiased for sum_k w_k U_k. The cohort's
+    pi_k are the p_k (exact, given the norms). A round costs every client's local training for about m uploads
+    (the round record's ``local_trainings`` and ``cohort``). AOCS's secure-aggregation protocol is not simulated:
+    the server computes its iteration from the norms (the same probabilities; the server learns the norms)."""
+
+    m: int = 10
+    rule: Rule = "exact"
+    j_max: int = DEFAULT_J_MAX
+    objective: Objective = "size"
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
+
+    @property
+    def needs_sizes(self) -> SizeNeed:
+        """Every client's exact size for ``objective="size"`` (w_k = n_k / n)."""
+        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        return (Learns.UPDATE_NORMS,) + ((Learns.SIZES,) if self.objective == "size" else ())
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """The w_k of the norms, which the Horvitz-Thompson aggregator must target."""
+        return {OBJECTIVE: self.objective}
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """m uploads (sum p = m; fewer when at most m clients have a nonzero update)."""
+        return float(min(self.m, num_clients))
+
+    def expected_trainings(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        """Every client trains."""
+        return float(num_clients)
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        """Who trains: every client (pi = 1)."""
+        N = ctx.num_clients
+        return Cohort(np.arange(N), np.ones(N), N)
+
+    def probabilities(self, norms: np.ndarray) -> np.ndarray:
+        """p_k from the weighted norms u_k = w_k ||U_k||, by ``rule``."""
+        if self.rule == "aocs":
+            return aocs_probabilities(norms, self.m, self.j_max)
+        return optimal_probabilities(norms, self.m)
+
+    def select_trained(self, ctx: "RoundContext", trained: Cohort, held: "ReplyList") -> Cohort:
+        """The clients that send: independently with p_k (Poisson sampling); a client whose training failed, or
+        whose update is zero, has p_k = 0."""
+        N = ctx.num_clients
+        norms = np.zeros(N)
+        got = np.array([i for i in range(len(held)) if i not in held.failed], dtype=np.int64)
+        if len(got):
+            norms[trained.ids[got]] = [held[int(i)].norm for i in got]
+        u = objective_weights(ctx, self.objective) * norms
+        if not np.any(u > 0):
+            ctx.log["sending_probability_sum"] = 0.0
+            return Cohort(np.zeros(0, np.int64), np.zeros(0), N)
+        p = self.probabilities(u)
+        ctx.log["sending_probability_sum"] = float(p.sum())
+        ctx.log["sending_probability_max"] = float(p.max())
+        return Cohort.from_sample(design.poisson(p, ctx.rng("clients")), N)

@@ -27,12 +27,24 @@ P(k in S) = P(k in A and fewer than m candidates in A rank above k), which have 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
 import numpy as np
 
-from fedsample.sampling import design
+from fedsample import checks
+from fedsample.messages import Params, ProbeRequest
+from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort
+from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
 
+if TYPE_CHECKING:
+    from fedsample.rounds import ReplyList, RoundContext
+
 __all__ = [
+    "PowerOfChoiceClients",
+    "PowerOfChoiceState",
     "VARIANTS",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
@@ -148,3 +160,126 @@ def record_losses(stale: np.ndarray, ids: np.ndarray, losses: np.ndarray) -> np.
         raise ValueError(f"{where}: losses contain NaN or infinite values")
     updated[ids] = values
     return updated
+
+
+# --- the client sampler ----------------------------------------------------------------------------------------
+
+Variant = Literal["pow-d", "cpow-d", "rpow-d"]
+
+
+@dataclass(frozen=True)
+class PowerOfChoiceState:
+    """The inputs of one round's power-of-choice selection, frozen: every client's data size and the loss it would
+    be ranked by (pow-d: at the global model on all of its data; cpow-d: on one minibatch draw; rpow-d: its stale
+    loss). The server never holds all of these in a run (it probes only the d candidates); a replay needs them."""
+
+    sizes: np.ndarray
+    losses: np.ndarray
+
+
+@dataclass(frozen=True)
+@checks.constrained(m=checks.COUNT, d=checks.COUNT, b=[checks.COUNT, None])
+class PowerOfChoiceClients(adaptive.Replayed):
+    """Power-of-choice client selection (Cho, Wang & Joshi, AISTATS 2022) as a client sampler: each round d
+    candidates drawn without replacement proportionally to their data sizes (:func:`candidate_set`), the m with the
+    highest loss kept (:func:`highest_losses`). ``variant`` says which loss:
+
+    - ``"pow-d"``: each candidate's loss at the global model on all of its data (a loss probe of the d candidates:
+      one forward pass over their data; the vectorized engine runs them as one);
+    - ``"cpow-d"``: the loss on a minibatch of ``b`` samples the candidate draws from its own probe stream;
+    - ``"rpow-d"``: no probe: the training loss each client reported when it last took part, kept by the server
+      (:func:`record_losses`, from the training replies); a client never seen ranks first (loss +inf, the
+      paper leaves it open).
+
+    Needs every client's exact size (``sizes=ExactSizes()``). Inclusion probabilities: estimated (no closed form;
+    :meth:`estimate_inclusion`); the plain mean the paper aggregates with is biased by design, and aggregators that
+    divide by pi are refused. rpow-d reads each client's training loss, so it refuses a secure sum and noised
+    replies. The round record states the probes (``sampler_probes``: d, 0 for rpow-d; ``sampler_probe_bytes``)."""
+
+    m: int = 10
+    d: int = 20
+    variant: Variant = "pow-d"
+    b: int | None = None
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
+
+    def __post_init__(self) -> None:
+        if self.m > self.d:
+            checks.fail("m", self.m, f"at most the candidate set size d = {self.d}", "PowerOfChoiceClients")
+        if (self.b is None) != (self.variant != "cpow-d"):
+            checks.fail("b", self.b, "the minibatch size (an integer >= 1) for cpow-d, None otherwise", "PowerOfChoiceClients")
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        return tuple(map(Learns, SERVER_LEARNS[self.variant]))
+
+    @property
+    def reads_replies(self) -> tuple[str, ...]:
+        """rpow-d ranks by each participant's training loss."""
+        return ("loss",) if self.variant == "rpow-d" else ()
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(min(self.m, num_clients))
+
+    def select(self, ctx: "RoundContext") -> Cohort:
+        sizes = self.sizes(ctx)
+        candidates = candidate_set(sizes, self.d, ctx.rng("clients"))
+        ids = highest_losses(candidates, self.losses(ctx, candidates), self.m)
+        ctx.log["candidates"] = len(candidates)
+        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+
+    def sizes(self, ctx: "RoundContext") -> np.ndarray:
+        """Every client's exact reported size (0 for a client whose report failed: it cannot be a candidate)."""
+        reported = ctx.require_sizes(exact=True)
+        sizes = np.zeros(ctx.num_clients)
+        sizes[reported.ids] = reported.reports
+        return sizes
+
+    def losses(self, ctx: "RoundContext", candidates: np.ndarray) -> np.ndarray:
+        """One loss per client (NaN where unknown): the candidates' probed losses, or every client's stale one."""
+        if self.variant == "rpow-d":
+            adaptive.no_probes(ctx)
+            return self.stale(ctx)
+        replies = adaptive.probe(ctx, candidates, self.request(ctx.params))
+        losses = np.full(ctx.num_clients, np.nan)
+        losses[candidates] = [r.loss for r in replies]
+        return losses
+
+    def request(self, params: Params) -> ProbeRequest:
+        """The candidates' probe: the loss only, on all data (pow-d) or a minibatch of b (cpow-d)."""
+        return ProbeRequest(params=params, statistics="loss", minibatch=self.b)
+
+    def stale(self, ctx: "RoundContext") -> np.ndarray:
+        """rpow-d's server-held stale losses (+inf for clients never seen)."""
+        state = adaptive.sampler_state(ctx)
+        if "stale_losses" not in state:
+            state["stale_losses"] = np.full(ctx.num_clients, np.inf)
+        return state["stale_losses"]
+
+    def observe(self, ctx: "RoundContext", cohort: Cohort, replies: "ReplyList") -> None:
+        """rpow-d: the participants' training losses become their stale losses (:func:`record_losses`)."""
+        if self.variant != "rpow-d":
+            return
+        got = replies.received_positions()
+        losses = np.array([replies[int(i)].loss for i in got], dtype=np.float64)
+        finite = np.isfinite(losses)
+        state = adaptive.sampler_state(ctx)
+        state["stale_losses"] = record_losses(self.stale(ctx), cohort.ids[got][finite], losses[finite])
+
+    def frozen_state(self, ctx: "RoundContext") -> PowerOfChoiceState:
+        """This round's inputs for a replay: the sizes and every client's loss (pow-d and cpow-d probe every client for
+        it, which a run never does; rpow-d's stale losses are the server's own)."""
+        sizes = self.sizes(ctx)
+        if self.variant == "rpow-d":
+            return PowerOfChoiceState(sizes, self.stale(ctx).copy())
+        everyone = np.arange(ctx.num_clients)
+        replies = ctx.federation.run("probe", everyone, self.request(ctx.params), ctx.round)
+        return PowerOfChoiceState(sizes, np.array([r.loss for r in replies], dtype=np.float64))
+
+    def replay(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
+        """P(k in S) of one round from the frozen ``state``, by ``draws`` replays of the selection (candidates and
+        ranking; :func:`power_of_choice`) read from the run's stream of (``seed``, ``round``)
+        (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error sqrt(pi (1 - pi) / draws), sum exactly m.
+        cpow-d's replay holds the minibatch losses of ``state`` fixed (conditional on that draw)."""
+        checks.check("draws", draws, checks.COUNT, owner="PowerOfChoiceClients.replay")
+        return estimate_inclusion(state.sizes, state.losses, self.d, self.m, draws, adaptive.replay_rng(seed, round))

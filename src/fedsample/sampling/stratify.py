@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from fedsample.messages import ProbeRequest
-from fedsample.parts import Limit, SizeNeed
+from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
@@ -130,6 +130,7 @@ class StratifiedClients:
     within: Within = "norm"
     samples_per_round: int | None = None
     stratified: ClassVar[bool] = True  # its cohorts carry strata, stratum sizes and the allocation
+    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         if self.samples_per_round is None and not checks.integers(self.H).satisfied_by(self.m):
@@ -148,6 +149,13 @@ class StratifiedClients:
             assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             count = Limit("clients_per_round (m)", self.m, "clients")
         return (Limit("H (strata)", self.H, "clients"), count)
+
+    @property
+    def server_learns(self) -> tuple[Learns, ...]:
+        """Every client's probe each round (its loss, gradient norm and compressed gradient), and every size with
+        ``samples_per_round``."""
+        probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.COMPRESSED_GRADIENTS)
+        return probed + ((Learns.SIZES,) if self.samples_per_round is not None else ())
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""

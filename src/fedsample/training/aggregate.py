@@ -46,8 +46,13 @@ def received(reports: Reports) -> tuple[np.ndarray, list["TrainReport"]]:
     return positions, [replies[int(i)] for i in positions]
 
 
-Weighting = Literal["uniform", "size", "inverse_inclusion"]
-WEIGHTINGS = checks.Param(checks.Options(*typing.get_args(Weighting)), words="one of the weightings uniform, size or inverse_inclusion")
+Weighting = Literal["uniform", "size", "inverse_inclusion", "size_inverse_inclusion"]
+WEIGHTINGS = checks.Param(checks.Options(*typing.get_args(Weighting)),
+                          words="one of the weightings uniform, size, inverse_inclusion or size_inverse_inclusion")
+BY_INCLUSION = ("inverse_inclusion", "size_inverse_inclusion")
+OBJECTIVE = "objective weights w_k of the Horvitz-Thompson target sum_k w_k Delta_k"
+"""The shared setting of a sampler whose probabilities follow w_k ||Delta_k|| (optimal sampling, DELTA) and of the
+aggregator that divides by them: both must mean the same w_k ("uniform": 1/N, "size": n_k/n)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,10 @@ class WeightedMean:
       (Li et al. 2019's average for with-replacement sampling);
     - ``size``: sum_k n_k * Delta_k / sum_k n_k with reported sizes n_k (FedAvg, McMahan et al. 2017);
     - ``inverse_inclusion``: the Horvitz-Thompson estimator (1/N) * sum_k Delta_k / pi_k, unbiased for the
-      full-participation mean (1/N) * sum_{all k} Delta_k.
+      full-participation mean (1/N) * sum_{all k} Delta_k; for a cohort drawn with replacement that carries its
+      expected draws, Hansen-Hurwitz's (1/N) * sum_k m_k Delta_k / E[m_k] (:meth:`~fedsample.rounds.Cohort.design_weights`);
+    - ``size_inverse_inclusion``: the same for FedAvg's size-weighted objective, sum_k (n_k / n) d_k Delta_k with
+      every client's exact size (optimal client sampling's and DELTA's aggregation with w_k = n_k / n).
     """
 
     by: Weighting = "uniform"
@@ -67,12 +75,28 @@ class WeightedMean:
 
     @property
     def needs_sizes(self) -> SizeNeed:
-        """``size``: the cohort's size reports (exact, or randomized ones used as they are)."""
-        return SizeNeed.COHORT if self.by == "size" else SizeNeed.NONE
+        """``size``: the cohort's size reports (exact, or randomized ones used as they are); ``size_inverse_inclusion``:
+        every client's exact size (n = sum of all n_k)."""
+        return {"size": SizeNeed.COHORT, "size_inverse_inclusion": SizeNeed.EXACT_ALL}.get(self.by, SizeNeed.NONE)
+
+    @property
+    def weighs_by_inclusion(self) -> bool:
+        return self.by in BY_INCLUSION
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """The objective weights its Horvitz-Thompson weights target (a sampler built on them must agree)."""
+        return {OBJECTIVE: "size" if self.by == "size_inverse_inclusion" else "uniform"} if self.by in BY_INCLUSION else {}
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "inverse_inclusion":
-            return 1.0 / (cohort.inclusion[positions] * cohort.population * response_rate_of(ctx))
+            return cohort.design_weights()[positions] / (cohort.population * response_rate_of(ctx))
+        if self.by == "size_inverse_inclusion":
+            if ctx is None:
+                raise ValueError("WeightedMean('size_inverse_inclusion') needs the round's context (the clients' exact sizes)")
+            sizes = ctx.require_sizes(exact=True)
+            share = sizes.for_clients(cohort.ids[positions]) / float(np.sum(sizes.reports))
+            return share * cohort.design_weights()[positions] / response_rate_of(ctx)
         w = np.asarray(cohort.multiplicity)[positions].astype(np.float64)
         if self.by == "size":
             w = w * reported_sizes(ctx, cohort.ids[positions])
@@ -182,6 +206,14 @@ class FedNova:
     def needs_sizes(self) -> SizeNeed:
         return WeightedMean(self.by).needs_sizes
 
+    @property
+    def weighs_by_inclusion(self) -> bool:
+        return self.by in BY_INCLUSION
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        return WeightedMean(self.by).shared_settings
+
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         def weights(positions: np.ndarray, got: list["TrainReport"]) -> np.ndarray:
             p = WeightedMean(self.by).weights(positions, cohort, ctx)
@@ -235,6 +267,11 @@ class StratifiedMean:
     def needs_strata(self) -> bool:
         """``paper`` weighs by N_h / m_h: the cohort must carry its strata and allocation."""
         return self.by == "paper"
+
+    @property
+    def weighs_by_inclusion(self) -> bool:
+        """``unbiased`` and ``size`` divide by pi_k."""
+        return self.by in ("unbiased", "size")
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
@@ -296,6 +333,11 @@ class ISFedAvgAggregate:
     def shared_settings(self) -> Mapping[str, Any]:
         """Where the agent factor 1/(K p_k) goes: the data sampler's plans must agree."""
         return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
+
+    @property
+    def weighs_by_inclusion(self) -> bool:
+        """``aggregate``: the Horvitz-Thompson mean divides by pi_k."""
+        return self.scaling == "aggregate"
 
     def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")
