@@ -120,4 +120,5 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     return report
 
 
+#: The client procedures a federation runs, by the name the server asks for.
 PROCEDURES = {"report_size": report_size, "probe": probe, "train": train}

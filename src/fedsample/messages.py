@@ -108,6 +108,8 @@ class ProbeRequest:
 
 @dataclass
 class ProbeReport:
+    """A client's answer to a :class:`ProbeRequest`: its loss and gradient norm at the global model, the gradient
+    when asked, and further statistics in ``extra``."""
     loss: float
     grad_norm: float
     gradient: np.ndarray | None = None

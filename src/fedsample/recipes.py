@@ -539,6 +539,7 @@ def isfedavg(
     )
 
 
+#: Every recipe by its name (the ``recipe`` of an experiment file's strategy).
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn
     for fn in (

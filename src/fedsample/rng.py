@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # torch is imported where a device is used, so numpy-only use
     import torch
 
 SERVER = -1  # the "client id" of the server's own draws
+"""The "client id" of the server's own draws."""
 
 
 def _purpose_code(purpose: str) -> int:

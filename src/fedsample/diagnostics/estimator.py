@@ -21,7 +21,7 @@ from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
 JACKKNIFE_BLOCKS = 20
-MIN_DRAWS = 4  # the jackknife leaves out one of at least 2 blocks of at least 2 draws
+MIN_DRAWS = 4  #: the jackknife leaves out one of at least 2 blocks of at least 2 draws
 
 
 class _RecordingServer:

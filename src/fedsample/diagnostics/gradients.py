@@ -25,8 +25,10 @@ from torch import nn
 from fedsample.training.functional import Params, per_sample_gradients
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+"""Bytes the exact per-sample gradients may take before they are sketched (256 MiB)."""
+#: The number of buckets of the CountSketch that stands in for gradients too large to keep.
 DEFAULT_SKETCH_DIM = 1024
-GRADIENT_CHUNK = 1024  # rows whose per-sample gradients are computed at once
+GRADIENT_CHUNK = 1024  #: rows whose per-sample gradients are computed at once
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from fedsample.simulation import SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
 METRICS = ("accuracy", "macro_f1", "loss")
+"""The test metrics every run reports."""
 
 
 RUN_FILES = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "tracking")

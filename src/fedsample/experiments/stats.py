@@ -7,6 +7,7 @@ import math
 
 # Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better.
 LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
+"""Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better."""
 
 
 def over_seeds(per_seed: list[float | None]) -> dict:

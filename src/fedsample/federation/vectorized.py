@@ -61,6 +61,7 @@ from fedsample.training.functional import Params, per_sample_losses, weighted_lo
 from fedsample.training.local import SGDStep
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
+"""Bytes for one chunk's stacked parameters, gradients and activations."""
 
 
 class VectorizedSimulator(Simulator):

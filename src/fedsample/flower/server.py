@@ -30,6 +30,7 @@ from fedsample.training.functional import Params
 
 @dataclasses.dataclass
 class FlowerRun:
+    """What a Flower run leaves: one history record per round, the final parameters and the node of each client."""
     history: list[dict]
     params: Params
     nodes: dict[int, int]

@@ -29,6 +29,7 @@ from fedsample.privacy.reports import EPSILON, THRESHOLD, estimate_total
 from fedsample.privacy.size_estimate import scaled_total
 
 Scope = Literal["all", "cohort"]
+"""Whose sizes a policy asks for: every client's, or the cohort's."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 from fedsample.experiments.stats import best_round
 
 Values = dict[str, dict[str, dict[str, list[float | None]]]]
+"""Per-seed values: strategy label -> metric -> ``final`` or ``best`` -> one value per seed (None: stopped)."""
 
 
 def per_seed(stats: Mapping) -> list[float | None]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from fedsample.reproduction.spec import Paper
 
 PACKAGE = "fedsample.reproduction.papers"
+#: The profiles a reproduction runs under: small CPU stand-ins, or the papers' models on a GPU.
 PROFILES = ("cpu", "cuda")
 
 

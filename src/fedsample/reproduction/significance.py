@@ -28,7 +28,7 @@ from scipy import stats
 
 PAIRED = "paired"
 WELCH = "Welch"
-MAX_SEEDS = 10**6  # seeds_needed gives up beyond this many seeds per arm
+MAX_SEEDS = 10**6  #: seeds_needed gives up beyond this many seeds per arm
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from fedsample import checks
 from fedsample.training.functional import Params, flatten
 
 Compression = Literal["squeeze", "projection"]
+"""The compressions of client gradients: FedSTS's squeeze, or a random projection."""
 COMPRESSIONS: tuple[str, ...] = ("squeeze", "projection")
 
 #: Lloyd iterations of the 1-D k-means (it stops earlier when the assignment no longer changes).
@@ -33,6 +34,7 @@ SQUEEZE_MAX_ITER = 100
 
 #: The compressed dimension d' (an integer >= 1), and the compression's name.
 DIM = checks.Param(checks.COUNT, label="compressed dimension d'")
+#: One of ``COMPRESSIONS``.
 COMPRESSION = checks.Options(*COMPRESSIONS)
 
 

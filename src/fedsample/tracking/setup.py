@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from fedsample.tracking.base import EXTRAS, Tracker, TrackerGroup, require
 
 BACKENDS = tuple(EXTRAS)
+"""The tracker backends by name (``--track``, ``[tracking]``)."""
 
 
 def parse_backends(text: str) -> tuple[str, ...]:

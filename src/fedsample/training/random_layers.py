@@ -38,6 +38,7 @@ from torch import nn
 from fedsample.rng import ClientRandom
 
 Masks = dict[str, torch.Tensor]
+"""Dropout masks of one forward pass, by layer name."""
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 _ACTIVE: list[Masks | None] = [None]  # the masks of the forward being run (None: dropout off)
