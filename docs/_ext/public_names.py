@@ -71,6 +71,7 @@ def home(module: ModuleType, name: str) -> str:
     """The dotted name under which ``module.name`` is documented: where it is defined, when that module is a
     public fedsample module listing it under the same name; else ``module.name`` itself."""
     here = f"{module.__name__}.{name}"
+    package = module.__name__.split(".", 1)[0]
     value = getattr(module, name)
     if inspect.ismodule(value):
         return value.__name__
@@ -79,9 +80,9 @@ def home(module: ModuleType, name: str) -> str:
     if inspect.isclass(value) or inspect.isroutine(value):
         candidates = [getattr(value, "__module__", None)]
     else:  # data has no __module__: the public module whose source assigns the same object under this name
-        candidates = [m for m in _all_public_modules() if name in _top_level(_module(m)) and vars(_module(m)).get(name) is value]
+        candidates = [m for m in _all_public_modules(package) if name in _top_level(_module(m)) and vars(_module(m)).get(name) is value]
     for candidate in candidates:
-        if candidate and candidate != module.__name__ and candidate in _all_public_modules():
+        if candidate and candidate != module.__name__ and candidate in _all_public_modules(package):
             defining = _module(candidate)
             if name in public_names(defining) and getattr(defining, name, None) is value:
                 return f"{candidate}.{name}"
@@ -163,7 +164,7 @@ def reexports(modname: str) -> list[tuple[str, str]]:
 def submodules(modname: str) -> list[str]:
     """The public modules directly inside package ``modname`` (short names, sorted)."""
     prefix = f"{modname}."
-    return [m[len(prefix):] for m in _all_public_modules() if m.startswith(prefix) and "." not in m[len(prefix):]]
+    return [m[len(prefix):] for m in _all_public_modules(modname.split(".", 1)[0]) if m.startswith(prefix) and "." not in m[len(prefix):]]
 
 
 def api_pages(package: str = PACKAGE) -> dict[str, dict[str, list]]:
@@ -225,8 +226,8 @@ def setup(app: Any) -> dict[str, Any]:
 
 
 @functools.cache
-def _all_public_modules() -> tuple[str, ...]:
-    return tuple(module_names(PACKAGE))
+def _all_public_modules(package: str = PACKAGE) -> tuple[str, ...]:
+    return tuple(module_names(package))
 
 
 def _module(modname: str) -> ModuleType:
