@@ -15,6 +15,7 @@ from fedsample.data.checks import check_indices, check_split
 from fedsample.data.stats import partition_stats
 
 Task = Literal["classification", "regression"]
+"""What a dataset's labels are: classes (integers) or real values."""
 
 
 @dataclass(frozen=True)
