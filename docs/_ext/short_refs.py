@@ -16,6 +16,7 @@ reference to nothing, or an ambiguous one, stays a missing reference, which ``sp
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -141,6 +142,9 @@ def exists(target: str, module: str | None, cls: str | None) -> bool:
         dotted = f"{base}.{target}" if base else target
         if dotted.startswith("fedsample") and _lookup(dotted):
             return True
+    if module and (imported := _imported(module).get(target.split(".", 1)[0])):  # e.g. under `if TYPE_CHECKING:`
+        if _lookup(imported + target[len(target.split(".", 1)[0]):]):
+            return True
     if module and "." not in target:  # a method or attribute of one of the module's classes, named from the module
         try:
             classes = [v for v in vars(importlib.import_module(module)).values() if inspect.isclass(v)]
@@ -148,6 +152,21 @@ def exists(target: str, module: str | None, cls: str | None) -> bool:
             return False
         return any(v.__module__ == module and hasattr(v, target) for v in classes)
     return False
+
+
+def _imported(module: str) -> dict[str, str]:
+    """``{name: dotted name}`` for every fedsample name ``module``'s source imports at top level, those imported
+    only for type checking (``if TYPE_CHECKING:``, absent at run time) included."""
+    try:
+        tree = public_names._tree(module)
+    except ImportError:
+        return {}
+    found = {}
+    for node in public_names._statements(tree.body) if tree else []:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("fedsample"):
+            for alias in node.names:
+                found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return found
 
 
 def _lookup(dotted: str) -> bool:
