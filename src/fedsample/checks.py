@@ -205,10 +205,15 @@ class Each(Constraint):
         return f"{self.constraint}, or a sequence of such values"
 
 
+#: True or False, and nothing else (not 0 or 1).
 BOOLEAN = InstanceOf(bool, "True or False")
+#: An integer >= 1.
 COUNT = integers(1)
+#: A real number > 0.
 POSITIVE = reals(0, None, "()")
+#: A real number >= 0.
 NON_NEGATIVE = reals(0)
+#: A real number in [0, 1].
 PROBABILITY = reals(0, 1)
 
 

@@ -276,6 +276,8 @@ def _os_errors_in_one_line(command: Callable[[argparse.Namespace], Any]) -> Call
     return guarded
 
 
+#: Each subcommand's function, by its name on the command line (an operating-system failure
+#: inside it becomes one error line).
 COMMANDS = {
     name: _os_errors_in_one_line(command) for name, command in {
         "run": command_run, "presets": command_presets, "partition": command_partition,
@@ -285,6 +287,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``fedsample`` command: run the subcommand ``argv`` names; returns the exit code (0; 2 for a user
+    error, one line on stderr; 1 when runs failed; 130 on Ctrl-C)."""
     args = _parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)

@@ -209,6 +209,7 @@ def stream_of(procedure: str) -> str:
     return "train" if procedure == "train_held" else procedure
 
 
+#: The client procedures a federation runs, by the name the server asks for.
 PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, "probe": probe, "train": train, "train_held": train_held, "send_held": send_held}
 UPDATE_PROCEDURES = ("train", "send_held")
 """The procedures whose replies carry updates (sealed by a secure sum, summed on Ray's actors)."""

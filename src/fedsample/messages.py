@@ -27,6 +27,7 @@ __all__ = [
     "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
+#: A model's parameters (or an update) by name: what crosses the door as tensors.
 Params = dict[str, torch.Tensor]
 
 

@@ -624,6 +624,7 @@ def delta(
     )
 
 
+#: Every recipe by its name (the ``recipe`` of an experiment file's strategy).
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn
     for fn in (

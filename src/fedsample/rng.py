@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 SERVER = -1  # the "client id" of the server's own draws
+"""The "client id" of the server's own draws."""
 
 
 def _purpose_code(purpose: str) -> int:

@@ -118,6 +118,7 @@ def run_key(strategy: Strategy, seed: int) -> str:
 
 
 Backend = Literal["auto", "vectorized", "loop"]
+"""The engine :func:`simulate` runs on: ``"vectorized"``, ``"loop"``, or ``"auto"`` (chosen by :func:`resolve_backend`)."""
 
 
 @checks.arguments(

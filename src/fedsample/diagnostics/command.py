@@ -27,6 +27,7 @@ LOG_BYTES_PER_DRAW = 4096  # a round's log (size estimates, the failed list) kep
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``fedsample diagnose``'s arguments to ``parser``."""
     parser.add_argument("target", nargs="?", default="quickstart", help="preset name or experiment .toml (default: quickstart)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/<experiment name>-diagnose)")
     parser.add_argument("--overwrite", action="store_true", help="replace the results in --out")
@@ -57,6 +58,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def command_diagnose(args: argparse.Namespace) -> None:
+    """``fedsample diagnose``: measure each strategy's sampling at a fixed model and write the report."""
     import torch
 
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM

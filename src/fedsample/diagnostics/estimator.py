@@ -24,7 +24,7 @@ from fedsample.training.functional import Params
 __all__ = ["Draws", "MIN_DRAWS", "draw_rounds", "estimator_statistics", "full_gradient", "squared_bias"]
 
 JACKKNIFE_BLOCKS = 20
-MIN_DRAWS = 4  # the jackknife leaves out one of at least 2 blocks of at least 2 draws
+MIN_DRAWS = 4  #: the jackknife leaves out one of at least 2 blocks of at least 2 draws
 
 
 class _RecordingServer:

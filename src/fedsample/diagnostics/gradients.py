@@ -29,8 +29,10 @@ __all__ = [
 ]
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+"""Bytes the exact per-sample gradients may take before they are sketched (256 MiB)."""
+#: The number of buckets of the CountSketch that stands in for gradients too large to keep.
 DEFAULT_SKETCH_DIM = 1024
-GRADIENT_CHUNK = 1024  # rows whose per-sample gradients are computed at once
+GRADIENT_CHUNK = 1024  #: rows whose per-sample gradients are computed at once
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,12 @@ class DatasetConfig(_WithParams):
 
 
 class PartitionConfig(_WithParams):
+    """An experiment file's ``[partition]`` table: the scheme's name and its parameters."""
     scheme: str
 
 
 class ModelConfig(_WithParams):
+    """An experiment file's ``[model]`` table: the model's name and its parameters (docs/models.md)."""
     name: str
 
 
@@ -145,6 +147,8 @@ GridValue = int | float | str | bool
 
 
 class StrategyConfig(_WithParams):
+    """One ``[[strategies]]`` table: the recipe, its keyword arguments, a label, an optional ``grid`` of one
+    parameter and an optional ``lr_schedule``."""
     model_config = ConfigDict(extra="allow", strict=True)
 
     recipe: str
@@ -183,6 +187,8 @@ class StrategyConfig(_WithParams):
 
 
 class StragglerConfig(_Strict):
+    """``[faults.straggler]``: clients whose reply comes after ``deadline`` (exponential delays of mean ``mean``) are
+    left out of the round."""
     deadline: float
     mean: float = 1.0
 
@@ -277,6 +283,8 @@ class TrackingConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
+    """A whole experiment file (README: *An experiment file*), checked on load: every key known, every value of
+    its type."""
     name: str
     description: str = ""
     dataset: DatasetConfig
@@ -353,6 +361,7 @@ def _one_line(error: ValidationError, source: str) -> str:
 
 
 def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+    """The experiment in ``data`` (a parsed TOML table); a ``ConfigError`` line naming ``source`` and the key otherwise."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")
     try:
@@ -364,6 +373,7 @@ def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
+    """The experiment in the TOML file ``path`` (:func:`parse_config`)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such experiment file")

@@ -16,10 +16,12 @@ def _preset_files() -> dict[str, Path]:
 
 
 def preset_names() -> list[str]:
+    """The names of the bundled presets, sorted."""
     return sorted(_preset_files())
 
 
 def load_preset(name: str) -> ExperimentConfig:
+    """The bundled preset ``name``; an unknown name is one ``ValueError`` line listing the known ones."""
     files = _preset_files()
     if name not in files:
         raise ConfigError(f"unknown preset {name!r}; known: {', '.join(sorted(files))}")
@@ -34,4 +36,5 @@ def resolve(target: str) -> ExperimentConfig:
 
 
 def describe_presets() -> list[tuple[str, str]]:
+    """``(name, description)`` of every preset (``fedsample presets``)."""
     return [(name, load_preset(name).description) for name in preset_names()]

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 METRICS = ("accuracy", "macro_f1", "loss")
+"""The test metrics every run reports."""
 
 
 RUN_FILES = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "tracking")

@@ -10,6 +10,7 @@ __all__ = ["LOWER_IS_BETTER", "best_round", "metric_table", "over_seeds"]
 
 # Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better.
 LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
+"""Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better."""
 
 
 def over_seeds(per_seed: Sequence[float | None]) -> dict:

@@ -41,6 +41,7 @@ from fedsample.training import random_layers
 __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_cohort"]
 
 STACKED_MIN_CLIENTS = 8
+"""The smallest cohort for which stacking the clients' parameters can pay off."""
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 

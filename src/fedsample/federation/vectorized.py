@@ -63,6 +63,7 @@ from fedsample.training.local import SGDStep
 __all__ = ["CohortReports", "DEFAULT_MEMORY_BUDGET", "VectorizedSimulator"]
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
+"""Bytes for one chunk's stacked parameters, gradients and activations."""
 
 
 class VectorizedSimulator(Simulator):

@@ -19,6 +19,8 @@ __all__ = ["AppConfig"]
 
 @dataclass(frozen=True)
 class AppConfig:
+    """The settings of the Flower app (``[tool.flwr.app.config]`` and the run config): data, partition, model,
+    recipe and rounds, read by the ServerApp and every ClientApp."""
     dataset: str = "digits"
     dataset_args: dict = field(default_factory=dict)
     partition: str = "lognormal"

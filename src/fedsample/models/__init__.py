@@ -25,8 +25,10 @@ __all__ = [
     "check_inputs", "initial_parameters", "model_from_name",
 ]
 
+#: Any of the model specs.
 ModelSpec = LogisticRegression | MLP | CNN | PflCNN | TextCNN | Transformer | ResNet | VGG9
 
+#: Every model spec by its name (``"mlp"``, ...): what :func:`model_from_name` reads.
 MODELS = {spec.name: spec for spec in (LogisticRegression, MLP, CNN, PflCNN, TextCNN, Transformer, ResNet, VGG9)}
 
 

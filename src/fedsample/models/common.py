@@ -18,9 +18,11 @@ def outputs(num_classes: int) -> int:
 WIDTHS = checks.Param(checks.Each(checks.COUNT), words="integers >= 1 (one, or a list)")
 #: A dropout probability, and a pair of them.
 DROPOUT = checks.Param(checks.reals(0, 1, "[)"), words="a dropout probability in [0, 1)")
+#: Dropout probabilities, one or several.
 DROPOUTS = checks.Param(checks.Each(checks.reals(0, 1, "[)")), words="dropout probabilities in [0, 1)")
 #: The normalization after a convolution: GroupNorm or none.
 NORMS = ("group", "none")
+#: One of ``NORMS``.
 NORM = checks.Param(checks.Options(*NORMS), words=f"one of {', '.join(map(repr, NORMS))}")
 
 

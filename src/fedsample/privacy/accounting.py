@@ -26,6 +26,8 @@ __all__ = [
 ]
 
 DEFAULT_DELTA = 1e-5  # the delta' of advanced composition and of the update accountant
+"""The delta' of advanced composition and of the update accountant."""
+#: The keys of a round log's privacy spend.
 SPEND_KEYS = ("size_reports", "size_epsilon", "size_epsilon_advanced", "size_delta", "update_epsilon", "update_delta")
 
 

@@ -64,7 +64,7 @@ Threat = Literal["server", "released"]
 Method = Literal["pld", "rdp"]
 ADD_REMOVE: Relation = "add-or-remove-one"
 REPLACE: Relation = "replace-one"
-PLD_DISCRETIZATION = 1e-3  # dp-accounting's value_discretization_interval: pessimistic rounding, an upper bound
+PLD_DISCRETIZATION = 1e-3  #: dp-accounting's value_discretization_interval: pessimistic rounding, an upper bound
 THREATS = {
     "server": "the server's view: every message it receives (size reports, probes, replies or their secure sum) and "
               "who was asked and answered",

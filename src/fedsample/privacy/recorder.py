@@ -18,6 +18,7 @@ from fedsample.privacy.ledger import Ledger
 __all__ = ["LEDGER_KEY", "Recorded", "ledger_of", "round_figures", "watch"]
 
 LEDGER_KEY = "privacy"
+"""The strategy-state key under which a run keeps its ledger."""
 
 
 def ledger_of(state: dict) -> Ledger:

@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 PERMANENT_REPORT = "report_size/permanent"  # purpose of the round-independent stream of permanent reports
-PERMANENT_ROUND = 0  # the one (fixed) round index of that stream
+"""Purpose of the round-independent stream of permanent reports."""
+PERMANENT_ROUND = 0  #: the one (fixed) round index of that stream
 
 
 #: The randomized response's parameters: epsilon > 0 and the size threshold M, an integer >= 2.

@@ -31,6 +31,7 @@ from fedsample.privacy.size_estimate import scaled_total
 __all__ = ["ExactSizes", "RandomizedSizes", "Scope", "SizeInfo", "SizeReporting"]
 
 Scope = Literal["all", "cohort"]
+"""Whose sizes a policy asks for: every client's, or the cohort's."""
 
 
 @dataclass(frozen=True)

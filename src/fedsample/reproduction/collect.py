@@ -19,6 +19,7 @@ from fedsample.experiments.stats import best_round
 __all__ = ["Values", "experiment_values", "lookup", "read_experiment", "study_values"]
 
 Values = dict[str, dict[str, dict[str, list[float | None]]]]
+"""Per-seed values: strategy label -> metric -> ``final`` or ``best`` -> one value per seed (None: stopped)."""
 
 
 def per_seed(stats: Mapping) -> list[float | None]:

@@ -33,10 +33,12 @@ def gpu_name(device: str) -> str | None:
 
 
 def hardware(device: str) -> dict:
+    """The CPU, the GPU of ``device``, and torch's and Python's versions, for a reproduction's record."""
     import torch
 
     return {"cpu": cpu_model(), "gpu": gpu_name(device), "torch": torch.__version__, "python": platform.python_version()}
 
 
 def utc_now() -> str:
+    """The time now, in UTC to the minute (``2026-11-23 14:11 UTC``)."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

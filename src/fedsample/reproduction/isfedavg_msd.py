@@ -39,7 +39,9 @@ VARIANTS = {
     "approx": "IS, approx (49)-(50)",
     "cheap": "IS, approx (52)-(53)",
 }
+"""The sampling variants of the MSD study, with their labels in the tables."""
 
+#: The label of the row holding Eq. 21's bound on the gain.
 BOUND = "Eq. 21 bound, uniform over optimal"
 
 
@@ -115,6 +117,7 @@ def systematic_rows(pi: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> 
 
 
 def normalize_rows(s: np.ndarray) -> np.ndarray:
+    """``s`` divided by its sum along the last axis: scores to probabilities."""
     return s / s.sum(axis=-1, keepdims=True)
 
 

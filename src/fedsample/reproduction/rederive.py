@@ -114,6 +114,7 @@ def rederive(text: str, registered: Mapping[str, Paper] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedsample.reproduction.rederive DOC.md``: rewrite the document's verdicts; the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m fedsample.reproduction.rederive DOC.md", file=sys.stderr)

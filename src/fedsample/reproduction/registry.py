@@ -12,6 +12,7 @@ from fedsample.reproduction.spec import Paper
 __all__ = ["PROFILES", "find_paper", "papers", "preset_key", "profile_of", "profile_presets", "sources"]
 
 PACKAGE = "fedsample.reproduction.papers"
+#: The profiles a reproduction runs under: small CPU stand-ins, or the papers' models on a GPU.
 PROFILES = ("cpu", "cuda")
 
 

@@ -33,7 +33,7 @@ __all__ = [
 
 PAIRED = "paired"
 WELCH = "Welch"
-MAX_SEEDS = 10**6  # seeds_needed gives up beyond this many seeds per arm
+MAX_SEEDS = 10**6  #: seeds_needed gives up beyond this many seeds per arm
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ __all__ = ["Comparison", "Figure", "Paper", "Study", "Which", "with_seeds_needed
 # "final": the last round (a grid's value selected on the validation split); "best": the oracle, the best round
 # on the test set (Figures only, for information; no verdict).
 Which = Literal["final", "best"]
+"""Which round a :class:`Figure` or :class:`Comparison` reads: ``"final"``, or ``"best"`` (the oracle; see above)."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ __all__ = ["main", "markers"]
 
 
 def markers(paper: str, profile: str) -> tuple[str, str]:
+    """The comments that open and close the section of ``paper`` under ``profile`` in a document."""
     return f"<!-- reproduction:{paper}:{profile} -->", f"<!-- /reproduction:{paper}:{profile} -->"
 
 
@@ -34,6 +35,7 @@ def splice(text: str, document: Mapping, level: int = 3) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m fedsample.reproduction.splice DOC.md OUT/reproduction.json ...``: splice each; the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
         print("usage: python -m fedsample.reproduction.splice DOC.md OUT/reproduction.json [...]", file=sys.stderr)

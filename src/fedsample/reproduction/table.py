@@ -54,6 +54,7 @@ def figure_lines(rows: list[Mapping]) -> list[str]:
     return lines
 
 
+#: The header lines of a Comparisons table (Markdown).
 COMPARISON_HEADER = [
     f"| claim | better | worse | d [{CONFIDENCE:.0%} CI] | p | test (df), n | MDD | n needed | verdict |",
     "|---|---|---|---|---|---|---|---|---|",
@@ -143,6 +144,7 @@ def result_cells(row: Mapping) -> list[str]:
 
 
 def comparison_lines(rows: list[Mapping]) -> list[str]:
+    """The Comparisons table of ``rows`` (one claim each), header included, as Markdown lines."""
     lines = list(COMPARISON_HEADER)
     for row in rows:
         fmt = number_format("", row["metric"])

@@ -39,10 +39,13 @@ __all__ = [
 
 # Metrics stored as fractions and shown (and compared) in percentage points, as the papers report them.
 PERCENT_METRICS = frozenset({"accuracy", "macro_f1"})
-ALPHA = 0.05  # the two-sided level of every verdict; each one-sided test is at ALPHA / 2
+"""The metrics stored as fractions and shown in percent."""
+ALPHA = 0.05  #: the two-sided level of every verdict; each one-sided test is at ALPHA / 2
+#: The level of each one-sided test.
 ONE_SIDED = ALPHA / 2
-CONFIDENCE = 1 - ALPHA  # the confidence interval the verdicts read (95%)
-POWER = 0.80  # the power of the minimal detectable difference and of the seeds needed
+CONFIDENCE = 1 - ALPHA  #: the confidence interval the verdicts read (95%)
+POWER = 0.80  #: the power of the minimal detectable difference and of the seeds needed
+#: How the tables name the best round picked on the test set (an optimistic bound, not a result).
 ORACLE = "oracle: best round on the test set"
 
 

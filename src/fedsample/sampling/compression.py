@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 Compression = Literal["squeeze", "projection"]
+"""The compressions of client gradients: FedSTS's squeeze, or a random projection."""
 COMPRESSIONS: tuple[str, ...] = ("squeeze", "projection")
 
 #: Lloyd iterations of the 1-D k-means (it stops earlier when the assignment no longer changes).
@@ -38,6 +39,7 @@ SQUEEZE_MAX_ITER = 100
 
 #: The compressed dimension d' (an integer >= 1), and the compression's name.
 DIM = checks.Param(checks.COUNT, label="compressed dimension d'")
+#: One of ``COMPRESSIONS``.
 COMPRESSION = checks.Options(*COMPRESSIONS)
 
 

@@ -112,6 +112,7 @@ def _check_rng(rng: object, where: str) -> np.random.Generator:
 
 
 def _check_int(value: object, name: str, where: str, minimum: int = 0) -> int:
+    """``value`` as an int when it is an integer >= ``minimum``; else one ``ValueError`` naming ``where`` and ``name``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral):
         raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
     value = int(value)

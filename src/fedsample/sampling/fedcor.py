@@ -21,7 +21,7 @@ paper's kernel details (a bias term, normalization of the losses) may differ.
 **The acquisition**, as we read the paper and a public re-implementation: if client j is selected its loss
 change is taken to be one posterior standard deviation below its mean, so the posterior mean of the total
 moves by -sum_k w_k K_kj / sqrt(K_jj); the greedy step maximizes that reduction, then conditions,
-K <- K - K_:j K_j: / K_jj. FedCor's per-client discount of the assumed decrease is the ``discount`` of
+``K <- K - K_:j K_j: / K_jj``. FedCor's per-client discount of the assumed decrease is the ``discount`` of
 :func:`greedy_posterior_selection` (:class:`FedCorClients` lowers it for each chosen client between two fits of
 the GP, as the authors' code does); its other extras (random picks with probability epsilon, dynamic cohort sizes)
 are not implemented.

@@ -88,8 +88,11 @@ STATE_KEY = "isfedavg"
 DEFAULT_FLOOR = 1e-3
 #: The parameters' constraints, shared by the agent and the data sampler.
 FLOOR = checks.reals(0, 1, "[)")
+#: The agents' alpha_k: one real >= 0 or one per agent.
 ALPHA = checks.Param(checks.Each(checks.NON_NEGATIVE), label="alpha_k")
+#: The agents' local epochs E_k: one integer >= 1 or one per agent.
 EPOCHS = checks.Param(checks.Each(checks.COUNT), label="epochs E_k")
+#: The agents' batch sizes B_k: one integer >= 1 or one per agent.
 BATCHES = checks.Param(checks.Each(checks.COUNT), label="batch sizes B_k")
 
 
@@ -199,7 +202,7 @@ def _state(ctx: "RoundContext") -> dict:
 @dataclass(frozen=True)
 class DataRule:
     """The data probabilities p_n^(k) an agent uses, as a rule it applies to its own data
-    (:class:`fedsample.client.DataWeights`): ``"gradient"`` p_n ∝ ||grad Q_k(w; x_n)|| at the probed model
+    (:class:`fedsample.messages.DataWeights`): ``"gradient"`` p_n ∝ ||grad Q_k(w; x_n)|| at the probed model
     (Lemma 6 at w°, Eq. 49 at w_{i-1}), ``"held"`` the Eq. 53 weights it keeps (uniform before its first
     round); both mixed with the uniform distribution by ``floor`` as the data plan draws them."""
 

@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 VARIANTS = ("pow-d", "cpow-d", "rpow-d")
+"""The power-of-choice variants: losses at the candidates, their minibatch losses, or stale losses."""
 #: Kind of inclusion probabilities of each variant.
 PROBABILITY_KIND = {variant: "estimated" for variant in VARIANTS}
 #: What the server must learn to run each variant: the data sizes of all clients (for the candidate draw) and

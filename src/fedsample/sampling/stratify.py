@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["STRATA", "Spread", "StratifiedClients", "Within", "kmeans_strata", "selection_weights", "stratum_spread"]
 
 Spread = Literal["std", "pairwise"]
+"""How a stratum's spread is measured for Neyman allocation."""
+#: How clients are drawn within a stratum: proportional to their gradient norm, or uniformly.
 Within = Literal["norm", "uniform"]
 
 #: k-means restarts for the stratification (scikit-learn's ``n_init``).
@@ -96,6 +98,7 @@ def selection_weights(vectors: np.ndarray, within: Within) -> np.ndarray | None:
     return np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
 
 
+#: The number of strata H: an integer >= 1.
 STRATA = checks.Param(checks.COUNT, label="number of strata H")
 
 

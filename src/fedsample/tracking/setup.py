@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["BACKENDS", "TrackingSpec", "add_track_argument", "parse_backends"]
 
 BACKENDS = tuple(EXTRAS)
+"""The tracker backends by name (``--track``, ``[tracking]``)."""
 
 
 def parse_backends(text: str) -> tuple[str, ...]:

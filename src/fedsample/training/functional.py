@@ -59,10 +59,12 @@ def weighted_gradient(module: nn.Module, task: str) -> Callable:
 
 
 def zeros_like(params: Params) -> Params:
+    """Zeros shaped as ``params``."""
     return {k: torch.zeros_like(v) for k, v in params.items()}
 
 
 def flatten(params: Params) -> torch.Tensor:
+    """The parameters as one vector, in the dict's order."""
     return torch.cat([v.reshape(-1) for v in params.values()])
 
 

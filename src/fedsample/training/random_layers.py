@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 Masks = dict[str, torch.Tensor]
+"""Dropout masks of one forward pass, by layer name."""
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 _ACTIVE: list[Masks | None] = [None]  # the masks of the forward being run (None: dropout off)

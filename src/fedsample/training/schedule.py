@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torc
 
 __all__ = ["Kind", "Schedule", "scheduled_step"]
 
+#: The shape of a learning-rate schedule.
 Kind = Literal["constant", "step", "exponential", "cosine"]
 
 

@@ -19,7 +19,9 @@ CPU_LOGNORMAL = "fedsampling-fmnist-sigma4"
 CPU_SHARDS = "fedsampling-fmnist-shards"
 CPU_LRGRID = "fedsampling-fmnist-sigma4-lrgrid"
 CPU_EPS_M = "fedsampling-fmnist-eps-m"
+#: The preset of the paper's 20 Newsgroups TextCNN runs (GPU profile).
 TEXTCNN = "fedsampling-20ng-textcnn-cuda"
+#: The preset of the paper's 20 Newsgroups Transformer runs (GPU profile).
 TRANSFORMER = "fedsampling-20ng-transformer-cuda"
 RESNET_SHARDS = "fedsampling-fmnist-resnet-shards-cuda"
 FEDAVG_FAMILY = ("FedAvg", "FedYogi", "FedAdagrad", "FedAdam")
@@ -166,6 +168,7 @@ SEEDS_NEEDED = {
     (CPU_SHARDS, "FedSampling", "Centralized"): 28,
 }
 
+#: The paper, its claims and figures, and the presets that reproduce them.
 PAPER = Paper(
     name="fedsampling",
     citation="Qi, Wu, Lyu, Huang, Xie. FedSampling: A Better Sampling Strategy for Federated Learning. IJCAI 2023",

@@ -69,6 +69,7 @@ SEEDS_NEEDED = {
     (CPU, "FedSTS", "FedAvg"): 4,
 }
 
+#: The paper, its claims and figures, and the presets that reproduce them.
 PAPER = Paper(
     name="fedstas",
     citation="Slessor, Kong, Tang, Than, Kong. FedSTaS: Client Stratification and Client Level Sampling for "

@@ -41,6 +41,7 @@ SEEDS_NEEDED = {
     (CLASSIFICATION, IS_CHEAP, FEDAVG): 94,
 }
 
+#: The paper, its claims and figures, and the presets that reproduce them.
 PAPER = Paper(
     name="isfedavg",
     citation="E. Rizk, S. Vlaski, A. H. Sayed, Federated Learning Under Importance Sampling, IEEE TSP 70, 2022",

@@ -16,11 +16,13 @@ from fedsample.reproduction.spec import Comparison, Figure, Paper, Which, with_s
 __all__ = ["METHODS", "PAPER", "PARTITIONS", "TABLE1_FMNIST_FEDAVG"]
 
 PARTITIONS = ("llt09", "llt099", "lda01", "lda05")
+"""The paper's four partitions: local long tail (alpha_l 0.9, 0.99) and LDA (alpha_d 0.1, 0.5)."""
 TITLES = {"llt09": "LLT alpha_l=0.9", "llt099": "LLT alpha_l=0.99", "lda01": "LDA alpha_d=0.1", "lda05": "LDA alpha_d=0.5"}
+#: The rows of the paper's Table 1, in order.
 METHODS = ("Uni-Samp", "Imb-Samp", "IWDS beta_m=0.95", "IWDS beta_m=0.98", "IWDS beta_m=0.99")
 
-# Table 1, Fashion-MNIST, FedAvg (the only algorithm the paper ran on Fashion-MNIST): one column per partition,
-# rows in METHODS order. The OCR'd table is clean here (two decimals, every cell legible).
+#: Table 1, Fashion-MNIST, FedAvg (the only algorithm the paper ran on Fashion-MNIST): one column per partition,
+#: rows in METHODS order. The OCR'd table is clean here (two decimals, every cell legible).
 TABLE1_FMNIST_FEDAVG: dict[str, tuple[float, ...]] = {
     "llt09": (58.81, 89.25, 88.86, 89.23, 89.28),
     "llt099": (37.42, 84.31, 83.65, 84.29, 84.42),
@@ -159,6 +161,7 @@ NOTES = (
     "paper's own margins over Imb-Samp on Fashion-MNIST are 0.03-0.11 points.",
 )
 
+#: The paper, its claims and figures, and the presets that reproduce them.
 PAPER = Paper(
     name="iwds",
     citation="Tang, Hu, Shi, Cheung, Jin, Ren, Chu. Data Resampling for Federated Learning with Non-IID Labels. FTL-IJCAI 2021",
