@@ -83,6 +83,7 @@ __all__ = [
 ]
 
 Update = Literal["exact", "approx", "cheap", "uniform"]
+"""ISFedAvg's probability updates: exact (Lemmas 6-7), approx (Eqs. 49-50), cheap (Eqs. 52-53), or uniform."""
 STATE_KEY = "isfedavg"
 #: Default mixing with the uniform distribution (not in the paper; see the module notes).
 DEFAULT_FLOOR = 1e-3
