@@ -31,9 +31,14 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
-import ray
-import torch
-from torch import nn
+
+from fedsample.telemetry import quiet_ray
+
+quiet_ray()  # before Ray starts any process: no usage report to usage-stats.ray.io unless the user opted in
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from fedsample.messages import TrainReport, payloads_for
 from fedsample.data.types import FederatedData
