@@ -274,11 +274,16 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from fedsample.rounds import FederationLost
+
     try:
         COMMANDS[args.command](args)
     except (CliError, ValueError, FileNotFoundError) as error:
         print(f"fedsample: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except FederationLost as error:  # e.g. a Ray actor died: its one line says how to continue
+        print(f"fedsample: {error}", file=sys.stderr)
+        return 1
     except RunsFailed as error:
         print(f"fedsample: {error}", file=sys.stderr)
         return 1

@@ -185,7 +185,8 @@ def simulate(
     state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
     ledger = _attach_ledger(state, privacy or Accounting(), data, checkpoint)
     module.to(where)
-    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
+    given = federation.description if isinstance(federation, FederationFactory) else "given"
+    choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
     with ExitStack() as stack:
         if isinstance(federation, FederationFactory):
             federation = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
