@@ -16,16 +16,26 @@ import shutil
 import subprocess
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
 
-from flower_deploy import ROOT, Deployment, environment_of, flower_descendants, flower_env, free_port  # noqa: E402
+from fedsample.flower.config import AppConfig  # noqa: E402
+from fedsample.flower.secagg import SecAggPlus  # noqa: E402
+from flower_deploy import EXAMPLE, ROOT, Deployment, environment_of, flower_descendants, flower_env, free_port  # noqa: E402
 from flower_deploy import outbound_attempts, run_id_of, run_status, unexplained_outbound  # noqa: E402
+from flower_reference import same_rounds, simulate_like  # noqa: E402
 
 DOCS = ROOT / "docs" / "flower.md"
+
+
+def example_config() -> dict:
+    """The example's ``[tool.flwr.app.config]`` without ``out``."""
+    config = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    return {k: v for k, v in config.items() if k != "out"}
 
 
 def documented_connection() -> str:
@@ -77,7 +87,14 @@ def test_the_documented_flwr_run_completes_offline(local_superlink):
     rounds = int(re.search(r"num-server-rounds=(\d+)", command).group(1))
     assert [r["round"] for r in history] == list(range(1, rounds + 1))
     assert all(r["failed"] == [] for r in history) and (out / "params.pt").exists()
-    assert 0.0 <= history[-1]["accuracy"] <= 1.0
+    # the example's configuration (its pyproject, overridden as the command says) gives fs.simulate's numbers:
+    # the same size estimates and rates, training losses within SecAgg+'s quantization
+    overrides = re.findall(r"([\w-]+)=(?:'([^']*)'|(\S+))", command.split("--run-config", 1)[1].strip(' "'))
+    settings = {**example_config(), **{key: quoted or int(bare) for key, quoted, bare in overrides}}
+    reference, trained = simulate_like(AppConfig.from_run_config(settings))
+    same_rounds(history, reference.history, trained, ("ratio", "size_estimate", "updates"))
+    same_rounds(history, reference.history, trained, ("train_loss",), atol=SecAggPlus().tolerance(10) * 16)
+    assert history[-1]["accuracy"] == pytest.approx(reference.history[-1]["accuracy"], abs=0.02)
     assert environment_of(d.processes["superlink"].pid)["FLWR_TELEMETRY_ENABLED"] == "0"
     assert unexplained_outbound(d.folder) == [], "an outbound attempt other than Ray's cloud-metadata probe"
     assert all("dashboard.py" in line for line in outbound_attempts(d.folder))
