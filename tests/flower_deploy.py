@@ -1,10 +1,15 @@
-"""A real Flower deployment on loopback for the tests: TLS certificates, SuperNode keys, processes by pid."""
+"""A real Flower deployment on loopback for the tests: TLS certificates, SuperNode keys, processes by pid, the
+environment every Flower process gets (telemetry and update check off, the outbound guard loaded through
+``sitecustomize``, its refusals logged to a file the tests read), and a run's own status as the SuperLink
+records it (``flwr ls``)."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,8 +24,67 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 BIN = Path(sys.executable).parent
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "flower"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flower"
+GUARD = Path(__file__).resolve().parent / "outbound_guard"
 CONNECTION = "fedsample-test"
+QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def flower_env(folder: Path, **extra: str) -> dict:
+    """The environment of every Flower process a test starts: its own Flower home under ``folder``, this
+    checkout's fedsample first on the path, Flower's telemetry and update check and Ray's usage statistics off
+    (the simulation runtime runs on Ray), and the outbound guard
+    (tests/outbound_guard) loaded in every Python process, logging refusals to ``folder/outbound.log``."""
+    path = [str(GUARD), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "FLWR_HOME": str(folder / "flwr"), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(p for p in path if p), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+            "FEDSAMPLE_OUTBOUND_LOG": str(folder / "outbound.log"), **QUIET, **extra}
+
+
+def outbound_attempts(folder: Path) -> list[str]:
+    """What the guard refused in the processes started with :func:`flower_env` (empty when nothing tried)."""
+    log = folder / "outbound.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+#: Ray 2.55's dashboard process (started by every ``ray.init``, also with ``include_dashboard=False``, which then
+#: loads only its usage-stats module) asks the link-local cloud metadata service which cloud it runs on, even with
+#: ``RAY_USAGE_STATS_ENABLED=0`` (ray/_common/usage/usage_lib.py, get_cluster_config_to_report, called before the
+#: module checks the switch). No environment variable turns it off; the guard refuses it and Ray records the cloud
+#: as "unknown" (docs/flower.md, "No phoning home").
+RAY_CLOUD_PROBE = re.compile(r"^(connect to \('169\.254\.169\.254', 80\)|name lookup of 'metadata\.google\.internal') \(pid \d+, dashboard\.py\)$")
+
+
+def unexplained_outbound(folder: Path) -> list[str]:
+    """The refused attempts other than Ray's dashboard's cloud-metadata probe (:data:`RAY_CLOUD_PROBE`)."""
+    return [line for line in outbound_attempts(folder) if not RAY_CLOUD_PROBE.match(line)]
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """A running process's environment (empty when it is gone or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def run_id_of(output: str) -> int:
+    """The run id ``flwr run`` printed."""
+    found = re.search(r"Successfully started run (\d+)", output)
+    if found is None:
+        raise AssertionError(f"flwr run started no run:\n{output[-3000:]}")
+    return int(found.group(1))
+
+
+def run_status(flwr, run_id: int, connection: str) -> tuple[str, str]:
+    """(status, details) of a run as the SuperLink records it (``flwr ls --run-id``): "finished:completed" for a
+    ServerApp that returned, "finished:failed" with the reason for one that raised."""
+    listed = flwr("ls", connection, "--run-id", str(run_id), "--format", "json")
+    document = json.loads(listed.stdout[listed.stdout.index("{"):])
+    run = document["runs"][0]
+    return run["status"], run["status-details"]
 
 
 def free_port() -> int:
@@ -76,6 +140,16 @@ class Deployment:
     port: int = 0
     certificates: dict = field(default_factory=dict)
     processes: dict = field(default_factory=dict)
+
+    def start_simulation_superlink(self, http_port: int, control_port: int) -> None:
+        """A SuperLink in simulation mode, started as ``flwr run`` starts one for a ``:local:`` connection (same
+        arguments; Flower's default runtime dependency installation on), on the ports the environment's
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT / FLWR_LOCAL_CONTROL_API_PORT name (Flower 1.41 serves every API on
+        the HTTP port and ignores the control address)."""
+        self.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+                                 "--control-api-address", f"127.0.0.1:{control_port}", "--host", "127.0.0.1",
+                                 "--port", str(http_port), "--database", str(self.folder / "state.db")])
+        self.wait_for_port(http_port, "superlink")
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "wb")

@@ -53,10 +53,11 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float(torch.max(torch.abs(a[k] - b[k]))) for k in a)
 
 
-def same_rounds(flower: list[dict], reference: list[dict], trained: dict[int, list[int]], keys: tuple[str, ...]) -> None:
+def same_rounds(flower: list[dict], reference: list[dict], trained: dict[int, list[int]], keys: tuple[str, ...],
+                rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Round by round: the same clients asked to train, and the same logged figures (float tolerance)."""
     assert len(flower) == len(reference)
     for t, (a, b) in enumerate(zip(flower, reference)):
         assert a["train_clients"] == trained[t], f"round {t + 1}: cohorts differ"
         for key in keys:
-            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=f"round {t + 1}: {key}")
+            np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=atol, err_msg=f"round {t + 1}: {key}")

@@ -2,10 +2,10 @@
 authentication, 3 honest ``flower-supernode`` processes and one whose ClientApp returns NaN updates; the
 example app submitted with ``flwr run``. One SuperNode is killed after its first training reply: the run
 finishes, the round log names the missing client and the rejected NaN client, and nothing non-finite is
-averaged in. Every process started is stopped by pid, also when the test fails."""
+averaged in; no process of the deployment attempts an outbound connection (the guard in each, via
+sitecustomize). Every process started is stopped by pid, also when the test fails."""
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -21,10 +21,9 @@ pytest.importorskip("cryptography", reason="the flower extra is not installed: p
 import torch  # noqa: E402
 
 from fedsample.flower.config import AppConfig  # noqa: E402
-from flower_deploy import BIN, CONNECTION, EXAMPLE, Deployment, flower_descendants  # noqa: E402
+from flower_deploy import CONNECTION, EXAMPLE, Deployment, flower_descendants, flower_env, outbound_attempts  # noqa: E402
 from flower_reference import flower_output, simulate_like  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "model-args": "{}", "partition-args": '{"sigma": 1.0}',
               "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5}',
               "num-clients": 4, "num-server-rounds": 2, "seed": 1, "round-timeout": 150.0, "eval-every": 1}
@@ -38,9 +37,7 @@ def toml_value(value):
 @pytest.fixture
 def deployment():
     folder = Path(tempfile.mkdtemp(prefix="fedsample-flower-"))
-    env = {**os.environ, "FLWR_HOME": str(folder / "flwr"), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    d = Deployment(folder, env)
+    d = Deployment(folder, flower_env(folder))
     try:
         d.start_superlink()
         for k in range(3):
@@ -56,10 +53,12 @@ def deployment():
 
 
 def kill_after_first_training_reply(d: Deployment, name: str, stop: threading.Event) -> None:
-    """Kill SuperNode ``name`` once it has sent its first training reply."""
-    sent = re.compile(r"Sending: query\.train message.*?Sent successfully", re.S)
+    """Kill SuperNode ``name`` once it has sent its first training reply: FedSampling trains through SecAgg+
+    (a secure-sum strategy), whose four stages (setup, share-keys, collect-masked-vectors, unmask) are each a
+    ``train`` message; after the fourth, round 1 is complete on this node."""
+    sent = re.compile(r"Sending: train message.*?Sent successfully", re.S)
     while not stop.is_set():
-        if sent.search(d.log(name)):
+        if len(sent.findall(d.log(name))) >= 4:
             d.kill(name)
             return
         time.sleep(0.2)
@@ -78,6 +77,7 @@ def test_loopback_deployment_survives_a_killed_node_and_rejects_nan_updates(depl
         killer.join()
     assert (out / "history.json").exists(), f"no history:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     history, params = flower_output(out)
+    print(json.dumps(history, indent=1, default=str))  # shown when the test fails
     assert deployment.processes[f"supernode-{VICTIM}"].poll() is not None  # it was killed mid-run
     assert [r["round"] for r in history] == [1, 2]
 
@@ -96,3 +96,4 @@ def test_loopback_deployment_survives_a_killed_node_and_rejects_nan_updates(depl
     assert second["updates"] == 2
     assert all(bool(torch.isfinite(v).all()) for v in params.values())
     assert all(r["loss"] == r["loss"] for r in history)  # evaluated losses are numbers, not NaN
+    assert outbound_attempts(deployment.folder) == []  # no process of the deployment tried to reach another machine

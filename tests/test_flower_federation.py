@@ -2,9 +2,8 @@
 fedsample's real ClientApp handler (``fedsample.flower.node.serve``): no reply in time, an error reply, a
 malformed reply, a NaN update and a client without a node each become ``Failed`` in that client's slot and
 in the round's log; a rejected NaN update is never averaged in (the round equals the in-process round in
-which that client sent nothing)."""
-
-import json
+which that client sent nothing); a healthy reply is never called missing because a pull blocked past the
+deadline (the last pull after the deadline collects it)."""
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
 
-from flwr.app import ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
+from flwr.app import Error, Message  # noqa: E402
 
 import fedsample as fs  # noqa: E402
 from fedsample.messages import ProbeRequest, SizeQuery  # noqa: E402
@@ -21,8 +20,10 @@ from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.rounds import Replies  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
-from fedsample.flower.node import scheme_for, serve  # noqa: E402
+from fedsample.flower import federation as flower_federation  # noqa: E402
+from fedsample.flower.node import scheme_for  # noqa: E402
 from fedsample.rounds import Failed  # noqa: E402
+from flower_grid import SETTINGS, FakeGrid  # noqa: E402
 
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -35,59 +36,12 @@ def server_identity(monkeypatch):
             monkeypatch.setattr(TaskIdentity, name, 0)
 
 
-SETTINGS = {"dataset": "digits", "partition-args": json.dumps({"sigma": 1.0}), "model": "logreg", "num-clients": 8}
-
-
-def nan_update(reply: Message) -> Message:
-    arrays = reply.content.array_records.get("arrays")
-    if arrays is not None:
-        for k in list(arrays):
-            arrays[k] = type(arrays[k])(np.full_like(arrays[k].numpy(), np.nan))
-    return reply
-
-
-class FakeGrid:
-    """Delivers each message to node ``n`` (serving client n) at once; ``faults`` maps a node to what it
-    does instead of answering normally: "silent", "error", "malformed" or "nan"."""
-
-    def __init__(self, faults: dict[int, str], num_nodes: int = 8) -> None:
-        self.faults, self.replies = faults, {}
-        self.contexts = {n: Context(0, n, {"partition-id": n}, RecordDict(), SETTINGS) for n in range(num_nodes)}
-
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def push_messages(self, messages):
-        ids = []
-        for m in messages:
-            m.metadata.__dict__["_message_id"] = m.object_id  # what Flower's grids do on push
-            reply = self.answer(m)
-            if reply is not None:
-                self.replies[m.metadata.message_id] = reply
-            ids.append(m.metadata.message_id)
-        return ids
-
-    def pull_messages(self, ids):
-        return [self.replies.pop(i) for i in ids if i in self.replies]
-
-    def answer(self, m: Message) -> Message | None:
-        fault = self.faults.get(m.metadata.dst_node_id)
-        if fault == "silent":
-            return None
-        if fault == "error":
-            return Message(Error(500, "out of memory"), reply_to=m)
-        if fault == "malformed":
-            return Message(RecordDict({"report": ConfigRecord({"size": "many"})}), reply_to=m)
-        reply = serve(m, self.contexts[m.metadata.dst_node_id], {})
-        return nan_update(reply) if fault == "nan" else reply
-
-
 def federation(faults: dict[int, str], nodes: int = 8) -> FlowerFederation:
     return FlowerFederation(FakeGrid(faults, nodes), {k: k for k in range(nodes)}, 8, seed=0, timeout=0.3)
 
 
-def local_data():
-    config = AppConfig.from_run_config(SETTINGS)
+def local_data(num_clients: int = 8):
+    config = AppConfig.from_run_config({**SETTINGS, "num-clients": num_clients})
     dataset = fs.data.load_dataset("digits")
     fed = fs.data.partition(dataset, scheme_for(config, dataset.num_train), seed=0)
     return fed, fs.models.model_from_name("logreg").build(dataset.input_shape, dataset.num_classes)
@@ -160,3 +114,60 @@ def test_run_config_errors_are_one_line_naming_the_key():
 def test_a_client_asked_twice_in_one_call_is_refused():
     with pytest.raises(ValueError, match="repeats"):
         federation({}).run("report_size", np.array([1, 1]), SizeQuery("exact"), round=0)
+
+
+class Clock:
+    """Fake time for the federation's waits (no timed assertion: the test says what happens when)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class CutUploadGrid(FakeGrid):
+    """A SuperNode killed while uploading its reply (node 0) and a healthy one (node 1) that answers 28 s after
+    the request. The killed node's message reached the SuperLink at 5 s but its objects never complete: the pull
+    that first meets it blocks until the SuperLink's object-push session expires (180 s), then returns Flower's
+    error reply for it. The healthy reply is at the SuperLink from 28 s on."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__({}, num_nodes=2, settings={**SETTINGS, "num-clients": 2})
+        self.clock = clock
+        self.cut: Message | None = None
+
+    def answer(self, m):
+        if m.metadata.dst_node_id == 0:
+            self.cut = m
+            return None
+        self.healthy = (m.metadata.message_id, super().answer(m))
+        return None
+
+    def pull_messages(self, ids):
+        now, got = self.clock.now, []
+        if self.cut is not None and now >= 5.0:
+            self.clock.now = 5.0 + 180.0  # blocked in Flower's pull of the missing objects
+            got.append(Message(Error(3, "Reply message objects are unavailable."), reply_to=self.cut))
+            self.cut = None
+        mid, reply = self.healthy
+        if mid in ids and now >= 28.0:
+            got.append(reply)
+        return got
+
+
+def test_a_reply_that_arrived_while_a_pull_blocked_past_the_deadline_is_not_called_missing(monkeypatch):
+    """The deployment's "no reply within 60 s" for a client that replied at 28 s: a pull blocked on a killed
+    node's cut-off upload ran past the deadline, and no pull followed. The last pull after the deadline finds
+    the healthy reply; the killed node is named with Flower's error."""
+    clock = Clock()
+    monkeypatch.setattr(flower_federation, "time", clock)
+    fed = FlowerFederation(CutUploadGrid(clock), {0: 0, 1: 1}, 2, seed=0, timeout=60.0)
+    replies = fed.run("report_size", np.array([0, 1]), SizeQuery("exact"), round=0)
+    assert replies[1] == len(local_data(num_clients=2)[0].client_indices(1))
+    assert isinstance(replies[0], Failed) and "objects are unavailable" in replies[0].reason
+    assert clock.now >= 185.0  # the pull did block past the 60 s deadline
+

@@ -1,5 +1,8 @@
 """Flower's simulation runtime (10 SuperNodes) gives the numbers of ``fs.simulate`` with the same seed:
-the same clients asked to train, size estimates, losses, and final parameters within float tolerance."""
+the same clients asked to train, size estimates, losses, and final parameters within float tolerance; for
+FedSampling (a secure-sum strategy: its train replies go through SecAgg+) within SecAgg+'s quantization,
+rounds x server_lr x (10 clients x one quantum 2c/T) per coordinate, and its training loss within the tally's
+(10 quanta x 16 / the clients that stepped)."""
 
 import json
 
@@ -9,8 +12,10 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 
 from flwr.simulation import run_simulation  # noqa: E402
 
+import fedsample as fs  # noqa: E402
 from fedsample.flower import client_app, server_app  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
+from fedsample.flower.secagg import SecAggPlus  # noqa: E402
 from flower_reference import flower_output, max_difference, same_rounds, simulate_like  # noqa: E402
 
 RECIPES = {
@@ -33,7 +38,19 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
                 "seed": 3, "round-timeout": 600.0, "out": str(tmp_path)}
     run_simulation(server_app(settings), client_app(settings), num_supernodes=10, backend_config=BACKEND)
     flower, params = flower_output(tmp_path)
-    reference, trained = simulate_like(AppConfig.from_run_config(settings))
+    config = AppConfig.from_run_config(settings)
+    reference, trained = simulate_like(config)
     assert all(r["failed"] == [] for r in flower)
-    same_rounds(flower, reference.history, trained, keys + ("accuracy", "loss"))
-    assert max_difference(params, reference.params) < 1e-5
+    secure = name.startswith("fedsampling")
+    if not secure:
+        same_rounds(flower, reference.history, trained, keys + ("accuracy", "loss"))
+        assert max_difference(params, reference.params) < 1e-5
+        return
+    assert all(r["secure_aggregation"]["summed"] == 10 and r["secure_aggregation"]["protocol"] == "SecAgg+" for r in flower)
+    quanta = SecAggPlus().tolerance(10)
+    same_rounds(flower, reference.history, trained, ("ratio", "size_estimate", "updates"))
+    same_rounds(flower, reference.history, trained, ("train_loss",), atol=quanta * 16)
+    same_rounds(flower, reference.history, trained, ("loss",), rtol=1e-4)
+    one_sample = 1.0 / len(fs.data.load_dataset(config.dataset).y_test)
+    same_rounds(flower, reference.history, trained, ("accuracy",), atol=one_sample + 1e-9)  # one test sample at most
+    assert max_difference(params, reference.params) <= 2 * args["server_lr"] * quanta + 1e-6

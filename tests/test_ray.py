@@ -3,6 +3,11 @@ FedSampling, FedAvg, FedSTS, ISFedAvg, clustered sampling, optimal client sampli
 resume from the last checkpoint, ends with the numbers of an uninterrupted run; the CLI's --workers."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -228,6 +233,7 @@ def test_cli_runs_on_ray_workers(local_ray, tmp_path, capsys):
     assert main(["run", str(config), "--out", str(local), "--quiet"]) == 0
     on_ray = json.loads((out / "results.json").read_text())["strategies"]
     alone = json.loads((local / "results.json").read_text())["strategies"]
+    assert {b["engine"] for label in on_ray for b in on_ray[label]["backend"]} == {"ray (2 workers, address local)"}
     assert on_ray.keys() == alone.keys()
     for label in alone:
         for metric in ("accuracy", "loss"):
@@ -271,3 +277,41 @@ def test_the_ray_factory_refuses_a_device_and_a_bad_worker_count_before_starting
             pass
     with pytest.raises(ValueError, match="workers must be >= 1"):
         ray_federation(workers=0)
+
+
+def test_an_unreachable_ray_address_is_one_line_and_exit_2(tmp_path):
+    """As a user runs it: ``fedsample run --ray-address HOST:PORT`` with nothing listening there stops at once
+    (Ray alone retries such an address for minutes) with one line on stderr, and writes nothing."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free again once closed: nothing listens there
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "fedsample.cli", "run", "quickstart", "--ray-address", f"127.0.0.1:{port}",
+                           "--workers", "2", "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--ray-address 127.0.0.1:{port}: cannot connect to Ray" in lines[0], done.stderr
+    assert not out.exists()
+
+
+def test_an_actor_dying_while_starting_is_the_documented_error(fed, local_ray):
+    """A worker process that dies while the actors start (here: unpickling the model kills it) is ``ShardLost``
+    with one line naming what happened, not Ray's ActorDiedError traceback; the other actors are stopped."""
+
+    class Doomed(torch.nn.Linear):
+        def __setstate__(self, state):
+            os._exit(1)
+
+    with pytest.raises(ShardLost, match="a Ray actor died while starting .*ActorDiedError") as raised:
+        RayFederation(fed, Doomed(8, 3), seed=5, workers=2, start_timeout=120)
+    assert raised.value.__cause__ is None and "\n" not in str(raised.value)
+
+
+def test_a_ray_run_records_its_engine():
+    assert ray_federation(workers=3, address="HEAD:6379").description == "ray (3 workers, address HEAD:6379)"
+    assert ray_federation(workers=2).description == "ray (2 workers, address local)"
+
+
+def test_the_docs_name_the_installed_ray():
+    assert f"ray=={ray.__version__}" in (Path(__file__).resolve().parents[1] / "docs" / "ray.md").read_text()

@@ -8,10 +8,15 @@ import os
 import resource
 import sys
 
-import numpy as np
-from flwr.simulation import run_simulation
+# No phoning home (docs/flower.md): Flower's telemetry (read when flwr is imported), its update check and Ray's
+# usage statistics stay off unless the user set them.
+for _key, _value in {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0"}.items():
+    os.environ.setdefault(_key, _value)
 
-from workload import PROCESS_START, emit_result, workload_named
+import numpy as np  # noqa: E402
+from flwr.simulation import run_simulation  # noqa: E402
+
+from workload import PROCESS_START, emit_result, workload_named  # noqa: E402
 
 
 def main(path: str, workload: str, num_cpus: float, rounds: int) -> None:

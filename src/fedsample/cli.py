@@ -290,11 +290,16 @@ def main(argv: list[str] | None = None) -> int:
     """The ``fedsample`` command: run the subcommand ``argv`` names; returns the exit code (0; 2 for a user
     error, one line on stderr; 1 when runs failed; 130 on Ctrl-C)."""
     args = _parser().parse_args(argv)
+    from fedsample.rounds import FederationLost
+
     try:
         COMMANDS[args.command](args)
     except (CliError, ValueError, FileNotFoundError) as error:
         print(f"fedsample: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except FederationLost as error:  # e.g. a Ray actor died: its one line says how to continue
+        print(f"fedsample: {error}", file=sys.stderr)
+        return 1
     except RunsFailed as error:
         print(f"fedsample: {error}", file=sys.stderr)
         return 1

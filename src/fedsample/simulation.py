@@ -192,7 +192,8 @@ def simulate(
     state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
     ledger = _attach_ledger(state, privacy or Accounting(), data, checkpoint)
     module.to(where)
-    choice = BackendChoice("given", "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
+    given = federation.description if isinstance(federation, FederationFactory) else "given"
+    choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
     with ExitStack() as stack:
         engine: Federation
         if isinstance(federation, FederationFactory):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message
-from flwr.clientapp.typing import ClientAppCallable
+from fedsample.telemetry import quiet_flower
 
-from fedsample.data import load_dataset
+quiet_flower()  # Flower's telemetry off in this process too (unless the user set FLWR_TELEMETRY_ENABLED=1)
+
+import numpy as np  # noqa: E402
+from flwr.app import Array, ArrayRecord, Context, Message  # noqa: E402
+from flwr.clientapp.typing import ClientAppCallable  # noqa: E402
+
+from fedsample.data import load_dataset  # noqa: E402
 
 
 def dataset_settings() -> dict:
@@ -20,10 +24,11 @@ def dataset_settings() -> dict:
 
 def injected_faults(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """A Flower mod for fault drills: a node started with ``--node-config "fault='nan'"`` answers every
-    training request with NaN updates (the server must reject them)."""
+    training request with NaN updates (every array of its reply; under SecAgg+ the vector it would mask, which
+    the client's own check then keeps out of the sum). The server must never average them in."""
     reply = call_next(message, context)
-    if context.node_config.get("fault") != "nan" or reply.has_error() or "arrays" not in reply.content.array_records:
+    if context.node_config.get("fault") != "nan" or reply.has_error():
         return reply
-    arrays = reply.content.array_records["arrays"]
-    reply.content.array_records["arrays"] = ArrayRecord({k: Array(np.full_like(a.numpy(), np.nan)) for k, a in arrays.items()})
+    for name, arrays in list(reply.content.array_records.items()):
+        reply.content.array_records[name] = ArrayRecord({k: Array(np.full_like(a.numpy(), np.nan)) for k, a in arrays.items()})
     return reply

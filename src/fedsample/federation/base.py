@@ -74,3 +74,8 @@ class FederationFactory(ABC):
     ) -> ContextManager[Federation]:
         """A context manager that starts the federation over ``data`` with the model ``module`` and the run's
         ``seed``, yields it, and stops it on exit."""
+
+    @property
+    def description(self) -> str:
+        """The engine as a run records it (``results.json``'s ``backend``); factories name themselves."""
+        return "given"

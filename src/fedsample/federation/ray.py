@@ -26,14 +26,12 @@ from the last checkpoint with the numbers of an uninterrupted run.
 from __future__ import annotations
 
 import pickle
+import socket
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
-import ray
-import torch
-from torch import nn
 
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import TrainReport, payloads_for
@@ -43,11 +41,22 @@ from fedsample.rounds import FederationLost, NumberReplies, Replies, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 from fedsample.training.functional import Params
+from fedsample.telemetry import quiet_ray
+
+quiet_ray()  # before Ray starts any process: no usage report to usage-stats.ray.io unless the user opted in
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
 
 __all__ = [
-    "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedReports", "cli_session",
+    "CONNECT_TIMEOUT_S", "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedReports", "cli_session",
     "ray_federation", "ray_session",
 ]
+
+#: Seconds to wait for a Ray head node's port to accept a connection before calling it unreachable.
+CONNECT_TIMEOUT_S = 10.0
 
 
 class ShardLost(FederationLost):
@@ -278,6 +287,10 @@ class RayFederation(Federation):
                 f"{self.workers} Ray actors with {options['num_cpus']} CPU and {options['num_gpus']} GPU each did not start "
                 f"in {timeout:g} s; the cluster has {ray.available_resources()} free"
             ) from None
+        except ray.exceptions.RayActorError as error:
+            self.close()
+            raise ShardLost(f"a Ray actor died while starting ({type(error).__name__}: {_first_line(error)}); "
+                            "check the workers' memory and logs, then rerun (--resume continues from the last checkpoint)") from None
 
     def _gather(self, refs: list) -> list:
         try:
@@ -285,6 +298,11 @@ class RayFederation(Federation):
         except ray.exceptions.RayActorError as error:
             raise ShardLost(f"a Ray actor holding clients died ({type(error).__name__}); rerun with --resume "
                             "(resume=True) to continue from the last checkpoint") from error
+
+
+def _first_line(error: BaseException) -> str:
+    """The first non-empty line of an error's message (Ray's are long and span several lines)."""
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
 def compact_weights(weights: np.ndarray) -> np.ndarray | float:
@@ -328,11 +346,26 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
         return
     if address is None:
         init = {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 200 * 2**20, **init}
+    else:
+        check_reachable(address)
     try:
         ray.init(address=address, configure_logging=False, log_to_driver=False, **init)
         yield
     finally:
         ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise ``ConnectionError`` at once when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) does not accept a
+    TCP connection within ``timeout`` seconds: ``ray.init`` would otherwise retry an unreachable head node for
+    minutes. ``"auto"`` and other forms are left to Ray (it resolves them from this machine's files, quickly)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as failure:
+        raise ConnectionError(f"nothing answers at {host}:{port} within {timeout:g} s ({failure.strerror or failure})") from None
 
 
 @dataclass(frozen=True)
@@ -347,6 +380,12 @@ class RayFederationFactory(FederationFactory):
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+    @property
+    def description(self) -> str:
+        """The engine as a run records it: ``ray (N workers, address A)`` (``local``: a Ray started for the run
+        or the one already running in this program)."""
+        return f"ray ({self.workers} workers, address {self.address or 'local'})"
 
     @contextmanager
     def open(

@@ -3,18 +3,26 @@
 Run-config keys (kebab-case, as Flower writes them): ``dataset``, ``partition``, ``model`` and ``recipe``
 name fedsample's parts, each with a JSON object of arguments in ``<name>-args``; ``num-clients``,
 ``num-server-rounds``, ``seed`` (every draw derives from it), ``data-seed`` (the partition),
-``round-timeout`` and ``connect-timeout`` (seconds), ``eval-every``, ``out`` (a folder for the server's
-``history.json`` and ``params.pt``; empty: none). Node-config keys: ``partition-id`` (the client id, and its
+``round-timeout`` and ``connect-timeout`` (seconds), ``eval-every``, ``out`` (the folder for the server's
+``history.json`` and ``params.pt``: an absolute path, ``~`` for the home of the user running the ServerApp,
+``{run_id}`` for the Flower run's id; default ``~/fedsample-runs/flower/{run_id}``; empty: no files), and
+SecAgg+'s settings for a strategy that declares ``secure_sum`` (``secagg-num-shares``,
+``secagg-reconstruction-threshold``, ``secagg-clipping-range``, ``secagg-quantization-range``:
+:class:`fedsample.flower.secagg.SecAggPlus`). Node-config keys: ``partition-id`` (the client id, and its
 partition of the dataset) or ``data-path`` (an ``.npz`` with ``x``, ``y``) with ``client-id``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["AppConfig"]
+__all__ = ["AppConfig", "DEFAULT_OUT"]
+
+DEFAULT_OUT = "~/fedsample-runs/flower/{run_id}"
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,11 @@ class AppConfig:
     round_timeout: float = 60.0
     connect_timeout: float = 60.0
     eval_every: int = 1
-    out: str = ""
+    out: str = DEFAULT_OUT
+    secagg_num_shares: float = 1.0
+    secagg_reconstruction_threshold: float = 0.5
+    secagg_clipping_range: float = 8.0
+    secagg_quantization_range: int = 2**22
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> "AppConfig":
@@ -49,11 +61,32 @@ class AppConfig:
         for key, value in run_config.items():
             name = known[key].name
             values[name] = _json_object(key, value) if name.endswith("_args") else value
+        if "out" in values:
+            out_folder(values["out"], run_id=0)  # a relative folder is refused here, on the node that reads it
         return cls(**values)
+
+    def out_folder(self, run_id: int) -> Path | None:
+        """Where the server writes (:func:`out_folder`)."""
+        return out_folder(self.out, run_id)
 
     def json(self) -> str:
         """A stable string of the settings (a cache key for node data)."""
         return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
+
+
+def out_folder(out: str, run_id: int) -> Path | None:
+    """``out`` as an absolute folder (``~`` expanded, ``{run_id}`` the run's id), None for an empty ``out``. A
+    relative folder is refused: the ServerApp runs in the app's folder under the SuperLink's Flower home, where a
+    relative path would land unseen."""
+    if not isinstance(out, str):
+        raise ValueError(f"run-config 'out' must be a folder path, got {out!r}")
+    if not out:
+        return None
+    path = Path(os.path.expanduser(out.replace("{run_id}", str(run_id))))
+    if not path.is_absolute():
+        raise ValueError(f"run-config 'out' must be an absolute folder (or start with ~): the ServerApp runs in the "
+                         f"SuperLink's app folder, where {out!r} would land unseen; got {out!r}")
+    return path
 
 
 def _json_object(key: str, value: Any) -> dict:

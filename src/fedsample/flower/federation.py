@@ -6,6 +6,11 @@ time, with an error reply or with a malformed one (:mod:`fedsample.flower.codec`
 non-finite numbers) gets :class:`fedsample.rounds.Failed` in its slot, and the failure is kept in
 ``failures[round]`` for the round's record. A client that did not answer in time, or whose node the SuperLink
 no longer lists as connected, is left out of the rest of that round without waiting again.
+
+With ``secure=SecAggPlus(...)`` (the server builds it so for a strategy that declares ``secure_sum``) a
+``train`` call runs Flower's SecAgg+ protocol instead (:mod:`fedsample.flower.secagg`): the server receives
+masked vectors only, and the answer is sealed (one weighted sum, as
+:class:`~fedsample.federation.secure_sum.SecureSum` gives in-process).
 """
 
 from __future__ import annotations
@@ -36,10 +41,14 @@ class FlowerFederation(Federation):
 
     ``nodes`` maps a fedsample client id to the Flower node id serving it (see :func:`discover_nodes`);
     ``num_clients`` is the number of clients the strategy samples from (a client whose node is missing
-    fails every round). ``timeout`` (seconds) bounds each call of :meth:`run`.
+    fails every round). ``timeout`` (seconds) bounds each call of :meth:`run` (each of SecAgg+'s four
+    exchanges under ``secure``). ``secure`` (:class:`~fedsample.flower.secagg.SecAggPlus`) makes ``train``
+    go through Flower's SecAgg+ workflow and client mod; its answers are sealed.
     """
 
-    def __init__(self, grid: Grid, nodes: dict[int, int], num_clients: int, seed: int, timeout: float = 60.0) -> None:
+    def __init__(
+        self, grid: Grid, nodes: dict[int, int], num_clients: int, seed: int, timeout: float = 60.0, secure: Any = None,
+    ) -> None:
         self.grid = grid
         self.nodes = dict(nodes)
         self._num_clients = num_clients
@@ -48,6 +57,9 @@ class FlowerFederation(Federation):
         self.failures: dict[int, list[Failed]] = defaultdict(list)
         self.asked: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)
         self.left_out: dict[int, dict[int, str]] = defaultdict(dict)  # round -> {client: why}
+        self.secure = secure
+        self.secure_rounds: dict[int, dict] = {}  # round -> what the secure aggregation did (for the round's record)
+        self.sealed_sums: Any = None  # the sealed cohorts awaiting their one sum (secure mode's)
 
     @property
     def num_clients(self) -> int:
@@ -60,6 +72,8 @@ class FlowerFederation(Federation):
         sent = payloads_for(payload, len(ids))
         self.asked[round].append((procedure, ids))
         payloads = [sent.at(i) for i in range(len(ids))]
+        if procedure == "train" and self.secure is not None:
+            return self.secure.train(self, ids, payloads, round)
         reachable = self._reachable(ids, round)
         replies: list[Any] = [Failed(k, procedure, reachable.get(k) or "") for k in ids]
         messages = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
@@ -103,18 +117,27 @@ class FlowerFederation(Federation):
 
 
 def exchange(grid: Grid, messages: list[Message], timeout: float) -> dict[int, Message]:
-    """Push ``messages`` and pull replies until all are in or ``timeout`` seconds pass: {id(request): reply}."""
+    """Push ``messages`` and pull replies until all are in or ``timeout`` seconds have passed since the push,
+    then pull once more: {id(request): reply}.
+
+    The last pull is what makes the timeout about the replies, not about the pulls: one pull can block far
+    past the deadline (a reply whose upload was cut off, by a node killed while sending it, is retried by
+    Flower's grid until the SuperLink's object-push session expires, minutes later), and a healthy reply that
+    reached the SuperLink meanwhile must not be recorded as missing."""
     pushed = list(grid.push_messages(messages)) if messages else []
     waiting = {mid: id(m) for mid, m in zip(pushed, messages) if mid}
     answers: dict[int, Message] = {}
     deadline = time.monotonic() + timeout
-    while waiting and time.monotonic() < deadline:
+    while waiting:
+        last = time.monotonic() >= deadline
         for reply in grid.pull_messages(list(waiting)):
             request = waiting.pop(reply.metadata.reply_to_message_id, None)
             if request is not None:
                 answers[request] = reply
+        if last:
+            break
         if waiting:
-            time.sleep(PULL_INTERVAL)
+            time.sleep(min(PULL_INTERVAL, max(0.0, deadline - time.monotonic())))
     return answers
 
 

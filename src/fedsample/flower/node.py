@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from fedsample import client as procedures
@@ -17,8 +18,9 @@ from fedsample.messages import ClientContext
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
 from fedsample.data.types import Dataset, FederatedData
-from fedsample.flower.codec import decode_request, encode_report
+from fedsample.flower.codec import Request, decode_request, encode_report
 from fedsample.flower.config import AppConfig
+from fedsample.flower.secagg import client_check, sealed_reply
 from fedsample.models import model_from_name
 from fedsample.rng import client_rng
 
@@ -94,21 +96,42 @@ def save_state(context: Context, state: dict) -> None:
         context.state.config_records[STATE] = ConfigRecord({"blob": pickle.dumps(state)})
 
 
+class WrongClient(ValueError):
+    """A request for a client this node does not serve."""
+
+
+def answer(message: Message, context: Context, settings: Mapping[str, Any]) -> tuple[Request, Any]:
+    """Run the requested procedure for this node's client with the client's own randomness: (the request, the
+    procedure's report); the client-held state is saved in the node's context."""
+    config = AppConfig.from_run_config({**context.run_config, **settings})
+    request = decode_request(message.content)
+    if request.client != client_id(context.node_config):
+        raise WrongClient(f"this node serves client {client_id(context.node_config)}, not {request.client}")
+    state = load_state(context)
+    ctx = client_context(config, context.node_config, state)
+    rng = client_rng(request.seed, request.round, request.client, procedures.stream_of(request.procedure))
+    report = procedures.PROCEDURES[request.procedure](ctx, request.payload, rng)
+    save_state(context, ctx.state)
+    return request, report
+
+
 def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Message:
-    """Run the requested procedure for this node's client with the client's own randomness."""
+    """A ``query.<procedure>`` message's answer: the report as typed records, or an error reply with the reason."""
     try:
-        config = AppConfig.from_run_config({**context.run_config, **settings})
-        request = decode_request(message.content)
-        if request.client != client_id(context.node_config):
-            return Message(Error(BAD_REQUEST, f"this node serves client {client_id(context.node_config)}, not {request.client}"), reply_to=message)
-        state = load_state(context)
-        ctx = client_context(config, context.node_config, state)
-        rng = client_rng(request.seed, request.round, request.client, procedures.stream_of(request.procedure))
-        report = procedures.PROCEDURES[request.procedure](ctx, request.payload, rng)
-        save_state(context, ctx.state)
+        request, report = answer(message, context, settings)
         return Message(encode_report(request.procedure, report), reply_to=message)
+    except WrongClient as error:
+        return Message(Error(BAD_REQUEST, str(error)), reply_to=message)
     except Exception as error:  # the node answers with the reason; the server records the client as failed
         return Message(Error(PROCEDURE_FAILED, f"{type(error).__name__}: {error}"), reply_to=message)
+
+
+def serve_sealed(message: Message, context: Context, settings: Mapping[str, Any]) -> Message:
+    """A ``train`` message inside SecAgg+'s collect-masked-vectors stage (:mod:`fedsample.flower.secagg`): the
+    report packed as the vector the SecAgg+ client mod masks; a failure raises (the node answers with an error,
+    the client drops out of the sum)."""
+    request, report = answer(message, context, settings)
+    return sealed_reply(message, report, request.payload.params)
 
 
 def identify(message: Message, context: Context) -> Message:
@@ -118,11 +141,14 @@ def identify(message: Message, context: Context) -> Message:
 
 def client_app(settings: Mapping[str, Any] | None = None, mods: Sequence[Any] | None = None) -> ClientApp:
     """A Flower ``ClientApp`` serving fedsample's client procedures (``query.report_size``, ``query.probe``,
-    ``query.train``) on the node's own data. ``settings`` override the run config (e.g. in
-    ``run_simulation``, which takes none); ``mods`` are Flower client mods."""
-    settings = dict(settings or {})
-    app = ClientApp(mods=list(mods or []))
-    app.query("identify")(identify)
+    ``query.train``) on the node's own data, and ``train`` inside Flower's SecAgg+ (``secaggplus_mod``, then
+    :func:`~fedsample.flower.secagg.client_check`) for a server in secure-sum mode. ``settings`` override the run
+    config (e.g. in ``run_simulation``, which takes none); ``mods`` are Flower client mods around each handler
+    (inside SecAgg+ for the sealed ``train``: they see the client's vector before it is masked)."""
+    settings, mods = dict(settings or {}), list(mods or [])
+    app = ClientApp()
+    app.query("identify", mods=mods)(identify)
     for name in procedures.PROCEDURES:
-        app.query(name)(lambda message, context: serve(message, context, settings))
+        app.query(name, mods=mods)(lambda message, context: serve(message, context, settings))
+    app.train(mods=[secaggplus_mod, client_check, *mods])(lambda message, context: serve_sealed(message, context, settings))
     return app

@@ -1,0 +1,414 @@
+"""Secure aggregation on a Flower deployment: a ``train`` call runs Flower's SecAgg+ (Bell et al. 2020, as
+Flower implements it: ``SecAggPlusWorkflow`` on the server, ``secaggplus_mod`` on the clients), so the
+ServerApp receives masked vectors and learns only their sum.
+
+A strategy that declares ``secure_sum`` asks for one weighted sum of the cohort's updates (with the cohort's
+summed loss, how many clients took a step and, when the plan asks, how many samples they drew:
+:class:`~fedsample.federation.secure_sum.SecureSum`, which stays the in-process reference for the numbers).
+Here each client packs its reply into one vector (:func:`sealed_vector`): the update's arrays, then a tally
+(loss, 1 if it took a step, the drawn count in base-1024 digits, 1 if its vector had to be clipped), each tally
+entry scaled into SecAgg+'s clipping range. The server sends the fedsample request with SecAgg+'s
+collect-masked-vectors stage, so training happens inside the protocol; a client that fails before its masked
+vector arrives is a dropout (left out of the sum and named), one that fails after it is recovered by SecAgg+
+(its vector stays in the sum) as long as enough of its neighbours answer (the reconstruction threshold).
+
+What SecAgg+ costs in numbers: every coordinate is clipped to ``[-clipping_range, clipping_range]`` and rounded
+stochastically onto ``quantization_range`` levels, so each client's contribution is off by less than one
+quantum ``2 * clipping_range / quantization_range`` per coordinate (3.8e-6 at Flower's defaults, 8.0 and
+2**22), the sum of n clients by less than n quanta (:meth:`SecAggPlus.tolerance`); the integers of the tally
+are recovered exactly by rounding. The masked sum must not wrap modulo ``modulus_range``: at most
+``modulus_range // quantization_range - 1`` clients (1,023 at the defaults) per sum. A client whose vector
+left the range says so in the tally, and the round's record counts such clients (``clipped``).
+
+The server can ask for one weighted sum whose weights are the same for every client that answered
+(FedSampling's sum and its self-normalized variant, any uniform mean): SecAgg+ sums the vectors as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, cast
+
+import flwr.compat.common.recorddict_compat as compat
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.common import Code, FitIns, FitRes, Parameters, Status, bytes_to_ndarray, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from flwr.server import LegacyContext
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.strategy import Strategy as FlowerStrategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+
+from fedsample import checks
+from fedsample.federation.secure_sum import SealedReplies
+from fedsample.flower.codec import encode_request
+from fedsample.flower.federation import exchange
+from fedsample.rounds import Failed, carries_update
+from fedsample.training.functional import Params
+
+if TYPE_CHECKING:
+    from fedsample.flower.federation import FlowerFederation
+
+SEALED = "sealed"  # the request's ConfigRecord naming the clipping range the client scales its tally into
+FITRES_PARAMETERS = "fitres.parameters"  # where SecAgg+'s client mod reads the vector to mask
+TALLY = ("loss", "stepped", "drawn_0", "drawn_1", "drawn_2", "clipped")
+DIGIT = 1024  # the drawn count in base-1024 digits: each digit's sum is exact after rounding (see the module doc)
+#: The largest magnitude of each tally entry; entry / bound * clipping_range lies in the clipping range.
+TALLY_BOUNDS = np.array([128.0, 1.0, DIGIT, DIGIT, DIGIT, 1.0])
+STAGES = {Stage.SETUP: "setup", Stage.SHARE_KEYS: "share-keys", Stage.COLLECT_MASKED_VECTORS: "collect-masked-vectors",
+          Stage.UNMASK: "unmask"}
+
+
+@dataclass(frozen=True)
+@checks.constrained(
+    num_shares=[checks.integers(3), checks.reals(0, 1, "(]")],
+    reconstruction_threshold=[checks.integers(2), checks.reals(0, 1, "(]")],
+    clipping_range=checks.POSITIVE,
+    quantization_range=checks.integers(2),
+    modulus_range=checks.Param(checks.Options(*(2**k for k in range(2, 33))), words="a power of 2 up to 2**32"),
+)
+class SecAggPlus:
+    """Flower's SecAgg+ settings (``flwr.server.workflow.SecAggPlusWorkflow``'s, whose docstring defines them):
+    ``num_shares`` (an integer >= 3, or a fraction of the cohort; 1.0: every client is every client's
+    neighbour), ``reconstruction_threshold`` (an integer, or a fraction of the shares: how many neighbours must
+    answer to remove a client's masks; a client with fewer live neighbours stops the round's sum),
+    ``clipping_range``, ``quantization_range`` and ``modulus_range`` (Flower's defaults)."""
+
+    num_shares: int | float = 1.0
+    reconstruction_threshold: int | float = 0.5
+    clipping_range: float = 8.0
+    quantization_range: int = 2**22
+    modulus_range: int = 2**32
+
+    def __post_init__(self) -> None:
+        if self.quantization_range >= self.modulus_range:
+            checks.fail("quantization_range", self.quantization_range, f"below modulus_range = {self.modulus_range}", "SecAggPlus")
+
+    @property
+    def quantum(self) -> float:
+        """One quantization step, ``2 * clipping_range / quantization_range``: a client's contribution to a
+        coordinate of the sum is off by less than this."""
+        return 2 * self.clipping_range / self.quantization_range
+
+    @property
+    def max_clients(self) -> int:
+        """The most clients one sum can hold without wrapping modulo ``modulus_range`` (each client adds an
+        integer up to ``quantization_range`` to every coordinate, and its weight ``quantization_range``)."""
+        return (self.modulus_range - 1) // self.quantization_range
+
+    def tolerance(self, clients: int) -> float:
+        """Bound on the error of one coordinate of a sum of ``clients`` updates: ``clients`` quanta."""
+        return clients * self.quantum
+
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> SealedReplies:
+        """``federation.run("train", ...)`` under SecAgg+: :func:`sealed_train`."""
+        return sealed_train(federation, self, ids, payloads, round)
+
+
+# --- a client's vector -----------------------------------------------------------------------------------
+
+
+def sealed_vector(report: Any, params: Params, clipping_range: float) -> list[np.ndarray]:
+    """What one client gives SecAgg+ to mask: its update's arrays in the order of ``params`` (zeros when it
+    took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the drawn count in base-1024 digits or
+    0 when the plan does not ask for it, 0 for "not clipped"), each tally entry divided by its bound and
+    multiplied by ``clipping_range``."""
+    stepped = carries_update(report)
+    update = report.update if stepped else {k: torch.zeros_like(v) for k, v in params.items()}
+    drawn = getattr(report, "samples", None) if report is not None else None
+    drawn = int(drawn or 0)
+    digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2]
+    tally = np.array([float(report.loss) if stepped else 0.0, float(stepped), *digits, 0.0]) / TALLY_BOUNDS * clipping_range
+    return [update[k].detach().cpu().numpy().astype(np.float64) for k in params] + [tally]
+
+
+def flag_clipped(vector: list[np.ndarray], clipping_range: float) -> list[np.ndarray]:
+    """``vector`` with its tally's "clipped" entry set when any coordinate lies outside the clipping range
+    (SecAgg+ clips it; the round's record then counts this client among the clipped)."""
+    if any(np.any(np.abs(a) > clipping_range) for a in vector):
+        vector = [*vector[:-1], vector[-1].copy()]
+        vector[-1][-1] = clipping_range  # 1 / its bound 1 * clipping_range
+    return vector
+
+
+@dataclass(frozen=True)
+class SummedCohort:
+    """What the server learns from one SecAgg+ sum: the summed update, the tally's sums and who is in it."""
+
+    update: Params
+    loss: float
+    stepped: int
+    drawn: int
+    clipped: int
+    summed: int  # how many clients' vectors are in the sum
+
+
+def unpack_sum(total: list[np.ndarray], params: Params, clipping_range: float, summed: int) -> SummedCohort:
+    """Split a summed vector (the protocol's output, in :func:`sealed_vector`'s layout) into the update's sum
+    (as ``params``' tensors) and the tally's sums (the integers rounded)."""
+    update = {k: torch.as_tensor(a, dtype=v.dtype).reshape(v.shape) for (k, v), a in zip(params.items(), total)}
+    tally = np.asarray(total[-1], dtype=np.float64) * TALLY_BOUNDS / clipping_range
+    whole = np.rint(tally[1:]).astype(np.int64)
+    drawn = int(whole[1] + DIGIT * whole[2] + DIGIT**2 * whole[3])
+    return SummedCohort(update, float(tally[0]), int(whole[0]), drawn, int(whole[4]), summed)
+
+
+# --- the clients' side -----------------------------------------------------------------------------------
+
+
+def clipping_range_of(message: Message) -> float:
+    """The clipping range the server's request names (its ``sealed`` record)."""
+    value = message.content.config_records[SEALED]["clipping_range"]
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"the clipping range must be a number, got {value!r}")
+    return float(value)
+
+
+def sealed_reply(message: Message, report: Any, params: Params) -> Message:
+    """The client's ``train`` answer inside SecAgg+: its vector as the FitRes records the client mod masks
+    (weight 1: SecAgg+ then sums the vectors as they are)."""
+    vector = sealed_vector(report, params, clipping_range_of(message))
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+
+
+class NotSent(ValueError):
+    """A client's reply that the client itself keeps out of the secure sum (the server learns only that the
+    client dropped out, and this reason)."""
+
+
+def client_check(message: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """A client mod just inside ``secaggplus_mod``: the client checks its own vector before it is masked (the
+    server cannot look inside the sum). A failed procedure or a non-finite vector is not sent: the mod raises,
+    the node answers with an error and the server counts the client as dropped out, as SecAgg+'s dropout
+    handling does; a vector outside the clipping range is flagged in its tally."""
+    reply = call_next(message, context)
+    if reply.has_error():
+        raise NotSent(f"the client's procedure failed: {reply.error.reason}")
+    fitres = compat.recorddict_to_fitres(reply.content, keep_input=True)
+    vector = parameters_to_ndarrays(fitres.parameters)
+    if not all(np.all(np.isfinite(a)) for a in vector):
+        raise NotSent("non-finite values in the update: the client does not send it")
+    fitres.parameters = ndarrays_to_parameters(flag_clipped(vector, clipping_range_of(message)))
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
+
+
+# --- the server's side -----------------------------------------------------------------------------------
+
+
+class _Cohort(FlowerStrategy):
+    """The legacy-strategy side SecAgg+'s workflow talks to: it names the cohort's nodes (``configure_fit``)
+    and keeps the protocol's result (``aggregate_fit``: who is in the sum, and the sum's mean)."""
+
+    def __init__(self, nodes: list[int], grid: Any) -> None:
+        self.nodes, self.grid = nodes, grid
+        self.included: list[int] | None = None
+        self.mean: list[np.ndarray] | None = None
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+        return [(GridClientProxy(n, self.grid, 0), FitIns(Parameters([], ""), {})) for n in self.nodes]
+
+    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+        self.included = [proxy.node_id for proxy, _ in results]
+        self.mean = parameters_to_ndarrays(results[0][1].parameters) if results else None
+        return None, {}
+
+    def initialize_parameters(self, client_manager: Any) -> None:
+        return None
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> None:
+        return None
+
+
+class _Workflow(SecAggPlusWorkflow):
+    """Flower's SecAgg+ workflow whose collect-masked-vectors stage carries fedsample's ``train`` request for
+    each node (``requests``) instead of a legacy FitIns (the extension point Flower's own example uses)."""
+
+    def __init__(self, settings: SecAggPlus, timeout: float, requests: dict[int, RecordDict]) -> None:
+        super().__init__(
+            num_shares=settings.num_shares, reconstruction_threshold=settings.reconstruction_threshold, max_weight=1.0,
+            clipping_range=settings.clipping_range, quantization_range=settings.quantization_range,
+            modulus_range=settings.modulus_range, timeout=timeout,
+        )
+        self.requests = requests
+        self.threshold = 0
+
+    def setup_stage(self, grid: Any, context: LegacyContext, state: Any) -> bool:
+        ok = super().setup_stage(grid, context, state)
+        state.nid_to_fitins.update(self.requests)
+        self.threshold = state.threshold
+        return ok
+
+    def share_keys_stage(self, grid: Any, context: LegacyContext, state: Any) -> bool:
+        """Flower's stage, then the protocol restricted to the clients that shared their keys. A client that
+        dropped out before (at setup or here) holds no share of anyone and gave none, and nobody masks with it;
+        Flower 1.41's workflow would still count it as a dead neighbour in the unmask stage, ask the others for
+        its shares and stop (nobody has them). Without it every later stage is SecAgg+ as written."""
+        super().share_keys_stage(grid, context, state)
+        shared = set(state.active_node_ids)
+        state.sampled_node_ids = shared
+        state.nid_to_neighbours = {n: neighbours & shared for n, neighbours in state.nid_to_neighbours.items() if n in shared}
+        return self._check_threshold(state)
+
+
+class _StageGrid:
+    """The grid as SecAgg+'s workflow sees it: ``send_and_receive`` is :func:`exchange` (the timeout counts
+    replies, not pulls), each node's outcome per stage is kept (for the failures' reasons), and a masked vector
+    of the wrong shape is turned into that node's error reply (it would stop the server's sum)."""
+
+    def __init__(self, grid: Any, shapes: list[tuple[int, ...]]) -> None:
+        self.grid, self.shapes = grid, shapes
+        self.outcome: dict[str, dict[int, str | None]] = {}  # stage -> node -> None (answered) or why not
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
+        messages = list(messages)
+        if not messages:
+            return []
+        stage = STAGES.get(str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]), "?")
+        answers = exchange(self.grid, messages, float("inf") if timeout is None else timeout)
+        replies, seen = [], self.outcome.setdefault(stage, {})
+        for m in messages:
+            reply = answers.get(id(m))
+            node = m.metadata.dst_node_id
+            if reply is None:
+                seen[node] = f"no reply within {timeout:g} s"
+                continue
+            if not reply.has_error() and stage == "collect-masked-vectors" and not self._well_shaped(reply):
+                reply = Message(Error(400, "masked vector of the wrong shape"), reply_to=m)
+            seen[node] = f"error reply: {reply.error.reason}" if reply.has_error() else None
+            replies.append(reply)
+        return replies
+
+    def _well_shaped(self, reply: Message) -> bool:
+        try:
+            masked = cast(list[bytes], reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS])
+            return [tuple(bytes_to_ndarray(b).shape) for b in masked] == self.shapes
+        except (KeyError, TypeError, ValueError):
+            return False
+
+
+class _Sums:
+    """The sealed cohorts of one federation, each revealed once (:class:`SealedReplies` asks here)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, bool]] = {}
+        self.calls = 0
+
+    def seal(self, cohort: SummedCohort | None, positions: np.ndarray, counted: bool) -> int:
+        self.pending.clear()  # a cohort not summed by the next train call is never revealed
+        self.calls += 1
+        self.pending[self.calls] = (cohort, positions, counted)
+        return self.calls
+
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, int | None]:
+        """(w * sum of the updates, summed loss, how many stepped, summed drawn count or None): the weights
+        must be one common weight over exactly the clients in the SecAgg+ sum."""
+        cohort, summed, counted = self.pending.pop(token, (None, None, False))
+        if summed is None:
+            raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
+        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        if cohort is None or len(positions) == 0:
+            return None, 0.0, 0, None
+        if sorted(positions.tolist()) != sorted(summed.tolist()):
+            raise ValueError("SecAgg+ sums every client whose masked vector arrived; the aggregator asked for the sum over "
+                             f"positions {sorted(positions.tolist())}, not {sorted(summed.tolist())}")
+        if not np.allclose(weights, weights[0], rtol=1e-12, atol=0.0):
+            raise ValueError("SecAgg+ on Flower sums the clients' updates as they are, so the aggregator's weights must be the "
+                             "same for every client (FedSampling's sum, a uniform mean); these differ: "
+                             f"{np.unique(weights).tolist()[:4]}")
+        total = {k: v * float(weights[0]) for k, v in cohort.update.items()}
+        return total, cohort.loss, cohort.stepped, cohort.drawn if counted else None
+
+
+def sealed_train(
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int
+) -> SealedReplies:
+    """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
+    protocol; the answer is sealed (one sum, :class:`SealedReplies`), and every client left out of the sum is
+    :class:`Failed` with the stage at which it dropped out (or why it was not asked), in the round's failures and
+    record (``federation.secure_rounds``)."""
+    reachable = federation._reachable(ids, round)
+    failed = {i: Failed(k, "train", str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
+    asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
+    params = payloads[0].params if payloads else {}
+    record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
+    cohort = None
+    if len(asked) > settings.max_clients:
+        why = f"SecAgg+ sums at most {settings.max_clients} clients at quantization_range {settings.quantization_range}"
+    elif len(asked) < 2:
+        why = "SecAgg+ needs at least two clients that can answer"
+    else:
+        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record)
+    included = set(record.pop("summed_nodes", ()))
+    missed = record.pop("missed", {})
+    for node, i in asked.items():
+        if node not in included:
+            failed[i] = Failed(ids[i], "train", missed.get(node) or why)
+    record["dropped"] = {ids[i]: failed[i].reason for node, i in asked.items() if node not in included}
+    record["recovered"] = {ids[asked[n]]: reason for n, reason in missed.items() if n in included}  # after their vector
+    federation.secure_rounds[round] = record
+    federation.failures[round].extend(failed[i] for i in sorted(failed))
+    positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
+    counted = bool(payloads) and bool(getattr(payloads[0].plan, "report_count", False))
+    if federation.sealed_sums is None:
+        federation.sealed_sums = _Sums()
+    token = federation.sealed_sums.seal(cohort, positions, counted)
+    return SealedReplies(federation.sealed_sums, token, len(ids), dict(sorted(failed.items())))
+
+
+def _run_protocol(
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
+    params: Params, round: int, record: dict,
+) -> tuple[SummedCohort | None, str]:
+    """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
+    requests = {}
+    for node, i in asked.items():
+        request = encode_request("train", ids[i], federation.seed, round, payloads[i])
+        request.config_records[SEALED] = ConfigRecord({"clipping_range": float(settings.clipping_range)})
+        requests[node] = request
+    shapes = [(1,)] + [tuple(v.shape) for v in params.values()] + [(len(TALLY),)]
+    grid = _StageGrid(federation.grid, shapes)
+    strategy = _Cohort(list(asked), grid)
+    context = LegacyContext(Context(0, 0, {}, RecordDict(), {}), strategy=strategy)
+    context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: round + 1})
+    context.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+    workflow = _Workflow(settings, federation.timeout, requests)
+    try:
+        workflow(grid, context)  # type: ignore[arg-type]  # _StageGrid wraps a Grid and answers its interface
+    except Exception as error:  # a malformed reply the workflow trips over: the round has no sum, the run goes on
+        record["missed"] = dropouts(grid.outcome)
+        return None, f"secure aggregation failed: {type(error).__name__}: {error}"
+    record.update(threshold=workflow.threshold, missed=dropouts(grid.outcome))
+    if strategy.included is None or strategy.mean is None:
+        stage = list(grid.outcome)[-1] if grid.outcome else "setup"
+        return None, (f"secure aggregation stopped after the {stage} stage: too few clients answered for SecAgg+ to "
+                      f"remove the masks (reconstruction threshold {workflow.threshold})")
+    summed = len(strategy.included)
+    total = [a * summed for a in strategy.mean]  # the workflow divides the sum by the summed weight, 1 per client
+    cohort = unpack_sum(total, params, settings.clipping_range, summed)
+    record.update(summed=summed, summed_nodes=strategy.included, clipped=cohort.clipped,
+                  tolerance=settings.tolerance(summed))
+    return cohort, ""
+
+
+def dropouts(outcome: dict[str, dict[int, str | None]]) -> dict[int, str]:
+    """Each node that did not answer a stage: the first stage it missed, and why."""
+    dropped: dict[int, str] = {}
+    for stage, nodes in outcome.items():
+        for node, why in nodes.items():
+            if why is not None and node not in dropped:
+                dropped[node] = f"dropped out of SecAgg+ at the {stage} stage: {why}"
+    return dropped
