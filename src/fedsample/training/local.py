@@ -376,6 +376,13 @@ class LocalSGD(Scheduled):
             weight = weight * drawn.scale[row]
         return BatchSchedule(client, step, row, weight, len(drawn))
 
+    def rows_trained(self, sizes: np.ndarray) -> np.ndarray:
+        """The rows (with repeats) a client of each size trains on in a round when its plan keeps all its data:
+        ``steps`` batches, or ``epochs`` passes (what the engine choice estimates a round's work from)."""
+        n = np.asarray(sizes, dtype=np.float64)
+        b = n if self.batch_size is None else np.minimum(self.batch_size, n)
+        return self.steps * b if self.steps is not None else self.epochs * n
+
     def single_step(self, sizes: np.ndarray) -> bool:
         """Whether every client takes exactly one step (whatever its drawn sample, which is at most its data)."""
         if self.steps is not None:
