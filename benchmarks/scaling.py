@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import arguments, emit, footer, header, peak_rss_mb, progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
@@ -63,6 +62,8 @@ def timed(call) -> float:
 def point(population: int, cohort: int, steps: int) -> dict[str, float | str]:
     """One round of ``cohort`` of ``population`` clients × 2 rows, ``steps`` local steps, on each engine."""
     import torch
+    from floor import fedavg_round
+    from workload import Workload
 
     from fedsample.data.types import FederatedData
     from fedsample.models import MLP, initial_parameters
@@ -71,8 +72,6 @@ def point(population: int, cohort: int, steps: int) -> dict[str, float | str]:
     from fedsample.strategy import Strategy
     from fedsample.training.aggregate import WeightedMean
     from fedsample.training.local import LocalSGD
-    from floor import fedavg_round
-    from workload import Workload
 
     rows = population * PER_CLIENT
     ds = window_images(rows)
@@ -147,7 +146,7 @@ def main(out: Path, smoke: bool) -> None:
     results = []
     for axis, label, points in sweeps(smoke):
         xs, times = [], {name: [] for name in ENGINES}
-        for population, cohort, steps in progress(points, lambda p: f"{axis}: population {p[0]}, cohort {p[1]}, {p[2]} steps"):
+        for population, cohort, steps in progress(points, lambda p, axis=axis: f"{axis}: population {p[0]}, cohort {p[1]}, {p[2]} steps"):
             got = point(population, cohort, steps)
             x = {"cohort": cohort, "steps": steps, "population": population}[axis]
             xs.append(x)

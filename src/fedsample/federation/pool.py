@@ -93,6 +93,11 @@ class PoolFederation(Federation):
     def num_clients(self) -> int:
         return self.data.num_clients
 
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids (to read their memory, say)."""
+        return [p.pid for p in self._procs]
+
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(payload, len(ids))
