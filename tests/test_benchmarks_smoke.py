@@ -22,7 +22,7 @@ TIMEOUT_S = 300  # per script; a smoke run takes seconds, so this only stops a h
 
 def test_the_glob_finds_the_benchmarks():
     names = {str(p.relative_to(BENCHMARKS)) for p in SCRIPTS}
-    assert {"gpu.py", "fedsampling_round_vs_centralized.py", "vectorized_vs_loop_every_recipe.py", "peers/run.py"} <= names
+    assert {"gpu.py", "fedsampling_round_vs_centralized.py", "vectorized_vs_loop_every_recipe.py", "scaling.py", "peers/run.py"} <= names
     assert "_common.py" not in names
 
 

@@ -5,10 +5,16 @@ vectorized, auto). Run by run.py with the project's python and ``PYTHONPATH=src`
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 
 import numpy as np
 
-from workload import Workload, emit_result, load_rows, model_spec, set_threads, timed_rounds, workload_named
+from workload import Workload, emit_result, load_rows, model_spec, peak_rss_mb, set_threads, timed_rounds, workload_named
+
+
+RUN_ROUNDS = 100
+"""The length of run a timed round stands for, given to the ``auto`` rule (which weighs a worker pool's start-up
+against the run's rounds): the timed rounds are a sample of a long run, the start-up is in "time to round 1"."""
 
 
 def federated_data(path: str, w: Workload):
@@ -24,8 +30,7 @@ def federated_data(path: str, w: Workload):
 def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> None:
     set_threads(threads)
     from fedsample import recipes
-    from fedsample.models import initial_parameters
-    from fedsample.federation.secure_sum import with_secure_sum
+    from fedsample.federation.pool import pool_federation
     from fedsample.simulation import build_module, make_federation, resolve_backend
 
     w = workload_named(workload)
@@ -33,8 +38,20 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
     module = build_module(model_spec(w), fed)
     strategy = recipes.fedavg(clients_per_round=w.cohort, lr=w.lr, epochs=w.epochs, steps=w.steps, batch_size=w.batch,
                               server_lr=w.server_lr)
-    choice = resolve_backend(backend, strategy, fed, module)
-    federation = make_federation(choice.backend, fed, module, seed=0)
+    choice = resolve_backend(backend, strategy, fed, module, rounds=RUN_ROUNDS)
+    with ExitStack() as stack:
+        if choice.workers > 1:  # auto picked a pool of worker processes (started before round 1's clock stops)
+            federation = stack.enter_context(pool_federation(choice.workers, choice.backend).open(fed, module, 0))
+        else:
+            federation = make_federation(choice.backend, fed, module, seed=0)
+        run(strategy, federation, module, choice, source, backend, threads, rounds)
+
+
+def run(strategy, federation, module, choice, source: str, backend: str, threads: int, rounds: int) -> None:
+    """Time ``rounds`` warm rounds after round 1 and print the result line."""
+    from fedsample.federation.secure_sum import with_secure_sum
+    from fedsample.models import initial_parameters
+
     params = initial_parameters(module, 0)
     state = strategy.init_state(params)
     current = {"params": params}
@@ -43,8 +60,17 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
         current["params"], _ = strategy.round(with_secure_sum(federation, strategy.secure_sum), current["params"], state, t, 0)
 
     first, times = timed_rounds(one_round, rounds)
+    workers = [process_peak_mb(pid) for pid in getattr(federation, "pids", [])]  # a pool's workers hold the clients' rows
+    memory = {"peak_rss_mb": peak_rss_mb() + sum(workers), "workers_peak_rss_mb": workers} if workers else {}
     emit_result(f"fedsample-{backend}", first, times, data=source, threads=threads,
-                engine=f"{choice.backend} ({choice.reason})")
+                engine=f"{choice.backend} ({choice.reason})", workers=choice.workers, **memory)
+
+
+def process_peak_mb(pid: int) -> float:
+    """Peak resident memory (``VmHWM``, MiB) of the process ``pid``: with a pool, the table's peak RSS is this
+    process's plus its workers' (an upper bound of the peak they held at once)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 if __name__ == "__main__":

@@ -293,9 +293,25 @@ class CohortStreams(Sequence):
         rng.position = int(self.positions[c])
         return rng
 
+    def states(self) -> np.ndarray:
+        """Each client's SplitMix64 state (uint64), as its :class:`ClientRandom` has it."""
+        return client_streams(cell_key(self.seed, self.round, self.purpose), self.clients)
+
     def cohort(self, device: "torch.device | str | None" = None) -> CohortRandom:
         """The same streams as one :class:`CohortRandom` (draw i there is draw i of the stream: start at ``positions``)."""
         return CohortRandom(self.seed, self.round, self.clients, self.purpose, device)
+
+
+def counter_positions(streams: Sequence) -> tuple[np.ndarray, np.ndarray] | None:
+    """(uint64 state, next position) of each stream of ``streams`` (a :class:`CohortStreams` or a sequence of
+    :class:`ClientRandom`), so that the next draws of every client are one :func:`stream_uniforms` pass; None
+    when a stream is not counter-based (a plain numpy Generator)."""
+    if isinstance(streams, CohortStreams):
+        return streams.states(), streams.positions
+    if not all(type(r) is ClientRandom for r in streams):
+        return None
+    states = np.fromiter((r.stream for r in streams), dtype=np.uint64, count=len(streams))
+    return states, np.fromiter((r.position for r in streams), dtype=np.int64, count=len(streams))
 
 
 def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:

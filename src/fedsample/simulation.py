@@ -23,7 +23,7 @@ from fedsample.data.types import FederatedData
 from fedsample.device import resolve_device, to_device
 from fedsample.evaluation import evaluate
 from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
-from fedsample.federation.choose import BackendChoice, choose_backend
+from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
 from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
@@ -85,8 +85,9 @@ class Diverged(ArithmeticError):
 
 @dataclass
 class SimulationResult:
-    """A finished run; ``backend`` is the engine that trained it and ``backend_reason`` why (``backend="auto"``
-    records the rule that picked it, :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
+    """A finished run; ``backend`` is the engine that trained it, ``workers`` the worker processes it ran on (1:
+    this process) and ``backend_reason`` why (``backend="auto"`` records the rule that picked both,
+    :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
     saying why the run stopped early (the privacy budget); ``privacy`` is the run's ledger
     (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release)."""
 
@@ -98,6 +99,7 @@ class SimulationResult:
     backend_reason: str = ""
     status: str = "ok"
     privacy: dict = field(default_factory=dict)
+    workers: int = 1
 
     @property
     def final(self) -> dict:
@@ -123,7 +125,7 @@ Backend = Literal["auto", "vectorized", "loop"]
 
 @checks.arguments(
     renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT,
-    checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None],
+    checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None], workers=[checks.COUNT, None],
 )
 def simulate(
     strategy: Strategy,
@@ -144,6 +146,7 @@ def simulate(
     device: str | torch.device = "cpu",
     trackers: Sequence[Tracker] | None = None,
     privacy: Accounting | None = None,
+    workers: int | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` on the clients' data ``federated_data`` (a
     :class:`~fedsample.data.types.FederatedData`; the strategy's own ``data`` is its data sampler) and
@@ -156,6 +159,11 @@ def simulate(
     result records the engine and why (``backend``, ``backend_reason``).
     ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
     :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it.
+    ``workers`` runs the engine on that many local worker processes of one thread each, the clients split
+    k mod workers (:mod:`fedsample.federation.pool`; 1: this process, on torch's threads); with ``backend="auto"``
+    and ``workers`` None the rule picks it (a pool where a round has many clients and enough work, as many
+    workers as ``torch.get_num_threads()``); the numbers are the single-process engine's up to the order of the
+    float32 partial sums.
 
     ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
     or without it a client whose procedure raises is left out of its round (docs/reliability.md). A run
@@ -193,9 +201,12 @@ def simulate(
     ledger = _attach_ledger(state, privacy or Accounting(), data, checkpoint)
     module.to(where)
     given = federation.description if isinstance(federation, FederationFactory) else "given"
-    choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(backend, strategy, data, module, memory_budget, where)
+    choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
+        backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round)
     with ExitStack() as stack:
         engine: Federation
+        if federation is None and choice.workers > 1:
+            federation, choice = _open_pool(stack, choice, data, module, seed, memory_budget, where, fallback=backend == "auto" and workers is None)
         if isinstance(federation, FederationFactory):
             engine = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
         elif federation is None:
@@ -209,8 +220,26 @@ def simulate(
                              checkpoint_every, progress, where, trackers, tracked)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
-        status=status, privacy=ledger.summary(releases=True),
+        status=status, privacy=ledger.summary(releases=True), workers=choice.workers,
     )
+
+
+def _open_pool(
+    stack: ExitStack, choice: BackendChoice, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None,
+    where: torch.device, fallback: bool,
+) -> tuple[Federation | None, BackendChoice]:
+    """The pool of ``choice.workers`` processes running ``choice.backend``, opened on ``stack``; where the ``auto``
+    rule chose it (``fallback``) and it cannot start, this process instead, the reason saying why."""
+    from fedsample.federation.pool import pool_federation
+
+    try:
+        return stack.enter_context(pool_federation(choice.workers, choice.backend).open(
+            data, module, seed, memory_budget=memory_budget, device=where)), choice
+    except (OSError, RuntimeError) as error:
+        if not fallback:
+            raise
+        why = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return None, BackendChoice(choice.backend, f"{choice.reason}; the pool did not start ({why}): in this process instead", 1)
 
 
 def _run_rounds(
@@ -262,7 +291,7 @@ def tracked_config(
     return {
         "name": strategy.name, "strategy": fingerprint["strategy"], "seed": seed, "rounds": rounds, "eval_every": eval_every,
         "faults": fingerprint["faults"], "model": fingerprint["model"], "dataset": data.dataset.name, "data_digest": fingerprint["data"],
-        "clients": data.num_clients, "backend": choice.backend, "backend_reason": choice.reason, "device": str(device),
+        "clients": data.num_clients, "backend": choice.backend, "backend_reason": choice.reason, "workers": choice.workers, "device": str(device),
         "version": fingerprint["version"],
     }
 
@@ -358,16 +387,24 @@ BACKENDS = ("auto", "vectorized", "loop")
 
 def resolve_backend(
     backend: str, strategy: Strategy, data: FederatedData, module: nn.Module, memory_budget: int | None = None,
-    device: torch.device | str = "cpu",
+    device: torch.device | str = "cpu", workers: int | None = None, rounds: int | None = None,
 ) -> BackendChoice:
     """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
-    picks for this strategy, data and model."""
-    checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend},
-                    {"memory_budget": checks.Param(checks.COUNT, None, label="memory_budget (bytes)"), "backend": checks.Options(*BACKENDS)})
+    picks for this strategy, data and model; and its worker processes: ``workers``, or for ``"auto"`` (with
+    ``workers`` None) what :func:`~fedsample.federation.choose.choose_cores` picks for a run of ``rounds``
+    rounds (1 for a named engine)."""
+    checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend, "workers": workers},
+                    {"memory_budget": checks.Param(checks.COUNT, None, label="memory_budget (bytes)"), "backend": checks.Options(*BACKENDS),
+                     "workers": [checks.COUNT, None]})
     if backend != "auto":
-        return BackendChoice(backend, "asked for")
+        n = workers or 1
+        return BackendChoice(backend, "asked for" + (f", on {n} worker processes" if n > 1 else ""), n)
     device = torch.device(device)
-    return choose_backend(strategy, data.sizes(), module, torch.as_tensor(data.dataset.x_train[:1], device=device), device.type)
+    sizes, sample = data.sizes(), torch.as_tensor(data.dataset.x_train[:1], device=device)
+    engine = choose_backend(strategy, sizes, module, sample, device.type)
+    if workers is not None:
+        return BackendChoice(engine.backend, engine.reason + (f"; on {workers} worker processes (asked for)" if workers > 1 else ""), workers)
+    return choose_cores(engine, strategy, sizes, module, sample, device.type, rounds)
 
 
 def make_federation(

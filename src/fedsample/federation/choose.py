@@ -24,12 +24,33 @@ figures in ``benchmarks/README.md``), in order:
    MLP(64) on Fashion-MNIST, batch 32, the vectorized round was 1.3-3× faster with 10 clients per round (19
    steps each) and even or slower with 5 (IWDS, 188 steps each). A sampler that declares no expected cohort is
    taken to choose every client.
+
+Then, on CPU, how the cores are used: the threads this process may use (``torch.get_num_threads()``: every
+core by default, fewer where the caller set it, e.g. ``fedsample run --jobs``) go either to torch's intra-op
+threads in this process (**threads**) or to that many worker processes of one thread each, every worker
+holding the clients ``k mod workers`` and running the engine picked above (**pool**,
+:mod:`fedsample.federation.pool`; the Ray federation's split, without Ray). Threads parallelise each
+operation, which pays for large operations and costs nothing to start; a pool runs whole clients side by
+side, which pays when a round has many clients' worth of small operations, but each worker is a fresh
+interpreter (a few seconds to start) and each round moves the parameters to every worker and a partial sum
+back. So, in order:
+
+8. One thread allowed, a device other than the CPU, a one-step cohort (one large union forward/backward,
+   which threads parallelise), or a model or part the workers cannot import (a class defined in ``__main__``):
+   **threads**.
+9. Fewer than :data:`POOL_MIN_CLIENTS_PER_WORKER` expected clients per worker, or too little work to pay for
+   the pool: estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the
+   cohort trains on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S` per round or
+   :data:`POOL_MIN_RUN_S` over the run's rounds: **threads**.
+10. Otherwise: a **pool** of as many workers as threads allowed, one thread each. Measured on the 2-core
+    machine of ``benchmarks/README.md``: pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN,
+    the loop engine) ran its round in about 0.55x the single-process time at 2 threads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -42,15 +63,21 @@ __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_c
 
 STACKED_MIN_CLIENTS = 8
 """The smallest cohort for which stacking the clients' parameters can pay off."""
+POOL_MIN_CLIENTS_PER_WORKER = 2
+NOMINAL_MACS_PER_S = 2.5e10  # one core, fp32 forward/backward multiply-adds (PflCNN on the benchmark machine: ~2.5e10)
+POOL_MIN_ROUND_S = 0.2  # a round's estimated compute, single process: below it the per-round traffic weighs
+POOL_MIN_RUN_S = 10.0  # the run's estimated compute, single process: below it starting the workers weighs
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The engine ``backend="auto"`` picked and the rule that picked it (recorded with the run)."""
+    """The engine ``backend="auto"`` picked and the rule that picked it (recorded with the run); ``workers`` is
+    the number of worker processes (1: this process, on its torch threads)."""
 
     backend: str
     reason: str
+    workers: int = 1
 
 
 def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu") -> BackendChoice:
@@ -97,3 +124,74 @@ def expected_cohort(sampler: Any, num_clients: int, sizes: np.ndarray | None = N
     for a sampler that declares none."""
     declared = getattr(sampler, "expected_cohort", None)
     return float(num_clients) if declared is None else float(declared(num_clients, sizes))
+
+
+def choose_cores(
+    engine: BackendChoice, strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu",
+    rounds: int | None = None, threads: int | None = None,
+) -> BackendChoice:
+    """``engine`` (rules 1-7) run on this process's threads or on a pool of worker processes (rules 8-10 of the
+    module docstring); ``threads``: the threads allowed (default ``torch.get_num_threads()``), ``rounds`` the
+    run's rounds (None: one)."""
+    threads = torch.get_num_threads() if threads is None else int(threads)
+    here = f"in this process on {threads} torch thread{'s' if threads > 1 else ''}"
+    if threads < 2 or device != "cpu":
+        return BackendChoice(engine.backend, f"{engine.reason}; {here}", 1)
+    solver = strategy.local
+    if parts.batched(solver) and solver.single_step(sizes):
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (one union forward/backward: threads split it)", 1)
+    foreign = unimportable(strategy, module)
+    if foreign:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} ({foreign} is defined in __main__: pool workers could not import it)", 1)
+    m = expected_cohort(strategy.clients, len(sizes), sizes)
+    if m < POOL_MIN_CLIENTS_PER_WORKER * threads:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{m:g} clients per round: too few to split over {threads} processes)", 1)
+    seconds = round_work(solver, sizes, m, module, sample) / NOMINAL_MACS_PER_S
+    total = seconds * (rounds or 1)
+    if seconds < POOL_MIN_ROUND_S or total < POOL_MIN_RUN_S:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{seconds:.2g} s of compute per round, ~{total:.2g} s per run: "
+                                             f"too little to pay for worker processes)", 1)
+    return BackendChoice(engine.backend, f"{engine.reason}; on a pool of {threads} worker processes of 1 thread, clients k mod {threads} "
+                                         f"(~{m:g} clients and ~{seconds:.2g} s of compute per round)", threads)
+
+
+def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:
+    """Multiply-adds of one sample's forward through the model's linear and convolution layers (hooks on one
+    forward of ``sample``, one row)."""
+    total = [0.0]
+
+    def hook(layer: nn.Module, _inputs: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor):  # each output element: one multiply-add per weight it reads
+            weight = cast(torch.Tensor, layer.weight)
+            per_output = weight.numel() / weight.shape[1 if getattr(layer, "transposed", False) else 0]
+            total[0] += float(output[:1].numel() * per_output)
+
+    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, *_CONVOLUTIONS))]
+    try:
+        with torch.no_grad():
+            module(sample[:1])
+    finally:
+        for h in handles:
+            h.remove()
+    return total[0]
+
+
+def round_work(solver: Any, sizes: np.ndarray, cohort: float, module: nn.Module, sample: torch.Tensor) -> float:
+    """Estimated multiply-adds of a round's local training: 3 (forward and backward) x :func:`macs_per_sample` x
+    the rows ``cohort`` clients of the mean size train on (the solver's declared ``rows_trained(sizes)``, else one
+    pass over their data)."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    rows = getattr(solver, "rows_trained", None)
+    per_client = float(np.mean(rows(sizes))) if rows is not None and len(sizes) else float(np.mean(sizes)) if len(sizes) else 0.0
+    return 3.0 * macs_per_sample(module, sample) * per_client * cohort
+
+
+def unimportable(strategy: Any, module: nn.Module) -> str | None:
+    """The first class among the strategy's parts and the model's layers that a fresh interpreter cannot import
+    by name (defined in ``__main__``), or None."""
+    found = [getattr(strategy, f, None) for f in ("clients", "data", "local", "aggregate", "server", "sizes", "noise")]
+    found += list(module.modules())
+    for obj in found:
+        if obj is not None and type(obj).__module__ == "__main__":
+            return type(obj).__name__
+    return None

@@ -4,7 +4,8 @@
 :class:`~fedsample.federation.base.FederationFactory`) opens a Ray session (the one already running, the
 cluster at ``address``, or a local Ray with one CPU per worker) and a :class:`RayFederation` for the run, and
 stops both at its end. :class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)``
-by splitting the asked clients over ``workers`` actors. Each actor is a :class:`ClientShard`: it receives its
+by splitting the asked clients over ``workers`` actors. Each actor is a :class:`~fedsample.federation.sharded.ClientShard`
+(the worker's side every federation over workers shares, :mod:`fedsample.federation.sharded`): it receives its
 clients' training rows once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
 (:class:`~fedsample.federation.vectorized.VectorizedSimulator`) on its share of every call, on its GPU where
 Ray gave it one. Every client draw comes from (seed, round, client, purpose), so the reports are those of the
@@ -34,13 +35,15 @@ from typing import Any, Iterator
 import numpy as np
 
 from fedsample.client import UPDATE_PROCEDURES
-from fedsample.messages import TrainReport, payloads_for
+from fedsample.messages import payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.rounds import FederationLost, NumberReplies, Replies, ReplyList
+from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
+    ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
+)
+from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
-from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
-from fedsample.training.functional import Params
+from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET
 from fedsample.telemetry import quiet_ray
 
 quiet_ray()  # before Ray starts any process: no usage report to usage-stats.ray.io unless the user opted in
@@ -66,138 +69,22 @@ class ShardLost(FederationLost):
 # --- the actor's side ------------------------------------------------------------------------------------
 
 
-class ClientShard:
-    """The clients of one actor: their data, their held state, and the last ``train`` call's reports (kept
-    here until the server has combined them, so that only sums cross the network)."""
+class RayClientShard(ClientShard):
+    """:class:`~fedsample.federation.sharded.ClientShard` as a Ray actor: ``threads`` torch threads, always the
+    vectorized engine, and the node it runs on."""
 
     def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
-        self._held: tuple[int, ReplyList] = (-1, Replies())
+        super().__init__(shard, module, seed, memory_budget)
 
     def node(self) -> str:
         """The Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
-        """The engine's answer for ``ids``; for ``train`` and ``send_held`` (the procedures whose replies carry
-        updates), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
-        if isinstance(ids, range):
-            ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
-        reports = self.sim.run(procedure, ids, payload, round)
-        if procedure not in UPDATE_PROCEDURES:
-            return reports
-        self._held = (token, reports)
-        return summarize_reports(reports)
-
-    def weighted_update_sum(self, positions: np.ndarray | range, weights: np.ndarray | float, token: int) -> Params | None:
-        """``sum_i weights_i * Delta_{positions_i}`` over this actor's part of call ``token`` (``positions`` may
-        come as a range and ``weights`` as one number shared by all: :func:`compact_weights`)."""
-        positions = np.arange(positions.start, positions.stop, positions.step, dtype=np.int64) if isinstance(positions, range) else positions
-        each = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else np.asarray(weights)
-        return self._reports(token).weighted_update_sum(positions, each)
-
-    def updates(self, positions: np.ndarray, token: int) -> list[Params]:
-        """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
-        reports = self._reports(token)
-        return [reports[int(i)].update for i in positions]
-
-    def client_states(self) -> dict[int, dict]:
-        return self.sim.client_states()
-
-    def load_client_states(self, states: dict[int, dict]) -> None:
-        self.sim.load_client_states(states)
-
-    def _reports(self, token: int) -> ReplyList:
-        if self._held[0] != token:
-            raise RuntimeError(f"the reports of train call {token} are gone (a later call replaced them)")
-        return self._held[1]
-
-
-def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
-    """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN) per received
-    report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
-    positions = reports.received_positions()
-    got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None))) for r in got]
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5)
-
-
-def _or_nan(value: float | None) -> float:
-    return np.nan if value is None else value
-
 
 # --- the server's side -------------------------------------------------------------------------------------
-
-
-class RemoteReport(TrainReport):
-    """A client's train report whose update stays on its actor until read."""
-
-    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
-                 samples: int | None = None, utility: float | None = None) -> None:
-        self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples, self.utility = steps, loss, norm_steps, samples, utility
-
-    @property
-    def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
-        return self._owner.update_of(self._position)
-
-    def __repr__(self) -> str:
-        return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its actor)"
-
-
-class ShardedReports(Replies):
-    """A ``train`` call's reports over the actors: a reply list like any federation's answer whose
-    ``received_positions`` come with the summaries and whose ``weighted_update_sum`` is fused (one partial sum
-    per actor, added here)."""
-
-    fused = True
-
-    def __init__(self, fed: "RayFederation", token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
-        super().__init__([None] * size, failed={})
-        self._fed, self._token, self._parts = fed, token, parts
-        self._fetched: dict[int, dict[int, Params]] = {}
-        self._worker = np.zeros(size, dtype=np.int64)
-        self._local = np.zeros(size, dtype=np.int64)
-        for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
-            self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, drawn, utility) in zip(positions[got].tolist(), table.tolist()):
-                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility)
-        self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
-
-    def received_positions(self) -> np.ndarray:
-        return self.without_failed(self._received)
-
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
-        """``sum_i weights_i * Delta_{positions_i}``: each actor sums its own clients, the server adds the
-        actors' partial sums (in actor order, so the result is deterministic); rejected replies add nothing."""
-        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
-        if self.failed:
-            keep = ~np.isin(positions, list(self.failed))
-            positions, weights = positions[keep], weights[keep]
-        calls = {}
-        for w in range(len(self._parts)):
-            mine = self._worker[positions] == w
-            if mine.any():
-                calls[w] = ("weighted_update_sum", as_range(self._local[positions[mine]]), compact_weights(weights[mine]))
-        partial = self._fed._call_each(calls, self._token)
-        total = None
-        for w in sorted(partial):
-            total = partial[w] if total is None else {k: total[k] + v for k, v in partial[w].items()}
-        return total
-
-    def update_of(self, position: int) -> Params:
-        """Client ``position``'s update: its actor's received updates are fetched together on first read."""
-        w = int(self._worker[position])
-        if w not in self._fetched:
-            got = self._received[self._worker[self._received] == w]
-            fetched = self._fed._call_each({w: ("updates", self._local[got])}, self._token)[w]
-            self._fetched[w] = dict(zip(got.tolist(), fetched))
-        return self._fetched[w][position]
 
 
 class RayFederation(Federation):
@@ -221,7 +108,7 @@ class RayFederation(Federation):
         options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker, "max_restarts": 0}
         if spread:
             options["scheduling_strategy"] = "SPREAD"
-        actor = ray.remote(ClientShard).options(**options)
+        actor = ray.remote(RayClientShard).options(**options)
         threads = max(1, int(cpus_per_worker))
         budget = memory_budget or DEFAULT_MEMORY_BUDGET
         self.actors: list[Any] = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
@@ -245,7 +132,7 @@ class RayFederation(Federation):
         if procedure in UPDATE_PROCEDURES:
             nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
-        return _in_cohort_order(answers, parts, len(ids))
+        return in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict]:
         """Every actor's non-empty client-held states, by client id (for checkpoints)."""
@@ -303,28 +190,6 @@ class RayFederation(Federation):
 def _first_line(error: BaseException) -> str:
     """The first non-empty line of an error's message (Ray's are long and span several lines)."""
     return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-
-
-def compact_weights(weights: np.ndarray) -> np.ndarray | float:
-    """One number where every weight is the same (FedSampling's sum over a secure-summed cohort of 10^6 clients:
-    8 bytes instead of 8 per client), else the array."""
-    return float(weights[0]) if len(weights) > 1 and np.all(weights == weights[0]) else weights
-
-
-def _in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size: int) -> ReplyList:
-    """The actors' answers put back in cohort order: one array where every actor answered with one (size
-    reports, :class:`~fedsample.rounds.NumberReplies`), else a list."""
-    numbers = {w: a for w, a in answers.items() if isinstance(a, NumberReplies) and not a.failed}
-    if answers and len(numbers) == len(answers):
-        values = np.zeros(size, dtype=next(iter(numbers.values())).values.dtype)
-        for w, number in numbers.items():
-            values[parts[w]] = number.values
-        return NumberReplies(values)
-    out: list[Any] = [None] * size
-    for w, answer in answers.items():
-        for j, report in zip(parts[w].tolist(), answer):
-            out[j] = report
-    return Replies(out)
 
 
 def _pickled_size(value: Any) -> int:

@@ -26,15 +26,24 @@ def shard_of(data: FederatedData, owner: np.ndarray, worker: int) -> FederatedDa
     """``data`` restricted to the clients whose ``owner`` is ``worker``: their rows only (renumbered, in
     client order), the global offsets kept so that client ids mean the same everywhere. The test split is
     left out (the server evaluates)."""
+    rows, offsets = shard_rows(data, owner, worker)
+    return shard_holding(data, data.dataset.x_train[rows], data.dataset.y_train[rows], offsets)
+
+
+def shard_rows(data: FederatedData, owner: np.ndarray, worker: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows of ``worker``'s clients (in client order: what its shard holds) and the shard's
+    offsets (global client numbering; the other clients empty)."""
     sizes = data.sizes() * (owner == worker)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    mine = np.flatnonzero(owner == worker)
-    rows = _rows_of(data, mine)
+    return _rows_of(data, np.flatnonzero(owner == worker)), offsets
+
+
+def shard_holding(data: FederatedData, x: np.ndarray, y: np.ndarray, offsets: np.ndarray) -> FederatedData:
+    """A shard of ``data`` (its name, classes, task and partition scheme) holding the rows ``x``, ``y`` in client
+    order under ``offsets``; no test split."""
     ds = data.dataset
-    held = Dataset(
-        ds.name, ds.x_train[rows], ds.y_train[rows], ds.x_test[:0], ds.y_test[:0], ds.num_classes, ds.task, ds.meta
-    )
-    return FederatedData(held, np.arange(len(rows), dtype=np.int64), offsets, scheme=data.scheme)
+    held = Dataset(ds.name, x, y, ds.x_test[:0], ds.y_test[:0], ds.num_classes, ds.task, ds.meta)
+    return FederatedData(held, np.arange(len(y), dtype=np.int64), offsets, scheme=data.scheme)
 
 
 def _rows_of(data: FederatedData, clients: np.ndarray) -> np.ndarray:

@@ -59,6 +59,7 @@ from fedsample.rounds import NumberReplies, Replies, ReplyList
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
+from fedsample.training.lowrank import LinearChain, LowRankStack, linear_chain, train_low_rank
 
 __all__ = ["CohortReports", "DEFAULT_MEMORY_BUDGET", "VectorizedSimulator"]
 
@@ -253,27 +254,63 @@ class VectorizedSimulator(Simulator):
         counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
         if schedule.single_step:
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
-            if payload.utility:
-                self.add_utilities(reports, ids, drawn, payload.params)
-            return reports
-        active = np.flatnonzero(steps)
-        bounds = schedule.batch_starts()
-        per_client = self._client_bytes(payload.params, int(np.diff(bounds).max()), rule.momentum > 0)
-        chunk = max(1, self.chunk_budget() // per_client)
-        generators = self._mask_generators(ids[active], round)
-        for start in range(0, len(active), chunk):
-            members = active[start : start + chunk]
-            gens = generators[start : start + chunk] if generators is not None else None
-            updates, losses = self._stacked_chunk(ids, members, drawn, schedule, steps, rule, payload.params, gens)
-            for j, c in enumerate(members.tolist()):
-                loss = float(losses[j]) * (1.0 if schedule.loss_scale is None else float(schedule.loss_scale[c]))
-                reports[c] = TrainReport(
-                    update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss,
-                    norm_steps=None if norm is None else float(norm[c]), samples=None if counted is None else int(counted[c]),
-                )
-        if payload.utility:
+        else:
+            reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted)
+        if payload.utility:  # Oort's statistical utility, as the client adds it to its report
             self.add_utilities(reports, ids, drawn, payload.params)
         return reports
+
+    def _train_stepped(
+        self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: SGDStep, params: Params,
+        round: int, norm: np.ndarray | None, counted: np.ndarray | None,
+    ) -> Replies:
+        """Multi-step schedules: the clients that step, in groups of similar batch width and step count
+        (:func:`padding_groups`: padding stays under 2x), each group in chunks under the memory budget, each chunk
+        stacked by decreasing steps so that step s runs only the clients still stepping. A chunk runs in low-rank
+        form (:mod:`fedsample.training.lowrank`: no model per client) where the model is a chain of linear
+        layers and the clients are small enough for it to pay, else with stacked parameters (:meth:`_stacked_chunk`)."""
+        reports = SteppedReports([empty_report(params)] * len(ids), failed={})
+        reports._took_step = steps > 0
+        widths = batch_widths(schedule, len(ids))
+        chain = self._linear_chain(params)
+        for members in padding_groups(steps, widths):
+            B = int(widths[members].max())
+            rows_held = int(steps[members].max()) * B
+            low_rank = chain if chain is not None and chain.low_rank_pays(rows_held) else None
+            per_client = (low_rank.client_bytes(rows_held, B, rule.momentum > 0, self._activations(params)) if low_rank is not None
+                          else self._client_bytes(params, B, rule.momentum > 0))
+            chunk = max(1, self.chunk_budget() // per_client)
+            for start in range(0, len(members), chunk):
+                part = members[start : start + chunk]
+                stacked = part[np.argsort(-steps[part], kind="stable")]  # stack row -> cohort position
+                rows, weights, widths_ = self._padded(ids, stacked, drawn, schedule)
+                generators = self._mask_generators(ids[stacked], round)
+                rows_t = torch.as_tensor(rows, device=self.device)
+                weights_t = torch.as_tensor(weights, device=self.device).to(self.dtype)
+                masks = None if generators is None else (lambda s, n, g=generators, w=widths_, b=rows.shape[2]: self._step_masks(g[:n], w[:n, s], b))
+                updates: Params | None
+                if low_rank is not None:
+                    held, losses = train_low_rank(low_rank, self.task, params, self.x, self.y, rows_t, weights_t, steps[stacked], rule, masks)
+                    reports.hold(stacked, held)
+                    updates = None  # read through the held factors (SteppedReports.update_of)
+                else:
+                    updates, losses = self._stacked_chunk(steps[stacked], rows_t, weights_t, rule, params, masks)
+                mean = losses.sum(1).cpu().numpy() / steps[stacked]
+                for j, c in enumerate(stacked.tolist()):
+                    loss = float(mean[j]) * (1.0 if schedule.loss_scale is None else float(schedule.loss_scale[c]))
+                    report = _DeferredReport(reports, c, loss, int(steps[c])) if updates is None else TrainReport(
+                        update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss)
+                    report.norm_steps = None if norm is None else float(norm[c])
+                    report.samples = None if counted is None else int(counted[c])
+                    reports[c] = report
+        return reports if reports.held else Replies(list(reports), failed={})
+
+    def _linear_chain(self, params: Params) -> LinearChain | None:
+        """The model as a chain of linear layers and row-wise maps (:func:`~fedsample.training.lowrank.linear_chain`),
+        or None; found once."""
+        if not hasattr(self, "_chain"):
+            self._chain = linear_chain(self.train_module, self.x[:1], params)
+        return self._chain
 
     def _union_step(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, rule: SGDStep, params: Params, round: int,
@@ -303,57 +340,48 @@ class VectorizedSimulator(Simulator):
         return reports
 
     def _stacked_chunk(
-        self, ids: np.ndarray, members: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray,
-        rule: SGDStep, anchor: Params, generators: list | None = None,
-    ) -> tuple[dict[str, "_Rows"], np.ndarray]:
-        """Run the local steps of the cohort ``members`` (consecutive clients that step) with stacked parameters,
-        in place; returns their stacked updates (indexed by position in ``members``) and mean step losses.
-        The clients are stacked by decreasing number of steps, so step s runs only the first n_s of them (those
-        that still step: views of the stack, updated in place); a client past its last step is left where its
-        own last step put it. Uneven cohorts (one client of 100 steps among a thousand of one) cost the sum of
-        their steps, not the largest times the cohort."""
-        order = np.argsort(-steps[members], kind="stable")  # stack row -> position in members
-        generators = [generators[i] for i in order] if generators is not None else None
-        rows, weights, widths = self._padded(ids, members, order, drawn, schedule)
-        C, S, B = rows.shape
-        stacked_steps = steps[members][order]
-        rows_t, weights_t = torch.as_tensor(rows, device=self.device), torch.as_tensor(weights, device=self.device).to(self.dtype)
+        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: SGDStep, anchor: Params, masks_of_step: Any = None,
+    ) -> tuple[Params, torch.Tensor]:
+        """Run the local steps of a chunk of clients with stacked parameters, in place: ``rows_t``/``weights_t``
+        (C, S, B) their padded minibatches, ``steps`` (C,) their step counts in decreasing order, so step s runs
+        only the first n_s of them (those that still step: views of the stack, updated in place) and a client past
+        its last step is left where its own last step put it; ``masks_of_step(s, n)`` the dropout masks. Returns
+        the stacked updates w0 - w and the (C, S) step losses, by stack row."""
+        C, S, _ = rows_t.shape
         names, base = list(anchor), [v.detach() for v in anchor.values()]
         w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
         buf = [torch.zeros_like(v) for v in w] if rule.momentum else None
         losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
-            n = int(np.count_nonzero(stacked_steps > s))  # the clients still stepping: the first n (sorted by steps)
+            n = int(np.count_nonzero(steps > s))  # the clients still stepping: the first n (sorted by steps)
             live = [v[:n] for v in w]
-            masks = self._step_masks(generators[:n], widths[:n, s], B) if generators is not None else {}
+            masks = masks_of_step(s, n) if masks_of_step is not None else {}
             g, loss = self._stacked_gradient(dict(zip(names, live)), self.x[rows_t[:n, s]], self.y[rows_t[:n, s]], weights_t[:n, s], masks)
             rule.apply_(live, list(g.values()), None if buf is None else [v[:n] for v in buf], base)
             losses[:n, s] = loss.double()
-        update = {k: v.neg_().add_(a.unsqueeze(0)) for k, a, v in zip(names, base, w)}  # w0 - w, in place
-        inverse = np.argsort(order)  # position in members -> row of the stack
-        return {k: _Rows(v, inverse) for k, v in update.items()}, (losses.sum(1).cpu().numpy() / stacked_steps)[inverse]
+        return {k: v.neg_().add_(a.unsqueeze(0)) for k, a, v in zip(names, base, w)}, losses  # w0 - w, in place
 
-    def _padded(
-        self, ids: np.ndarray, members: np.ndarray, order: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The schedule of ``members`` as (stack row, step, slot) arrays of training rows and weights, zero-padded
-        (weight 0) where a client takes fewer steps or a smaller batch, and each minibatch's width (0: no step)."""
+    def _padded(self, ids: np.ndarray, stacked: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The schedule of the cohort positions ``stacked`` (in stack order) as (stack row, step, slot) arrays of
+        training rows and weights, zero-padded (weight 0) where a client takes fewer steps or a smaller batch,
+        and each minibatch's width (0: no step)."""
         per = np.bincount(schedule.client, minlength=len(ids))
         first = np.cumsum(per) - per
-        part = slice(int(first[members[0]]), int(first[members[-1]] + per[members[-1]]))  # members are consecutive
-        client, step = schedule.client[part], schedule.step[part]
+        counts = per[stacked]
+        entries = np.repeat(first[stacked], counts) + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        client, step = schedule.client[entries], schedule.step[entries]
         stack_row = np.empty(len(ids), dtype=np.int64)
-        stack_row[members[order]] = np.arange(len(members))
+        stack_row[stacked] = np.arange(len(stacked))
         row = stack_row[client]
         starts = np.flatnonzero(np.concatenate([[True], (np.diff(client) != 0) | (np.diff(step) != 0)]))
         sizes = np.diff(np.concatenate([starts, [len(client)]]))
         slot = np.arange(len(client)) - np.repeat(starts, sizes)
         S, B = int(step.max()) + 1, int(sizes.max())
-        rows = np.zeros((len(members), S, B), dtype=np.int64)
-        weights = np.zeros((len(members), S, B), dtype=np.float32)
-        widths = np.zeros((len(members), S), dtype=np.int64)
-        rows[row, step, slot] = self.data.offsets[ids[client]] + drawn.position[schedule.row[part]]
-        weights[row, step, slot] = schedule.weight[part]
+        rows = np.zeros((len(stacked), S, B), dtype=np.int64)
+        weights = np.zeros((len(stacked), S, B), dtype=np.float32)
+        widths = np.zeros((len(stacked), S), dtype=np.int64)
+        rows[row, step, slot] = self.data.offsets[ids[client]] + drawn.position[schedule.row[entries]]
+        weights[row, step, slot] = schedule.weight[entries]
         widths[row[starts], step[starts]] = sizes
         return rows, weights, widths
 
@@ -388,10 +416,14 @@ class VectorizedSimulator(Simulator):
     def _client_bytes(self, params: Params, batch: int, momentum: bool) -> int:
         """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
         plus the activations of one minibatch kept for the backward pass."""
+        param_bytes = sum(v.numel() * v.element_size() for v in params.values())
+        return param_bytes * (5 + int(momentum)) + batch * self._activations(params)
+
+    def _activations(self, params: Params) -> int:
+        """Bytes of one sample's activations kept for the backward pass (with its dropout masks), measured once."""
         if self._activation_bytes is None:
             self._activation_bytes = _activation_bytes_per_sample(self.module, self.x[:1], params) + random_layers.mask_bytes_per_sample(self.random)
-        param_bytes = sum(v.numel() * v.element_size() for v in params.values())
-        return param_bytes * (5 + int(momentum)) + batch * self._activation_bytes
+        return self._activation_bytes
 
 class _Rows:
     """A stack of per-client tensors read by cohort position: ``rows[j]`` is the row ``where[j]`` of ``stack``
@@ -531,20 +563,109 @@ class CohortReports(Replies):
         return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
 
 
-class _DeferredReport(TrainReport):
-    """A client's report (one-gradient or single-step SGD) whose update is computed, batched with the cohort,
-    when read."""
+class SteppedReports(Replies):
+    """The reports of a multi-step cohort: a list of one fixed-shape report per client, some of whose updates are
+    held in low-rank form (:class:`~fedsample.training.lowrank.LowRankStack`, one per chunk) and formed only when
+    read. :meth:`weighted_update_sum` is one matmul of each chunk's factors (a fused sum), plus the plain sum of
+    the clients trained with stacked parameters. Holds message content only."""
 
-    def __init__(self, owner: CohortReports, position: int, loss: float) -> None:
+    fused = True
+    _took_step: np.ndarray  # one flag per cohort position: the client took a step (set by the engine)
+
+    def hold(self, positions: np.ndarray, stack: LowRankStack) -> None:
+        """Keep ``stack``, whose row j is the client at cohort position ``positions[j]``; returns None (its
+        clients' updates are read through :meth:`update_of`)."""
+        if not hasattr(self, "_held"):
+            self._held: list[LowRankStack] = []
+            self._where = np.full((len(self), 2), -1, dtype=np.int64)  # cohort position -> (stack, row)
+        self._where[positions] = np.stack([np.full(len(positions), len(self._held)), np.arange(len(positions))], 1)
+        self._held.append(stack)
+
+    @property
+    def held(self) -> bool:
+        return bool(getattr(self, "_held", None))
+
+    def received_positions(self) -> np.ndarray:
+        return self.without_failed(np.flatnonzero(self._took_step))
+
+    def update_of(self, position: int) -> Params:
+        """The update of the client at ``position`` (formed from its chunk's factors)."""
+        h, j = self._where[position]
+        return self._held[int(h)].update(int(j))
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}``: each chunk's share as one matmul of its factors
+        (:meth:`LowRankStack.weighted_sum`), the clients trained with stacked parameters one by one; failed and
+        empty replies add nothing."""
+        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        keep = self._took_step[positions]
+        if self.failed:
+            keep &= ~np.isin(positions, np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))
+        positions, weights = positions[keep], weights[keep]
+        where = self._where[positions]
+        total = None
+        for h, stack in enumerate(self._held):
+            mine = where[:, 0] == h
+            if mine.any():
+                a = np.zeros(len(stack))
+                np.add.at(a, where[mine, 1], weights[mine])
+                total = _added(total, stack.weighted_sum(a))
+        dense = where[:, 0] < 0
+        if dense.any():
+            total = _added(total, super().weighted_update_sum(positions[dense], weights[dense]))
+        return total
+
+
+def _added(total: Params | None, part: Params | None) -> Params | None:
+    """``total + part`` key-wise (None is nothing)."""
+    if total is None or part is None:
+        return part if total is None else total
+    return {k: v.add_(part[k]) for k, v in total.items()}
+
+
+def batch_widths(schedule: BatchSchedule, clients: int) -> np.ndarray:
+    """Each member's widest minibatch (0: it takes no step)."""
+    bounds = schedule.batch_starts()
+    widths = np.zeros(clients, dtype=np.int64)
+    if len(bounds) > 1:
+        np.maximum.at(widths, schedule.client[bounds[:-1]], np.diff(bounds))
+    return widths
+
+
+def padding_groups(steps: np.ndarray, widths: np.ndarray) -> list[np.ndarray]:
+    """The members that step, grouped by the power of two just above their widest minibatch and their number of
+    steps (cohort order kept within a group). In a group every width and step count exceeds half the group's
+    largest, so padding a minibatch to the group's widest costs under 2x its client's widest minibatch, and a
+    low-rank chunk's factors (sized for the group's most steps) under 2x (4x with both) what its clients use;
+    steps are never padded (step s runs only the clients still stepping)."""
+    active = np.flatnonzero(steps)
+    if len(active) == 0:
+        return []
+    key = _ceil_log2(widths[active]) * 64 + _ceil_log2(steps[active])
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    return [active[part] for part in np.split(order, cuts)]
+
+
+def _ceil_log2(values: np.ndarray) -> np.ndarray:
+    """ceil(log2(v)) of positive integers (0 for 1)."""
+    return np.ceil(np.log2(np.asarray(values, dtype=np.float64))).astype(np.int64)
+
+
+class _DeferredReport(TrainReport):
+    """A client's report whose update is computed when read: batched with its cohort (one-gradient or
+    single-step SGD), or formed from its chunk's low-rank factors (multi-step)."""
+
+    def __init__(self, owner: "CohortReports | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps = 1, loss, None
+        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, None, None
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
         return self._owner.update_of(self._position)
 
     def __repr__(self) -> str:
-        return f"TrainReport(client position {self._position}, steps=1, loss={self.loss:.4g}, update deferred)"
+        return f"TrainReport(client position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update deferred)"
 
 
 def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Params) -> int:

@@ -23,6 +23,7 @@ import torch
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
 from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver
+from fedsample.rng import CohortStreams, counter_positions, stream_uniforms
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.random_layers import generator_for, random_layers_of
@@ -259,6 +260,21 @@ def minibatch_schedule(
     return BatchSchedule(client, np.repeat(batch_step, sizes), row, weight, len(drawn))
 
 
+def shuffled_passes(states: np.ndarray, positions: np.ndarray, sizes: np.ndarray, passes: np.ndarray) -> np.ndarray:
+    """For each client c, ``passes[c]`` permutations of range(``sizes[c]``) one after the other, each the stable
+    argsort of the next ``sizes[c]`` uniforms of its counter-based stream (state ``states[c]``, from draw
+    ``positions[c]``): what ``passes[c]`` calls of :meth:`fedsample.rng.ClientRandom.permutation` return, for the
+    whole cohort in one numpy pass (one sort keyed by (client, pass), then uniform). Concatenated in client order."""
+    sizes, passes = np.asarray(sizes, dtype=np.int64), np.asarray(passes, dtype=np.int64)
+    draws = sizes * passes
+    within = np.arange(int(draws.sum()), dtype=np.int64) - np.repeat(np.cumsum(draws) - draws, draws)
+    u = stream_uniforms(np.repeat(states, draws), (within + np.repeat(positions, draws)).astype(np.uint64))
+    widths = np.repeat(sizes, passes)  # one segment per (client, pass)
+    segment = np.repeat(np.arange(len(widths)), widths)
+    order = np.lexsort((u, segment))  # by segment, then uniform; stable like argsort(kind="stable")
+    return order - (np.cumsum(widths) - widths)[segment]
+
+
 @dataclass(frozen=True)
 @checks.constrained(
     lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
@@ -313,8 +329,62 @@ class LocalSGD(Scheduled):
         return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(epochs) for i in range(per_epoch)]
 
     def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
-        """:meth:`batches` of every member (:func:`minibatch_schedule`)."""
-        return minibatch_schedule(self, drawn, streams)
+        """:meth:`batches` of every member: computed for the whole cohort in numpy (:meth:`cohort_schedule`) where
+        the streams are counter-based and the batches shuffled passes, else member by member
+        (:func:`minibatch_schedule`: batches drawn with replacement from a plan's ``probs``, a subclass's own
+        ``batches``). Both give the same schedule."""
+        vectorized = self.cohort_schedule(drawn, streams)
+        return vectorized if vectorized is not None else minibatch_schedule(self, drawn, streams)
+
+    def cohort_schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator]) -> BatchSchedule | None:
+        """:meth:`batches` of every member in one numpy pass, entry for entry those of :func:`minibatch_schedule`
+        (each member's shuffled passes from its own counter-based stream, :func:`shuffled_passes`); None where
+        that does not apply (streams that are not counter-based, a plan's ``probs``, a subclass's ``batches``)."""
+        if type(self).batches is not LocalSGD.batches:
+            return None
+        if drawn.samples is not None and any(s.probs is not None for s in drawn.samples):
+            return None
+        active = np.flatnonzero(drawn.counts)
+        chosen = [] if isinstance(streams, CohortStreams) else [streams[c] for c in active.tolist()]
+        counters = counter_positions(streams if isinstance(streams, CohortStreams) else chosen)
+        if counters is None:
+            return None
+        if isinstance(streams, CohortStreams):
+            counters = (counters[0][active], counters[1][active])
+        n = drawn.counts[active]
+        b = n if self.batch_size is None else np.minimum(self.batch_size, n)
+        passes = -(-(self.steps * b) // n) if self.steps is not None else np.full(len(n), self.epochs, dtype=np.int64)
+        values = shuffled_passes(counters[0], counters[1], n, passes)
+        used = self.steps * b if self.steps is not None else self.epochs * n  # entries kept: a prefix of the passes
+        owner = np.repeat(np.arange(len(n)), used)
+        k = np.arange(int(used.sum()), dtype=np.int64) - np.repeat(np.cumsum(used) - used, used)
+        value = values[np.repeat(np.cumsum(passes * n) - passes * n, used) + k]
+        if self.steps is not None:
+            step, width = k // b[owner], b[owner]
+        else:
+            per_epoch = -(-n // b)
+            within = (k % n[owner]) // b[owner]
+            step = (k // n[owner]) * per_epoch[owner] + within
+            last = (n - (per_epoch - 1) * b)[owner]
+            width = np.where(within == per_epoch[owner] - 1, last, b[owner])
+        for r, reads in zip(chosen, (passes * n).tolist()):
+            r.position += reads  # each client's stream left where its own batches() leaves it
+        client = active[owner]
+        row = value + drawn.starts[client]
+        weight = 1.0 / width
+        if drawn.scale is not None:
+            weight = weight * drawn.scale[row]
+        return BatchSchedule(client, step, row, weight, len(drawn))
+
+    def rows_trained(self, sizes: np.ndarray) -> np.ndarray:
+        """The rows (with repeats) a client of each size trains on in a round when its plan keeps all its data:
+        ``steps`` batches, or ``epochs`` passes (what the engine choice estimates a round's work from)."""
+        n = np.asarray(sizes, dtype=np.float64)
+        b = n if self.batch_size is None else np.minimum(self.batch_size, n)
+        if self.steps is not None:
+            return self.steps * b
+        assert self.epochs is not None  # __post_init__: epochs is set when steps is not
+        return self.epochs * n
 
     def single_step(self, sizes: np.ndarray) -> bool:
         """Whether every client takes exactly one step (whatever its drawn sample, which is at most its data)."""

@@ -1,0 +1,203 @@
+"""What a federation over worker processes needs on both sides, whatever carries the calls (Ray actors,
+:mod:`fedsample.federation.ray`; a local process pool, :mod:`fedsample.federation.pool`).
+
+The clients are split over the workers as :mod:`fedsample.federation.shards` says (client k on worker
+k mod workers). A worker holds its clients' rows and runs an in-process engine on its share of every call
+(:class:`ClientShard`); ``train`` keeps the clients' updates on the worker and answers with a summary
+(:func:`summarize_reports`). The server gets :class:`ShardedReports`: a reply list of light reports (steps,
+loss, FedNova's a_k, drawn samples) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
+for its partial ``sum_k w_k * Delta_k`` and adds them in worker order; reading a report's ``update`` fetches
+that worker's updates. Per round, what crosses is the global parameters to each worker and one parameter-sized
+sum back: O(workers x parameters), not O(clients x parameters).
+
+A federation built on this implements ``_call_each(calls, token)``: call ``method(*args, token)`` on each
+named worker (``calls``: worker -> (method, *args)) and return the answers by worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+from torch import nn
+
+from fedsample.client import UPDATE_PROCEDURES
+from fedsample.data.types import FederatedData
+from fedsample.federation.shards import as_range
+from fedsample.messages import TrainReport
+from fedsample.rounds import NumberReplies, Replies, ReplyList
+from fedsample.training.functional import Params
+
+__all__ = ["ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
+
+
+# --- the worker's side -------------------------------------------------------------------------------------
+
+
+class ClientShard:
+    """The clients of one worker: their data, their held state, and the last ``train`` call's reports (kept
+    here until the server has combined them, so that only sums cross). ``engine``: ``"vectorized"`` or
+    ``"loop"``, the in-process federation that runs them."""
+
+    def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, engine: str = "vectorized") -> None:
+        if engine == "loop":
+            from fedsample.federation.simulator import Simulator
+
+            self.sim: Any = Simulator(shard, module, seed)
+        else:
+            from fedsample.federation.vectorized import VectorizedSimulator
+
+            self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
+        self._held: tuple[int, ReplyList] = (-1, Replies())
+
+    def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
+        """The engine's answer for ``ids``; for ``train`` and ``send_held`` (the procedures whose replies carry
+        updates), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
+        if isinstance(ids, range):
+            ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
+        reports = self.sim.run(procedure, ids, payload, round)
+        if procedure not in UPDATE_PROCEDURES:
+            return reports
+        self._held = (token, reports)
+        return summarize_reports(reports)
+
+    def weighted_update_sum(self, positions: np.ndarray | range, weights: np.ndarray | float, token: int) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}`` over this worker's part of call ``token`` (``positions`` may
+        come as a range and ``weights`` as one number shared by all: :func:`compact_weights`)."""
+        positions = np.arange(positions.start, positions.stop, positions.step, dtype=np.int64) if isinstance(positions, range) else positions
+        each = np.full(len(positions), weights, dtype=np.float64) if np.ndim(weights) == 0 else np.asarray(weights)
+        return self._reports(token).weighted_update_sum(positions, each)
+
+    def updates(self, positions: np.ndarray, token: int) -> list[Params]:
+        """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
+        reports = self._reports(token)
+        return [reports[int(i)].update for i in positions]
+
+    def held_rows(self) -> int:
+        """The training rows this worker holds (its clients' only)."""
+        return len(self.sim.y)
+
+    def client_states(self) -> dict[int, dict]:
+        return self.sim.client_states()
+
+    def load_client_states(self, states: dict[int, dict]) -> None:
+        self.sim.load_client_states(states)
+
+    def _reports(self, token: int) -> ReplyList:
+        if self._held[0] != token:
+            raise RuntimeError(f"the reports of train call {token} are gone (a later call replaced them)")
+        return self._held[1]
+
+
+def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
+    """What the server needs of a train call besides the updates: the positions of the received reports and
+    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN) per received
+    report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
+    positions = reports.received_positions()
+    got = [reports[int(i)] for i in positions]
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None))) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5)
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
+# --- the server's side -------------------------------------------------------------------------------------
+
+
+class Workers(Protocol):
+    """A federation over workers, as :class:`ShardedReports` calls it."""
+
+    def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]: ...
+
+
+class RemoteReport(TrainReport):
+    """A client's train report whose update stays on its worker until read."""
+
+    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
+                 samples: int | None = None, utility: float | None = None) -> None:
+        self._owner, self._position = owner, position
+        self.steps, self.loss, self.norm_steps, self.samples, self.utility = steps, loss, norm_steps, samples, utility
+
+    @property
+    def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
+        return self._owner.update_of(self._position)
+
+    def __repr__(self) -> str:
+        return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its worker)"
+
+
+class ShardedReports(Replies):
+    """A ``train`` call's reports over the workers: a reply list like any federation's answer whose
+    ``received_positions`` come with the summaries and whose ``weighted_update_sum`` is fused (one partial sum
+    per worker, added here)."""
+
+    fused = True
+
+    def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
+        super().__init__([None] * size, failed={})
+        self._fed, self._token, self._parts = fed, token, parts
+        self._fetched: dict[int, dict[int, Params]] = {}
+        self._worker = np.zeros(size, dtype=np.int64)
+        self._local = np.zeros(size, dtype=np.int64)
+        for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
+            self._worker[positions], self._local[positions] = w, np.arange(len(positions))
+            for j, (steps, loss, norm, drawn, utility) in zip(positions[got].tolist(), table.tolist()):
+                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
+                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility)
+        self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
+
+    def received_positions(self) -> np.ndarray:
+        return self.without_failed(self._received)
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}``: each worker sums its own clients, the server adds the
+        workers' partial sums (in worker order, so the result is deterministic); rejected replies add nothing."""
+        positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+        if self.failed:
+            keep = ~np.isin(positions, list(self.failed))
+            positions, weights = positions[keep], weights[keep]
+        calls = {}
+        for w in range(len(self._parts)):
+            mine = self._worker[positions] == w
+            if mine.any():
+                calls[w] = ("weighted_update_sum", as_range(self._local[positions[mine]]), compact_weights(weights[mine]))
+        partial = self._fed._call_each(calls, self._token)
+        total = None
+        for w in sorted(partial):
+            if partial[w] is None:
+                continue
+            total = partial[w] if total is None else {k: total[k] + v for k, v in partial[w].items()}
+        return total
+
+    def update_of(self, position: int) -> Params:
+        """Client ``position``'s update: its worker's received updates are fetched together on first read."""
+        w = int(self._worker[position])
+        if w not in self._fetched:
+            got = self._received[self._worker[self._received] == w]
+            fetched = self._fed._call_each({w: ("updates", self._local[got])}, self._token)[w]
+            self._fetched[w] = dict(zip(got.tolist(), fetched))
+        return self._fetched[w][position]
+
+
+def compact_weights(weights: np.ndarray) -> np.ndarray | float:
+    """One number where every weight is the same (FedSampling's sum over a secure-summed cohort of 10^6 clients:
+    8 bytes instead of 8 per client), else the array."""
+    return float(weights[0]) if len(weights) > 1 and np.all(weights == weights[0]) else weights
+
+
+def in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size: int) -> ReplyList:
+    """The workers' answers put back in cohort order: one array where every worker answered with one (size
+    reports, :class:`~fedsample.rounds.NumberReplies`), else a list."""
+    numbers = {w: a for w, a in answers.items() if isinstance(a, NumberReplies) and not a.failed}
+    if answers and len(numbers) == len(answers):
+        values = np.zeros(size, dtype=next(iter(numbers.values())).values.dtype)
+        for w, number in numbers.items():
+            values[parts[w]] = number.values
+        return NumberReplies(values)
+    out: list[Any] = [None] * size
+    for w, answer in answers.items():
+        for j, report in zip(parts[w].tolist(), answer):
+            out[j] = report
+    return Replies(out)
