@@ -65,6 +65,7 @@ PARAMETERS: dict[str, checks.Spec] = {
     "reuse": COUNT,
     "average": COUNT,
     "ratio": reals(0, 1, "(]"),
+    "samples_fraction": [reals(0, 1, "(]"), None],
     "H": STRATA,
     "dim": DIM,
     "recompute_every": COUNT,
@@ -390,12 +391,13 @@ def fedsts(
 
 
 @_recipe(
-    aliases={"m": "clients_per_round", "eta": "samples_per_round"},
+    aliases={"m": "clients_per_round", "eta": "samples_per_round", "q": "samples_fraction"},
     epsilon=Param(EPSILON, Options("none"), None, words="a number > 0 or 'none' (None from Python: exact sizes, no DP)"),
     M=THRESHOLD,
 )
 def fedstas(
-    *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None, dim: int = 9,
+    *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None,
+    samples_fraction: float | None = None, dim: int = 9,
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
     draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
@@ -405,11 +407,18 @@ def fedstas(
     epsilon-LDP size reports (Eq. 7), the server estimates their total n~ (Eq. 8) and each participant
     keeps each sample with probability eta/n~ (``draw="fixed"``: the authors' fixed-size variant).
     ``clients_per_round`` is the paper's m and ``samples_per_round`` its eta (aliases ``m``, ``eta``; default
-    2048, or the eta of a ``data=ParticipantData(eta)``). Paper defaults: H = 10, m = 10, d' = 9,
-    eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616), 3 local SGD steps, lr 0.01, batch 128.
+    2048, or the eta of a ``data=ParticipantData(eta)``). The paper's §3.1 gives eta twice: K_desired = 2048 (the
+    default reading) and "the sampling ratio q = 0.1, determining the requested sample size": ``samples_fraction=q``
+    (alias ``q``) reads eta_t = q * n~_t, the fraction q of the participants' estimated total, so each keeps each
+    sample with probability q (:class:`~fedsample.sampling.participant_data.ParticipantData`); give one of the two.
+    Paper defaults: H = 10, m = 10, d' = 9, eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616), 3 local SGD
+    steps, lr 0.01, batch 128.
     ``epsilon=None``: FedSTaS without the DP data level (the participants report their exact sizes, n~ = n,
     the paper's non-private p = eta/n of §2.4; M is unused); an experiment file, which has no null, writes
     ``epsilon = "none"``."""
+    if samples_fraction is not None and (samples_per_round is not None or data is not None):
+        checks.fail("samples_fraction", samples_fraction, "left out when samples_per_round (eta) or data= is given: "
+                    "the two readings of the paper's eta exclude each other", "fedstas", label="samples_fraction (q)")
     eta = _samples_per_round("fedstas", samples_per_round, data, 2048, "eta")
     base = fedsts(
         H=H, clients_per_round=clients_per_round, dim=dim, compression=compression, lr=lr, steps=steps,
@@ -419,7 +428,8 @@ def fedstas(
     sizes = _participant_sizes(epsilon, M)
     if aggregation == "size" and not isinstance(sizes, ExactSizes):
         raise ValueError("fedstas: aggregation='size' weights each participant by its exact size; use epsilon=None")
-    return dataclasses.replace(base, data=data or ParticipantData(eta, draw), sizes=sizes, name="fedstas")
+    data = data or ParticipantData(eta, draw, fraction=samples_fraction)
+    return dataclasses.replace(base, data=data, sizes=sizes, name="fedstas")
 
 
 def _participant_sizes(epsilon: float | str | None, M: int) -> ExactSizes | RandomizedSizes:
