@@ -94,12 +94,14 @@ StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, Mapping[str, Sequen
 @dataclass(frozen=True)
 class Study:
     """A measurement that is not an experiment preset (e.g. ISFedAvg's mean-square deviation in dB on the
-    paper's regression generator). ``cost`` says how long it takes and on what."""
+    paper's regression generator). ``cost`` says how long it takes and on what; ``seeds``: the seeds it runs
+    unless ``--seeds`` is given (empty: 0, 1, 2)."""
 
     name: str
     run: StudyRun
     cost: str
     description: str = ""
+    seeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
