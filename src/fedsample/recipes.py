@@ -233,16 +233,18 @@ def fedsampling(
     - ``"paper"``: the paper's protocol: fresh size reports every round (``permanent=False``), G_c divided by K
       (``normalize="K"``, the :class:`Sum` of Algorithm 1) and the user's M (default 300).
 
-    An option given explicitly wins over the protocol's choice; with a ``data=`` sampler that does not send the
-    drawn counts (``count_drawn``) the update divides by K. The other remedies (docs/size-estimate.md):
+    An option given explicitly wins over the protocol's choice; without a secure sum (``secure_sum=False``: the
+    server may not learn a count per client) or with a ``data=`` sampler that does not send the drawn counts
+    (``count_drawn``) the update divides by K. The other remedies (docs/size-estimate.md):
     ``sizes="exact"`` the non-private control (true sizes, same K/N sampling); ``reuse=R`` one estimate for R
     rounds; ``average=A`` the mean of the last A estimates (needs fresh reports)."""
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
     chosen = PROTOCOLS[protocol]
     permanent = chosen["permanent"] if permanent is None else permanent
-    if normalize is None:  # a data= sampler that does not count its draws leaves nothing to divide by but K
-        normalize = chosen["normalize"] if data is None or parts.declared(data, "count_drawn") else "K"
+    if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
+        counts = data is None or parts.declared(data, "count_drawn")
+        normalize = chosen["normalize"] if secure_sum and counts else "K"
     M = chosen["M"] if M is None else M
     if count_noise is None:
         count_noise = chosen["count_noise"] if normalize == "drawn" else 0.0
