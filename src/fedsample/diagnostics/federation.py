@@ -27,6 +27,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
+from fedsample.parts import declared as parts_declared
 from fedsample.rounds import Replies, ReplyList
 from fedsample.training.functional import Params
 from fedsample.training.local import SGDStep
@@ -53,9 +54,10 @@ class LinearReports(Replies):
     fused = True
 
     def __init__(self, basis: GradientBasis, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
-                 steps: np.ndarray, norm_steps: np.ndarray) -> None:
+                 steps: np.ndarray, norm_steps: np.ndarray, counts: np.ndarray | None = None) -> None:
         super().__init__([None] * clients, failed={})
         self.basis, self.rows, self.member, self.coef = basis, rows, member, coef
+        self.counts = counts  # each member's drawn count, where the plan asks the clients for it
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
         self._cuts = cuts
@@ -70,6 +72,13 @@ class LinearReports(Replies):
         a[np.asarray(positions, dtype=np.int64)] = weights
         a[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = 0.0  # a rejected reply adds nothing
         return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
+
+    def drawn_total(self) -> int:
+        """The samples the answering clients drew (the self-normalized FedSampling update's S), where the plan asks
+        for the counts."""
+        if self.counts is None:
+            return super().drawn_total()
+        return int(self.counts[self.received_positions()].sum())
 
     def update_of(self, position: int) -> Params:
         a, b = self._cuts[position], self._cuts[position + 1]
@@ -148,7 +157,11 @@ class LinearisedFederation(VectorizedSimulator):
         taken, effective = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids))
         everyone = np.concatenate([p[5] for p in parts])
         taken[everyone], effective[everyone] = steps, norm
-        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective)
+        counts = None
+        if all(p[6] is not None for p in parts):  # every plan asks for the drawn counts
+            counts = np.zeros(len(ids), dtype=np.int64)
+            counts[everyone] = np.concatenate([p[6] for p in parts])
+        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective, counts)
         self.cost.rows.append(rows)
         self.cost.updates += len(reports.received_positions())
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
@@ -168,8 +181,9 @@ class LinearisedFederation(VectorizedSimulator):
         a = solver.step_rule(round).step_weights(steps[schedule.client], schedule.step)
         norm = solver.norm_steps(steps, round)
         rows = self.data.order[self._rows(ids[positions], drawn, schedule)]  # the engine's rows -> dataset rows
+        counts = np.asarray(drawn.counts, dtype=np.int64) if parts_declared(payload.plan, "report_count") else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
-                steps.astype(np.float64) if norm is None else norm, positions)
+                steps.astype(np.float64) if norm is None else norm, positions, counts)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:
