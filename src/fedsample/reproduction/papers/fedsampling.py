@@ -196,7 +196,15 @@ def default_against_exact(source: str) -> tuple[Comparison, ...]:
 
 # Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and spread of the
 # last stored cpu run (docs/reproduction.md): the paired test's figure where the run was paired.
-SEEDS_NEEDED: dict[tuple[str, str, str], int] = {}
+# The default-vs-exact rows: from the 2026-11-25 run of fedsampling-fmnist-default (10 seeds, paired).
+SEEDS_NEEDED: dict[tuple[str, str, str], int] = {
+    (CPU_DEFAULT, "FedSampling (default), lr 0.05", "exact sizes, lr 0.05"): 8,
+    (CPU_DEFAULT, "paper protocol (M = 300), lr 0.05", "exact sizes, lr 0.05"): 7233,
+    (CPU_DEFAULT, "permanent reports, divide by K (M = 300), lr 0.05", "exact sizes, lr 0.05"): 17,
+    (CPU_DEFAULT, "FedSampling (default), lr 0.15", "exact sizes, lr 0.15"): 23,
+    (CPU_DEFAULT, "paper protocol (M = 300), lr 0.15", "exact sizes, lr 0.15"): 2019,
+    (CPU_DEFAULT, "permanent reports, divide by K (M = 300), lr 0.15", "exact sizes, lr 0.15"): 72,
+}
 
 NOTES = (
     "Budgets: every method draws K = 2048 samples per round in expectation (the FedAvg family's cohort is derived "
