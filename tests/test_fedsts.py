@@ -271,6 +271,28 @@ def test_participant_ratio_uses_eq8_over_the_cohort_only():
     assert ParticipantData(eta=50).ratio(ctx, cohort) == pytest.approx(50 / n_tilde)
 
 
+def test_the_two_readings_of_eta():
+    """The paper's §3.1 gives eta as K_desired = 2048 and as "the sampling ratio q = 0.1, determining the requested
+    sample size": eta=2048 keeps each sample with probability 2048 / n~ (Eq. 8), samples_fraction=q (alias q)
+    requests eta_t = q * n~_t, so the keep probability is q whatever the reports say (by hand: n~ over 3 reports)."""
+    cohort = Cohort(np.array([2, 5, 7]), np.ones(3), 10)
+    reports = np.array([40, 3, 91])
+    ctx = context(ProbeOnly(np.zeros((10, 2))))
+    ctx.sizes = RandomizedSizes(3.0, 100, scope="cohort").summarize(cohort.ids, reports)
+    alpha = privacy.alpha_for(3.0, 100)
+    n_tilde = (reports.sum() - (1 - alpha) * 100 * 3 / 2) / alpha
+    by_eta = fs.recipes.recipe("fedstas", eta=50).data
+    by_fraction = fs.recipes.recipe("fedstas", q=0.1).data
+    assert by_eta == ParticipantData(50) and by_fraction == ParticipantData(2048, fraction=0.1)
+    assert by_eta.ratio(ctx, cohort) == pytest.approx(50 / n_tilde)
+    assert by_fraction.ratio(ctx, cohort) == 0.1 and ctx.log["eta"] == pytest.approx(0.1 * n_tilde)
+    assert fs.recipes.recipe("fedstas", samples_fraction=0.1, epsilon=None).data.fraction == 0.1
+    with pytest.raises(ValueError, match=r"fedstas: samples_fraction \(q\) must be left out when samples_per_round"):
+        fs.recipes.recipe("fedstas", q=0.1, eta=2048)
+    with pytest.raises(ValueError, match=r"fedstas: q must be in \(0, 1\] or None, got 1.5"):
+        fs.recipes.recipe("fedstas", q=1.5)
+
+
 @pytest.mark.parametrize("epsilon", [None, "none"])
 def test_fedstas_without_dp_uses_the_participants_exact_total(epsilon):
     """epsilon=None: the cohort reports exact sizes, so p = eta / (sum of the participants' true sizes)

@@ -309,6 +309,8 @@ def federation(backend="loop", seed=0):
 
 
 def noised_fedsampling(**kw):
+    """FedSampling's update divided by K (Algorithm 1) with per-example noise; permanent reports unless told."""
+    kw = {"normalize": "K", **kw}
     return dataclasses.replace(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, **kw), noise=PerExampleNoise(1.0, 2.0))
 
 
@@ -360,9 +362,10 @@ def test_mechanism_checks_refuse_what_the_ledger_cannot_describe():
     fed, module, engine = federation()
     params = fs.models.initial_parameters(module, 0)
     cases = [
-        (dataclasses.replace(fs.recipes.fedsampling(K=30, normalize="drawn"), noise=PerExampleNoise(1.0, 1.0)), "drawn count"),
+        (dataclasses.replace(fs.recipes.fedsampling(K=30, count_noise=0), noise=PerExampleNoise(1.0, 1.0)), "drawn count"),
+        (dataclasses.replace(fs.recipes.fedsampling(K=30), noise=UpdateNoise(1.0, 1.0)), "drawn count"),
         (dataclasses.replace(fs.recipes.fedavg(lr=0.1), noise=PerExampleNoise(1.0, 1.0)), "OneGradient"),
-        (dataclasses.replace(fs.recipes.fednova(lr=0.1), noise=UpdateNoise(1.0, 1.0)), "step or drawn count"),
+        (dataclasses.replace(fs.recipes.fednova(lr=0.1), noise=UpdateNoise(1.0, 1.0)), "step count"),
     ]
     for strategy, why in cases:
         with pytest.raises(ValueError, match=why):
@@ -477,7 +480,9 @@ def test_experiment_results_state_the_ledger_and_a_budget_stop(tmp_path, capsys)
     path.write_text('name = "t"\nrounds = 2\nseeds = [0]\n[dataset]\nname = "digits"\n[partition]\nscheme = "iid"\nnum_clients = 5\n'
                     '[model]\nname = "logreg"\n[privacy]\nmax_epsilon = 5.0\n[[strategies]]\nrecipe = "fedsampling"\nK = 20\nepsilon = 3.0\nM = 10\n')
     assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 0
-    assert "privacy budget: round 1's update sum, summed loss and step count would bring epsilon to unbounded" in capsys.readouterr().err
+    # the library protocol: the noised drawn count S is one more release, unbounded at user level without k
+    assert ("privacy budget: round 1's drawn count S, update sum, summed loss and step count would bring epsilon to unbounded"
+            in capsys.readouterr().err)
     result = json.loads((tmp_path / "o" / "results.json").read_text())["strategies"]["fedsampling"]
     assert result["status"][0].startswith("fedsampling, seed 0: privacy budget") and result["history"] == [[]]
     assert result["privacy"]["ledger"][0]["epsilon"] == pytest.approx(3.0, abs=0.01) and result["privacy"]["ledger"][0]["max_epsilon"] == 5.0

@@ -256,3 +256,23 @@ def test_a_changed_description_still_counts_as_the_same_experiment(tmp_path):
     assert not finished(tmp_path, other)
     with pytest.raises(ValueError, match="eval_every"):
         runner.check_output_folder(tmp_path, other, resume=True)
+
+
+def test_a_study_runs_its_own_seeds_unless_seeds_is_given(tmp_path):
+    from types import SimpleNamespace
+
+    from fedsample.reproduction.command import run_study
+    from fedsample.reproduction.spec import Study
+
+    seen = []
+
+    def measure(device, seeds, out):
+        seen.append(list(seeds))
+        return {"IS": {"gain_db": [1.0] * len(seeds)}}
+
+    study = Study("gains", measure, cost="~0 s", seeds=(4, 5, 6, 7))
+    args = SimpleNamespace(resume=False)
+    run_study(study, SimpleNamespace(out=tmp_path, seeds=None, device="cpu"), args)
+    run_study(study, SimpleNamespace(out=tmp_path, seeds=[0, 1], device="cpu"), args)
+    run_study(Study("plain", measure, cost="~0 s"), SimpleNamespace(out=tmp_path, seeds=None, device="cpu"), args)
+    assert seen == [[4, 5, 6, 7], [0, 1], [0, 1, 2]]

@@ -154,3 +154,30 @@ def test_results_json_after_the_study_runner_reads_best_as_given():
         "history": [history(0.1), history(0.1)],
     }}}
     assert experiment_values(document)["A"]["best"]["accuracy"] == [0.8, 0.9]
+
+
+def test_a_failed_premise_makes_the_claim_not_comparable():
+    """"FedSampling beats FedAvg" with the premise "Centralized beats FedAvg", paired by seed: where centralized
+    trails FedAvg significantly (here by 10 points every seed, +-1) the claim is "not comparable" with the premise's
+    numbers; where centralized leads, the claim's own verdict stands (here: holds)."""
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import premise_text
+
+    claim = Comparison("FedSampling beats FedAvg", "p", "FedSampling", "FedAvg", paired=True, premise="Centralized",
+                       budget="2048 samples per round; one step each")
+    fs_acc, fedavg = [0.70, 0.72, 0.71, 0.69], [0.60, 0.61, 0.62, 0.60]
+
+    def values(centralized):
+        return {"p": {label: {"final": {"accuracy": v}} for label, v in
+                      (("FedSampling", fs_acc), ("FedAvg", fedavg), ("Centralized", centralized))}}
+
+    failed = comparison_row(claim, values([0.50, 0.52, 0.51, 0.49]))
+    assert failed["verdict"].startswith("not comparable (premise fails: Centralized trails FedAvg by 10.2, 95% CI [")
+    assert failed["premise_test"]["verdict"] == "reversed" and failed["premise_test"]["d"] == pytest.approx(-10.25)
+    assert failed["d"] == pytest.approx(9.75) and failed["test"] == "paired"  # the claim's own test is kept
+    assert premise_text(failed).startswith("premise: Centralized ≥ FedAvg: -10.2 [")
+    held = comparison_row(claim, values([0.80, 0.81, 0.79, 0.80]))
+    assert held["verdict"] == "holds" and held["premise_test"]["verdict"] == "holds"
+    with pytest.raises(ValueError, match="premise"):
+        Comparison("x", "p", "A", "B", premise="B")

@@ -44,3 +44,25 @@ def test_presets_match_every_baseline_to_k_samples_per_round(name):
             assert params["K"] == 2048
         elif strategy.recipe != "fedsampling_naive":
             assert params["samples_per_round"] == 2048 and params["epochs"] == 1, strategy.display
+
+
+FL_BASELINES = ("FedAvg", "FedYogi", "FedAdagrad", "FedAdam")
+
+
+def test_cpu_claims_state_their_budget_and_check_the_premise():
+    """Every cpu claim that FedSampling beats an FL baseline states its budget and names centralized training as the
+    premise; both budgets are run for the FedAvg family (one local epoch; one full-batch step)."""
+    cpu = set(PAPER.presets["cpu"])
+    against = [c for c in PAPER.comparisons if c.source in cpu and c.better == "FedSampling" and c.worse.startswith(FL_BASELINES)]
+    assert against and all(c.premise == "Centralized" and c.budget for c in against)
+    assert {c.worse.rsplit(" ", 2)[-2:][-1] for c in against} == {"epoch)", "step)"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PAPER.presets["cpu"] if "sigma" in n or "shards" in n))
+def test_cpu_presets_select_every_lr_on_validation_and_one_step_is_one_step(name):
+    cfg = config(name)
+    assert cfg.validation is not None and len(cfg.seeds) >= 8
+    for strategy in cfg.strategies:
+        assert strategy.grid, strategy.display  # every method's (server) lr selected on the validation split
+        if strategy.display.endswith("(one step)") or strategy.display.endswith(", one step)"):
+            assert strategy.params["batch_size"] >= 60000  # larger than any client: one full-batch step per round

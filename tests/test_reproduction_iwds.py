@@ -60,7 +60,7 @@ def test_table1_figures_cover_every_fedavg_cell_once_per_profile():
 @pytest.mark.parametrize("name", PAPER.presets["cpu"])
 def test_cpu_presets_parse_and_run_the_paper_settings(name):
     config = load_preset(name)
-    assert config.dataset.name == "fashion-mnist" and len(config.seeds) == 3
+    assert config.dataset.name == "fashion-mnist" and len(config.seeds) >= 8  # paired tests resolve 1-2 points (docs/reproduction.md)
     assert config.partition.params.get("num_clients", 10) == 10
     for entry in config.strategies:
         strategy = recipe(entry.recipe, **entry.params)

@@ -187,17 +187,23 @@ def test_drawn_normalized_update_is_the_mean_gradient_of_the_drawn_samples(backe
     S the number drawn: checked against the K-normalized run's update and the ratio logged by both."""
     fed, module = small_federation(backend)
     params = fs.models.initial_parameters(module, 0)
-    base = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0)
-    drawn = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0, normalize="drawn")
-    by_K, _ = base.round(with_secure_sum(fed), params, base.init_state(params), 0, seed=0)
-    by_S, _ = drawn.round(with_secure_sum(fed), params, drawn.init_state(params), 0, seed=0)
-    g_K = torch.cat([(params[k] - by_K[k]).flatten() for k in params])
-    g_S = torch.cat([(params[k] - by_S[k]).flatten() for k in params])
-    cosine = torch.dot(g_K, g_S) / (g_K.norm() * g_S.norm())
-    assert float(cosine) == pytest.approx(1.0, abs=1e-5)
-    # the drawn count implied by the two updates is a whole number of samples
+    base = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0, normalize="K")
+    drawn = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0, normalize="drawn", count_noise=0)
+    noised = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=1.0, count_noise=2.0)  # the library protocol
+    updates = []
+    for strategy in (base, drawn, noised):
+        new, log = strategy.round(with_secure_sum(fed), params, strategy.init_state(params), 0, seed=0)
+        updates.append((torch.cat([(params[k] - new[k]).flatten() for k in params]), log))
+    (g_K, _), (g_S, log_S), (g_noised, log_noised) = updates
+    for g in (g_S, g_noised):
+        cosine = torch.dot(g_K, g) / (g_K.norm() * g.norm())
+        assert float(cosine) == pytest.approx(1.0, abs=1e-5)
+    # the drawn count implied by the two updates is a whole number of samples, the one the round logged
     S = 20 * float(g_K.norm() / g_S.norm())
-    assert S == pytest.approx(round(S), abs=1e-3) and 1 <= round(S) <= sum(SIZES)
+    assert S == pytest.approx(round(S), abs=1e-3) and 1 <= round(S) <= sum(SIZES) and log_S["samples"] == round(S)
+    # with noise on the count the update divides by S + noise: the logged (noised) count, not a whole number
+    S_noised = 20 * float(g_K.norm() / g_noised.norm())
+    assert S_noised == pytest.approx(log_noised["samples"], rel=1e-5) and S_noised != round(S_noised)
 
 
 def monte_carlo_updates(strategy, fed, params, draws):
@@ -220,8 +226,8 @@ def test_drawn_normalization_lowers_the_error_of_a_noisy_estimate():
     fed, module = small_federation("vectorized")
     params = fs.models.initial_parameters(module, 0)
     kwargs = dict(K=20, epsilon=1.0, M=13, server_lr=1.0, permanent=False)
-    by_K = monte_carlo_updates(fs.recipes.fedsampling(**kwargs), fed, params, 400)
-    by_S = monte_carlo_updates(fs.recipes.fedsampling(**kwargs, normalize="drawn"), fed, params, 400)
+    by_K = monte_carlo_updates(fs.recipes.fedsampling(**kwargs, normalize="K"), fed, params, 400)
+    by_S = monte_carlo_updates(fs.recipes.fedsampling(**kwargs, normalize="drawn", count_noise=0), fed, params, 400)
     full = fs.recipes.fedsampling(K=sum(SIZES), server_lr=1.0, sizes="exact")  # p = 1: every sample, (1/N) sum g
     g = monte_carlo_updates(full, fed, params, 1)[0]
     mse_K, mse_S = [float(((u - g) ** 2).sum(1).mean()) for u in (by_K, by_S)]

@@ -257,7 +257,8 @@ def test_the_check_reads_what_parts_have_without_running_their_properties():
 
 def test_noise_and_secure_sum_compose_with_a_linear_aggregator_and_run():
     fed = federate(blobs(n=120), [20, 30, 25, 45])
-    strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, server_lr=0.1), noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))
+    strategy = dataclasses.replace(recipes.fedsampling(K=30, M=20, server_lr=0.1, normalize="K"),
+                                   noise=UpdateNoise(clip=1.0, noise_multiplier=0.5))
     result = simulate(strategy, fed, LogisticRegression(), rounds=1, seed=0)
     assert result.backend == "loop" and "noised" in result.backend_reason
     assert result.history[0]["updates"] > 0 and "train_loss" not in result.history[0]  # noised replies carry no loss

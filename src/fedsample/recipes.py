@@ -28,7 +28,7 @@ from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import FedSamplingData, FixedRatio, FullData
+from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -74,6 +74,7 @@ PARAMETERS: dict[str, checks.Spec] = {
     "reuse": COUNT,
     "average": COUNT,
     "ratio": reals(0, 1, "(]"),
+    "samples_fraction": [reals(0, 1, "(]"), None],
     "H": STRATA,
     "dim": DIM,
     "recompute_every": COUNT,
@@ -207,39 +208,75 @@ def _samples_per_round(owner: str, given: int | None, data: Any, default: int, s
     return int(given if given is not None else carried if carried is not None else default)
 
 
-@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"})
+Protocol = Literal["library", "paper"]
+
+#: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    # permanent reports (a run costs epsilon once), the self-normalized update (the step no longer scales with
+    # N/N~), M minimizing the estimate's RMSE, the summed drawn count noised (docs/size-estimate.md)
+    "library": {"permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE},
+    # Qi et al. 2023, Algorithm 1: fresh reports every round, G_c divided by K, the user's M (default 300)
+    "paper": {"permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0},
+}
+
+
+@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None])
 def fedsampling(
-    *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] = 300, server_lr: float = 0.05,
-    sizes: Literal["randomized", "exact"] = "randomized", permanent: bool = True, secure_sum: bool = True, reuse: int = 1,
-    average: int = 1, normalize: Literal["K", "drawn"] = "K", size_prior: tuple[float, float] = (2.0, 4.0),
-    clients: Any = None, data: Any = None,
+    *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] | None = None,
+    server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
+    permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
+    normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
+    size_prior: tuple[float, float] = (2.0, 4.0), clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
-    G_c = (1/K) * sum g_s, and Theta <- Theta - eta * sum_c G_c. ``samples_per_round`` is the paper's K (alias
-    ``K``; default 2048, or the K of a ``data=FedSamplingData(K)``), ``server_lr`` its eta. Paper defaults:
-    K = 2048, eps = 3, M = 300, eta = 0.05. By default the size reports are permanent (a run costs epsilon) and
-    the server learns only sum_c G_c (secure sum); ``permanent=False`` and ``secure_sum=False`` give the paper's
-    literal protocol.
+    G_c = (1/K) * sum g_s, and the server steps by eta * sum_c G_c. ``samples_per_round`` is the paper's K
+    (alias ``K``; default 2048, or the K of a ``data=FedSamplingData(K)``), ``server_lr`` its eta. Paper
+    defaults: K = 2048, eps = 3, M = 300, eta = 0.05. The server learns only sum_c G_c (secure sum;
+    ``secure_sum=False`` shows it every G_c, with the paper's update only).
 
-    The size estimate's remedies (docs/size-estimate.md; the defaults are the paper's method): ``sizes="exact"``
-    the non-private control (true sizes, same K/N sampling); ``M="rmse"`` the M minimizing N~'s RMSE for
-    |C| clients of the assumed ``size_prior = (mean size, log-normal sigma)``; ``reuse=R`` one estimate for R
-    rounds; ``average=A`` the mean of the last A estimates (needs ``permanent=False``); ``normalize="drawn"``
-    the self-normalized update (1/S) sum g_s, S the drawn count from the secure sum, instead of (1/K) sum g_s."""
-    K = _samples_per_round("fedsampling", samples_per_round, data, 2048, "K")
+    ``protocol`` (:data:`PROTOCOLS`) decides what the options left out are:
+
+    - ``"library"`` (default): permanent size reports (one answer per client per run: a run costs epsilon
+      once), the self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K, so the
+      step no longer scales with N/N~), ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated
+      ``size_prior = (mean size, log-normal sigma)``) and Gaussian noise of standard deviation ``count_noise``
+      (default 5 samples) on S, added in shares by the clients inside the secure sum and accounted by the
+      privacy ledger (docs/privacy.md).
+    - ``"paper"``: the paper's protocol: fresh size reports every round (``permanent=False``), G_c divided by K
+      (``normalize="K"``, the :class:`Sum` of Algorithm 1) and the user's M (default 300).
+
+    An option given explicitly wins over the protocol's choice; without a secure sum (``secure_sum=False``: the
+    server may not learn a count per client) or with a ``data=`` sampler that does not send the drawn counts
+    (``count_drawn``) the update divides by K. The other remedies (docs/size-estimate.md):
+    ``sizes="exact"`` the non-private control (true sizes, same K/N sampling); ``reuse=R`` one estimate for R
+    rounds; ``average=A`` the mean of the last A estimates (needs fresh reports)."""
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
+    chosen = PROTOCOLS[protocol]
+    permanent = chosen["permanent"] if permanent is None else permanent
+    if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
+        counts = data is None or parts.declared(data, "count_drawn")
+        normalize = chosen["normalize"] if secure_sum and counts else "K"
+    M = chosen["M"] if M is None else M
+    if count_noise is None:
+        count_noise = chosen["count_noise"] if normalize == "drawn" else 0.0
+    K = _samples_per_round("fedsampling", samples_per_round, data, 2048, "K")
     if normalize == "drawn" and not secure_sum:
-        raise ValueError("fedsampling: normalize='drawn' needs secure_sum=True: the server may learn only the summed drawn count, not each client's")
+        raise ValueError("fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True: the server may "
+                         "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
+                         "or protocol='paper'")
+    if count_noise > 0 and normalize != "drawn":
+        checks.fail("count_noise", count_noise, "0 or left out unless normalize='drawn' (it is noise on the drawn count)", "fedsampling")
     prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
     policy = (
         ExactSizes(scope="all") if sizes == "exact" else
         RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
     )
+    drawn = normalize == "drawn"
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=normalize == "drawn"),
-        local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if normalize == "drawn" else Sum(), server=ServerSGD(server_lr),
+        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise),
+        local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if drawn else Sum(), server=ServerSGD(server_lr),
         sizes=policy, name="fedsampling", secure_sum=secure_sum,
     )
 
@@ -405,12 +442,13 @@ def fedsts(
 
 
 @_recipe(
-    aliases={"m": "clients_per_round", "eta": "samples_per_round"},
+    aliases={"m": "clients_per_round", "eta": "samples_per_round", "q": "samples_fraction"},
     epsilon=Param(EPSILON, Options("none"), None, words="a number > 0 or 'none' (None from Python: exact sizes, no DP)"),
     M=THRESHOLD,
 )
 def fedstas(
-    *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None, dim: int = 9,
+    *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None,
+    samples_fraction: float | None = None, dim: int = 9,
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
     draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
@@ -420,11 +458,18 @@ def fedstas(
     epsilon-LDP size reports (Eq. 7), the server estimates their total n~ (Eq. 8) and each participant
     keeps each sample with probability eta/n~ (``draw="fixed"``: the authors' fixed-size variant).
     ``clients_per_round`` is the paper's m and ``samples_per_round`` its eta (aliases ``m``, ``eta``; default
-    2048, or the eta of a ``data=ParticipantData(eta)``). Paper defaults: H = 10, m = 10, d' = 9,
-    eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616), 3 local SGD steps, lr 0.01, batch 128.
+    2048, or the eta of a ``data=ParticipantData(eta)``). The paper's §3.1 gives eta twice: K_desired = 2048 (the
+    default reading) and "the sampling ratio q = 0.1, determining the requested sample size": ``samples_fraction=q``
+    (alias ``q``) reads eta_t = q * n~_t, the fraction q of the participants' estimated total, so each keeps each
+    sample with probability q (:class:`~fedsample.sampling.participant_data.ParticipantData`); give one of the two.
+    Paper defaults: H = 10, m = 10, d' = 9, eta = K_desired = 2048, eps = 3, M = 100 (alpha = 0.1616), 3 local SGD
+    steps, lr 0.01, batch 128.
     ``epsilon=None``: FedSTaS without the DP data level (the participants report their exact sizes, n~ = n,
     the paper's non-private p = eta/n of §2.4; M is unused); an experiment file, which has no null, writes
     ``epsilon = "none"``."""
+    if samples_fraction is not None and (samples_per_round is not None or data is not None):
+        checks.fail("samples_fraction", samples_fraction, "left out when samples_per_round (eta) or data= is given: "
+                    "the two readings of the paper's eta exclude each other", "fedstas", label="samples_fraction (q)")
     eta = _samples_per_round("fedstas", samples_per_round, data, 2048, "eta")
     base = fedsts(
         H=H, clients_per_round=clients_per_round, dim=dim, compression=compression, lr=lr, steps=steps,
@@ -434,7 +479,8 @@ def fedstas(
     sizes = _participant_sizes(epsilon, M)
     if aggregation == "size" and not isinstance(sizes, ExactSizes):
         raise ValueError("fedstas: aggregation='size' weights each participant by its exact size; use epsilon=None")
-    return dataclasses.replace(base, data=data or ParticipantData(eta, draw), sizes=sizes, name="fedstas")
+    data = data or ParticipantData(eta, draw, fraction=samples_fraction)
+    return dataclasses.replace(base, data=data, sizes=sizes, name="fedstas")
 
 
 def _participant_sizes(epsilon: float | Literal["none"] | None, M: int) -> ExactSizes | RandomizedSizes:

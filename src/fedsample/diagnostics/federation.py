@@ -33,6 +33,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
+from fedsample.parts import declared as parts_declared
 from fedsample.rounds import Replies, ReplyList
 from fedsample.training.functional import Params
 from fedsample.training.local import SGDStep
@@ -64,9 +65,11 @@ class LinearReports(Replies):
     fused = True
 
     def __init__(self, basis: GradientBasis, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
-                 steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, utilities: np.ndarray | None = None) -> None:
+                 steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, utilities: np.ndarray | None = None,
+                 counts: np.ndarray | None = None) -> None:
         super().__init__([None] * clients, failed={})
         self.basis, self.rows, self.member, self.coef = basis, rows, member, coef
+        self.counts = counts  # each member's drawn count, where the plan asks the clients for it
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
         self._cuts = cuts
@@ -83,6 +86,13 @@ class LinearReports(Replies):
         a[np.asarray(positions, dtype=np.int64)] = weights
         a[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = 0.0  # a rejected reply adds nothing
         return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
+
+    def drawn_total(self) -> int:
+        """The samples the answering clients drew (the self-normalized FedSampling update's S), where the plan asks
+        for the counts."""
+        if self.counts is None:
+            return super().drawn_total()
+        return int(self.counts[self.received_positions()].sum())
 
     def update_of(self, position: int) -> Params:
         a, b = self._cuts[position], self._cuts[position + 1]
@@ -199,8 +209,12 @@ class LinearisedFederation(VectorizedSimulator):
         everyone = np.concatenate([p[7] for p in parts])
         taken[everyone], effective[everyone], losses[everyone], utilities[everyone] = steps, norm, loss, utility
         asks = sent.shared.utility if sent.shared is not None else any(sent.at(i).utility for i in range(len(ids)))
+        counts = None
+        if all(p[8] is not None for p in parts):  # every plan asks for the drawn counts
+            counts = np.zeros(len(ids), dtype=np.int64)
+            counts[everyone] = np.concatenate([p[8] for p in parts])
         reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
-                                utilities if asks else None)
+                                utilities if asks else None, counts)
         self.cost.trainings += len(reports.received_positions())
         if sent_up:
             self.cost.rows.append(rows)
@@ -231,8 +245,9 @@ class LinearisedFederation(VectorizedSimulator):
         if payload.utility and len(drawn.member):
             drawn_rows = self.data.offsets[ids[positions][drawn.member]] + drawn.position
             utility = statistical_utilities(self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
+        counts = np.asarray(drawn.counts, dtype=np.int64) if parts_declared(payload.plan, "report_count") else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
-                steps.astype(np.float64) if norm is None else norm, loss, utility, positions)
+                steps.astype(np.float64) if norm is None else norm, loss, utility, positions, counts)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

@@ -6,7 +6,10 @@ side of the door; and the ``send_held`` replies of a sampler that chooses among 
 weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
 server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
 loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
-the number of samples they drew (for the self-normalized FedSampling update).
+the number of samples they drew (for the self-normalized FedSampling update). Where the plan asks for it
+(``count_noise`` = sigma_S > 0), that last coordinate carries Gaussian noise: each of the m asked clients adds
+a share N(0, sigma_S^2 / m) to its count, so the sum of the a that answer carries N(0, sigma_S^2 a / m)
+(:func:`noised_count`; the ledger accounts it, :mod:`fedsample.privacy.amplification`).
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -28,10 +31,14 @@ from fedsample import validate
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
+from fedsample.rng import generator
 from fedsample.rounds import Failed, Replies, ReplyList, replies_of
 from fedsample.training.functional import Params
 
-__all__ = ["SealedReplies", "SecureSum", "with_secure_sum"]
+__all__ = ["COUNT_NOISE_PURPOSE", "SealedReplies", "SecureSum", "with_secure_sum"]
+
+#: The purpose of the random cell the drawn count's noise comes from (fedsample.rng).
+COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
 
 
 class SecureSum(Federation):
@@ -41,7 +48,7 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, bool] = {}  # whether the cohort's plan asked for drawn counts (summed then)
+        self._counted: dict[int, tuple[int, float] | None] = {}  # (round, sigma_S) where the plan asks for drawn counts
         self._calls = 0
 
     @property
@@ -64,15 +71,17 @@ class SecureSum(Federation):
         self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
-        self._counted[self._calls] = first is not None and bool(getattr(getattr(first, "plan", None), "report_count", False))
+        plan = getattr(first, "plan", None)
+        counted = first is not None and bool(getattr(plan, "report_count", False))
+        self._counted[self._calls] = (int(round), float(getattr(plan, "count_noise", 0.0))) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
     def secure_sum(
         self, token: int, positions: np.ndarray, weights: np.ndarray
-    ) -> tuple[Params | None, float, int, int | None]:
+    ) -> tuple[Params | None, float, int, float | None]:
         """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
-        trained, how many samples they drew: None where the replies do not carry the count)."""
+        trained, how many samples they drew, with the plan's noise: None where the replies do not carry the count)."""
         replies = self._pending.pop(token, None)
         if replies is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
@@ -82,8 +91,27 @@ class SecureSum(Federation):
             # one by one when a failed client's rows made the fused sum non-finite (0 * NaN); replies without an
             # update (None, or no step taken) add zero
             total = Replies(list(replies), dict(replies.failed)).weighted_update_sum(positions, weights)
-        drawn = summed_samples(replies) if self._counted.pop(token, False) else None
+        counted = self._counted.pop(token, None)
+        exact = summed_samples(replies) if counted is not None else None
+        drawn: float | None = exact
+        if exact is not None and counted is not None and counted[1] > 0:
+            call_round, sigma = counted
+            answered = len(replies) - len(replies.failed)
+            drawn = noised_count(exact, sigma, answered, len(replies), self.noise_seed(), call_round)
         return (total, *replies.summed_loss(), drawn)
+
+    def noise_seed(self) -> int:
+        """The run's seed, from the federations inside (every engine keeps it; wrappers are looked through by their
+        ``inner``): the clients' noise shares derive from it."""
+        federation: Any = self.inner
+        for _ in range(16):
+            seed = getattr(federation, "seed", None)
+            if seed is not None:
+                return int(seed)
+            federation = getattr(federation, "inner", None)
+            if federation is None:
+                break
+        raise ValueError("secure sum: noise on the drawn count needs the run's seed, which this federation does not keep")
 
 
 def with_secure_sum(federation: Federation, on: bool = True) -> Federation:
@@ -101,6 +129,16 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
         return replies
     params = payload.params if hasattr(payload, "params") else validate.like_shapes(payload.shapes)  # a HeldRequest: shapes only
     return validate.screen_updates(replies, np.asarray(client_ids), params)
+
+
+def noised_count(count: int, sigma: float, answered: int, asked: int, seed: int, round: int) -> float:
+    """The summed drawn count S plus the noise shares of the ``answered`` of ``asked`` clients, each N(0, sigma^2 /
+    asked): S + N(0, sigma^2 * answered / asked), drawn in one (seed, round, purpose) cell (the sum of the shares
+    has this distribution; the server sees neither the shares nor their sum, only S plus it)."""
+    if answered <= 0 or sigma <= 0:
+        return float(count)
+    scale = sigma * (answered / asked) ** 0.5
+    return float(count) + float(generator(seed, round, purpose=COUNT_NOISE_PURPOSE).normal(0.0, scale))
 
 
 def summed_samples(replies: ReplyList) -> int | None:
@@ -137,7 +175,7 @@ class SealedReplies(ReplyList):
     def __init__(self, federation: SecureSum, token: int, count: int, failed: dict[int, Failed] | None = None) -> None:
         self._federation, self._token, self._count = federation, token, count
         self._loss: tuple[float, int] | None = None
-        self._drawn: int | None = None
+        self._drawn: float | None = None
         self.failed = failed or {}
 
     def __len__(self) -> int:
@@ -164,8 +202,9 @@ class SealedReplies(ReplyList):
         before the sum is revealed."""
         return self._loss if self._loss is not None else (0.0, 0)
 
-    def drawn_total(self) -> int:
-        """The samples the cohort drew, summed, from the same secure sum (after the update's sum)."""
+    def drawn_total(self) -> float:  # type: ignore[override]
+        """The samples the cohort drew, summed, from the same secure sum (after the update's sum), with the plan's
+        noise (a float then)."""
         if self._loss is None:
             raise RuntimeError("the drawn count comes with the secure sum of the update: ask for that sum first")
         if self._drawn is None:

@@ -44,6 +44,15 @@ raise :class:`PrivacyWarning`, once per kind). A sampler that chooses among trai
 sampling) sends every client's update norm (``train_held``: unprotected and warned about, or with noise the
 noised update's release) and then the chosen updates (``send_held``: unprotected, or with noise the same release,
 counted once).
+
+FedSampling's summed drawn count S (the self-normalized update's divisor, one more coordinate of the secure sum)
+is its own release where the updates carry no noise (:func:`drawn_count_release`): exact, it is unprotected;
+with Gaussian noise of standard deviation sigma_S added in shares by the clients (a of m shares: sigma_S
+sqrt(a/m)) it is a Gaussian mechanism in which one record moves S by at most 1 (multiplier sigma_S sqrt(a/m)),
+amplified by the data sampling like the update (Poisson at q for a record; for a user of at most k records the
+mixture of Gaussians over its Binomial(k, q) drawn records). With :class:`PerExampleNoise` on the update, S is a
+second coordinate of the same noised sum over the same sample: one record moves the update by C/K and S by 1, so
+the pair is one Gaussian mechanism whose multiplier is 1/sqrt(1/z^2 + 1/z_S^2) (:func:`joint_multiplier`).
 """
 
 from __future__ import annotations
@@ -64,7 +73,10 @@ from fedsample.messages import PerClient, payloads_for
 from fedsample.privacy.reports import alpha_for
 from fedsample.rounds import is_failed
 
-__all__ = ["PrivacyWarning", "check_mechanism", "client_design", "hides_draw", "record_rate", "releases", "warn_unprotected"]
+__all__ = [
+    "PrivacyWarning", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw", "joint_multiplier",
+    "record_rate", "releases", "warn_unprotected",
+]
 
 
 class PrivacyWarning(UserWarning):
@@ -146,15 +158,41 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
     if noise is None:
         return
     aggregate = strategy.aggregate
-    if isinstance(aggregate, (FedNova, DrawnNormalizedSum)):
-        raise ValueError(f"noise: {type(aggregate).__name__} needs each client's step or drawn count, which a noised reply withholds")
+    if isinstance(aggregate, FedNova):
+        raise ValueError("noise: FedNova needs each client's step count, which a noised reply withholds")
+    if isinstance(aggregate, DrawnNormalizedSum) and not counts_noised_in_the_sum(strategy):
+        raise ValueError("noise: DrawnNormalizedSum needs the drawn count, which a noised reply withholds unless it goes, "
+                         "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
     if getattr(noise, "clipping", "client") == "example":
         if not (isinstance(strategy.local, OneGradient) and strategy.local.K):
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
-        if not (isinstance(aggregate, Sum) or (isinstance(aggregate, WeightedMean) and aggregate.by == "uniform")):
+        equal = isinstance(aggregate, (Sum, DrawnNormalizedSum)) or (isinstance(aggregate, WeightedMean) and aggregate.by == "uniform")
+        if not equal:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
             raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
         if accounting.unit == "user" and accounting.k is None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
+
+
+def counts_noised_in_the_sum(strategy: Any) -> bool:
+    """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
+    summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
+    noise = getattr(strategy, "noise", None)
+    return (getattr(noise, "clipping", "client") == "example" and bool(getattr(strategy, "secure_sum", False))
+            and float(getattr(strategy.data, "count_noise", 0.0)) > 0)
+
+
+def counted(plans: Sequence[Any]) -> tuple[bool, float]:
+    """Whether the plans ask each client for its drawn count (summed in the secure sum), and the Gaussian noise's
+    standard deviation sigma_S on that sum (0: the exact count)."""
+    asked = any(getattr(p, "report_count", False) for p in plans)
+    return asked, (max(float(getattr(p, "count_noise", 0.0)) for p in plans) if asked else 0.0)
+
+
+def joint_multiplier(z_update: float, z_count: float) -> float:
+    """The noise multiplier of two Gaussian coordinates released together on the same sample, each with its own
+    multiplier (noise over its one-record sensitivity): the pair's privacy loss is a Gaussian mechanism's with
+    1/z^2 = 1/z_update^2 + 1/z_count^2 (whiten each coordinate; the sensitivities add in squares)."""
+    return 1.0 / math.sqrt(1.0 / z_update**2 + 1.0 / z_count**2)
 
 
 # --- the releases of one call ---------------------------------------------------------------------------------
@@ -180,7 +218,12 @@ def releases(
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
         if getattr(first, "utility", False):  # Oort's statistical utility rides along, in the clear
             release = replace(release, what=release.what + ", statistical utilities")
-        return [release if procedure == "train" else held_release(release, round)]
+        if procedure == "train_held":
+            return [held_release(release, round)]
+        out = [release]
+        if counted(plans)[0] and first.noise is None:
+            out.append(drawn_count_release(plans, asked, answered, strategy, accounting, round, call))
+        return out
     if procedure == "send_held":
         return [sent_held_release(getattr(strategy, "noise", None), bool(getattr(strategy, "secure_sum", False)), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
@@ -266,9 +309,13 @@ def train_release(
     what = "update sum" if secure else "per-client updates"
     example = getattr(noise, "clipping", "client") == "example"
     sigma = float(noise.noise_multiplier)
+    count_sigma = counted(plans)[1]
     if example:  # the sum's noise: a of the m shares, or one share per visible reply
         m = max(int(getattr(noise, "shares", 1)), 1)
         z = sigma * math.sqrt(min(answered, m) / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
+        if count_sigma > 0 and z > 0:  # the noised drawn count S is one more coordinate of the same sum
+            z = joint_multiplier(z, count_sigma * math.sqrt(min(answered, asked) / asked))
+            what = "update sum and drawn count"
     else:
         z = sigma
     if z <= 0:
@@ -316,6 +363,41 @@ def train_release(
         return Release(round, what, event, gaussian(replace_z), REPLACE, "without-replacement",
                        "amplified: " + design.reason + " (replace-one)" + _also(notes), call=call)
     return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification", "not amplified: " + "; ".join(notes), call=call)
+
+
+def drawn_count_release(
+    plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, round: int, call: tuple,
+) -> Release:
+    """The summed drawn count S of one round (FedSampling's self-normalized update) where the updates carry no
+    noise: unprotected when exact; with noise sigma_S, a Gaussian mechanism of multiplier sigma_S sqrt(a/m) per
+    record (one record moves S by at most 1), amplified by the data sampling where every client is asked and each
+    record is kept with one probability q (Poisson at q; a user of at most k records: the mixture over its
+    Binomial(k, q) drawn records, moving S by j with noise sigma_S sqrt(a/m)); a user without k is unbounded."""
+    what, key = "drawn count S", (*call, "drawn count")
+    sigma = counted(plans)[1]
+    if sigma <= 0:
+        return Release(round, what, None, None, None, reason="the exact summed count carries no noise", call=key)
+    z = sigma * math.sqrt(min(answered, asked) / max(asked, 1))
+    user, k = accounting.unit == "user", accounting.k
+    if user and k is None:
+        return Release(round, what, None, None, None, call=key,
+                       reason="a user's drawn records move S by as many as it holds: user-level accounting needs k")
+    unamplified = gaussian(z / k) if user and k is not None else gaussian(z)
+    from fedsample.sampling.clients import AllClients
+
+    q, why_q = record_rate(plans)
+    everyone = isinstance(strategy.clients, AllClients)
+    if q is None or not everyone:
+        why = why_q if q is None else f"the cohort is chosen by {type(strategy.clients).__name__}, not every client asked"
+        return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification",
+                       f"Gaussian noise sigma_S = {sigma:g} on S, not amplified: {why}", call=key)
+    if user and k is not None:
+        counts = np.arange(k + 1)
+        event = mixture_of_gaussians(z, counts.astype(np.float64).tolist(), binom.pmf(counts, k, q))
+        reason = f"Gaussian noise sigma_S = {sigma:g} on S; a user's drawn records are Binomial(k={k}, q={q:.4g})"
+        return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=key)
+    reason = f"Gaussian noise sigma_S = {sigma:g} on S, one record moves it by 1; " + why_q
+    return Release(round, what, poisson_sampled(q, gaussian(z)), unamplified, ADD_REMOVE, "poisson", reason, call=key)
 
 
 def _client_note(design: ClientDesign) -> str:

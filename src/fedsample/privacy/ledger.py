@@ -444,6 +444,27 @@ class Ledger:
                 "only its own releases (and the size reports)"))
         if releases:
             out["releases"] = [r.record() for r in self.releases]
+            out["by_release"] = self.spent_by_kind()
+        return out
+
+    def spent_by_kind(self) -> dict[str, dict]:
+        """Each kind of protected release on its own (e.g. the size reports, FedSampling's noised drawn count S):
+        ``{what: {"epsilon", "epsilon_without_amplification", "num_releases"}}`` at the accounting's delta, its
+        events composed in order under their relation (the size reports' under add/remove). What a release costs
+        alone; the run's epsilon is the composition of all of them (None where a release is unprotected)."""
+        a, out = self.accounting, {}
+        for what in dict.fromkeys(r.what for r in self.releases if r.protected):
+            chosen = [r for r in self.releases if r.protected and r.what == what]
+            relation = next((r.relation for r in chosen if r.relation is not None), ADD_REMOVE)
+            try:
+                # a protected release carries both events
+                with_amp = epsilon_of([r.event for r in chosen if r.event is not None], a.delta, a.method, relation)
+                without = epsilon_of([r.unamplified for r in chosen if r.unamplified is not None], a.delta, a.method, relation)
+            except ImportError:
+                out[what] = {"epsilon": None, "epsilon_without_amplification": None, "num_releases": len(chosen)}
+                continue
+            out[what] = {"epsilon": with_amp["epsilon"], "epsilon_without_amplification": without["epsilon"],
+                         "num_releases": len(chosen)}
         return out
 
     def latest_reason(self) -> str:

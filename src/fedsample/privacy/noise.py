@@ -11,8 +11,9 @@
 A noised reply is a *private reply* (:meth:`UpdateNoise.private_reply`): the noised update, one step, and no
 loss or drawn count, whether or not the client drew any record, so that the reply (or a secure sum of the step
 counts) says nothing about the draw; every asked client's noise enters the sum. Aggregators that need each
-client's step or drawn count (FedNova, ``normalize="drawn"``) are refused with noise
-(:func:`fedsample.privacy.amplification.check_mechanism`).
+client's step count (FedNova) are refused with noise, and so is the self-normalized FedSampling update
+(``normalize="drawn"``) unless the drawn count goes, with Gaussian noise, into the secure sum beside a
+:class:`PerExampleNoise` update (:func:`fedsample.privacy.amplification.check_mechanism`).
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def _gaussian_like(update: dict, sigma: float, rng: "np.random.Generator | Clien
     return out
 
 
-def _private(update: dict) -> TrainReport:
-    """The reply of a noised client: its noised update, one step, no loss and no drawn count."""
-    return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, samples=None)
+def _private(update: dict, samples: int | None = None) -> TrainReport:
+    """The reply of a noised client: its noised update, one step, no loss and no drawn count (``samples``: the
+    count, only where it goes into a secure sum that noises it, :meth:`PerExampleNoise.private_reply`)."""
+    return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, samples=samples)
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,13 @@ class PerExampleNoise:
         return LocalResult(update=update, steps=1, loss=0.0)
 
     def private_reply(self, report: TrainReport, payload: Any, rng: "np.random.Generator | ClientRandom") -> TrainReport:
-        """The client's clipped G_c (zero when it drew nothing) plus its noise share, as a private reply."""
-        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng))
+        """The client's clipped G_c (zero when it drew nothing) plus its noise share, as a private reply; its drawn
+        count goes with it only where the plan puts Gaussian noise on the count's secure sum (``count_noise``; the
+        ledger accounts the update and the count as one mechanism), else it is withheld."""
+        plan = getattr(payload, "plan", None)
+        keep = getattr(plan, "report_count", False) and float(getattr(plan, "count_noise", 0.0)) > 0
+        samples = (report.samples if report.samples is not None else 0) if keep else None
+        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), samples)
 
 
 def for_cohort(noise: Any, size: int) -> Any:

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", metavar="cpu|cuda|auto",
                         help="cpu (default: the small CPU stand-ins), cuda (the papers' models), auto (cuda when present)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/reproduce-PAPER-PROFILE)")
-    parser.add_argument("--seeds", default=None, help="override every preset's seeds, e.g. 0,1,2 (studies: default 0,1,2)")
+    parser.add_argument("--seeds", default=None, help="override every preset's and study's seeds, e.g. 0,1,2")
     parser.add_argument("--rounds", type=int, default=None, help="override every preset's rounds")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="independent (strategy, seed) runs in N processes")
     parser.add_argument("--only", action="append", default=[], metavar="PRESET", help="run only this preset or study (repeatable)")
@@ -191,7 +191,7 @@ def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argpars
 def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[str, Values]:
     """Run one study into OUT/name/study.json (or reuse it with --resume: same seeds and device)."""
     folder = sel.out / study.name
-    seeds = sel.seeds or list(DEFAULT_STUDY_SEEDS)
+    seeds = sel.seeds or list(study.seeds or DEFAULT_STUDY_SEEDS)
     saved = folder / STUDY_FILE
     if args.resume and saved.exists():
         document = json.loads(saved.read_text())

@@ -54,7 +54,7 @@ def check_paper(paper: Paper) -> list[str]:
         if figure.unit == "%" and figure.metric not in PERCENT_METRICS:
             problems.append(f"{paper.name}: figure {figure.claim!r}: unit '%' for metric {figure.metric!r}, which is not a fraction")
     for comparison in paper.comparisons:
-        names = (comparison.better, comparison.worse)
+        names = (comparison.better, comparison.worse) + ((comparison.premise,) if comparison.premise else ())
         problems += row_problems(paper, f"comparison {comparison.claim!r}", comparison.source, names, comparison.metric, labels)
         if comparison.tie and (comparison.margin is None or not comparison.margin_reason):
             problems.append(f"{paper.name}: comparison {comparison.claim!r}: a tie claim needs a margin and its reason (margin=, margin_reason=)")

@@ -6,7 +6,7 @@ reproduction.json alike."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Mapping, Sequence, TypeGuard
 
 from fedsample.reproduction.collect import Values, lookup
@@ -83,17 +83,43 @@ def tested_row(
 
 def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
     """One Comparison from the measured values: Welch's test, or the paired test over the seeds both sides
-    finished where the comparison is ``paired``."""
+    finished where the comparison is ``paired``; with a ``premise``, the premise's test too, and "not
+    comparable" where it is reversed (:func:`premise_row`)."""
+    row = tested_row(comparison, *sides_of(comparison, comparison.better, comparison.worse, values))
+    if not comparison.premise:
+        return row
+    premise = premise_row(comparison, values)
+    row["premise_test"] = premise
+    if premise["verdict"] == "reversed" and row["verdict"] != "not measured":
+        low, high = premise["ci"]
+        row["verdict"] = (f"not comparable (premise fails: {comparison.premise} trails {comparison.worse} by "
+                          f"{-premise['d']:.1f}, {CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {premise['p_reversed']:.3g})")
+    return row
+
+
+def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple:
+    """Both sides' Stats in display units and, for a paired comparison, their per-seed pairs."""
     scale = display_scale(comparison.metric)
-    better = measured(values, comparison.source, comparison.better, comparison.which, comparison.metric, scale)
-    worse = measured(values, comparison.source, comparison.worse, comparison.which, comparison.metric, scale)
+    a = measured(values, comparison.source, first, comparison.which, comparison.metric, scale)
+    b = measured(values, comparison.source, second, comparison.which, comparison.metric, scale)
     pairs = None
-    if comparison.paired and better is not None and worse is not None:
-        first, second = (lookup(values, comparison.source, label, comparison.which, comparison.metric)
-                         for label in (comparison.better, comparison.worse))
-        if first is not None and second is not None:  # measured above: both sides have values
-            pairs = seed_pairs(first, second, scale)
-    return tested_row(comparison, better, worse, pairs)
+    if comparison.paired and a is not None and b is not None:
+        one, other = (lookup(values, comparison.source, label, comparison.which, comparison.metric) for label in (first, second))
+        if one is not None and other is not None:  # measured above: both sides have values
+            pairs = seed_pairs(one, other, scale)
+    return a, b, pairs
+
+
+def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
+    """The premise's test: the ordering "``premise`` beats ``worse``" in the same source, paired like the claim:
+    ``{"label", "d", "ci", "p", "p_reversed", "verdict"}`` (p one-sided for the premise, p_reversed against it)."""
+    premise = replace(comparison, claim=f"premise: {comparison.premise} beats {comparison.worse}", better=comparison.premise,
+                      tie=False, margin=None, margin_reason="", premise="")
+    first, second, pairs = sides_of(premise, premise.better, premise.worse, values)
+    row = tested_row(premise, first, second, pairs)
+    p = row["p"]
+    return {"label": comparison.premise, "d": row["d"], "ci": row["ci"], "p": p, "p_reversed": None if p is None else 1.0 - p,
+            "verdict": row["verdict"]}
 
 
 def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict]]:

@@ -57,6 +57,12 @@ class Comparison:
     verdict needs at 80% power, from the minimal detectable difference at the observed d and spread of the
     last stored run (None: not yet measured). ``which`` is always "final": a verdict never uses the oracle
     best round on the test set.
+
+    ``budget``: what each side may spend (samples per round, optimizer steps per round), stated under the claim.
+    ``premise``: the label of a reference that must not trail ``worse`` for the claim to be answerable, e.g.
+    centralized training for "FedSampling beats FedAvg" (the paper's premise: centralized >= every FL baseline).
+    Where the premise's own test ("premise beats worse", paired like the claim) is reversed, the claim's
+    verdict is "not comparable", with the premise's numbers (:func:`fedsample.reproduction.rows.comparison_row`).
     """
 
     claim: str
@@ -71,8 +77,12 @@ class Comparison:
     margin: float | None = None
     margin_reason: str = ""
     seeds_needed: int | None = None
+    budget: str = ""
+    premise: str = ""
 
     def __post_init__(self) -> None:
+        if self.premise and self.premise in (self.better, self.worse):
+            raise ValueError(f"premise: a third label the claim's sides are checked against, got {self.premise!r}")
         if self.which != "final":
             raise ValueError(f"which: a comparison uses the final round, got {self.which!r} (the best round on the test set is an oracle)")
         if self.margin is not None and not (self.tie and self.margin > 0):
@@ -97,12 +107,14 @@ StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, Mapping[str, Sequen
 @dataclass(frozen=True)
 class Study:
     """A measurement that is not an experiment preset (e.g. ISFedAvg's mean-square deviation in dB on the
-    paper's regression generator). ``cost`` says how long it takes and on what."""
+    paper's regression generator). ``cost`` says how long it takes and on what; ``seeds``: the seeds it runs
+    unless ``--seeds`` is given (empty: 0, 1, 2)."""
 
     name: str
     run: StudyRun
     cost: str
     description: str = ""
+    seeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

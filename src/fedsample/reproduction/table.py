@@ -128,11 +128,24 @@ def claim_text(row: Mapping) -> str:
     if row["tie"]:
         where += " (tie claim" + (f", margin ±{row['margin']:g})" if row.get("margin") is not None else ", no margin stated)")
     text = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
+    if row.get("budget"):
+        text += f"<br><sub>budget: {cell(row['budget'])}</sub>"
+    if row.get("premise_test"):
+        text += f"<br><sub>{cell(premise_text(row))}</sub>"
     if row.get("margin_reason"):
         text += f"<br><sub>margin: {cell(row['margin_reason'])}</sub>"
     if row["note"]:
         text += f"<br><sub>note: {cell(row['note'])}</sub>"
     return text
+
+
+def premise_text(row: Mapping) -> str:
+    """'premise: Centralized ≥ FedAvg: +d [low, high], p, verdict' (the claim is not comparable where it is reversed)."""
+    premise, fmt = row["premise_test"], number_format("", row["metric"])
+    if premise["d"] is None:
+        return f"premise: {premise['label']} ≥ {row['worse']}: not measured"
+    return (f"premise: {premise['label']} ≥ {row['worse']}: {difference_text(premise, fmt)}, p = {p_text(premise['p'])}, "
+            f"{premise['verdict']}")
 
 
 def result_cells(row: Mapping) -> list[str]:

@@ -54,10 +54,13 @@ class AllSamples:
 @dataclass(frozen=True)
 class BernoulliSamples:
     """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14).
-    ``report_count``: the client adds how many it kept to its reply (for a secure sum of the counts only)."""
+    ``report_count``: the client adds how many it kept to its reply (for a secure sum of the counts only);
+    ``count_noise``: the standard deviation sigma_S of the Gaussian noise the asked clients add to that sum, in
+    equal shares (:class:`fedsample.federation.secure_sum.SecureSum` adds it; 0: the exact count)."""
 
     p: float
     report_count: bool = False
+    count_noise: float = 0.0
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
@@ -121,18 +124,30 @@ def sampling_ratio(K: int, total_estimate: float, log: dict | None = None) -> fl
 
 
 
+#: The default standard deviation of the Gaussian noise on FedSampling's summed drawn count S (in samples; one
+#: record moves S by at most 1, so it is also the noise multiplier of S's release at record level).
+COUNT_NOISE = 5.0
+
+
 @dataclass(frozen=True)
-@checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN)
+@checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN, count_noise=checks.NON_NEGATIVE)
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
     probability K / N~, with N~ the server's estimate of the total size (capped at 1; a round whose N~ falls
     below K records it, ``clamped``; K above the data's size is refused before the first round, ``limits``).
     ``count_drawn``: the clients also send how many samples they drew, for the self-normalized update under a
-    secure sum."""
+    secure sum; ``count_noise``: the standard deviation of the Gaussian noise on that summed count (docs/privacy.md:
+    the drawn count S)."""
 
     K: int
     count_drawn: bool = False
+    count_noise: float = 0.0
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+
+    def __post_init__(self) -> None:
+        if self.count_noise > 0 and not self.count_drawn:
+            checks.fail("count_noise", self.count_noise, "0 unless count_drawn=True (it is noise on the drawn count)",
+                        "FedSamplingData")
 
     @property
     def shared_settings(self) -> Mapping[str, Any]:
@@ -150,7 +165,7 @@ class FedSamplingData:
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         p = self.ratio(ctx)
         ctx.log["ratio"] = p
-        return BernoulliSamples(p, report_count=self.count_drawn)
+        return BernoulliSamples(p, report_count=self.count_drawn, count_noise=float(self.count_noise))
 
 
 @dataclass(frozen=True)

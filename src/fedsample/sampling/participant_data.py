@@ -5,7 +5,13 @@ The chosen clients send epsilon-LDP size reports r_k (Eq. 7; :class:`~fedsample.
 with ``scope="cohort"``), the server estimates their total n~ = (R - (1 - alpha) * M * m / 2) / alpha
 (Eq. 8, :func:`fedsample.privacy.estimate_total` over the m answers), and every participant keeps each of
 its samples with probability p = eta / n~ (capped at 1), eta being the desired number of samples across
-the participants (K_desired = 2048 in the paper's experiments).
+the participants.
+
+The paper fixes eta in two places that disagree: §3.1 lists K_desired = 2048 and says "the sampling ratio was
+q = 0.1, determining the requested sample size eta". Both readings are offered: ``ParticipantData(eta=2048)``
+(a fixed request, p = 2048 / n~) and ``ParticipantData(fraction=0.1)`` (the request is the fraction q of the
+participants' estimated total, eta_t = q * n~_t, so p = q whatever n~ is: the size reports then set nothing and
+only cost their epsilon). q = 0.1 is also m / N (10 of 100 clients), so q may be the client sampling ratio.
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ class FixedShareSamples:
 
 
 @dataclass(frozen=True)
-@checks.constrained(eta=checks.COUNT)
+@checks.constrained(eta=checks.COUNT, fraction=[checks.reals(0, 1, "(]"), None])
 class ParticipantData:
     """Each participant keeps each local sample with probability eta / n~, n~ estimated over the cohort
-    (Eq. 8). ``draw``:
+    (Eq. 8). ``fraction`` (q): the other reading of the paper's eta, eta_t = q * n~_t, i.e. p = q (``eta`` is
+    then unused; module docstring). ``draw``:
 
     - ``bernoulli`` (default): every sample independently (as FedSampling, Qi et al. 2023, §3.2);
     - ``fixed``: the authors' fixed-size sample without replacement (Algorithm 3 draws "a sample of
@@ -65,12 +72,14 @@ class ParticipantData:
 
     eta: int = 2048
     draw: Draw = "bernoulli"
+    fraction: float | None = None
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
 
     @property
     def shared_settings(self) -> Mapping[str, Any]:
-        """eta, the samples per round (a solver or aggregator that divides by K must divide by eta)."""
-        return {"K (samples per round)": self.eta}
+        """eta, the samples per round (a solver or aggregator that divides by K must divide by eta); none for a
+        fraction, whose eta_t changes with n~_t."""
+        return {} if self.fraction is not None else {"K (samples per round)": self.eta}
 
     @property
     def limits(self) -> tuple[Limit, ...]:
@@ -79,8 +88,13 @@ class ParticipantData:
 
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
         """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1, recorded in the round's
-        ``clamped``: the participants may hold fewer than eta samples)."""
-        return sampling_ratio(self.eta, ctx.require_sizes().total_over(cohort.ids), ctx.log)
+        ``clamped``: the participants may hold fewer than eta samples); with ``fraction`` q, eta_t = q * n~_t and
+        p = eta_t / n~_t = q."""
+        total = ctx.require_sizes().total_over(cohort.ids)
+        if self.fraction is not None:
+            ctx.log["eta"] = self.fraction * total
+            return float(self.fraction)
+        return sampling_ratio(self.eta, total, ctx.log)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples | FixedShareSamples:
         p = self.ratio(ctx, cohort)

@@ -125,7 +125,11 @@ class DrawnNormalizedSum:
     through the same secure sum as the update), i.e. (1/S) sum_s g_s instead of Algorithm 1's (1/K) sum_s g_s.
     A ratio estimator: slightly biased (O(1/E[S])), but its step no longer scales with S/K = N/N~ * (noise),
     so an error in N~ changes only how many samples are drawn, not the step size. No response-rate scaling:
-    the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`)."""
+    the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`).
+
+    With noise on the count (``FedSamplingData(count_noise=sigma_S)``) the server divides by the noised S~; a
+    noised count below one sample is read as one (:func:`drawn_divisor`), so a round that drew (almost) nothing
+    cannot blow the step up."""
 
     K: int
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
@@ -141,7 +145,12 @@ class DrawnNormalizedSum:
         drawn = replies_of(reports).drawn_total() if total is not None else 0
         if total is None or drawn == 0:
             return None
-        return {k: v * (self.K / drawn) for k, v in total.items()}
+        return {k: v * (self.K / drawn_divisor(drawn)) for k, v in total.items()}
+
+
+def drawn_divisor(drawn: float) -> float:
+    """The count the self-normalized update divides by: the (noised) drawn count S~, read as 1 below 1."""
+    return max(float(drawn), 1.0)
 
 
 def reported_sizes(ctx: "RoundContext | None", ids: np.ndarray, exact: bool = False) -> np.ndarray:

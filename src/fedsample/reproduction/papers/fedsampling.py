@@ -14,11 +14,12 @@ from fedsample.reproduction.spec import Comparison, Figure, Paper, with_seeds_ne
 
 __all__ = ["PAPER", "TEXTCNN", "TRANSFORMER"]
 
-SIGMA_PRESETS = tuple(f"fedsampling-fmnist-sigma{s}" for s in (1, 2, 3, 4))
-CPU_LOGNORMAL = "fedsampling-fmnist-sigma4"
+SIGMA_PRESETS = tuple(f"fedsampling-fmnist-sigma{s}" for s in (1, 2, 3))
+CPU_SAMPLES = "fedsampling-fmnist-sigma4-samples"
+CPU_STEPS = "fedsampling-fmnist-sigma4-steps"
 CPU_SHARDS = "fedsampling-fmnist-shards"
-CPU_LRGRID = "fedsampling-fmnist-sigma4-lrgrid"
 CPU_EPS_M = "fedsampling-fmnist-eps-m"
+CPU_DEFAULT = "fedsampling-fmnist-default"
 #: The preset of the paper's 20 Newsgroups TextCNN runs (GPU profile).
 TEXTCNN = "fedsampling-20ng-textcnn-cuda"
 #: The preset of the paper's 20 Newsgroups Transformer runs (GPU profile).
@@ -34,6 +35,26 @@ CENTRALIZED_REASON = ("below the smallest gap (1.36 points, Transformer FedAdam)
                       "trails centralized training: a tie at this margin separates FedSampling from the baselines")
 CONTROL_REASON = ("the margin of the centralized tie: a size estimate costing less than 1 point is as good as exact "
                   "sizes for Table 1's claims, whose gaps are 1.36 points or more")
+
+# The two budgets of the cpu presets (docs/reproduction.md, "Protocols"): a FedAvg-family label carries its budget.
+LOCAL_EPOCH, ONE_STEP = "local epoch", "one step"
+BUDGETS = {
+    LOCAL_EPOCH: ("equal samples per round (K = 2048 expected): FedSampling and centralized take one step of K, the "
+                  "FedAvg family one local epoch in batches of 32 (many sequential steps)"),
+    ONE_STEP: ("equal samples and equal optimizer steps: every method takes one step per round on about K = 2048 "
+               "samples (each FedAvg-family client one full-batch step)"),
+}
+ONE_STEP_EACH = "equal samples and steps: both take one step of K = 2048 per round"
+# The premise of every "FedSampling beats an FL baseline" claim: centralized training is at least as good as the
+# baseline (the paper's Table 1 has it so for every baseline); where centralized trails it, the budget is not one
+# on which the claim can be answered.
+PREMISE = "Centralized"
+
+
+def budgeted(name: str, budget: str) -> str:
+    """The label of a FedAvg-family baseline in the cpu presets: 'FedAvg (local epoch)', 'FedYogi (one step)'."""
+    return f"{name} ({budget})"
+
 
 # Table 1, MIND columns (mean of 5 runs; Macro-F1, Accuracy in %).
 TABLE1_MIND = {
@@ -64,20 +85,34 @@ def table1_figures() -> tuple[Figure, ...]:
 
 
 def beats_fedavg_family(source: str, claim: str) -> tuple[Comparison, ...]:
-    """FedSampling above each uniform-client FedAvg-family baseline in ``source``."""
+    """FedSampling above each uniform-client FedAvg-family baseline in ``source`` (the cuda presets' labels)."""
     return tuple(Comparison(claim=f"{claim}: FedSampling > {worse}", source=source, better="FedSampling", worse=worse,
                             paired=PAIRED)
                  for worse in FEDAVG_FAMILY)
 
 
-def matches_centralized(source: str, claim: str) -> Comparison:
+def beats_budgeted_family(source: str, claim: str, budget: str, family: tuple[str, ...] = FEDAVG_FAMILY) -> tuple[Comparison, ...]:
+    """FedSampling above each FedAvg-family baseline of the cpu presets at ``budget``, with centralized training
+    as the premise."""
+    return tuple(Comparison(claim=f"{claim}, {budget}: FedSampling > {name}", source=source, better="FedSampling",
+                            worse=budgeted(name, budget), paired=PAIRED, budget=BUDGETS[budget], premise=PREMISE)
+                 for name in family)
+
+
+def matches_centralized(source: str, claim: str, budget: str = "") -> Comparison:
     return Comparison(claim=f"{claim}: FedSampling ≈ Centralized", source=source, better="FedSampling",
                       worse="Centralized", tie=True, margin=CENTRALIZED_MARGIN, margin_reason=CENTRALIZED_REASON,
-                      paired=PAIRED)
+                      paired=PAIRED, budget=budget)
+
+
+def matches_exact_sizes(source: str, claim: str, better: str = "FedSampling", exact: str = "FedSampling (exact sizes)",
+                        note: str = "not a row of the paper: the non-private control for the size estimate") -> Comparison:
+    return Comparison(claim=f"control, {claim}: {better} ≈ {exact}", source=source, better=better, worse=exact, tie=True,
+                      margin=CENTRALIZED_MARGIN, margin_reason=CONTROL_REASON, paired=PAIRED, budget=ONE_STEP_EACH, note=note)
 
 
 def weighted_sampling_orderings(source: str) -> tuple[Comparison, ...]:
-    """Fig. 3: size-weighted client sampling beats uniform but not FedSampling; the naive method loses."""
+    """Fig. 3 (cuda labels): size-weighted client sampling beats uniform but not FedSampling; the naive method loses."""
     return (
         Comparison(claim="Fig. 3: size-weighted > uniform client sampling (FedAvg)", source=source,
                    better="FedAvg (size-weighted clients)", worse="FedAvg", paired=PAIRED),
@@ -92,25 +127,31 @@ def weighted_sampling_orderings(source: str) -> tuple[Comparison, ...]:
     )
 
 
-def selected_lr_orderings(source: str) -> tuple[Comparison, ...]:
-    """Table 1 / Fig. 3 at sigma 4 with every method's lr selected on a validation split."""
-    claim = "Table 1 stand-in, lr selected per method (sigma 4)"
-    return (
-        Comparison(claim=f"{claim}: FedSampling > FedAvg", source=source, better="FedSampling", worse="FedAvg",
-                   paired=PAIRED),
-        Comparison(claim=f"{claim}: FedSampling > size-weighted FedAvg", source=source, better="FedSampling",
-                   worse="FedAvg (size-weighted clients)", paired=PAIRED),
-        matches_centralized(source, claim),
-        Comparison(claim=f"control, {claim}: FedSampling's private size estimate ≈ exact sizes", source=source,
-                   better="FedSampling", worse="FedSampling (exact sizes)", tie=True, margin=CENTRALIZED_MARGIN,
-                   margin_reason=CONTROL_REASON, paired=PAIRED,
-                   note="not a row of the paper: the non-private control for the size estimate"),
+def table1_cpu(source: str, budget: str) -> tuple[Comparison, ...]:
+    """Table 1 and Fig. 3 at sigma 4 on the cpu stand-in at one budget, every lr selected on validation."""
+    claim = "Table 1 stand-in (sigma 4)"
+    weighted = f"FedAvg (size-weighted clients, {budget})"
+    rows = (
+        *beats_budgeted_family(source, claim, budget),
+        Comparison(claim=f"Fig. 3 stand-in, {budget}: size-weighted > uniform client sampling (FedAvg)", source=source,
+                   better=weighted, worse=budgeted("FedAvg", budget), paired=PAIRED, budget=BUDGETS[budget]),
+        Comparison(claim=f"Fig. 3 stand-in, {budget}: FedSampling > size-weighted FedAvg", source=source,
+                   better="FedSampling", worse=weighted, paired=PAIRED, budget=BUDGETS[budget], premise=PREMISE),
+    )
+    if budget != LOCAL_EPOCH:  # the one-step methods are the same runs in both presets: their rows are the samples preset's
+        return rows
+    return rows + (
+        matches_centralized(source, claim, ONE_STEP_EACH),
+        Comparison(claim="Fig. 3 stand-in: FedSampling > naive fixed ratio", source=source, better="FedSampling",
+                   worse="Naive fixed ratio", paired=PAIRED, budget=ONE_STEP_EACH),
+        matches_exact_sizes(source, claim),
+        matches_exact_sizes(source, claim, better="FedSampling (paper protocol)"),
     )
 
 
 def privacy_utility(source: str) -> tuple[Comparison, ...]:
     """Fig. 6: at a fixed M a larger privacy budget is better; at a fixed eps a moderate M (10^2) is best."""
-    claim = "Fig. 6 stand-in (sigma 4)"
+    claim = "Fig. 6 stand-in (sigma 4, paper protocol)"
     return (
         Comparison(claim=f"{claim}: eps 3 beats eps 1 (M 100)", source=source, better="eps=3, M=100", worse="eps=1, M=100",
                    paired=PAIRED),
@@ -124,56 +165,75 @@ def privacy_utility(source: str) -> tuple[Comparison, ...]:
 
 
 def sigma_sweep() -> tuple[Comparison, ...]:
-    """Fig. 4: at every sigma FedSampling ≈ centralized and beats FedAvg; the baselines decline as sigma
-    grows (read across the rows: the FedAvg gap should widen from sigma 1 to sigma 4)."""
-    rows = []
-    for sigma, source in zip((1, 2, 3, 4), SIGMA_PRESETS):
-        rows.append(matches_centralized(source, f"Fig. 4, sigma {sigma}"))
-        rows.append(Comparison(claim=f"Fig. 4, sigma {sigma}: FedSampling > FedAvg", source=source,
-                               better="FedSampling", worse="FedAvg", paired=PAIRED))
+    """Fig. 4 at sigma 1-3 (sigma 4: the Table 1 presets): FedSampling ≈ centralized, and FedSampling beats FedAvg
+    at both budgets (the baselines decline as sigma grows: read across the rows)."""
+    rows: list[Comparison] = []
+    for sigma, source in zip((1, 2, 3), SIGMA_PRESETS):
+        rows.append(matches_centralized(source, f"Fig. 4, sigma {sigma}", ONE_STEP_EACH))
+        for budget in (LOCAL_EPOCH, ONE_STEP):
+            rows += beats_budgeted_family(source, f"Fig. 4, sigma {sigma}", budget, ("FedAvg",))
     return tuple(rows)
 
 
-# Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and sd of the
-# stored 2026-11-23 cpu run (docs/reproduction.md): Welch's test from its printed mean, sd and n, so a planning
-# figure for the paired test a re-run uses.
-SEEDS_NEEDED = {
-    (CPU_LOGNORMAL, "FedAvg (size-weighted clients)", "FedAvg"): 5147,
-    (CPU_LOGNORMAL, "FedSampling", "FedAvg (size-weighted clients)"): 10,
-    (CPU_LOGNORMAL, "FedSampling", "Naive fixed ratio"): 25,
-    (CPU_LOGNORMAL, "FedSampling", "FedSampling (exact sizes)"): 59,
-    (CPU_LOGNORMAL, "FedSampling", "FedAvg"): 10,
-    (CPU_LOGNORMAL, "FedSampling", "FedYogi"): 9,
-    (CPU_LOGNORMAL, "FedSampling", "FedAdagrad"): 16,
-    (CPU_LOGNORMAL, "FedSampling", "FedAdam"): 9,
-    (CPU_LOGNORMAL, "FedSampling", "Centralized"): 757,
-    (SIGMA_PRESETS[0], "FedSampling", "Centralized"): 3947,
-    (SIGMA_PRESETS[0], "FedSampling", "FedAvg"): 159,
-    (SIGMA_PRESETS[1], "FedSampling", "Centralized"): 1020,
-    (SIGMA_PRESETS[1], "FedSampling", "FedAvg"): 34,
-    (SIGMA_PRESETS[2], "FedSampling", "Centralized"): 344,
-    (SIGMA_PRESETS[2], "FedSampling", "FedAvg"): 13,
-    (CPU_LRGRID, "FedSampling", "FedAvg"): 5,
-    (CPU_LRGRID, "FedSampling", "FedAvg (size-weighted clients)"): 5,
-    (CPU_LRGRID, "FedSampling", "Centralized"): 20,
-    (CPU_LRGRID, "FedSampling", "FedSampling (exact sizes)"): 21,
-    (CPU_EPS_M, "eps=3, M=100", "eps=1, M=100"): 233,
-    (CPU_EPS_M, "eps=8, M=100", "eps=3, M=100"): 35,
-    (CPU_EPS_M, "eps=3, M=100", "eps=3, M=10"): 29,
-    (CPU_EPS_M, "eps=3, M=100", "eps=3, M=1000"): 4,
-    (CPU_SHARDS, "FedSampling", "FedAvg"): 4,
-    (CPU_SHARDS, "FedSampling", "FedYogi"): 7,
-    (CPU_SHARDS, "FedSampling", "FedAdagrad"): 6,
-    (CPU_SHARDS, "FedSampling", "FedAdam"): 7,
-    (CPU_SHARDS, "FedSampling", "Centralized"): 28,
+def shards_cpu(source: str) -> tuple[Comparison, ...]:
+    """Fig. 5 on label-sorted shards at both budgets."""
+    claim = "Fig. 5 stand-in (label-sorted shards)"
+    return (*beats_budgeted_family(source, claim, LOCAL_EPOCH), *beats_budgeted_family(source, claim, ONE_STEP),
+            matches_centralized(source, claim, ONE_STEP_EACH), matches_exact_sizes(source, claim))
+
+
+DEFAULT_LRS = (0.05, 0.15)
+DEFAULT_NOTE = "not a row of the paper: the library's default (issue 25) against exact sizes at the paper's setting"
+
+
+def default_against_exact(source: str) -> tuple[Comparison, ...]:
+    """The library default (and the paper's protocol, and the previous default) ≈ exact sizes at two server lrs."""
+    rows = []
+    for lr in DEFAULT_LRS:
+        exact = f"exact sizes, lr {lr}"
+        for arm in (f"FedSampling (default), lr {lr}", f"paper protocol (M = 300), lr {lr}",
+                    f"permanent reports, divide by K (M = 300), lr {lr}"):
+            rows.append(matches_exact_sizes(source, f"paper's Fashion-MNIST setting, lr {lr}", better=arm, exact=exact,
+                                            note=DEFAULT_NOTE))
+    return tuple(rows)
+
+
+# Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and spread of the
+# last stored cpu run (docs/reproduction.md): the paired test's figure where the run was paired.
+# The default-vs-exact rows: from the 2026-11-25 run of fedsampling-fmnist-default (10 seeds, paired).
+SEEDS_NEEDED: dict[tuple[str, str, str], int] = {
+    (CPU_DEFAULT, "FedSampling (default), lr 0.05", "exact sizes, lr 0.05"): 8,
+    (CPU_DEFAULT, "paper protocol (M = 300), lr 0.05", "exact sizes, lr 0.05"): 7233,
+    (CPU_DEFAULT, "permanent reports, divide by K (M = 300), lr 0.05", "exact sizes, lr 0.05"): 17,
+    (CPU_DEFAULT, "FedSampling (default), lr 0.15", "exact sizes, lr 0.15"): 23,
+    (CPU_DEFAULT, "paper protocol (M = 300), lr 0.15", "exact sizes, lr 0.15"): 2019,
+    (CPU_DEFAULT, "permanent reports, divide by K (M = 300), lr 0.15", "exact sizes, lr 0.15"): 72,
 }
+
+NOTES = (
+    "Budgets: every method draws K = 2048 samples per round in expectation (the FedAvg family's cohort is derived "
+    "from the clients' sizes, samples_per_round = 2048). Two protocols: 'local epoch' (equal samples per round; the "
+    "FedAvg family trains one local epoch in batches of 32, as the paper's baselines do, so it takes many optimizer "
+    "steps where FedSampling and centralized take one step of K) and 'one step' (equal samples and equal steps: "
+    "each FedAvg-family client takes one full-batch step). Centralized training is the premise of every 'FedSampling "
+    "beats a baseline' row: where it trails that baseline significantly, the row is not comparable.",
+    "Learning rates: every method's lr is selected on a 10% validation split (final-round validation accuracy, "
+    "mean over seeds) from a grid of 3: the local lr of FedAvg, the server lr of FedSampling, the naive method and "
+    "FedYogi/FedAdagrad/FedAdam, centralized training's lr. The Fig. 6 grid and the default-vs-exact preset use "
+    "fixed lrs (stated in the presets).",
+    "FedSampling is the library's default protocol (permanent reports, the self-normalized update, M = 'rmse', "
+    "noise sigma_S = 5 on the drawn count); 'FedSampling (paper protocol)' is Algorithm 1 (fresh reports every "
+    "round, division by K, M = 300); 'FedSampling (exact sizes)' divides by K with the exact total.",
+    "Data: MIND, Toys and Beauty are not available offline; 20 Newsgroups (tokens) stands in for MIND on the "
+    "GPU, Fashion-MNIST for EMNIST. The paper's Fig. 3-6 values are only plotted: those rows carry no figure.",
+)
 
 #: The paper, its claims and figures, and the presets that reproduce them.
 PAPER = Paper(
     name="fedsampling",
     citation="Qi, Wu, Lyu, Huang, Xie. FedSampling: A Better Sampling Strategy for Federated Learning. IJCAI 2023",
     presets={
-        "cpu": (*SIGMA_PRESETS, CPU_LRGRID, CPU_EPS_M, CPU_SHARDS),
+        "cpu": (*SIGMA_PRESETS, CPU_SAMPLES, CPU_STEPS, CPU_EPS_M, CPU_SHARDS, CPU_DEFAULT),
         "cuda": (TEXTCNN, TRANSFORMER, RESNET_SHARDS),
     },
     figures=table1_figures(),
@@ -183,57 +243,13 @@ PAPER = Paper(
         *beats_fedavg_family(TRANSFORMER, "Table 1, Transformer"),
         matches_centralized(TRANSFORMER, "Table 1, Transformer"),
         *weighted_sampling_orderings(TRANSFORMER),
-        *weighted_sampling_orderings(CPU_LOGNORMAL),
-        *beats_fedavg_family(CPU_LOGNORMAL, "Table 1 stand-in (Fashion-MNIST MLP, sigma 4)"),
+        *table1_cpu(CPU_SAMPLES, LOCAL_EPOCH),
+        *table1_cpu(CPU_STEPS, ONE_STEP),
         *sigma_sweep(),
-        *selected_lr_orderings(CPU_LRGRID),
         *privacy_utility(CPU_EPS_M),
-        *beats_fedavg_family(CPU_SHARDS, "Fig. 5 stand-in (label-sorted shards)"),
-        matches_centralized(CPU_SHARDS, "Fig. 5 stand-in (label-sorted shards)"),
+        *shards_cpu(CPU_SHARDS),
         *beats_fedavg_family(RESNET_SHARDS, "Fig. 5 (ResNet, label-sorted shards)"),
+        *default_against_exact(CPU_DEFAULT),
     ), SEEDS_NEEDED),
-    notes=(
-        "Budgets: every baseline touches K = 2048 samples per round in expectation (samples_per_round = 2048: "
-        "m derived each round from the reported sizes) and trains one local epoch in batches of 32, as the "
-        "paper's FedAvg/FedYogi/FedAdagrad/FedAdam train locally; FedSampling and centralized take one step of K.",
-        "Data: MIND, Toys and Beauty are not available offline; 20 Newsgroups (tokens) stands in for MIND on the "
-        "GPU, Fashion-MNIST for EMNIST. The paper's Fig. 3-6 values are only plotted: those rows carry no figure.",
-        "Fig. 6 (epsilon x M grid): fedsampling-fmnist-eps-m, with fresh reports every round as the paper's protocol; Fig. 5's client size is 300 (§4.4; §4.1 says 6,000 for "
-        "EMNIST).",
-        "CPU stand-ins use lr 0.5 for FedSampling/centralized (the paper's eta = 0.05 barely moves an MLP in 30 "
-        "rounds of one step); the cuda presets use the paper's 0.05.",
-        "Measured 2026-11-23 (cpu profile, 30 rounds, seeds 0-2, final accuracy %, mean +- sd): sigma 4 - "
-        "centralized 52.6 +- 9.3, FedSampling 48.9 +- 24.8 (per seed 20.2, 64.3, 62.1), FedSampling with exact "
-        "sizes 59.4 +- 5.7, naive 63.7 +- 2.6, FedAvg 74.4 +- 6.0, size-weighted FedAvg 74.8 +- 8.3, FedYogi 75.7, "
-        "FedAdam 75.9, FedAdagrad 67.5. Sigma 1 to 4 give the same picture (FedSampling 52.6 / 49.2 / 47.5 / 48.9, "
-        "sd 20-26; FedAvg 57.2 / 62.0 / 69.7 / 74.4): Table 1's and Fig. 4's FedSampling > FedAvg family does not "
-        "hold on this stand-in; the comparisons are 'inconclusive' only because FedSampling's sd is 25 points.",
-        "Why FedSampling's sd is 25 points: with permanent reports N~ is drawn once per run. At M = 300 it came out "
-        "30,000 (floored at the number of clients; the true total is 60,000) for seed 0, 148,276 for seed 1 and "
-        "318,105 for seed 2, so the step eta*S/K was about 2x, 0.4x and 0.19x the intended one. Seed 0 (2x) ends "
-        "at 20%, seeds 1-2 (smaller steps) at 62-64%. The same seed gives the same N~ at every sigma (the "
-        "partition changes, the report noise dominates). The exact-size control removes that spread (sd 2.5-5.7). "
-        "See docs/size-estimate.md: at this population the estimate is floored in 48% of draws.",
-        "Why even the exact control trails the FedAvg family here: lr 0.5 is too large for one step of 2048 on "
-        "this MLP (centralized itself ends at 47.2, 63.3, 47.2 over the seeds), while the baselines' one local "
-        "epoch at lr 0.05 takes many steps per round for the larger clients. The stand-in's step sizes were set "
-        "by hand, not selected; an lr grid on a validation split ([strategies.grid], [validation]) is the fair "
-        "comparison: fedsampling-fmnist-sigma4-lrgrid runs it.",
-        "Measured with the lr selected per method (fedsampling-fmnist-sigma4-lrgrid, 30 rounds, seeds 0-2): "
-        "FedSampling 54.6 +- 11.5 (lr 0.15), exact sizes 63.2 +- 0.8, centralized 63.6 +- 3.3, FedAvg 76.7 +- 6.2 "
-        "(lr 0.15, the top of its grid), size-weighted FedAvg 76.1 +- 6.8: FedSampling > FedAvg does not hold (22 "
-        "points behind, but at 3 seeds 'inconclusive', not 'reversed': Welch p = 0.06 two-sided). Most "
-        "likely reason: one step of K per round takes 30 optimizer steps in 30 rounds, the FedAvg family's local "
-        "epoch many more on the larger clients at the same samples per round; the paper's runs go to convergence.",
-        "Measured Fig. 6 stand-in (fresh reports every round, lr 0.15, seeds 0-2): exact sizes 63.9 +- 2.2; M 100 "
-        "at eps 1 / 3 / 8: 64.9 +- 1.0, 65.5 +- 3.1, 63.7 +- 2.0 (no eps effect resolvable); eps 3 at M 10 / 100 / "
-        "1000: 63.8 +- 0.5, 65.5 +- 3.1, 53.7 +- 4.6 (a large M hurts: holds; M 10 vs 100 inconclusive). With fresh "
-        "reports the per-round step noise averages out over rounds (sd 1-3 points), where permanent reports (the "
-        "library's default, one N~ per run) give a 25-point spread over seeds at M 300.",
-        "Fig. 5 stand-in (label-sorted shards, 200 clients of 300): FedSampling 63.6 +- 7.7 beats FedAvg 40.7 +- "
-        "10.0 (holds, Welch p = 0.02) and leads FedYogi 49.6, FedAdam 49.7 and FedAdagrad 52.1 by 11-14 points "
-        "(inconclusive at 3 seeds, p = 0.05-0.06); it is 6 points above centralized (57.2 +- 6.3; the tie within "
-        "1 point is inconclusive). "
-        "A cohort of ~7 two-class clients sees few labels per round; sampling data from every client sees them all.",
-    ),
+    notes=NOTES,
 )

@@ -97,17 +97,15 @@ def fednova_orderings(source: str) -> tuple[Comparison, ...]:
     )
 
 
-# Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and sd of the
-# stored 2026-11-23 cpu run (docs/reproduction.md): Welch's test from its printed mean, sd and n, so a planning
-# figure for the paired test a re-run uses.
-# That run's numbers are the oracle best round: the final round's spread may differ.
+# Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and spread of the
+# 2026-11-25 cpu re-run (docs/reproduction.md: 10 seeds, final round, the paired test's figure).
 SEEDS_NEEDED = {
-    **{("iwds-fmnist-llt09", f"FedAvg {m}", "FedAvg Uni-Samp"): 2 for m in METHODS[1:]},
-    ("iwds-fmnist-llt09", "FedAvg IWDS beta_m=0.99", "FedAvg Imb-Samp"): 8,
-    **{("iwds-fmnist-llt099", f"FedAvg {m}", "FedAvg Uni-Samp"): 2 for m in METHODS[1:]},
-    ("iwds-fmnist-llt099", "FedAvg IWDS beta_m=0.99", "FedAvg Imb-Samp"): 27,
-    ("iwds-fmnist-lda01", "FedAvg IWDS beta_m=0.99", "FedAvg Uni-Samp"): 1169,
-    ("iwds-fmnist-lda05", "FedAvg IWDS beta_m=0.99", "FedAvg Uni-Samp"): 187,
+    **{("iwds-fmnist-llt09", f"FedAvg {m}", "FedAvg Uni-Samp"): 3 for m in METHODS[1:]},
+    ("iwds-fmnist-llt09", "FedAvg IWDS beta_m=0.99", "FedAvg Imb-Samp"): 9,
+    **{("iwds-fmnist-llt099", f"FedAvg {m}", "FedAvg Uni-Samp"): 3 for m in METHODS[1:]},
+    ("iwds-fmnist-llt099", "FedAvg IWDS beta_m=0.99", "FedAvg Imb-Samp"): 18,
+    ("iwds-fmnist-lda01", "FedAvg IWDS beta_m=0.99", "FedAvg Uni-Samp"): 48,
+    ("iwds-fmnist-lda05", "FedAvg IWDS beta_m=0.99", "FedAvg Uni-Samp"): 11,
     ("iwds-fmnist-llt09", "FedNova Imb-Samp", "FedNova Uni-Samp"): 3,
     ("iwds-fmnist-llt09", "FedNova IWDS beta_m=0.99", "FedNova Uni-Samp"): 3,
 }
