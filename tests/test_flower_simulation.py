@@ -20,7 +20,7 @@ RECIPES = {
     "isfedavg": ({"L": 3, "lr": 0.05, "epochs": 2, "batch_size": 4, "update": "cheap"}, ("train_loss", "updates")),
     "clustered_sampling": ({"m": 3, "algorithm": "similarity", "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "clusters")),
     "optimal_sampling": ({"m": 3, "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "local_trainings", "sending_probability_sum")),
-    "delta": ({"m": 3, "draw": "reference", "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "probes", "design_weight_total")),
+    "delta": ({"m": 3, "draw": "reference", "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "sampler_probes", "design_weight_total")),
 }
 BACKEND = {"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2, "include_dashboard": False}}
 
