@@ -52,9 +52,12 @@ SMALL = {name: dict(clients_per_round=2, batch_size=8) for name in FAMILY} | {
     "fedsts": dict(H=2, m=3, dim=3, steps=1, batch_size=8), "iwds": dict(clients_per_round=2, batch_size=8),
     "isfedavg": dict(L=3, batch_size=4), "fedstas": dict(H=2, m=3, dim=3, eta=40, M=60, steps=1, batch_size=8),
     "clustered_sampling": dict(m=2, batch_size=8), "optimal_sampling": dict(m=2, batch_size=8), "delta": dict(m=2, batch_size=8),
+    "power_of_choice": dict(m=2, d=4, batch_size=8), "fedcbs": dict(m=2, batch_size=8),
+    "fedcor": dict(m=2, warmup=2, rank=2, batch_size=8), "divfl": dict(m=2, batch_size=8), "oort": dict(m=2, batch_size=8),
 }
 # Recipes that are a client sampler's published method build their own sampler (no clients= override).
-OWN_CLIENTS = {"clustered_sampling": "clustered", "optimal_sampling": "optimal", "delta": "delta"}
+OWN_CLIENTS = {"clustered_sampling": "clustered", "optimal_sampling": "optimal", "delta": "delta", "power_of_choice": "power_of_choice",
+               "fedcbs": "fedcbs", "fedcor": "fedcor", "divfl": "divfl", "oort": "oort"}
 # Combinations refused by design, with the error's wording: FedSampling asks for epsilon-LDP size reports
 # and size-proportional sampling needs exact ones; the naive fixed-ratio method asks for no sizes at all,
 # which size-proportional client sampling and FedSampling's data sampler both need.

@@ -209,3 +209,21 @@ def test_lognormal_sizes_use_the_lognormal_draws_as_logarithms():
         weights = np.random.default_rng(7).lognormal(0.0, sigma, 200)
         np.testing.assert_array_equal(sizes, apportion(weights, 1000, minimum=1))
         assert sizes.sum() == 1000 and sizes.min() >= 1
+
+
+def test_dirichlet_with_log_normal_sizes_keeps_the_label_skew_and_spreads_the_sizes():
+    """size_sigma > 0: each client's share of every class is scaled by one log-normal weight, so the sizes spread
+    (a larger coefficient of variation than the plain split's, over seeds) while every sample is assigned once and
+    every client keeps min_size; size_sigma = 0 draws nothing extra (the plain partition is unchanged)."""
+    ds = _toy()
+    n = len(ds.y_train)
+    cv = lambda fed: float(np.std(fed.sizes()) / np.mean(fed.sizes()))  # noqa: E731
+    plain = [partition(ds, Dirichlet(20, 1.0, min_size=5), seed=s) for s in range(6)]
+    spread = [partition(ds, Dirichlet(20, 1.0, min_size=5, size_sigma=2.0), seed=s) for s in range(6)]
+    for fed in spread:
+        assert int(fed.sizes().sum()) == n and fed.sizes().min() >= 5
+    assert np.mean([cv(f) for f in spread]) > 2 * np.mean([cv(f) for f in plain])
+    again = partition(ds, Dirichlet(20, 1.0, min_size=5, size_sigma=0.0), seed=0)
+    assert np.array_equal(again.sizes(), plain[0].sizes())
+    with pytest.raises(ValueError, match="size_sigma"):
+        Dirichlet(20, 1.0, size_sigma=-1.0)

@@ -33,6 +33,12 @@ from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
 from fedsample.sampling.delta import DeltaClients, Draw
+from fedsample.sampling.divfl import DivFLClients, Metric
+from fedsample.sampling.fedcbs import FedCBSClients
+from fedsample.sampling.fedcor import FedCorClients
+from fedsample.sampling.oort import OortClients
+from fedsample.sampling.power_of_choice import PowerOfChoiceClients
+from fedsample.sampling.power_of_choice import Variant as PowerOfChoiceVariant
 from fedsample.sampling.optimal import DEFAULT_J_MAX, Objective, OptimalClients, Rule
 from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Within
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
@@ -604,6 +610,17 @@ def isfedavg(
 # --- the published client samplers with the methods their papers define -----------------------------------------
 
 
+def _fedavg_choosing(
+    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: int | None,
+    local_momentum: float, weight_decay: float, lr_decay: float, server_lr: float, data: Any,
+) -> Strategy:
+    """FedAvg (local SGD, the size-weighted mean or the mean over draws, :func:`fedavg`) with the client sampler
+    ``clients``: how the published client samplers' papers train and aggregate."""
+    strategy = fedavg(clients=clients, data=data, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                      local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr)
+    return dataclasses.replace(strategy, name=name)
+
+
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def clustered_sampling(
     *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
@@ -617,9 +634,8 @@ def clustered_sampling(
     local SGD, and the paper's aggregation omega_i = draws_i / m (:class:`~fedsample.sampling.clustered.ClusteredClients`;
     the same as ``fedavg(clients=ClusteredClients(...))``)."""
     clients = ClusteredClients(clients_per_round, algorithm, similarity, linkage_input)
-    strategy = fedavg(clients=clients, data=data, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                      local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr)
-    return dataclasses.replace(strategy, name="clustered_sampling")
+    return _fedavg_choosing("clustered_sampling", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
 
 
 def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
@@ -670,11 +686,88 @@ def delta(
     )
 
 
+@_recipe(aliases={"m": "clients_per_round", "d": "candidates", "b": "minibatch"}, clients_per_round=COUNT)
+def power_of_choice(
+    *, clients_per_round: int = 10, candidates: int = 20, variant: PowerOfChoiceVariant = "pow-d", minibatch: int | None = None,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with power-of-choice selection (Cho, Wang & Joshi, AISTATS 2022): ``candidates`` (d) clients drawn
+    proportionally to their sizes without replacement, the ``clients_per_round`` (m) with the highest loss kept
+    (``variant`` "pow-d": probed on all their data; "cpow-d": on a minibatch of ``minibatch`` (b); "rpow-d": their
+    stale training losses), and the paper's plain mean of the m updates; inclusion probabilities estimated, the
+    aggregate biased by design (:class:`~fedsample.sampling.power_of_choice.PowerOfChoiceClients`)."""
+    clients = PowerOfChoiceClients(clients_per_round, candidates, variant, minibatch)
+    strategy = _fedavg_choosing(variant.replace("-", "_"), clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                                local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr,
+                                data=data)
+    return dataclasses.replace(strategy, aggregate=WeightedMean("uniform"))
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def fedcbs(
+    *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, lr: float = 0.05, epochs: int | None = 1,
+    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
+    class imbalance QCID, the first with the exploration bonus ``lam`` (:class:`~fedsample.sampling.fedcbs.FedCBSClients`;
+    the label histograms are sent in the clear)."""
+    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta), lr=lr, epochs=epochs, steps=steps,
+                            batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
+                            server_lr=server_lr, data=data)
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def fedcor(
+    *, clients_per_round: int = 10, warmup: int = 10, rank: int = 5, discount: float = 0.9, refit_every: int | None = None,
+    forget: float = 1.0, objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with FedCor selection (Tang et al., CVPR 2022): ``warmup`` rounds of m clients at random, then m chosen
+    by a Gaussian-process model of the loss changes (``objective`` weights its clients by size or uniformly;
+    :class:`~fedsample.sampling.fedcor.FedCorClients`)."""
+    clients = FedCorClients(clients_per_round, warmup, rank, discount, refit_every, forget, objective)
+    return _fedavg_choosing("fedcor", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def divfl(
+    *, clients_per_round: int = 10, metric: Metric = "l2", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with DivFL selection (Balakrishnan et al., ICLR 2022): the m clients of greedy facility location on the
+    clients' gradients (:class:`~fedsample.sampling.divfl.DivFLClients`; deterministic: no unbiased estimator)."""
+    return _fedavg_choosing("divfl", DivFLClients(clients_per_round, metric), lr=lr, epochs=epochs, steps=steps,
+                            batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
+                            server_lr=server_lr, data=data)
+
+
+@_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
+def oort(
+    *, clients_per_round: int = 10, exploration: float = 0.9, exploration_decay: float = 0.98, exploration_floor: float = 0.2,
+    cutoff: float = 0.95, staleness: bool = True, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
+    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    server_lr: float = 1.0, data: Any = None,
+) -> Strategy:
+    """FedAvg with Oort's selection by statistical utility (Lai et al., OSDI 2021; no system-time model): a fraction
+    ``exploration`` (Oort's epsilon, times ``exploration_decay`` each round, at least ``exploration_floor``) of the m
+    slots explores, the rest exploit utilities at least ``cutoff`` times the k-th best
+    (:class:`~fedsample.sampling.oort.OortClients`)."""
+    clients = OortClients(clients_per_round, exploration, exploration_decay, exploration_floor, cutoff, staleness)
+    return _fedavg_choosing("oort", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
+                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
+
+
 #: Every recipe by its name (the ``recipe`` of an experiment file's strategy).
 RECIPES: dict[str, Callable[..., Strategy]] = {
     fn.__name__: fn
     for fn in (
         fedavg, weighted_fedavg, fedprox, fednova, fedavgm, fedadam, fedyogi, fedadagrad, fedsampling,
         fedsampling_naive, centralized, fedsts, fedstas, iwds, isfedavg, clustered_sampling, optimal_sampling, delta,
+        power_of_choice, fedcbs, fedcor, divfl, oort,
     )
 }

@@ -126,6 +126,11 @@ class Dirichlet:
     classes are dealt in label order, and a client already holding n/K samples or more gets no share of the
     next classes (the other clients' shares are renormalized), so no client ends above n/K plus one class.
     ``cap=False`` (the default) is the plain per-class Dirichlet split.
+
+    ``size_sigma`` > 0 also makes the clients' sizes log-normal (FedSampling's size imbalance, Qi et al. 2023, with
+    the label skew above): each client gets one weight exp(sigma z_k), z_k ~ N(0, 1), drawn once, which multiplies
+    its share of every class (renormalised per class), so E[n_k] is proportional to the weight while each
+    client's label mix stays Dirichlet. 0 (the default) is the plain split.
     """
 
     num_clients: int
@@ -133,10 +138,13 @@ class Dirichlet:
     min_size: int = 10
     max_tries: int = 100
     cap: bool = False
+    size_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:
             raise ValueError(f"Dirichlet: num_clients must be >= 1, got {self.num_clients}")
+        if not (self.size_sigma >= 0 and math.isfinite(self.size_sigma)):
+            raise ValueError(f"Dirichlet: size_sigma must be >= 0 and finite, got {self.size_sigma}")
         if not (self.alpha > 0 and math.isfinite(self.alpha)):
             raise ValueError(f"Dirichlet: alpha must be > 0 and finite, got {self.alpha}")
         if self.min_size < 1:
@@ -152,6 +160,7 @@ class Dirichlet:
             raise ValueError(f"Dirichlet: {k} clients x min_size {self.min_size} = {k * self.min_size} exceeds {n} samples")
         by_class = [np.flatnonzero(y == c) for c in range(dataset.num_classes)]
         owner = np.empty(n, dtype=np.int64)
+        weight = self.size_weights(rng)
         for _ in range(self.max_tries):
             sizes = np.zeros(k, dtype=np.int64)
             for rows in by_class:
@@ -159,6 +168,8 @@ class Dirichlet:
                     continue
                 rows = rng.permutation(rows)
                 shares = rng.dirichlet(np.full(k, self.alpha))
+                if weight is not None:
+                    shares = shares * weight / np.sum(shares * weight)
                 if self.cap:
                     shares = capped_shares(shares, sizes, n / k)
                 counts = apportion(shares, len(rows))
@@ -169,6 +180,14 @@ class Dirichlet:
         else:
             self._repair(owner, sizes, rng)
         return _groups(owner, k)
+
+    def size_weights(self, rng: np.random.Generator) -> np.ndarray | None:
+        """The clients' log-normal size weights exp(sigma z - max), or None for the plain split (no draw then, so a
+        plain split's partition is unchanged)."""
+        if self.size_sigma == 0:
+            return None
+        z = self.size_sigma * rng.standard_normal(self.num_clients)
+        return np.exp(z - z.max())
 
     def _repair(self, owner: np.ndarray, sizes: np.ndarray, rng: np.random.Generator) -> None:
         for client in np.flatnonzero(sizes < self.min_size):
