@@ -301,12 +301,30 @@ def _diagnosis() -> tuple[dict, dict, dict]:
     return d, d["strategies"]["FedSampling (eps=3)"], d["strategies"]["FedAvg (size-weighted clients)"]
 
 
+def fedsampling_divides_by_drawn(preset: str = "quickstart-lognormal") -> bool:
+    """Whether the preset's FedSampling takes the self-normalized update (divided by the drawn count S, the library's
+    default) rather than the paper's division by K: built from the preset as ``diagnose`` builds it."""
+    from fedsample.experiments.plan import build_strategy
+    from fedsample.experiments.presets import load_preset
+    from fedsample.training.aggregate import DrawnNormalizedSum
+
+    config = load_preset(preset)
+    strategy = next(s for s in config.strategies if s.recipe == "fedsampling")
+    return isinstance(build_strategy(config, strategy, {}).aggregate, DrawnNormalizedSum)
+
+
 def fedsampling_scale_sentence(fs: dict) -> str:
     """What FedSampling's scale says, from the recorded size estimate (permanent reports: one N~ per run)."""
     p, e = fs["privacy"], fs["estimator"]
     scale = e["scale"]
     direction = f"{points(scale - 1)}% too {'long' if scale > 1 else 'short'}" if abs(scale - 1) >= 0.005 else "the right length"
     fixed = p["estimate_sd"] <= 1e-6 * max(p["estimate_mean"], 1.0)
+    if fedsampling_divides_by_drawn():
+        return (f"FedSampling's update is {direction} (scale {scale:.3f}) and points the right way (cosine {e['cosine']:.4f}): "
+                "the library's default divides the summed gradients by the (noised) number of samples drawn, S, not by K, so "
+                f"the size estimate sets only how many samples a round draws ({fs['cost']['samples']:.1f} here, against K = 64: "
+                f"Ñ = {p['estimate_mean']:,.0f} estimates the *clipped* total {p['clipped_total']:,} at M = {p['M']}, the true one "
+                f"is {p['total']:,}), not the length of the step; `fedsampling(protocol=\"paper\")` divides by K as Algorithm 1 does")
     if fixed:
         spread = (f"with permanent size reports (the default: one report per client per run) every round of a run uses "
                   f"the same Ñ, here {p['estimate_mean']:,.0f} (Eq. 2's standard error {p['estimate_se_theory']:,.0f}; the "
@@ -330,6 +348,15 @@ def size_weighted_sentence(weighted: dict) -> str:
             f"{deciles[0]['min_size']}-{deciles[0]['max_size']})")
 
 
+def fedsampling_bias_sentence(e: dict) -> str:
+    """FedSampling's bias beside its scale: within noise, or what a pure rescaling gives."""
+    z = e["bias_sq"] / e["bias_sq_se"]
+    if abs(z) < 2:
+        return f"Its bias ({e['bias']:.3f}, {z:.1f} standard errors of bias²) is within noise."
+    return (f"Its bias ({e['bias']:.3f}) is close to |1 − scale| = {abs(1 - e['scale']):.3f}: a bias that only rescales the "
+            "update acts like another learning rate.")
+
+
 def diagnose_findings() -> str:
     _, fs, weighted = _diagnosis()
     return fedsampling_scale_sentence(fs) + "; " + size_weighted_sentence(weighted) + ".\n"
@@ -344,8 +371,7 @@ def diagnose_notes() -> str:
         f"- The budget of about 64 samples per round holds for all but {', '.join(budget)}: size-weighted client sampling "
         f"draws {weighted['cost']['samples']:.0f} a round (16 draws proportional to size land on the big clients), so its "
         "variance is not comparable.\n"
-        f"- {fedsampling_scale_sentence(fs)}. Its bias ({fs['estimator']['bias']:.3f}) is close to |1 − scale| = "
-        f"{abs(1 - fs['estimator']['scale']):.3f}: a bias that only rescales the update acts like another learning rate.\n"
+        f"- {fedsampling_scale_sentence(fs)}. {fedsampling_bias_sentence(fs['estimator'])}\n"
         f"- The naive fixed ratio's bias ({naive['bias']:.3f}, {naive['bias_sq'] / naive['bias_sq_se']:.1f} standard errors of "
         "bias²) is small at the initial model, where client gradients differ little.\n"
     )
