@@ -52,7 +52,7 @@ def test_diagnose_writes_json_table_and_pictures(config, tmp_path, capsys):
     doc = json.loads((out / "diagnostics.json").read_text())
     assert doc["rounds"] == 20 and doc["seed"] == 3 and list(doc["strategies"]) == ["FedSampling", "FedAvg"]
     fsamp = doc["strategies"]["FedSampling"]
-    assert set(fsamp) == {"estimator", "exploitation", "cost", "privacy", "seconds"}
+    assert set(fsamp) == {"estimator", "exploitation", "cost", "privacy", "sampler", "seconds"}
     assert len(fsamp["exploitation"]["by_size_decile"]) == 10 and len(fsamp["exploitation"]["by_label"]) == 10
     assert doc["strategies"]["FedAvg"]["privacy"] is None
     for name in ("exploitation.png", "estimator.png", "labels.png"):

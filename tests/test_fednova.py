@@ -148,5 +148,5 @@ def test_fednova_under_size_proportional_sampling_is_unbiased_for_both_sums():
 
 
 def test_fednova_rejects_bad_weighting():
-    with pytest.raises(ValueError, match="uniform, size or inverse_inclusion"):
+    with pytest.raises(ValueError, match="uniform, size, inverse_inclusion or size_inverse_inclusion"):
         FedNova("sizes")

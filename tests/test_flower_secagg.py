@@ -64,7 +64,8 @@ def setup():
 
 
 def fedsampling(**kwargs):
-    return fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, server_lr=0.5, **kwargs)
+    # count_noise=0: SecAgg+ here does not add the noise on the drawn count (sealed_train refuses it)
+    return fs.recipes.fedsampling(K=200, epsilon=8.0, M=400, server_lr=0.5, count_noise=0.0, **kwargs)
 
 
 class WithoutClients(Simulator):

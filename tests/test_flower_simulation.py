@@ -19,8 +19,8 @@ from fedsample.flower.secagg import SecAggPlus  # noqa: E402
 from flower_reference import flower_output, max_difference, same_rounds, simulate_like  # noqa: E402
 
 RECIPES = {
-    "fedsampling": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5}, ("ratio", "size_estimate", "train_loss")),
-    "fedsampling/drawn": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "normalize": "drawn"}, ("ratio", "size_estimate", "train_loss")),
+    "fedsampling": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "count_noise": 0.0}, ("ratio", "size_estimate", "train_loss")),
+    "fedsampling/drawn": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "normalize": "drawn", "count_noise": 0.0}, ("ratio", "size_estimate", "train_loss")),
     "fedsts": ({"H": 3, "m": 4, "dim": 4, "lr": 0.1, "steps": 2, "batch_size": 16}, ("train_loss", "updates")),
     "isfedavg": ({"L": 3, "lr": 0.05, "epochs": 2, "batch_size": 4, "update": "cheap"}, ("train_loss", "updates")),
     "clustered_sampling": ({"m": 3, "algorithm": "similarity", "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "clusters")),

@@ -100,7 +100,7 @@ def test_fedsampling_round_matches_its_equation(fed):
     """With K = N and exact sizes the keep probability K/N is 1: every sample is used and
     Theta_1 = Theta_0 - eta * (1/K) * sum over all samples of g_s (Algorithm 1, line 18)."""
     K, eta = int(fed.sizes().sum()), 0.3
-    strategy = fs.recipes.fedsampling(K=K, sizes="exact", server_lr=eta)
+    strategy = fs.recipes.fedsampling(K=K, sizes="exact", server_lr=eta, protocol="paper")  # Algorithm 1: division by K
     model = fs.models.LogisticRegression()
     module = model.build(fed.dataset.input_shape, fed.dataset.num_classes)
     theta0 = fs.models.initial_parameters(module, 0)

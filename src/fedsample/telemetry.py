@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
+__all__ = ["FLOWER_QUIET", "RAY_QUIET", "TELEMETRY_MODULES", "quiet_flower", "quiet_ray"]
+
 #: The variables and the values that keep Flower from reporting to its servers.
 FLOWER_QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 #: The variable and the value that keep Ray from reporting usage (read when Ray starts its processes).

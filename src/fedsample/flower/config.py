@@ -23,6 +23,7 @@ from typing import Any, Mapping
 __all__ = ["AppConfig", "DEFAULT_OUT"]
 
 DEFAULT_OUT = "~/fedsample-runs/flower/{run_id}"
+"""Where a run writes its records when the run config names no ``out`` (absolute, one folder per run)."""
 
 
 @dataclass(frozen=True)
