@@ -121,17 +121,23 @@ def _check_int(value: object, name: str, where: str, minimum: int = 0) -> int:
     return value
 
 
-def _float_vector(values: object, name: str, where: str) -> np.ndarray:
-    """1-D float64 array with finite, non-negative entries."""
+def _finite_array(values: object, name: str, where: str, ndim: int, shape_note: str = "") -> np.ndarray:
+    """A float64 array of ``ndim`` dimensions with finite entries (``shape_note``: what the dimensions mean)."""
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {name} must be numeric, got {values!r}") from exc
-    if arr.ndim != 1:
-        raise ValueError(f"{where}: {name} must be 1-D, got shape {arr.shape}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{where}: {name} must be {ndim}-D{shape_note}, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        bad = np.flatnonzero(~np.isfinite(arr))
-        raise ValueError(f"{where}: {name} contains NaN or infinite values (first at index {bad[0]})")
+        bad = np.flatnonzero(~np.isfinite(arr.ravel()))
+        raise ValueError(f"{where}: {name} contains NaN or infinite values (first at index {bad[0]} of the flattened array)")
+    return arr
+
+
+def _float_vector(values: object, name: str, where: str) -> np.ndarray:
+    """1-D float64 array with finite, non-negative entries."""
+    arr = _finite_array(values, name, where, 1)
     if np.any(arr < 0):
         bad = np.flatnonzero(arr < 0)
         raise ValueError(f"{where}: {name} contains negative values (first at index {bad[0]}: {arr[bad[0]]})")
@@ -168,15 +174,7 @@ def _int_vector(values: object, name: str, where: str) -> np.ndarray:
 
 def _float_matrix(values: object, name: str, where: str) -> np.ndarray:
     """2-D float64 array (one row per unit) with finite entries."""
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {name} must be numeric, got {values!r}") from exc
-    if arr.ndim != 2:
-        raise ValueError(f"{where}: {name} must be 2-D (one row per unit), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{where}: {name} contains NaN or infinite values")
-    return arr
+    return _finite_array(values, name, where, 2, " (one row per unit)")
 
 
 #: Public names of the validation helpers, for the published designs built on this module
