@@ -126,7 +126,8 @@ def test_a_round_where_nothing_arrives_leaves_the_parameters_unchanged_and_says_
 
 
 RECIPE_PARAMS = {"fedsts": dict(H=2, m=4, dim=3), "fedstas": dict(H=2, m=4, dim=3, M=20, eta=100), "isfedavg": dict(L=4),
-                 "fedsampling": dict(K=60, M=30), "fedsampling_naive": {}, "centralized": dict(K=32), "iwds": {}}
+                 "fedsampling": dict(K=60, M=30), "fedsampling_naive": {}, "centralized": dict(K=32), "iwds": {},
+                 "power_of_choice": dict(clients_per_round=4, candidates=8)}
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))

@@ -25,7 +25,7 @@ from flower_deploy import CONNECTION, EXAMPLE, Deployment, flower_descendants, f
 from flower_reference import flower_output, simulate_like  # noqa: E402
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "model-args": "{}", "partition-args": '{"sigma": 1.0}',
-              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5}',
+              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5, "count_noise": 0.0}',
               "num-clients": 4, "num-server-rounds": 2, "seed": 1, "round-timeout": 150.0, "eval-every": 1}
 VICTIM, FAULTY = 2, 3
 

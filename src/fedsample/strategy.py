@@ -155,6 +155,8 @@ class Strategy:
         cohort = self.clients.select(ctx)
         if self.sizes is not None and self.sizes.scope == "cohort":
             ctx.sizes = self.collect_sizes(ctx, cohort.ids)
+        # left out: a chosen client whose size report failed (its size is needed: asked of the cohort, or exact)
+        if self.sizes is not None and ctx.sizes is not None and (self.sizes.scope == "cohort" or ctx.sizes.exact):
             kept = np.isin(cohort.ids, ctx.sizes.ids)
             if not kept.all():
                 return restrict(cohort, kept), int(np.count_nonzero(~kept))

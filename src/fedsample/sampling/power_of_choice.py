@@ -34,9 +34,10 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import Params, ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
+from fedsample.sampling.clamp import clamped
 from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
@@ -222,10 +223,17 @@ class PowerOfChoiceClients(adaptive.Replayed):
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """d candidates (and so m) at most the clients."""
+        return (Limit("candidates (d)", self.d, "clients"),)
+
     def select(self, ctx: "RoundContext") -> Cohort:
         sizes = self.sizes(ctx)
-        candidates = candidate_set(sizes, self.d, ctx.rng("clients"))
-        ids = highest_losses(candidates, self.losses(ctx, candidates), self.m)
+        # a client whose size report failed cannot be a candidate: fewer than d left is recorded under 'clamped'
+        d = int(clamped(ctx.log, "candidates", self.d, 0, int(np.count_nonzero(sizes > 0))))
+        candidates = candidate_set(sizes, d, ctx.rng("clients"))
+        ids = highest_losses(candidates, self.losses(ctx, candidates), min(self.m, len(candidates)))
         ctx.log["candidates"] = len(candidates)
         return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
 
