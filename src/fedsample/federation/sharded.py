@@ -11,7 +11,7 @@ that worker's updates. Per round, what crosses is the global parameters to each 
 sum back: O(workers x parameters), not O(clients x parameters).
 
 A federation built on this implements ``_call_each(calls, token)``: call ``method(*args, token)`` on each
-named worker (``calls``: worker -> (method, *args)) and return the answers by worker.
+named worker (``calls``: worker -> ``(method, *args)``) and return the answers by worker.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def train_low_rank(
     each client's minibatch at each step (padded), ``weights`` (C, S, B) their weights in the step's loss (0 for
     padding), ``steps`` (C,) each client's number of steps, in decreasing order (step s runs the first n_s
     clients: those that still step), ``rule`` the step rule (lr, momentum, weight_decay, prox_mu),
-    ``masks_of_step(s, n)`` the dropout masks of step s for the first n clients ((n, B, *shape) each; None: no
+    ``masks_of_step(s, n)`` the dropout masks of step s for the first n clients (``(n, B, *shape)`` each; None: no
     dropout). Returns the factors and the (C, S) weighted loss of every client's every step."""
     C, S, B = rows.shape
     linear = [layer for layer in chain.layers if layer[0] == "linear"]
