@@ -88,6 +88,7 @@ class VectorizedSimulator(Simulator):
         self._batched_loss: Callable[..., torch.Tensor] | None = None
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
+        self._permanent: tuple[tuple, np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
 
     # --- the verb ----------------------------------------------------------------------------------
 
@@ -117,13 +118,22 @@ class VectorizedSimulator(Simulator):
         return Replies(held, failed={})
 
     def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> NumberReplies:
-        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array)."""
+        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array). Permanent
+        answers are drawn from one fixed cell, the same every round: the last cohort's are kept (as each client
+        keeps its one answer) and given again when the same clients are asked the same query."""
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return NumberReplies(sizes.copy())
         cell_round, purpose = report_cell(query, round)
+        key = (self.seed, cell_round, purpose, query.randomization)
+        kept = self._permanent if query.permanent else None
+        if kept is not None and kept[0] == key and np.array_equal(kept[1], ids):
+            return NumberReplies(kept[2].copy())
         streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
-        return NumberReplies(randomized_response(sizes, *query.randomization, streams))
+        answers = randomized_response(sizes, *query.randomization, streams)
+        if query.permanent:
+            self._permanent = (key, ids.copy(), answers.copy())
+        return NumberReplies(answers)
 
     def probe_cohort(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:
         """Loss or label probes of a cohort in one pass (:func:`~fedsample.client.probe`'s answers): the label
