@@ -497,6 +497,7 @@ class CohortReports(ReplyList):
     _federation: VectorizedSimulator
     _token: int
     _took_step: np.ndarray  # the replies' steps > 0
+    _stepped: np.ndarray  # the positions where _took_step holds, ascending
     _losses: np.ndarray  # each client's reported loss (read where it took a step)
     _norm_steps: np.ndarray | None  # FedNova's a_k where the solver reports it
     _samples: np.ndarray | None  # the drawn counts where the plan asks for them
@@ -531,6 +532,8 @@ class CohortReports(ReplyList):
         reports._norm_steps, reports._samples = norm_steps, samples
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
+        reports._stepped = np.flatnonzero(counts)  # and their positions (asked several times a round; handed out
+        reports._stepped.flags.writeable = False  # as they are, so read-only)
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
@@ -573,7 +576,7 @@ class CohortReports(ReplyList):
     def received_positions(self) -> np.ndarray:
         """Positions of the replies that carry an update (the clients that drew samples, less the rejected):
         known without a Python pass over the cohort."""
-        return self.without_failed(np.flatnonzero(self._took_step))
+        return self.without_failed(self._stepped)
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the received clients' losses, how many), summed one after another in cohort order as the plain
