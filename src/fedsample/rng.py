@@ -248,6 +248,8 @@ class CohortRandom:
         total = int(counts.sum())
         first = np.cumsum(counts) - counts
         within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+        if isinstance(start, (int, np.integer)) and start == 0:  # every client from its first draw (the common case): no offsets to add
+            return stream_uniforms(np.repeat(self.streams, counts), within.astype(np.uint64))
         positions = (within + np.repeat(starts, counts)).astype(np.uint64)
         return stream_uniforms(np.repeat(self.streams, counts), positions)
 

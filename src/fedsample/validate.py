@@ -56,14 +56,15 @@ def screen_updates(replies: Sequence[Any] | ReplyList, ids: np.ndarray, params: 
     """Training replies with every rejected one replaced by ``Failed(client, "train", reason)`` (the reply list's
     own abilities kept: :meth:`~fedsample.rounds.ReplyList.rejecting`).
 
-    ``deep`` (default: unless the replies' sum is fused) also checks each update's keys, shapes and values."""
+    ``deep`` (default: unless the replies' sum is fused) also checks each update's keys, shapes and values; without
+    it only the replies the list cannot vouch for are read (:meth:`~fedsample.rounds.ReplyList.suspect_positions`)."""
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} training replies for {len(ids)} clients")
     replies = replies_of(replies)
     deep = not replies.fused if deep is None else deep
     seen: set[int] = set()
     rejected: dict[int, Failed] = {}
-    for i in replies.received_positions().tolist():
+    for i in (replies.received_positions() if deep else replies.suspect_positions()).tolist():
         reply = replies[i]
         problem = "duplicate reply" if id(reply) in seen else report_problem(reply, params, deep)
         seen.add(id(reply))
