@@ -18,6 +18,7 @@ __all__ = ["PAPER", "PRESETS", "SEEDS_NEEDED"]
 
 POWD, POWD_LDA2 = "samplers-powd-fmnist", "samplers-powd-fmnist-lda2"
 FEDCOR, CLUSTERED, OPTIMAL = "samplers-fedcor-fmnist", "samplers-clustered-fmnist", "samplers-optimal-fmnist"
+#: The presets of both profiles, in the order they run.
 PRESETS = (POWD, POWD_LDA2, FEDCOR, CLUSTERED, OPTIMAL)
 # Every comparison is within one preset, whose runs of one seed share the partition and the initial weights:
 # they pair by seed (the paired t-test on per-seed differences).
@@ -29,8 +30,8 @@ CLOSE_REASON = ("the paper's 'close to full participation' gives no number; 2 po
 STAND_IN = "stand-in settings (MLP(64), rounds, seeds; see the preset's comments)"
 
 
-# Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and spread of the
-# 2026-11-26 cpu run (docs/reproduction.md: 6-10 seeds, the preset's final round, the paired test's figure).
+#: Seeds per arm a conclusive verdict needs at 80% power (alpha 0.05 two-sided) at the observed d and spread of the
+#: 2026-11-26 cpu run (docs/reproduction.md: 6-10 seeds, the preset's final round, the paired test's figure).
 SEEDS_NEEDED = {
     (POWD, "pow-d (d=6)", "rand"): 27,
     (POWD, "pow-d (d=15)", "rand"): 25,
