@@ -1,6 +1,7 @@
 """The docs' tables and pictures, made by the commands the docs show, so that they cannot go stale.
 
-    python docs/regenerate.py            # run the commands (about 2 minutes of CPU), store their records, rewrite the docs
+    python docs/regenerate.py            # run the commands (about 2 minutes of CPU, and 4 minutes wall more for the samplers), store their records, rewrite the docs
+    python docs/regenerate.py --only NAME                    # run one command (a key of COMMANDS)
     python docs/regenerate.py --render   # rewrite the docs from the stored records only (no command runs)
     python docs/regenerate.py --check    # exit 1 naming every generated block or picture that differs; writes nothing
 
@@ -26,6 +27,8 @@ What the test suite checks (``tests/test_docs_generated.py``, run by CI):
   command and compares numbers (integers exactly, floats to a relative 1e-4). A change of the code that changes the
   commands' numbers (a default, a random stream, a formula) changes the sentinel too, and the test says to run this
   script. A change that shows only after round 3 or draw 20 is not seen by it: regenerate after such changes.
+  A command that needs a data set the machine may not have (``Command.needs``: the samplers' diagnosis reads
+  Fashion-MNIST) has its sentinel skipped where that data set is absent.
 
 Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown; a record
 may come from a command this script does not run (a reproduction's REPRODUCTION.md copied into ``docs/records/``),
@@ -74,6 +77,7 @@ class Command:
     keep: tuple[str, ...]
     pictures: dict[str, str]
     numbers: Callable[[Path], dict]  # the sentinel's numbers, from its output folder
+    needs: str = ""  # a data set the command loads that a machine may lack ("fashion-mnist"); "" for none
 
 
 def run_numbers(out: Path) -> dict:
@@ -124,6 +128,11 @@ COMMANDS: dict[str, Command] = {
          "labels.png": "diagnose-quickstart-labels.png"},
         diagnose_numbers,
     ),
+    "diagnose-samplers": Command(
+        ("diagnose", "samplers", "--draws", "20", "--check-rounds", "0"), ("diagnose", "samplers", "--draws", "4", "--check-rounds", "0"),
+        ("diagnostics.json", "summary.md"), {"estimator.png": "samplers-estimator.png"},
+        diagnose_numbers, needs="fashion-mnist",
+    ),
     "partition-digits-dirichlet": Command(
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
@@ -131,6 +140,20 @@ COMMANDS: dict[str, Command] = {
         partition_numbers,
     ),
 }
+
+
+def available(name: str) -> bool:
+    """Whether this machine has the data set the command ``name`` needs (always, for a command that needs none)."""
+    needs = COMMANDS[name].needs
+    if not needs:
+        return True
+    from fedsample.data import datasets
+
+    try:
+        getattr(datasets, "load_" + needs.replace("-", "_"))()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def shown(args: tuple[str, ...]) -> str:
@@ -377,6 +400,107 @@ def diagnose_notes() -> str:
     )
 
 
+SAMPLERS = "diagnose-samplers"
+
+
+def duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def samplers_measured() -> str:
+    """How the samplers' table was made: the command, when, where, how long, how many draws."""
+    meta, d = record(SAMPLERS, "meta.json"), record(SAMPLERS, "diagnostics.json")
+    return (f"`{meta['command']}` ({meta['date']}, {meta['machine']}: {duration(meta['wall_s'])} wall, {meta['cpu_s']:.0f} s of CPU; fedsample "
+            f"{meta['commit']}; R = {d['rounds']} draws per sampler at the initial model; Fashion-MNIST from "
+            "`FEDSAMPLE_FASHION_MNIST_DIR`)\n")
+
+
+def samplers_table() -> str:
+    """The table and the per-sampler lines ``diagnose samplers`` writes (summary.md)."""
+    return record(SAMPLERS, "summary.md").strip("\n") + "\n"
+
+
+def calibration(sampler: dict) -> str:
+    """The mean over draws of sum_{k in S} d_k / N with its standard error; "—" where the sampler declares no design
+    weights (estimated probabilities)."""
+    c = sampler.get("calibration")
+    return "—" if c is None else f"{c['mean']:.2f} ± {c['se']:.2f}"
+
+
+def samplers_calibration() -> str:
+    """The compact table: bias, variance, calibration, cost and what the server learns, per sampler."""
+    rows = ["| sampler | π | bias | variance | calibration Σd/N | clients contacted | trainings | kB up | server learns |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for label, r in record(SAMPLERS, "diagnostics.json")["strategies"].items():
+        e, cost, sampler = r["estimator"], r["cost"], r["sampler"]
+        rows.append(f"| {label} | {sampler['inclusion']} | {e['bias']:.3f} | {e['variance']:.3f} | {calibration(sampler)} | "
+                    f"{cost['clients_contacted']:.0f} | {cost['local_trainings']:.0f} | {cost['bytes_up'] / 1000:.0f} | "
+                    f"{', '.join(sampler['server_learns']) or '—'} |")
+    return "\n".join(rows) + "\n"
+
+
+#: The unbiased designs among the samplers (MD and the published exact samplers; FedSTS and ISFedAvg are exact but
+#: target the clients' plain mean, not FedAvg's size-weighted g*).
+UNBIASED_DESIGNS = ("size-weighted (MD)", "clustered (Alg. 1)", "clustered (Alg. 2)", "optimal", "optimal (AOCS)", "DELTA",
+                    "DELTA (Poisson)")
+
+
+def within_noise(estimator: dict) -> bool:
+    """Whether the squared bias lies within two of its standard errors of 0."""
+    return abs(estimator["bias_sq"]) <= 2 * estimator["bias_sq_se"]
+
+
+def samplers_findings() -> str:
+    """What the samplers' table shows, worded from its record (docs/samplers.md)."""
+    d = record(SAMPLERS, "diagnostics.json")
+    s = {label: r["estimator"] for label, r in d["strategies"].items()}
+    cost = {label: r["cost"] for label, r in d["strategies"].items()}
+    unbiased = [label for label in UNBIASED_DESIGNS if within_noise(s[label])]
+    off = [f"{label} {s[label]['bias']:.3f}" for label in UNBIASED_DESIGNS if not within_noise(s[label])]
+    md, uniform = s["size-weighted (MD)"]["variance"], s["uniform"]["variance"]
+    alg1, alg2 = s["clustered (Alg. 1)"]["variance"], s["clustered (Alg. 2)"]["variance"]
+    deltas = [s[label]["variance"] for label in ("DELTA", "DELTA (Poisson)", "DELTA (reference code)")]
+    same_aocs = math.isclose(s["optimal"]["variance"], s["optimal (AOCS)"]["variance"], rel_tol=1e-9)
+    aocs = "; its AOCS iteration gives the same probabilities here" if same_aocs else f"; AOCS {s['optimal (AOCS)']['variance']:.2f}"
+    lowers = "lowers MD's variance, as its paper claims" if max(alg1, alg2) < md else "does not lower MD's variance on both algorithms"
+    return (
+        f"What it shows ({d['rounds']} draws; bias is ‖E ĝ − g*‖/‖g*‖, \"0.000\" where the squared bias is below its own "
+        f"noise): of the unbiased designs, {', '.join(unbiased) or 'none'} are unbiased within two standard errors of their "
+        f"squared bias{'' if not off else '; ' + ', '.join(off) + ' lie outside them'}. The adaptive samplers are biased as "
+        f"declared: power-of-choice's updates are {points(s['pow-d (d=20)']['scale'] - 1)}% too long and lean on high-loss "
+        f"clients (bias {s['pow-d (d=20)']['bias']:.2f} for pow-d, {s['cpow-d (d=20, b=64)']['bias']:.2f} for cpow-d, "
+        f"{s['rpow-d (d=20)']['bias']:.2f} for rpow-d), Oort {s['Oort']['bias']:.2f}, Fed-CBS {s['Fed-CBS']['bias']:.2f}, "
+        f"FedCor {s['FedCor']['bias']:.2f} and DivFL {s['DivFL']['bias']:.2f} (DivFL's variance, {s['DivFL']['variance']:.3f}: "
+        f"at a fixed model it picks the same clients every draw). Clustered sampling {lowers} (Alg. 1 {alg1:.2f}, Alg. 2 "
+        f"{alg2:.2f}, MD {md:.2f}, uniform {uniform:.2f}); optimal sampling reaches {s['optimal']['variance']:.2f} at the cost "
+        f"of {cost['optimal']['local_trainings']:.0f} local trainings per round for {cost['optimal']['updates']:.1f} uploads"
+        f"{aocs}. "
+        f"DELTA's variance is {min(deltas):.2f}-{max(deltas):.2f} against uniform's {uniform:.2f}, and it probes every "
+        f"client's full gradient each round ({cost['DELTA']['bytes_up'] / 1e6:.1f} MB up). FedSampling with exact sizes: "
+        f"bias {s['FedSampling (K=6000, exact sizes)']['bias']:.3f}, variance {s['FedSampling (K=6000, exact sizes)']['variance']:.3f} "
+        f"({cost['FedSampling (K=6000, exact sizes)']['samples']:,.0f} samples a round from every client).\n"
+    )
+
+
+def samplers_summary() -> str:
+    """The README's two sentences on the samplers' table."""
+    d = record(SAMPLERS, "diagnostics.json")
+    s = {label: r["estimator"] for label, r in d["strategies"].items()}
+    md = s["size-weighted (MD)"]["variance"]
+    ratios = sorted(s[label]["variance"] / md for label in ("clustered (Alg. 1)", "clustered (Alg. 2)"))
+    unbiased = sum(within_noise(s[label]) for label in UNBIASED_DESIGNS)
+    largest = max(s, key=lambda label: s[label]["variance"])
+    return (
+        f"{unbiased} of the {len(UNBIASED_DESIGNS)} unbiased designs are unbiased within their noise at {d['rounds']} draws; "
+        f"the adaptive samplers are biased as declared (power-of-choice's updates {points(s['pow-d (d=20)']['scale'] - 1)}% "
+        f"too long; FedCor {s['FedCor']['bias']:.2f} and DivFL {s['DivFL']['bias']:.2f}, whose selections are deterministic). "
+        f"Clustered sampling has {ratios[0]:.2f} to {ratios[1]:.2f} times MD's variance, optimal sampling "
+        f"{s['optimal']['variance'] / md:.2f} times at {d['strategies']['optimal']['cost']['local_trainings']:.0f} local "
+        f"trainings per round. The largest variance is {largest}'s ({s[largest]['variance']:.2f}).\n"
+    )
+
+
 def partition_measured() -> str:
     meta, stats = record("partition-digits-dirichlet", "meta.json"), record("partition-digits-dirichlet", "stats.json")
     sizes, mix = stats["sizes"], stats["label_mix"]
@@ -396,6 +520,11 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "diagnose-quickstart-findings": ("diagnose-quickstart-lognormal", diagnose_findings),
     "diagnose-quickstart-notes": ("diagnose-quickstart-lognormal", diagnose_notes),
     "partition-digits-dirichlet": ("partition-digits-dirichlet", partition_measured),
+    "samplers-measured": (SAMPLERS, samplers_measured),
+    "samplers-table": (SAMPLERS, samplers_table),
+    "samplers-calibration": (SAMPLERS, samplers_calibration),
+    "samplers-findings": (SAMPLERS, samplers_findings),
+    "samplers-summary": (SAMPLERS, samplers_summary),
 }
 
 
