@@ -145,7 +145,8 @@ def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.nd
     clients = np.asarray(clients, dtype=np.int64)
     if sigma <= 0 or clients.size == 0:
         return np.zeros(clients.shape)
-    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), np.zeros(clients.shape)) + 2.0**-54
+    first = np.zeros(clients.shape, dtype=np.uint64)  # each client's first draw in the cell
+    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first) + 2.0**-54
     return np.asarray(sigma / np.sqrt(asked) * ndtri(u), dtype=np.float64)
 
 
