@@ -6,7 +6,7 @@ included) on copies of the messages rebuilt from their serialized objects.
   client's contribution to a coordinate is off by less than one quantum 2c/T (c = 8, T = 2**22: 3.8e-6), so
   the n-client sum by less than n quanta; the tally's integers (clients that stepped, drawn samples) exactly.
 - FedSampling's default noise on the drawn count (sigma_S = 5): each client seals its count plus its share, so
-  the noised count equals the in-process one within n count quanta 2 * 1024 / 2**22 (4.9e-4 samples each), with
+  the noised count equals the in-process one within n count quanta 2 * 2**16 / 2**22 (0.031 samples each), with
   and without dropouts (the shares of exactly the clients in the sum); its noise has variance sigma_S^2 a / m
   (Monte Carlo through the clients' sealing, quantization and unpacking); the ledger records that variance.
 - What the ServerApp received is masked: no array leaves a client in clear, and no client's masked vector is
@@ -37,7 +37,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample as fs  # noqa: E402
 from fedsample.checks import ParameterError  # noqa: E402
-from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
+from fedsample.federation.secure_sum import count_shares, with_secure_sum  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.codec import decode_request  # noqa: E402
@@ -127,9 +127,12 @@ def test_the_secagg_sum_equals_the_in_process_secure_sum(setup, kwargs):
     if kwargs.get("normalize") == "drawn":
         assert log["samples"] == reference["samples"] and "count_tolerance" not in record  # the drawn count, exact
     if noised:  # the same shares, sealed on the clients: within 8 count quanta of the in-process noised count
-        assert record["count_tolerance"] == SETTING.count_tolerance(NODES) == pytest.approx(8 * 2 * 1024 / 2**22)
+        assert record["count_tolerance"] == SETTING.count_tolerance(NODES) == pytest.approx(8 * 2 * 2**16 / 2**22)
         assert log["samples"] == pytest.approx(reference["samples"], abs=record["count_tolerance"])
-        assert abs(log["samples"] - round(log["samples"])) > 10 * record["count_tolerance"]  # noised: not a whole count
+        _, exact = reference_round(fedsampling(count_noise=0.0), params, data, module)  # the same draws, S exact
+        shares = count_shares(5.0, NODES, 0, 0, np.arange(NODES))  # each client's, drawn here from its stream
+        assert log["samples"] == pytest.approx(exact["samples"] + shares.sum(), abs=record["count_tolerance"])
+        assert abs(shares.sum()) > 2 * record["count_tolerance"]  # leaving the shares out would fail the check
     assert_within_secagg_tolerance(got, want, NODES, 0.5, params, log["samples"] if noised else None)
     moved = max(float(torch.max(torch.abs(want[k] - params[k]))) for k in want)
     assert moved > 100 * SETTING.tolerance(NODES)  # the step is far larger than the tolerance

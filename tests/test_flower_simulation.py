@@ -3,12 +3,13 @@ the same clients asked to train, size estimates, losses, and final parameters wi
 FedSampling (a secure-sum strategy: its train replies go through SecAgg+) within SecAgg+'s quantization,
 rounds x server_lr x (10 clients x one quantum 2c/T) per coordinate, and its training loss within the tally's
 (10 quanta x 16 / the clients that stepped). The library default's noised drawn count S~ (the clients' noise
-shares sealed into the sum) within 10 count quanta (2 x 1024 / 2**22 each) of the in-process one; each round's
+shares sealed into the sum) within 10 count quanta (2 x 2**16 / 2**22 each) of the in-process one; each round's
 step, the drawn sum over S~, then also within its size times that error over S~."""
 
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
@@ -17,6 +18,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 
 import fedsample as fs  # noqa: E402
 from fedsample.flower import client_app, server_app  # noqa: E402
+from fedsample.federation.secure_sum import count_shares  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.secagg import SecAggPlus  # noqa: E402
 from flower_reference import flower_output, max_difference, same_rounds, simulate_like  # noqa: E402
@@ -60,7 +62,10 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
     if "normalize" not in args:  # the library default: S~ noised by the clients' sealed shares
         counts = SecAggPlus().count_tolerance(10)
         same_rounds(flower, reference.history, trained, ("samples",), rtol=0.0, atol=counts)
-        assert all(abs(r["samples"] - round(r["samples"])) > 10 * counts for r in flower)  # noised, not whole counts
+        exact = simulate_like(AppConfig.from_run_config({**settings, "num-server-rounds": 1,
+                                                         "recipe-args": json.dumps({**args, "count_noise": 0.0})}))[0]
+        shares = count_shares(5.0, 10, config.seed, 0, np.arange(10))  # round 1: every client's share, drawn here
+        assert flower[0]["samples"] == pytest.approx(exact.history[0]["samples"] + shares.sum(), abs=counts)
         bound += sum(step * counts / (r["samples"] - counts) for step, r in zip(round_steps(config), flower))
     assert max_difference(params, reference.params) <= bound
 

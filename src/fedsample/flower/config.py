@@ -51,7 +51,7 @@ class AppConfig:
     secagg_reconstruction_threshold: float = 0.5
     secagg_clipping_range: float = 8.0
     secagg_quantization_range: int = 2**22
-    secagg_count_range: float = 1024.0
+    secagg_count_range: float = 2.0**16
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> "AppConfig":

@@ -22,8 +22,9 @@ client seals its count plus its share N(0, sigma_S^2 / m) of the noise (m: the c
 :func:`fedsample.federation.secure_sum.count_shares`, from the client's own stream of the (seed, round, client,
 purpose) cell, exactly the share the in-process secure sum adds) in one entry of range ``count_range``
 (:class:`SecAggPlus`; digits would release parts of S exactly): the noised sum of the n summed clients is off
-from the in-process noised count by less than n count quanta ``2 * count_range / quantization_range`` (4.9e-4
-samples per client at 1,024 and 2**22; :meth:`SecAggPlus.count_tolerance`), and the server never sees a share,
+from the in-process noised count by less than n count quanta ``2 * count_range / quantization_range`` (0.031
+samples per client at 2**16 and 2**22; :meth:`SecAggPlus.count_tolerance`; against sigma_S = 5, negligible), and
+the server never sees a share,
 the shares' sum or S apart. The masked sum must not wrap modulo ``modulus_range``: at most
 ``modulus_range // quantization_range - 1`` clients (1,023 at the defaults) per sum. A client whose vector
 left the range says so in the tally, and the round's record counts such clients (``clipped``).
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from fedsample.flower.federation import FlowerFederation
 
 __all__ = [
-    "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
+    "COUNT_RANGE", "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
     "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
 ]
 
@@ -76,6 +77,9 @@ FITRES_PARAMETERS = "fitres.parameters"
 TALLY = ("loss", "stepped", "drawn_0", "drawn_1", "drawn_2", "noised_drawn", "clipped")
 #: The drawn count in base-1024 digits: each digit's sum is exact after rounding (see the module doc).
 DIGIT = 1024
+#: The default largest |drawn count + noise share| one client seals (a client that draws every one of its samples
+#: draws its whole size): 65,536, one count quantum 2 * 2**16 / 2**22 = 0.031 samples at Flower's quantization.
+COUNT_RANGE = 2.0**16
 
 
 def tally_bounds(count_range: float) -> np.ndarray:
@@ -110,7 +114,7 @@ class SecAggPlus:
     clipping_range: float = 8.0
     quantization_range: int = 2**22
     modulus_range: int = 2**32
-    count_range: float = float(DIGIT)
+    count_range: float = COUNT_RANGE
 
     def __post_init__(self) -> None:
         if self.quantization_range >= self.modulus_range:
@@ -146,7 +150,7 @@ class SecAggPlus:
 
 
 def sealed_vector(
-    report: Any, params: Params, clipping_range: float, share: float | None = None, count_range: float = DIGIT
+    report: Any, params: Params, clipping_range: float, share: float | None = None, count_range: float = COUNT_RANGE
 ) -> list[np.ndarray]:
     """What one client gives SecAgg+ to mask: its update's arrays in the order of ``params`` (zeros when it
     took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the drawn count in base-1024 digits or
@@ -187,7 +191,7 @@ class SummedCohort:
 
 def unpack_sum(
     total: list[np.ndarray], params: Params, clipping_range: float, summed: int, noised: bool = False,
-    count_range: float = DIGIT,
+    count_range: float = COUNT_RANGE,
 ) -> SummedCohort:
     """Split a summed vector (the protocol's output, in :func:`sealed_vector`'s layout) into the update's sum
     (as ``params``' tensors) and the tally's sums (the integers rounded; ``noised``: the drawn count is the
