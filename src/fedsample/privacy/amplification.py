@@ -386,6 +386,7 @@ def drawn_count_release(
     if sigma <= 0:
         return Release(round, what, None, None, None, reason="the exact summed count carries no noise", call=key)
     z = sigma * math.sqrt(min(answered, asked) / max(asked, 1))
+    noise = f"Gaussian noise sigma_S = {sigma:g} on S, the shares of {min(answered, asked)} of {asked} asked clients: multiplier {z:.4g}"
     user, k = accounting.unit == "user", accounting.k
     if user and k is None:
         return Release(round, what, None, None, None, call=key,
@@ -398,13 +399,13 @@ def drawn_count_release(
     if q is None or not everyone:
         why = why_q if q is None else f"the cohort is chosen by {type(strategy.clients).__name__}, not every client asked"
         return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification",
-                       f"Gaussian noise sigma_S = {sigma:g} on S, not amplified: {why}", call=key)
+                       f"{noise}, not amplified: {why}", call=key)
     if user and k is not None:
         counts = np.arange(k + 1)
         event = mixture_of_gaussians(z, counts.astype(np.float64).tolist(), binom.pmf(counts, k, q))
-        reason = f"Gaussian noise sigma_S = {sigma:g} on S; a user's drawn records are Binomial(k={k}, q={q:.4g})"
+        reason = f"{noise}; a user's drawn records are Binomial(k={k}, q={q:.4g})"
         return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=key)
-    reason = f"Gaussian noise sigma_S = {sigma:g} on S, one record moves it by 1; " + why_q
+    reason = f"{noise}, one record moves it by 1; " + why_q
     return Release(round, what, poisson_sampled(q, gaussian(z)), unamplified, ADD_REMOVE, "poisson", reason, call=key)
 
 
