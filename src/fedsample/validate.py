@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fedsample.rounds import Failed, ReplyList, is_failed, replies_of
+from fedsample.rounds import Failed, NumberReplies, ReplyList, is_failed, replies_of
 
 __all__ = ["params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
 
@@ -91,6 +91,9 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
         raise RuntimeError(f"the federation answered {len(replies)} size reports for {len(ids)} clients")
     ids = np.asarray(ids, dtype=np.int64)
     replies = replies_of(replies)
+    whole = _all_valid_integers(replies, ids, M)
+    if whole is not None:
+        return whole
     values, lost = replies.numbers(), replies.failed
     if values is None:  # replies that are not all numbers: one by one
         return _screen_sizes_one_by_one(replies, ids, M)
@@ -101,6 +104,19 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
     failed = [lost[i] if i in lost else Failed(int(ids[i]), "report_size", size_problem(values[i], M) or "invalid")
               for i in np.flatnonzero(~good).tolist()]
     return ids[good], values[good].astype(np.int64), failed
+
+
+def _all_valid_integers(replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]] | None:
+    """:func:`screen_sizes`'s answer where every client answered an integer in range (an engine's integer array,
+    as the permanent reports repeated every round): read from the integers, with no pass through floats; None
+    otherwise (a failure or a value out of range: the general screen names each)."""
+    if not isinstance(replies, NumberReplies) or replies.failed or replies.values.dtype.kind not in "iu" or len(replies.values) == 0:
+        return None
+    values = replies.values
+    low, high = (0, None) if M is None else (1, M - 1)
+    if values.min() < low or (high is not None and values.max() > high):
+        return None
+    return ids.copy(), values.astype(np.int64), []
 
 
 def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:

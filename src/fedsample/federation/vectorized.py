@@ -255,13 +255,13 @@ class VectorizedSimulator(Simulator):
         (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
         solver = payload.solver
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
-        reports: ReplyList = Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         if len(drawn.member) == 0:
-            return reports
+            return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
+        reports: ReplyList
         if schedule.single_step:
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
         else:
