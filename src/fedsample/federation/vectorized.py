@@ -332,9 +332,11 @@ class VectorizedSimulator(Simulator):
         aggregate, per-client updates on demand (:class:`CohortReports`)."""
         member = schedule.client
         counts = np.bincount(member, minlength=len(ids))
-        drew = np.flatnonzero(counts)
-        generators = self._mask_generators(ids[drew], round)
-        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
+        masks = None
+        if self.random.layers:  # dropout: each client that drew rows draws its masks from its own generator
+            drew = np.flatnonzero(counts)
+            generators = self._mask_generators(ids[drew], round)
+            masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
         per_client = schedule.loss_scale is None  # the reported loss is the step's weighted loss itself
         loss_norm = np.ones(len(ids)) if per_client else schedule.loss_scale * np.maximum(counts, 1)
         return CohortReports.one_gradient(
