@@ -614,8 +614,7 @@ class CohortReports(ReplyList):
         a[positions] = weights
         union = self._union()
         grads = union.weighted_gradient_sum(a)
-        trained = self._took_step[positions]
-        total = float(np.sum(weights[trained]))  # decay * w0 only in trained updates
+        total = float(np.sum(weights[self._took_step[positions]])) if self._decay else 0.0  # decay * w0 only in trained updates
         return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
     def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
