@@ -534,7 +534,7 @@ class CohortReports(ReplyList):
         reports._norm_steps, reports._samples = norm_steps, samples
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
-        reports._stepped = np.flatnonzero(counts)  # and their positions (asked several times a round; handed out
+        reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
         reports._stepped.flags.writeable = False  # as they are, so read-only)
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
