@@ -530,12 +530,12 @@ class CohortReports(ReplyList):
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         reports = cls.__new__(cls)
         reports.failed, reports._made, reports._empty = {}, {}, empty_report(params)
-        reports._losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports._norm_steps, reports._samples = norm_steps, samples
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
         reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
         reports._stepped.flags.writeable = False  # as they are, so read-only)
+        reports._losses = per_client if losses_per_client else _scaled_where_stepped(per_client, norm, counts, reports._stepped)
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
@@ -629,6 +629,15 @@ class CohortReports(ReplyList):
         if self._updates is None:
             self._updates = union.client_gradients(len(self))
         return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
+
+
+def _scaled_where_stepped(per_client: np.ndarray, norm: np.ndarray, counts: np.ndarray, stepped: np.ndarray) -> np.ndarray:
+    """``per_client * norm / max(counts, 1)`` computed at the ``stepped`` positions only, zero elsewhere (where
+    ``per_client`` is a sum over no rows, 0, so the array holds the same numbers): one-gradient losses with one
+    pass over the clients that drew rows, not over the whole cohort."""
+    out = np.zeros(len(per_client))
+    out[stepped] = per_client[stepped] * norm[stepped] / np.maximum(counts[stepped], 1)
+    return out
 
 
 class SteppedReports(Replies):
