@@ -255,13 +255,13 @@ class VectorizedSimulator(Simulator):
         (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
         solver = payload.solver
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
-        reports: ReplyList = Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         if len(drawn.member) == 0:
-            return reports
+            return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
+        reports: ReplyList
         if schedule.single_step:
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
         else:
@@ -332,9 +332,11 @@ class VectorizedSimulator(Simulator):
         aggregate, per-client updates on demand (:class:`CohortReports`)."""
         member = schedule.client
         counts = np.bincount(member, minlength=len(ids))
-        drew = np.flatnonzero(counts)
-        generators = self._mask_generators(ids[drew], round)
-        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
+        masks = None
+        if self.random.layers:  # dropout: each client that drew rows draws its masks from its own generator
+            drew = np.flatnonzero(counts)
+            generators = self._mask_generators(ids[drew], round)
+            masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
         per_client = schedule.loss_scale is None  # the reported loss is the step's weighted loss itself
         loss_norm = np.ones(len(ids)) if per_client else schedule.loss_scale * np.maximum(counts, 1)
         return CohortReports.one_gradient(
@@ -528,12 +530,12 @@ class CohortReports(ReplyList):
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         reports = cls.__new__(cls)
         reports.failed, reports._made, reports._empty = {}, {}, empty_report(params)
-        reports._losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
         reports._norm_steps, reports._samples = norm_steps, samples
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
-        reports._stepped = np.flatnonzero(counts)  # and their positions (asked several times a round; handed out
+        reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
         reports._stepped.flags.writeable = False  # as they are, so read-only)
+        reports._losses = per_client if losses_per_client else _scaled_where_stepped(per_client, norm, counts, reports._stepped)
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
@@ -612,8 +614,7 @@ class CohortReports(ReplyList):
         a[positions] = weights
         union = self._union()
         grads = union.weighted_gradient_sum(a)
-        trained = self._took_step[positions]
-        total = float(np.sum(weights[trained]))  # decay * w0 only in trained updates
+        total = float(np.sum(weights[self._took_step[positions]])) if self._decay else 0.0  # decay * w0 only in trained updates
         return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
     def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
@@ -628,6 +629,15 @@ class CohortReports(ReplyList):
         if self._updates is None:
             self._updates = union.client_gradients(len(self))
         return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
+
+
+def _scaled_where_stepped(per_client: np.ndarray, norm: np.ndarray, counts: np.ndarray, stepped: np.ndarray) -> np.ndarray:
+    """``per_client * norm / max(counts, 1)`` computed at the ``stepped`` positions only, zero elsewhere (where
+    ``per_client`` is a sum over no rows, 0, so the array holds the same numbers): one-gradient losses with one
+    pass over the clients that drew rows, not over the whole cohort."""
+    out = np.zeros(len(per_client))
+    out[stepped] = per_client[stepped] * norm[stepped] / np.maximum(counts[stepped], 1)
+    return out
 
 
 class SteppedReports(Replies):
