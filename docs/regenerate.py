@@ -67,7 +67,8 @@ RTOL, ATOL = 1e-4, 1e-9
 class Command:
     """A command as the docs show it (``args``, without ``--out``), the same command reduced for the test suite
     (``sentinel``), the files of its output folder kept as its record, and the pictures it puts in docs/img/
-    (output file -> docs/img name)."""
+    (output file -> docs/img name). A command is the CLI's (``args`` without the leading ``fedsample``) or a script
+    of docs/ (``("python", "docs/SCRIPT.py", ...)``, whose ``main(argv)`` takes ``--out``)."""
 
     args: tuple[str, ...]
     sentinel: tuple[str, ...]
@@ -111,6 +112,8 @@ def partition_numbers(out: Path) -> dict:
     return {k: v for k, v in stats.items() if k != "scheme"}
 
 
+IMPORTANCE_DRAWS = 200  # R of docs/diagnose_importance.py (its probing strategies take about 2 s a draw on 2 loaded cores)
+
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
         ("run", "quickstart"), ("run", "quickstart", "--rounds", "3", "--seeds", "0", "--quiet"),
@@ -124,6 +127,10 @@ COMMANDS: dict[str, Command] = {
          "labels.png": "diagnose-quickstart-labels.png"},
         diagnose_numbers,
     ),
+    "diagnose-importance": Command(
+        ("python", "docs/diagnose_importance.py", "--draws", str(IMPORTANCE_DRAWS)), ("python", "docs/diagnose_importance.py", "--draws", "4"),
+        ("diagnostics.json", "summary.md"), {}, diagnose_numbers,
+    ),
     "partition-digits-dirichlet": Command(
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
@@ -134,16 +141,35 @@ COMMANDS: dict[str, Command] = {
 
 
 def shown(args: tuple[str, ...]) -> str:
-    """The command as the docs write it."""
-    return "fedsample " + " ".join(args)
+    """The command as the docs write it (``python docs/SCRIPT ...`` for a script, ``fedsample ...`` otherwise)."""
+    return " ".join(args) if args[0] == "python" else "fedsample " + " ".join(args)
+
+
+def process(args: tuple[str, ...]) -> list[str]:
+    """The argv that runs ``args`` in a fresh process: a script of this checkout, or the CLI."""
+    if args[0] == "python":
+        return [sys.executable, str(ROOT / args[1]), *args[2:]]
+    return [sys.executable, "-m", "fedsample.cli", *args]
+
+
+def script_main(path: str) -> Callable[[list[str]], int]:
+    """The ``main`` of a script of this checkout (docs/SCRIPT.py), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
 
 
 def run_cli(args: tuple[str, ...], out: Path) -> dict:
-    """``fedsample ARGS --out OUT`` in a fresh process (the installed CLI of this checkout); its wall and CPU time."""
+    """``fedsample ARGS --out OUT`` (or ``python docs/SCRIPT ARGS --out OUT``) in a fresh process, with this
+    checkout's src/ first on the path; its wall and CPU time."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fedsample.cli", *args, "--out", str(out)], env=env, capture_output=True, text=True)
+    done = subprocess.run([*process(args), "--out", str(out)], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -160,8 +186,11 @@ def sentinel_numbers(name: str, folder: Path) -> dict:
     from fedsample.cli import main
 
     command = COMMANDS[name]
+    script = command.sentinel[0] == "python"
+    run = script_main(command.sentinel[1]) if script else main
+    argv = list(command.sentinel[2:] if script else command.sentinel)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        code = main([*command.sentinel, "--out", str(folder)])
+        code = run([*argv, "--out", str(folder)])
     if code != 0:
         raise RuntimeError(f"{shown(command.sentinel)} failed ({code}): {err.getvalue().strip()}")
     return json.loads(json.dumps(command.numbers(folder)))  # plain JSON types, as stored
