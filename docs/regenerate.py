@@ -22,12 +22,14 @@ What the test suite checks (``tests/test_docs_generated.py``, run by CI):
   marker names a block, and every picture in ``docs/img/`` that a record made has the hash the record stored;
 - the commands still give the stored numbers: a full run is too slow for the suite (the quickstart is 3 seeds x 100
   rounds, the diagnosis 1,000 draws), so each record also stores a **sentinel**, the same command reduced (3 rounds of
-  seed 0; 20 draws; the partition in full) run through the real CLI by this script, and the test re-runs the reduced
+  seed 0; 20 draws; 4 draws of docs/diagnose_importance.py; the partition in full) run through the real CLI by this script, and the test re-runs the reduced
   command and compares numbers (integers exactly, floats to a relative 1e-4). A change of the code that changes the
   commands' numbers (a default, a random stream, a formula) changes the sentinel too, and the test says to run this
   script. A change that shows only after round 3 or draw 20 is not seen by it: regenerate after such changes.
 
-Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown; a record
+Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown, and a
+command to :data:`COMMANDS`: the CLI's, or a script of docs/ where the docs' table comes from Python calls
+(docs/diagnose_importance.py: the ``fs.diagnose`` calls of docs/diagnostics.md's importance table); a record
 may come from a command this script does not run (a reproduction's REPRODUCTION.md copied into ``docs/records/``),
 in which case its block is checked against the record but no sentinel is re-run.
 """
@@ -112,7 +114,7 @@ def partition_numbers(out: Path) -> dict:
     return {k: v for k, v in stats.items() if k != "scheme"}
 
 
-IMPORTANCE_DRAWS = 200  # R of docs/diagnose_importance.py (its probing strategies take about 2 s a draw on 2 loaded cores)
+IMPORTANCE_DRAWS = 400  # R of docs/diagnose_importance.py, as the table had it (about 6 min wall at R = 200 on 2 loaded cores)
 
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
@@ -406,6 +408,99 @@ def diagnose_notes() -> str:
     )
 
 
+IMPORTANCE = "diagnose-importance"
+#: ISFedAvg (L=16, approx) as docs/diagnostics.md showed it before its agent probabilities followed eq. (23) with
+#: alpha_k = 3 + 6/(E_k B_k) (an earlier measurement of the same call, R = 300 or 400, that no record holds)
+ISFEDAVG_APPROX_BEFORE = {"bias": 0.328, "variance": 2.56, "variance_2se": 0.12, "mse": 2.67, "samples": 52}
+
+
+def importance_measured() -> str:
+    meta = record(IMPORTANCE, "meta.json")
+    draws = record(IMPORTANCE, "diagnostics.json")["rounds"]
+    return (f"`{meta['command']} --out DIR` (R = {draws} draws per strategy; {meta['date']}, {meta['machine']}: "
+            f"{meta['cpu_s']:.0f} s of CPU, {meta['wall_s']:.0f} s wall) gives:\n")
+
+
+def importance_table() -> str:
+    """The quickstart diagnosis of the importance designs: bias, bias², variance ± 2 SE of the MSE, MSE, samples."""
+    d = record(IMPORTANCE, "diagnostics.json")
+    lines = [f"| strategy (digits, {d['clients']} clients, R = {d['rounds']}) | bias | bias² ± SE | variance (± 2 SE of the MSE) | MSE | samples / round |",
+             "|---|---|---|---|---|---|"]
+    for label, r in d["strategies"].items():
+        e = r["estimator"]
+        lines.append(f"| {label} | {e['bias']:.3f} | {e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f} | {e['variance']:.2f} ± "
+                     f"{2 * e['mse_se']:.2f} | {e['mse']:.2f} | {r['cost']['samples']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def variance_cut(d: dict, design: str, baseline: str) -> tuple[float, float, float, str]:
+    """``design``'s variance against ``baseline``'s: the relative cut, the difference in standard errors, the one-sided
+    p and the verdict of Welch's t-test on the draws (the claim: a lower variance). The draws are independent across
+    strategies; each side's standard error is its MSE's (the spread of the per-draw squared errors over R draws),
+    which the variance shares up to the small bias² term."""
+    from fedsample.reproduction.significance import welch
+    from fedsample.reproduction.verdict import ordering_verdict
+
+    a, b, R = d["strategies"][baseline]["estimator"], d["strategies"][design]["estimator"], d["rounds"]
+    estimate = welch(a["variance"], a["mse_se"] * math.sqrt(R), R, b["variance"], b["mse_se"] * math.sqrt(R), R)
+    p, verdict = ordering_verdict(estimate)
+    return 1 - b["variance"] / a["variance"], estimate.d / estimate.se, p, verdict
+
+
+def cut_words(cut: float) -> str:
+    return f"{abs(cut) * 100:.0f}% {'below' if cut > 0 else 'above'}"
+
+
+def deciles_relative(r: dict) -> tuple[float, float]:
+    """The inclusion of the smallest and the largest tenth of the data (by client size), times the mean."""
+    x = r["exploitation"]
+    deciles = x["by_size_decile"]
+    return deciles[0]["inclusion"] / x["mean"], deciles[-1]["inclusion"] / x["mean"]
+
+
+def importance_notes() -> str:
+    """docs/diagnostics.md's reading of the importance table, and what the alpha_k change did to ISFedAvg (approx)."""
+    d = record(IMPORTANCE, "diagnostics.json")
+    s = d["strategies"]
+    fedavg, ht = "FedAvg (m=16 uniform, size-weighted)", "Uniform m=16, Horvitz-Thompson"
+    sts, sts_paper, isu, isa = "FedSTS (m=16, H=4)", "FedSTS (m=16, H=4, paper aggregation)", "ISFedAvg (L=16, uniform)", "ISFedAvg (L=16, approx)"
+    v = {label: r["estimator"]["variance"] for label, r in s.items()}
+    cut_sts, z_sts, p_sts, verdict_sts = variance_cut(d, sts, ht)
+    cut_is, z_is, p_is, verdict_is = variance_cut(d, isa, isu)
+    _, z_paper, p_paper, _ = variance_cut(d, sts_paper, sts)
+    unbiased_for_mean = [ht, sts, sts_paper, isu, isa]
+    biases = [s[label]["estimator"]["bias"] for label in unbiased_for_mean]
+    f = s[fedavg]["estimator"]
+    f_z = f["bias_sq"] / f["bias_sq_se"]
+    fedavg_bias = (f"no measurable bias (bias² {f_z:.1f} standard errors from 0)" if abs(f_z) < 2
+                   else f"a bias of {f['bias']:.3f} (bias² {f_z:.1f} standard errors from 0)")
+    ratio = v[fedavg] / (sum(v[label] for label in unbiased_for_mean) / len(unbiased_for_mean))
+    small_sts, large_sts = deciles_relative(s[sts])
+    small_is, large_is = deciles_relative(s[isa])
+    before, now = ISFEDAVG_APPROX_BEFORE, s[isa]
+    e = now["estimator"]
+    return (
+        f"   FedSTS's variance ({v[sts]:.2f}) is {cut_words(cut_sts)} uniform sampling with the same Horvitz-Thompson "
+        f"aggregation ({v[ht]:.2f}), {z_sts:.1f} standard errors of the difference apart (Welch, one-sided p = {p_sts:.2g}: "
+        f"**{verdict_sts}** at the 5% level); ISFedAvg's importance sampling ({v[isa]:.2f}) is {cut_words(cut_is)} its uniform "
+        f"version ({v[isu]:.2f}), {z_is:.1f} standard errors apart (p = {p_is:.2g}: **{verdict_is}**). But both aggregations "
+        "are unbiased for the *mean over clients* (1/N) Σ_k ∇f_k, not for g*: under size imbalance that mean is "
+        f"{min(biases):.2f}-{max(biases):.2f} ||g*|| away from g* (their bias column), and FedAvg's size-weighted "
+        f"aggregation of the same uniform cohort has {ratio:.2f} times their mean variance ({v[fedavg]:.2f}) and {fedavg_bias}. "
+        f"Both importance designs {'prefer small clients' if small_sts > large_sts and small_is > large_is else 'differ in how they use client sizes'} (FedSTS uses the samples of the smallest tenth of the data "
+        f"{small_sts:.1f} times the mean and those of the largest {large_sts:.2f} times; ISFedAvg (approx) {small_is:.1f} and "
+        f"{large_is:.2f} times) and draw fewer samples ({s[sts]['cost']['samples']:.0f} and {now['cost']['samples']:.0f} against "
+        f"{s[ht]['cost']['samples']:.0f}). The paper's own FedSTS aggregation (`aggregation=\"paper\"`) has variance "
+        f"{v[sts_paper]:.2f} against the unbiased one's {v[sts]:.2f} ({abs(z_paper):.1f} standard errors apart).\n\n"
+        "   ISFedAvg (approx) was re-measured after its agent probabilities came to follow eq. (23) with each agent's E_k "
+        "and B_k and α_k = 3 + 6/(E_k B_k) instead of 3 ([isfedavg.md](isfedavg.md)): its row read bias "
+        f"{before['bias']:.3f}, variance {before['variance']:.2f} ± {before['variance_2se']:.2f}, MSE {before['mse']:.2f} and "
+        f"{before['samples']} samples a round before (R = 300 or 400), and reads bias {e['bias']:.3f}, variance "
+        f"{e['variance']:.2f} ± {2 * e['mse_se']:.2f}, MSE {e['mse']:.2f} and {now['cost']['samples']:.0f} samples now "
+        f"(R = {d['rounds']}). The uniform row does not depend on α_k.\n"
+    )
+
+
 def partition_measured() -> str:
     meta, stats = record("partition-digits-dirichlet", "meta.json"), record("partition-digits-dirichlet", "stats.json")
     sizes, mix = stats["sizes"], stats["label_mix"]
@@ -424,6 +519,9 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "diagnose-quickstart-table": ("diagnose-quickstart-lognormal", diagnose_table),
     "diagnose-quickstart-findings": ("diagnose-quickstart-lognormal", diagnose_findings),
     "diagnose-quickstart-notes": ("diagnose-quickstart-lognormal", diagnose_notes),
+    "diagnose-importance-measured": (IMPORTANCE, importance_measured),
+    "diagnose-importance-table": (IMPORTANCE, importance_table),
+    "diagnose-importance-notes": (IMPORTANCE, importance_notes),
     "partition-digits-dirichlet": ("partition-digits-dirichlet", partition_measured),
 }
 
