@@ -409,9 +409,12 @@ def diagnose_notes() -> str:
 
 
 IMPORTANCE = "diagnose-importance"
-#: ISFedAvg (L=16, approx) as docs/diagnostics.md showed it before its agent probabilities followed eq. (23) with
-#: alpha_k = 3 + 6/(E_k B_k) (an earlier measurement of the same call, R = 300 or 400, that no record holds)
-ISFEDAVG_APPROX_BEFORE = {"bias": 0.328, "variance": 2.56, "variance_2se": 0.12, "mse": 2.67, "samples": 52}
+#: The ISFedAvg rows as docs/diagnostics.md showed them before ISFedAvg's agent probabilities followed eq. (23) with
+#: each agent's E_k and B_k and alpha_k = 3 + 6/(E_k B_k): the same calls at R = 300 draws (no record holds them; the
+#: current code reproduces the uniform row digit for digit at R = 300, and does not reproduce the approx row with
+#: alpha = 3 given, since the change also put E_k and B_k into sigma^2_{s,k}).
+ISFEDAVG_BEFORE: dict[str, Any] = {"draws": 300, "uniform": {"bias": 0.289, "variance": 2.81},
+                                   "approx": {"bias": 0.328, "variance": 2.56, "variance_2se": 0.12, "mse": 2.67, "samples": 52}}
 
 
 def importance_measured() -> str:
@@ -458,6 +461,13 @@ def deciles_relative(r: dict) -> tuple[float, float]:
     return deciles[0]["inclusion"] / x["mean"], deciles[-1]["inclusion"] / x["mean"]
 
 
+def samples_shift(before: float, now: float) -> str:
+    """What a change of the samples per round of L agents says of the agents chosen (nothing within one sample)."""
+    if abs(now - before) <= 1:
+        return ""
+    return f": the chosen agents are {'smaller' if now < before else 'larger'} on average, so a round draws {'fewer' if now < before else 'more'} samples"
+
+
 def importance_notes() -> str:
     """docs/diagnostics.md's reading of the importance table, and what the alpha_k change did to ISFedAvg (approx)."""
     d = record(IMPORTANCE, "diagnostics.json")
@@ -477,7 +487,9 @@ def importance_notes() -> str:
     ratio = v[fedavg] / (sum(v[label] for label in unbiased_for_mean) / len(unbiased_for_mean))
     small_sts, large_sts = deciles_relative(s[sts])
     small_is, large_is = deciles_relative(s[isa])
-    before, now = ISFEDAVG_APPROX_BEFORE, s[isa]
+    before, now = ISFEDAVG_BEFORE["approx"], s[isa]
+    uniform_before = ISFEDAVG_BEFORE["uniform"]
+    shift = samples_shift(before["samples"], now["cost"]["samples"])
     e = now["estimator"]
     return (
         f"   FedSTS's variance ({v[sts]:.2f}) is {cut_words(cut_sts)} uniform sampling with the same Horvitz-Thompson "
@@ -493,11 +505,14 @@ def importance_notes() -> str:
         f"{s[ht]['cost']['samples']:.0f}). The paper's own FedSTS aggregation (`aggregation=\"paper\"`) has variance "
         f"{v[sts_paper]:.2f} against the unbiased one's {v[sts]:.2f} ({abs(z_paper):.1f} standard errors apart).\n\n"
         "   ISFedAvg (approx) was re-measured after its agent probabilities came to follow eq. (23) with each agent's E_k "
-        "and B_k and α_k = 3 + 6/(E_k B_k) instead of 3 ([isfedavg.md](isfedavg.md)): its row read bias "
+        "and B_k in σ²_{s,k} and α_k = 3 + 6/(E_k B_k) instead of 3 ([isfedavg.md](isfedavg.md)): its row read bias "
         f"{before['bias']:.3f}, variance {before['variance']:.2f} ± {before['variance_2se']:.2f}, MSE {before['mse']:.2f} and "
-        f"{before['samples']} samples a round before (R = 300 or 400), and reads bias {e['bias']:.3f}, variance "
+        f"{before['samples']} samples a round before (R = {ISFEDAVG_BEFORE['draws']}), and reads bias {e['bias']:.3f}, variance "
         f"{e['variance']:.2f} ± {2 * e['mse_se']:.2f}, MSE {e['mse']:.2f} and {now['cost']['samples']:.0f} samples now "
-        f"(R = {d['rounds']}). The uniform row does not depend on α_k.\n"
+        f"(R = {d['rounds']}){shift}. The "
+        f"uniform row does not depend on them; it read bias {uniform_before['bias']:.3f} and variance "
+        f"{uniform_before['variance']:.2f} at R = {ISFEDAVG_BEFORE['draws']} and "
+        f"reads {s[isu]['estimator']['bias']:.3f} and {v[isu]:.2f} at R = {d['rounds']}.\n"
     )
 
 
