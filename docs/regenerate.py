@@ -114,7 +114,7 @@ def partition_numbers(out: Path) -> dict:
     return {k: v for k, v in stats.items() if k != "scheme"}
 
 
-IMPORTANCE_DRAWS = 400  # R of docs/diagnose_importance.py, as the table had it (about 6 min wall at R = 200 on 2 loaded cores)
+IMPORTANCE_DRAWS = 400  # R of docs/diagnose_importance.py, the table's R (about 8 min wall on 2 loaded cores)
 
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
