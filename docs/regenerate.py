@@ -1,6 +1,7 @@
 """The docs' tables and pictures, made by the commands the docs show, so that they cannot go stale.
 
-    python docs/regenerate.py            # run the commands (about 2 minutes of CPU), store their records, rewrite the docs
+    python docs/regenerate.py            # run the commands (about 2 minutes of CPU, and 4 minutes wall more for the samplers), store their records, rewrite the docs
+    python docs/regenerate.py --only NAME                    # run one command (a key of COMMANDS)
     python docs/regenerate.py --render   # rewrite the docs from the stored records only (no command runs)
     python docs/regenerate.py --check    # exit 1 naming every generated block or picture that differs; writes nothing
 
@@ -22,12 +23,16 @@ What the test suite checks (``tests/test_docs_generated.py``, run by CI):
   marker names a block, and every picture in ``docs/img/`` that a record made has the hash the record stored;
 - the commands still give the stored numbers: a full run is too slow for the suite (the quickstart is 3 seeds x 100
   rounds, the diagnosis 1,000 draws), so each record also stores a **sentinel**, the same command reduced (3 rounds of
-  seed 0; 20 draws; the partition in full) run through the real CLI by this script, and the test re-runs the reduced
+  seed 0; 20 draws; 4 draws of docs/diagnose_importance.py; the partition in full) run through the real CLI by this script, and the test re-runs the reduced
   command and compares numbers (integers exactly, floats to a relative 1e-4). A change of the code that changes the
   commands' numbers (a default, a random stream, a formula) changes the sentinel too, and the test says to run this
   script. A change that shows only after round 3 or draw 20 is not seen by it: regenerate after such changes.
+  A command that needs a data set the machine may not have (``Command.needs``: the samplers' diagnosis reads
+  Fashion-MNIST) has its sentinel skipped where that data set is absent.
 
-Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown; a record
+Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown, and a
+command to :data:`COMMANDS`: the CLI's, or a script of docs/ where the docs' table comes from Python calls
+(docs/diagnose_importance.py: the ``fs.diagnose`` calls of docs/diagnostics.md's importance table); a record
 may come from a command this script does not run (a reproduction's REPRODUCTION.md copied into ``docs/records/``),
 in which case its block is checked against the record but no sentinel is re-run.
 """
@@ -67,13 +72,15 @@ RTOL, ATOL = 1e-4, 1e-9
 class Command:
     """A command as the docs show it (``args``, without ``--out``), the same command reduced for the test suite
     (``sentinel``), the files of its output folder kept as its record, and the pictures it puts in docs/img/
-    (output file -> docs/img name)."""
+    (output file -> docs/img name). A command is the CLI's (``args`` without the leading ``fedsample``) or a script
+    of docs/ (``("python", "docs/SCRIPT.py", ...)``, whose ``main(argv)`` takes ``--out``)."""
 
     args: tuple[str, ...]
     sentinel: tuple[str, ...]
     keep: tuple[str, ...]
     pictures: dict[str, str]
     numbers: Callable[[Path], dict]  # the sentinel's numbers, from its output folder
+    needs: str = ""  # a data set the command loads that a machine may lack ("fashion-mnist"); "" for none
 
 
 def run_numbers(out: Path) -> dict:
@@ -111,6 +118,8 @@ def partition_numbers(out: Path) -> dict:
     return {k: v for k, v in stats.items() if k != "scheme"}
 
 
+IMPORTANCE_DRAWS = 400  # R of docs/diagnose_importance.py, the table's R (about 8 min wall on 2 loaded cores)
+
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
         ("run", "quickstart"), ("run", "quickstart", "--rounds", "3", "--seeds", "0", "--quiet"),
@@ -124,6 +133,15 @@ COMMANDS: dict[str, Command] = {
          "labels.png": "diagnose-quickstart-labels.png"},
         diagnose_numbers,
     ),
+    "diagnose-samplers": Command(
+        ("diagnose", "samplers", "--draws", "20", "--check-rounds", "0"), ("diagnose", "samplers", "--draws", "4", "--check-rounds", "0"),
+        ("diagnostics.json", "summary.md"), {"estimator.png": "samplers-estimator.png"},
+        diagnose_numbers, needs="fashion-mnist",
+    ),
+    "diagnose-importance": Command(
+        ("python", "docs/diagnose_importance.py", "--draws", str(IMPORTANCE_DRAWS)), ("python", "docs/diagnose_importance.py", "--draws", "4"),
+        ("diagnostics.json", "summary.md"), {}, diagnose_numbers,
+    ),
     "partition-digits-dirichlet": Command(
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
@@ -133,17 +151,50 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def available(name: str) -> bool:
+    """Whether this machine has the data set the command ``name`` needs (always, for a command that needs none)."""
+    needs = COMMANDS[name].needs
+    if not needs:
+        return True
+    from fedsample.data import datasets
+
+    try:
+        getattr(datasets, "load_" + needs.replace("-", "_"))()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def shown(args: tuple[str, ...]) -> str:
-    """The command as the docs write it."""
-    return "fedsample " + " ".join(args)
+    """The command as the docs write it (``python docs/SCRIPT ...`` for a script, ``fedsample ...`` otherwise)."""
+    return " ".join(args) if args[0] == "python" else "fedsample " + " ".join(args)
+
+
+def process(args: tuple[str, ...]) -> list[str]:
+    """The argv that runs ``args`` in a fresh process: a script of this checkout, or the CLI."""
+    if args[0] == "python":
+        return [sys.executable, str(ROOT / args[1]), *args[2:]]
+    return [sys.executable, "-m", "fedsample.cli", *args]
+
+
+def script_main(path: str) -> Callable[[list[str]], int]:
+    """The ``main`` of a script of this checkout (docs/SCRIPT.py), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
 
 
 def run_cli(args: tuple[str, ...], out: Path) -> dict:
-    """``fedsample ARGS --out OUT`` in a fresh process (the installed CLI of this checkout); its wall and CPU time."""
+    """``fedsample ARGS --out OUT`` (or ``python docs/SCRIPT ARGS --out OUT``) in a fresh process, with this
+    checkout's src/ first on the path; its wall and CPU time."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fedsample.cli", *args, "--out", str(out)], env=env, capture_output=True, text=True)
+    done = subprocess.run([*process(args), "--out", str(out)], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -160,8 +211,11 @@ def sentinel_numbers(name: str, folder: Path) -> dict:
     from fedsample.cli import main
 
     command = COMMANDS[name]
+    script = command.sentinel[0] == "python"
+    run = script_main(command.sentinel[1]) if script else main
+    argv = list(command.sentinel[2:] if script else command.sentinel)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        code = main([*command.sentinel, "--out", str(folder)])
+        code = run([*argv, "--out", str(folder)])
     if code != 0:
         raise RuntimeError(f"{shown(command.sentinel)} failed ({code}): {err.getvalue().strip()}")
     return json.loads(json.dumps(command.numbers(folder)))  # plain JSON types, as stored
@@ -377,6 +431,215 @@ def diagnose_notes() -> str:
     )
 
 
+SAMPLERS = "diagnose-samplers"
+
+
+def duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def samplers_measured() -> str:
+    """How the samplers' table was made: the command, when, where, how long, how many draws."""
+    meta, d = record(SAMPLERS, "meta.json"), record(SAMPLERS, "diagnostics.json")
+    return (f"`{meta['command']}` ({meta['date']}, {meta['machine']}: {duration(meta['wall_s'])} wall, {meta['cpu_s']:.0f} s of CPU; fedsample "
+            f"{meta['commit']}; R = {d['rounds']} draws per sampler at the initial model; Fashion-MNIST from "
+            "`FEDSAMPLE_FASHION_MNIST_DIR`)\n")
+
+
+def samplers_table() -> str:
+    """The table and the per-sampler lines ``diagnose samplers`` writes (summary.md)."""
+    return record(SAMPLERS, "summary.md").strip("\n") + "\n"
+
+
+def calibration(sampler: dict) -> str:
+    """The mean over draws of sum_{k in S} d_k / N with its standard error; "—" where the sampler declares no design
+    weights (estimated probabilities)."""
+    c = sampler.get("calibration")
+    return "—" if c is None else f"{c['mean']:.2f} ± {c['se']:.2f}"
+
+
+def samplers_calibration() -> str:
+    """The compact table: bias, variance, calibration, cost and what the server learns, per sampler."""
+    rows = ["| sampler | π | bias | variance | calibration Σd/N | clients contacted | trainings | kB up | server learns |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for label, r in record(SAMPLERS, "diagnostics.json")["strategies"].items():
+        e, cost, sampler = r["estimator"], r["cost"], r["sampler"]
+        rows.append(f"| {label} | {sampler['inclusion']} | {e['bias']:.3f} | {e['variance']:.3f} | {calibration(sampler)} | "
+                    f"{cost['clients_contacted']:.0f} | {cost['local_trainings']:.0f} | {cost['bytes_up'] / 1000:.0f} | "
+                    f"{', '.join(sampler['server_learns']) or '—'} |")
+    return "\n".join(rows) + "\n"
+
+
+#: The unbiased designs among the samplers (MD and the published exact samplers; FedSTS and ISFedAvg are exact but
+#: target the clients' plain mean, not FedAvg's size-weighted g*).
+UNBIASED_DESIGNS = ("size-weighted (MD)", "clustered (Alg. 1)", "clustered (Alg. 2)", "optimal", "optimal (AOCS)", "DELTA",
+                    "DELTA (Poisson)")
+
+
+def within_noise(estimator: dict) -> bool:
+    """Whether the squared bias lies within two of its standard errors of 0."""
+    return abs(estimator["bias_sq"]) <= 2 * estimator["bias_sq_se"]
+
+
+def samplers_findings() -> str:
+    """What the samplers' table shows, worded from its record (docs/samplers.md)."""
+    d = record(SAMPLERS, "diagnostics.json")
+    s = {label: r["estimator"] for label, r in d["strategies"].items()}
+    cost = {label: r["cost"] for label, r in d["strategies"].items()}
+    unbiased = [label for label in UNBIASED_DESIGNS if within_noise(s[label])]
+    off = [f"{label} {s[label]['bias']:.3f}" for label in UNBIASED_DESIGNS if not within_noise(s[label])]
+    md, uniform = s["size-weighted (MD)"]["variance"], s["uniform"]["variance"]
+    alg1, alg2 = s["clustered (Alg. 1)"]["variance"], s["clustered (Alg. 2)"]["variance"]
+    deltas = [s[label]["variance"] for label in ("DELTA", "DELTA (Poisson)", "DELTA (reference code)")]
+    same_aocs = math.isclose(s["optimal"]["variance"], s["optimal (AOCS)"]["variance"], rel_tol=1e-9)
+    aocs = "; its AOCS iteration gives the same probabilities here" if same_aocs else f"; AOCS {s['optimal (AOCS)']['variance']:.2f}"
+    lowers = "lowers MD's variance, as its paper claims" if max(alg1, alg2) < md else "does not lower MD's variance on both algorithms"
+    return (
+        f"What it shows ({d['rounds']} draws; bias is ‖E ĝ − g*‖/‖g*‖, \"0.000\" where the squared bias is below its own "
+        f"noise): of the unbiased designs, {', '.join(unbiased) or 'none'} are unbiased within two standard errors of their "
+        f"squared bias{'' if not off else '; ' + ', '.join(off) + ' lie outside them'}. The adaptive samplers are biased as "
+        f"declared: power-of-choice's updates are {points(s['pow-d (d=20)']['scale'] - 1)}% too long and lean on high-loss "
+        f"clients (bias {s['pow-d (d=20)']['bias']:.2f} for pow-d, {s['cpow-d (d=20, b=64)']['bias']:.2f} for cpow-d, "
+        f"{s['rpow-d (d=20)']['bias']:.2f} for rpow-d), Oort {s['Oort']['bias']:.2f}, Fed-CBS {s['Fed-CBS']['bias']:.2f}, "
+        f"FedCor {s['FedCor']['bias']:.2f} and DivFL {s['DivFL']['bias']:.2f} (DivFL's variance, {s['DivFL']['variance']:.3f}: "
+        f"at a fixed model it picks the same clients every draw). Clustered sampling {lowers} (Alg. 1 {alg1:.2f}, Alg. 2 "
+        f"{alg2:.2f}, MD {md:.2f}, uniform {uniform:.2f}); optimal sampling reaches {s['optimal']['variance']:.2f} at the cost "
+        f"of {cost['optimal']['local_trainings']:.0f} local trainings per round for {cost['optimal']['updates']:.1f} uploads"
+        f"{aocs}. "
+        f"DELTA's variance is {min(deltas):.2f}-{max(deltas):.2f} against uniform's {uniform:.2f}, and it probes every "
+        f"client's full gradient each round ({cost['DELTA']['bytes_up'] / 1e6:.1f} MB up). FedSampling with exact sizes: "
+        f"bias {s['FedSampling (K=6000, exact sizes)']['bias']:.3f}, variance {s['FedSampling (K=6000, exact sizes)']['variance']:.3f} "
+        f"({cost['FedSampling (K=6000, exact sizes)']['samples']:,.0f} samples a round from every client).\n"
+    )
+
+
+def samplers_summary() -> str:
+    """The README's two sentences on the samplers' table."""
+    d = record(SAMPLERS, "diagnostics.json")
+    s = {label: r["estimator"] for label, r in d["strategies"].items()}
+    md = s["size-weighted (MD)"]["variance"]
+    ratios = sorted(s[label]["variance"] / md for label in ("clustered (Alg. 1)", "clustered (Alg. 2)"))
+    unbiased = sum(within_noise(s[label]) for label in UNBIASED_DESIGNS)
+    largest = max(s, key=lambda label: s[label]["variance"])
+    return (
+        f"{unbiased} of the {len(UNBIASED_DESIGNS)} unbiased designs are unbiased within their noise at {d['rounds']} draws; "
+        f"the adaptive samplers are biased as declared (power-of-choice's updates {points(s['pow-d (d=20)']['scale'] - 1)}% "
+        f"too long; FedCor {s['FedCor']['bias']:.2f} and DivFL {s['DivFL']['bias']:.2f}, whose selections are deterministic). "
+        f"Clustered sampling has {ratios[0]:.2f} to {ratios[1]:.2f} times MD's variance, optimal sampling "
+        f"{s['optimal']['variance'] / md:.2f} times at {d['strategies']['optimal']['cost']['local_trainings']:.0f} local "
+        f"trainings per round. The largest variance is {largest}'s ({s[largest]['variance']:.2f}).\n"
+    )
+
+
+IMPORTANCE = "diagnose-importance"
+#: The ISFedAvg rows as docs/diagnostics.md showed them before ISFedAvg's agent probabilities followed eq. (23) with
+#: each agent's E_k and B_k and alpha_k = 3 + 6/(E_k B_k): the same calls at R = 300 draws (no record holds them; the
+#: current code reproduces the uniform row digit for digit at R = 300, and does not reproduce the approx row with
+#: alpha = 3 given, since the change also put E_k and B_k into sigma^2_{s,k}).
+ISFEDAVG_BEFORE: dict[str, Any] = {"draws": 300, "uniform": {"bias": 0.289, "variance": 2.81},
+                                   "approx": {"bias": 0.328, "variance": 2.56, "variance_2se": 0.12, "mse": 2.67, "samples": 52}}
+
+
+def importance_measured() -> str:
+    meta = record(IMPORTANCE, "meta.json")
+    draws = record(IMPORTANCE, "diagnostics.json")["rounds"]
+    return (f"`{meta['command']} --out DIR` (R = {draws} draws per strategy; {meta['date']}, {meta['machine']}: "
+            f"{meta['cpu_s']:.0f} s of CPU, {meta['wall_s']:.0f} s wall) gives:\n")
+
+
+def importance_table() -> str:
+    """The quickstart diagnosis of the importance designs: bias, bias², variance ± 2 SE of the MSE, MSE, samples."""
+    d = record(IMPORTANCE, "diagnostics.json")
+    lines = [f"| strategy (digits, {d['clients']} clients, R = {d['rounds']}) | bias | bias² ± SE | variance (± 2 SE of the MSE) | MSE | samples / round |",
+             "|---|---|---|---|---|---|"]
+    for label, r in d["strategies"].items():
+        e = r["estimator"]
+        lines.append(f"| {label} | {e['bias']:.3f} | {e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f} | {e['variance']:.2f} ± "
+                     f"{2 * e['mse_se']:.2f} | {e['mse']:.2f} | {r['cost']['samples']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def variance_cut(d: dict, design: str, baseline: str) -> tuple[float, float, float, str]:
+    """``design``'s variance against ``baseline``'s: the relative cut, the difference in standard errors, the one-sided
+    p and the verdict of Welch's t-test on the draws (the claim: a lower variance). The draws are independent across
+    strategies; each side's standard error is its MSE's (the spread of the per-draw squared errors over R draws),
+    which the variance shares up to the small bias² term."""
+    from fedsample.reproduction.significance import welch
+    from fedsample.reproduction.verdict import ordering_verdict
+
+    a, b, R = d["strategies"][baseline]["estimator"], d["strategies"][design]["estimator"], d["rounds"]
+    estimate = welch(a["variance"], a["mse_se"] * math.sqrt(R), R, b["variance"], b["mse_se"] * math.sqrt(R), R)
+    p, verdict = ordering_verdict(estimate)
+    return 1 - b["variance"] / a["variance"], estimate.d / estimate.se, p, verdict
+
+
+def cut_words(cut: float) -> str:
+    return f"{abs(cut) * 100:.0f}% {'below' if cut > 0 else 'above'}"
+
+
+def deciles_relative(r: dict) -> tuple[float, float]:
+    """The inclusion of the smallest and the largest tenth of the data (by client size), times the mean."""
+    x = r["exploitation"]
+    deciles = x["by_size_decile"]
+    return deciles[0]["inclusion"] / x["mean"], deciles[-1]["inclusion"] / x["mean"]
+
+
+def samples_shift(before: float, now: float) -> str:
+    """What a change of the samples per round of L agents says of the agents chosen (nothing within one sample)."""
+    if abs(now - before) <= 1:
+        return ""
+    return f": the chosen agents are {'smaller' if now < before else 'larger'} on average, so a round draws {'fewer' if now < before else 'more'} samples"
+
+
+def importance_notes() -> str:
+    """docs/diagnostics.md's reading of the importance table, and what the alpha_k change did to ISFedAvg (approx)."""
+    d = record(IMPORTANCE, "diagnostics.json")
+    s = d["strategies"]
+    fedavg, ht = "FedAvg (m=16 uniform, size-weighted)", "Uniform m=16, Horvitz-Thompson"
+    sts, sts_paper, isu, isa = "FedSTS (m=16, H=4)", "FedSTS (m=16, H=4, paper aggregation)", "ISFedAvg (L=16, uniform)", "ISFedAvg (L=16, approx)"
+    v = {label: r["estimator"]["variance"] for label, r in s.items()}
+    cut_sts, z_sts, p_sts, verdict_sts = variance_cut(d, sts, ht)
+    cut_is, z_is, p_is, verdict_is = variance_cut(d, isa, isu)
+    _, z_paper, p_paper, _ = variance_cut(d, sts_paper, sts)
+    unbiased_for_mean = [ht, sts, sts_paper, isu, isa]
+    biases = [s[label]["estimator"]["bias"] for label in unbiased_for_mean]
+    f = s[fedavg]["estimator"]
+    f_z = f["bias_sq"] / f["bias_sq_se"]
+    fedavg_bias = (f"no measurable bias (bias² {f_z:.1f} standard errors from 0)" if abs(f_z) < 2
+                   else f"a bias of {f['bias']:.3f} (bias² {f_z:.1f} standard errors from 0)")
+    ratio = v[fedavg] / (sum(v[label] for label in unbiased_for_mean) / len(unbiased_for_mean))
+    small_sts, large_sts = deciles_relative(s[sts])
+    small_is, large_is = deciles_relative(s[isa])
+    before, now = ISFEDAVG_BEFORE["approx"], s[isa]
+    uniform_before = ISFEDAVG_BEFORE["uniform"]
+    shift = samples_shift(before["samples"], now["cost"]["samples"])
+    e = now["estimator"]
+    return (
+        f"   FedSTS's variance ({v[sts]:.2f}) is {cut_words(cut_sts)} uniform sampling with the same Horvitz-Thompson "
+        f"aggregation ({v[ht]:.2f}), {z_sts:.1f} standard errors of the difference apart (Welch, one-sided p = {p_sts:.2g}: "
+        f"**{verdict_sts}** at the 5% level); ISFedAvg's importance sampling ({v[isa]:.2f}) is {cut_words(cut_is)} its uniform "
+        f"version ({v[isu]:.2f}), {z_is:.1f} standard errors apart (p = {p_is:.2g}: **{verdict_is}**). But both aggregations "
+        "are unbiased for the *mean over clients* (1/N) Σ_k ∇f_k, not for g*: under size imbalance that mean is "
+        f"{min(biases):.2f}-{max(biases):.2f} ||g*|| away from g* (their bias column), and FedAvg's size-weighted "
+        f"aggregation of the same uniform cohort has {ratio:.2f} times their mean variance ({v[fedavg]:.2f}) and {fedavg_bias}. "
+        f"Both importance designs {'prefer small clients' if small_sts > large_sts and small_is > large_is else 'differ in how they use client sizes'} (FedSTS uses the samples of the smallest tenth of the data "
+        f"{small_sts:.1f} times the mean and those of the largest {large_sts:.2f} times; ISFedAvg (approx) {small_is:.1f} and "
+        f"{large_is:.2f} times) and draw fewer samples ({s[sts]['cost']['samples']:.0f} and {now['cost']['samples']:.0f} against "
+        f"{s[ht]['cost']['samples']:.0f}). The paper's own FedSTS aggregation (`aggregation=\"paper\"`) has variance "
+        f"{v[sts_paper]:.2f} against the unbiased one's {v[sts]:.2f} ({abs(z_paper):.1f} standard errors apart).\n\n"
+        "   ISFedAvg (approx) was re-measured after its agent probabilities came to follow eq. (23) with each agent's E_k "
+        "and B_k in σ²_{s,k} and α_k = 3 + 6/(E_k B_k) instead of 3 ([isfedavg.md](isfedavg.md)): its row read bias "
+        f"{before['bias']:.3f}, variance {before['variance']:.2f} ± {before['variance_2se']:.2f}, MSE {before['mse']:.2f} and "
+        f"{before['samples']} samples a round before (R = {ISFEDAVG_BEFORE['draws']}), and reads bias {e['bias']:.3f}, variance "
+        f"{e['variance']:.2f} ± {2 * e['mse_se']:.2f}, MSE {e['mse']:.2f} and {now['cost']['samples']:.0f} samples now "
+        f"(R = {d['rounds']}){shift}. The "
+        f"uniform row does not depend on them; it read bias {uniform_before['bias']:.3f} and variance "
+        f"{uniform_before['variance']:.2f} at R = {ISFEDAVG_BEFORE['draws']} and "
+        f"reads {s[isu]['estimator']['bias']:.3f} and {v[isu]:.2f} at R = {d['rounds']}.\n"
+    )
+
+
 def partition_measured() -> str:
     meta, stats = record("partition-digits-dirichlet", "meta.json"), record("partition-digits-dirichlet", "stats.json")
     sizes, mix = stats["sizes"], stats["label_mix"]
@@ -395,7 +658,15 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "diagnose-quickstart-table": ("diagnose-quickstart-lognormal", diagnose_table),
     "diagnose-quickstart-findings": ("diagnose-quickstart-lognormal", diagnose_findings),
     "diagnose-quickstart-notes": ("diagnose-quickstart-lognormal", diagnose_notes),
+    "diagnose-importance-measured": (IMPORTANCE, importance_measured),
+    "diagnose-importance-table": (IMPORTANCE, importance_table),
+    "diagnose-importance-notes": (IMPORTANCE, importance_notes),
     "partition-digits-dirichlet": ("partition-digits-dirichlet", partition_measured),
+    "samplers-measured": (SAMPLERS, samplers_measured),
+    "samplers-table": (SAMPLERS, samplers_table),
+    "samplers-calibration": (SAMPLERS, samplers_calibration),
+    "samplers-findings": (SAMPLERS, samplers_findings),
+    "samplers-summary": (SAMPLERS, samplers_summary),
 }
 
 

@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from outbound_guard.outbound import unexplained
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -48,17 +50,9 @@ def outbound_attempts(folder: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-#: Ray 2.55's dashboard process (started by every ``ray.init``, also with ``include_dashboard=False``, which then
-#: loads only its usage-stats module) asks the link-local cloud metadata service which cloud it runs on, even with
-#: ``RAY_USAGE_STATS_ENABLED=0`` (ray/_common/usage/usage_lib.py, get_cluster_config_to_report, called before the
-#: module checks the switch). No environment variable turns it off; the guard refuses it and Ray records the cloud
-#: as "unknown" (docs/flower.md, "No phoning home").
-RAY_CLOUD_PROBE = re.compile(r"^(connect to \('169\.254\.169\.254', 80\)|name lookup of 'metadata\.google\.internal') \(pid \d+, dashboard\.py\)$")
-
-
 def unexplained_outbound(folder: Path) -> list[str]:
-    """The refused attempts other than Ray's dashboard's cloud-metadata probe (:data:`RAY_CLOUD_PROBE`)."""
-    return [line for line in outbound_attempts(folder) if not RAY_CLOUD_PROBE.match(line)]
+    """The refused attempts other than Ray's dashboard's cloud-metadata probe (``outbound.RAY_CLOUD_PROBE``)."""
+    return unexplained(outbound_attempts(folder))
 
 
 def environment_of(pid: int) -> dict[str, str]:

@@ -19,11 +19,18 @@ from typing import Iterator
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"  # loopback; Ray rewrites 127.0.0.1 to the host's address
 NODE_FLAGS = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats", "--block"]
+#: Where a ``ray start`` head node's dashboard sends its "usage stats disabled" notice: the discard port on loopback
+#: (nothing listens; the POST fails at once and Ray logs it at debug level).
+RAY_REPORT_URL_AT_HOME = "http://127.0.0.1:9/"
 
 
 # Set before Ray is imported (Ray reads its configuration once): token authentication with this process's own
-# token for every Ray process the tests start, and no usage statistics.
-os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_USAGE_STATS_ENABLED="0")
+# token for every Ray process the tests start, and no usage statistics. A cluster started by ``ray start`` (not by
+# ray.init) whose usage statistics are off still POSTs a "usage stats disabled" notice to usage-stats.ray.io from
+# its dashboard (ray/dashboard/modules/usage_stats/usage_stats_head.py, _report_disabled_usage_sync); the URL comes
+# from RAY_USAGE_STATS_REPORT_URL, pointed here at a closed loopback port so that the notice never leaves the machine.
+os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_USAGE_STATS_ENABLED="0",
+                  RAY_USAGE_STATS_REPORT_URL=RAY_REPORT_URL_AT_HOME)
 
 
 @contextmanager

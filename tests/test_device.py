@@ -216,3 +216,19 @@ def test_cli_auto_without_gpu_runs_on_cpu_and_records_it(no_cuda, tmp_path):
     out = tmp_path / "out"
     assert main(["run", "quickstart", "--device", "auto", "--rounds", "1", "--seeds", "0", "--out", str(out), "--quiet"]) == 0
     assert json.loads((out / "results.json").read_text())["config"]["device"] == "cpu"
+
+
+def test_use_threads_sets_torch_and_one_blas_thread():
+    """use_threads(n): torch on n threads (at least 1), numpy's BLAS on one (its pool would spin beside torch's)."""
+    import ast
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; from threadpoolctl import threadpool_info; import numpy as np; np.ones((64, 64)) @ np.ones((64, 64)); "
+        "from fedsample.device import use_threads; use_threads(0); a = torch.get_num_threads(); use_threads(2); "
+        "blas = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']; print(a, torch.get_num_threads(), blas)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    assert out[0] == "1" and out[1] == "2"
+    assert out[2].strip() != "[]" and set(ast.literal_eval(out[2].strip())) == {1}

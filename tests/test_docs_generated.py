@@ -32,6 +32,8 @@ def test_every_generated_block_and_picture_is_what_its_record_renders():
 @pytest.mark.parametrize("name", sorted(regenerate.COMMANDS))
 def test_the_commands_still_give_the_recorded_numbers(tmp_path, name):
     """The reduced command (its sentinel) through the real CLI, compared with the numbers stored beside the record."""
+    if not regenerate.available(name):
+        pytest.skip(f"`{regenerate.shown(regenerate.COMMANDS[name].sentinel)}` needs {regenerate.COMMANDS[name].needs}, not on this machine")
     recorded = json.loads((regenerate.RECORDS / name / "sentinel.json").read_text())
     got = regenerate.sentinel_numbers(name, tmp_path / "out")
     found = regenerate.differences(recorded, got)
@@ -111,3 +113,11 @@ def test_the_readme_commands_parse_and_none_is_refused_for_a_folder_an_earlier_o
         if out in written:
             assert getattr(args, "resume", False) or args.overwrite, f"`fedsample {' '.join(argv)}` would be refused: {out} holds results"
         written.add(out)
+
+
+def test_a_command_whose_data_set_is_absent_is_not_available(tmp_path, monkeypatch):
+    """The samplers' diagnosis reads Fashion-MNIST: where its files are not, its sentinel is skipped, not failed."""
+    monkeypatch.setenv("FEDSAMPLE_FASHION_MNIST_DIR", str(tmp_path))
+    assert regenerate.COMMANDS["diagnose-samplers"].needs == "fashion-mnist"
+    assert regenerate.available("diagnose-samplers") is False
+    assert regenerate.available("quickstart") is True

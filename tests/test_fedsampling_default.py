@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample.federation.secure_sum import COUNT_NOISE_PURPOSE, SecureSum, noised_count, with_secure_sum
+from fedsample.federation.secure_sum import SecureSum, count_shares, noised_count, with_secure_sum
 from fedsample.messages import TrainPayload, TrainReport
 from fedsample.privacy import amplification, attacks
 from fedsample.privacy.ledger import Accounting, Ledger, epsilon_of, gaussian, mixture_of_gaussians, poisson_sampled
@@ -116,7 +116,8 @@ def summed_count(fed, sigma, round):
 def test_the_secure_sum_adds_the_clients_noise_shares_to_the_count():
     """8 clients drawing 3 samples each, 2 of them dropped: S = 18 and the a = 6 answering shares of N(0, sigma^2/8)
     add up to N(0, sigma^2 * 6/8); over 3,000 rounds the noise's mean is 0 (4 standard errors) and its sd
-    sigma sqrt(6/8) within 5% (a chi-square sd of 1.3% at this n); the same (seed, round) gives the same count."""
+    sigma sqrt(6/8) within 5% (a chi-square sd of 1.3% at this n); the same (seed, round) gives the same count,
+    the sum of exactly the answering clients' shares (client 2's and 5's are left out)."""
     sigma, rounds = 4.0, 3000
     fed = Counts([3] * 8, failed=(2, 5))
     noise = np.array([summed_count(fed, sigma, t) for t in range(rounds)]) - 18
@@ -124,9 +125,28 @@ def test_the_secure_sum_adds_the_clients_noise_shares_to_the_count():
     assert abs(noise.mean()) <= 4 * scale / math.sqrt(rounds) and noise.std(ddof=1) == pytest.approx(scale, rel=0.05)
     assert summed_count(fed, sigma, 11) == summed_count(fed, sigma, 11) != summed_count(Counts([3] * 8, (2, 5), seed=8), sigma, 11)
     assert summed_count(fed, 0.0, 3) == 18  # no noise: the exact count, an integer
-    assert noised_count(18, sigma, 6, 8, 7, 11) == summed_count(fed, sigma, 11)
-    expected = 18 + np.random.default_rng(fs.rng.seed_sequence(7, 11, purpose=COUNT_NOISE_PURPOSE)).normal(0.0, scale)
-    assert summed_count(fed, sigma, 11) == pytest.approx(expected)  # derived from (seed, round, purpose)
+    answered = np.array([0, 1, 3, 4, 6, 7])
+    assert noised_count(18, sigma, answered, 8, 7, 11) == summed_count(fed, sigma, 11)
+    shares = [count_shares(sigma, 8, 7, 11, np.array([k]))[0] for k in range(8)]  # each client alone
+    assert summed_count(fed, sigma, 11) == pytest.approx(18 + sum(shares[k] for k in answered), abs=1e-12)
+    assert summed_count(Counts([3] * 8), sigma, 11) == pytest.approx(24 + sum(shares), abs=1e-12)  # all answer: S = 24
+
+
+def test_each_clients_share_is_its_own_stream():
+    """The shares of 400 clients over 50 rounds (sigma 5, m = 400): each N(0, sigma^2 / m) (sd within 3%, chi-square
+    sd 0.5%; the mean within 4 standard errors), uncorrelated between clients and between rounds (|r| < 4 /
+    sqrt(n)), normal in the tails (the share above 3 sd within 4 binomial sds of 0.00135); one client's share is
+    the same drawn alone or in a cohort, and changes with the seed, the round and the client."""
+    sigma, m, rounds = 5.0, 400, 50
+    shares = np.stack([count_shares(sigma, m, 3, t, np.arange(m)) for t in range(rounds)])  # (rounds, clients)
+    sd, n = sigma / math.sqrt(m), shares.size
+    assert abs(shares.mean()) <= 4 * sd / math.sqrt(n) and shares.std(ddof=1) == pytest.approx(sd, rel=0.03)
+    assert abs(np.corrcoef(shares[:, ::2].ravel(), shares[:, 1::2].ravel())[0, 1]) < 4 / math.sqrt(n / 2)
+    assert abs(np.corrcoef(shares[:-1].ravel(), shares[1:].ravel())[0, 1]) < 4 / math.sqrt(n)
+    tail = float(np.mean(shares > 3 * sd))
+    assert abs(tail - 0.00135) <= 4 * math.sqrt(0.00135 * (1 - 0.00135) / n)
+    assert count_shares(sigma, m, 3, 7, np.array([42]))[0] == shares[7, 42]
+    assert len({shares[7, 42], count_shares(sigma, m, 4, 7, np.array([42]))[0], shares[8, 42], shares[7, 43]}) == 4
 
 
 def test_the_drawn_normalized_update_reads_a_noised_count_below_one_as_one():
@@ -239,7 +259,7 @@ def count_scores(sigma, with_record, trials, seed, q=0.5):
     kept with probability q (the world without it has no record): the strongest attacker's score, S~ itself."""
     rng = np.random.default_rng(seed)
     drawn = (rng.random(trials) < q).astype(int) if with_record else np.zeros(trials, dtype=int)
-    return np.array([noised_count(int(c), sigma, 1, 1, seed, t) for t, c in enumerate(drawn)])
+    return np.array([noised_count(int(c), sigma, np.array([0]), 1, seed, t) for t, c in enumerate(drawn)])
 
 
 def test_membership_audit_of_the_noised_count():

@@ -25,7 +25,7 @@ from flower_deploy import CONNECTION, EXAMPLE, Deployment, flower_descendants, f
 from flower_reference import flower_output, simulate_like  # noqa: E402
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "model-args": "{}", "partition-args": '{"sigma": 1.0}',
-              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5, "count_noise": 0.0}',
+              "recipe": "fedsampling", "recipe-args": '{"K": 64, "epsilon": 8.0, "M": 800, "server_lr": 0.5}',
               "num-clients": 4, "num-server-rounds": 2, "seed": 1, "round-timeout": 150.0, "eval-every": 1}
 VICTIM, FAULTY = 2, 3
 
@@ -87,6 +87,8 @@ def test_loopback_deployment_survives_a_killed_node_and_rejects_nan_updates(depl
     assert failed(first) == {(FAULTY, "train")}
     assert "non-finite" in first["failed"][0]["reason"]
     assert first["train_clients"] == [0, 1, 2, 3] and first["updates"] == 3
+    # the library default's drawn count, noised by the 3 summed clients' sealed shares (sigma_S^2 * 3/4)
+    assert first["secure_aggregation"]["count_tolerance"] == pytest.approx(3 * 2 * 2**16 / 2**22)  # set where noised
     # with every size report received, the size estimate and ratio are the in-process ones
     reference, _ = simulate_like(AppConfig.from_run_config(RUN_CONFIG))
     assert first["size_estimate"] == pytest.approx(reference.history[0]["size_estimate"], rel=1e-9)

@@ -8,7 +8,7 @@ fails, e.g. the old "fedsample[flower]" dependency that cannot be resolved offli
 the ServerApp wrote to the example's default ``out`` (``~/fedsample-runs/flower/{run_id}``, with ``HOME`` a
 temporary folder here), and that no process of the run attempted an outbound connection (the guard loaded in
 every Python process by ``sitecustomize``; pip installing a dependency would be one) other than Ray's dashboard's
-cloud-metadata probe, which no setting turns off (flower_deploy.RAY_CLOUD_PROBE)."""
+cloud-metadata probe, which no setting turns off (outbound_guard.outbound.RAY_CLOUD_PROBE)."""
 
 import json
 import re

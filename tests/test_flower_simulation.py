@@ -2,10 +2,14 @@
 the same clients asked to train, size estimates, losses, and final parameters within float tolerance; for
 FedSampling (a secure-sum strategy: its train replies go through SecAgg+) within SecAgg+'s quantization,
 rounds x server_lr x (10 clients x one quantum 2c/T) per coordinate, and its training loss within the tally's
-(10 quanta x 16 / the clients that stepped)."""
+(10 quanta x 16 / the clients that stepped). The library default's noised drawn count S~ (the clients' noise
+shares sealed into the sum) within 10 count quanta (2 x 2**16 / 2**22 each) of the in-process one; each round's
+step, the drawn sum over S~, then also within its size times that error over S~."""
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
@@ -14,13 +18,14 @@ from flwr.simulation import run_simulation  # noqa: E402
 
 import fedsample as fs  # noqa: E402
 from fedsample.flower import client_app, server_app  # noqa: E402
+from fedsample.federation.secure_sum import count_shares  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.secagg import SecAggPlus  # noqa: E402
 from flower_reference import flower_output, max_difference, same_rounds, simulate_like  # noqa: E402
 
 RECIPES = {
-    "fedsampling": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "count_noise": 0.0}, ("ratio", "size_estimate", "train_loss")),
-    "fedsampling/drawn": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "normalize": "drawn", "count_noise": 0.0}, ("ratio", "size_estimate", "train_loss")),
+    "fedsampling": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5}, ("ratio", "size_estimate", "train_loss")),
+    "fedsampling/K": ({"K": 64, "epsilon": 8.0, "M": 400, "server_lr": 0.5, "normalize": "K"}, ("ratio", "size_estimate", "train_loss")),
     "fedsts": ({"H": 3, "m": 4, "dim": 4, "lr": 0.1, "steps": 2, "batch_size": 16}, ("train_loss", "updates")),
     "isfedavg": ({"L": 3, "lr": 0.05, "epochs": 2, "batch_size": 4, "update": "cheap"}, ("train_loss", "updates")),
     "clustered_sampling": ({"m": 3, "algorithm": "similarity", "lr": 0.1, "epochs": 1, "batch_size": 16}, ("train_loss", "updates", "clusters")),
@@ -53,4 +58,22 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
     same_rounds(flower, reference.history, trained, ("loss",), rtol=1e-4)
     one_sample = 1.0 / len(fs.data.load_dataset(config.dataset).y_test)
     same_rounds(flower, reference.history, trained, ("accuracy",), atol=one_sample + 1e-9)  # one test sample at most
-    assert max_difference(params, reference.params) <= 2 * args["server_lr"] * quanta + 1e-6
+    bound = 2 * args["server_lr"] * quanta + 1e-6
+    if "normalize" not in args:  # the library default: S~ noised by the clients' sealed shares
+        counts = SecAggPlus().count_tolerance(10)
+        same_rounds(flower, reference.history, trained, ("samples",), rtol=0.0, atol=counts)
+        exact = simulate_like(AppConfig.from_run_config({**settings, "num-server-rounds": 1,
+                                                         "recipe-args": json.dumps({**args, "count_noise": 0.0})}))[0]
+        shares = count_shares(5.0, 10, config.seed, 0, np.arange(10))  # round 1: every client's share, drawn here
+        assert flower[0]["samples"] == pytest.approx(exact.history[0]["samples"] + shares.sum(), abs=counts)
+        bound += sum(step * counts / (r["samples"] - counts) for step, r in zip(round_steps(config), flower))
+    assert max_difference(params, reference.params) <= bound
+
+
+def round_steps(config):
+    """Each round's largest parameter change in the in-process run (round 1 from the initial parameters)."""
+    dataset = fs.data.load_dataset(config.dataset, **config.dataset_args)
+    module = fs.models.model_from_name(config.model, **config.model_args).build(dataset.input_shape, dataset.num_classes)
+    params = [fs.models.initial_parameters(module, config.seed)]
+    params += [simulate_like(dataclasses.replace(config, num_server_rounds=t))[0].params for t in range(1, config.num_server_rounds + 1)]
+    return [max_difference(b, a) for a, b in zip(params, params[1:])]

@@ -131,6 +131,50 @@ def test_rejecting_keeps_the_fused_abilities_and_leaves_the_rejected_out(fed, mo
     assert count == len(fused.received_positions()) - 1 and loss == pytest.approx(fused.summed_loss()[0] - fused[victim].loss)
 
 
+def test_a_one_gradient_cohort_builds_a_report_only_when_one_is_read(fed, module):
+    """The engine's fused cohort answers every protocol question from its arrays (30,000 clients cost no Python
+    object each): after the received positions, the summed loss, the drawn total and the shallow screen no report
+    object exists; a report read is built once (the same object every time) with the numbers the arrays hold."""
+    ids = np.arange(fed.num_clients)
+    payload = one_gradient_payload(module, counted=True)
+    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, payload, 2)
+    received = fused.received_positions()
+    loss, count = fused.summed_loss()
+    drawn = fused.drawn_total()
+    assert fs.validate.screen_updates(fused, ids, payload.params) is fused and fused.suspect_positions().size == 0
+    assert fused._made == {}  # nothing read one by one so far
+    first = int(received[0])
+    assert fused[first] is fused[first] and len(fused._made) == 1 and fused[-len(fused) + first] is fused[first]
+    plain = Replies(list(fused))
+    assert (loss, count) == plain.summed_loss() and drawn == plain.drawn_total() and count == len(received)
+    assert all(plain[int(i)] is fused[int(i)] for i in received)  # the list copy holds the same report objects
+
+
+class _Sqrt(torch.nn.Module):
+    def forward(self, x):
+        return x.sqrt()  # NaN on negative features
+
+
+def test_the_shallow_screen_reads_the_one_gradient_reports_it_cannot_vouch_for():
+    """A client whose features the model maps to NaN reports a NaN loss: the fused cohort names it among its
+    suspects and the screen rejects it with the reason the per-reply screen gives, the other clients as they were."""
+    ds = blobs(n=100)
+    x = np.abs(ds.x_train)
+    x[5:12] = -1.0  # client 1 holds no rows; client 2's rows are 5..11
+    bad = federate(dataclasses.replace(ds, x_train=x), SIZES)
+    module = torch.nn.Sequential(_Sqrt(), torch.nn.Linear(x.shape[1], ds.num_classes))
+    ids = np.arange(bad.num_clients)
+    payload = TrainPayload(initial_parameters(module, 1), AllSamples(), OneGradient(5), 2)
+    fused = VectorizedSimulator(bad, module, seed=3).run("train", ids, payload, 2)
+    assert type(fused) is CohortReports and fused.suspect_positions().tolist() == [2]
+    screened = fs.validate.screen_updates(fused, ids, payload.params)
+    plain = fs.validate.screen_updates(Replies(list(fused)), ids, payload.params, deep=False)
+    assert type(screened) is CohortReports and screened.failed == plain.failed and list(screened.failed) == [2]
+    assert screened.failed[2].reason == "non-finite loss nan"
+    np.testing.assert_array_equal(screened.received_positions(), plain.received_positions())
+    assert screened.summed_loss() == plain.summed_loss()
+
+
 def is_failed_at(replies, position):
     return isinstance(replies[position], Failed) and position in replies.failed
 

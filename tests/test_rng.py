@@ -37,6 +37,25 @@ def test_client_and_cohort_streams_identical():
         np.testing.assert_array_equal(pieces[i], stream[[1, 0, 2, 4][i] : [1, 0, 2, 4][i] + counts[i]])
 
 
+def test_ragged_from_the_first_draw_and_its_word_comparison_match_the_streams():
+    """ragged(counts) (start 0: per-client bases plus one arange) is each client's own stream, and ragged_below
+    (words compared against words_below, no floats) keeps exactly the uniforms below the threshold, at the edges
+    too: a threshold equal to a drawn uniform (not below itself), the next float above it, 0, NaN, the largest
+    uniform 1 - 2^-53, and 1 or more."""
+    ids = np.array([0, 7, 123456, 999_999, 5, 6])
+    counts = np.array([3, 0, 5, 1, 40, 2])
+    cohort = CohortRandom(11, 4, ids, "train")
+    flat = cohort.ragged(counts)
+    pieces = np.split(flat, np.cumsum(counts)[:-1])
+    for i, k in enumerate(ids):
+        np.testing.assert_array_equal(pieces[i], ClientRandom(11, 4, int(k), "train").uniforms(int(counts[i])))
+    u = float(flat[17])
+    thresholds = [u, np.nextafter(u, 1.0), np.nextafter(u, 0.0), 0.0, -1.0, float("nan"), 5e-324, 0.4, 1 - 2**-53, 1 - 2**-54, 1.0, 2.0]
+    for t in thresholds:
+        np.testing.assert_array_equal(cohort.ragged_below(counts, t), np.flatnonzero(flat < t), err_msg=f"threshold {t!r}")
+    assert 17 not in cohort.ragged_below(counts, u) and 17 in cohort.ragged_below(counts, np.nextafter(u, 1.0))
+
+
 def test_cells_are_deterministic_and_distinct():
     draw = lambda *cell: ClientRandom(*cell).uniforms(4)
     np.testing.assert_array_equal(draw(0, 1, 2, "a"), draw(0, 1, 2, "a"))

@@ -40,6 +40,36 @@ def test_bad_updates_are_rejected_with_a_reason(bad, reason):
     assert replies.received_positions().tolist() == [0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_finiteness_on_the_host_path_agrees_with_torch(dtype):
+    """tensor_finite (numpy on float32/float64 host tensors, torch otherwise) answers as torch.isfinite: a NaN, an
+    inf or a -inf anywhere (also in a non-contiguous view or a tensor that requires grad) makes it False."""
+    base = torch.randn(7, 5, dtype=torch.float64).to(dtype)
+    cases = [base, base.T, base[:, ::2], torch.zeros(0, dtype=dtype), base.clone().requires_grad_(True)]
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for where in ((0, 0), (6, 4), (3, 2)):
+            t = base.clone()
+            t[where] = bad
+            cases += [t, t.T, t[:, ::2]]
+    for t in cases:
+        assert validate.tensor_finite(t) == bool(torch.isfinite(t).all())
+    assert validate.params_finite({"a": base, "b": base * 2}) and not validate.params_finite({"a": base, "b": cases[-3]})
+
+
+@pytest.mark.parametrize("M", [None, 10])
+def test_integer_size_reports_screen_as_their_floats(M):
+    """An engine's integer reports (NumberReplies) are screened as the same numbers one by one: all valid, the
+    integer shortcut; one out of range or failed, each failure named as before."""
+    from fedsample.rounds import NumberReplies, Replies
+
+    ids = np.array([3, 8, 20, 21])
+    for values, failed in (([1, 9, 4, 2], {}), ([1, 10, 4, 0], {}), ([1, 9, 4, 2], {2: Failed(20, "report_size", "dropped out")})):
+        fast = validate.screen_sizes(NumberReplies(np.array(values, dtype=np.int64), failed), ids, M)
+        plain = validate.screen_sizes(Replies([failed.get(i, v) for i, v in enumerate(values)], failed), ids, M)
+        assert fast[0].tolist() == plain[0].tolist() and fast[1].tolist() == plain[1].tolist() and fast[2] == plain[2]
+        assert fast[1].dtype == np.int64
+
+
 def test_a_duplicate_reply_is_rejected():
     one = report()
     replies = validate.screen_updates([one, one], np.array([0, 1]), PARAMS)

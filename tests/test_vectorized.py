@@ -131,6 +131,21 @@ def test_size_reports_identical(fed, setup):
         np.testing.assert_array_equal(loop, vec)
 
 
+def test_kept_permanent_reports_are_the_ones_each_client_draws_alone(fed, setup):
+    """The engine keeps the last permanent answers; asked again (any round), for other clients, for another
+    query or with fresh reports, it answers what the loop's clients answer alone."""
+    module, _ = setup
+    ids, fewer = np.array([0, 1, 2, 3, 4, 5, 6, 7, 9]), np.array([9, 2, 5])
+    vec, loop = VectorizedSimulator(fed, module, seed=9), Simulator(fed, module, seed=9)
+    asks = [(ids, SizeQuery("randomized", 1.0, 10), 0), (ids, SizeQuery("randomized", 1.0, 10), 3),
+            (fewer, SizeQuery("randomized", 1.0, 10), 4), (ids, SizeQuery("randomized", 2.0, 10), 5),
+            (ids, SizeQuery("randomized", 2.0, 10, permanent=False), 6), (ids, SizeQuery("randomized", 2.0, 10), 7)]
+    for who, query, round in asks:
+        np.testing.assert_array_equal(np.asarray(vec.run("report_size", who, query, round)),
+                                      np.array(loop.run("report_size", who, query, round)))
+    assert vec._permanent is not None and vec._permanent[0][-1] == (2.0, 10)
+
+
 def test_fused_sum_equals_sum_of_client_gradients(fed, setup):
     """The one-backward union gradient equals the sum of each client's own G_c."""
     module, params = setup

@@ -112,8 +112,7 @@ def _overridden(config: ExperimentConfig, rounds: int | None, seeds: str | None,
 
 
 def command_run(args: argparse.Namespace) -> None:
-    import torch
-
+    from fedsample.device import use_threads
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
 
@@ -124,7 +123,7 @@ def command_run(args: argparse.Namespace) -> None:
     if args.workers is not None and args.workers < 1:
         raise CliError(f"--workers must be >= 1, got {args.workers}")
     runner.check_run_settings(args.jobs, ray=args.workers is not None or args.ray_address is not None)
-    torch.set_num_threads(max(1, args.threads))
+    use_threads(args.threads)
     config = _overridden(resolve(args.target), args.rounds, args.seeds, args.device)
     args.device = _checked_device(config.device)
     config = config.model_copy(update={"device": args.device})  # results.json records the device used

@@ -236,6 +236,8 @@ class BatchSchedule:
     def steps(self) -> np.ndarray:
         """The number of local steps of each member (0: it drew nothing)."""
         per = np.bincount(self.client, minlength=self.clients)
+        if self.single_step:  # one step for every member that has entries (the one-gradient cohort)
+            return (per > 0).astype(np.int64)
         steps = np.zeros(self.clients, dtype=np.int64)
         has = per > 0
         steps[has] = self.step[np.cumsum(per)[has] - 1] + 1

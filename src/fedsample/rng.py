@@ -77,9 +77,12 @@ def _mix_int(z: int) -> int:
 def mix64(z: np.ndarray) -> np.ndarray:
     """SplitMix64's finalizer, elementwise on uint64 arrays (wrapping arithmetic)."""
     z = np.asarray(z, dtype=np.uint64)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
-    return z ^ (z >> np.uint64(31))
+    z = z ^ (z >> np.uint64(30))  # a new array: the rest in place (the same arithmetic, fewer temporaries)
+    z *= np.uint64(_M1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(_M2)
+    z ^= z >> np.uint64(31)
+    return z
 
 
 @lru_cache(maxsize=1024)
@@ -103,7 +106,23 @@ def client_streams(key: int, clients: np.ndarray) -> np.ndarray:
 def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Uniforms on [0, 1) with 53 random bits: draw ``positions`` of the given client ``streams`` (broadcast)."""
     z = mix64(np.asarray(streams, dtype=np.uint64) + (np.asarray(positions, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GAMMA))
-    return (z >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+    return as_uniforms(z)
+
+
+def as_uniforms(words: np.ndarray) -> np.ndarray:
+    """The uniforms of mixed 64-bit ``words``: their top 53 bits times 2^-53."""
+    return (words >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+
+
+def words_below(threshold: float) -> int:
+    """The bound b with ``word < b`` exactly when the word's uniform (:func:`as_uniforms`) is below ``threshold``:
+    a uniform k * 2^-53 (k its top 53 bits) is below t when k < ceil(t * 2^53) (t * 2^53 is exact), i.e. when
+    the word is below ceil(t * 2^53) * 2^11; 0 for t <= 0 (or NaN: no uniform is below it) and 2^64 (every
+    word; not a uint64) for t above the largest uniform, 1 - 2^-53."""
+    t = float(threshold)
+    if not t > 0:
+        return 0
+    return min(math.ceil(t * 2.0**53), 1 << 53) << 11
 
 
 # --- the same streams as integer torch tensors (bit-identical on CPU and GPU) ----------------------------
@@ -245,18 +264,35 @@ class CohortRandom:
         starts = np.broadcast_to(np.asarray(start, dtype=np.int64), counts.shape)
         if self.device is not None:
             return self._ragged_torch(counts, starts)
+        if isinstance(start, (int, np.integer)) and start == 0:  # every client from its first draw (the common case)
+            return as_uniforms(self._first_words(counts))
         total = int(counts.sum())
         first = np.cumsum(counts) - counts
         within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
         positions = (within + np.repeat(starts, counts)).astype(np.uint64)
         return stream_uniforms(np.repeat(self.streams, counts), positions)
 
+    def _first_words(self, counts: np.ndarray) -> np.ndarray:
+        """The mixed words of draws 0, ..., counts_c - 1 of each client c, concatenated in client order. Draw i
+        of client c mixes stream_c + (i + 1) * GAMMA; at flat position j = first_c + i that is
+        (stream_c + (1 - first_c) * GAMMA) + j * GAMMA modulo 2^64: one repeat of a per-client base plus one
+        arange, no per-draw offsets."""
+        first = np.cumsum(counts) - counts
+        base = self.streams + (np.uint64(1) - first.astype(np.uint64)) * np.uint64(_GAMMA)
+        z = np.repeat(base, counts)
+        z += np.arange(len(z), dtype=np.uint64) * np.uint64(_GAMMA)
+        return mix64(z)
+
     def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
         """Flat positions (into :meth:`ragged`'s concatenation, from draw 0) of the draws below ``threshold``:
-        ``np.flatnonzero(self.ragged(counts) < threshold)``; on a device only those positions come back."""
+        ``np.flatnonzero(self.ragged(counts) < threshold)``, compared as words (:func:`words_below`: no
+        conversion to floats); on a device only those positions come back."""
         counts = np.asarray(counts, dtype=np.int64)
         if self.device is None:
-            return np.flatnonzero(self.ragged(counts) < threshold)
+            bound = words_below(threshold)
+            if bound >> 64:  # every draw is below it
+                return np.arange(int(counts.sum()), dtype=np.int64)
+            return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
         return self._ragged_device(counts, np.zeros_like(counts)).lt(threshold).nonzero().flatten().cpu().numpy()
 
     def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from fedsample.rng import SERVER, generator
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "NumberReplies", "Replies", "ReplyList", "RoundContext", "Widened",
-    "carries_update", "failed_positions", "is_failed", "replies_of", "weighted_sum",
+    "carries_update", "failed_positions", "is_failed", "position_index", "replies_of", "weighted_sum",
 ]
 
 
@@ -194,6 +194,12 @@ class ReplyList(Sequence):
         that took no step: its plan drew nothing and its update is zero)."""
         return np.array([i for i, r in enumerate(self) if i not in self.failed and carries_update(r)], dtype=np.int64)
 
+    def suspect_positions(self) -> np.ndarray:
+        """The received positions whose reply a shallow screen (:func:`fedsample.validate.screen_updates` without
+        ``deep``: the loss, the step count, one object per client) must read: every one here; an engine that builds
+        its reports itself names only those it cannot vouch for."""
+        return self.received_positions()
+
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}`` over the positions whose reply carries an update (empty
         replies add zero, failed ones nothing); None when none does."""
@@ -262,7 +268,7 @@ class NumberReplies(ReplyList):
     def __getitem__(self, position: Any) -> Any:
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
-        i = _index(position, len(self))
+        i = position_index(position, len(self))
         return self.failed[i] if i in self.failed else self.values[i]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -309,7 +315,7 @@ class Widened(ReplyList):
     def __getitem__(self, position: Any) -> Any:
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
-        i = _index(position, self.size)
+        i = position_index(position, self.size)
         if i in self.failed:
             return self.failed[i]
         return self.source[int(self._inner[i])]
@@ -343,7 +349,7 @@ class Widened(ReplyList):
         return Widened(source, self.live, self.size, outer)
 
 
-def _index(position: Any, size: int) -> int:
+def position_index(position: Any, size: int) -> int:
     """A sequence index: negative ones count from the end; out of range is an IndexError."""
     i = int(position)
     i = i + size if i < 0 else i

@@ -305,13 +305,15 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
     pi = np.asarray(cohort.inclusion, dtype=np.float64)
     m = np.asarray(cohort.multiplicity, dtype=np.float64)
     w = 1.0 / pi
-    total, squares, n = float(m @ w), float(m @ (w * w)), float(m.sum())
+    # sums, not BLAS dot products: the same float on every machine (a threaded dot's partial sums depend on the
+    # BLAS thread count), and no BLAS thread pool woken to spin beside the round's training on a small machine
+    total, squares, n = float(np.sum(m * w)), float(np.sum(m * (w * w))), float(m.sum())
     mean = total / n
     return {
         "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
-        "design_weight_total": float(np.sum(cohort.design_weights())),
+        "design_weight_total": float(np.sum(w if cohort.expected_draws is None else cohort.design_weights())),  # w: 1/pi_k
     }
 
 

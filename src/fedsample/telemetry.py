@@ -5,8 +5,9 @@ flwr 1.41 and flwr-datasets post usage events to ``telemetry.flower.ai`` unless 
 is set when they are imported (``flwr/supercore/telemetry.py`` reads it once, at import), and Flower's
 programs (``flwr``, ``flower-superlink``, ``flower-supernode``) ask an update-check endpoint unless
 ``FLWR_DISABLE_UPDATE_CHECK=1``. Ray (fedsample's Ray federation, and Flower's simulation runtime, which runs
-on Ray) reports usage to ``usage-stats.ray.io`` from its dashboard process, after probing cloud metadata
-addresses, unless ``RAY_USAGE_STATS_ENABLED=0`` when Ray starts. fedsample calls :func:`quiet_flower` before
+on Ray) reports usage to ``usage-stats.ray.io`` from its dashboard process unless ``RAY_USAGE_STATS_ENABLED=0``
+when Ray starts; that process probes the cloud metadata addresses whatever the switch says, and no setting stops
+it (docs/flower.md, "No phoning home"). fedsample calls :func:`quiet_flower` before
 it imports ``flwr`` or ``flwr_datasets`` (the ``fedsample.flower`` package, the Flower Datasets loaders) and
 :func:`quiet_ray` before it imports Ray: the variables the user has not set are set, so every process started
 from here inherits them, and a Flower telemetry module imported before fedsample (its switch already read) is

@@ -59,8 +59,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def command_diagnose(args: argparse.Namespace) -> None:
     """``fedsample diagnose``: measure each strategy's sampling at a fixed model and write the report."""
-    import torch
-
+    from fedsample.device import use_threads
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM
     from fedsample.diagnostics.measure import diagnose
     from fedsample.diagnostics.report import check_diagnosis_folder, summary_table, write_diagnosis
@@ -68,7 +67,7 @@ def command_diagnose(args: argparse.Namespace) -> None:
     from fedsample.experiments.presets import resolve
 
     check_arguments(args)
-    torch.set_num_threads(max(1, args.threads))
+    use_threads(args.threads)
     config = resolve(args.target)
     out = args.out if args.out is not None else Path("runs") / f"{runner.folder_name(config.name)}-diagnose"
     sketch_dim = DEFAULT_SKETCH_DIM if args.sketch_dim is None else args.sketch_dim

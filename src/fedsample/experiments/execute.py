@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from fedsample.device import resolve_device
+from fedsample.device import resolve_device, use_threads
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.experiments.validation import validation_metrics
@@ -155,7 +155,7 @@ def _start_worker(plan: Plan, threads: int, rounds: Any) -> None:
     """A spawned process: keep the plan and the progress queue, one torch thread unless asked otherwise; Ctrl-C
     is the parent's to handle (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(max(1, threads))
+    use_threads(threads)
     _WORKER.update(plan=plan, rounds=rounds)
 
 

@@ -41,6 +41,7 @@ from torch import nn
 
 from fedsample import checks
 from fedsample.data.types import FederatedData
+from fedsample.device import use_threads
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import ClientShard, ShardedReports, in_cohort_order
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
@@ -224,7 +225,7 @@ def serve(fd: int) -> None:
     conn = Connection(fd)
     try:
         start = pickle.loads(conn.recv_bytes())
-        torch.set_num_threads(start["threads"])
+        use_threads(start["threads"])
         held = [_receive_rows(conn, start["rows"], shape, dtype) for shape, dtype in start["shapes"]]
         shard = shard_holding(start["skeleton"], held[0], held[1], start["offsets"])
         worker = ClientShard(shard, start["module"], start["seed"], start["memory_budget"], start["engine"])

@@ -37,6 +37,7 @@ import numpy as np
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import payloads_for
 from fedsample.data.types import FederatedData
+from fedsample.device import use_threads
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
     ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
@@ -74,9 +75,7 @@ class RayClientShard(ClientShard):
     vectorized engine, and the node it runs on."""
 
     def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, threads: int) -> None:
-        import torch
-
-        torch.set_num_threads(threads)
+        use_threads(threads)
         super().__init__(shard, module, seed, memory_budget)
 
     def node(self) -> str:

@@ -8,8 +8,12 @@ server already holds: the cohort, inclusion probabilities and size reports), tog
 loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
 the number of samples they drew (for the self-normalized FedSampling update). Where the plan asks for it
 (``count_noise`` = sigma_S > 0), that last coordinate carries Gaussian noise: each of the m asked clients adds
-a share N(0, sigma_S^2 / m) to its count, so the sum of the a that answer carries N(0, sigma_S^2 a / m)
-(:func:`noised_count`; the ledger accounts it, :mod:`fedsample.privacy.amplification`).
+a share N(0, sigma_S^2 / m) to its count (:func:`count_shares`, drawn from the client's own stream of the
+(seed, round, client, purpose) cell), so the sum of the a that answer carries N(0, sigma_S^2 a / m): the full
+sigma_S^2 when every asked client answers, less after dropouts (a client cannot know, before it seals its
+reply, who else will answer); :func:`noised_count`, and the ledger accounts the actual a / m,
+:mod:`fedsample.privacy.amplification`. Flower's SecAgg+ seals the same shares on the clients
+(:mod:`fedsample.flower.secagg`), so both give the same noised count.
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -26,16 +30,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
-from fedsample.rng import generator
+from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, Replies, ReplyList, replies_of
 from fedsample.training.functional import Params
 
-__all__ = ["COUNT_NOISE_PURPOSE", "SealedReplies", "SecureSum", "with_secure_sum"]
+__all__ = ["COUNT_NOISE_PURPOSE", "SealedReplies", "SecureSum", "count_shares", "noised_count", "with_secure_sum"]
 
 #: The purpose of the random cell the drawn count's noise comes from (fedsample.rng).
 COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
@@ -48,7 +53,7 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, float] | None] = {}  # (round, sigma_S) where the plan asks for drawn counts
+        self._counted: dict[int, tuple[int, float, np.ndarray] | None] = {}  # (round, sigma_S, client ids) where the plan asks for drawn counts
         self._calls = 0
 
     @property
@@ -73,7 +78,8 @@ class SecureSum(Federation):
         self._pending[self._calls] = replies
         plan = getattr(first, "plan", None)
         counted = first is not None and bool(getattr(plan, "report_count", False))
-        self._counted[self._calls] = (int(round), float(getattr(plan, "count_noise", 0.0))) if counted else None
+        ids = np.asarray(client_ids, dtype=np.int64)
+        self._counted[self._calls] = (int(round), float(getattr(plan, "count_noise", 0.0)), ids) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
@@ -95,9 +101,9 @@ class SecureSum(Federation):
         exact = summed_samples(replies) if counted is not None else None
         drawn: float | None = exact
         if exact is not None and counted is not None and counted[1] > 0:
-            call_round, sigma = counted
-            answered = len(replies) - len(replies.failed)
-            drawn = noised_count(exact, sigma, answered, len(replies), self.noise_seed(), call_round)
+            call_round, sigma, ids = counted
+            answered = ids[replies.without_failed(np.arange(len(ids), dtype=np.int64))]
+            drawn = noised_count(exact, sigma, answered, len(ids), self.noise_seed(), call_round)
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
@@ -131,14 +137,25 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
-def noised_count(count: int, sigma: float, answered: int, asked: int, seed: int, round: int) -> float:
-    """The summed drawn count S plus the noise shares of the ``answered`` of ``asked`` clients, each N(0, sigma^2 /
-    asked): S + N(0, sigma^2 * answered / asked), drawn in one (seed, round, purpose) cell (the sum of the shares
-    has this distribution; the server sees neither the shares nor their sum, only S plus it)."""
-    if answered <= 0 or sigma <= 0:
-        return float(count)
-    scale = sigma * (answered / asked) ** 0.5
-    return float(count) + float(generator(seed, round, purpose=COUNT_NOISE_PURPOSE).normal(0.0, scale))
+def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray) -> np.ndarray:
+    """Each client's share of the noise on the drawn count, N(0, sigma^2 / asked), from the client's own
+    counter-based stream of the (seed, round, :data:`COUNT_NOISE_PURPOSE`) cell (its first uniform u, read as
+    Phi^-1(u + 2^-54), the midpoint of its 2^-53 cell): the same number whether one client draws it (a Flower
+    node) or the secure sum draws a cohort's at once."""
+    clients = np.asarray(clients, dtype=np.int64)
+    if sigma <= 0 or clients.size == 0:
+        return np.zeros(clients.shape)
+    first = np.zeros(clients.shape, dtype=np.uint64)  # each client's first draw in the cell
+    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first) + 2.0**-54
+    return np.asarray(sigma / np.sqrt(asked) * ndtri(u), dtype=np.float64)
+
+
+def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int) -> float:
+    """The summed drawn count S plus the noise shares (:func:`count_shares`) of the ``answered`` clients of the
+    ``asked`` ones, each N(0, sigma^2 / asked): S + N(0, sigma^2 * a / asked) for a answering clients (the
+    server sees neither a share nor the shares' sum, only S plus it)."""
+    shares = count_shares(sigma, asked, seed, round, answered)
+    return float(count) + float(shares.sum()) if shares.size else float(count)
 
 
 def summed_samples(replies: ReplyList) -> int | None:

@@ -39,7 +39,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import NumberReplies, Replies, ReplyList
+from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, position_index
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -88,6 +88,7 @@ class VectorizedSimulator(Simulator):
         self._batched_loss: Callable[..., torch.Tensor] | None = None
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
+        self._permanent: tuple[tuple, np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
 
     # --- the verb ----------------------------------------------------------------------------------
 
@@ -117,13 +118,22 @@ class VectorizedSimulator(Simulator):
         return Replies(held, failed={})
 
     def report_sizes(self, ids: np.ndarray, query: SizeQuery, round: int) -> NumberReplies:
-        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array)."""
+        """Every client's :func:`~fedsample.client.report_size` answer in one numpy pass (one array). Permanent
+        answers are drawn from one fixed cell, the same every round: the last cohort's are kept (as each client
+        keeps its one answer) and given again when the same clients are asked the same query."""
         sizes = self.sizes[ids]
         if query.mode == "exact":
             return NumberReplies(sizes.copy())
         cell_round, purpose = report_cell(query, round)
+        key = (self.seed, cell_round, purpose, query.randomization)
+        kept = self._permanent if query.permanent else None
+        if kept is not None and kept[0] == key and np.array_equal(kept[1], ids):
+            return NumberReplies(kept[2].copy())
         streams = CohortRandom(self.seed, cell_round, ids, purpose, self._draw_device)
-        return NumberReplies(randomized_response(sizes, *query.randomization, streams))
+        answers = randomized_response(sizes, *query.randomization, streams)
+        if query.permanent:
+            self._permanent = (key, ids.copy(), answers.copy())
+        return NumberReplies(answers)
 
     def probe_cohort(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:
         """Loss or label probes of a cohort in one pass (:func:`~fedsample.client.probe`'s answers): the label
@@ -172,7 +182,7 @@ class VectorizedSimulator(Simulator):
                 out.append(per_sample_losses(self.train_module, params, self.x[r], self.y[r], self.task).double().cpu().numpy())
         return np.concatenate(out + [np.zeros(0)])
 
-    def add_utilities(self, reports: Replies, ids: np.ndarray, drawn: DrawnCohort, params: Params) -> None:
+    def add_utilities(self, reports: ReplyList, ids: np.ndarray, drawn: DrawnCohort, params: Params) -> None:
         """Oort's statistical utility of each member that took a step (:func:`fedsample.client.statistical_utilities`
         over its drawn rows at the received ``params``), added to its report as the client adds it."""
         losses = self.sample_losses(params, self.data.offsets[ids[drawn.member]] + drawn.position)
@@ -239,19 +249,19 @@ class VectorizedSimulator(Simulator):
 
     # --- a scheduled solver -------------------------------------------------------------------------------
 
-    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, round: int) -> Replies:
+    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, round: int) -> ReplyList:
         """The cohort's local training from the solver's declaration: its schedule for what the cohort drew, its
         step rule and its FedNova normalizer. A cohort whose clients all take one step is one union forward
         (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
         solver = payload.solver
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
-        reports = Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         if len(drawn.member) == 0:
-            return reports
+            return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
+        reports: ReplyList
         if schedule.single_step:
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
         else:
@@ -322,22 +332,17 @@ class VectorizedSimulator(Simulator):
         aggregate, per-client updates on demand (:class:`CohortReports`)."""
         member = schedule.client
         counts = np.bincount(member, minlength=len(ids))
-        drew = np.flatnonzero(counts)
-        generators = self._mask_generators(ids[drew], round)
-        masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
+        masks = None
+        if self.random.layers:  # dropout: each client that drew rows draws its masks from its own generator
+            drew = np.flatnonzero(counts)
+            generators = self._mask_generators(ids[drew], round)
+            masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
         per_client = schedule.loss_scale is None  # the reported loss is the step's weighted loss itself
         loss_norm = np.ones(len(ids)) if per_client else schedule.loss_scale * np.maximum(counts, 1)
-        reports = CohortReports.one_gradient(
+        return CohortReports.one_gradient(
             self, params, self._rows(ids, drawn, schedule), member, schedule.weight, counts, loss_norm,
-            step=rule.lr, decay=rule.weight_decay, losses_per_client=per_client, masks=masks,
+            step=rule.lr, decay=rule.weight_decay, losses_per_client=per_client, masks=masks, norm_steps=norm, samples=counted,
         )
-        if norm is not None or counted is not None:
-            for c in drew.tolist():
-                if norm is not None:
-                    reports[c].norm_steps = float(norm[c])
-                if counted is not None:
-                    reports[c].samples = int(counted[c])
-        return reports
 
     def _stacked_chunk(
         self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: SGDStep, anchor: Params, masks_of_step: Any = None,
@@ -480,17 +485,26 @@ class _Union:
         return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
 
 
-class CohortReports(Replies):
-    """The reports of a one-gradient (or single-step) cohort: a list of one fixed-shape report per client,
-    like any federation's answer, whose :meth:`weighted_update_sum` the federation computes as one backward
-    pass of the union loss (linear aggregators: a fused sum) and whose :meth:`received_positions` it knows
-    without a pass over the cohort. It holds message content only (each client's loss and steps; the updates,
-    computed when read); the drawn rows stay in the federation."""
+class CohortReports(ReplyList):
+    """The reports of a one-gradient (or single-step) cohort: one fixed-shape report per client, like any
+    federation's answer, whose :meth:`weighted_update_sum` the federation computes as one backward pass of the
+    union loss (linear aggregators: a fused sum). It holds message content only, as arrays over the cohort (each
+    client's loss, FedNova's a_k and drawn count where sent; the updates, computed when read): a client's report
+    object is built when it is read (and then kept, so it is the same object each time), so a cohort of 30,000
+    clients costs no Python object per client unless someone reads each one; :meth:`received_positions`,
+    :meth:`summed_loss`, :meth:`drawn_total` and the screen's :meth:`suspect_positions` come from the arrays with
+    the numbers the reports would give. The drawn rows stay in the federation."""
 
     fused = True
     _federation: VectorizedSimulator
     _token: int
     _took_step: np.ndarray  # the replies' steps > 0
+    _stepped: np.ndarray  # the positions where _took_step holds, ascending
+    _losses: np.ndarray  # each client's reported loss (read where it took a step)
+    _norm_steps: np.ndarray | None  # FedNova's a_k where the solver reports it
+    _samples: np.ndarray | None  # the drawn counts where the plan asks for them
+    _empty: TrainReport  # the one shared empty reply (never mutated)
+    _made: dict[int, TrainReport]  # the reports read so far, by position (shared with the lists from rejecting)
     _step: float
     _decay: float
     _updates: Params | None
@@ -499,12 +513,13 @@ class CohortReports(Replies):
     def one_gradient(
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
         counts: np.ndarray, norm: np.ndarray, step: float = 1.0, decay: float = 0.0, losses_per_client: bool = False,
-        masks: random_layers.Masks | None = None,
+        masks: random_layers.Masks | None = None, norm_steps: np.ndarray | None = None, samples: np.ndarray | None = None,
     ) -> "CohortReports":
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
         ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
         loss times ``norm_c / counts_c`` (one-gradient) or, with ``losses_per_client``, the weighted loss itself
-        (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``.
+        (a local SGD step's minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``;
+        ``norm_steps``, ``samples``: each client's FedNova a_k and drawn count where its report carries them.
         A client without rows gets :func:`~fedsample.client.empty_report`."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.as_tensor(rows, device=sim.device)
@@ -513,21 +528,75 @@ class CohortReports(Replies):
             masks = {k: m.to(sim.device) for k, m in (masks or {}).items()}
             terms = torch.as_tensor(weights, dtype=sim.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
-        losses = per_client if losses_per_client else per_client * norm / np.maximum(counts, 1)
-        reports = cls([empty_report(params)] * len(counts), failed={})  # one shared empty reply (never mutated)
+        reports = cls.__new__(cls)
+        reports.failed, reports._made, reports._empty = {}, {}, empty_report(params)
+        reports._norm_steps, reports._samples = norm_steps, samples
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
+        reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
+        reports._stepped.flags.writeable = False  # as they are, so read-only)
+        reports._losses = per_client if losses_per_client else _scaled_where_stepped(per_client, norm, counts, reports._stepped)
         sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
         reports._step, reports._decay = step, decay
         reports._updates = None
-        for c, loss in zip(np.flatnonzero(counts).tolist(), losses[counts > 0].tolist()):
-            reports[c] = _DeferredReport(reports, c, loss)
         return reports
+
+    def __len__(self) -> int:
+        return len(self._took_step)
+
+    def __getitem__(self, position: Any) -> Any:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        i = position_index(position, len(self))
+        if i in self.failed:
+            return self.failed[i]
+        if not self._took_step[i]:
+            return self._empty
+        report = self._made.get(i)
+        if report is None:
+            report = self._made[i] = self._report(i)
+        return report
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))
+
+    def _report(self, position: int) -> TrainReport:
+        """The report of a client that took its step: its loss, a_k and drawn count from the arrays."""
+        report = _DeferredReport(self, position, float(self._losses[position]))
+        if self._norm_steps is not None:
+            report.norm_steps = float(self._norm_steps[position])
+        if self._samples is not None:
+            report.samples = int(self._samples[position])
+        return report
+
+    def rejecting(self, failures: dict[int, Failed]) -> "CohortReports":
+        out = type(self).__new__(type(self))
+        out.__dict__.update(self.__dict__)  # the same arrays, union token and report objects
+        out.failed = {**self.failed, **failures}
+        return out
 
     def received_positions(self) -> np.ndarray:
         """Positions of the replies that carry an update (the clients that drew samples, less the rejected):
         known without a Python pass over the cohort."""
-        return self.without_failed(np.flatnonzero(self._took_step))
+        return self.without_failed(self._stepped)
+
+    def summed_loss(self) -> tuple[float, int]:
+        """(sum of the received clients' losses, how many), summed one after another in cohort order as the plain
+        reply list sums the reports (a running sum: the same float)."""
+        losses = self._losses[self.received_positions()]
+        return (float(np.cumsum(losses)[-1]) if len(losses) else 0.0), len(losses)
+
+    def drawn_total(self) -> int:
+        """The received clients' drawn counts, summed (a ValueError where the plan did not ask for them)."""
+        if self._samples is None:
+            return super().drawn_total()
+        return int(np.sum(np.asarray(self._samples, dtype=np.int64)[self.received_positions()]))
+
+    def suspect_positions(self) -> np.ndarray:
+        """The received positions whose loss is not finite: the engine builds every report itself (one step, a
+        float loss, one object per client), so only these can fail a shallow screen."""
+        received = self.received_positions()
+        return received[~np.isfinite(self._losses[received])]
 
     def _union(self) -> _Union:
         union = self._federation._unions.get(self._token)
@@ -545,8 +614,7 @@ class CohortReports(Replies):
         a[positions] = weights
         union = self._union()
         grads = union.weighted_gradient_sum(a)
-        trained = self._took_step[positions]
-        total = float(np.sum(weights[trained]))  # decay * w0 only in trained updates
+        total = float(np.sum(weights[self._took_step[positions]])) if self._decay else 0.0  # decay * w0 only in trained updates
         return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
 
     def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
@@ -561,6 +629,15 @@ class CohortReports(Replies):
         if self._updates is None:
             self._updates = union.client_gradients(len(self))
         return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
+
+
+def _scaled_where_stepped(per_client: np.ndarray, norm: np.ndarray, counts: np.ndarray, stepped: np.ndarray) -> np.ndarray:
+    """``per_client * norm / max(counts, 1)`` computed at the ``stepped`` positions only, zero elsewhere (where
+    ``per_client`` is a sum over no rows, 0, so the array holds the same numbers): one-gradient losses with one
+    pass over the clients that drew rows, not over the whole cohort."""
+    out = np.zeros(len(per_client))
+    out[stepped] = per_client[stepped] * norm[stepped] / np.maximum(counts[stepped], 1)
+    return out
 
 
 class SteppedReports(Replies):

@@ -7,7 +7,8 @@ name fedsample's parts, each with a JSON object of arguments in ``<name>-args``;
 ``history.json`` and ``params.pt``: an absolute path, ``~`` for the home of the user running the ServerApp,
 ``{run_id}`` for the Flower run's id; default ``~/fedsample-runs/flower/{run_id}``; empty: no files), and
 SecAgg+'s settings for a strategy that declares ``secure_sum`` (``secagg-num-shares``,
-``secagg-reconstruction-threshold``, ``secagg-clipping-range``, ``secagg-quantization-range``:
+``secagg-reconstruction-threshold``, ``secagg-clipping-range``, ``secagg-quantization-range``,
+``secagg-count-range``:
 :class:`fedsample.flower.secagg.SecAggPlus`). Node-config keys: ``partition-id`` (the client id, and its
 partition of the dataset) or ``data-path`` (an ``.npz`` with ``x``, ``y``) with ``client-id``.
 """
@@ -50,6 +51,7 @@ class AppConfig:
     secagg_reconstruction_threshold: float = 0.5
     secagg_clipping_range: float = 8.0
     secagg_quantization_range: int = 2**22
+    secagg_count_range: float = 2.0**16
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> "AppConfig":

@@ -131,7 +131,7 @@ def serve_sealed(message: Message, context: Context, settings: Mapping[str, Any]
     report packed as the vector the SecAgg+ client mod masks; a failure raises (the node answers with an error,
     the client drops out of the sum)."""
     request, report = answer(message, context, settings)
-    return sealed_reply(message, report, request.payload.params)
+    return sealed_reply(message, request, report)
 
 
 def identify(message: Message, context: Context) -> Message:

@@ -6,8 +6,9 @@ A strategy that declares ``secure_sum`` asks for one weighted sum of the cohort'
 summed loss, how many clients took a step and, when the plan asks, how many samples they drew:
 :class:`~fedsample.federation.secure_sum.SecureSum`, which stays the in-process reference for the numbers).
 Here each client packs its reply into one vector (:func:`sealed_vector`): the update's arrays, then a tally
-(loss, 1 if it took a step, the drawn count in base-1024 digits, 1 if its vector had to be clipped), each tally
-entry scaled into SecAgg+'s clipping range. The server sends the fedsample request with SecAgg+'s
+(loss, 1 if it took a step, the drawn count in base-1024 digits or, where the plan puts noise on it, the drawn
+count plus the client's noise share, 1 if its vector had to be clipped), each tally entry scaled into SecAgg+'s
+clipping range. The server sends the fedsample request with SecAgg+'s
 collect-masked-vectors stage, so training happens inside the protocol; a client that fails before its masked
 vector arrives is a dropout (left out of the sum and named), one that fails after it is recovered by SecAgg+
 (its vector stays in the sum) as long as enough of its neighbours answer (the reconstruction threshold).
@@ -16,7 +17,15 @@ What SecAgg+ costs in numbers: every coordinate is clipped to ``[-clipping_range
 stochastically onto ``quantization_range`` levels, so each client's contribution is off by less than one
 quantum ``2 * clipping_range / quantization_range`` per coordinate (3.8e-6 at Flower's defaults, 8.0 and
 2**22), the sum of n clients by less than n quanta (:meth:`SecAggPlus.tolerance`); the integers of the tally
-are recovered exactly by rounding. The masked sum must not wrap modulo ``modulus_range``: at most
+are recovered exactly by rounding. FedSampling's noise on the drawn count (``count_noise`` = sigma_S > 0): each
+client seals its count plus its share N(0, sigma_S^2 / m) of the noise (m: the clients asked;
+:func:`fedsample.federation.secure_sum.count_shares`, from the client's own stream of the (seed, round, client,
+purpose) cell, exactly the share the in-process secure sum adds) in one entry of range ``count_range``
+(:class:`SecAggPlus`; digits would release parts of S exactly): the noised sum of the n summed clients is off
+from the in-process noised count by less than n count quanta ``2 * count_range / quantization_range`` (0.031
+samples per client at 2**16 and 2**22; :meth:`SecAggPlus.count_tolerance`; against sigma_S = 5, negligible), and
+the server never sees a share,
+the shares' sum or S apart. The masked sum must not wrap modulo ``modulus_range``: at most
 ``modulus_range // quantization_range - 1`` clients (1,023 at the defaults) per sum. A client whose vector
 left the range says so in the tally, and the round's record counts such clients (``clipped``).
 
@@ -44,7 +53,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
-from fedsample.federation.secure_sum import SealedReplies
+from fedsample.federation.secure_sum import SealedReplies, count_shares
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange
 from fedsample.rounds import Failed, carries_update
@@ -54,20 +63,29 @@ if TYPE_CHECKING:
     from fedsample.flower.federation import FlowerFederation
 
 __all__ = [
-    "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
-    "dropouts", "flag_clipped", "sealed_reply", "sealed_train", "sealed_vector", "unpack_sum",
+    "COUNT_RANGE", "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
+    "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
 ]
 
-#: The request's ConfigRecord naming the clipping range the client scales its tally into.
+#: The request's ConfigRecord naming the clipping range the client scales its tally into, the noised count's range
+#: and how many clients were asked (each adds 1/asked of the count's noise variance).
 SEALED = "sealed"
 #: Where SecAgg+'s client mod reads the vector to mask.
 FITRES_PARAMETERS = "fitres.parameters"
-#: The tally sealed beside the update: summed loss, clients that stepped, the drawn count's digits, clipped flags.
-TALLY = ("loss", "stepped", "drawn_0", "drawn_1", "drawn_2", "clipped")
+#: The tally sealed beside the update: summed loss, clients that stepped, the drawn count's digits (exact) or the
+#: noised drawn count (count plus noise share), clipped flags.
+TALLY = ("loss", "stepped", "drawn_0", "drawn_1", "drawn_2", "noised_drawn", "clipped")
 #: The drawn count in base-1024 digits: each digit's sum is exact after rounding (see the module doc).
 DIGIT = 1024
-#: The largest magnitude of each tally entry; entry / bound * clipping_range lies in the clipping range.
-TALLY_BOUNDS = np.array([128.0, 1.0, DIGIT, DIGIT, DIGIT, 1.0])
+#: The default largest |drawn count + noise share| one client seals (a client that draws every one of its samples
+#: draws its whole size): 65,536, one count quantum 2 * 2**16 / 2**22 = 0.031 samples at Flower's quantization.
+COUNT_RANGE = 2.0**16
+
+
+def tally_bounds(count_range: float) -> np.ndarray:
+    """The largest magnitude of each tally entry (``count_range``: the noised drawn count's); entry / bound *
+    clipping_range lies in the clipping range."""
+    return np.array([128.0, 1.0, DIGIT, DIGIT, DIGIT, float(count_range), 1.0])
 #: SecAgg+'s stages by the names the round record gives them.
 STAGES = {Stage.SETUP: "setup", Stage.SHARE_KEYS: "share-keys", Stage.COLLECT_MASKED_VECTORS: "collect-masked-vectors",
           Stage.UNMASK: "unmask"}
@@ -79,6 +97,7 @@ STAGES = {Stage.SETUP: "setup", Stage.SHARE_KEYS: "share-keys", Stage.COLLECT_MA
     reconstruction_threshold=[checks.integers(2), checks.reals(0, 1, "(]")],
     clipping_range=checks.POSITIVE,
     quantization_range=checks.integers(2),
+    count_range=checks.POSITIVE,
     modulus_range=checks.Param(checks.Options(*(2**k for k in range(2, 33))), words="a power of 2 up to 2**32"),
 )
 class SecAggPlus:
@@ -86,13 +105,16 @@ class SecAggPlus:
     ``num_shares`` (an integer >= 3, or a fraction of the cohort; 1.0: every client is every client's
     neighbour), ``reconstruction_threshold`` (an integer, or a fraction of the shares: how many neighbours must
     answer to remove a client's masks; a client with fewer live neighbours stops the round's sum),
-    ``clipping_range``, ``quantization_range`` and ``modulus_range`` (Flower's defaults)."""
+    ``clipping_range``, ``quantization_range`` and ``modulus_range`` (Flower's defaults), and ``count_range``
+    (fedsample's: the largest |drawn count + noise share| one client seals where the plan noises the count; a
+    client past it is clipped there and counted among the clipped)."""
 
     num_shares: int | float = 1.0
     reconstruction_threshold: int | float = 0.5
     clipping_range: float = 8.0
     quantization_range: int = 2**22
     modulus_range: int = 2**32
+    count_range: float = COUNT_RANGE
 
     def __post_init__(self) -> None:
         if self.quantization_range >= self.modulus_range:
@@ -114,6 +136,11 @@ class SecAggPlus:
         """Bound on the error of one coordinate of a sum of ``clients`` updates: ``clients`` quanta."""
         return clients * self.quantum
 
+    def count_tolerance(self, clients: int) -> float:
+        """Bound on the error of the noised drawn count of a sum of ``clients``: ``clients`` count quanta,
+        ``2 * count_range / quantization_range`` each."""
+        return clients * 2 * self.count_range / self.quantization_range
+
     def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> SealedReplies:
         """``federation.run("train", ...)`` under SecAgg+: :func:`sealed_train`."""
         return sealed_train(federation, self, ids, payloads, round)
@@ -122,17 +149,22 @@ class SecAggPlus:
 # --- a client's vector -----------------------------------------------------------------------------------
 
 
-def sealed_vector(report: Any, params: Params, clipping_range: float) -> list[np.ndarray]:
+def sealed_vector(
+    report: Any, params: Params, clipping_range: float, share: float | None = None, count_range: float = COUNT_RANGE
+) -> list[np.ndarray]:
     """What one client gives SecAgg+ to mask: its update's arrays in the order of ``params`` (zeros when it
     took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the drawn count in base-1024 digits or
-    0 when the plan does not ask for it, 0 for "not clipped"), each tally entry divided by its bound and
+    0 when the plan does not ask for it; with a noise ``share``, zero digits and the drawn count plus the share
+    in the noised entry; 0 for "not clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
     multiplied by ``clipping_range``."""
     stepped = carries_update(report)
     update = report.update if stepped else {k: torch.zeros_like(v) for k, v in params.items()}
     drawn = getattr(report, "samples", None) if report is not None else None
     drawn = int(drawn or 0)
-    digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2]
-    tally = np.array([float(report.loss) if stepped else 0.0, float(stepped), *digits, 0.0]) / TALLY_BOUNDS * clipping_range
+    digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2] if share is None else [0, 0, 0]
+    noised = 0.0 if share is None else drawn + float(share)
+    tally = np.array([float(report.loss) if stepped else 0.0, float(stepped), *digits, noised, 0.0])
+    tally = tally / tally_bounds(count_range) * clipping_range
     return [update[k].detach().cpu().numpy().astype(np.float64) for k in params] + [tally]
 
 
@@ -152,19 +184,23 @@ class SummedCohort:
     update: Params
     loss: float
     stepped: int
-    drawn: int
+    drawn: float  # an integer unless noised
     clipped: int
     summed: int  # how many clients' vectors are in the sum
 
 
-def unpack_sum(total: list[np.ndarray], params: Params, clipping_range: float, summed: int) -> SummedCohort:
+def unpack_sum(
+    total: list[np.ndarray], params: Params, clipping_range: float, summed: int, noised: bool = False,
+    count_range: float = COUNT_RANGE,
+) -> SummedCohort:
     """Split a summed vector (the protocol's output, in :func:`sealed_vector`'s layout) into the update's sum
-    (as ``params``' tensors) and the tally's sums (the integers rounded)."""
+    (as ``params``' tensors) and the tally's sums (the integers rounded; ``noised``: the drawn count is the
+    noised entry's sum, as it is)."""
     update = {k: torch.as_tensor(a, dtype=v.dtype).reshape(v.shape) for (k, v), a in zip(params.items(), total)}
-    tally = np.asarray(total[-1], dtype=np.float64) * TALLY_BOUNDS / clipping_range
-    whole = np.rint(tally[1:]).astype(np.int64)
-    drawn = int(whole[1] + DIGIT * whole[2] + DIGIT**2 * whole[3])
-    return SummedCohort(update, float(tally[0]), int(whole[0]), drawn, int(whole[4]), summed)
+    tally = np.asarray(total[-1], dtype=np.float64) * tally_bounds(count_range) / clipping_range
+    whole = np.rint(tally).astype(np.int64)
+    drawn = float(tally[5]) if noised else int(whole[2] + DIGIT * whole[3] + DIGIT**2 * whole[4])
+    return SummedCohort(update, float(tally[0]), int(whole[1]), drawn, int(whole[6]), summed)
 
 
 # --- the clients' side -----------------------------------------------------------------------------------
@@ -178,10 +214,33 @@ def clipping_range_of(message: Message) -> float:
     return float(value)
 
 
-def sealed_reply(message: Message, report: Any, params: Params) -> Message:
-    """The client's ``train`` answer inside SecAgg+: its vector as the FitRes records the client mod masks
-    (weight 1: SecAgg+ then sums the vectors as they are)."""
-    vector = sealed_vector(report, params, clipping_range_of(message))
+def count_share_of(message: Message, request: Any) -> float | None:
+    """This client's share of the noise on the drawn count (:func:`~fedsample.federation.secure_sum.count_shares`
+    of its own (seed, round, client) stream, over the asked clients the request names), drawn here on the
+    client; None where the plan asks for no count or no noise on it."""
+    plan = getattr(request.payload, "plan", None)
+    sigma = float(getattr(plan, "count_noise", 0.0) or 0.0) if getattr(plan, "report_count", False) else 0.0
+    if sigma <= 0:
+        return None
+    asked = message.content.config_records[SEALED]["asked"]
+    if not isinstance(asked, int) or asked < 1:
+        raise ValueError(f"the number of asked clients must be a positive integer, got {asked!r}")
+    return float(count_shares(sigma, asked, request.seed, request.round, np.array([request.client]))[0])
+
+
+def count_range_of(message: Message) -> float:
+    """The noised drawn count's range the server's request names (its ``sealed`` record)."""
+    value = message.content.config_records[SEALED]["count_range"]
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"the count range must be a number, got {value!r}")
+    return float(value)
+
+
+def sealed_reply(message: Message, request: Any, report: Any) -> Message:
+    """The client's ``train`` answer inside SecAgg+: its vector (with its noise share on the drawn count where the
+    plan asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as they are)."""
+    share = count_share_of(message, request)
+    vector = sealed_vector(report, request.payload.params, clipping_range_of(message), share, count_range_of(message))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
 
@@ -314,7 +373,7 @@ class _Sums:
     """The sealed cohorts of one federation, each revealed once (:class:`SealedReplies` asks here)."""
 
     def __init__(self) -> None:
-        self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, bool]] = {}
+        self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, bool]] = {}  # (sum, positions, counted)
         self.calls = 0
 
     def seal(self, cohort: SummedCohort | None, positions: np.ndarray, counted: bool) -> int:
@@ -323,8 +382,9 @@ class _Sums:
         self.pending[self.calls] = (cohort, positions, counted)
         return self.calls
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, int | None]:
-        """(w * sum of the updates, summed loss, how many stepped, summed drawn count or None): the weights
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, float | None]:
+        """(w * sum of the updates, summed loss, how many stepped, summed drawn count, noised where the plan
+        asks, or None): the weights
         must be one common weight over exactly the clients in the SecAgg+ sum."""
         cohort, summed, counted = self.pending.pop(token, (None, None, False))
         if summed is None:
@@ -349,13 +409,8 @@ def sealed_train(
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :class:`SealedReplies`), and every client left out of the sum is
     :class:`Failed` with the stage at which it dropped out (or why it was not asked), in the round's failures and
-    record (``federation.secure_rounds``). FedSampling's noise on the drawn count (``count_noise``), which the
-    in-process secure sum adds in shares, is not implemented here yet: refused with one line."""
-    noise = float(getattr(payloads[0].plan, "count_noise", 0.0) or 0.0) if payloads else 0.0
-    if noise > 0:
-        raise ValueError(f"Flower's SecAgg+ does not add FedSampling's noise on the drawn count yet (count_noise={noise:g}): "
-                         "give count_noise=0 (the privacy ledger then records the summed count S as an unprotected "
-                         "release) or run in-process, where the secure sum adds it in shares")
+    record (``federation.secure_rounds``). FedSampling's noise on the drawn count (``count_noise``) is added on
+    the clients, in shares sealed into the sum (:func:`count_share_of`)."""
     reachable = federation._reachable(ids, round)
     failed = {i: Failed(k, "train", str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
@@ -393,7 +448,8 @@ def _run_protocol(
     requests = {}
     for node, i in asked.items():
         request = encode_request("train", ids[i], federation.seed, round, payloads[i])
-        request.config_records[SEALED] = ConfigRecord({"clipping_range": float(settings.clipping_range)})
+        request.config_records[SEALED] = ConfigRecord({"clipping_range": float(settings.clipping_range),
+                                                       "count_range": float(settings.count_range), "asked": len(ids)})
         requests[node] = request
     shapes = [(1,)] + [tuple(v.shape) for v in params.values()] + [(len(TALLY),)]
     grid = _StageGrid(federation.grid, shapes)
@@ -414,10 +470,19 @@ def _run_protocol(
                       f"remove the masks (reconstruction threshold {workflow.threshold})")
     summed = len(strategy.included)
     total = [a * summed for a in strategy.mean]  # the workflow divides the sum by the summed weight, 1 per client
-    cohort = unpack_sum(total, params, settings.clipping_range, summed)
+    noised = count_noise_of(payloads) > 0
+    cohort = unpack_sum(total, params, settings.clipping_range, summed, noised, settings.count_range)
     record.update(summed=summed, summed_nodes=strategy.included, clipped=cohort.clipped,
                   tolerance=settings.tolerance(summed))
+    if noised:
+        record["count_tolerance"] = settings.count_tolerance(summed)
     return cohort, ""
+
+
+def count_noise_of(payloads: list[Any]) -> float:
+    """sigma_S of the plan's noise on the drawn count (0: no count asked, or the exact count)."""
+    plan = getattr(payloads[0], "plan", None) if payloads else None
+    return float(getattr(plan, "count_noise", 0.0) or 0.0) if getattr(plan, "report_count", False) else 0.0
 
 
 def dropouts(outcome: dict[str, dict[int, str | None]]) -> dict[int, str]:

@@ -74,6 +74,7 @@ def secure_aggregation(config: AppConfig) -> SecAggPlus:
     return SecAggPlus(
         num_shares=config.secagg_num_shares, reconstruction_threshold=config.secagg_reconstruction_threshold,
         clipping_range=config.secagg_clipping_range, quantization_range=config.secagg_quantization_range,
+        count_range=config.secagg_count_range,
     )
 
 

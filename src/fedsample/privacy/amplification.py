@@ -71,7 +71,7 @@ from fedsample.privacy.ledger import (
 )
 from fedsample.messages import PerClient, payloads_for
 from fedsample.privacy.reports import alpha_for
-from fedsample.rounds import is_failed
+from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
     "PrivacyWarning", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw", "joint_multiplier",
@@ -214,7 +214,7 @@ def releases(
         first = sent.shared if sent.shared is not None else sent.at(0)
         plans = [p.plan for p in sent] if isinstance(sent, PerClient) else [sent.shared.plan]
         asked = len(ids)
-        answered = asked if replies is None else sum(1 for r in replies if not is_failed(r))
+        answered = asked if replies is None else answered_count(replies)
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
         if getattr(first, "utility", False):  # Oort's statistical utility rides along, in the clear
             release = replace(release, what=release.what + ", statistical utilities")
@@ -227,6 +227,14 @@ def releases(
     if procedure == "send_held":
         return [sent_held_release(getattr(strategy, "noise", None), bool(getattr(strategy, "secure_sum", False)), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
+
+
+def answered_count(replies: Sequence[Any]) -> int:
+    """How many replies are not :class:`~fedsample.rounds.Failed`: from a reply list's ``failed`` map (no pass over
+    a cohort of 10^5 sealed replies), else reply by reply."""
+    if isinstance(replies, ReplyList):
+        return len(replies) - len(replies.failed)
+    return sum(1 for r in replies if not is_failed(r))
 
 
 def size_report_release(query: Any, round: int, call: tuple) -> Release:
@@ -378,6 +386,7 @@ def drawn_count_release(
     if sigma <= 0:
         return Release(round, what, None, None, None, reason="the exact summed count carries no noise", call=key)
     z = sigma * math.sqrt(min(answered, asked) / max(asked, 1))
+    noise = f"Gaussian noise sigma_S = {sigma:g} on S, the shares of {min(answered, asked)} of {asked} asked clients: multiplier {z:.4g}"
     user, k = accounting.unit == "user", accounting.k
     if user and k is None:
         return Release(round, what, None, None, None, call=key,
@@ -390,13 +399,13 @@ def drawn_count_release(
     if q is None or not everyone:
         why = why_q if q is None else f"the cohort is chosen by {type(strategy.clients).__name__}, not every client asked"
         return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification",
-                       f"Gaussian noise sigma_S = {sigma:g} on S, not amplified: {why}", call=key)
+                       f"{noise}, not amplified: {why}", call=key)
     if user and k is not None:
         counts = np.arange(k + 1)
         event = mixture_of_gaussians(z, counts.astype(np.float64).tolist(), binom.pmf(counts, k, q))
-        reason = f"Gaussian noise sigma_S = {sigma:g} on S; a user's drawn records are Binomial(k={k}, q={q:.4g})"
+        reason = f"{noise}; a user's drawn records are Binomial(k={k}, q={q:.4g})"
         return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=key)
-    reason = f"Gaussian noise sigma_S = {sigma:g} on S, one record moves it by 1; " + why_q
+    reason = f"{noise}, one record moves it by 1; " + why_q
     return Release(round, what, poisson_sampled(q, gaussian(z)), unamplified, ADD_REMOVE, "poisson", reason, call=key)
 
 

@@ -36,14 +36,30 @@ __all__ = ["DrawnNormalizedSum", "FedNova", "ISFedAvgAggregate", "Scaling", "Str
 Reports = ReplyList | Sequence["TrainReport | None"]  # what an aggregator is handed
 
 
-def received(reports: Reports) -> tuple[np.ndarray, list["TrainReport"]]:
+def received(reports: Reports) -> tuple[np.ndarray, Sequence["TrainReport"]]:
     """Positions (in the cohort) and reports of the clients that sent an update: every reply except
     :class:`~fedsample.rounds.Failed`, None and the empty replies (no step taken: the client's plan drew nothing,
     and its update is zero), as the reply list names them (:meth:`~fedsample.rounds.ReplyList.received_positions`:
     the vectorized engine knows them without a pass; a secure sum names every client that answered)."""
     replies = replies_of(reports)
     positions = replies.received_positions()
-    return positions, [replies[int(i)] for i in positions]
+    return positions, _Picked(replies, positions)
+
+
+class _Picked(Sequence):
+    """The replies at ``positions`` of a reply list, each read when indexed: a cohort of 30,000 received clients
+    costs no pass over them unless an aggregator reads each report (FedNova's a_k)."""
+
+    def __init__(self, replies: ReplyList, positions: np.ndarray) -> None:
+        self._replies, self._positions = replies, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._replies[int(self._positions[i])]
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion", "size_inverse_inclusion"]
@@ -166,7 +182,7 @@ def response_rate_of(ctx: "RoundContext | None") -> float:
 
 
 def linear_combination(
-    reports: Reports, weights_of: Callable[[np.ndarray, list["TrainReport"]], np.ndarray]
+    reports: Reports, weights_of: Callable[[np.ndarray, Sequence["TrainReport"]], np.ndarray]
 ) -> Params | None:
     """sum_k w_k * Delta_k over the received updates (None when nothing was received), with the weights
     ``weights_of(positions, received_reports)``, formed by the reply list
@@ -224,7 +240,7 @@ class FedNova:
         return WeightedMean(self.by).shared_settings
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
-        def weights(positions: np.ndarray, got: list["TrainReport"]) -> np.ndarray:
+        def weights(positions: np.ndarray, got: Sequence["TrainReport"]) -> np.ndarray:
             p = WeightedMean(self.by).weights(positions, cohort, ctx)
             a = np.array([normalizer(r) for r in got], dtype=np.float64)
             if np.any(a <= 0):
