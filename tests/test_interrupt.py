@@ -31,13 +31,20 @@ def processes_in_session(sid: int) -> int:
     return count
 
 
+def as_in_a_terminal() -> None:
+    """The child's Ctrl-C as a terminal delivers it: a suite started as a background job of a non-interactive shell
+    (``.ci/run &``) inherits SIGINT ignored, and Python then installs no handler, so the run would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists() or sys.platform != "linux", reason="reads the process table in /proc (Linux)")
 @pytest.mark.parametrize("children, wait", [(1, 0.0), (2, 0.0), (3, 3.0)], ids=["first started", "starting", "running"])
 def test_ctrl_c_while_jobs_start_or_run_is_one_line_and_exit_130(children, wait, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     command = [sys.executable, "-m", "fedsample.cli", "run", "quickstart", "--rounds", "40", "--seeds", "0,1", "--jobs", "2",
                "--quiet", "--out", str(tmp_path / "out")]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                           preexec_fn=as_in_a_terminal)
     try:
         deadline = time.monotonic() + 180
         while processes_in_session(run.pid) < children and run.poll() is None and time.monotonic() < deadline:
