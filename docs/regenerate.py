@@ -13,7 +13,7 @@ Every generated part of a Markdown file (README.md, docs/*.md) sits between two 
 
 NAME is a key of :data:`BLOCKS`, whose function renders the text from a **record**: what a command wrote, stored in
 ``docs/records/COMMAND/`` (``meta.json``: the command as the docs show it, when and where it ran, its wall and CPU
-time, the fedsample commit, and the sha256 of every picture it put in ``docs/img/``). A block may appear in several
+time, the fedsample commit (``-dirty`` only when the code differs from it: :func:`commit`), and the sha256 of every picture it put in ``docs/img/``). A block may appear in several
 files (the README and a page of docs/ show the same table). Text outside the markers is written by hand and must not
 carry a number a command prints.
 
@@ -234,11 +234,23 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {model}, load {os.getloadavg()[0]:.1f}"
 
 
-def commit() -> str:
+NUMBER_PATHS = ("src", "benchmarks", "pyproject.toml", "constraints.txt")
+"""The files whose changes can change a command's numbers: the code, the benchmarks and the dependencies."""
+
+
+def commit(root: Path | None = None) -> str:
+    """The commit a record's numbers come from: HEAD's short hash in the git checkout ``root`` (default: this
+    repository), with ``-dirty`` only when a file of :data:`NUMBER_PATHS` differs from HEAD (changed, staged, deleted
+    or new and not ignored). The docs, the README and the records, which this script itself rewrites, do not count
+    (``git describe --dirty`` would always say dirty while a record is being written). "unknown" outside a checkout."""
+    where = ["git", "-C", str(root or ROOT)]
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run([*where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run([*where, "status", "--porcelain", "--untracked-files=all", "--", *NUMBER_PATHS],
+                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head}-dirty" if changed else head
 
 
 def sha256(path: Path) -> str:

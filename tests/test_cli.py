@@ -46,8 +46,13 @@ def test_results_schema(quick_run):
 def test_resume_after_completion_gives_the_same_results(quick_run):
     _, out = quick_run
     before = json.loads((out / "results.json").read_text())
+    timing = json.loads((out / "timing.json").read_text())
+    assert len(timing["invocations"]) == 1 and timing["wall_s"] > 0 and timing["complete"]
     assert main(["run", "quickstart", "--rounds", "3", "--seeds", "0,1", "--out", str(out), "--quiet", "--resume"]) == 0
     assert json.loads((out / "results.json").read_text()) == before
+    again = json.loads((out / "timing.json").read_text())  # the resumed invocation adds to the folder's wall time
+    assert again["invocations"][0] == timing["invocations"][0] and [i["resumed"] for i in again["invocations"]] == [False, True]
+    assert again["wall_s"] == pytest.approx(sum(i["wall_s"] for i in again["invocations"])) and again["complete"]
 
 
 def test_presets_lists_quickstart(capsys):

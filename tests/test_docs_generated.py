@@ -121,3 +121,39 @@ def test_a_command_whose_data_set_is_absent_is_not_available(tmp_path, monkeypat
     assert regenerate.COMMANDS["diagnose-samplers"].needs == "fashion-mnist"
     assert regenerate.available("diagnose-samplers") is False
     assert regenerate.available("quickstart") is True
+
+
+def test_the_recorded_commit_is_dirty_only_when_code_differs_from_head(tmp_path):
+    """A record's commit is HEAD, with "-dirty" only for a change that can change the numbers (src/, benchmarks/,
+    pyproject.toml, constraints.txt): the docs, the README and the records the script rewrites do not count."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    files = {"src/fedsample/a.py": "x = 1\n", "docs/page.md": "text\n", "docs/records/q/meta.json": "{}\n", "README.md": "r\n",
+             "pyproject.toml": "[project]\n", "benchmarks/b.py": "y = 2\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "first")
+    head = git("rev-parse", "--short", "HEAD")
+    assert regenerate.commit(tmp_path) == head
+    for name in ("docs/page.md", "docs/records/q/meta.json", "README.md"):
+        (tmp_path / name).write_text("edited\n")
+    (tmp_path / "docs" / "records" / "new").mkdir()
+    (tmp_path / "docs" / "records" / "new" / "meta.json").write_text("{}\n")  # a new record: still clean
+    assert regenerate.commit(tmp_path) == head
+    for change in ("src/fedsample/a.py", "pyproject.toml", "benchmarks/b.py", "src/fedsample/new.py"):
+        original = (tmp_path / change).read_text() if (tmp_path / change).exists() else None
+        (tmp_path / change).write_text("changed = True\n")
+        assert regenerate.commit(tmp_path) == f"{head}-dirty", change
+        if original is None:
+            (tmp_path / change).unlink()
+        else:
+            (tmp_path / change).write_text(original)
+        assert regenerate.commit(tmp_path) == head, change
+    assert regenerate.commit(tmp_path / "docs" / "nowhere") == "unknown"

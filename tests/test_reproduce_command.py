@@ -144,10 +144,77 @@ def test_resume_reuses_finished_presets_and_studies(reproduced, tmp_path):
     (out / "gains" / "trace.txt").unlink()
     assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
     after = json.loads((out / "reproduction.json").read_text())
-    assert [r["status"] for r in after["runs"]] == ["reused (ran earlier)"] * 2
-    assert [r["wall_s"] for r in after["runs"]] == [r["wall_s"] for r in before["runs"]]  # the time it took then
+    records = [json.loads((out / name / "timing.json").read_text()) for name in ("fake-digits", "gains")]
+    assert [r["status"] for r in after["runs"]] == [f"reused (ran {record['finished']})" for record in records]
+    assert [r["wall_s"] for r in after["runs"]] == [record["wall_s"] for record in records]  # the time it took then
+    for record, run in zip(records, before["runs"]):  # each folder's own record of the invocation that produced it
+        assert record["complete"] and len(record["invocations"]) == 1 and 0 < record["wall_s"] <= run["wall_s"]
     assert not (out / "gains" / "trace.txt").exists()  # the study did not run again
     assert after["figures"] == before["figures"] and after["comparisons"] == before["comparisons"]
+
+
+def timing_record(wall_s, finished="2026-01-02 03:04 UTC"):
+    return json.dumps({"wall_s": wall_s, "finished": finished, "complete": True,
+                       "invocations": [{"finished": finished, "wall_s": wall_s, "resumed": False}]})
+
+
+def test_a_reused_run_reports_its_own_folders_wall_time_after_an_only_run_without_it(reproduced, tmp_path):
+    """OUT's last reproduction.json, written by an --only run, does not list the preset: its wall time still comes
+    from its folder's record, and the total adds every reused run's own time (not the seconds spent checking it)."""
+    out = tmp_path / "copy"
+    shutil.copytree(reproduced[1], out)
+    (out / "fake-digits" / "timing.json").write_text(timing_record(1000.0))
+    (out / "gains" / "timing.json").write_text(timing_record(20.0, "2026-01-01 00:00 UTC"))
+    assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume", "--only", "gains"]) == 0
+    only = json.loads((out / "reproduction.json").read_text())
+    assert {r["name"]: r["wall_s"] for r in only["runs"]} == {"gains": 20.0, "fake-digits": None}
+    assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
+    after = json.loads((out / "reproduction.json").read_text())
+    assert {r["name"]: (r["wall_s"], r["status"]) for r in after["runs"]} == {
+        "fake-digits": (1000.0, "reused (ran 2026-01-02 03:04 UTC)"), "gains": (20.0, "reused (ran 2026-01-01 00:00 UTC)")}
+    assert after["wall_s"] < 1000  # this invocation only checked them
+    assert "2 run(s) reused from an earlier invocation; the runs' own wall times add up to 1020 s)" in (out / "REPRODUCTION.md").read_text()
+
+
+def test_a_folder_without_a_record_falls_back_to_the_last_reproduction_then_to_unknown(reproduced, tmp_path):
+    """A preset folder written before timing.json existed: its time in OUT's last reproduction.json, and where that
+    does not list it, no time at all (never the seconds spent checking it), named apart in the total."""
+    out = tmp_path / "copy"
+    shutil.copytree(reproduced[1], out)
+    first = {r["name"]: r["wall_s"] for r in json.loads((out / "reproduction.json").read_text())["runs"]}
+    (out / "fake-digits" / "timing.json").unlink()
+    assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
+    runs = {r["name"]: r for r in json.loads((out / "reproduction.json").read_text())["runs"]}
+    assert runs["fake-digits"]["wall_s"] == first["fake-digits"]
+    assert runs["fake-digits"]["status"] == "reused (ran earlier; wall time from the last reproduction.json)"
+    assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume", "--only", "gains"]) == 0
+    assert main(["reproduce", "fake", "--out", str(out), "--quiet", "--resume"]) == 0
+    runs = {r["name"]: r for r in json.loads((out / "reproduction.json").read_text())["runs"]}
+    assert runs["fake-digits"]["wall_s"] is None and runs["fake-digits"]["status"] == "reused (ran earlier; wall time not recorded)"
+    gains = json.loads((out / "gains" / "timing.json").read_text())["wall_s"]
+    assert runs["gains"]["wall_s"] == gains
+    text = (out / "REPRODUCTION.md").read_text()
+    assert f"add up to {gains:.0f} s, without the 1 reused run(s) whose wall time was not recorded)" in text
+    assert "| — | reused (ran earlier; wall time not recorded) |" in text
+
+
+def test_the_wall_time_record_adds_a_resumed_invocation_and_says_when_it_misses_earlier_work(tmp_path):
+    from fedsample.experiments.timing import record_wall_time, recorded_wall_time
+
+    assert recorded_wall_time(tmp_path) is None
+    first = record_wall_time(tmp_path, 30.0)
+    assert first["wall_s"] == 30.0 and first["complete"] and recorded_wall_time(tmp_path) == first
+    second = record_wall_time(tmp_path, 12.5, resumed=True, earlier_work=True)  # the record holds the earlier work
+    assert second["wall_s"] == 42.5 and second["complete"] and [i["resumed"] for i in second["invocations"]] == [False, True]
+    assert record_wall_time(tmp_path, 5.0)["wall_s"] == 5.0  # a fresh run starts a fresh record
+    (tmp_path / "timing.json").unlink()
+    resumed = record_wall_time(tmp_path, 7.0, resumed=True, earlier_work=True)  # an interrupted run had no record
+    assert resumed["wall_s"] == 7.0 and not resumed["complete"]
+    other = tmp_path / "other"
+    other.mkdir()
+    assert record_wall_time(other, 1.0, resumed=True)["complete"]  # resumed, but nothing had run before
+    (tmp_path / "timing.json").write_text('{"wall_s": "a lot"}')
+    assert recorded_wall_time(tmp_path) is None
 
 
 def test_a_second_run_into_the_same_folder_needs_resume_or_overwrite(reproduced, capsys):

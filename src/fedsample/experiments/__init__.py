@@ -2,6 +2,6 @@
 
 from fedsample import lazy
 
-__all__ = ["config", "execute", "grid", "plan", "presets", "report", "runner", "stats", "validation"]
+__all__ = ["config", "execute", "grid", "plan", "presets", "report", "runner", "stats", "timing", "validation"]
 
 __getattr__, __dir__ = lazy.submodules(__name__, __path__)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from fedsample.experiments.plan import (  # noqa: F401 - the runner's public nam
     Failure, Job, Outcome, Plan, check_data_fits, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
+from fedsample.experiments.timing import TIMING_FILE, record_wall_time
 from fedsample.simulation import Backend, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
@@ -32,7 +34,10 @@ METRICS = ("accuracy", "macro_f1", "loss")
 """The test metrics every run reports."""
 
 
-RUN_FILES = ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", "checkpoints", "tracking")
+RUN_FILES = (
+    "results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json", TIMING_FILE, "checkpoints",
+    "tracking",
+)
 SUMMARY_FILES = ("results.json", "summary.md", "curves.png", "partition.png")
 
 
@@ -108,14 +113,17 @@ def run_experiment(
     """The whole experiment into ``out``: check the settings and the folder (:func:`check_run_settings`,
     :func:`check_output_folder`: a refusal writes nothing), record it, run every strategy, grid value and
     seed (:func:`run_plan`; ``only`` a subset of the labels), select each grid's value on the validation
-    split, write results.json, summary.md and the plots; returns the results.json document and the raw
-    results of each label (its selected value's runs). With ``tracking`` each run is a tracked run, and a run
-    named "summary" holds the experiment's result files."""
+    split, write results.json, summary.md and the plots, and then record this invocation's wall time in
+    timing.json (:mod:`fedsample.experiments.timing`; a resumed invocation adds to the record there); returns the
+    results.json document and the raw results of each label (its selected value's runs). With ``tracking`` each
+    run is a tracked run, and a run named "summary" holds the experiment's result files."""
+    started = time.perf_counter()
     plan = restricted(plan, only)
     check_run_settings(jobs, (options or {}).get("federation") is not None)
     check_output_folder(out, plan.config, resume=resume, overwrite=overwrite)
     if tracking is not None:
         tracking.check()
+    earlier_work = resume and (out / "checkpoints").is_dir() and any((out / "checkpoints").iterdir())
     start_output_folder(out, plan.config, overwrite=overwrite)
     outcomes = run_plan(
         plan, out, resume=resume, checkpoint_every=checkpoint_every, progress=progress, backend=backend,
@@ -124,6 +132,7 @@ def run_experiment(
     results, extras = selected_runs(plan, outcomes)
     document = summarize(plan.config, results, extras, task_metrics(plan.dataset.task))
     write_outputs(plan, out, document, privacy_document(results))
+    record_wall_time(out, time.perf_counter() - started, resumed=resume, earlier_work=earlier_work)
     if tracking is not None and tracking.backends:
         config = {"experiment_config": plan.config.model_dump(mode="json")}
         tracking.log_files(plan.config.name, "summary", f"{folder_name(plan.config.name)}/summary", [out / name for name in SUMMARY_FILES], config)

@@ -18,6 +18,7 @@ from fedsample import outputs
 from fedsample.experiments import runner
 from fedsample.experiments.config import ConfigError, ExperimentConfig, parse_config
 from fedsample.experiments.presets import resolve
+from fedsample.experiments.timing import record_wall_time, recorded_wall_time
 from fedsample.reproduction.collect import Values, read_experiment, study_values
 from fedsample.reproduction.environment import hardware, utc_now
 from fedsample.reproduction.registry import find_paper, papers, profile_of, profile_presets
@@ -30,6 +31,7 @@ __all__ = ["add_arguments", "finished", "reproduce"]
 
 DEFAULT_STUDY_SEEDS = (0, 1, 2)
 STUDY_FILE = "study.json"
+REUSED = "reused"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,10 +178,11 @@ def run_options(args: argparse.Namespace, out: Path) -> dict:
 
 
 def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argparse.Namespace) -> tuple[str, list[str]]:
-    """Run one preset into OUT/key (or reuse it with --resume); its status and its one-line failures."""
+    """Run one preset into OUT/key (or reuse it with --resume: status :data:`REUSED`); its status and its
+    one-line failures."""
     folder = sel.out / key
     if args.resume and finished(folder, config):
-        return "reused (ran earlier)", []
+        return REUSED, []
     plan = runner.prepare(config)
     stopped: list[str] = []
     runner.run_experiment(
@@ -189,28 +192,46 @@ def run_preset(key: str, config: ExperimentConfig, sel: Selection, args: argpars
 
 
 def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[str, Values]:
-    """Run one study into OUT/name/study.json (or reuse it with --resume: same seeds and device)."""
+    """Run one study into OUT/name/study.json, its wall time into OUT/name/timing.json (or reuse them with
+    --resume, same seeds and device: status :data:`REUSED`)."""
     folder = sel.out / study.name
     seeds = sel.seeds or list(study.seeds or DEFAULT_STUDY_SEEDS)
     saved = folder / STUDY_FILE
     if args.resume and saved.exists():
         document = json.loads(saved.read_text())
         if document.get("seeds") == seeds and document.get("device") == sel.device:
-            return "reused (ran earlier)", study_values(document["values"])
+            return REUSED, study_values(document["values"])
     folder.mkdir(exist_ok=True)
+    start = time.perf_counter()
     measured = study.run(sel.device, seeds, folder)
     document = {"seeds": seeds, "device": sel.device, "values": {k: {m: list(v) for m, v in d.items()} for k, d in measured.items()}}
     outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
+    record_wall_time(folder, time.perf_counter() - start)
     return "ran", study_values(document["values"])
 
 
 def earlier_wall_times(out: Path) -> dict[str, float]:
-    """``{run name: wall seconds}`` of the runs in ``out``'s last reproduction.json that ran (then or before)."""
+    """``{run name: wall seconds}`` of the runs in ``out``'s last reproduction.json that ran (then or before): the
+    fallback of :func:`reused_wall_time` for folders written before timing.json existed."""
     try:
         runs = json.loads((out / "reproduction.json").read_text())["runs"]
         return {r["name"]: float(r["wall_s"]) for r in runs if r["wall_s"] is not None and r["status"].startswith(("ran", "reused"))}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def reused_wall_time(folder: Path, earlier: float | None) -> tuple[float | None, str]:
+    """A reused preset's or study's wall time and status: from its folder's own record of the invocation(s) that
+    produced it (timing.json, :mod:`fedsample.experiments.timing`), else, for a folder written before that record
+    existed, ``earlier`` (its time in OUT's last reproduction.json), else unknown (None)."""
+    record = recorded_wall_time(folder)
+    if record is not None:
+        count = len(record["invocations"])
+        more = (f", {count} invocations" if count > 1 else "") + ("" if record["complete"] else "; not counting interrupted earlier work")
+        return record["wall_s"], f"{REUSED} (ran {record['finished']}{more})"
+    if earlier is not None:
+        return earlier, f"{REUSED} (ran earlier; wall time from the last reproduction.json)"
+    return None, f"{REUSED} (ran earlier; wall time not recorded)"
 
 
 def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[str, Values], list[str]]:
@@ -233,12 +254,12 @@ def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[
             status = f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             failures.append(f"{kind} {key}: {status}")
             print(f"fedsample: {kind} {key} {status}", file=sys.stderr)
-        wall = time.perf_counter() - start
-        if status.startswith("reused"):  # the time it took when it ran, from the folder's last reproduction.json
-            wall = earlier.get(key, wall)
+        wall: float | None = time.perf_counter() - start
+        if status == REUSED:  # the time it took when it ran, not the seconds spent checking it
+            wall, status = reused_wall_time(sel.out / key, earlier.get(key))
         description = what.description if isinstance(what, ExperimentConfig) else f"{what.description} (cost: {what.cost})".strip()
         runs.append({"name": key, "kind": kind, "description": description, "wall_s": wall, "status": status})
-        say(args, f"[{i}/{total}] {key}: {status} ({wall:.0f} s)")
+        say(args, f"[{i}/{total}] {key}: {status} ({'?' if wall is None else f'{wall:.0f}'} s)")
     runs += [{"name": name, "kind": "skipped", "description": "", "wall_s": None, "status": "not run (--only)"} for name in sel.skipped]
     return runs, values, failures
 

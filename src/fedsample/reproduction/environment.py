@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 from pathlib import Path
+
+from fedsample.experiments.timing import utc_now
 
 __all__ = ["hardware", "utc_now"]
 
@@ -38,7 +39,3 @@ def hardware(device: str) -> dict:
 
     return {"cpu": cpu_model(), "gpu": gpu_name(device), "torch": torch.__version__, "python": platform.python_version()}
 
-
-def utc_now() -> str:
-    """The time now, in UTC to the minute (``2026-11-23 14:11 UTC``)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -176,12 +176,15 @@ def run_lines(runs: list[Mapping]) -> list[str]:
 
 
 def total_wall(document: Mapping) -> str:
-    """This invocation's wall time, and the runs' own where some were reused from an earlier invocation."""
+    """This invocation's wall time, and where some runs were reused from an earlier invocation, the runs' own wall
+    times added up (a reused run's is the time it took when it ran; one whose time was not recorded is named apart)."""
     line = f"Total wall time: {document['wall_s']:.0f} s"
-    reused = [r for r in document["runs"] if r["status"].startswith("reused") and r["wall_s"] is not None]
+    reused = [r for r in document["runs"] if r["status"].startswith("reused")]
     if reused:
         runs = sum(r["wall_s"] for r in document["runs"] if r["wall_s"] is not None)
-        line += f" ({len(reused)} run(s) reused from an earlier invocation; the runs' own wall times add up to {runs:.0f} s)"
+        unknown = sum(r["wall_s"] is None for r in reused)
+        line += f" ({len(reused)} run(s) reused from an earlier invocation; the runs' own wall times add up to {runs:.0f} s"
+        line += f", without the {unknown} reused run(s) whose wall time was not recorded)" if unknown else ")"
     return line
 
 
