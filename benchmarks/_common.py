@@ -25,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)  # the benchmark machine is shared; one thread keeps ratios comparable
+from fedsample.device import use_threads  # noqa: E402
+
+use_threads(1)  # the benchmark machine is shared; one torch thread keeps ratios comparable, and numpy's BLAS on one
+# thread beside it, as fedsample's commands and simulate run (fedsample.device.use_threads)
 
 T = TypeVar("T")
 STARTED = time.perf_counter()

@@ -232,3 +232,24 @@ def test_use_threads_sets_torch_and_one_blas_thread():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
     assert out[0] == "1" and out[1] == "2"
     assert out[2].strip() != "[]" and set(ast.literal_eval(out[2].strip())) == {1}
+
+
+def test_simulate_runs_numpy_blas_on_one_thread_and_restores_it_after():
+    """simulate limits numpy's BLAS to one thread for the run it makes (beside torch's threads), and gives the
+    caller's limit back when it returns: a notebook that called simulate keeps its BLAS threads."""
+    import ast
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np; from threadpoolctl import threadpool_info, threadpool_limits; np.ones((64, 64)) @ np.ones((64, 64)); "
+        "threadpool_limits(limits=2, user_api='blas'); import fedsample as fs, fedsample.simulation as sim; "
+        "blas = lambda: sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}); seen = []; "
+        "inner = sim._run_rounds; sim._run_rounds = lambda *a, **k: (seen.append(blas()), inner(*a, **k))[1]; "
+        "b = blas(); ds = fs.data.load_dataset('digits'); fed = fs.data.partition(ds, fs.data.LogNormalSizes(mean=3, sigma=1), seed=0); "
+        "fs.simulate(fs.recipes.fedavg(clients_per_round=4, epochs=1, batch_size=8, lr=0.1), federated_data=fed, "
+        "model=fs.models.LogisticRegression(), rounds=1, seed=0); print([b, seen[0], blas()])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    before, during, after = ast.literal_eval(out.splitlines()[-1])
+    assert before == [2] and during == [1] and after == [2], out

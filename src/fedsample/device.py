@@ -64,7 +64,14 @@ def use_threads(threads: int) -> None:
     workers, once woken, spin on the cores torch's step needs (on 2 shared cores FedCor's covariance and
     eigh over 500 clients took 54 ms against 23 ms on one BLAS thread, and the torch step after them 31 ms
     against 16 ms). The BLAS limit is set through threadpoolctl (scikit-learn's dependency), for the process."""
+    torch.set_num_threads(max(1, int(threads)))
+    blas_on_one_thread()
+
+
+def blas_on_one_thread() -> Any:
+    """Limit numpy's BLAS to one thread (:func:`use_threads` says why); the returned threadpoolctl limiter, used as a
+    context manager (``with blas_on_one_thread():``), restores the previous limits when the block ends, as
+    :func:`fedsample.simulate` does for the run it makes."""
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(max(1, int(threads)))
-    threadpool_limits(limits=1, user_api="blas")
+    return threadpool_limits(limits=1, user_api="blas")

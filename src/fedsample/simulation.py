@@ -20,7 +20,7 @@ from torch import nn
 
 from fedsample import checks, validate
 from fedsample.data.types import FederatedData
-from fedsample.device import resolve_device, to_device
+from fedsample.device import blas_on_one_thread, resolve_device, to_device
 from fedsample.evaluation import evaluate
 from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
@@ -204,6 +204,7 @@ def simulate(
     choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
         backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round)
     with ExitStack() as stack:
+        stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         engine: Federation
         if federation is None and choice.workers > 1:
             federation, choice = _open_pool(stack, choice, data, module, seed, memory_budget, where, fallback=backend == "auto" and workers is None)

@@ -313,7 +313,7 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
-        "design_weight_total": float(np.sum(w if cohort.expected_draws is None else cohort.design_weights())),  # w: 1/pi_k
+        "design_weight_total": float(np.sum(cohort.design_weights())),
     }
 
 

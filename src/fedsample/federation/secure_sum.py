@@ -27,12 +27,14 @@ refuses readable replies for a strategy that declares it.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from scipy.special import ndtri
 
 from fedsample import validate
+from fedsample.background import in_background
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
@@ -53,7 +55,8 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, float, np.ndarray] | None] = {}  # (round, sigma_S, client ids) where the plan asks for drawn counts
+        self._counted: dict[int, tuple[int, float, np.ndarray, Future | None] | None] = {}  # (round, sigma_S, client ids, their
+        # noise shares being computed) where the plan asks for drawn counts
         self._calls = 0
 
     @property
@@ -79,7 +82,9 @@ class SecureSum(Federation):
         plan = getattr(first, "plan", None)
         counted = first is not None and bool(getattr(plan, "report_count", False))
         ids = np.asarray(client_ids, dtype=np.int64)
-        self._counted[self._calls] = (int(round), float(getattr(plan, "count_noise", 0.0)), ids) if counted else None
+        sigma = float(getattr(plan, "count_noise", 0.0))
+        shares = in_background(count_shares, sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
+        self._counted[self._calls] = (int(round), sigma, ids, shares) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
@@ -100,10 +105,11 @@ class SecureSum(Federation):
         counted = self._counted.pop(token, None)
         exact = summed_samples(replies) if counted is not None else None
         drawn: float | None = exact
-        if exact is not None and counted is not None and counted[1] > 0:
-            call_round, sigma, ids = counted
-            answered = ids[replies.without_failed(np.arange(len(ids), dtype=np.int64))]
-            drawn = noised_count(exact, sigma, answered, len(ids), self.noise_seed(), call_round)
+        if exact is not None and counted is not None and counted[3] is not None:
+            # every asked client's share was computed while the cohort trained (fedsample.background): the answered
+            # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
+            answered = replies.without_failed(np.arange(len(counted[2]), dtype=np.int64))
+            drawn = count_plus_shares(exact, counted[3].result()[answered])
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
@@ -154,7 +160,11 @@ def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, see
     """The summed drawn count S plus the noise shares (:func:`count_shares`) of the ``answered`` clients of the
     ``asked`` ones, each N(0, sigma^2 / asked): S + N(0, sigma^2 * a / asked) for a answering clients (the
     server sees neither a share nor the shares' sum, only S plus it)."""
-    shares = count_shares(sigma, asked, seed, round, answered)
+    return count_plus_shares(count, count_shares(sigma, asked, seed, round, answered))
+
+
+def count_plus_shares(count: int, shares: np.ndarray) -> float:
+    """S + the sum of the answered clients' noise shares (:func:`noised_count`)."""
     return float(count) + float(shares.sum()) if shares.size else float(count)
 
 
