@@ -45,3 +45,17 @@ def test_flower_sweep_keeps_the_fastest_num_cpus_and_failures_show_their_reason(
     about = {"cpu": "stub", "cores": 2, "torch": "x", "date_utc": "d", "load_average": [1.0]}
     text = table.markdown(list(table_rows.values()), about)
     assert "ValueError: no auto" in text and "| 2.00× |" in text and "num_cpus=2" in text
+
+
+def test_a_runner_measured_again_replaces_its_earlier_rows_and_the_others_stay(table):
+    """run.py --append: a runner re-measured (same workload, threads, name) replaces its earlier measurements, so
+    the table never picks the best of an old and a new try; runners not re-run keep theirs."""
+    earlier = [stub("pfl", 4.0), stub("fedsample-auto", 2.0), stub("fedsample-auto", 9.0, threads=2),
+               stub("flower", 8.0, workload="small-1", num_cpus=0.25), stub("flower", 9.0, workload="small-1", num_cpus=0.5)]
+    new = [stub("fedsample-auto", 3.0)]
+    got = table.merged(earlier, new)
+    assert [(r["name"], r["threads"], r["s_per_round"]) for r in got if r["workload"] == "cifar"] == [
+        ("pfl", 1, 4.0), ("fedsample-auto", 2, 9.0), ("fedsample-auto", 1, 3.0)]
+    assert sorted(r["num_cpus"] for r in got if r["name"] == "flower") == [0.25, 0.5]
+    best = {(r["name"], r["threads"]): r["s_per_round"] for r in table.rows(got)}
+    assert best[("fedsample-auto", 1)] == 3.0  # not the faster 2.0 of the earlier try

@@ -31,7 +31,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from _common import SMOKE_HELP, header, machine, progress, skipped  # noqa: E402
 from data_files import cifar_rows, fashion_mnist_rows, write_rows  # noqa: E402
-from table import as_json, markdown, rows  # noqa: E402
+from table import as_json, markdown, merged, rows  # noqa: E402
 from workload import TINY, workload_named  # noqa: E402
 
 BACKENDS = ("loop", "vectorized", "auto")
@@ -94,8 +94,9 @@ def say_what_is_missing(runs: list[tuple[int, tuple[str, str, list[str]]]], work
 
 
 def measure(only: list[str], threads: list[int], rounds: int, cifar_dir: str | None, work: Path,
-            num_cpus: tuple[float, ...] = FLOWER_NUM_CPUS) -> list[dict[str, Any]]:
-    """Every side of every workload in ``only``; CIFAR-10 at each thread count, the small clients at 1."""
+            num_cpus: tuple[float, ...] = FLOWER_NUM_CPUS, sides: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every side (or those whose names start with one of ``sides``) of every workload in ``only``; CIFAR-10 at
+    each thread count, the small clients at 1."""
     results = []
     for workload in only:
         w = workload_named(workload)
@@ -106,8 +107,9 @@ def measure(only: list[str], threads: list[int], rounds: int, cifar_dir: str | N
         del rows_
         runs = [(t, s) for t in threads for s in cifar_sides(str(path), workload, t, rounds)] if cifar else \
             [(1, s) for s in small_sides(str(path), workload, rounds, num_cpus)]
+        runs = [run for run in runs if sides is None or run[1][0].startswith(tuple(sides))]
         say_what_is_missing(runs, workload)
-        label = lambda run: f"{workload}, {run[1][0]}" + (f" num_cpus={run[1][2][3]}" if run[1][0] == "flower" else "") + f", {run[0]} thread(s)"  # noqa: E731
+        label = lambda run, workload=workload: f"{workload}, {run[1][0]}" + (f" num_cpus={run[1][2][3]}" if run[1][0] == "flower" else "") + f", {run[0]} thread(s)"  # noqa: E731
         for t, (name, python, args) in progress(runs, label):
             result = {**side(name, python, args, t), "workload": workload, "threads": t,
                       "load_average_after": [round(v, 2) for v in os.getloadavg()]}
@@ -129,7 +131,10 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"Flower's per-client CPUs to sweep (default {' '.join(map(str, FLOWER_NUM_CPUS))})")
     parser.add_argument("--cifar10", default=None, help="folder of CIFAR-10's python pickles (else synthetic rows)")
     parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--append", action="store_true", help="add to the measurements already in OUT/results.json")
+    parser.add_argument("--append", action="store_true",
+                        help="add to the measurements already in OUT/results.json (a runner measured again replaces its earlier rows)")
+    parser.add_argument("--sides", nargs="+", default=None,
+                        help="run only the runners whose names start with one of these (pfl, flower, floor, fedsample, fedsample-auto, ...)")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args(argv)
     if args.rounds < 1 or min(args.threads) < 1 or min(args.num_cpus) <= 0:
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.out)
         earlier = json.loads((out / "results.json").read_text()) if args.append else {}
         about = earlier.get("machine") or machine()
-        results = earlier.get("results", []) + measure(args.only, args.threads, args.rounds, args.cifar10, Path(work), tuple(args.num_cpus))
+        results = merged(earlier.get("results", []),
+                         measure(args.only, args.threads, args.rounds, args.cifar10, Path(work), tuple(args.num_cpus), args.sides))
         about["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.md").write_text(markdown(rows(results), about))

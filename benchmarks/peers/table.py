@@ -35,6 +35,14 @@ def best_per_runner(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return best
 
 
+def merged(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measurements of ``new`` added to ``earlier``, where a runner measured again (same workload, threads and
+    name) replaces its earlier measurements instead of joining them (``run.py --append``): the table compares
+    runs taken together, never the best of an old and a new try."""
+    again = {(r["workload"], r["threads"], r["name"]) for r in new}
+    return [r for r in earlier if (r["workload"], r["threads"], r["name"]) not in again] + new
+
+
 def ratio(result: dict[str, Any], reference: dict[str, Any] | None) -> float | None:
     """s/round of ``result`` ÷ s/round of ``reference`` (None when either is missing or failed)."""
     if reference is None or _seconds(result) is None or _seconds(reference) is None:

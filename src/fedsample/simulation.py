@@ -21,6 +21,7 @@ from torch import nn
 from fedsample import checks, validate
 from fedsample.data.types import FederatedData
 from fedsample.device import blas_on_one_thread, resolve_device, to_device
+from fedsample.heap import heap_frozen
 from fedsample.evaluation import evaluate
 from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
@@ -215,6 +216,7 @@ def simulate(
         else:
             engine = federation
         fed = with_secure_sum(with_faults(engine, faults, seed), strategy.secure_sum)
+        stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
         tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
         status = _run_rounds(strategy, fed, module, data, state, ledger, rounds, seed, eval_every, checkpoint,

@@ -38,6 +38,7 @@ from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.device import use_threads
+from fedsample.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
     ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
@@ -77,6 +78,7 @@ class RayClientShard(ClientShard):
     def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, threads: int) -> None:
         use_threads(threads)
         super().__init__(shard, module, seed, memory_budget)
+        freeze_heap()  # the actor's objects out of every collection (fedsample.heap)
 
     def node(self) -> str:
         """The Ray node this actor runs on."""
