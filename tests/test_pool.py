@@ -201,3 +201,20 @@ def test_parts_defined_in_main_keep_the_run_in_this_process():
 def test_auto_records_threads_in_the_reason(fed, module):
     run = fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=1, seed=0)
     assert run.workers == 1 and "in this process on" in run.backend_reason
+
+
+def test_auto_reads_read_only_training_rows_without_a_warning():
+    """The auto rule looks at one training row; rows in read-only memory (a memory map, a view of a frozen array)
+    must not make torch warn about a non-writable tensor."""
+    import warnings
+
+    from fedsample.simulation import resolve_backend
+
+    ds = fs.data.load_dataset("digits")
+    ds.x_train.flags.writeable = False
+    data = fs.data.partition(ds, fs.data.LogNormalSizes(mean=3, sigma=1), seed=0)
+    model = fs.models.LogisticRegression().build(ds.input_shape, ds.num_classes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        choice = resolve_backend("auto", fs.recipes.fedavg(clients_per_round=4, epochs=1, batch_size=8, lr=0.1), data, model, None, "cpu")
+    assert choice.backend in ("loop", "vectorized")

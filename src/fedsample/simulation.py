@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -403,7 +404,7 @@ def resolve_backend(
         n = workers or 1
         return BackendChoice(backend, "asked for" + (f", on {n} worker processes" if n > 1 else ""), n)
     device = torch.device(device)
-    sizes, sample = data.sizes(), torch.as_tensor(data.dataset.x_train[:1], device=device)
+    sizes, sample = data.sizes(), torch.as_tensor(np.array(data.dataset.x_train[:1]), device=device)  # a copy: data may be read-only
     engine = choose_backend(strategy, sizes, module, sample, device.type)
     if workers is not None:
         return BackendChoice(engine.backend, engine.reason + (f"; on {workers} worker processes (asked for)" if workers > 1 else ""), workers)

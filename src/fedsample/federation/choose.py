@@ -42,12 +42,13 @@ back. So, in order:
    the pool: estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the
    cohort trains on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S` per round or
    :data:`POOL_MIN_RUN_S` over the run's rounds: **threads**.
-10. Otherwise: a **pool** of as many workers as threads allowed, one thread each. Not yet shown to pay on the
-    2-core machine of ``benchmarks/README.md``: on pfl-research's CIFAR-10 workload (50 clients x 5 steps of
-    PflCNN, the loop engine) the pool took 5.6-7.6 s a round against 4.9 s in one process at 2 threads
-    (2026-11-25, machine shared, load 4-5); an earlier quieter measurement of about 0.55x did not reproduce.
-    ``benchmarks/peers/run.py`` re-measures it; ``backend="vectorized"``/``"loop"`` with ``workers=1`` keeps
-    one process.
+10. Otherwise: a **pool** of as many workers as threads allowed, one thread each. Measured on the 2-core machine
+    of ``benchmarks/README.md`` on pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN, the loop
+    engine; 2026-11-26, quiet, load 1-1.8): the pool's round took 2.56, 2.90 and 3.18 s in three runs against
+    3.80, 3.30 and 3.65 s in one process on 2 threads (1.7-1.8x the pool's one-thread round, where threads gain
+    1.5-1.6x), at the price of memory: three interpreters, 2.8-2.9 GB together against 1.3 GB in one process.
+    ``benchmarks/peers/run.py`` re-measures it; ``workers=1`` (with ``backend="loop"`` or ``"vectorized"``)
+    keeps one process where memory matters more.
 """
 
 from __future__ import annotations
