@@ -32,12 +32,14 @@ def freeze_heap() -> None:
 
 @contextmanager
 def heap_frozen() -> Iterator[None]:
-    """:func:`freeze_heap` for the block (a run inside a longer session, such as a notebook's ``simulate``): the
-    objects go back to the collector when the outermost such block ends (:func:`gc.unfreeze`)."""
+    """The objects alive now left out of collections for the block (a run inside a longer session, such as a
+    notebook's ``simulate``; freezing is two list splices, so a short run pays nothing for it): they go back to
+    the collector when the outermost such block ends (:func:`gc.unfreeze`)."""
     global _depth
     with _lock:
         if _depth == 0:
-            freeze_heap()
+            gc.freeze()  # no collection first: one costs 0.1-0.2 s, paid by every short run (a test, a grid of short
+            # runs); what is garbage now is freed when the block ends instead
         _depth += 1
     try:
         yield

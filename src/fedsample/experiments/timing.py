@@ -20,6 +20,7 @@ from fedsample import outputs
 
 __all__ = ["TIMING_FILE", "record_wall_time", "recorded_wall_time", "utc_now"]
 
+#: The file in an output folder that records the wall time its results took.
 TIMING_FILE = "timing.json"
 
 
