@@ -6,19 +6,23 @@ import gc
 
 import fedsample as fs
 import fedsample.simulation as simulation
+from fedsample import heap
 from fedsample.heap import heap_frozen
 
 
-def test_a_frozen_block_freezes_what_is_alive_and_gives_it_back_at_the_outermost_end():
+def test_a_frozen_block_freezes_what_is_alive_and_gives_it_back_at_the_outermost_end(monkeypatch):
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    calls = []
+    for name in ("freeze", "unfreeze"):
+        real = getattr(gc, name)
+        monkeypatch.setattr(heap.gc, name, lambda real=real, name=name: (calls.append(name), real())[1])
     with heap_frozen():
-        frozen = gc.get_freeze_count()
-        assert frozen > 1000  # this test process holds torch's and numpy's objects
-        with heap_frozen():  # nested (a run inside a run): nothing more frozen, nothing given back at its end
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
-    assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() > 1000  # this test process holds torch's and numpy's objects
+        with heap_frozen():  # nested (a run inside a run): nothing frozen again, nothing given back at its end
+            pass
+        assert calls == ["freeze"] and gc.get_freeze_count() > 1000
+    assert calls == ["freeze", "unfreeze"] and gc.get_freeze_count() == 0
 
 
 def test_a_frozen_block_gives_the_objects_back_when_it_raises():
