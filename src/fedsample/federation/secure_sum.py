@@ -55,8 +55,8 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, float, np.ndarray, Future | None] | None] = {}  # (round, sigma_S, client ids, their
-        # noise shares being computed) where the plan asks for drawn counts
+        self._counted: dict[int, tuple[int, Future | None] | None] = {}  # (clients asked, their noise shares being
+        # computed where the plan noises the count) where the plan asks for drawn counts
         self._calls = 0
 
     @property
@@ -84,7 +84,7 @@ class SecureSum(Federation):
         ids = np.asarray(client_ids, dtype=np.int64)
         sigma = float(getattr(plan, "count_noise", 0.0))
         shares = in_background(count_shares, sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
-        self._counted[self._calls] = (int(round), sigma, ids, shares) if counted else None
+        self._counted[self._calls] = (len(ids), shares) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
 
@@ -105,11 +105,12 @@ class SecureSum(Federation):
         counted = self._counted.pop(token, None)
         exact = summed_samples(replies) if counted is not None else None
         drawn: float | None = exact
-        if exact is not None and counted is not None and counted[3] is not None:
+        asked, shares = counted if counted is not None else (0, None)
+        if exact is not None and shares is not None:
             # every asked client's share was computed while the cohort trained (fedsample.background): the answered
             # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
-            answered = replies.without_failed(np.arange(len(counted[2]), dtype=np.int64))
-            drawn = count_plus_shares(exact, counted[3].result()[answered])
+            answered = replies.without_failed(np.arange(asked, dtype=np.int64))
+            drawn = count_plus_shares(exact, shares.result()[answered])
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
