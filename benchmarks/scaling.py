@@ -85,7 +85,7 @@ def point(population: int, cohort: int, steps: int) -> dict[str, float | str]:
     choice = resolve_backend("auto", strategy, fed, module, rounds=1)
     out: dict[str, float | str] = {"auto_picked": choice.backend, "auto_reason": choice.reason}
     for name, backend in (("default", choice.backend), ("loop", "loop")):
-        federation = make_federation(backend, fed, module, 0)
+        federation = make_federation(backend, fed, module, 0, client_threads=choice.client_threads if name == "default" else 1)
         out[name] = timed(lambda f=federation: strategy.round(f, params, state, 0, 0))
         del federation
     x, y = torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train)

@@ -89,7 +89,7 @@ def test_experiment_results_record_the_engine_per_seed():
     fed = federate(blobs(n=200), [9, 14, 20, 7, 30, 11])
     run = simulate(recipes.fedsampling(K=30, epsilon=2.0, M=30, server_lr=0.2), fed, MLP(hidden=8), rounds=1, seed=0)
     document = json.loads(json.dumps(summarize(load_preset("quickstart"), {"FedSampling": [run]})))
-    assert document["strategies"]["FedSampling"]["backend"] == [{"engine": "vectorized", "reason": run.backend_reason, "workers": 1}]
+    assert document["strategies"]["FedSampling"]["backend"] == [{"engine": "vectorized", "reason": run.backend_reason, "workers": 1, "client_threads": 1}]
 
 
 def test_cli_takes_auto_and_refuses_an_unknown_backend(capsys):

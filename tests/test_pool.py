@@ -1,7 +1,7 @@
 """The process-pool federation (every core, no Ray): the single-process engine's numbers whatever the number of
 workers (1, 2, 3; loop and vectorized engines; client-held state; resume), each worker holding only its own
-clients' rows, errors and lost workers as one line; and the auto rule's choice between threads and a pool,
-recorded with the run."""
+clients' rows, errors and lost workers as one line; and the auto rule's choice of torch's threads where splitting
+the clients would not pay, recorded with the run."""
 
 from __future__ import annotations
 
@@ -156,14 +156,9 @@ def cifar_fedavg():
     return fs.recipes.fedavg(clients_per_round=50, epochs=1, batch_size=10, lr=0.1)
 
 
-def test_pfl_research_cifar10_workload_goes_to_a_pool_of_every_allowed_thread():
-    cnn = PflCNN().build((3, 32, 32), 10)
-    got = choose_cores(ENGINE, cifar_fedavg(), CIFAR_SIZES, cnn, IMAGE, rounds=3, threads=2)
-    assert (got.backend, got.workers) == ("loop", 2) and "pool of 2 worker processes" in got.reason
-    assert choose_cores(ENGINE, cifar_fedavg(), CIFAR_SIZES, cnn, IMAGE, rounds=3, threads=4).workers == 4
-
-
-def test_threads_where_a_pool_would_not_pay():
+def test_threads_where_splitting_clients_would_not_pay():
+    """Torch's threads in this process, neither client threads nor a pool (the rule's split by client:
+    tests/test_client_threads.py)."""
     cnn = PflCNN().build((3, 32, 32), 10)
     cases = {
         "one thread": dict(threads=1),
@@ -176,7 +171,7 @@ def test_threads_where_a_pool_would_not_pay():
     for case, given in cases.items():
         options = {"threads": 2, "rounds": 3, **given}
         got = choose_cores(ENGINE, options.pop("strategy", cifar_fedavg()), CIFAR_SIZES, options.pop("module", cnn), IMAGE, **options)
-        assert got.workers == 1 and "in this process" in got.reason, case
+        assert (got.workers, got.client_threads) == (1, 1) and "in this process on" in got.reason, case
 
 
 def test_work_estimate_counts_multiply_adds_of_linear_and_convolution_layers():

@@ -44,7 +44,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
         if choice.workers > 1:  # auto picked a pool of worker processes (started before round 1's clock stops)
             federation = stack.enter_context(pool_federation(choice.workers, choice.backend).open(fed, module, 0))
         else:
-            federation = make_federation(choice.backend, fed, module, seed=0)
+            federation = make_federation(choice.backend, fed, module, seed=0, client_threads=choice.client_threads)
         stack.enter_context(heap_frozen())  # as simulate runs its rounds (fedsample.heap)
         run(strategy, federation, module, choice, source, backend, threads, rounds)
 
@@ -65,7 +65,8 @@ def run(strategy, federation, module, choice, source: str, backend: str, threads
     workers = [process_peak_mb(pid) for pid in getattr(federation, "pids", [])]  # a pool's workers hold the clients' rows
     memory = {"peak_rss_mb": peak_rss_mb() + sum(workers), "workers_peak_rss_mb": workers} if workers else {}
     emit_result(f"fedsample-{backend}", first, times, data=source, threads=threads,
-                engine=f"{choice.backend} ({choice.reason})", workers=choice.workers, **memory)
+                engine=f"{choice.backend} ({choice.reason})", workers=choice.workers,
+                client_threads=choice.client_threads, **memory)
 
 
 def process_peak_mb(pid: int) -> float:

@@ -88,7 +88,8 @@ class Diverged(ArithmeticError):
 @dataclass
 class SimulationResult:
     """A finished run; ``backend`` is the engine that trained it, ``workers`` the worker processes it ran on (1:
-    this process) and ``backend_reason`` why (``backend="auto"`` records the rule that picked both,
+    this process), ``client_threads`` the threads its loop engine trained clients on side by side (1: one after the
+    other) and ``backend_reason`` why (``backend="auto"`` records the rule that picked both,
     :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
     saying why the run stopped early (the privacy budget); ``privacy`` is the run's ledger
     (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release)."""
@@ -102,6 +103,7 @@ class SimulationResult:
     status: str = "ok"
     privacy: dict = field(default_factory=dict)
     workers: int = 1
+    client_threads: int = 1
 
     @property
     def final(self) -> dict:
@@ -128,6 +130,7 @@ Backend = Literal["auto", "vectorized", "loop"]
 @checks.arguments(
     renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT,
     checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None], workers=[checks.COUNT, None],
+    client_threads=[checks.COUNT, None],
 )
 def simulate(
     strategy: Strategy,
@@ -149,6 +152,7 @@ def simulate(
     trackers: Sequence[Tracker] | None = None,
     privacy: Accounting | None = None,
     workers: int | None = None,
+    client_threads: int | None = None,
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` on the clients' data ``federated_data`` (a
     :class:`~fedsample.data.types.FederatedData`; the strategy's own ``data`` is its data sampler) and
@@ -165,7 +169,10 @@ def simulate(
     k mod workers (:mod:`fedsample.federation.pool`; 1: this process, on torch's threads); with ``backend="auto"``
     and ``workers`` None the rule picks it (a pool where a round has many clients and enough work, as many
     workers as ``torch.get_num_threads()``); the numbers are the single-process engine's up to the order of the
-    float32 partial sums.
+    float32 partial sums. ``client_threads`` trains that many clients of the loop engine side by side on threads of
+    this process, torch on one thread each (:class:`~fedsample.federation.simulator.Simulator`; the numbers do not
+    depend on how many); with ``backend="auto"`` and both None the rule picks it for a multi-step loop cohort
+    with enough work, as many threads as ``torch.get_num_threads()``.
 
     ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
     or without it a client whose procedure raises is left out of its round (docs/reliability.md). A run
@@ -204,7 +211,7 @@ def simulate(
     module.to(where)
     given = federation.description if isinstance(federation, FederationFactory) else "given"
     choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
-        backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round)
+        backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round, client_threads=client_threads)
     with ExitStack() as stack:
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         engine: Federation
@@ -213,7 +220,8 @@ def simulate(
         if isinstance(federation, FederationFactory):
             engine = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
         elif federation is None:
-            engine = make_federation(choice.backend, data, module, seed, memory_budget, where)
+            engine = make_federation(choice.backend, data, module, seed, memory_budget, where, client_threads=choice.client_threads)
+            choice = _as_run(choice, engine)
         else:
             engine = federation
         fed = with_secure_sum(with_faults(engine, faults, seed), strategy.secure_sum)
@@ -224,8 +232,18 @@ def simulate(
                              checkpoint_every, progress, where, trackers, tracked)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
-        status=status, privacy=ledger.summary(releases=True), workers=choice.workers,
+        status=status, privacy=ledger.summary(releases=True), workers=choice.workers, client_threads=choice.client_threads,
     )
+
+
+def _as_run(choice: BackendChoice, engine: Any) -> BackendChoice:
+    """``choice`` as the engine runs it: a loop engine whose model draws outside ``nn.Dropout`` trains one client at
+    a time whatever ``client_threads`` asked (:class:`~fedsample.federation.simulator.Simulator`)."""
+    threads = getattr(engine, "client_threads", 1)
+    if threads == choice.client_threads:
+        return choice
+    return BackendChoice(choice.backend, f"{choice.reason}; one client at a time (the model draws random numbers outside "
+                                         f"nn.Dropout from torch's global generator)", choice.workers, threads)
 
 
 def _open_pool(
@@ -295,7 +313,8 @@ def tracked_config(
     return {
         "name": strategy.name, "strategy": fingerprint["strategy"], "seed": seed, "rounds": rounds, "eval_every": eval_every,
         "faults": fingerprint["faults"], "model": fingerprint["model"], "dataset": data.dataset.name, "data_digest": fingerprint["data"],
-        "clients": data.num_clients, "backend": choice.backend, "backend_reason": choice.reason, "workers": choice.workers, "device": str(device),
+        "clients": data.num_clients, "backend": choice.backend, "backend_reason": choice.reason, "workers": choice.workers,
+        "client_threads": choice.client_threads, "device": str(device),
         "version": fingerprint["version"],
     }
 
@@ -391,33 +410,58 @@ BACKENDS = ("auto", "vectorized", "loop")
 
 def resolve_backend(
     backend: str, strategy: Strategy, data: FederatedData, module: nn.Module, memory_budget: int | None = None,
-    device: torch.device | str = "cpu", workers: int | None = None, rounds: int | None = None,
+    device: torch.device | str = "cpu", workers: int | None = None, rounds: int | None = None, client_threads: int | None = None,
 ) -> BackendChoice:
     """The engine ``backend`` names, or for ``"auto"`` the one :func:`~fedsample.federation.choose.choose_backend`
-    picks for this strategy, data and model; and its worker processes: ``workers``, or for ``"auto"`` (with
-    ``workers`` None) what :func:`~fedsample.federation.choose.choose_cores` picks for a run of ``rounds``
-    rounds (1 for a named engine)."""
-    checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend, "workers": workers},
+    picks for this strategy, data and model; and how it uses the cores: ``workers`` processes and
+    ``client_threads``, or for ``"auto"`` (with both None) what :func:`~fedsample.federation.choose.choose_cores`
+    picks for a run of ``rounds`` rounds (1 and 1 for a named engine)."""
+    checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend, "workers": workers, "client_threads": client_threads},
                     {"memory_budget": checks.Param(checks.COUNT, None, label="memory_budget (bytes)"), "backend": checks.Options(*BACKENDS),
-                     "workers": [checks.COUNT, None]})
-    if backend != "auto":
-        n = workers or 1
-        return BackendChoice(backend, "asked for" + (f", on {n} worker processes" if n > 1 else ""), n)
-    device = torch.device(device)
-    sizes, sample = data.sizes(), torch.as_tensor(np.array(data.dataset.x_train[:1]), device=device)  # a copy: data may be read-only
-    engine = choose_backend(strategy, sizes, module, sample, device.type)
-    if workers is not None:
-        return BackendChoice(engine.backend, engine.reason + (f"; on {workers} worker processes (asked for)" if workers > 1 else ""), workers)
-    return choose_cores(engine, strategy, sizes, module, sample, device.type, rounds)
+                     "workers": [checks.COUNT, None], "client_threads": [checks.COUNT, None]})
+    if backend != "auto" or workers is not None or client_threads is not None:
+        engine = BackendChoice(backend, "asked for") if backend != "auto" else _engine_for(strategy, data, module, device)
+        return asked_cores(engine, workers or 1, client_threads or 1)
+    engine = _engine_for(strategy, data, module, device)
+    sizes, sample = data.sizes(), _one_row(data, device)
+    return choose_cores(engine, strategy, sizes, module, sample, torch.device(device).type, rounds)
+
+
+def _one_row(data: FederatedData, device: torch.device | str) -> torch.Tensor:
+    """The first training row as a tensor on ``device`` (a copy: the data may be read-only)."""
+    return torch.as_tensor(np.array(data.dataset.x_train[:1]), device=torch.device(device))
+
+
+def _engine_for(strategy: Strategy, data: FederatedData, module: nn.Module, device: torch.device | str) -> BackendChoice:
+    """The engine the ``auto`` rule picks (rules 1-7 of :mod:`fedsample.federation.choose`)."""
+    return choose_backend(strategy, data.sizes(), module, _one_row(data, device), torch.device(device).type)
+
+
+def asked_cores(engine: BackendChoice, workers: int, client_threads: int) -> BackendChoice:
+    """``engine`` on the ``workers`` processes and ``client_threads`` the caller asked for (a pool runs each
+    worker's clients one after the other: client threads are for the loop engine in this process)."""
+    if client_threads > 1 and (workers > 1 or engine.backend != "loop"):
+        raise ValueError(f"client_threads={client_threads} trains the loop engine's clients side by side in this process: it needs "
+                         f"backend 'loop' (or 'auto' where it picks the loop) and no worker processes, got backend "
+                         f"{engine.backend!r} and workers={workers}")
+    how = [f"on {workers} worker processes"] if workers > 1 else []
+    how += [f"clients side by side on {client_threads} threads"] if client_threads > 1 else []
+    if engine.reason == "asked for":  # a named engine
+        reason = ", ".join([engine.reason, *how])
+    else:  # the engine the auto rule picked, on the cores asked for
+        reason = "; ".join([engine.reason, *(f"{h} (asked for)" for h in how)])
+    return BackendChoice(engine.backend, reason, workers, client_threads)
 
 
 def make_federation(
-    backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu"
+    backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu",
+    client_threads: int = 1,
 ) -> Any:
     """The in-process federation named by ``backend`` (``"loop"`` or ``"vectorized"``), its training data
-    moved to ``device`` once (``module`` must already live there)."""
+    moved to ``device`` once (``module`` must already live there); the loop trains ``client_threads`` clients side
+    by side."""
     if backend == "loop":
-        return Simulator(data, module, seed, device=device)
+        return Simulator(data, module, seed, device=device, client_threads=client_threads)
     if backend == "vectorized":
         from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedSimulator
 

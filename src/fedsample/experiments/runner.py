@@ -211,8 +211,8 @@ def summarize(
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
             "seeds": [run.seed for run in runs],
             "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
-            "backend": [{"engine": run.backend, "reason": run.backend_reason, "workers": run.workers} if isinstance(run, SimulationResult) else None
-                        for run in runs],
+            "backend": [{"engine": run.backend, "reason": run.backend_reason, "workers": run.workers, "client_threads": run.client_threads}
+                        if isinstance(run, SimulationResult) else None for run in runs],
             **(extras or {}).get(label, {}),
         }
     return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})

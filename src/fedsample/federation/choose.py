@@ -26,29 +26,33 @@ figures in ``benchmarks/README.md``), in order:
    taken to choose every client.
 
 Then, on CPU, how the cores are used: the threads this process may use (``torch.get_num_threads()``: every
-core by default, fewer where the caller set it, e.g. ``fedsample run --jobs``) go either to torch's intra-op
-threads in this process (**threads**) or to that many worker processes of one thread each, every worker
-holding the clients ``k mod workers`` and running the engine picked above (**pool**,
-:mod:`fedsample.federation.pool`; the Ray federation's split, without Ray). Threads parallelise each
-operation, which pays for large operations and costs nothing to start; a pool runs whole clients side by
-side, which pays when a round has many clients' worth of small operations, but each worker is a fresh
-interpreter (a few seconds to start) and each round moves the parameters to every worker and a partial sum
-back. So, in order:
+core by default, fewer where the caller set it, e.g. ``fedsample run --jobs``) go to torch's intra-op threads
+in this process (**threads**), to that many clients trained side by side on threads of this process with one
+torch thread each (**client threads**, the loop engine's ``client_threads``,
+:class:`fedsample.federation.simulator.Simulator`), or to that many worker processes of one thread each, every
+worker holding the clients ``k mod workers`` and running the engine picked above (**pool**,
+:mod:`fedsample.federation.pool`; the Ray federation's split, without Ray). Intra-op threads parallelise each
+operation, which pays for large operations; client threads and a pool run whole clients side by side, which
+pays when a round has many clients' worth of small operations. Client threads share this process's data and
+interpreter (no start-up, no traffic, no second copy of anything but the model); a pool's workers are fresh
+interpreters (a few seconds to start, a few hundred MB each) and each round moves the parameters to every
+worker and a partial sum back. So, in order:
 
-8. One thread allowed, a device other than the CPU, a one-step cohort (one large union forward/backward,
-   which threads parallelise), or a model or part the workers cannot import (a class defined in ``__main__``):
-   **threads**.
-9. Fewer than :data:`POOL_MIN_CLIENTS_PER_WORKER` expected clients per worker, or too little work to pay for
-   the pool: estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the
-   cohort trains on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S` per round or
-   :data:`POOL_MIN_RUN_S` over the run's rounds: **threads**.
-10. Otherwise: a **pool** of as many workers as threads allowed, one thread each. Measured on the 2-core machine
-    of ``benchmarks/README.md`` on pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN, the loop
-    engine; 2026-11-26, quiet, load 1-1.8): the pool's round took 2.56, 2.90 and 3.18 s in three runs against
-    3.80, 3.30 and 3.65 s in one process on 2 threads (1.7-1.8x the pool's one-thread round, where threads gain
-    1.5-1.6x), at the price of memory: three interpreters, 2.8-2.9 GB together against 1.3 GB in one process.
-    ``benchmarks/peers/run.py`` re-measures it; ``workers=1`` (with ``backend="loop"`` or ``"vectorized"``)
-    keeps one process where memory matters more.
+8. One thread allowed, a device other than the CPU, or a one-step cohort (one large union forward/backward,
+   which threads parallelise): **threads**.
+9. Fewer than :data:`POOL_MIN_CLIENTS_PER_WORKER` expected clients per thread, or too little work per round:
+   estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the cohort trains
+   on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S`: **threads**.
+10. The loop engine: **client threads**, as many as threads allowed. Each client's numbers are those of a
+    one-thread run and the server sums the replies in cohort order, so the run's numbers do not depend on the
+    number of threads. Measured on the 2-core machine of ``benchmarks/README.md`` on pfl-research's CIFAR-10
+    workload (one ``train`` call of 50 clients x 5 steps of PflCNN, 2026-11-26, load about 1): 2.60-3.05 s on
+    two client threads against 4.96-5.04 s one client after the other on one thread (1.65-1.94x) and
+    3.33-3.76 s on two intra-op threads (1.3-1.5x); in one process, so at the memory of one.
+11. The vectorized engine, with a model and parts a fresh interpreter can import (no class defined in
+    ``__main__``) and estimated compute of at least :data:`POOL_MIN_RUN_S` over the run's rounds (to pay for
+    starting the workers): a **pool** of as many workers as threads allowed, one thread each; otherwise
+    **threads**. ``workers=1`` keeps one process where memory matters more.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ STACKED_MIN_CLIENTS = 8
 """The smallest cohort for which stacking the clients' parameters can pay off."""
 POOL_MIN_CLIENTS_PER_WORKER = 2
 NOMINAL_MACS_PER_S = 2.5e10  # one core, fp32 forward/backward multiply-adds (PflCNN on the benchmark machine: ~2.5e10)
-POOL_MIN_ROUND_S = 0.2  # a round's estimated compute, single process: below it the per-round traffic weighs
+POOL_MIN_ROUND_S = 0.2  # a round's estimated compute, single process: below it splitting clients does not pay
+# (a pool's per-round traffic weighs; client threads would mostly wait on each other's Python work under the GIL)
 POOL_MIN_RUN_S = 10.0  # the run's estimated compute, single process: below it starting the workers weighs
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
@@ -77,11 +82,13 @@ _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTra
 @dataclass(frozen=True)
 class BackendChoice:
     """The engine ``backend="auto"`` picked and the rule that picked it (recorded with the run); ``workers`` is
-    the number of worker processes (1: this process, on its torch threads)."""
+    the number of worker processes (1: this process), ``client_threads`` the clients the loop engine trains side
+    by side on threads of this process (1: one after the other, on torch's threads)."""
 
     backend: str
     reason: str
     workers: int = 1
+    client_threads: int = 1
 
 
 def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu") -> BackendChoice:
@@ -110,6 +117,11 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
     return BackendChoice("loop", f"multi-step local SGD, ~{m:g} clients per round (< {STACKED_MIN_CLIENTS}): too few to pay for stacking")
 
 
+def _draws_outside_dropout(module: nn.Module, sample: torch.Tensor) -> bool:
+    """Whether the model draws random numbers outside ``nn.Dropout`` (from torch's global generator)."""
+    return random_layers.prepare(module, sample[:1]).has_unmanaged_random_ops(sample[:1])
+
+
 def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     """Why the vectorized engine cannot batch this model (None: it can)."""
     return random_layers.prepare(module, sample[:1]).unbatchable(sample[:1])
@@ -134,9 +146,9 @@ def choose_cores(
     engine: BackendChoice, strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu",
     rounds: int | None = None, threads: int | None = None,
 ) -> BackendChoice:
-    """``engine`` (rules 1-7) run on this process's threads or on a pool of worker processes (rules 8-10 of the
-    module docstring); ``threads``: the threads allowed (default ``torch.get_num_threads()``), ``rounds`` the
-    run's rounds (None: one)."""
+    """``engine`` (rules 1-7) run on this process's threads, on client threads or on a pool of worker processes
+    (rules 8-11 of the module docstring); ``threads``: the threads allowed (default ``torch.get_num_threads()``),
+    ``rounds`` the run's rounds (None: one)."""
     threads = torch.get_num_threads() if threads is None else int(threads)
     here = f"in this process on {threads} torch thread{'s' if threads > 1 else ''}"
     if threads < 2 or device != "cpu":
@@ -144,19 +156,28 @@ def choose_cores(
     solver = strategy.local
     if parts.batched(solver) and solver.single_step(sizes):
         return BackendChoice(engine.backend, f"{engine.reason}; {here} (one union forward/backward: threads split it)", 1)
+    m = expected_cohort(strategy.clients, len(sizes), sizes)
+    if m < POOL_MIN_CLIENTS_PER_WORKER * threads:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{m:g} clients per round: too few to split over {threads} threads)", 1)
+    seconds = round_work(solver, sizes, m, module, sample) / NOMINAL_MACS_PER_S
+    work = f"~{m:g} clients and ~{seconds:.2g} s of compute per round"
+    if seconds < POOL_MIN_ROUND_S:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} ({work}: too little to split by client)", 1)
+    if engine.backend == "loop" and _draws_outside_dropout(module, sample):
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (random operations outside nn.Dropout read torch's global "
+                                             f"generator: one client at a time)", 1)
+    if engine.backend == "loop":
+        return BackendChoice(engine.backend, f"{engine.reason}; in this process, clients side by side on {threads} threads of 1 torch "
+                                             f"thread ({work})", 1, client_threads=threads)
     foreign = unimportable(strategy, module)
     if foreign:
         return BackendChoice(engine.backend, f"{engine.reason}; {here} ({foreign} is defined in __main__: pool workers could not import it)", 1)
-    m = expected_cohort(strategy.clients, len(sizes), sizes)
-    if m < POOL_MIN_CLIENTS_PER_WORKER * threads:
-        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{m:g} clients per round: too few to split over {threads} processes)", 1)
-    seconds = round_work(solver, sizes, m, module, sample) / NOMINAL_MACS_PER_S
     total = seconds * (rounds or 1)
-    if seconds < POOL_MIN_ROUND_S or total < POOL_MIN_RUN_S:
-        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{seconds:.2g} s of compute per round, ~{total:.2g} s per run: "
-                                             f"too little to pay for worker processes)", 1)
+    if total < POOL_MIN_RUN_S:
+        return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{total:.2g} s of compute per run: too little to pay for "
+                                             f"starting worker processes)", 1)
     return BackendChoice(engine.backend, f"{engine.reason}; on a pool of {threads} worker processes of 1 thread, clients k mod {threads} "
-                                         f"(~{m:g} clients and ~{seconds:.2g} s of compute per round)", threads)
+                                         f"({work})", threads)
 
 
 def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:

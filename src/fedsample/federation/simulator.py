@@ -1,16 +1,22 @@
-"""The in-process simulator: a per-client loop over the client procedures (the reference backend)."""
+"""The in-process simulator: a per-client loop over the client procedures (the reference backend), one client
+after the other or several side by side on threads of this process (``client_threads``)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any
+import queue
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedsample import client as procedures
+from fedsample import checks
 from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation
@@ -20,7 +26,12 @@ from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
-__all__ = ["Simulator"]
+__all__ = ["Simulator", "THREADED_PROCEDURES", "torch_threads"]
+
+THREADED_PROCEDURES = ("train", "probe")
+"""The procedures whose calls run side by side with ``client_threads`` > 1 (each a client's forward/backward
+passes, which release the GIL); the others (size reports, sending a held update) are too light to pay for a
+thread and run one after the other."""
 
 
 class Simulator(Federation):
@@ -33,9 +44,21 @@ class Simulator(Federation):
     :meth:`load_client_states` move it in and out of checkpoints. The training tensors are kept in client
     order (``x[offsets[k]:offsets[k+1]]`` is client k's data: the dataset's own arrays when the partition is
     already in that order, else one permuted copy made here), so a client's data is a view, never a copy.
+
+    ``client_threads`` > 1 (CPU only) trains that many clients side by side on threads of this process, each
+    with its own copy of the model and torch on one thread for the call (torch's kernels release the GIL, so
+    two threads use two cores without a second interpreter or a copy of the data). Each client's numbers are
+    those of a one-thread run, whatever ``client_threads`` is: the replies come back in cohort order and the
+    server sums them in that order, so a run's numbers do not depend on the number of threads (the same to the
+    bit as ``client_threads=1`` under ``torch.set_num_threads(1)``). A model with random operations outside
+    ``nn.Dropout`` reads torch's global generator, which one client at a time reseeds: it runs one client
+    after the other whatever ``client_threads`` says (``self.client_threads`` is then 1).
     """
 
-    def __init__(self, data: FederatedData, module: nn.Module, seed: int, device: torch.device | str = "cpu") -> None:
+    @checks.arguments(client_threads=checks.COUNT)
+    def __init__(
+        self, data: FederatedData, module: nn.Module, seed: int, device: torch.device | str = "cpu", client_threads: int = 1,
+    ) -> None:
         ds = data.dataset
         self.data = data
         self.module = module
@@ -50,6 +73,10 @@ class Simulator(Federation):
         self.random = random_layers.prepare(module, self.x[:1])
         self.train_module = random_layers.attach(self.random)  # the module with injected dropout layers
         self._states: dict[int, dict] = {}
+        side_by_side = self.device.type == "cpu" and not self.random.has_unmanaged_random_ops(self.x)
+        self.client_threads = int(client_threads) if side_by_side else 1
+        self._threads: ThreadPoolExecutor | None = None
+        self._modules: queue.SimpleQueue[nn.Module] = queue.SimpleQueue()
 
     @property
     def num_clients(self) -> int:
@@ -85,12 +112,50 @@ class Simulator(Federation):
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         fn = procedures.PROCEDURES[procedure]
         sent = payloads_for(payload, len(client_ids))
-        reports = []
-        for position, k in enumerate(np.asarray(client_ids)):
-            rng = client_rng(self.seed, round, int(k), procedures.stream_of(procedure))
-            with self._torch_random(round, int(k), procedures.stream_of(procedure)):
-                reports.append(fn(self.context(int(k)), sent.at(position), rng))
-        return Replies(reports, failed={})
+        ids = np.asarray(client_ids).tolist()
+        stream = procedures.stream_of(procedure)
+
+        def call(position: int, module: nn.Module | None = None) -> Any:
+            k = int(ids[position])
+            ctx = self.context(k) if module is None else replace(self.context(k), module=module)
+            with self._torch_random(round, k, stream):
+                return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
+
+        if self.client_threads > 1 and len(ids) > 1 and procedure in THREADED_PROCEDURES:
+            return Replies(self._side_by_side(call, len(ids)), failed={})
+        return Replies([call(position) for position in range(len(ids))], failed={})
+
+    def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> list[Any]:
+        """``call(position, module)`` for positions 0..n-1 on ``client_threads`` threads, each call with a copy of
+        the training module of its own (one a thread, reused across calls), torch on one thread; the results in
+        position order. A call that raises raises here (after the others finished), as the loop would."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.client_threads, thread_name_prefix="fedsample-client")
+            weakref.finalize(self, self._threads.shutdown, wait=False)
+            for _ in range(self.client_threads):
+                self._modules.put(copy.deepcopy(self.train_module))
+
+        def with_a_module(position: int) -> Any:
+            torch.set_num_threads(1)  # in this thread too (OpenMP keeps a thread count per thread)
+            module = self._modules.get()
+            try:
+                return call(position, module)
+            finally:
+                self._modules.put(module)
+
+        with torch_threads(1):
+            return list(self._threads.map(with_a_module, range(n)))
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` for the block (a process-wide setting), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _in_client_order(x: torch.Tensor, y: torch.Tensor, order: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

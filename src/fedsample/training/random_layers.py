@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -46,7 +47,17 @@ Masks = dict[str, torch.Tensor]
 """Dropout masks of one forward pass, by layer name."""
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
-_ACTIVE: list[Masks | None] = [None]  # the masks of the forward being run (None: dropout off)
+
+
+class _ActiveMasks(threading.local):
+    """The masks of the forward being run on this thread (None: dropout off): one per thread, so clients trained
+    side by side on threads (:class:`fedsample.federation.simulator.Simulator`'s ``client_threads``) each see
+    their own."""
+
+    masks: Masks | None = None
+
+
+_ACTIVE = _ActiveMasks()
 _STREAM_PURPOSE = "dropout"
 
 
@@ -58,7 +69,7 @@ class InjectedDropout(nn.Module):
         self.key, self.p, self.per_channel = key, p, per_channel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        masks = _ACTIVE[0]
+        masks = _ACTIVE.masks
         if masks is None or self.key not in masks:
             return x
         return x * masks[self.key]
@@ -190,11 +201,11 @@ def _replace(root: nn.Module, name: str, new: nn.Module) -> None:
 @contextmanager
 def injected(masks: Masks | None) -> Iterator[None]:
     """Run forwards with ``masks`` in the injected dropout layers (None or ``{}``: dropout off)."""
-    previous, _ACTIVE[0] = _ACTIVE[0], masks
+    previous, _ACTIVE.masks = _ACTIVE.masks, masks
     try:
         yield
     finally:
-        _ACTIVE[0] = previous
+        _ACTIVE.masks = previous
 
 
 def random_layers_of(module: nn.Module) -> RandomLayers | None:
