@@ -15,7 +15,9 @@ its own way (the vectorized engine's one backward pass, Ray's partial sums on th
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -26,8 +28,9 @@ from fedsample.messages import Params
 from fedsample.rng import SERVER, generator
 
 __all__ = [
-    "Cohort", "Failed", "FederationLost", "NumberReplies", "Replies", "ReplyList", "RoundContext", "Widened",
-    "carries_update", "failed_positions", "is_failed", "position_index", "replies_of", "weighted_sum",
+    "Cohort", "Failed", "FederationLost", "NumberReplies", "PlannedSum", "Replies", "ReplyList", "RoundContext", "Widened",
+    "add_weighted_", "carries_update", "failed_positions", "is_failed", "planned_sum", "planned_sum_for", "position_index", "replies_of",
+    "weighted_sum",
 ]
 
 
@@ -68,15 +71,60 @@ def failed_positions(replies: Iterable[Any]) -> dict[int, Failed]:
     return {i: r for i, r in enumerate(replies) if r.__class__ is Failed}
 
 
-def weighted_sum(updates: Sequence[Params], weights: Sequence[float] | np.ndarray) -> Params:
-    """sum_k w_k * Delta_k, key-wise, accumulated in place: no stacked copy of the cohort's updates (a cohort
-    of 50 CNN updates would otherwise hold a second 300 MB copy while it is averaged)."""
-    w = np.asarray(weights, dtype=np.float64).tolist()
-    total = {k: torch.zeros_like(v) for k, v in updates[0].items()}
-    for update, weight in zip(updates, w):
-        for k, acc in total.items():
-            acc.add_(update[k], alpha=weight)
+def weighted_sum(updates: Iterable[Params], weights: Sequence[float] | np.ndarray) -> Params:
+    """sum_k w_k * Delta_k, key-wise, accumulated in place (:func:`add_weighted_`): no stacked copy of the cohort's
+    updates (a cohort of 50 CNN updates would otherwise hold a second 300 MB copy while it is averaged); ``updates``
+    may be produced one at a time."""
+    total: Params | None = None
+    for update, weight in zip(updates, np.asarray(weights, dtype=np.float64).tolist()):
+        total = add_weighted_(total, update, weight)
+    if total is None:
+        raise ValueError("weighted_sum needs at least one update")
     return total
+
+
+def add_weighted_(total: Params | None, update: Params, weight: float) -> Params:
+    """``total + weight * update`` key by key, in place (``total`` None: zeros first): the one arithmetic of every
+    update-by-update sum, so that a sum formed as the updates arrive equals one formed at the end, to the bit."""
+    if total is None:
+        total = {k: torch.zeros_like(v) for k, v in update.items()}
+    for k, acc in total.items():
+        acc.add_(update[k], alpha=weight)
+    return total
+
+
+@dataclass(frozen=True)
+class PlannedSum:
+    """The weighted sum the server will ask of a ``train`` call if every asked client's update arrives and passes
+    the screen: ``sum_i weights_i * Delta_i`` over the positions of ``ids``, in order (:func:`weighted_sum`'s
+    arithmetic). An engine that sees it (:func:`planned_sum_for`) may add each update into that sum as it arrives
+    and drop it, instead of holding the cohort's updates until the server asks; asked anything else, it must still
+    answer (:class:`fedsample.federation.summed.SummedReplies` recomputes the updates it dropped)."""
+
+    ids: np.ndarray
+    weights: np.ndarray
+
+
+_PLANNED: ContextVar[PlannedSum | None] = ContextVar("fedsample_planned_sum", default=None)
+
+
+@contextmanager
+def planned_sum(ids: np.ndarray, weights: np.ndarray | None) -> Iterator[None]:
+    """Declare, for the ``train`` call made in the block, the sum the server plans to ask (None: no plan)."""
+    token = _PLANNED.set(None if weights is None else PlannedSum(np.asarray(ids), np.asarray(weights, dtype=np.float64)))
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
+
+
+def planned_sum_for(ids: np.ndarray) -> PlannedSum | None:
+    """The planned sum of a call on exactly these clients in this order (a wrapper that asks fewer, e.g. the failure
+    model leaving out dropped clients, gets none)."""
+    plan = _PLANNED.get()
+    if plan is None or len(plan.ids) != len(ids) or not np.array_equal(plan.ids, np.asarray(ids)):
+        return None
+    return plan
 
 
 @dataclass(frozen=True)
@@ -207,7 +255,7 @@ class ReplyList(Sequence):
                 if int(i) not in self.failed and carries_update(self[int(i)])]
         if not keep:
             return None
-        return weighted_sum([self[i].update for i, _ in keep], [w for _, w in keep])
+        return weighted_sum((self[i].update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the losses of the replies that took a step, how many did), in cohort order."""

@@ -14,7 +14,7 @@ import numpy as np
 from fedsample import checks, parts, validate
 
 from fedsample.parts import (
-    Aggregator, ClientSampler, DataSampler, InclusionKind, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
+    Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
 )
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
@@ -22,7 +22,7 @@ from fedsample.privacy.recorder import round_figures, watch
 from fedsample.messages import HeldRequest, PerClient, TrainPayload
 from fedsample.federation.base import Federation
 from fedsample.missing import response_rate
-from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, replies_of
+from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
@@ -183,7 +183,8 @@ class Strategy:
             cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
             lost = 0  # the clients that failed to train are not candidates (recorded in the round's failures)
         else:
-            replies = replies_of(federation.run("train", cohort.ids, payload, round))
+            with planned_sum(cohort.ids, self.planned_weights(ctx, cohort, lost)):  # an engine may sum the updates as they come
+                replies = replies_of(federation.run("train", cohort.ids, payload, round))
         if self.secure_sum and not replies.sealed:
             raise ValueError(
                 f"{self.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -214,6 +215,19 @@ class Strategy:
         cohort = cast(TrainsFirst, self.clients).select_trained(ctx, trained, held)  # trains_first(self.clients): declared
         request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
         return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
+
+    def planned_weights(self, ctx: RoundContext, cohort: Cohort, lost: int = 0) -> np.ndarray | None:
+        """The weights the aggregator will give the cohort's updates if every one arrives and passes the screen (its
+        declared ``planned_weights``, at the response rate of a round where the whole cohort answers), declared
+        with the ``train`` call so that an in-process engine may add each update into the sum as it arrives instead
+        of holding them all (:mod:`fedsample.federation.summed`; any other outcome is still answered exactly). None
+        for an aggregator that declares none (FedNova's weights come from the replies), under a secure sum (the
+        server never sees the updates), and for a sampler that keeps the clients' updates (``server_learns``
+        gradients)."""
+        declared = getattr(self.aggregate, "planned_weights", None)
+        if declared is None or self.secure_sum or Learns.GRADIENTS in parts.server_learns(self.clients):
+            return None
+        return declared(cohort, replace(ctx, response_rate=response_rate(len(cohort) + lost, len(cohort))))
 
     def combine_valid(
         self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False

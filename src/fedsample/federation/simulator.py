@@ -9,6 +9,7 @@ import queue
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -21,7 +22,8 @@ from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
-from fedsample.rounds import Replies, ReplyList
+from fedsample.federation.summed import RunningSum
+from fedsample.rounds import Replies, ReplyList, planned_sum_for
 from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
@@ -110,25 +112,45 @@ class Simulator(Federation):
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        """The replies of ``client_ids`` in order. A ``train`` call whose sum the server planned
+        (:func:`fedsample.rounds.planned_sum_for`) adds each update into that sum as it arrives and keeps only the
+        reports' numbers (:mod:`fedsample.federation.summed`)."""
         fn = procedures.PROCEDURES[procedure]
         sent = payloads_for(payload, len(client_ids))
         ids = np.asarray(client_ids).tolist()
         stream = procedures.stream_of(procedure)
 
-        def call(position: int, module: nn.Module | None = None) -> Any:
+        def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
             k = int(ids[position])
-            ctx = self.context(k) if module is None else replace(self.context(k), module=module)
+            ctx = self.context(k)
+            if module is not None or state is not None:
+                ctx = replace(ctx, module=ctx.module if module is None else module, state=ctx.state if state is None else state)
             with self._torch_random(round, k, stream):
                 return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
 
-        if self.client_threads > 1 and len(ids) > 1 and procedure in THREADED_PROCEDURES:
-            return Replies(self._side_by_side(call, len(ids)), failed={})
-        return Replies([call(position) for position in range(len(ids))], failed={})
+        threaded = self.client_threads > 1 and len(ids) > 1 and procedure in THREADED_PROCEDURES
+        plan = planned_sum_for(client_ids) if procedure == "train" else None
+        before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
-    def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> list[Any]:
+        def again(position: int) -> Any:
+            """Client ``position``'s update trained again from its state before the call, as the call trained it."""
+            state = copy.deepcopy(before[int(ids[position])])
+            if not threaded:
+                return call(position, state=state).update
+            with torch_threads(1), self._module_copy() as module:
+                return call(position, module, state).update
+
+        reports = self._side_by_side(call, len(ids)) if threaded else (call(position) for position in range(len(ids)))
+        if plan is None:
+            return Replies(list(reports), failed={})
+        running = RunningSum(plan)
+        kept = [running.take(position, report, sent.at(position).params, partial(again, position)) for position, report in enumerate(reports)]
+        return running.replies(kept)
+
+    def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> Iterator[Any]:
         """``call(position, module)`` for positions 0..n-1 on ``client_threads`` threads, each call with a copy of
-        the training module of its own (one a thread, reused across calls), torch on one thread; the results in
-        position order. A call that raises raises here (after the others finished), as the loop would."""
+        the training module of its own, torch on one thread; the results one by one in position order (so that a
+        caller may drop each before the next arrives). A call that raises raises here, as the loop would."""
         if self._threads is None:
             self._threads = ThreadPoolExecutor(self.client_threads, thread_name_prefix="fedsample-client")
             weakref.finalize(self, self._threads.shutdown, wait=False)
@@ -137,14 +159,20 @@ class Simulator(Federation):
 
         def with_a_module(position: int) -> Any:
             torch.set_num_threads(1)  # in this thread too (OpenMP keeps a thread count per thread)
-            module = self._modules.get()
-            try:
+            with self._module_copy() as module:
                 return call(position, module)
-            finally:
-                self._modules.put(module)
 
         with torch_threads(1):
-            return list(self._threads.map(with_a_module, range(n)))
+            yield from self._threads.map(with_a_module, range(n))
+
+    @contextlib.contextmanager
+    def _module_copy(self) -> Iterator[nn.Module]:
+        """One of the training module's copies (one per client thread), for one call at a time."""
+        module = self._modules.get()
+        try:
+            yield module
+        finally:
+            self._modules.put(module)
 
 
 @contextlib.contextmanager

@@ -118,6 +118,11 @@ class WeightedMean:
             w = w * reported_sizes(ctx, cohort.ids[positions])
         return w / w.sum()
 
+    def planned_weights(self, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
+        """The weights :meth:`combine` gives the cohort if every client's update arrives (declared before training:
+        :meth:`fedsample.strategy.Strategy.planned_weights`)."""
+        return self.weights(np.arange(len(cohort)), cohort, ctx)
+
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
