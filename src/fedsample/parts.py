@@ -395,8 +395,10 @@ class Aggregator(Protocol):
     """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
     and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
     sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count``,
-    ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws) and
-    ``shared_settings``."""
+    ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws),
+    ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
+    update arrives, known before training: an in-process engine then sums the updates as they arrive instead of
+    holding them, :mod:`fedsample.federation.summed`)."""
 
     @property
     def needs_sizes(self) -> SizeNeed: ...

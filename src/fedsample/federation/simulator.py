@@ -144,7 +144,8 @@ class Simulator(Federation):
         if plan is None:
             return Replies(list(reports), failed={})
         running = RunningSum(plan)
-        kept = [running.take(position, report, sent.at(position).params, partial(again, position)) for position, report in enumerate(reports)]
+        kept = [running.take(position, int(ids[position]), report, sent.at(position).params, partial(again, position))
+                for position, report in enumerate(reports)]
         return running.replies(kept)
 
     def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> Iterator[Any]:

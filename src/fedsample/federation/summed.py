@@ -6,8 +6,9 @@ aggregator asks for their weighted sum. Where the strategy declares the sum it w
 each update into that sum as it arrives, in cohort order and with :func:`fedsample.rounds.weighted_sum`'s
 arithmetic, and keeps only the report's numbers (steps, loss, ...): the round holds one parameter-sized sum.
 
-Each update is checked as it arrives (:func:`fedsample.validate.report_problem`, deep: keys, shapes, finite values);
-one that fails is kept, not summed, and named as a suspect so that the server's screen rejects it. Asked for the
+Each update is checked as it arrives with the server's own deep check (:func:`fedsample.validate.report_problem`:
+loss, steps, keys, shapes, finite values); one that fails is not summed and its reply is the :class:`Failed` the
+server's screen would have made of it (the same reason). Asked for the
 planned sum, :class:`SummedReplies` answers with the running sum: the same numbers to the bit as summing the held
 updates. Asked anything else (a client failed or was rejected, an update was empty, other weights), it computes the
 answer update by update, recomputing each dropped update on demand (:class:`SummedReport`): a client's training is
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fedsample.messages import Params, TrainReport
-from fedsample.rounds import PlannedSum, Replies, add_weighted_, carries_update
+from fedsample.rounds import Failed, PlannedSum, Replies, add_weighted_, carries_update
 from fedsample.validate import report_problem
 
 __all__ = ["RunningSum", "SummedReplies", "SummedReport"]
@@ -53,17 +54,18 @@ class RunningSum:
         self.weights = plan.weights.tolist()
         self.total: Params | None = None
         self.summed: list[int] = []
-        self.suspects: list[int] = []
+        self.rejected: dict[int, Failed] = {}
 
-    def take(self, position: int, report: Any, params: Params, recompute: Callable[[], Params]) -> Any:
-        """The reply to keep for ``position``: a :class:`SummedReport` once its update is added, the report itself
-        where it carries no update (empty, failed) or fails the server's deep check against the global ``params``
-        (a suspect, left for the server's screen to reject)."""
+    def take(self, position: int, client: int, report: Any, params: Params, recompute: Callable[[], Params]) -> Any:
+        """The reply to keep for ``position`` (``client``'s): a :class:`SummedReport` once its update is added, the
+        report itself where it carries no update (empty), the screen's :class:`Failed` where it fails the server's
+        deep check against the global ``params``."""
         if not carries_update(report) or not isinstance(report, TrainReport):
             return report
-        if report_problem(report, params, deep=True):
-            self.suspects.append(position)
-            return report
+        problem = report_problem(report, params, deep=True)
+        if problem:
+            self.rejected[position] = Failed(client, "train", problem)
+            return self.rejected[position]
         self.total = add_weighted_(self.total, report.update, self.weights[position])
         self.summed.append(position)
         return SummedReport(recompute, report)
@@ -73,21 +75,20 @@ class RunningSum:
 
 
 class SummedReplies(Replies):
-    """A ``train`` call's replies whose updates were summed as they arrived (:class:`RunningSum`); ``fused``: the
-    server screens only the suspects (checked here already) and asks for the sum."""
+    """A ``train`` call's replies whose updates were summed as they arrived (:class:`RunningSum`). ``fused``: every
+    update was checked on arrival (no suspects for the server's screen), and the sum is what the server asks."""
 
     def __init__(self, reports: list[Any], running: RunningSum) -> None:
-        super().__init__(reports, failed={})
+        super().__init__(reports, failed=dict(running.rejected))
         self._total, self._weights = running.total, np.asarray(running.weights, dtype=np.float64)
         self._summed = np.asarray(running.summed, dtype=np.int64)
-        self._suspects = np.asarray(running.suspects, dtype=np.int64)
 
     @property
     def fused(self) -> bool:
         return True
 
     def suspect_positions(self) -> np.ndarray:
-        return self.without_failed(self._suspects)
+        return np.zeros(0, dtype=np.int64)
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """The running sum where ``positions``/``weights`` are the planned ones over exactly the summed updates (the
