@@ -350,7 +350,7 @@ def train_release(
         counts = np.arange(k + 1)
         probs = client_rate * binomial_pmf(k, q)
         probs[0] += 1.0 - client_rate
-        event = mixture_of_gaussians(z, counts.tolist(), probs)
+        event = mixture_of_gaussians(z, counts.tolist(), probs.tolist())
         reason = f"amplified: a user's drawn records are Binomial(k={k}, q={q:.4g})" + _client_note(design) + _also(notes)
         return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=call)
     if data_ok:
@@ -401,7 +401,7 @@ def drawn_count_release(
                        f"{noise}, not amplified: {why}", call=key)
     if user and k is not None:
         counts = np.arange(k + 1)
-        event = mixture_of_gaussians(z, counts.astype(np.float64).tolist(), binomial_pmf(k, q))
+        event = mixture_of_gaussians(z, counts.astype(np.float64).tolist(), binomial_pmf(k, q).tolist())
         reason = f"{noise}; a user's drawn records are Binomial(k={k}, q={q:.4g})"
         return Release(round, what, event, unamplified, ADD_REMOVE, "binomial-count", reason, call=key)
     reason = f"{noise}, one record moves it by 1; " + why_q
