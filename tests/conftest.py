@@ -72,3 +72,12 @@ def no_outbound_connections(request):
         outbound.uninstall()
     attempts, outbound.attempts[:] = list(outbound.attempts), []
     assert not attempts, f"outbound connections attempted: {attempts}"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test (the numbers client threads reproduce to the bit), the caller's count after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

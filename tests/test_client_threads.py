@@ -33,14 +33,6 @@ def cnn(fed):
     return PflCNN(channels=(4, 8), hidden=16).build(fed.dataset.input_shape, fed.dataset.num_classes)
 
 
-@pytest.fixture
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 RECIPES = {
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=10, epochs=2, batch_size=4, lr=0.1),
     "fednova_momentum": lambda: fs.recipes.fednova(clients_per_round=9, steps=3, batch_size=2, local_momentum=0.5),

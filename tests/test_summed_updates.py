@@ -82,14 +82,6 @@ def assert_identical(got, want):
         assert torch.equal(got.params[k], want.params[k]), k
 
 
-@pytest.fixture
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_summing_as_they_arrive_gives_the_held_updates_numbers_bit_for_bit(name, fed, mlp, no_plan, train_calls, one_torch_thread):
     summed = run(STRATEGIES[name](), fed, mlp)
