@@ -152,9 +152,12 @@ def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.nd
     clients = np.asarray(clients, dtype=np.int64)
     if sigma <= 0 or clients.size == 0:
         return np.zeros(clients.shape)
-    first = np.zeros(clients.shape, dtype=np.uint64)  # each client's first draw in the cell
-    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first) + 2.0**-54
-    return np.asarray(sigma / np.sqrt(asked) * ndtri(u), dtype=np.float64)
+    first = np.uint64(0)  # each client's first draw in the cell (one position for all: no array of zeros)
+    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first)
+    u += 2.0**-54  # in place, as the rest: the same arithmetic with no new array per step (about 40 us of 570)
+    shares = ndtri(u, out=u)
+    shares *= sigma / np.sqrt(asked)
+    return shares
 
 
 def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int) -> float:
