@@ -109,8 +109,7 @@ class SecureSum(Federation):
         if exact is not None and shares is not None:
             # every asked client's share was computed while the cohort trained (fedsample.background): the answered
             # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
-            answered = replies.without_failed(np.arange(asked, dtype=np.int64))
-            drawn = count_plus_shares(exact, shares.result()[answered])
+            drawn = count_plus_shares(exact, answered_shares(shares.result(), replies))
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
@@ -165,6 +164,14 @@ def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, see
     ``asked`` ones, each N(0, sigma^2 / asked): S + N(0, sigma^2 * a / asked) for a answering clients (the
     server sees neither a share nor the shares' sum, only S plus it)."""
     return count_plus_shares(count, count_shares(sigma, asked, seed, round, answered))
+
+
+def answered_shares(shares: np.ndarray, replies: ReplyList) -> np.ndarray:
+    """The noise shares (one per asked client, in cohort order) of the clients whose reply entered the sum: all of
+    them, as they are, where none failed (no copy of 30,000 shares), else those at the answered positions."""
+    if not replies.failed:
+        return shares
+    return shares[replies.without_failed(np.arange(len(shares), dtype=np.int64))]
 
 
 def count_plus_shares(count: int, shares: np.ndarray) -> float:
