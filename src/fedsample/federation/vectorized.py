@@ -331,7 +331,7 @@ class VectorizedSimulator(Simulator):
         G_c is the case lr = 1). One forward over the union of the minibatches, one backward for a linear
         aggregate, per-client updates on demand (:class:`CohortReports`)."""
         member = schedule.client
-        counts = np.bincount(member, minlength=len(ids))
+        counts = schedule.entries  # each member's rows (the cohort's len(ids) members: schedule.clients)
         masks = None
         if self.random.layers:  # dropout: each client that drew rows draws its masks from its own generator
             drew = np.flatnonzero(counts)
