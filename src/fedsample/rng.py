@@ -288,10 +288,16 @@ class CohortRandom:
         of client c mixes stream_c + (i + 1) * GAMMA; at flat position j = first_c + i that is
         (stream_c + (1 - first_c) * GAMMA) + j * GAMMA modulo 2^64: one repeat of a per-client base plus one
         arange, no per-draw offsets."""
-        first = np.cumsum(counts) - counts
-        base = self.streams + (np.uint64(1) - first.astype(np.uint64)) * np.uint64(_GAMMA)
+        first = np.cumsum(counts)  # then in place on arrays of ours (wrapping arithmetic: the same words)
+        first -= counts
+        base = first.view(np.uint64)  # first_c >= 0: the same bits as uint64; (1 - first_c) * GAMMA + stream_c
+        np.subtract(np.uint64(1), base, out=base)
+        base *= np.uint64(_GAMMA)
+        base += self.streams
         z = np.repeat(base, counts)
-        z += np.arange(len(z), dtype=np.uint64) * np.uint64(_GAMMA)
+        steps = np.arange(len(z), dtype=np.uint64)
+        steps *= np.uint64(_GAMMA)
+        z += steps
         return mix64_(z)
 
     def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
