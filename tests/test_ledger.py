@@ -614,3 +614,37 @@ def test_docs_privacy_table_is_the_ledgers():
         row = next(line for line in doc if line.startswith(f"| {prefix}") and f"| {mode} |" in line)
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2] == f"{s['epsilon']:.2f}" and cells[3].split()[0] == f"{s['epsilon_without_amplification']:.2f}", (row, s)
+
+
+class _Answers:
+    """A federation of 8 clients whose ``train`` call loses the clients in ``lost`` (Failed replies)."""
+
+    num_clients = 8
+
+    def __init__(self, lost=()):
+        self.lost = set(lost)
+
+    def run(self, procedure, client_ids, payload, round):
+        from fedsample.rounds import Failed, Replies
+
+        failed = {i: Failed(int(k), procedure, "lost") for i, k in enumerate(client_ids) if int(k) in self.lost}
+        return Replies([failed.get(i, TrainReport({}, steps=1, loss=0.0)) for i in range(len(client_ids))], failed=failed)
+
+
+@pytest.mark.parametrize("lost", [(), (2, 5)])
+def test_the_ledger_records_a_calls_releases_as_who_answered_makes_them(lost):
+    """Recorded.run checks a call's releases with every asked client answering and records them as the replies make
+    them: where clients were lost, the drawn count's noise is that of the a answered shares of m (sigma_S sqrt(a/m));
+    where every client answered, the releases it checked (computed once), equal to those the replies give."""
+    from fedsample.privacy.recorder import Recorded
+
+    strategy = fs.recipes.fedsampling(K=4)
+    plan = BernoulliSamples(0.5, report_count=True, count_noise=5.0)
+    payload = TrainPayload(params={}, plan=plan, solver=OneGradient(4), round=0)
+    ledger, ids = Ledger(Accounting(unit="record")), np.arange(8)
+    replies = Recorded(_Answers(lost), strategy, ledger, 0).run("train", ids, payload, 0)
+    answered = 8 - len(lost)
+    expected = amplification.releases("train", ids, payload, 0, 0, strategy, ledger.accounting, 8, replies=replies)
+    assert ledger.releases == expected
+    count = next(r for r in ledger.releases if r.what == "drawn count S")
+    assert count.unamplified == gaussian(5.0 * math.sqrt(answered / 8))

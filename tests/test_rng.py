@@ -8,13 +8,31 @@ from scipy import stats
 
 from fedsample import privacy
 from fedsample.messages import ClientContext
-from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, generator, mix64
+from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, generator, mix64, mix64_, stream_uniforms
 from fedsample.sampling.data import BernoulliSamples
 
 
 def test_python_and_numpy_mixers_agree():
     z = np.random.default_rng(0).integers(0, 2**63, 200, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     np.testing.assert_array_equal(mix64(z), np.array([_mix_int(int(v)) for v in z], dtype=np.uint64))
+
+
+def test_mixing_in_place_gives_the_same_words():
+    """mix64_ mixes the caller's array itself (one scratch array for the shifts) into mix64's words; mix64 leaves its
+    input alone, and a scalar stays a scalar."""
+    z = np.random.default_rng(1).integers(0, 2**63, 300, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    kept = z.copy()
+    expected = mix64(z)
+    np.testing.assert_array_equal(z, kept)
+    assert mix64_(z) is z
+    np.testing.assert_array_equal(z, expected)
+    assert isinstance(mix64(5), np.uint64) and int(mix64(5)) == _mix_int(5)
+
+
+def test_a_shared_first_position_reads_each_clients_first_draw():
+    streams = CohortRandom(3, 1, np.arange(50), "x").streams
+    np.testing.assert_array_equal(stream_uniforms(streams, np.uint64(0)), stream_uniforms(streams, np.zeros(50, dtype=np.uint64)))
+    np.testing.assert_array_equal(stream_uniforms(streams, np.uint64(0)), [ClientRandom(3, 1, k, "x").uniforms(1)[0] for k in range(50)])
 
 
 def test_small_and_large_draws_read_the_same_stream():

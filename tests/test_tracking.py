@@ -19,7 +19,7 @@ import fedsample as fs
 from fedsample.cli import main
 from fedsample.client import TrainReport
 from fedsample.rounds import Cohort, Failed, Replies, RoundContext
-from fedsample.strategy import Strategy, cohort_figures
+from fedsample.strategy import Strategy, cohort_figures, is_census
 from fedsample.tracking.base import MissingExtra, Tracker, TrackerGroup, flat_config, numeric_metrics
 from fedsample.tracking.jsonl import JsonlTracker, read_jsonl
 from fedsample.tracking.setup import TrackingSpec, parse_backends
@@ -47,6 +47,42 @@ def test_cohort_figures_on_a_hand_computed_cohort():
     assert figures["weight_cv"] == pytest.approx(math.sqrt(27) / 11)  # sd 1.299 / mean 2.75 over the 4 draws
     assert figures["effective_cohort"] == pytest.approx(4 / (1 + figures["weight_cv"] ** 2))  # Kish: n / (1 + cv^2)
     assert cohort_figures(Cohort(np.zeros(0, np.int64), np.zeros(0), population=10)) == {}
+
+
+def general_figures(cohort):
+    """cohort_figures' formulas written out (the path every cohort that is not a census takes)."""
+    pi, m = np.asarray(cohort.inclusion, dtype=np.float64), np.asarray(cohort.multiplicity, dtype=np.float64)
+    w = 1.0 / pi
+    total, squares, n = float(np.sum(m * w)), float(np.sum(m * (w * w))), float(m.sum())
+    mean = total / n
+    return {"inclusion_min": float(pi.min()), "inclusion_mean": float(pi.mean()), "inclusion_max": float(pi.max()),
+            "effective_cohort": total * total / squares, "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+            "design_weight_total": float(np.sum(cohort.design_weights()))}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 30_000, 250_001])
+def test_a_census_cohorts_figures_in_closed_form_are_the_formulas_floats(n):
+    """AllClients' cohort (pi_k = 1, m_k = 1) takes the closed form (strategy.census_figures): the very floats the
+    formulas give, so the round log does not change."""
+    from fedsample.sampling.clients import AllClients
+
+    cohort = AllClients().select(RoundContext(federation=type("F", (), {"num_clients": n})(), params=None, round=0, seed=0, state={}))
+    assert is_census(cohort)
+    figures, expected = cohort_figures(cohort), general_figures(cohort)
+    assert figures == expected and all(type(figures[k]) is type(expected[k]) for k in expected)
+
+
+def test_only_a_census_takes_the_closed_form():
+    """A probability below 1, a NaN (estimated), a member drawn twice or expected draws (Hansen-Hurwitz weights) each
+    leave the closed form: the figures come from the formulas."""
+    ones = np.ones(4)
+    for cohort in (Cohort(np.arange(4), np.array([1.0, 1.0, 0.5, 1.0]), population=9),
+                   Cohort(np.arange(4), np.array([1.0, np.nan, 1.0, 1.0]), population=4),
+                   Cohort(np.arange(4), ones, population=4, multiplicity=np.array([1, 2, 1, 1])),
+                   Cohort(np.arange(4), ones, population=4, expected_draws=np.full(4, 0.8))):
+        assert not is_census(cohort)
+        assert str(cohort_figures(cohort)) == str(general_figures(cohort))
+    assert cohort_figures(Cohort(np.arange(4), np.array([1.0, 1.0, 0.5, 1.0]), population=9))["inclusion_min"] == 0.5
 
 
 def test_describe_round_counts_asked_answered_and_drawn_samples():

@@ -233,9 +233,15 @@ class BatchSchedule:
     clients: int
     loss_scale: np.ndarray | None = None
 
+    @cached_property
+    def entries(self) -> np.ndarray:
+        """How many entries (rows over all its steps) each member has, counted once: :meth:`steps` and the
+        vectorized engine's one-gradient cohort both read it (one pass over the entries instead of two)."""
+        return np.bincount(self.client, minlength=self.clients)
+
     def steps(self) -> np.ndarray:
         """The number of local steps of each member (0: it drew nothing)."""
-        per = np.bincount(self.client, minlength=self.clients)
+        per = self.entries
         if self.single_step:  # one step for every member that has entries (the one-gradient cohort)
             return (per > 0).astype(np.int64)
         steps = np.zeros(self.clients, dtype=np.int64)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # torch is imported where a device is used, so numpy-only use
 
 __all__ = [
     "ClientRandom", "CohortRandom", "CohortStreams", "SERVER", "client_rng", "client_streams", "client_streams_torch",
-    "generator", "mix64", "mix64_torch", "stream_uniforms", "stream_uniforms_torch", "torch_seed", "uniform_integers",
+    "generator", "mix64", "mix64_", "mix64_torch", "stream_uniforms", "stream_uniforms_torch", "torch_seed", "uniform_integers",
 ]
 
 SERVER = -1  # the "client id" of the server's own draws
@@ -76,12 +76,19 @@ def _mix_int(z: int) -> int:
 
 def mix64(z: np.ndarray) -> np.ndarray:
     """SplitMix64's finalizer, elementwise on uint64 arrays (wrapping arithmetic)."""
-    z = np.asarray(z, dtype=np.uint64)
-    z = z ^ (z >> np.uint64(30))  # a new array: the rest in place (the same arithmetic, fewer temporaries)
+    mixed = mix64_(np.array(z, dtype=np.uint64))  # a new array, mixed in place
+    return mixed if mixed.ndim else mixed[()]  # a scalar's as a numpy scalar
+
+
+def mix64_(z: np.ndarray) -> np.ndarray:
+    """:func:`mix64` of a uint64 array the caller owns, in place (returned): the same arithmetic with one scratch
+    array for the shifts instead of a new array per operation (on a round's 60,000 draws about 15 us of 110)."""
+    shifted = np.right_shift(z, np.uint64(30), out=np.empty_like(z))
+    z ^= shifted
     z *= np.uint64(_M1)
-    z ^= z >> np.uint64(27)
+    z ^= np.right_shift(z, np.uint64(27), out=shifted)
     z *= np.uint64(_M2)
-    z ^= z >> np.uint64(31)
+    z ^= np.right_shift(z, np.uint64(31), out=shifted)
     return z
 
 
@@ -99,19 +106,25 @@ def client_stream(key: int, client: int) -> int:
 
 def client_streams(key: int, clients: np.ndarray) -> np.ndarray:
     """:func:`client_stream` for an array of clients (uint64)."""
-    c = np.asarray(clients, dtype=np.int64).astype(np.uint64) + np.uint64(2)
-    return mix64(np.uint64(key) ^ mix64(c * np.uint64(_GAMMA)))
+    z = np.asarray(clients, dtype=np.int64).astype(np.uint64)  # a new array, then worked on in place
+    z += np.uint64(2)
+    z *= np.uint64(_GAMMA)
+    z = mix64_(z)
+    z ^= np.uint64(key)
+    return mix64_(z)
 
 
 def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Uniforms on [0, 1) with 53 random bits: draw ``positions`` of the given client ``streams`` (broadcast)."""
-    z = mix64(np.asarray(streams, dtype=np.uint64) + (np.asarray(positions, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GAMMA))
-    return as_uniforms(z)
+    z = np.asarray(streams, dtype=np.uint64) + (np.asarray(positions, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GAMMA)
+    return as_uniforms(mix64_(np.asarray(z)))  # z: a new array (or scalar) of ours
 
 
 def as_uniforms(words: np.ndarray) -> np.ndarray:
     """The uniforms of mixed 64-bit ``words``: their top 53 bits times 2^-53."""
-    return (words >> np.uint64(11)).astype(np.float64) * _TO_UNIT
+    u = (words >> np.uint64(11)).astype(np.float64)
+    u *= _TO_UNIT  # in place on the new array: the same product, one array fewer
+    return u
 
 
 def words_below(threshold: float) -> int:
@@ -277,11 +290,17 @@ class CohortRandom:
         of client c mixes stream_c + (i + 1) * GAMMA; at flat position j = first_c + i that is
         (stream_c + (1 - first_c) * GAMMA) + j * GAMMA modulo 2^64: one repeat of a per-client base plus one
         arange, no per-draw offsets."""
-        first = np.cumsum(counts) - counts
-        base = self.streams + (np.uint64(1) - first.astype(np.uint64)) * np.uint64(_GAMMA)
+        first = np.cumsum(counts)  # then in place on arrays of ours (wrapping arithmetic: the same words)
+        first -= counts
+        base = first.view(np.uint64)  # first_c >= 0: the same bits as uint64; (1 - first_c) * GAMMA + stream_c
+        np.subtract(np.uint64(1), base, out=base)
+        base *= np.uint64(_GAMMA)
+        base += self.streams
         z = np.repeat(base, counts)
-        z += np.arange(len(z), dtype=np.uint64) * np.uint64(_GAMMA)
-        return mix64(z)
+        steps = np.arange(len(z), dtype=np.uint64)
+        steps *= np.uint64(_GAMMA)
+        z += steps
+        return mix64_(z)
 
     def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
         """Flat positions (into :meth:`ragged`'s concatenation, from draw 0) of the draws below ``threshold``:

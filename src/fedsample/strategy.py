@@ -316,6 +316,8 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
     mean over rounds checks the probabilities (``fedsample.diagnose`` reports it)."""
     if len(cohort) == 0:
         return {}
+    if is_census(cohort):
+        return census_figures(len(cohort))
     pi = np.asarray(cohort.inclusion, dtype=np.float64)
     m = np.asarray(cohort.multiplicity, dtype=np.float64)
     w = 1.0 / pi
@@ -328,6 +330,27 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
         "effective_cohort": total * total / squares,
         "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
         "design_weight_total": float(np.sum(cohort.design_weights())),
+    }
+
+
+def is_census(cohort: Cohort) -> bool:
+    """Every member included with certainty and drawn once (pi_k = 1, m_k = 1: :class:`~fedsample.sampling.clients.AllClients`'s
+    cohorts), its design weights 1 / pi_k (no ``expected_draws``): two comparisons over the cohort."""
+    return (cohort.expected_draws is None and bool(np.all(np.asarray(cohort.inclusion) == 1.0))
+            and bool(np.all(np.asarray(cohort.multiplicity) == 1)))
+
+
+def census_figures(n: int) -> dict[str, float]:
+    """:func:`cohort_figures` of a census of ``n`` members (:func:`is_census`), from the same formulas: every sum
+    over the cohort is n (sums of ones, exact below 2^53), so the figures are the same floats without the ten
+    passes over its arrays (30,000 clients: about 0.15 ms of a FedSampling round, measured)."""
+    total = squares = float(n)
+    mean = total / n
+    return {
+        "inclusion_min": 1.0, "inclusion_mean": mean, "inclusion_max": 1.0,
+        "effective_cohort": total * total / squares,
+        "weight_cv": float(np.sqrt(max(squares / n - mean * mean, 0.0))) / mean,
+        "design_weight_total": float(n),
     }
 
 

@@ -109,8 +109,7 @@ class SecureSum(Federation):
         if exact is not None and shares is not None:
             # every asked client's share was computed while the cohort trained (fedsample.background): the answered
             # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
-            answered = replies.without_failed(np.arange(asked, dtype=np.int64))
-            drawn = count_plus_shares(exact, shares.result()[answered])
+            drawn = count_plus_shares(exact, answered_shares(shares.result(), replies))
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
@@ -152,9 +151,12 @@ def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.nd
     clients = np.asarray(clients, dtype=np.int64)
     if sigma <= 0 or clients.size == 0:
         return np.zeros(clients.shape)
-    first = np.zeros(clients.shape, dtype=np.uint64)  # each client's first draw in the cell
-    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first) + 2.0**-54
-    return np.asarray(sigma / np.sqrt(asked) * ndtri(u), dtype=np.float64)
+    first = np.uint64(0)  # each client's first draw in the cell (one position for all: no array of zeros)
+    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first)
+    u += 2.0**-54  # in place, as the rest: the same arithmetic with no new array per step (about 40 us of 570)
+    shares = ndtri(u, out=u)
+    shares *= sigma / np.sqrt(asked)
+    return shares
 
 
 def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int) -> float:
@@ -162,6 +164,14 @@ def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, see
     ``asked`` ones, each N(0, sigma^2 / asked): S + N(0, sigma^2 * a / asked) for a answering clients (the
     server sees neither a share nor the shares' sum, only S plus it)."""
     return count_plus_shares(count, count_shares(sigma, asked, seed, round, answered))
+
+
+def answered_shares(shares: np.ndarray, replies: ReplyList) -> np.ndarray:
+    """The noise shares (one per asked client, in cohort order) of the clients whose reply entered the sum: all of
+    them, as they are, where none failed (no copy of 30,000 shares), else those at the answered positions."""
+    if not replies.failed:
+        return shares
+    return shares[replies.without_failed(np.arange(len(shares), dtype=np.int64))]
 
 
 def count_plus_shares(count: int, shares: np.ndarray) -> float:

@@ -73,8 +73,8 @@ from fedsample.privacy.reports import alpha_for
 from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
-    "PrivacyWarning", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw", "joint_multiplier",
-    "record_rate", "releases", "warn_unprotected",
+    "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw",
+    "joint_multiplier", "record_rate", "releases", "warn_unprotected",
 ]
 
 

@@ -73,7 +73,7 @@ class BernoulliSamples:
         kept = rng.ragged_below(sizes, self.p)
         ends = np.cumsum(sizes)
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
-        return member, kept - (ends - sizes)[member]
+        return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
 
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
         """One uniform per local sample."""
