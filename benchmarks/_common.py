@@ -16,6 +16,7 @@ import os
 import platform
 import resource
 import sys
+import statistics
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -112,6 +113,22 @@ def best_of(call: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
         call()
         times.append(time.perf_counter() - t)
     return min(times)
+
+
+def paired_median_ratio(a: Callable[[], object], b: Callable[[], object], pairs: int = 60) -> float:
+    """The median over ``pairs`` alternations of time(``a``) / time(``b``), each pair timed back to back so that
+    both see the same machine load (after one untimed call of each); in smoke mode one pair."""
+    if SMOKE:
+        pairs = 1
+    a(), b()
+    ratios = []
+    for _ in range(pairs):
+        t0 = time.perf_counter()
+        a()
+        t1 = time.perf_counter()
+        b()
+        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+    return float(statistics.median(ratios))
 
 
 def peak_rss_mb() -> float:
