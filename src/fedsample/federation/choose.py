@@ -48,9 +48,10 @@ worker and a partial sum back. So, in order:
     are those of a one-thread run and the server sums the replies in cohort order, so the run's numbers do not
     depend on the number of threads. Measured on the 2-core machine of ``benchmarks/README.md`` on
     pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN, 2026-11-26, quiet;
-    ``benchmarks/peers/results/cifar-client-threads-2026-11-26.md``): 2.55-2.66 s a round on two client threads against 5.14 s on one thread (1.93x),
-    4.01-4.02 s on two intra-op threads and 3.18 s on the pool of two processes it replaces; in one process, so
-    at the memory of one (1,021-1,025 MiB against the pool's 2,897).
+    ``benchmarks/peers/results/cifar-client-threads-2026-11-26.md``): 2.55-2.66 s a round on two client
+    threads against 5.14 s on one thread (1.93x), 4.01-4.02 s on two intra-op threads and 3.18 s on the pool of
+    two processes it replaces; in one process, so at the memory of one (1,021-1,025 MiB against the pool's
+    2,897).
 11. The vectorized engine, with a model and parts a fresh interpreter can import (no class defined in
     ``__main__``) and estimated compute of at least :data:`POOL_MIN_RUN_S` over the run's rounds (to pay for
     starting the workers): a **pool** of as many workers as threads allowed, one thread each; otherwise
