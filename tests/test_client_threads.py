@@ -102,7 +102,7 @@ def test_dropout_masks_are_per_thread():
 
 def test_a_raising_client_fails_alone_as_in_the_loop(fed, cnn, one_torch_thread):
     """A client whose procedure raises becomes a Failed reply (the failure model asks one by one), the same
-    clients whatever the number of threads."""
+    clients and numbers whatever the number of threads and the caller's torch threads."""
     train = fs.client.PROCEDURES["train"]
 
     def flaky(ctx, payload, rng):
@@ -112,7 +112,9 @@ def test_a_raising_client_fails_alone_as_in_the_loop(fed, cnn, one_torch_thread)
 
     fs.client.PROCEDURES["train"] = flaky
     try:
-        alone, both = run("fedavg", fed, cnn), run("fedavg", fed, cnn, client_threads=2)
+        alone = run("fedavg", fed, cnn)
+        torch.set_num_threads(2)  # the clients asked again one by one run on one torch thread too
+        both = run("fedavg", fed, cnn, client_threads=2)
     finally:
         fs.client.PROCEDURES["train"] = train
     assert any(h["failed"] for h in alone.history)

@@ -128,7 +128,7 @@ class Simulator(Federation):
             with self._torch_random(round, k, stream):
                 return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
 
-        threaded = self.client_threads > 1 and len(ids) > 1 and procedure in THREADED_PROCEDURES
+        threaded = self.client_threads > 1 and procedure in THREADED_PROCEDURES  # one client too: on one torch thread
         plan = planned_sum_for(client_ids) if procedure == "train" else None
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
