@@ -1,6 +1,6 @@
 """Client threads: the loop engine training clients side by side on threads of this process. The numbers are
-those of one client after the other on one torch thread, to the bit, whatever the number of threads (CNN with
-dropout, momentum, client-held state, probes); torch's thread count comes back after each call; failing clients,
+those of one client after the other on one torch thread, to the bit, whatever the number of threads and the
+caller's torch threads (CNN with dropout, momentum, client-held state, probes, held updates); torch's thread count comes back after each call; failing clients,
 random operations outside nn.Dropout and bad settings; and the auto rule's choice, recorded with the run."""
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ RECIPES = {
     "fednova_momentum": lambda: fs.recipes.fednova(clients_per_round=9, steps=3, batch_size=2, local_momentum=0.5),
     "isfedavg": lambda: fs.recipes.isfedavg(clients_per_round=6, batch_size=3, epochs=2, update="cheap", lr=0.1),  # client-held state
     "power_of_choice": lambda: fs.recipes.power_of_choice(clients_per_round=4, candidates=8, steps=2, batch_size=4),  # loss probes, then training
+    "optimal_sampling": lambda: fs.recipes.optimal_sampling(clients_per_round=4, steps=2, batch_size=4),  # train_held, send_held
 }
 
 
@@ -54,6 +55,7 @@ def assert_identical(got, want):
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_every_number_of_client_threads_gives_the_one_thread_numbers_bit_for_bit(recipe, fed, cnn, one_torch_thread):
     alone = run(recipe, fed, cnn)
+    torch.set_num_threads(2)  # the caller's threads: client threads train on one each
     for threads in (2, 3):
         got = run(recipe, fed, cnn, client_threads=threads)
         assert got.client_threads == threads

@@ -30,10 +30,10 @@ from fedsample.training.dtypes import float_dtype
 
 __all__ = ["Simulator", "THREADED_PROCEDURES", "torch_threads"]
 
-THREADED_PROCEDURES = ("train", "probe")
-"""The procedures whose calls run side by side with ``client_threads`` > 1 (each a client's forward/backward
-passes, which release the GIL); the others (size reports, sending a held update) are too light to pay for a
-thread and run one after the other."""
+THREADED_PROCEDURES = ("train", "train_held", "probe")
+"""The procedures that compute with the model, whose calls run side by side with ``client_threads`` > 1 (each a
+client's forward/backward passes, which release the GIL), on one torch thread; the others (size reports,
+sending a held update) compute nothing with it and run one after the other."""
 
 
 class Simulator(Federation):
