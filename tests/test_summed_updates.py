@@ -32,8 +32,8 @@ def fed():
 
 
 @pytest.fixture(scope="module")
-def mlp(fed):
-    return MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes)
+def mlp():
+    return MLP(hidden=8).build((8,), 3)  # the blobs' 8 features and 3 classes
 
 
 @pytest.fixture
