@@ -143,6 +143,10 @@ def test_client_threads_are_for_the_loop_in_this_process(fed, cnn):
             fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, **options)
     with pytest.raises(ValueError, match="client_threads"):
         fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, backend="loop", client_threads=0)
+    from fedsample.simulation import resolve_backend
+
+    with pytest.raises(ValueError, match="device 'cuda'"):  # checked before any device is touched
+        resolve_backend("loop", RECIPES["fedavg"](), fed, cnn, device="cuda", client_threads=2)
 
 
 # --- the auto rule ----------------------------------------------------------------------------------------------

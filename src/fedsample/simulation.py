@@ -421,7 +421,7 @@ def resolve_backend(
                      "workers": [checks.COUNT, None], "client_threads": [checks.COUNT, None]})
     if backend != "auto" or workers is not None or client_threads is not None:
         engine = BackendChoice(backend, "asked for") if backend != "auto" else _engine_for(strategy, data, module, device)
-        return asked_cores(engine, workers or 1, client_threads or 1)
+        return asked_cores(engine, workers or 1, client_threads or 1, torch.device(device).type)
     engine = _engine_for(strategy, data, module, device)
     sizes, sample = data.sizes(), _one_row(data, device)
     return choose_cores(engine, strategy, sizes, module, sample, torch.device(device).type, rounds)
@@ -437,13 +437,13 @@ def _engine_for(strategy: Strategy, data: FederatedData, module: nn.Module, devi
     return choose_backend(strategy, data.sizes(), module, _one_row(data, device), torch.device(device).type)
 
 
-def asked_cores(engine: BackendChoice, workers: int, client_threads: int) -> BackendChoice:
+def asked_cores(engine: BackendChoice, workers: int, client_threads: int, device: str = "cpu") -> BackendChoice:
     """``engine`` on the ``workers`` processes and ``client_threads`` the caller asked for (a pool runs each
-    worker's clients one after the other: client threads are for the loop engine in this process)."""
-    if client_threads > 1 and (workers > 1 or engine.backend != "loop"):
-        raise ValueError(f"client_threads={client_threads} trains the loop engine's clients side by side in this process: it needs "
-                         f"backend 'loop' (or 'auto' where it picks the loop) and no worker processes, got backend "
-                         f"{engine.backend!r} and workers={workers}")
+    worker's clients one after the other: client threads are for the loop engine in this process, on CPU)."""
+    if client_threads > 1 and (workers > 1 or engine.backend != "loop" or device != "cpu"):
+        raise ValueError(f"client_threads={client_threads} trains the loop engine's clients side by side on CPU threads of this "
+                         f"process: it needs backend 'loop' (or 'auto' where it picks the loop), no worker processes and device "
+                         f"'cpu', got backend {engine.backend!r}, workers={workers} and device {device!r}")
     how = [f"on {workers} worker processes"] if workers > 1 else []
     how += [f"clients side by side on {client_threads} threads"] if client_threads > 1 else []
     if engine.reason == "asked for":  # a named engine
