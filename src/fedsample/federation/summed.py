@@ -8,7 +8,10 @@ arithmetic, and keeps only the report's numbers (steps, loss, ...): the round ho
 
 Each update is checked as it arrives with the server's own deep check (:func:`fedsample.validate.report_problem`:
 loss, steps, keys, shapes, finite values); one that fails is not summed and its reply is the :class:`Failed` the
-server's screen would have made of it (the same reason). Asked for the
+server's screen would have made of it (the same reason). One difference from held updates follows: the privacy
+ledger, which records a call's releases as its replies come back, counts such a client as not having entered the
+sum (as it does for a secure sum's client-side check), where with held updates it counts it as answered and the
+screen rejects it afterwards. Asked for the
 planned sum, :class:`SummedReplies` answers with the running sum: the same numbers to the bit as summing the held
 updates. Asked anything else (a client failed or was rejected, an update was empty, other weights), it computes the
 answer update by update, recomputing each dropped update on demand (:class:`SummedReport`): a client's training is
