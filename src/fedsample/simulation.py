@@ -419,25 +419,18 @@ def resolve_backend(
     checks.validate("resolve_backend", {"memory_budget": memory_budget, "backend": backend, "workers": workers, "client_threads": client_threads},
                     {"memory_budget": checks.Param(checks.COUNT, None, label="memory_budget (bytes)"), "backend": checks.Options(*BACKENDS),
                      "workers": [checks.COUNT, None], "client_threads": [checks.COUNT, None]})
-    if backend != "auto" or workers is not None or client_threads is not None:
-        engine = BackendChoice(backend, "asked for") if backend != "auto" else _engine_for(strategy, data, module, device)
-        return asked_cores(engine, workers or 1, client_threads or 1, torch.device(device).type)
-    engine = _engine_for(strategy, data, module, device)
-    sizes, sample = data.sizes(), _one_row(data, device)
-    return choose_cores(engine, strategy, sizes, module, sample, torch.device(device).type, rounds)
+    kind = torch.device(device).type
+    if backend != "auto":  # a named engine: nothing to look at (the device is not touched)
+        return _asked_cores(BackendChoice(backend, "asked for"), workers or 1, client_threads or 1, kind)
+    sizes = data.sizes()
+    sample = torch.as_tensor(np.array(data.dataset.x_train[:1]), device=torch.device(device))  # a copy: data may be read-only
+    engine = choose_backend(strategy, sizes, module, sample, kind)
+    if workers is not None or client_threads is not None:
+        return _asked_cores(engine, workers or 1, client_threads or 1, kind)
+    return choose_cores(engine, strategy, sizes, module, sample, kind, rounds)
 
 
-def _one_row(data: FederatedData, device: torch.device | str) -> torch.Tensor:
-    """The first training row as a tensor on ``device`` (a copy: the data may be read-only)."""
-    return torch.as_tensor(np.array(data.dataset.x_train[:1]), device=torch.device(device))
-
-
-def _engine_for(strategy: Strategy, data: FederatedData, module: nn.Module, device: torch.device | str) -> BackendChoice:
-    """The engine the ``auto`` rule picks (rules 1-7 of :mod:`fedsample.federation.choose`)."""
-    return choose_backend(strategy, data.sizes(), module, _one_row(data, device), torch.device(device).type)
-
-
-def asked_cores(engine: BackendChoice, workers: int, client_threads: int, device: str = "cpu") -> BackendChoice:
+def _asked_cores(engine: BackendChoice, workers: int, client_threads: int, device: str = "cpu") -> BackendChoice:
     """``engine`` on the ``workers`` processes and ``client_threads`` the caller asked for (a pool runs each
     worker's clients one after the other: client threads are for the loop engine in this process, on CPU)."""
     if client_threads > 1 and (workers > 1 or engine.backend != "loop" or device != "cpu"):

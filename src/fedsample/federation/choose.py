@@ -43,8 +43,9 @@ worker and a partial sum back. So, in order:
 9. Fewer than :data:`POOL_MIN_CLIENTS_PER_WORKER` expected clients per thread, or too little work per round:
    estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the cohort trains
    on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S`: **threads**.
-10. The loop engine: **client threads**, as many as threads allowed (**threads** for a model that draws random
-    numbers outside ``nn.Dropout``: torch's global generator serves one client at a time). Each client's numbers
+10. The loop engine: **client threads**, as many as threads allowed (a model that draws random numbers outside
+    ``nn.Dropout`` then trains one client at a time, as :class:`~fedsample.federation.simulator.Simulator` decides
+    and the run records: torch's global generator serves one client at a time). Each client's numbers
     are those of a one-thread run and the server sums the replies in cohort order, so the run's numbers do not
     depend on the number of threads. Measured on the 2-core machine of ``benchmarks/README.md`` on
     pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN, 2026-11-26, quiet;
@@ -120,11 +121,6 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
     return BackendChoice("loop", f"multi-step local SGD, ~{m:g} clients per round (< {STACKED_MIN_CLIENTS}): too few to pay for stacking")
 
 
-def _draws_outside_dropout(module: nn.Module, sample: torch.Tensor) -> bool:
-    """Whether the model draws random numbers outside ``nn.Dropout`` (from torch's global generator)."""
-    return random_layers.prepare(module, sample[:1]).has_unmanaged_random_ops(sample[:1])
-
-
 def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     """Why the vectorized engine cannot batch this model (None: it can)."""
     return random_layers.prepare(module, sample[:1]).unbatchable(sample[:1])
@@ -166,9 +162,6 @@ def choose_cores(
     work = f"~{m:g} clients and ~{seconds:.2g} s of compute per round"
     if seconds < POOL_MIN_ROUND_S:
         return BackendChoice(engine.backend, f"{engine.reason}; {here} ({work}: too little to split by client)", 1)
-    if engine.backend == "loop" and _draws_outside_dropout(module, sample):
-        return BackendChoice(engine.backend, f"{engine.reason}; {here} (random operations outside nn.Dropout read torch's global "
-                                             f"generator: one client at a time)", 1)
     if engine.backend == "loop":
         return BackendChoice(engine.backend, f"{engine.reason}; in this process, clients side by side on {threads} threads of 1 torch "
                                              f"thread ({work})", 1, client_threads=threads)
