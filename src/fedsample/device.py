@@ -7,11 +7,12 @@ vectorized engine may fill on that device.
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
-__all__ = ["free_memory", "resolve_device", "to_device", "use_threads"]
+__all__ = ["free_memory", "resolve_device", "to_device", "torch_threads", "use_threads"]
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -66,6 +67,17 @@ def use_threads(threads: int) -> None:
     against 16 ms). The BLAS limit is set through threadpoolctl (scikit-learn's dependency), for the process."""
     torch.set_num_threads(max(1, int(threads)))
     blas_on_one_thread()
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Torch's intra-op threads set to ``threads`` for the block (a process-wide setting), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def blas_on_one_thread() -> Any:

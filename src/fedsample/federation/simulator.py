@@ -20,6 +20,7 @@ from fedsample import client as procedures
 from fedsample import checks
 from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
+from fedsample.device import torch_threads
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
 from fedsample.federation.summed import RunningSum
@@ -28,7 +29,7 @@ from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
-__all__ = ["Simulator", "THREADED_PROCEDURES", "torch_threads"]
+__all__ = ["Simulator", "THREADED_PROCEDURES"]
 
 THREADED_PROCEDURES = ("train", "train_held", "probe")
 """The procedures that compute with the model, whose calls run side by side with ``client_threads`` > 1 (each a
@@ -174,17 +175,6 @@ class Simulator(Federation):
             yield module
         finally:
             self._modules.put(module)
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """Torch's intra-op threads set to ``threads`` for the block (a process-wide setting), restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _in_client_order(x: torch.Tensor, y: torch.Tensor, order: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
