@@ -19,6 +19,7 @@ from fedsample.models import initial_parameters
 from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.simulation import simulate
 from fedsample.training.local import LocalSGD, OneGradient
+from fedsample.training.random_layers import RandomLayers, client_generator, kept_units
 from helpers import blobs, federate
 
 SIZES = [1, 3, 7, 12, 20, 33, 2, 9, 0, 15]
@@ -178,3 +179,34 @@ def test_other_random_ops_are_seeded_per_client_and_engines_agree():
     reordered = Simulator(fed, module, seed=3).run("train", ids[::-1], payload, 2)[::-1]
     for a, b in zip(loop, reordered):
         close(a.update, b.update, tol=0)
+
+
+def test_masks_keep_each_unit_with_probability_one_minus_p_and_average_one():
+    """Monte Carlo: 400,000 units at p = 0.3 are kept at rate 0.7 within 5 standard errors (0.0036), and the mask
+    (kept units scaled by 1/0.7) averages 1 within the same; p = 0 keeps all, p = 1 drops all."""
+    g = torch.Generator().manual_seed(11)
+    mask = kept_units(g, (400, 1000), 0.3, torch.float32)
+    n, se = mask.numel(), (0.7 * 0.3 / 400_000) ** 0.5
+    assert mask.unique().tolist() == [0.0, pytest.approx(1 / 0.7)]
+    assert abs((mask > 0).double().mean().item() - 0.7) < 5 * se
+    assert abs(mask.double().mean().item() - 1.0) < 5 * se / 0.7
+    assert n == 400_000
+    assert torch.equal(kept_units(g, (50,), 0.0, torch.float32), torch.ones(50))
+    assert torch.equal(kept_units(g, (50,), 1.0, torch.float32), torch.zeros(50))
+
+
+def test_masks_are_the_same_bits_on_every_processor_and_dtype(monkeypatch):
+    """torch's ``bernoulli_`` with a scalar p draws from MKL's generator on Intel processors and from the
+    Mersenne twister elsewhere; the masks come from uniform draws instead, so these bits, pinned on an AMD
+    processor, hold on every machine (the draw must not reach ``bernoulli_``), in float32 and float64 alike."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("dropout masks must not use Tensor.bernoulli_ (its bits depend on the processor's make)")
+
+    monkeypatch.setattr(torch.Tensor, "bernoulli_", refused)
+    layers = RandomLayers(nn.Identity(), [("drop", 0.3, (6,))])
+    pinned = [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]
+    for dtype in (torch.float32, torch.float64):
+        mask = layers.draw(client_generator(3, 1, 7), 4, dtype)["drop"]
+        assert mask.dtype == dtype
+        assert (mask > 0).int().flatten().tolist() == pinned
