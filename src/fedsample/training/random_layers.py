@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from fedsample.rng import ClientRandom
+from fedsample.training import layout
 
 __all__ = [
     "InjectedDropout", "Masks", "RandomLayers", "attach", "client_generator", "generator_for", "injected", "kept_units",
@@ -152,14 +153,18 @@ def kept_units(generator: torch.Generator | None, shape: tuple[int, ...], p: flo
 
 
 def prepare(module: nn.Module, sample: torch.Tensor) -> RandomLayers:
-    """The model the engines train: ``module`` itself when it has no dropout layer, else a copy whose dropout
-    layers are :class:`InjectedDropout`; ``sample`` (one input row) gives each layer's per-sample mask shape.
+    """The model the engines train: ``module`` itself when it has neither a dropout layer nor (on 4-D CPU inputs)
+    a convolution, else a copy whose dropout layers are :class:`InjectedDropout` and which, where
+    :func:`fedsample.training.layout.channels_last_suits`, trains in channels-last layout
+    (:func:`fedsample.training.layout.train_channels_last`); ``sample`` (one input row) gives each dropout layer's
+    per-sample mask shape and the inputs' kind.
     Raises for BatchNorm with running statistics (see the module docstring)."""
     coupled = _refuse_running_statistics(module)
     dropouts = [(name, m) for name, m in module.named_modules() if isinstance(m, _DROPOUTS)]
-    if not dropouts:
+    convolutional = layout.convolutional(module, sample)
+    if not dropouts and not convolutional:
         return RandomLayers(module, couples_samples=coupled)
-    shapes = _input_shapes(module, [m for _, m in dropouts], sample[:1])
+    shapes = _input_shapes(module, [m for _, m in dropouts], sample[:1]) if dropouts else []
     trained = copy.deepcopy(module)
     layers = []
     for (name, m), shape in zip(dropouts, shapes):
@@ -167,6 +172,8 @@ def prepare(module: nn.Module, sample: torch.Tensor) -> RandomLayers:
         mask_shape = (shape[0],) + (1,) * (len(shape) - 1) if per_channel else shape
         _replace(trained, name, InjectedDropout(name, float(m.p), per_channel))
         layers.append((name, float(m.p), mask_shape))
+    if convolutional and layout.channels_last_suits(trained, sample):  # dropout is off here (no masks)
+        layout.train_channels_last(trained)
     return RandomLayers(trained, layers, couples_samples=coupled)
 
 
