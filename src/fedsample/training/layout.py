@@ -79,7 +79,7 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
     """``nn.MaxPool2d`` whose backward gets the gradient in its input's memory layout (module docstring): the
     same outputs and gradients to the bit, without torch's slow mixed-layout backward."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _plain(x) or self.return_indices:
             return super().forward(x)
         stride = self.stride if self.stride is not None else self.kernel_size
