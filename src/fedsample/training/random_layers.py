@@ -152,16 +152,17 @@ def kept_units(generator: torch.Generator | None, shape: tuple[int, ...], p: flo
     return keep.mul_(1.0 / (1.0 - p)) if 0.0 < p < 1.0 else keep
 
 
-def prepare(module: nn.Module, sample: torch.Tensor) -> RandomLayers:
+def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None = None) -> RandomLayers:
     """The model the engines train: ``module`` itself when it has neither a dropout layer nor (on 4-D CPU inputs)
     a convolution, else a copy whose dropout layers are :class:`InjectedDropout` and which, where
     :func:`fedsample.training.layout.channels_last_suits`, trains in channels-last layout
     (:func:`fedsample.training.layout.train_channels_last`); ``sample`` (one input row) gives each dropout layer's
-    per-sample mask shape and the inputs' kind.
+    per-sample mask shape and the inputs' kind. ``channels_last``: None (the rule), or False to keep the layout
+    (True trains channels-last where the model is :func:`fedsample.training.layout.convolutional`, unprobed).
     Raises for BatchNorm with running statistics (see the module docstring)."""
     coupled = _refuse_running_statistics(module)
     dropouts = [(name, m) for name, m in module.named_modules() if isinstance(m, _DROPOUTS)]
-    convolutional = layout.convolutional(module, sample)
+    convolutional = channels_last is not False and layout.convolutional(module, sample)
     if not dropouts and not convolutional:
         return RandomLayers(module, couples_samples=coupled)
     shapes = _input_shapes(module, [m for _, m in dropouts], sample[:1]) if dropouts else []
@@ -172,7 +173,7 @@ def prepare(module: nn.Module, sample: torch.Tensor) -> RandomLayers:
         mask_shape = (shape[0],) + (1,) * (len(shape) - 1) if per_channel else shape
         _replace(trained, name, InjectedDropout(name, float(m.p), per_channel))
         layers.append((name, float(m.p), mask_shape))
-    if convolutional and layout.channels_last_suits(trained, sample):  # dropout is off here (no masks)
+    if convolutional and (channels_last or layout.channels_last_suits(trained, sample)):  # dropout off here (no masks)
         layout.train_channels_last(trained)
     return RandomLayers(trained, layers, couples_samples=coupled)
 
