@@ -131,7 +131,7 @@ def train_channels_last(module: nn.Module) -> None:
 def channels_last_suits(module: nn.Module, sample: torch.Tensor) -> bool:
     """Whether ``module`` trains on ``sample``'s kind of inputs in channels-last layout (module docstring): it is
     :func:`convolutional`, and a forward and backward of two samples in channels-last layout runs and agrees
-    with the contiguous one within :data:`_PROBE_TOLERANCE` (random operations are seeded alike for both, so
+    with the contiguous one within ``_PROBE_TOLERANCE`` (random operations are seeded alike for both, so
     a model whose draws land elsewhere in the other layout disagrees and keeps its layout)."""
     if not convolutional(module, sample):
         return False
