@@ -132,3 +132,9 @@ def test_channels_last_training_agrees_with_the_contiguous_layout(monkeypatch):
     for u, r in zip(updates, reference):
         for k in r:
             torch.testing.assert_close(u[k], r[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_keeps_its_layout_and_has_no_dropout_is_trained_as_it_is():
+    """No copy where nothing changes: a convolutional model the probe refuses (a ``.view`` after a convolution)."""
+    module = ViewCNN()
+    assert random_layers.prepare(module, torch.randn(1, 3, 8, 8)).module is module

@@ -175,6 +175,8 @@ def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None 
         layers.append((name, float(m.p), mask_shape))
     if convolutional and (channels_last or layout.channels_last_suits(trained, sample)):  # dropout off here (no masks)
         layout.train_channels_last(trained)
+    elif not dropouts:  # nothing to change: the model itself, no copy
+        return RandomLayers(module, couples_samples=coupled)
     return RandomLayers(trained, layers, couples_samples=coupled)
 
 
