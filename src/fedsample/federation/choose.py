@@ -123,7 +123,7 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
 
 def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     """Why the vectorized engine cannot batch this model (None: it can)."""
-    return random_layers.prepare(module, sample[:1]).unbatchable(sample[:1])
+    return random_layers.prepare(module, sample[:1], channels_last=False).unbatchable(sample[:1])  # layout: irrelevant here
 
 
 def expected_trainings(sampler: Any, num_clients: int, sizes: np.ndarray | None = None) -> float:

@@ -4,14 +4,14 @@ torch's CPU convolutions (oneDNN) compute in a channels-inner layout whatever th
 channels-last inputs they skip the reorders around every call, and torch's ``max_pool2d`` has a vectorized
 channels-last kernel where its contiguous (N, C, H, W) kernel is scalar. On pfl-research's CIFAR-10 model
 (:class:`fedsample.models.PflCNN`, batch 10, one AMD EPYC core, torch 2.13, 2026-11-26) a local step takes
-0.90× the time with channels-last inputs (``benchmarks/channels_last.py``; the ResNet 0.90×, VGG-9 0.95×). The values are the same up to float
-rounding (the kernels sum in another order), not to the bit.
+0.90× the time with channels-last inputs (``benchmarks/channels_last.py``; the ResNet 0.90×, VGG-9 0.95×). The
+values are the same up to float rounding (the kernels sum in another order), not to the bit.
 
 The engines' training copy of a model (:func:`fedsample.training.random_layers.prepare`) therefore converts
 its 4-D floating-point inputs to channels-last (:func:`channels_last_inputs`, a forward pre-hook) when
 :func:`channels_last_suits` says so: the inputs are 4-D floating point on the CPU with more than one channel,
-the model has an ``nn.Conv2d``, and a forward and backward of one sample in channels-last layout runs and agrees with the
-contiguous one (a ``.view`` that needs contiguous activations fails there, and the model trains as it is).
+the model has an ``nn.Conv2d``, and a forward and backward of one sample in channels-last layout runs and agrees
+with the contiguous one (a ``.view`` that needs contiguous activations fails there, and the model trains as it is).
 Its ``nn.MaxPool2d`` layers become :class:`LayoutKeepingMaxPool2d`: torch's backward takes a slow path when
 the incoming gradient's layout differs from the input's (≈ 0.94 against 0.13 ms on a 10 × 64 × 28 × 28
 input), which a ``Flatten`` after the pool causes; the layer hands it the gradient in the input's layout,
@@ -24,17 +24,13 @@ pool, Ray, Flower) and any number of client threads trains with the same layout 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 from torch import nn
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-__all__ = [
-    "LayoutKeepingMaxPool2d", "channels_last_inputs", "channels_last_suits", "convolutional", "keep_pool_layouts", "max_pools",
-    "train_channels_last",
-]
+__all__ = ["LayoutKeepingMaxPool2d", "channels_last_inputs", "channels_last_suits", "convolutional", "max_pools"]
 
 _CHANNELS_LAST = torch.channels_last
 _PROBE_TOLERANCE = 1e-4
@@ -79,6 +75,11 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
     """``nn.MaxPool2d`` whose backward gets the gradient in its input's memory layout (module docstring): the
     same outputs and gradients to the bit, without torch's slow mixed-layout backward."""
 
+    @classmethod
+    def like(cls, pool: nn.MaxPool2d) -> "LayoutKeepingMaxPool2d":
+        """This layer with ``pool``'s settings."""
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.return_indices, pool.ceil_mode)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _plain(x) or self.return_indices:
             return super().forward(x)
@@ -87,18 +88,10 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
                                              _pair(self.dilation), self.ceil_mode)
 
 
-def max_pools(module: nn.Module) -> list[str]:
-    """The names of ``module``'s ``nn.MaxPool2d`` layers (exactly that class, not returning indices)."""
-    return [name for name, m in module.named_modules() if type(m) is nn.MaxPool2d and not m.return_indices]
-
-
-def keep_pool_layouts(module: nn.Module) -> None:
-    """Make, in place, each of ``module``'s :func:`max_pools` a :class:`LayoutKeepingMaxPool2d` (same settings)."""
-    for name in max_pools(module):
-        new = copy.copy(module.get_submodule(name))
-        new.__class__ = LayoutKeepingMaxPool2d
-        parent, _, child = name.rpartition(".")
-        setattr(module.get_submodule(parent) if parent else module, child, new)
+def max_pools(module: nn.Module) -> list[tuple[str, nn.MaxPool2d]]:
+    """``module``'s ``nn.MaxPool2d`` layers (exactly that class, not returning indices), with their names."""
+    return [(name, m) for name, m in module.named_modules()
+            if isinstance(m, nn.MaxPool2d) and type(m) is nn.MaxPool2d and not m.return_indices]
 
 
 def _to_channels_last(module: nn.Module, args: tuple) -> tuple | None:
@@ -119,13 +112,6 @@ def convolutional(module: nn.Module, sample: torch.Tensor) -> bool:
     channel: the models :func:`channels_last_suits` considers (one channel is laid out alike in both layouts, and
     torch keeps the activations of such an input contiguous)."""
     return _plain(sample) and sample.shape[1] > 1 and any(isinstance(m, nn.Conv2d) for m in module.modules())
-
-
-def train_channels_last(module: nn.Module) -> None:
-    """Make ``module`` (a training copy) take its inputs in channels-last layout and keep its max-pools' gradients
-    in their inputs' layout (:func:`channels_last_inputs`, :func:`keep_pool_layouts`)."""
-    keep_pool_layouts(module)
-    channels_last_inputs(module)
 
 
 def channels_last_suits(module: nn.Module, sample: torch.Tensor) -> bool:

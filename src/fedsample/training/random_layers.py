@@ -155,8 +155,8 @@ def kept_units(generator: torch.Generator | None, shape: tuple[int, ...], p: flo
 def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None = None) -> RandomLayers:
     """The model the engines train: ``module`` itself when it has neither a dropout layer nor (on 4-D CPU inputs)
     a convolution, else a copy whose dropout layers are :class:`InjectedDropout` and which, where
-    :func:`fedsample.training.layout.channels_last_suits`, trains in channels-last layout
-    (:func:`fedsample.training.layout.train_channels_last`); ``sample`` (one input row) gives each dropout layer's
+    :func:`fedsample.training.layout.channels_last_suits`, takes its inputs in channels-last layout with its
+    max-pools keeping their gradients' layout (:mod:`fedsample.training.layout`); ``sample`` (one input row) gives each dropout layer's
     per-sample mask shape and the inputs' kind. ``channels_last``: None (the rule), or False to keep the layout
     (True trains channels-last where the model is :func:`fedsample.training.layout.convolutional`, unprobed).
     Raises for BatchNorm with running statistics (see the module docstring)."""
@@ -174,7 +174,9 @@ def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None 
         _replace(trained, name, InjectedDropout(name, float(m.p), per_channel))
         layers.append((name, float(m.p), mask_shape))
     if convolutional and (channels_last or layout.channels_last_suits(trained, sample)):  # dropout off here (no masks)
-        layout.train_channels_last(trained)
+        for name, pool in layout.max_pools(trained):
+            _replace(trained, name, layout.LayoutKeepingMaxPool2d.like(pool))
+        layout.channels_last_inputs(trained)
     elif not dropouts:  # nothing to change: the model itself, no copy
         return RandomLayers(module, couples_samples=coupled)
     return RandomLayers(trained, layers, couples_samples=coupled)
