@@ -12,6 +12,7 @@ from typing import Any, cast
 import numpy as np
 
 from fedsample import checks, parts, validate
+from fedsample.background import in_background
 
 from fedsample.parts import (
     Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
@@ -192,8 +193,9 @@ class Strategy:
             )
         if not replies.sealed:  # sealed updates cannot be read: only their sum is checked (on the clients' side)
             replies = validate.screen_updates(replies, cohort.ids, params)
+        facts = in_background(self.cohort_facts, ctx, cohort)  # on the idle core while the update is aggregated
         replies, delta = self.combine_valid(replies, cohort, ctx, lost)
-        ctx.log.update(self.describe_round(ctx, cohort, replies))
+        ctx.log.update(self.describe_round(ctx, cohort, replies, facts.result()))
         observe = getattr(self.clients, "observe", None)
         if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
             observe(ctx, cohort, replies)
@@ -254,30 +256,40 @@ class Strategy:
         ctx.log.update(round_figures(ctx.state))
         return ctx.log
 
-    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList) -> dict:
+    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: dict | None = None) -> dict:
         """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
-        replies' summed loss and count: all a secure sum reveals), how many clients the round asked anything
-        (``clients_contacted``: size queries, probes, training), the cohort's inclusion probabilities (or how they are
-        known), the size estimate and the privacy spent."""
+        replies' summed loss and count: all a secure sum reveals), then the cohort's facts and the privacy spent
+        (:meth:`cohort_facts`, given or computed here)."""
         _note_failures(ctx, reports.failures())
         log: dict[str, Any] = {"cohort": len(cohort)}
         loss_sum, log["updates"] = reports.summed_loss()
-        if log["updates"]:
+        if log["updates"] and self.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
             log["train_loss"] = loss_sum / log["updates"]
+        if log["updates"]:
             drawn = drawn_or_none(reports)
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
         log["answered"] = len(cohort) - len(reports.failures())
-        if isinstance(ctx.federation, _CheckedProbes):
-            log["clients_contacted"] = ctx.federation.contacted(cohort.ids)
-        log.update(inclusion_figures(self.clients, cohort))
-        if ctx.sizes is not None and not ctx.sizes.exact:
-            log["size_estimate"] = ctx.sizes.total
-        if self.noise is not None:  # noised replies withhold their loss (fedsample.privacy.noise)
-            log.pop("train_loss", None)
-        log.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
-        log.update(round_figures(ctx.state))
+        log.update(self.cohort_facts(ctx, cohort) if facts is None else facts)
         return log
+
+    def cohort_facts(self, ctx: RoundContext, cohort: Cohort) -> dict:
+        """What the round's record says once the round's calls are made, whatever the replies hold: how many
+        clients the round asked anything (``clients_contacted``: size queries, probes, training), the cohort's
+        inclusion probabilities (or how they are known), the size estimate, the size reports' privacy spend over the
+        run so far and the run's ledger (:func:`~fedsample.privacy.recorder.round_figures`: every call's releases
+        are recorded when it returns; aggregating asks nothing). Pure: no random draw, nothing changed, so
+        :meth:`round` computes it on the background thread (:mod:`fedsample.background`) while the cohort's update
+        is aggregated (a fused sum's backward pass), with the same numbers."""
+        facts: dict[str, Any] = {}
+        if isinstance(ctx.federation, _CheckedProbes):
+            facts["clients_contacted"] = ctx.federation.contacted(cohort.ids)
+        facts.update(inclusion_figures(self.clients, cohort))
+        if ctx.sizes is not None and not ctx.sizes.exact:
+            facts["size_estimate"] = ctx.sizes.total
+        facts.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
+        facts.update(round_figures(ctx.state))
+        return facts
 
 
 def drawn_or_none(reports: ReplyList) -> int | None:
