@@ -115,9 +115,9 @@ def best_of(call: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
     return min(times)
 
 
-def paired_median_ratio(a: Callable[[], object], b: Callable[[], object], pairs: int = 60) -> float:
-    """The median over ``pairs`` alternations of time(``a``) / time(``b``), each pair timed back to back so that
-    both see the same machine load (after one untimed call of each); in smoke mode one pair."""
+def paired_ratios(a: Callable[[], object], b: Callable[[], object], pairs: int = 60) -> np.ndarray:
+    """time(``a``) / time(``b``) of ``pairs`` alternations, each pair timed back to back so that both see the same
+    machine load (after one untimed call of each); in smoke mode one pair."""
     if SMOKE:
         pairs = 1
     a(), b()
@@ -128,7 +128,27 @@ def paired_median_ratio(a: Callable[[], object], b: Callable[[], object], pairs:
         t1 = time.perf_counter()
         b()
         ratios.append((t1 - t0) / (time.perf_counter() - t1))
-    return float(statistics.median(ratios))
+    return np.asarray(ratios)
+
+
+def paired_median_ratio(a: Callable[[], object], b: Callable[[], object], pairs: int = 60) -> float:
+    """The median of :func:`paired_ratios`."""
+    return float(statistics.median(paired_ratios(a, b, pairs)))
+
+
+def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float] | None:
+    """The distribution-free confidence interval of the median of ``values`` (independent draws): the order
+    statistics x_(j+1) and x_(n-j), j the largest count with P(Binomial(n, 1/2) <= j) <= (1 - level) / 2, which
+    covers the median with probability at least ``level`` whatever the distribution. None where n is too small
+    for that level (fewer than 6 values at 95%)."""
+    from scipy.stats import binom
+
+    x, n = np.sort(np.asarray(values, dtype=np.float64)), len(values)
+    tail = (1 - level) / 2
+    j = int(binom.ppf(tail, n, 0.5)) if n else -1
+    while j >= 0 and binom.cdf(j, n, 0.5) > tail:
+        j -= 1
+    return None if j < 0 else (float(x[j]), float(x[n - 1 - j]))
 
 
 def peak_rss_mb() -> float:
