@@ -40,9 +40,9 @@ worker and a partial sum back. So, in order:
 
 8. One thread allowed, a device other than the CPU, or a one-step cohort (one large union forward/backward,
    which threads parallelise): **threads**.
-9. Fewer than :data:`POOL_MIN_CLIENTS_PER_WORKER` expected clients per thread, or too little work per round:
+9. Fewer than :data:`SPLIT_MIN_CLIENTS_PER_WORKER` expected clients per thread, or too little work per round:
    estimated compute (:func:`round_work`: 3 x the model's multiply-adds per sample x the rows the cohort trains
-   on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`POOL_MIN_ROUND_S`: **threads**.
+   on, at a nominal :data:`NOMINAL_MACS_PER_S`) below :data:`SPLIT_MIN_ROUND_S`: **threads**.
 10. The loop engine: **client threads**, as many as threads allowed (a model that draws random numbers outside
     ``nn.Dropout`` then trains one client at a time, as :class:`~fedsample.federation.simulator.Simulator` decides
     and the run records: torch's global generator serves one client at a time). Each client's numbers
@@ -75,9 +75,9 @@ __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_c
 
 STACKED_MIN_CLIENTS = 8
 """The smallest cohort for which stacking the clients' parameters can pay off."""
-POOL_MIN_CLIENTS_PER_WORKER = 2
+SPLIT_MIN_CLIENTS_PER_WORKER = 2  # splitting a round by client (client threads or a pool): expected clients per worker
 NOMINAL_MACS_PER_S = 2.5e10  # one core, fp32 forward/backward multiply-adds (PflCNN on the benchmark machine: ~2.5e10)
-POOL_MIN_ROUND_S = 0.2  # a round's estimated compute, single process: below it splitting clients does not pay
+SPLIT_MIN_ROUND_S = 0.2  # a round's estimated compute, single process: below it splitting clients (threads or pool) does not pay
 # (a pool's per-round traffic weighs; client threads would mostly wait on each other's Python work under the GIL)
 POOL_MIN_RUN_S = 10.0  # the run's estimated compute, single process: below it starting the workers weighs
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -156,11 +156,11 @@ def choose_cores(
     if parts.batched(solver) and solver.single_step(sizes):
         return BackendChoice(engine.backend, f"{engine.reason}; {here} (one union forward/backward: threads split it)", 1)
     m = expected_cohort(strategy.clients, len(sizes), sizes)
-    if m < POOL_MIN_CLIENTS_PER_WORKER * threads:
+    if m < SPLIT_MIN_CLIENTS_PER_WORKER * threads:
         return BackendChoice(engine.backend, f"{engine.reason}; {here} (~{m:g} clients per round: too few to split over {threads} threads)", 1)
     seconds = round_work(solver, sizes, m, module, sample) / NOMINAL_MACS_PER_S
     work = f"~{m:g} clients and ~{seconds:.2g} s of compute per round"
-    if seconds < POOL_MIN_ROUND_S:
+    if seconds < SPLIT_MIN_ROUND_S:
         return BackendChoice(engine.backend, f"{engine.reason}; {here} ({work}: too little to split by client)", 1)
     if engine.backend == "loop":
         return BackendChoice(engine.backend, f"{engine.reason}; in this process, clients side by side on {threads} threads of 1 torch "
