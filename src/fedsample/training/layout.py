@@ -90,8 +90,7 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
 
 def max_pools(module: nn.Module) -> list[tuple[str, nn.MaxPool2d]]:
     """``module``'s ``nn.MaxPool2d`` layers (exactly that class, not returning indices), with their names."""
-    return [(name, m) for name, m in module.named_modules()
-            if isinstance(m, nn.MaxPool2d) and type(m) is nn.MaxPool2d and not m.return_indices]
+    return [(name, m) for name, m in module.named_modules() if type(m) is nn.MaxPool2d and not m.return_indices]
 
 
 def _to_channels_last(module: nn.Module, args: tuple) -> tuple | None:

@@ -153,11 +153,12 @@ def kept_units(generator: torch.Generator | None, shape: tuple[int, ...], p: flo
 
 
 def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None = None) -> RandomLayers:
-    """The model the engines train: ``module`` itself when it has neither a dropout layer nor (on 4-D CPU inputs)
-    a convolution, else a copy whose dropout layers are :class:`InjectedDropout` and which, where
-    :func:`fedsample.training.layout.channels_last_suits`, takes its inputs in channels-last layout with its
-    max-pools keeping their gradients' layout (:mod:`fedsample.training.layout`); ``sample`` (one input row) gives each dropout layer's
-    per-sample mask shape and the inputs' kind. ``channels_last``: None (the rule), or False to keep the layout
+    """The model the engines train: ``module`` itself where nothing changes (no dropout layer, and no channels-last
+    training: no convolution on 4-D CPU inputs, or one that :func:`fedsample.training.layout.channels_last_suits`
+    refuses), else a copy whose dropout layers are :class:`InjectedDropout` and which, where that probe agrees,
+    takes its inputs in channels-last layout with its max-pools keeping their gradients' layout
+    (:mod:`fedsample.training.layout`); ``sample`` (one input row) gives each dropout layer's per-sample mask shape
+    and the inputs' kind. ``channels_last``: None (the rule), or False to keep the layout
     (True trains channels-last where the model is :func:`fedsample.training.layout.convolutional`, unprobed).
     Raises for BatchNorm with running statistics (see the module docstring)."""
     coupled = _refuse_running_statistics(module)
