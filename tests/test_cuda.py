@@ -128,3 +128,28 @@ def test_paper_models_same_run_on_cpu_and_gpu(name, backend):
     finally:
         torch.set_float32_matmul_precision(matmul)
     assert_same_run(runs["cpu"], runs["cuda"])
+
+
+def test_params_finite_waits_for_the_gpu_once():
+    """params_finite reads one flag per device: a model of six tensors on the GPU costs the synchronizing reads of
+    a model of one (it cost six before), and the answer is that of each tensor alone."""
+    import warnings
+
+    from fedsample import validate
+
+    def reads(params: dict) -> list[str]:
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                assert validate.params_finite(params)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return [str(w.message) for w in caught if str(w.message).startswith("called a synchronizing")]
+
+    params = {f"p{i}": torch.randn(50, 3, device="cuda") for i in range(6)}
+    one, six = reads({"p0": params["p0"]}), reads(params)
+    assert one and len(six) == len(one), (one, six)
+    params["p4"][7, 1] = float("inf")
+    assert not validate.params_finite(params)

@@ -56,6 +56,22 @@ def test_finiteness_on_the_host_path_agrees_with_torch(dtype):
     assert validate.params_finite({"a": base, "b": base * 2}) and not validate.params_finite({"a": base, "b": cases[-3]})
 
 
+def test_params_finite_answers_as_every_tensor_alone():
+    """params_finite folds the torch-checked tensors into one flag per device: it answers as tensor_finite over
+    every tensor, wherever the bad entry is, with host (numpy) and torch-checked tensors mixed in one dict."""
+    good = {"w": torch.randn(4, 3), "b": torch.randn(3, dtype=torch.float16), "h": torch.randn(2, dtype=torch.bfloat16),
+            "e": torch.zeros(0, dtype=torch.float16), "d": torch.randn(5, dtype=torch.float64)}
+    assert validate.params_finite(good) and validate.params_finite({})
+    for key in good:
+        for bad in (float("nan"), float("inf")):
+            if good[key].numel() == 0:
+                continue
+            params = {k: v.clone() for k, v in good.items()}
+            params[key].view(-1)[-1] = bad
+            assert not validate.params_finite(params), (key, bad)
+            assert validate.params_finite(params) == all(validate.tensor_finite(v) for v in params.values())
+
+
 @pytest.mark.parametrize("M", [None, 10])
 def test_integer_size_reports_screen_as_their_floats(M):
     """An engine's integer reports (NumberReplies) are screened as the same numbers one by one: all valid, the

@@ -179,17 +179,35 @@ def like_shapes(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict:
 
 
 def params_finite(params: dict) -> bool:
-    """True when every parameter tensor is finite."""
-    return all(tensor_finite(v) for v in params.values())
+    """True when every parameter tensor is finite. The tensors that torch checks (those on a GPU, say) are folded
+    into one flag per device, read once: reading a flag waits for the device, so a call waits once, not once per
+    tensor (a FedSampling round asks twice: 8 waits for a 4-tensor MLP before, 2 now)."""
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for value in params.values():
+        if _checked_on_host(value):
+            if not _host_finite(value):
+                return False
+        else:
+            flags.setdefault(value.device, []).append(torch.isfinite(value).all())
+    return all(bool(torch.stack(each).all()) for each in flags.values())
 
 
 _HOST_CHECKED = (torch.float32, torch.float64)
+
+
+def _checked_on_host(value: torch.Tensor) -> bool:
+    """Float32/float64 strided tensors in host memory, which numpy checks."""
+    return value.device.type == "cpu" and value.dtype in _HOST_CHECKED and value.layout == torch.strided
+
+
+def _host_finite(value: torch.Tensor) -> bool:
+    return bool(np.isfinite(value.detach().numpy()).all())
 
 
 def tensor_finite(value: torch.Tensor) -> bool:
     """True when every entry of ``value`` is finite: float32/float64 tensors in host memory are checked by numpy
     (the same test, on the same memory without a copy; torch's CPU ``isfinite`` is several times slower, about
     0.2 ms for a 50,000-parameter model, asked twice a round), others by torch."""
-    if value.device.type == "cpu" and value.dtype in _HOST_CHECKED and value.layout == torch.strided:
-        return bool(np.isfinite(value.detach().numpy()).all())
+    if _checked_on_host(value):
+        return _host_finite(value)
     return bool(torch.isfinite(value).all())
