@@ -312,21 +312,25 @@ class CohortRandom:
             if bound >> 64:  # every draw is below it
                 return np.arange(int(counts.sum()), dtype=np.int64)
             return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
-        return self._ragged_device(counts, np.zeros_like(counts)).lt(threshold).nonzero().flatten().cpu().numpy()
+        return self._ragged_device(counts).lt(threshold).nonzero().flatten().cpu().numpy()
 
     def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """:meth:`ragged` computed on the device (the same positions, the same bits)."""
         return self._ragged_device(counts, starts).cpu().numpy()
 
-    def _ragged_device(self, counts: np.ndarray, starts: np.ndarray) -> "torch.Tensor":
+    def _ragged_device(self, counts: np.ndarray, starts: np.ndarray | None = None) -> "torch.Tensor":
+        """The draws of :meth:`ragged` as a tensor on the device (``starts`` None: every client from draw 0). The
+        total is known on the host, so no step waits for the device to learn the output's length."""
         import torch
 
+        total = int(counts.sum())
         n = torch.as_tensor(counts, device=self.device)
-        begin = torch.as_tensor(np.array(starts), device=self.device)
         first = torch.cumsum(n, 0) - n
-        owner = torch.repeat_interleave(torch.arange(len(n), device=self.device), n)
-        within = torch.arange(len(owner), dtype=torch.int64, device=self.device) - first[owner]
-        return stream_uniforms_torch(self.streams[owner], within + begin[owner])
+        owner = torch.repeat_interleave(torch.arange(len(n), device=self.device), n, output_size=total)
+        within = torch.arange(total, dtype=torch.int64, device=self.device) - first[owner]
+        if starts is not None:
+            within += torch.as_tensor(np.array(starts), device=self.device)[owner]
+        return stream_uniforms_torch(self.streams[owner], within)
 
 
 class CohortStreams(Sequence):
