@@ -2,7 +2,7 @@
 within float tolerance, for every recipe on both backends; checkpoints move between the devices.
 
 Needs a CUDA GPU: skipped (with the reason shown) where there is none, e.g. on CI.
-Run on a GPU machine: ``PYTHONPATH=src python -m pytest -q -rs tests/test_cuda.py``.
+Run on a GPU machine: ``PYTHONPATH=src python -m pytest tests/test_cuda.py`` (the project's options already add ``-q -rs``).
 """
 
 from __future__ import annotations

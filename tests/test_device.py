@@ -150,7 +150,7 @@ def test_checkpoint_loads_onto_the_asked_device_and_resumes(tmp_path):
     saved = SimulationState.load(path, device="cpu")
     tensors = [*saved.params.values(), *saved.state["server"]["m"].values(), *saved.state["server"]["v"].values()]
     assert tensors and all(t.device.type == "cpu" for t in tensors)
-    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, checkpoint=path, resume=True, device="auto")
+    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, checkpoint=path, resume=True, device="cpu")
     assert resumed.history == whole.history
     for k in whole.params:
         assert torch.equal(resumed.params[k], whole.params[k])
@@ -252,4 +252,5 @@ def test_simulate_runs_numpy_blas_on_one_thread_and_restores_it_after():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     before, during, after = ast.literal_eval(out.splitlines()[-1])
-    assert before == [2] and during == [1] and after == [2], out
+    # a BLAS that importing fedsample loads (on some machines a second one) keeps its own limit: it is restored too
+    assert 2 in before and during == [1] and after == before, out
