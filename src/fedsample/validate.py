@@ -201,6 +201,7 @@ def _checked_on_host(value: torch.Tensor) -> bool:
 
 
 def _host_finite(value: torch.Tensor) -> bool:
+    """numpy's finiteness test on the tensor's own memory (no copy)."""
     return bool(np.isfinite(value.detach().numpy()).all())
 
 
