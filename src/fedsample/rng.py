@@ -275,9 +275,10 @@ class CohortRandom:
         """Draws ``start_c, ..., start_c + counts_c - 1`` of each client c, concatenated in client order."""
         counts = np.asarray(counts, dtype=np.int64)
         starts = np.broadcast_to(np.asarray(start, dtype=np.int64), counts.shape)
+        from_first = isinstance(start, (int, np.integer)) and start == 0  # every client from its first draw (the common case)
         if self.device is not None:
-            return self._ragged_torch(counts, starts)
-        if isinstance(start, (int, np.integer)) and start == 0:  # every client from its first draw (the common case)
+            return self._ragged_torch(counts, None if from_first else starts)
+        if from_first:
             return as_uniforms(self._first_words(counts))
         total = int(counts.sum())
         first = np.cumsum(counts) - counts
@@ -314,7 +315,7 @@ class CohortRandom:
             return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
         return self._ragged_device(counts).lt(threshold).nonzero().flatten().cpu().numpy()
 
-    def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray:
         """:meth:`ragged` computed on the device (the same positions, the same bits)."""
         return self._ragged_device(counts, starts).cpu().numpy()
 
