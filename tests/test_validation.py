@@ -56,6 +56,20 @@ def test_finiteness_on_the_host_path_agrees_with_torch(dtype):
     assert validate.params_finite({"a": base, "b": base * 2}) and not validate.params_finite({"a": base, "b": cases[-3]})
 
 
+def test_update_problem_names_the_first_bad_key_in_order():
+    """An update with a non-finite tensor and a misshapen one is rejected for whichever comes first in its key
+    order (finiteness is read once for the keys before the first misshapen one)."""
+    params = {"a": torch.zeros(2), "b": torch.zeros(3), "c": torch.zeros(4)}
+    nan_then_shape = {"a": torch.tensor([0.0, float("nan")]), "b": torch.zeros(5), "c": torch.zeros(4)}
+    shape_then_nan = {"a": torch.zeros(2), "b": torch.zeros(5), "c": torch.full((4,), float("inf"))}
+    assert validate.update_problem(nan_then_shape, params) == "non-finite update of 'a'"
+    assert validate.update_problem(shape_then_nan, params) == "update of 'b' has shape (5,), expected (3,)"
+    assert validate.update_problem({"a": torch.zeros(2), "b": [0.0] * 3, "c": torch.zeros(4)}, params) == "update of 'b' has shape (), expected (3,)"
+    late = {"a": torch.zeros(2), "b": torch.zeros(3), "c": torch.tensor([0.0, 0.0, float("-inf"), 0.0], dtype=torch.float16)}
+    assert validate.update_problem(late, params) == "non-finite update of 'c'"
+    assert validate.update_problem({k: v + 1 for k, v in params.items()}, params) is None
+
+
 def test_params_finite_answers_as_every_tensor_alone():
     """params_finite folds the torch-checked tensors into one flag per device: it answers as tensor_finite over
     every tensor, wherever the bad entry is, with host (numpy) and torch-checked tensors mixed in one dict."""

@@ -33,12 +33,19 @@ def update_problem(update: Any, params: dict) -> str | None:
     """Why an update cannot be averaged into ``params`` (wrong keys, shapes or non-finite values), or None."""
     if not isinstance(update, dict) or set(update) != set(params):
         return "update does not have the model's parameters"
-    for key, value in update.items():
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(params[key].shape):
-            return f"update of {key!r} has shape {tuple(getattr(value, 'shape', ()))}, expected {tuple(params[key].shape)}"
-        if not tensor_finite(value):
-            return f"non-finite update of {key!r}"
+    keys = list(update)
+    misshapen = next((i for i, k in enumerate(keys) if not _shaped_like(update[k], params[k])), len(keys))
+    before = {k: update[k] for k in keys[:misshapen]}  # the first problem in key order is the one named
+    if not params_finite(before):  # one wait for a device per update; the key is looked for only when one is bad
+        return f"non-finite update of {next(k for k, v in before.items() if not tensor_finite(v))!r}"
+    if misshapen < len(keys):
+        key = keys[misshapen]
+        return f"update of {key!r} has shape {tuple(getattr(update[key], 'shape', ()))}, expected {tuple(params[key].shape)}"
     return None
+
+
+def _shaped_like(value: Any, param: torch.Tensor) -> bool:
+    return isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(param.shape)
 
 
 def report_problem(report: Any, params: dict, deep: bool) -> str | None:
