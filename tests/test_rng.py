@@ -8,7 +8,8 @@ from scipy import stats
 
 from fedsample import privacy
 from fedsample.messages import ClientContext
-from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, generator, mix64, mix64_, stream_uniforms
+import fedsample.rng as frng
+from fedsample.rng import ClientRandom, CohortRandom, _mix_int, client_rng, client_stream, client_streams, generator, mix64, mix64_, stream_uniforms
 from fedsample.sampling.data import BernoulliSamples
 
 
@@ -39,6 +40,34 @@ def test_small_and_large_draws_read_the_same_stream():
     a, b = ClientRandom(1, 2, 3, "train"), ClientRandom(1, 2, 3, "train")
     small = np.concatenate([a.uniforms(5), a.uniforms(4)])  # plain-int path
     np.testing.assert_array_equal(small, b.uniforms(40)[:9])  # numpy path
+
+
+@pytest.mark.parametrize("ids", [
+    np.arange(3000),  # the whole population: read from the table
+    np.random.default_rng(5).permutation(50_000)[:2500],  # scattered ids in any order: the table grows to 2^16
+    np.array([3, 1, 4, 1, 5]),  # a few: computed
+    np.concatenate([np.arange(2000), [-1]]),  # a negative id (the server's): computed
+    np.concatenate([np.arange(2000), [1 << 40]]),  # an id past the table's 2^22: computed
+])
+def test_client_streams_from_the_premixed_table_equal_each_clients_stream(monkeypatch, ids):
+    """The cell-independent half of the stream seed, read from the table, gives each client's own stream seed."""
+    monkeypatch.setattr(frng, "_premixed", np.zeros(0, dtype=np.uint64))  # built afresh, then grown
+    for key in (frng.cell_key(0, 0, "train"), frng.cell_key(7, 3, "sizes")):
+        np.testing.assert_array_equal(client_streams(key, ids), np.array([client_stream(key, int(k)) for k in ids], dtype=np.uint64))
+    if len(ids) > frng._PREMIX_MIN and ids.min() >= 0 and ids.max() < frng._PREMIX_MAX:
+        assert len(frng._premixed) == 1 << int(ids.max()).bit_length() and not frng._premixed.flags.writeable
+
+
+def test_multiples_of_gamma_from_the_table(monkeypatch):
+    """j * GAMMA mod 2^64 read from one table grown to the next power of two; past the cap computed, not kept."""
+    monkeypatch.setattr(frng, "_multiples", np.zeros(0, dtype=np.uint64))
+    monkeypatch.setattr(frng, "_PREMIX_MAX", 1 << 10)
+    exact = lambda n: np.array([(j * frng._GAMMA) & frng._MASK for j in range(n)], dtype=np.uint64)  # noqa: E731
+    for n in (0, 1, 5, 300, 1024):
+        np.testing.assert_array_equal(frng._gamma_multiples(n), exact(n))
+    assert len(frng._multiples) == 1024
+    np.testing.assert_array_equal(frng._gamma_multiples(1500), exact(1500))  # past the cap
+    assert len(frng._multiples) == 1024
 
 
 def test_client_and_cohort_streams_identical():
