@@ -86,3 +86,58 @@ def test_a_forked_child_starts_its_own_worker():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_queued_work_waits_for_start_queued_and_gives_its_value():
+    import fedsample.background as background
+
+    background.start_queued()  # nothing left from earlier tests
+    first, second = in_background(sum, [1, 2]), in_background(max, 4, 9)
+    assert not first.started and not second.started  # queued: the caller's next short steps keep the GIL
+    background.start_queued()
+    assert first.started and second.started
+    assert (first.result(timeout=10), second.result(timeout=10)) == (3, 9)
+
+
+def test_work_nobody_starts_starts_when_its_result_is_asked():
+    pending = in_background(divmod, 17, 5)
+    assert not pending.started
+    assert pending.result(timeout=10) == (3, 2)
+    assert pending.started
+    with pytest.raises(ZeroDivisionError):  # what the work raised reaches the caller
+        in_background(divmod, 1, 0).result(timeout=10)
+
+
+def test_queued_work_never_piles_up():
+    import fedsample.background as background
+
+    background.start_queued()
+    pendings = [in_background(abs, -i) for i in range(background.MAX_QUEUED + 1)]
+    assert all(p.started for p in pendings)  # one more than the bound started them all
+    assert [p.result(timeout=10) for p in pendings] == list(range(background.MAX_QUEUED + 1))
+
+
+@pytest.mark.parametrize("backend", ["vectorized", "loop"])
+def test_a_round_starts_its_background_work_before_the_aggregate_is_read(monkeypatch, backend):
+    """The round's queued work (the cohort facts, the count shares) is started by the engine's sum, where the main
+    thread runs torch's kernels without the GIL, not left for the round's end."""
+    import fedsample.background as background
+
+    started_by_sum = []
+    real_start = background.Pending.start
+
+    def start(self):
+        if not self.started:
+            started_by_sum.append(any(f.f_code.co_name == "start_queued" for f in _frames()))
+        real_start(self)
+
+    monkeypatch.setattr(background.Pending, "start", start)
+    rounds(fs.recipes.fedsampling(K=40), backend, count=1)
+    assert started_by_sum and all(started_by_sum)
+
+
+def _frames():
+    frame = sys._getframe(1)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back

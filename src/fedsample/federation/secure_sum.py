@@ -27,14 +27,13 @@ refuses readable replies for a strategy that declares it.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from scipy.special import ndtri
 
 from fedsample import validate
-from fedsample.background import in_background
+from fedsample.background import Pending, in_background
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
@@ -55,7 +54,7 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, Future | None] | None] = {}  # (clients asked, their noise shares being
+        self._counted: dict[int, tuple[int, Pending | None] | None] = {}  # (clients asked, their noise shares being
         # computed where the plan noises the count) where the plan asks for drawn counts
         self._calls = 0
 
