@@ -39,7 +39,8 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 _queued: "list[Pending]" = []
-MAX_QUEUED = 16  # more queued work than this starts at once: work whose result nobody asks for never piles up
+MAX_QUEUED = 16
+"""More queued work than this starts at once, so work whose result nobody asks for never piles up."""
 
 
 class Pending(Generic[T]):
