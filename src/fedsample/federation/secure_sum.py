@@ -106,7 +106,7 @@ class SecureSum(Federation):
         drawn: float | None = exact
         asked, shares = counted if counted is not None else (0, None)
         if exact is not None and shares is not None:
-            # every asked client's share was computed while the cohort trained (fedsample.background): the answered
+            # every asked client's share was computed while the sum ran (fedsample.background): the answered
             # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
             drawn = count_plus_shares(exact, answered_shares(shares.result(), replies))
         return (total, *replies.summed_loss(), drawn)
