@@ -51,23 +51,24 @@ def test_small_and_large_draws_read_the_same_stream():
 ])
 def test_client_streams_from_the_premixed_table_equal_each_clients_stream(monkeypatch, ids):
     """The cell-independent half of the stream seed, read from the table, gives each client's own stream seed."""
-    monkeypatch.setattr(frng, "_premixed", np.zeros(0, dtype=np.uint64))  # built afresh, then grown
+    monkeypatch.setattr(frng, "_PREMIXED", frng._Table(lambda m: frng._premix(np.arange(m, dtype=np.int64))))  # afresh, then grown
     for key in (frng.cell_key(0, 0, "train"), frng.cell_key(7, 3, "sizes")):
         np.testing.assert_array_equal(client_streams(key, ids), np.array([client_stream(key, int(k)) for k in ids], dtype=np.uint64))
-    if len(ids) > frng._PREMIX_MIN and ids.min() >= 0 and ids.max() < frng._PREMIX_MAX:
-        assert len(frng._premixed) == 1 << int(ids.max()).bit_length() and not frng._premixed.flags.writeable
+    table = frng._PREMIXED._values
+    if len(ids) > frng._PREMIX_MIN and ids.min() >= 0 and ids.max() < frng._TABLE_MAX:
+        assert len(table) == 1 << int(ids.max()).bit_length() and not table.flags.writeable
 
 
 def test_multiples_of_gamma_from_the_table(monkeypatch):
     """j * GAMMA mod 2^64 read from one table grown to the next power of two; past the cap computed, not kept."""
-    monkeypatch.setattr(frng, "_multiples", np.zeros(0, dtype=np.uint64))
-    monkeypatch.setattr(frng, "_PREMIX_MAX", 1 << 10)
+    multiples = frng._Table(frng._multiples_of_gamma)
+    monkeypatch.setattr(frng, "_TABLE_MAX", 1 << 10)
     exact = lambda n: np.array([(j * frng._GAMMA) & frng._MASK for j in range(n)], dtype=np.uint64)  # noqa: E731
     for n in (0, 1, 5, 300, 1024):
-        np.testing.assert_array_equal(frng._gamma_multiples(n), exact(n))
-    assert len(frng._multiples) == 1024
-    np.testing.assert_array_equal(frng._gamma_multiples(1500), exact(1500))  # past the cap
-    assert len(frng._multiples) == 1024
+        np.testing.assert_array_equal(multiples.prefix(n), exact(n))
+    assert len(multiples._values) == 1024
+    np.testing.assert_array_equal(multiples.prefix(1500), exact(1500))  # past the cap
+    assert len(multiples._values) == 1024
 
 
 def test_client_and_cohort_streams_identical():

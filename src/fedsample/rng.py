@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -106,11 +106,11 @@ def client_stream(key: int, client: int) -> int:
 
 def client_streams(key: int, clients: np.ndarray) -> np.ndarray:
     """:func:`client_stream` for an array of clients (uint64): mix(key XOR mix((client + 2) * GAMMA)), whose inner
-    mix does not depend on the cell, so for many clients it is read from :func:`_premixed_ids` (one gather instead
-    of a multiply and a mix: 30,000 clients, about 55 us of 110)."""
+    mix does not depend on the cell, so for many clients it is read from a table (one gather instead of a multiply
+    and a mix: 30,000 clients, about 55 us of 110)."""
     clients = np.asarray(clients, dtype=np.int64)
-    table = _premixed_ids(clients) if len(clients) > _PREMIX_MIN else None
-    z = table[clients] if table is not None else _premix(clients)  # a new array, then worked on in place
+    tabled = len(clients) > _PREMIX_MIN and clients.min() >= 0 and clients.max() < _TABLE_MAX
+    z = _PREMIXED.prefix(int(clients.max()) + 1)[clients] if tabled else _premix(clients)  # a new array, worked on in place
     z ^= np.uint64(key)
     return mix64_(z)
 
@@ -123,43 +123,39 @@ def _premix(clients: np.ndarray) -> np.ndarray:
     return mix64_(z)
 
 
+def _multiples_of_gamma(n: int) -> np.ndarray:
+    """j * GAMMA modulo 2^64 for j = 0, ..., n - 1 (a new array)."""
+    z = np.arange(n, dtype=np.uint64)
+    z *= np.uint64(_GAMMA)
+    return z
+
+
 _PREMIX_MIN = 1024  # fewer clients: computed, not read from the table
-_PREMIX_MAX = 1 << 22  # at most 2^22 entries in each table (32 MiB): clients 0 .. 2^22 - 1, multiples of GAMMA
-_premixed: np.ndarray = np.zeros(0, dtype=np.uint64)
+_TABLE_MAX = 1 << 22  # at most 2^22 entries in a table (32 MiB)
 
 
-def _premixed_ids(clients: np.ndarray) -> np.ndarray | None:
-    """The read-only table of :func:`_premix` over clients 0, 1, ..., covering ``clients`` (grown to the next power
-    of two when a larger id comes, built once a population: a pure function of the id, so draws do not change),
-    or None for ids outside 0 .. 2^22 - 1."""
-    global _premixed
-    low, high = int(clients.min()), int(clients.max())
-    if low < 0 or high >= _PREMIX_MAX:
-        return None
-    table = _premixed  # read once: another thread may replace it (with a larger table of the same numbers)
-    if high >= len(table):
-        table = _premix(np.arange(1 << high.bit_length(), dtype=np.int64))
-        table.flags.writeable = False
-        _premixed = table
-    return table
+class _Table:
+    """The read-only values ``build(m)[j]`` of a pure function of the index j, kept and grown to the next power of two
+    as longer prefixes are asked (at most 2^22 entries): the same numbers as computing them, built once."""
+
+    def __init__(self, build: Callable[[int], np.ndarray]) -> None:
+        self._build = build
+        self._values = build(0)
+
+    def prefix(self, n: int) -> np.ndarray:
+        """The first ``n`` values: read-only from the table, or computed and not kept past 2^22."""
+        if n > _TABLE_MAX:
+            return self._build(n)
+        values = self._values  # read once: another thread may replace it (with a longer table of the same numbers)
+        if n > len(values):
+            values = self._build(1 << max(n - 1, 1).bit_length())
+            values.flags.writeable = False
+            self._values = values
+        return values[:n]
 
 
-_multiples: np.ndarray = np.zeros(0, dtype=np.uint64)
-
-
-def _gamma_multiples(n: int) -> np.ndarray:
-    """j * GAMMA modulo 2^64 for j = 0, ..., n - 1 (read-only: a prefix of one table kept and grown to the next power
-    of two; 60,000 of them are about 30 us to compute, a slice to read)."""
-    global _multiples
-    table = _multiples  # read once: another thread may replace it (with a longer table of the same numbers)
-    if n > len(table):
-        table = np.arange(1 << max(n - 1, 1).bit_length() if n <= _PREMIX_MAX else n, dtype=np.uint64)
-        table *= np.uint64(_GAMMA)
-        table.flags.writeable = False
-        if n > _PREMIX_MAX:  # more than 2^22 draws: computed, not kept (the table stays under 32 MiB)
-            return table
-        _multiples = table
-    return table[:n]
+_PREMIXED = _Table(lambda m: _premix(np.arange(m, dtype=np.int64)))  # client -> mix((client + 2) * GAMMA)
+_MULTIPLES = _Table(_multiples_of_gamma)  # j -> j * GAMMA, the offsets a cohort's draws add (CohortRandom._first_words)
 
 
 def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -338,7 +334,7 @@ class CohortRandom:
         """The mixed words of draws 0, ..., counts_c - 1 of each client c, concatenated in client order. Draw i
         of client c mixes stream_c + (i + 1) * GAMMA; at flat position j = first_c + i that is
         (stream_c + (1 - first_c) * GAMMA) + j * GAMMA modulo 2^64: one repeat of a per-client base plus the
-        multiples of GAMMA (:func:`_gamma_multiples`), no per-draw offsets."""
+        multiples of GAMMA (read from a table), no per-draw offsets."""
         first = np.cumsum(counts)  # then in place on arrays of ours (wrapping arithmetic: the same words)
         first -= counts
         base = first.view(np.uint64)  # first_c >= 0: the same bits as uint64; (1 - first_c) * GAMMA + stream_c
@@ -346,7 +342,7 @@ class CohortRandom:
         base *= np.uint64(_GAMMA)
         base += self.streams
         z = np.repeat(base, counts)
-        z += _gamma_multiples(len(z))
+        z += _MULTIPLES.prefix(len(z))
         return mix64_(z)
 
     def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
