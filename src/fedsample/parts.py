@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     from fedsample.rng import CohortRandom
 
 __all__ = [
-    "Aggregator", "BatchSchedule", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "DrawnCohort",
-    "InclusionKind", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
+    "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
+    "client_sampling_design", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
     "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
     "replies_read", "server_learns", "settings_of", "trains_first",
 ]
@@ -161,6 +162,89 @@ class Learns(Enum):
     """When each client last took part (which the server knows from its own cohorts)."""
     PARTICIPATION_COUNTS = "participation_counts"
     """How often each client took part (which the server knows from its own cohorts)."""
+
+
+# --- sampling designs: what a sampler declares, which the privacy ledger reads ------------------------------------
+
+
+@dataclass(frozen=True)
+class Census:
+    """Every unit, no sampling (pi_k = 1): ``AllClients``, ``AllSamples``."""
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Each unit independently with one data-independent probability ``q`` (Poisson or Bernoulli sampling,
+    pi_k = q): the amplification of a Poisson-sampled Gaussian mechanism (dp-accounting's ``PoissonSampledDpEvent``)."""
+
+    q: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.q <= 1:
+            raise ValueError(f"Poisson(q): q must be in [0, 1], got {self.q!r}")
+
+
+@dataclass(frozen=True)
+class FixedSize:
+    """``m`` of ``N`` units uniformly without replacement (pi_k = m/N): dp-accounting's
+    ``SampledWithoutReplacementDpEvent`` under replace-one."""
+
+    m: int
+    N: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.m <= self.N:
+            raise ValueError(f"FixedSize(m, N): m must be in 1..N, got m={self.m!r}, N={self.N!r}")
+
+
+@dataclass(frozen=True)
+class WithReplacement:
+    """``m`` independent draws with probabilities ``p`` (a multiset; Hansen-Hurwitz weights m p_k). The ledger
+    accounts no amplification for it."""
+
+    m: int
+    p: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Undeclared:
+    """No data-independent design the ledger can use, and why (a sampler whose probabilities follow from the
+    clients' sizes, losses or updates)."""
+
+    reason: str
+
+
+Design = Census | Poisson | FixedSize | WithReplacement | Undeclared
+"""A sampler's sampling design, as it declares it (``sampling_design``)."""
+
+
+@runtime_checkable
+class DesignedClients(Protocol):
+    """A client sampler that declares its design for a population of ``population`` clients."""
+
+    def sampling_design(self, population: int) -> Design: ...
+
+
+@runtime_checkable
+class DesignedPlan(Protocol):
+    """A data plan that declares how it samples a client's records."""
+
+    def sampling_design(self) -> Design: ...
+
+
+def client_sampling_design(sampler: object, population: int) -> Design:
+    """The design ``sampler`` declares for ``population`` clients (a sampler that declares none: :class:`Undeclared`).
+    Any sampler, a user's own included, is accounted for from this declaration, never from its class."""
+    if isinstance(sampler, DesignedClients):
+        return sampler.sampling_design(population)
+    return Undeclared(f"{type(sampler).__name__}'s inclusion probabilities are not data-independent and exact")
+
+
+def plan_sampling_design(plan: object) -> Design:
+    """The design a data plan declares for a client's records (none declared: :class:`Undeclared`)."""
+    if isinstance(plan, DesignedPlan):
+        return plan.sampling_design()
+    return Undeclared(f"the data plan {type(plan).__name__} declares no sampling design")
 
 
 # --- what a data plan drew, and what a solver does with it ------------------------------------------------------
