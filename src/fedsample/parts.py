@@ -25,6 +25,7 @@ existed keeps working; it is simply not checked for it). A leaf module: it impor
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 from dataclasses import dataclass
 from enum import Enum
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
     "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
-    "client_sampling_design", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
     "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
     "replies_read", "server_learns", "settings_of", "trains_first",
 ]
@@ -547,7 +548,7 @@ class UpdatePrivacy(Protocol):
 
 
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "clients": ("select",), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
+    "clients": ("select", "expected_cohort"), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
     "sizes": ("query", "summarize"), "noise": ("private_reply",),
 }
 """The methods a part of each Strategy field must have (the declared properties have defaults)."""
@@ -560,6 +561,51 @@ DEFAULTS: dict[str, Any] = {
     "draws_carry_sizes": False, "weighs_by_inclusion": False,
 }
 """What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
+
+
+_FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
+          "assumed_weights", "draws_carry_sizes", "weighs_by_inclusion")
+"""The declared properties that are yes-or-no."""
+
+REPLY_FIELDS = ("update", "loss", "utility")
+"""The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
+
+
+def _kind_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a valid declared ``name`` (None: it is)."""
+    if name in _FLAGS and not isinstance(value, (bool, np.bool_)):
+        return "True or False"
+    if name == "linear" and not (value is None or isinstance(value, (bool, np.bool_))):
+        return "True, False or None"
+    if name == "inclusion_kind" and value not in {k.value for k in InclusionKind} | set(InclusionKind):
+        return "an InclusionKind"
+    if name == "server_learns" and any(v not in {k.value for k in Learns} | set(Learns) for v in value):
+        return "a tuple of Learns"
+    if name == "reads_replies" and any(v not in REPLY_FIELDS for v in value):
+        return f"a tuple of {', '.join(REPLY_FIELDS)}"
+    if name == "limits" and any(not isinstance(v, Limit) for v in value):
+        return "a tuple of Limit"
+    if name == "shared_settings" and not isinstance(value, Mapping):
+        return "a mapping of setting -> value"
+    return None
+
+
+def declaration_problem(part: Any) -> str | None:
+    """What is wrong with what ``part`` declares (None: nothing): a declared property of the wrong kind, or a
+    public attribute one letter or two away from a declared property's name (a misspelt declaration, which would
+    otherwise be silently ignored and the default taken)."""
+    owned = {n for n in dir(type(part)) if not n.startswith("_") and not callable(inspect.getattr_static(part, n))}
+    if dataclasses.is_dataclass(part):
+        owned |= {f.name for f in dataclasses.fields(part)}
+    for name in sorted(owned - set(DEFAULTS)):
+        near = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.85)
+        if near:
+            return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
+    for name in sorted(owned & set(DEFAULTS)):
+        wanted = _kind_problem(name, getattr(part, name))
+        if wanted is not None:
+            return f"{describe(part)} declares {name}={getattr(part, name)!r}: it must be {wanted}"
+    return None
 
 
 def declared(part: Any, name: str) -> Any:
@@ -598,6 +644,23 @@ def missing_methods(part: Any, field: str) -> list[str]:
     property such as ``RandomizedSizes.query`` is not called)."""
     missing = object()
     return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
+
+
+def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | None:
+    """What is wrong with the cohort ``sampler`` returned for ``num_clients`` clients (None: nothing): ids that are
+    not unique ascending integers in [0, N), inclusion probabilities that are not one per member in (0, 1] (NaN
+    where estimated), multiplicities that are not one positive count per member."""
+    ids, pi, name = np.asarray(cohort.ids), np.asarray(cohort.inclusion, dtype=np.float64), describe(sampler)
+    if len(ids) and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= num_clients):
+        return f"{name} chose client ids outside 0..{num_clients - 1}: {ids.tolist()[:8]}"
+    if np.any(np.diff(ids) <= 0):
+        return f"{name} returned cohort ids that are not unique and ascending: {ids.tolist()[:8]}"
+    if pi.shape != ids.shape or np.any((pi <= 0) | (pi > 1)):
+        return f"{name} returned inclusion probabilities outside (0, 1] or not one per member: {pi.tolist()[:8]}"
+    counts = np.asarray(cohort.multiplicity)
+    if counts.shape != ids.shape or np.any(counts < 1):
+        return f"{name} returned multiplicities that are not one positive count per member: {counts.tolist()[:8]}"
+    return None
 
 
 def batched(solver: Any) -> bool:
