@@ -450,7 +450,9 @@ class DataSampler(Protocol):
 @runtime_checkable
 class LocalSolver(Protocol):
     """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
-    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way."""
+    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way.
+    Optionally declares ``per_example``: its update is (1/K) sum_s g_s over the drawn examples with a known K
+    (FedSampling's one gradient), which per-example clipping needs."""
 
     def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
 
@@ -486,6 +488,8 @@ class Aggregator(Protocol):
     """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
     and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
     sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count``,
+    ``needs_step_counts`` (its weights need each client's step count, which a noised reply withholds),
+    ``equal_weights`` (every received update weighs the same: what per-example noise shares are calibrated for),
     ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws),
     ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
     update arrives, known before training: an in-process engine then sums the updates as they arrive instead of
@@ -558,13 +562,14 @@ DEFAULTS: dict[str, Any] = {
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
     "limits": (),
     "inclusion_kind": InclusionKind.EXACT, "server_learns": (), "assumed_weights": False, "reads_replies": (),
-    "draws_carry_sizes": False, "weighs_by_inclusion": False,
+    "draws_carry_sizes": False, "weighs_by_inclusion": False, "needs_step_counts": False, "equal_weights": False,
+    "per_example": False,
 }
 """What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
 
 
 _FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
-          "assumed_weights", "draws_carry_sizes", "weighs_by_inclusion")
+          "assumed_weights", "draws_carry_sizes", "weighs_by_inclusion", "needs_step_counts", "equal_weights", "per_example")
 """The declared properties that are yes-or-no."""
 
 REPLY_FIELDS = ("update", "loss", "utility")

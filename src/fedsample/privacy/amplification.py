@@ -73,7 +73,7 @@ from fedsample.privacy.ledger import (
     sampled_without_replacement,
 )
 from fedsample.messages import PerClient, payloads_for
-from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, plan_sampling_design
+from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, declared, plan_sampling_design
 from fedsample.privacy.reports import alpha_for
 from fedsample.rounds import ReplyList, is_failed
 
@@ -153,23 +153,20 @@ def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
 
 def check_mechanism(strategy: Any, accounting: Accounting) -> None:
     """The combinations the accounting cannot describe, refused with one line naming the part."""
-    from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, Sum, WeightedMean
-    from fedsample.training.local import OneGradient
-
     noise = getattr(strategy, "noise", None)
     if noise is None:
         return
     aggregate = strategy.aggregate
-    if isinstance(aggregate, FedNova):
-        raise ValueError("noise: FedNova needs each client's step count, which a noised reply withholds")
-    if isinstance(aggregate, DrawnNormalizedSum) and not counts_noised_in_the_sum(strategy):
-        raise ValueError("noise: DrawnNormalizedSum needs the drawn count, which a noised reply withholds unless it goes, "
+    name = type(aggregate).__name__
+    if declared(aggregate, "needs_step_counts"):
+        raise ValueError(f"noise: {name} needs each client's step count, which a noised reply withholds")
+    if declared(aggregate, "needs_drawn_count") and not counts_noised_in_the_sum(strategy):
+        raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
                          "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
     if getattr(noise, "clipping", "client") == "example":
-        if not (isinstance(strategy.local, OneGradient) and strategy.local.K):
+        if not declared(strategy.local, "per_example"):
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
-        equal = isinstance(aggregate, (Sum, DrawnNormalizedSum)) or (isinstance(aggregate, WeightedMean) and aggregate.by == "uniform")
-        if not equal:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
+        if not declared(aggregate, "equal_weights"):  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
             raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
         if accounting.unit == "user" and accounting.k is None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
