@@ -235,7 +235,7 @@ class DesignedPlan(Protocol):
 
 def client_sampling_design(sampler: object, population: int) -> Design:
     """The design ``sampler`` declares for ``population`` clients (a sampler that declares none: :class:`Undeclared`).
-    Any sampler, a user's own included, is accounted for from this declaration, never from its class."""
+    Every sampler, a user's own included, is accounted for from this declaration, never from its class."""
     if isinstance(sampler, DesignedClients):
         return sampler.sampling_design(population)
     return Undeclared(f"{type(sampler).__name__}'s inclusion probabilities are not data-independent and exact")
@@ -595,7 +595,7 @@ def _kind_problem(name: str, value: Any) -> str | None:
     return None
 
 
-def declaration_problem(part: Any) -> str | None:
+def declaration_problem(part: object) -> str | None:
     """What is wrong with what ``part`` declares (None: nothing): a declared property of the wrong kind, or a
     public attribute one letter or two away from a declared property's name (a misspelt declaration, which would
     otherwise be silently ignored and the default taken)."""
@@ -607,9 +607,10 @@ def declaration_problem(part: Any) -> str | None:
         if near:
             return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
     for name in sorted(owned & set(DEFAULTS)):
-        wanted = _kind_problem(name, getattr(part, name))
+        value = declared(part, name)
+        wanted = _kind_problem(name, value)
         if wanted is not None:
-            return f"{describe(part)} declares {name}={getattr(part, name)!r}: it must be {wanted}"
+            return f"{describe(part)} declares {name}={value!r}: it must be {wanted}"
     return None
 
 
