@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedsample.parts import InclusionKind
+
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
@@ -67,3 +69,26 @@ def test_diagnose_shows_the_unbiased_designs_unbiased_and_the_double_size_weight
         assert e["variance"] > 0  # the draws vary: the check could have failed
     biased = results["size-weighted mean"]
     assert biased["bias_sq"] > 4 * biased["bias_sq_se"], biased
+
+
+def test_each_declared_inclusion_kind_is_what_the_round_record_states(guide):
+    assert guide["kinds"] == {
+        "Coin": ("exact", None, True),
+        "LargestOfCandidates": ("estimated", InclusionKind.ESTIMATED.bias, False),
+        "Largest": ("degenerate", InclusionKind.DEGENERATE.bias, False),
+    }
+
+
+def test_a_declared_design_is_amplified_and_an_undeclared_one_is_not(guide):
+    amplified, unamplified = guide["spent"]["declared Poisson(0.2)"]
+    assert amplified < unamplified
+    charged, full = guide["spent"]["no declaration"]
+    assert charged == full
+
+
+def test_each_wrong_declaration_is_refused_naming_the_part(guide):
+    wrong = guide["wrong"]
+    assert "Misspelt(m=4) declares 'inclusion_kinds'" in wrong["Misspelt"] and "did you mean 'inclusion_kind'" in wrong["Misspelt"]
+    assert "WrongKind(m=4) declares inclusion_kind='deterministic': it must be an InclusionKind" in wrong["WrongKind"]
+    assert "is not a client sampler: it has no expected_cohort() method" in wrong["NoExpectedCohort"]
+    assert "round 1: OutOfRange(q=0.2) chose client ids outside 0..29: [0, 30]" in wrong["OutOfRange"]

@@ -25,6 +25,7 @@ existed keeps working; it is simply not checked for it). A leaf module: it impor
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 from dataclasses import dataclass
 from enum import Enum
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
     from fedsample.rng import CohortRandom
 
 __all__ = [
-    "Aggregator", "BatchSchedule", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "DrawnCohort",
-    "InclusionKind", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
+    "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
+    "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
     "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
     "replies_read", "server_learns", "settings_of", "trains_first",
 ]
@@ -161,6 +163,89 @@ class Learns(Enum):
     """When each client last took part (which the server knows from its own cohorts)."""
     PARTICIPATION_COUNTS = "participation_counts"
     """How often each client took part (which the server knows from its own cohorts)."""
+
+
+# --- sampling designs: what a sampler declares, which the privacy ledger reads ------------------------------------
+
+
+@dataclass(frozen=True)
+class Census:
+    """Every unit, no sampling (pi_k = 1): ``AllClients``, ``AllSamples``."""
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Each unit independently with one data-independent probability ``q`` (Poisson or Bernoulli sampling,
+    pi_k = q): the amplification of a Poisson-sampled Gaussian mechanism (dp-accounting's ``PoissonSampledDpEvent``)."""
+
+    q: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.q <= 1:
+            raise ValueError(f"Poisson(q): q must be in [0, 1], got {self.q!r}")
+
+
+@dataclass(frozen=True)
+class FixedSize:
+    """``m`` of ``N`` units uniformly without replacement (pi_k = m/N): dp-accounting's
+    ``SampledWithoutReplacementDpEvent`` under replace-one."""
+
+    m: int
+    N: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.m <= self.N:
+            raise ValueError(f"FixedSize(m, N): m must be in 1..N, got m={self.m!r}, N={self.N!r}")
+
+
+@dataclass(frozen=True)
+class WithReplacement:
+    """``m`` independent draws with probabilities ``p`` (a multiset; Hansen-Hurwitz weights m p_k). The ledger
+    accounts no amplification for it."""
+
+    m: int
+    p: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Undeclared:
+    """No data-independent design the ledger can use, and why (a sampler whose probabilities follow from the
+    clients' sizes, losses or updates)."""
+
+    reason: str
+
+
+Design = Census | Poisson | FixedSize | WithReplacement | Undeclared
+"""A sampler's sampling design, as it declares it (``sampling_design``)."""
+
+
+@runtime_checkable
+class DesignedClients(Protocol):
+    """A client sampler that declares its design for a population of ``population`` clients."""
+
+    def sampling_design(self, population: int) -> Design: ...
+
+
+@runtime_checkable
+class DesignedPlan(Protocol):
+    """A data plan that declares how it samples a client's records."""
+
+    def sampling_design(self) -> Design: ...
+
+
+def client_sampling_design(sampler: object, population: int) -> Design:
+    """The design ``sampler`` declares for ``population`` clients (a sampler that declares none: :class:`Undeclared`).
+    Every sampler, a user's own included, is accounted for from this declaration, never from its class."""
+    if isinstance(sampler, DesignedClients):
+        return sampler.sampling_design(population)
+    return Undeclared(f"{type(sampler).__name__}'s inclusion probabilities are not data-independent and exact")
+
+
+def plan_sampling_design(plan: object) -> Design:
+    """The design a data plan declares for a client's records (none declared: :class:`Undeclared`)."""
+    if isinstance(plan, DesignedPlan):
+        return plan.sampling_design()
+    return Undeclared(f"the data plan {type(plan).__name__} declares no sampling design")
 
 
 # --- what a data plan drew, and what a solver does with it ------------------------------------------------------
@@ -365,7 +450,9 @@ class DataSampler(Protocol):
 @runtime_checkable
 class LocalSolver(Protocol):
     """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
-    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way."""
+    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way.
+    Optionally declares ``per_example``: its update is (1/K) sum_s g_s over the drawn examples with a known K
+    (FedSampling's one gradient), which per-example clipping needs."""
 
     def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
 
@@ -401,6 +488,8 @@ class Aggregator(Protocol):
     """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
     and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
     sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count``,
+    ``needs_step_counts`` (its weights need each client's step count, which a noised reply withholds),
+    ``equal_weights`` (every received update weighs the same: what per-example noise shares are calibrated for),
     ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws),
     ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
     update arrives, known before training: an in-process engine then sums the updates as they arrive instead of
@@ -463,7 +552,7 @@ class UpdatePrivacy(Protocol):
 
 
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "clients": ("select",), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
+    "clients": ("select", "expected_cohort"), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
     "sizes": ("query", "summarize"), "noise": ("private_reply",),
 }
 """The methods a part of each Strategy field must have (the declared properties have defaults)."""
@@ -473,9 +562,56 @@ DEFAULTS: dict[str, Any] = {
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
     "limits": (),
     "inclusion_kind": InclusionKind.EXACT, "server_learns": (), "assumed_weights": False, "reads_replies": (),
-    "draws_carry_sizes": False, "weighs_by_inclusion": False,
+    "draws_carry_sizes": False, "weighs_by_inclusion": False, "needs_step_counts": False, "equal_weights": False,
+    "per_example": False,
 }
 """What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
+
+
+_FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
+          "assumed_weights", "draws_carry_sizes", "weighs_by_inclusion", "needs_step_counts", "equal_weights", "per_example")
+"""The declared properties that are yes-or-no."""
+
+REPLY_FIELDS = ("update", "loss", "utility")
+"""The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
+
+
+def _kind_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a valid declared ``name`` (None: it is)."""
+    if name in _FLAGS and not isinstance(value, (bool, np.bool_)):
+        return "True or False"
+    if name == "linear" and not (value is None or isinstance(value, (bool, np.bool_))):
+        return "True, False or None"
+    if name == "inclusion_kind" and value not in {k.value for k in InclusionKind} | set(InclusionKind):
+        return "an InclusionKind"
+    if name == "server_learns" and any(v not in {k.value for k in Learns} | set(Learns) for v in value):
+        return "a tuple of Learns"
+    if name == "reads_replies" and any(v not in REPLY_FIELDS for v in value):
+        return f"a tuple of {', '.join(REPLY_FIELDS)}"
+    if name == "limits" and any(not isinstance(v, Limit) for v in value):
+        return "a tuple of Limit"
+    if name == "shared_settings" and not isinstance(value, Mapping):
+        return "a mapping of setting -> value"
+    return None
+
+
+def declaration_problem(part: object) -> str | None:
+    """What is wrong with what ``part`` declares (None: nothing): a declared property of the wrong kind, or a
+    public attribute one letter or two away from a declared property's name (a misspelt declaration, which would
+    otherwise be silently ignored and the default taken)."""
+    owned = {n for n in dir(type(part)) if not n.startswith("_") and not callable(inspect.getattr_static(part, n))}
+    if dataclasses.is_dataclass(part):
+        owned |= {f.name for f in dataclasses.fields(part)}
+    for name in sorted(owned - set(DEFAULTS)):
+        near = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.85)
+        if near:
+            return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
+    for name in sorted(owned & set(DEFAULTS)):
+        value = declared(part, name)
+        wanted = _kind_problem(name, value)
+        if wanted is not None:
+            return f"{describe(part)} declares {name}={value!r}: it must be {wanted}"
+    return None
 
 
 def declared(part: Any, name: str) -> Any:
@@ -514,6 +650,23 @@ def missing_methods(part: Any, field: str) -> list[str]:
     property such as ``RandomizedSizes.query`` is not called)."""
     missing = object()
     return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
+
+
+def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | None:
+    """What is wrong with the cohort ``sampler`` returned for ``num_clients`` clients (None: nothing): ids that are
+    not unique ascending integers in [0, N), inclusion probabilities that are not one per member in (0, 1] (NaN
+    where estimated), multiplicities that are not one positive count per member."""
+    ids, pi, name = np.asarray(cohort.ids), np.asarray(cohort.inclusion, dtype=np.float64), describe(sampler)
+    if len(ids) and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= num_clients):
+        return f"{name} chose client ids outside 0..{num_clients - 1}: {ids.tolist()[:8]}"
+    if np.any(np.diff(ids) <= 0):
+        return f"{name} returned cohort ids that are not unique and ascending: {ids.tolist()[:8]}"
+    if pi.shape != ids.shape or np.any((pi <= 0) | (pi > 1)):
+        return f"{name} returned inclusion probabilities outside (0, 1] or not one per member: {pi.tolist()[:8]}"
+    counts = np.asarray(cohort.multiplicity)
+    if counts.shape != ids.shape or np.any(counts < 1):
+        return f"{name} returned multiplicities that are not one positive count per member: {counts.tolist()[:8]}"
+    return None
 
 
 def batched(solver: Any) -> bool:

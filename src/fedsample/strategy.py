@@ -154,6 +154,9 @@ class Strategy:
         if self.sizes is not None and self.sizes.scope == "all":
             ctx.sizes = self.sizes_of_everyone(ctx)
         cohort = self.clients.select(ctx)
+        problem = parts.cohort_problem(self.clients, cohort, ctx.num_clients)
+        if problem is not None:
+            raise ValueError(problem)
         if self.sizes is not None and self.sizes.scope == "cohort":
             ctx.sizes = self.collect_sizes(ctx, cohort.ids)
         # left out: a chosen client whose size report failed (its size is needed: asked of the cohort, or exact)
@@ -375,7 +378,8 @@ _KINDS = {
 
 
 def parts_implement_their_kind(s: Strategy) -> str | None:
-    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`)."""
+    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`) and declares what it declares
+    with valid kinds and spellings (:func:`fedsample.parts.declaration_problem`)."""
     for name, kind in _KINDS.items():
         part = getattr(s, name)
         if part is None and name in ("sizes", "noise"):
@@ -383,6 +387,9 @@ def parts_implement_their_kind(s: Strategy) -> str | None:
         missing = parts.missing_methods(part, name)
         if missing:
             return f"{name}={parts.describe(part)} is not a {kind}: it has no {missing[0]}() method"
+        problem = parts.declaration_problem(part)
+        if problem is not None:
+            return f"{name}={problem}"
     return None
 
 

@@ -19,12 +19,16 @@ says why (the round log's ``privacy_amplification``):
   most 1 - (1 - q)^k: ``PoissonSampledDpEvent`` at that rate (the mixture over the update's direction is
   dominated by the worst one, by joint convexity of the hockey-stick divergence).
 - **client-level sampling**: only when the adversary does not see who took part (``threat="released"``: the
-  server that picks the cohort knows it), and only for samplers with data-independent exact inclusion
-  probabilities: :class:`~fedsample.sampling.clients.PoissonClients` with a fixed q (Poisson, composed with the
-  data rate) and :class:`~fedsample.sampling.clients.UniformClients` with a fixed m (sampling without
+  server that picks the cohort knows it), and only for samplers that declare a data-independent design
+  (``sampling_design(population)``, :mod:`fedsample.parts`; the class of a sampler is never looked at, so a
+  user's own sampler is accounted for from its declaration): ``Poisson(q)`` (as
+  :class:`~fedsample.sampling.clients.PoissonClients` with a fixed q; composed with the data rate) and
+  ``FixedSize(m, N)`` (as :class:`~fedsample.sampling.clients.UniformClients` with a fixed m: sampling without
   replacement, replace-one relation, used where no data-level rate applies: dp-accounting has no nested
-  sampling event). Fails for samplers whose probabilities come from sizes or probes (size-proportional,
-  ``samples_per_round``, FedSTS/FedSTaS strata, ISFedAvg), and degenerate ones (every client chosen).
+  sampling event). Fails for samplers that declare no such design (size-proportional, ``samples_per_round``,
+  FedSTS/FedSTaS strata, ISFedAvg: their probabilities come from sizes or probes), ``WithReplacement``, and
+  degenerate ones (every client chosen). A data plan declares its design the same way (``sampling_design()``:
+  ``Census()`` for every record, ``Poisson(p)`` for Bernoulli sampling).
 
 Sensitivities (noise multiplier z of the noise's standard deviation over the sensitivity):
 
@@ -69,6 +73,7 @@ from fedsample.privacy.ledger import (
     sampled_without_replacement,
 )
 from fedsample.messages import PerClient, payloads_for
+from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, declared, plan_sampling_design
 from fedsample.privacy.reports import alpha_for
 from fedsample.rounds import ReplyList, is_failed
 
@@ -99,16 +104,14 @@ class ClientDesign:
 
 def record_rate(plans: Sequence[Any]) -> tuple[float | None, str]:
     """The one probability with which every record is kept independently (Poisson sampling over the union of
-    the data), or None and why not."""
-    from fedsample.sampling.data import AllSamples, BernoulliSamples
-
-    kinds = {type(p) for p in plans}
-    if kinds == {AllSamples}:
+    the data), or None and why not: read from each plan's declared design (:func:`fedsample.parts.plan_sampling_design`)."""
+    designs = [plan_sampling_design(p) for p in plans]
+    if all(isinstance(d, Census) for d in designs):
         return None, "every record is used (no data sampling)"
-    if kinds != {BernoulliSamples}:
-        other = next(k for k in kinds if k is not BernoulliSamples)
-        return None, f"the data plan {other.__name__} is not Poisson sampling of records with one data-independent probability"
-    rates = {float(p.p) for p in plans}
+    other = next((p for p, d in zip(plans, designs) if not isinstance(d, Poisson)), None)
+    if other is not None:
+        return None, f"the data plan {type(other).__name__} is not Poisson sampling of records with one data-independent probability"
+    rates = {d.q for d in designs if isinstance(d, Poisson)}
     if len(rates) > 1:
         return None, "clients keep records with different probabilities"
     (q,) = rates
@@ -125,48 +128,45 @@ def hides_draw(noise: Any) -> tuple[bool, str]:
 
 
 def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
-    """The client sampler's amplification under ``threat``: data-independent exact inclusion probabilities
-    and an adversary that does not see the cohort."""
-    from fedsample.sampling.clients import AllClients, PoissonClients, UniformClients
-
+    """The client sampler's amplification under ``threat``, from the design it declares
+    (:func:`fedsample.parts.client_sampling_design`): data-independent exact inclusion probabilities and an
+    adversary that does not see the cohort."""
     name = type(clients).__name__
-    if isinstance(clients, AllClients):
+    design = client_sampling_design(clients, population)
+    if isinstance(design, Census):
         return ClientDesign("all", "every client takes part (no client sampling)")
     if threat == "server":
         return ClientDesign("none", f"no client-level amplification: the server picks the cohort ({name}) and sees who answers")
-    if getattr(clients, "samples_per_round", None) is not None:
-        return ClientDesign("none", f"{name}(samples_per_round=...) derives its inclusion probabilities from the clients' sizes")
-    if isinstance(clients, PoissonClients) and clients.q is not None:  # q is set: no samples_per_round
-        if clients.q >= 1:
+    if isinstance(design, Poisson):
+        if design.q >= 1:
             return ClientDesign("none", "degenerate client sampler: q = 1 chooses every client")
-        return ClientDesign("poisson", f"clients chosen independently with probability {clients.q:.4g}", rate=float(clients.q))
-    if isinstance(clients, UniformClients) and clients.m is not None:  # m is set: no samples_per_round
-        if clients.m >= population:
-            return ClientDesign("none", f"degenerate client sampler: m = {clients.m} of {population} chooses every client")
-        return ClientDesign("without-replacement", f"{clients.m} of {population} clients uniformly without replacement",
-                            size=int(clients.m), population=int(population))
-    return ClientDesign("none", f"{name}'s inclusion probabilities are not data-independent and exact")
+        return ClientDesign("poisson", f"clients chosen independently with probability {design.q:.4g}", rate=float(design.q))
+    if isinstance(design, FixedSize):
+        if design.m >= design.N:
+            return ClientDesign("none", f"degenerate client sampler: m = {design.m} of {design.N} chooses every client")
+        return ClientDesign("without-replacement", f"{design.m} of {design.N} clients uniformly without replacement",
+                            size=int(design.m), population=int(design.N))
+    if isinstance(design, WithReplacement):
+        return ClientDesign("none", f"{name} draws {design.m} times with replacement (no amplification is accounted for it)")
+    return ClientDesign("none", design.reason)
 
 
 def check_mechanism(strategy: Any, accounting: Accounting) -> None:
     """The combinations the accounting cannot describe, refused with one line naming the part."""
-    from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, Sum, WeightedMean
-    from fedsample.training.local import OneGradient
-
     noise = getattr(strategy, "noise", None)
     if noise is None:
         return
     aggregate = strategy.aggregate
-    if isinstance(aggregate, FedNova):
-        raise ValueError("noise: FedNova needs each client's step count, which a noised reply withholds")
-    if isinstance(aggregate, DrawnNormalizedSum) and not counts_noised_in_the_sum(strategy):
-        raise ValueError("noise: DrawnNormalizedSum needs the drawn count, which a noised reply withholds unless it goes, "
+    name = type(aggregate).__name__
+    if declared(aggregate, "needs_step_counts"):
+        raise ValueError(f"noise: {name} needs each client's step count, which a noised reply withholds")
+    if declared(aggregate, "needs_drawn_count") and not counts_noised_in_the_sum(strategy):
+        raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
                          "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
     if getattr(noise, "clipping", "client") == "example":
-        if not (isinstance(strategy.local, OneGradient) and strategy.local.K):
+        if not declared(strategy.local, "per_example"):
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
-        equal = isinstance(aggregate, (Sum, DrawnNormalizedSum)) or (isinstance(aggregate, WeightedMean) and aggregate.by == "uniform")
-        if not equal:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
+        if not declared(aggregate, "equal_weights"):  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
             raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
         if accounting.unit == "user" and accounting.k is None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
@@ -391,10 +391,8 @@ def drawn_count_release(
         return Release(round, what, None, None, None, call=key,
                        reason="a user's drawn records move S by as many as it holds: user-level accounting needs k")
     unamplified = gaussian(z / k) if user and k is not None else gaussian(z)
-    from fedsample.sampling.clients import AllClients
-
     q, why_q = record_rate(plans)
-    everyone = isinstance(strategy.clients, AllClients)
+    everyone = isinstance(client_sampling_design(strategy.clients, asked), Census)
     if q is None or not everyone:
         why = why_q if q is None else f"the cohort is chosen by {type(strategy.clients).__name__}, not every client asked"
         return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification",

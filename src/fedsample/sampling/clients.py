@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
+from fedsample.parts import Census, Design, FixedSize, InclusionKind, Learns, Limit, Poisson, SizeNeed, Undeclared
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 from fedsample.sampling.clamp import clamped
@@ -45,6 +45,10 @@ class AllClients:
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(num_clients)
+
+    def sampling_design(self, population: int) -> Design:
+        """No client sampling: every client takes part."""
+        return Census()
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,13 @@ class UniformClients:
             assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             return float(min(self.m, num_clients))
         return min(float(num_clients), cohort_size.uniform_count(cohort_size.sizes_given(sizes, self), self.samples_per_round))
+
+    def sampling_design(self, population: int) -> Design:
+        """m of the ``population`` uniformly without replacement; with ``samples_per_round``, m follows from the sizes."""
+        if self.samples_per_round is not None:
+            return Undeclared("UniformClients(samples_per_round=...) derives its inclusion probabilities from the clients' sizes")
+        assert self.m is not None  # one_of: m or samples_per_round
+        return FixedSize(int(self.m), int(population))
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
@@ -181,6 +192,13 @@ class PoissonClients:
             assert self.q is not None  # __post_init__: q is set when samples_per_round is not
             return float(self.q * num_clients)
         return min(1.0, self.samples_per_round / float(np.sum(cohort_size.sizes_given(sizes, self)))) * num_clients
+
+    def sampling_design(self, population: int) -> Design:
+        """Each client independently with probability q; with ``samples_per_round``, q follows from the sizes."""
+        if self.samples_per_round is not None:
+            return Undeclared("PoissonClients(samples_per_round=...) derives its inclusion probabilities from the clients' sizes")
+        assert self.q is not None  # one_of: q or samples_per_round
+        return Poisson(float(self.q))
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients

@@ -16,7 +16,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import Limit, SizeNeed
+from fedsample.parts import Census, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import CohortRandom
 from fedsample.sampling.clamp import clamped
 
@@ -39,6 +39,10 @@ class AllSamples:
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.arange(ctx.size))
+
+    def sampling_design(self) -> Design:
+        """Every record."""
+        return Census()
 
     def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples."""
@@ -64,6 +68,10 @@ class BernoulliSamples:
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
+
+    def sampling_design(self) -> Design:
+        """Each record independently with probability p."""
+        return Poisson(float(self.p))
 
     def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
         """Every client's :meth:`draw` in one numpy pass: ``(member, position)`` of each kept sample, i.e. the

@@ -90,6 +90,11 @@ class WeightedMean:
     linear: ClassVar[bool] = True
 
     @property
+    def equal_weights(self) -> bool:
+        """The uniform mean weighs every received update the same."""
+        return self.by == "uniform"
+
+    @property
     def needs_sizes(self) -> SizeNeed:
         """``size``: the cohort's size reports (exact, or randomized ones used as they are); ``size_inverse_inclusion``:
         every client's exact size (n = sum of all n_k)."""
@@ -133,6 +138,7 @@ class Sum:
 
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
     linear: ClassVar[bool] = True
+    equal_weights: ClassVar[bool] = True
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
@@ -156,6 +162,7 @@ class DrawnNormalizedSum:
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
     linear: ClassVar[bool] = True  # the sum of the updates; the drawn count is one more coordinate of that sum
     needs_drawn_count: ClassVar[bool] = True
+    equal_weights: ClassVar[bool] = True  # the equal-weight sum, then divided by the count (post-processing)
 
     @property
     def shared_settings(self) -> Mapping[str, Any]:
@@ -231,6 +238,7 @@ class FedNova:
 
     by: Weighting = "size"
     linear: ClassVar[bool] = False  # its weights tau_eff p_k / a_k need each client's a_k, which comes with its update
+    needs_step_counts: ClassVar[bool] = True
 
     @property
     def needs_sizes(self) -> SizeNeed:

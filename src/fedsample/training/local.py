@@ -444,6 +444,11 @@ class OneGradient(Scheduled):
     K: int | None = None
 
     @property
+    def per_example(self) -> bool:
+        """With K: G_c = (1/K) sum_s g_s, a sum of per-example gradients (what per-example clipping clips)."""
+        return self.K is not None and self.K > 0
+
+    @property
     def shared_settings(self) -> dict:
         """K, which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses."""
         return {} if self.K is None else {"K (samples per round)": self.K}

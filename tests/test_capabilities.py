@@ -1,0 +1,103 @@
+"""What a part declares, checked where the strategy is built or the cohort is chosen: a part missing a method of its
+Protocol, a misspelt declaration and a declaration of the wrong kind are refused at construction in one line naming
+the part; a cohort whose ids or inclusion probabilities are out of range is refused in the round, naming the sampler,
+instead of an ``IndexError`` (or a silent division) later."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import fedsample as fs
+from fedsample.parts import InclusionKind, SizeNeed
+from fedsample.rounds import Cohort, RoundContext
+from fedsample.training.aggregate import WeightedMean
+from helpers import blobs, federate
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixed:
+    """A user's client sampler returning the cohort it is given (ids, pi)."""
+
+    ids: tuple = (0, 1)
+    pi: tuple = (0.5, 0.5)
+    needs_sizes = SizeNeed.NONE
+    inclusion_kind = InclusionKind.EXACT
+
+    def select(self, ctx: RoundContext) -> Cohort:
+        return Cohort(np.array(self.ids), np.array(self.pi), ctx.num_clients)
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return float(len(self.ids))
+
+
+class NoExpectedCohort:
+    """A sampler missing ``expected_cohort`` (the Protocol's other method)."""
+
+    def select(self, ctx: RoundContext) -> Cohort:
+        return Cohort(np.array([0]), np.array([1.0]), ctx.num_clients)
+
+
+@dataclasses.dataclass(frozen=True)
+class Misspelt(Fixed):
+    inclusion_kinds: InclusionKind = InclusionKind.DEGENERATE  # meant inclusion_kind: it would claim exact pi
+
+
+@dataclasses.dataclass(frozen=True)
+class WrongKind(Fixed):
+    inclusion_kind: str = "deterministic"  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class WrongFlag(Fixed):
+    draws_carry_sizes: str = "yes"
+
+
+def strategy(clients) -> fs.Strategy:
+    return dataclasses.replace(fs.recipes.fedavg(clients_per_round=2, steps=1, batch_size=4), clients=clients,
+                               aggregate=WeightedMean("uniform"), sizes=None)
+
+
+@pytest.mark.parametrize("part, message", [
+    (NoExpectedCohort(), "clients=NoExpectedCohort is not a client sampler: it has no expected_cohort() method"),
+    (Misspelt(), "clients=Misspelt() declares 'inclusion_kinds', which no part of fedsample reads: did you mean 'inclusion_kind'?"),
+    (WrongKind(), "clients=WrongKind() declares inclusion_kind='deterministic': it must be an InclusionKind"),
+    (WrongFlag(), "clients=WrongFlag() declares draws_carry_sizes='yes': it must be True or False"),
+])
+def test_a_wrong_declaration_is_refused_at_construction_naming_the_part(part, message):
+    with pytest.raises(ValueError) as refused:
+        strategy(part)
+    assert str(refused.value) == message
+
+
+def test_a_right_declaration_is_accepted():
+    assert strategy(Fixed()).clients == Fixed()
+
+
+@pytest.mark.parametrize("part, message", [
+    (Fixed(ids=(0, 12)), "Fixed(ids=(0, 12)) chose client ids outside 0..5: [0, 12]"),
+    (Fixed(ids=(-1, 2)), "chose client ids outside 0..5"),
+    (Fixed(ids=(2, 1)), "Fixed(ids=(2, 1)) returned cohort ids that are not unique and ascending: [2, 1]"),
+    (Fixed(ids=(1, 1)), "not unique and ascending"),
+    (Fixed(pi=(0.5, 1.5)), "Fixed(pi=(0.5, 1.5)) returned inclusion probabilities outside (0, 1] or not one per member"),
+    (Fixed(pi=(0.0, 0.5)), "inclusion probabilities outside (0, 1]"),
+    (Fixed(pi=(0.5,)), "not one per member"),
+])
+def test_a_cohort_out_of_range_is_refused_naming_the_sampler(part, message):
+    fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        fs.simulate(strategy(part), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, backend="loop")
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimated(Fixed):
+    inclusion_kind = InclusionKind.ESTIMATED
+
+
+def test_estimated_probabilities_may_be_nan():
+    fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
+    run = fs.simulate(strategy(Estimated(pi=(np.nan, np.nan))), federated_data=fed, model=fs.models.LogisticRegression(),
+                      rounds=1, backend="loop")
+    assert run.history[0]["cohort"] == 2 and run.history[0]["inclusion"] == "estimated"
