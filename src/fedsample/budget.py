@@ -18,7 +18,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "budget_summary", "budget_warning", "equal_budgets", "realised_samples",
+    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
+    "equal_budgets",
+    "realised_samples",
 ]
 
 BUDGET_RANGE = (0.67, 1.5)
@@ -77,3 +79,38 @@ def equal_budgets(means: Mapping[str, float], tolerance: float = EQUAL_BUDGET_TO
     if len(values) < 2 or values.mean() <= 0:
         return False
     return bool(np.all(np.abs(values / values.mean() - 1) <= tolerance))
+
+
+def arm_budget(histories: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """One arm's realised budget over its seeds (results.json's ``budget``): the mean of the seeds' per-round means,
+    the smallest and largest round, the rounds whose K/N~ was capped, FedSampling's K where the rounds carry it,
+    and each seed's :func:`budget_summary`; None where no round of any seed has a figure."""
+    seeds = [budget_summary(history) for history in histories]
+    known = [s for s in seeds if s is not None]
+    if not known:
+        return None
+    targets = {r["target_samples"] for history in histories for r in history if r.get("target_samples") is not None}
+    return {
+        "mean": float(np.mean([s["mean"] for s in known])), "min": min(s["min"] for s in known), "max": max(s["max"] for s in known),
+        "rounds": sum(s["rounds"] for s in known), "clamped_rounds": sum(s["clamped_rounds"] for s in known),
+        "K": targets.pop() if len(targets) == 1 else None, "per_seed": seeds,
+    }
+
+
+def budget_warnings(arms: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The :func:`budget_warning` line of every arm (label -> :func:`arm_budget`) that did not sample its K."""
+    lines = [budget_warning(label, arm, arm.get("K")) if arm else None for label, arm in arms.items()]
+    return [line for line in lines if line is not None]
+
+
+def comparison_note(arms: Mapping[str, Mapping[str, Any] | None], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> str | None:
+    """What a table may say of its arms' budgets: "equal samples" (realised means within ``tolerance`` of their
+    average, :func:`equal_budgets`) or "unequal budgets" with each arm's mean; None where fewer than two arms
+    have a figure."""
+    means = {label: arm["mean"] for label, arm in arms.items() if arm}
+    if len(means) < 2:
+        return None
+    figures = ", ".join(f"{label} {mean:.0f}" for label, mean in means.items())
+    if equal_budgets(means, tolerance):
+        return f"Equal samples: realised means within {tolerance:.0%} of their average ({figures} samples per round)."
+    return f"Unequal budgets: realised means differ by more than {tolerance:.0%} ({figures} samples per round)."
