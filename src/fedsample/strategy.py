@@ -270,6 +270,9 @@ class Strategy:
             drawn = drawn_or_none(reports)
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
+                observe_drawn = getattr(self.data, "observe_drawn", None)
+                if observe_drawn is not None and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
+                    observe_drawn(ctx.state, drawn, ctx.log["ratio"])
             realised = realised_samples(drawn, reports, getattr(self.local, "batch_size", None))
             if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
                 log["realised_samples"] = realised
