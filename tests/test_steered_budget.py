@@ -81,3 +81,12 @@ def test_unsteered_default_on_shards_takes_every_row():
     fed = partition(DATA, Shards(600, 1), seed=0)
     run = simulate(recipes.fedsampling(K=K, steer=False), federated_data=fed, model=LogisticRegression(), rounds=2, seed=0)
     assert all(r["clamped"]["ratio"] >= 1 and math.isclose(r["realised_samples"], ROWS, abs_tol=30) for r in run.history)
+
+
+def test_the_privacy_summary_says_what_S_reveals_at_user_level():
+    """The ledger's default unit is one user without a bound k: S is unprotected, and the summary says why."""
+    fed = partition(DATA, Shards(600, 1), seed=0)
+    run = simulate(recipes.fedsampling(K=K), federated_data=fed, model=LogisticRegression(), rounds=1, seed=0)
+    assert run.privacy["unit"] == "user" and "drawn count S" in run.privacy["unprotected"]
+    why = run.privacy["unprotected_why"]["drawn count S"]
+    assert "move S by as many as it holds" in why and "keep probability times its size" in why
