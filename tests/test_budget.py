@@ -93,3 +93,28 @@ def test_the_count_noise_biases_the_step_by_about_sigma2_over_ES2(mean, low, hig
     noised = S + rng.normal(0.0, 5.0, len(S))
     bias = float(np.mean(S / np.vectorize(drawn_divisor)(noised)) - 1)
     assert low < bias < high
+
+
+def test_a_reproduction_row_states_its_realised_budgets():
+    """The comparison row carries both sides' realised means from results.json's ``budget`` and says "unequal
+    budgets" where they differ by more than the tolerance, "equal samples" where they agree."""
+    from fedsample.reproduction.collect import experiment_values
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import claim_text
+
+    def result(accuracy, samples):
+        per_seed = [{"mean": s} for s in samples]
+        return {"final": {"accuracy": {"per_seed": accuracy}}, "best": {}, "budget": {"per_seed": per_seed}}
+
+    document = {"strategies": {"FedSampling": result([0.80, 0.81, 0.82], [60000.0, 59990.0, 60010.0]),
+                               "FedAvg": result([0.70, 0.71, 0.72], [2048.0, 2050.0, 2046.0]),
+                               "Centralized": result([0.79, 0.80, 0.81], [2048.0, 2048.0, 2048.0])}}
+    values = {"run": experiment_values(document)}
+    unequal = comparison_row(Comparison(claim="FedSampling > FedAvg", source="run", better="FedSampling", worse="FedAvg"), values)
+    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False}
+    assert "realised: FedSampling 60000, FedAvg 2048 samples per round: unequal budgets" in claim_text(unequal)
+    equal = comparison_row(Comparison(claim="Centralized > FedAvg", source="run", better="Centralized", worse="FedAvg"), values)
+    assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
+    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: nothing said
+    assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
