@@ -128,7 +128,9 @@ def _recorded_delta(strategy: Strategy, fed: FederatedData, params, round: int, 
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder)
     sim = VectorizedSimulator(fed, build_module(MODEL, fed), seed)
-    frozen.round(with_secure_sum(sim, frozen.secure_sum), params, frozen.init_state(params), round, seed)
+    federation, state = with_secure_sum(sim, frozen.secure_sum), frozen.init_state(params)
+    for t in range(round + 1):  # the rounds before carry the state (a steered FedSampling's drawn counts), at the same model
+        frozen.round(federation, params, state, t, seed)
     return flatten(recorder.delta).double().numpy()
 
 

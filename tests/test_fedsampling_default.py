@@ -42,7 +42,7 @@ def engine(backend="vectorized", seed=0):
 def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     library, paper = fs.recipes.fedsampling(K=64), fs.recipes.fedsampling(K=64, protocol="paper")
     assert library.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
-    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE) and COUNT_NOISE == 5.0
+    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True) and COUNT_NOISE == 5.0
     assert library.aggregate == DrawnNormalizedSum(64) and library.secure_sum
     # Algorithm 1: fresh reports every round, G_c = (1/K) sum g_s summed (Sum), the user's M (300 by default)
     assert paper.sizes == RandomizedSizes(3.0, 300, scope="all", permanent=False)

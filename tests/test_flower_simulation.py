@@ -53,12 +53,15 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
         return
     assert all(r["secure_aggregation"]["summed"] == 10 and r["secure_aggregation"]["protocol"] == "SecAgg+" for r in flower)
     quanta = SecAggPlus().tolerance(10)
-    same_rounds(flower, reference.history, trained, ("ratio", "size_estimate", "updates"))
+    same_rounds(flower, reference.history, trained, ("size_estimate", "updates"))
+    # the default steers its ratio by the released S~ (K / mean S~_t / p_t), which SecAgg+ carries to within `counts`
+    counts = SecAggPlus().count_tolerance(10)
+    steer = counts / min(r["samples"] - counts for r in flower) if "normalize" not in args else 0.0
+    same_rounds(flower, reference.history, trained, ("ratio",), rtol=1e-5 + steer)
     same_rounds(flower, reference.history, trained, ("train_loss",), atol=quanta * 16)
     same_rounds(flower, reference.history, trained, ("loss",), rtol=1e-4)
     bound = 2 * args["server_lr"] * quanta + 1e-6
     if "normalize" not in args:  # the library default: S~ noised by the clients' sealed shares
-        counts = SecAggPlus().count_tolerance(10)
         same_rounds(flower, reference.history, trained, ("samples",), rtol=0.0, atol=counts)
         exact = simulate_like(AppConfig.from_run_config({**settings, "num-server-rounds": 1,
                                                          "recipe-args": json.dumps({**args, "count_noise": 0.0})}))[0]

@@ -194,7 +194,7 @@ def _print_summary(document: dict, out: Path, tracking: TrackingSpec | None = No
     from rich.markup import escape
     from rich.table import Table
 
-    from fedsample.experiments.report import caption, columns, rows
+    from fedsample.experiments.report import budget_lines, caption, columns, rows
 
     table_rows = rows(document)
     cols = columns(table_rows)
@@ -206,6 +206,8 @@ def _print_summary(document: dict, out: Path, tracking: TrackingSpec | None = No
         table.add_row(escape(label), *(escape(cells.get(k, "—")) for k, _ in cols))
     console = Console()
     console.print(table)
+    for line in budget_lines(document):  # an arm that did not sample its K; equal or unequal budgets
+        console.print(escape(line), highlight=False)
     console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False)
     if tracking is not None:
         console.print(escape(f"tracked ({', '.join(tracking.backends)}) in {tracking.folder}"), highlight=False)

@@ -219,20 +219,21 @@ Protocol = Literal["library", "paper"]
 #: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
 PROTOCOLS: dict[str, dict[str, Any]] = {
     # permanent reports (a run costs epsilon once), the self-normalized update (the step no longer scales with
-    # N/N~), M minimizing the estimate's RMSE, the summed drawn count noised (docs/size-estimate.md)
-    "library": {"permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE},
+    # N/N~), M minimizing the estimate's RMSE, the summed drawn count noised, and the ratio steered by it from
+    # the second round on (docs/size-estimate.md)
+    "library": {"permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE, "steer": True},
     # Qi et al. 2023, Algorithm 1: fresh reports every round, G_c divided by K, the user's M (default 300)
-    "paper": {"permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0},
+    "paper": {"permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0, "steer": False},
 }
 
 
-@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None])
+@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None])
 def fedsampling(
     *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] | None = None,
     server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
-    size_prior: tuple[float, float] = (2.0, 4.0), clients: Any = None, data: Any = None,
+    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
@@ -248,7 +249,9 @@ def fedsampling(
       step no longer scales with N/N~), ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated
       ``size_prior = (mean size, log-normal sigma)``) and Gaussian noise of standard deviation ``count_noise``
       (default 5 samples) on S, added in shares by the clients inside the secure sum and accounted by the
-      privacy ledger (docs/privacy.md).
+      privacy ledger (docs/privacy.md); ``steer=True``: from the second round on the ratio is K / N^, N^ the mean
+      of the past rounds' released S~ / p (:class:`~fedsample.sampling.data.FedSamplingData`), so the realised
+      count stays near K even where N~ is far off.
     - ``"paper"``: the paper's protocol: fresh size reports every round (``permanent=False``), G_c divided by K
       (``normalize="K"``, the :class:`Sum` of Algorithm 1) and the user's M (default 300).
 
@@ -272,6 +275,9 @@ def fedsampling(
         raise ValueError("fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True: the server may "
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
                          "or protocol='paper'")
+    steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized") if steer is None else steer
+    if steer and normalize != "drawn":
+        checks.fail("steer", steer, "False or left out unless normalize='drawn' (it steers by the drawn count)", "fedsampling")
     if count_noise > 0 and normalize != "drawn":
         checks.fail("count_noise", count_noise, "0 or left out unless normalize='drawn' (it is noise on the drawn count)", "fedsampling")
     prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
@@ -281,7 +287,7 @@ def fedsampling(
     )
     drawn = normalize == "drawn"
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise),
+        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise, steer=steer),
         local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if drawn else Sum(), server=ServerSGD(server_lr),
         sizes=policy, name="fedsampling", secure_sum=secure_sum,
     )

@@ -13,6 +13,7 @@ import numpy as np
 
 from fedsample import checks, parts, validate
 from fedsample.background import in_background
+from fedsample.budget import realised_samples
 
 from fedsample.parts import (
     Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
@@ -272,6 +273,14 @@ class Strategy:
             drawn = drawn_or_none(reports)
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
+                observe_drawn = getattr(self.data, "observe_drawn", None)
+                if observe_drawn is not None and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
+                    observe_drawn(ctx.state, drawn, ctx.log["ratio"])
+            realised = realised_samples(drawn, reports, getattr(self.local, "batch_size", None))
+            if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
+                log["realised_samples"] = realised
+                if isinstance(getattr(self.data, "K", None), int):  # the budget it is held to (FedSampling's K)
+                    log["target_samples"] = self.data.K  # type: ignore[attr-defined]
         log["answered"] = len(cohort) - len(reports.failures())
         log.update(self.cohort_facts(ctx, cohort) if facts is None else facts)
         return log

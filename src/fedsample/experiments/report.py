@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["caption", "columns", "markdown_text", "plot_curves", "rows", "summary_table"]
+from fedsample.budget import budget_warnings, comparison_note
+
+__all__ = ["budget_cell", "budget_lines", "caption", "columns", "markdown_text", "plot_curves", "rows", "summary_table"]
 
 METRIC_TITLES = {"accuracy": "Accuracy", "macro_f1": "Macro-F1", "loss": "Loss"}
 PERCENT = ("accuracy", "macro_f1")  # shown in percent in every table and picture (results.json keeps fractions)
 ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a result
+BUDGET_TITLE = "Samples/round (realised)"  # mean over seeds of the per-round mean [smallest-largest round]
 
 
 def cell(stats: dict, metric: str, seeds: int) -> str:
@@ -33,9 +36,23 @@ def best_metric(result: dict) -> str | None:
     return next((m for m in ("accuracy", "loss") if m in result.get("best", {})), None)
 
 
+def budget_cell(budget: dict) -> str:
+    """The realised samples per round: 'mean [min-max]' over the rounds of every seed (:func:`fedsample.budget.arm_budget`)."""
+    return f"{budget['mean']:.0f} [{budget['min']:.0f}–{budget['max']:.0f}]"
+
+
+def budget_lines(document: dict) -> list[str]:
+    """The lines a run says under its table about budgets: each arm that did not sample its K (K/N~ >= 1, or the
+    realised mean outside [0.67 K, 1.5 K]) and whether the arms compare at equal samples
+    (:func:`fedsample.budget.comparison_note`)."""
+    arms = {label: result.get("budget") for label, result in document["strategies"].items()}
+    note = comparison_note(arms)
+    return budget_warnings(arms) + ([note] if note else [])
+
+
 def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
     """Per strategy, each final metric and the oracle best round's accuracy (``best``: the best round on the
-    test set) as 'mean ± sd', and the selected value of a grid (``selected``, e.g. 'lr=0.05')."""
+    test set) as 'mean ± sd', the realised samples per round where the rounds know them, and the selected value of a grid (``selected``, e.g. 'lr=0.05')."""
     seeds = len(document["config"]["seeds"])
     out = []
     for label, result in document["strategies"].items():
@@ -43,6 +60,8 @@ def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
         best = best_metric(result)
         if best:
             cells["best"] = cell(result["best"][best], best, seeds)
+        if result.get("budget"):
+            cells["budget"] = budget_cell(result["budget"])
         if "selected" in result:
             cells["selected"] = f"{result['selected']['param']}={result['selected']['value']}"
         out.append((label, cells))
@@ -51,7 +70,7 @@ def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
 
 def columns(table_rows: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str]]:
     """The (key, title) of each column some row has: final metrics, the oracle best round, selected grid value."""
-    titles = {**METRIC_TITLES, "best": ORACLE_TITLE, "selected": "Selected"}
+    titles = {**METRIC_TITLES, "best": ORACLE_TITLE, "budget": BUDGET_TITLE, "selected": "Selected"}
     return [(key, title) for key, title in titles.items() if any(key in cells for _, cells in table_rows)]
 
 
@@ -85,6 +104,9 @@ def summary_table(document: dict) -> str:
     ]
     for label, cells in table_rows:
         lines.append(f"| {markdown_text(label)} | " + " | ".join(markdown_text(cells.get(k, "—")) for k, _ in cols) + " |")
+    said = budget_lines(document)
+    if said:
+        lines += [""] + [f"- {markdown_text(line)}" for line in said]
     stopped = [reason for result in document["strategies"].values() for reason in result.get("status", []) if reason != "ok"]
     if stopped:
         lines += ["", "Runs that stopped (left out of the means):", ""] + [f"- {markdown_text(r)}" for r in stopped]

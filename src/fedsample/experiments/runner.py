@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedsample import outputs
+from fedsample.budget import arm_budget
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
 from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
@@ -199,7 +200,8 @@ def summarize(
     (``{"mean", "sd", "n", "per_seed"}`` over the seeds that finished, sd with ddof = 1 and null for one seed;
     ``per_seed`` null for a seed that did not; best = the best evaluated round of each seed: highest accuracy
     and macro-F1, lowest loss), each seed's ``status`` ("ok" or the reason it stopped), the per-seed round
-    histories, and ``extras[label]`` (validation metrics, a grid's selection). A strategy whose every seed
+    histories, the realised budget (``budget``: samples per round, :func:`fedsample.budget.arm_budget`; null where no
+    round knows it), and ``extras[label]`` (validation metrics, a grid's selection). A strategy whose every seed
     stopped keeps the same keys: each of ``metrics`` with mean, sd null, n = 0. Strict JSON: no NaN or Infinity."""
     strategies = {}
     for label, runs in results.items():
@@ -209,6 +211,7 @@ def summarize(
             "best": metric_table([None if run is None else {m: best_round(run.history, m) for m in metrics} for run in finished], metrics),
             "status": [run.status if isinstance(run, SimulationResult) else run.reason for run in runs],
             "history": [run.history if isinstance(run, SimulationResult) else [] for run in runs],
+            "budget": arm_budget([run.history for run in runs if isinstance(run, SimulationResult)]),
             "seeds": [run.seed for run in runs],
             "privacy": privacy_spent([run for run in runs if isinstance(run, SimulationResult)]),
             "backend": [{"engine": run.backend, "reason": run.backend_reason, "workers": run.workers, "client_threads": run.client_threads}

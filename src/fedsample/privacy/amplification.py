@@ -389,7 +389,8 @@ def drawn_count_release(
     user, k = accounting.unit == "user", accounting.k
     if user and k is None:
         return Release(round, what, None, None, None, call=key,
-                       reason="a user's drawn records move S by as many as it holds: user-level accounting needs k")
+                       reason="a user's drawn records move S by as many as it holds (E[S] by the keep probability "
+                              "times its size, against sigma_S samples of noise): user-level accounting needs k")
     unamplified = gaussian(z / k) if user and k is not None else gaussian(z)
     q, why_q = record_rate(plans)
     everyone = isinstance(client_sampling_design(strategy.clients, asked), Census)

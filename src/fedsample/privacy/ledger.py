@@ -375,6 +375,15 @@ class Ledger:
         """What was released without protection (each name once, in order)."""
         return list(dict.fromkeys(r.what for r in [*self.releases, *extra] if not r.protected))
 
+    def unprotected_reasons(self) -> dict[str, str]:
+        """Why each unprotected release is unprotected (its first recorded reason): what it reveals, e.g. that one
+        user's drawn records move FedSampling's count S by as many as it holds."""
+        reasons: dict[str, str] = {}
+        for r in self.releases:
+            if not r.protected:
+                reasons.setdefault(r.what, r.reason)
+        return reasons
+
     def spent(self, amplified: bool = True, extra: Sequence[Release] = ()) -> dict[Relation, dict]:
         """Per relation, Flower's ``PrivacySpent`` fields at the accounting's delta, over the recorded releases
         (plus ``extra``, not recorded): infinite epsilon when any release was unprotected."""
@@ -416,7 +425,7 @@ class Ledger:
 
     def summary(self, releases: bool = False) -> dict:
         """The ledger for a round log, ``results.json`` and ``privacy.json``: settings (unit, threat model, target
-        delta, budget), per relation epsilon with and without amplification, the unprotected releases, and the
+        delta, budget), per relation epsilon with and without amplification, the unprotected releases and why, and the
         latest amplification decision; with ``releases`` every release. Without the ``privacy`` extra an epsilon
         that needs the accountant is None, and ``accounting_method`` says why."""
         a = self.accounting
@@ -433,7 +442,7 @@ class Ledger:
         out: dict[str, Any] = {
             "unit": a.unit, "threat_model": a.threat, "threat": THREATS[a.threat], "target_delta": a.delta,
             "max_epsilon": a.max_epsilon, "k": a.k, "sampling_method": sampling[0] if len(sampling) == 1 else sampling,
-            "unprotected": self.unprotected(), "amplification": self.latest_reason(),
+            "unprotected": self.unprotected(), "unprotected_why": self.unprotected_reasons(), "amplification": self.latest_reason(),
         }
         if len(groups) == 1:
             (only,) = groups.values()

@@ -28,14 +28,18 @@ def per_seed(stats: Mapping) -> list[float | None]:
 
 
 def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]:
-    """One strategy's per-seed final and best (oracle) values of every metric it reports."""
+    """One strategy's per-seed final and best (oracle) values of every metric it reports, and its realised samples per
+    round (``budget``) where results.json has them."""
     final = {metric: per_seed(stats) for metric, stats in result.get("final", {}).items()}
     if "best" in result:
         best = {metric: per_seed(stats) for metric, stats in result["best"].items()}
     else:
         histories = result.get("history", [])
         best = {metric: [best_round(list(h), metric) for h in histories] for metric in final}
-    return {"final": final, "best": best}
+    out = {"final": final, "best": best}
+    if result.get("budget"):  # each seed's realised samples per round (fedsample.budget.arm_budget), for the budget rule
+        out["budget"] = {"samples": [None if seed is None else seed["mean"] for seed in result["budget"].get("per_seed", [])]}
+    return out
 
 
 def experiment_values(document: Mapping) -> Values:

@@ -9,6 +9,9 @@ import math
 from dataclasses import asdict, replace
 from typing import Mapping, Sequence, TypeGuard
 
+import numpy as np
+
+from fedsample.budget import EQUAL_BUDGET_TOLERANCE, equal_budgets
 from fedsample.reproduction.collect import Values, lookup
 from fedsample.reproduction.registry import profile_presets
 from fedsample.reproduction.spec import Comparison, Figure, Paper
@@ -86,6 +89,7 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     finished where the comparison is ``paired``; with a ``premise``, the premise's test too, and "not
     comparable" where it is reversed (:func:`premise_row`)."""
     row = tested_row(comparison, *sides_of(comparison, comparison.better, comparison.worse, values))
+    row["realised"] = realised_budgets(comparison, values)
     if not comparison.premise:
         return row
     premise = premise_row(comparison, values)
@@ -95,6 +99,20 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
         row["verdict"] = (f"not comparable (premise fails: {comparison.premise} trails {comparison.worse} by "
                           f"{-premise['d']:.1f}, {CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {premise['p_reversed']:.3g})")
     return row
+
+
+def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> dict | None:
+    """Both sides' realised samples per round (mean over seeds) and whether they are equal budgets
+    (:func:`fedsample.budget.equal_budgets`, within :data:`~fedsample.budget.EQUAL_BUDGET_TOLERANCE`); None where a
+    side's runs do not record them."""
+    means = {}
+    for side in (comparison.better, comparison.worse):
+        seeds = [v for v in lookup(values, comparison.source, side, "budget", "samples") or [] if v is not None]
+        if not seeds:
+            return None
+        means[side] = float(np.mean(seeds))
+    return {"better": means[comparison.better], "worse": means[comparison.worse], "tolerance": EQUAL_BUDGET_TOLERANCE,
+            "equal": equal_budgets(means)}
 
 
 def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple:

@@ -130,6 +130,8 @@ def claim_text(row: Mapping) -> str:
     text = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
     if row.get("budget"):
         text += f"<br><sub>budget: {cell(row['budget'])}</sub>"
+    if row.get("realised"):
+        text += f"<br><sub>{cell(realised_text(row))}</sub>"
     if row.get("premise_test"):
         text += f"<br><sub>{cell(premise_text(row))}</sub>"
     if row.get("margin_reason"):
@@ -137,6 +139,13 @@ def claim_text(row: Mapping) -> str:
     if row["note"]:
         text += f"<br><sub>note: {cell(row['note'])}</sub>"
     return text
+
+
+def realised_text(row: Mapping) -> str:
+    """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples, within 10%')."""
+    realised = row["realised"]
+    verdict = f"equal samples (within {realised['tolerance']:.0%})" if realised["equal"] else "unequal budgets"
+    return f"realised: {row['better']} {realised['better']:.0f}, {row['worse']} {realised['worse']:.0f} samples per round: {verdict}"
 
 
 def premise_text(row: Mapping) -> str:

@@ -150,13 +150,17 @@ class DrawnNormalizedSum:
     """The self-normalized FedSampling update (``fedsampling(normalize="drawn")``): the clients' G_c =
     (1/K) sum g_s summed and rescaled by K / S, S = sum_c |S_c| the number of samples actually drawn (learned
     through the same secure sum as the update), i.e. (1/S) sum_s g_s instead of Algorithm 1's (1/K) sum_s g_s.
-    A ratio estimator: slightly biased (O(1/E[S])), but its step no longer scales with S/K = N/N~ * (noise),
-    so an error in N~ changes only how many samples are drawn, not the step size. No response-rate scaling:
+    Given S >= 1 the drawn rows are a uniform random subset of size S (Bernoulli sampling at one rate), so dividing
+    by the drawn S is exactly unbiased for the full-data mean gradient; only the noise on the count (below) biases
+    it, by E[S / S~] - 1 ~ sigma_S^2 / E[S]^2. Its step no longer scales with S/K = N/N~ * (noise), so an error in
+    N~ changes only how many samples are drawn, not the step size. No response-rate scaling:
     the ratio already averages over whoever answered. Not the paper's method (that is :class:`Sum`).
 
     With noise on the count (``FedSamplingData(count_noise=sigma_S)``) the server divides by the noised S~; a
     noised count below one sample is read as one (:func:`drawn_divisor`), so a round that drew (almost) nothing
-    cannot blow the step up."""
+    cannot blow the step up. sigma_S is in samples, not relative to K: with the default 5 the step's relative bias
+    E[S / S~] - 1 is 7e-6 at E[S] = 2048, 0.04% at 256, 0.65% at 64 and 12% at 20 (Monte Carlo, S ~ Poisson(E[S]),
+    ``tests/test_budget.py``), so small K needs a smaller sigma_S (at a privacy cost the ledger states)."""
 
     K: int
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE

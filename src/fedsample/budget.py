@@ -1,0 +1,116 @@
+"""The realised budget: how many samples a round actually trained on, for every kind of arm (issue 38).
+
+A comparison of sampling methods at "equal samples" means something only when the arms' realised counts agree.
+FedSampling keeps each sample with probability K/N~ (Qi et al. 2023, §3.2), so it draws about K N / N~ rows,
+not K: an estimate N~ far below the true total N gives many times the budget K (and K/N~ >= 1 keeps every
+row). A client sampler's arm trains ``local steps x batch`` samples per client.
+
+- :func:`realised_samples`: one round's figure (the round record's ``realised_samples``);
+- :func:`budget_summary`: its mean and range over a run's rounds;
+- :func:`budget_warning`: the one line a run prints when the realised mean leaves [0.67 K, 1.5 K] or K/N~ >= 1;
+- :func:`equal_budgets`: whether arms' realised means agree within a stated relative tolerance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
+    "equal_budgets",
+    "realised_samples",
+]
+
+BUDGET_RANGE = (0.67, 1.5)
+"""A realised mean outside [0.67 K, 1.5 K] is said in one line (:func:`budget_warning`)."""
+
+EQUAL_BUDGET_TOLERANCE = 0.10
+"""Arms compare at "equal samples" when every realised mean is within 10% of their average (:func:`equal_budgets`)."""
+
+
+def realised_samples(drawn: float | None, replies: Any, batch_size: Any) -> float | None:
+    """One round's realised samples: the cohort's drawn count where its clients report it (FedSampling's
+    self-normalized plan: sum_c |S_c|, noised when the plan noises it), else sum over the ``replies`` received
+    (a :class:`~fedsample.rounds.ReplyList`) of (local steps x ``batch_size``) where the solver has an integer minibatch and the replies are readable
+    (an upper bound by at most one partial batch per client and epoch); None where neither is known (sealed replies
+    of a client sampler, a whole-sample batch)."""
+    if drawn is not None:
+        return float(drawn)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        return None
+    try:
+        steps = [replies[i].steps for i in replies.received_positions().tolist()]
+    except AttributeError:  # sealed replies: the server cannot read a client's steps
+        return None
+    return float(sum(int(s) for s in steps) * batch_size)
+
+
+def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``{"mean", "min", "max", "rounds", "clamped_rounds"}`` of the round records' ``realised_samples`` over one
+    run (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1); None where no round has one."""
+    values = [float(r["realised_samples"]) for r in history if r.get("realised_samples") is not None]
+    if not values:
+        return None
+    clamped = sum(1 for r in history if "ratio" in (r.get("clamped") or {}))
+    return {"mean": float(np.mean(values)), "min": min(values), "max": max(values), "rounds": len(values), "clamped_rounds": clamped}
+
+
+def budget_warning(label: str, summary: Mapping[str, Any] | None, K: float | None) -> str | None:
+    """The one line saying that an arm did not sample its budget K: K/N~ >= 1 in some round (every row kept), or
+    the realised mean outside [0.67 K, 1.5 K] (:data:`BUDGET_RANGE`); None where the arm has no K or stayed inside."""
+    if summary is None or not K:
+        return None
+    low, high = BUDGET_RANGE
+    ratio = summary["mean"] / K
+    clamped = summary.get("clamped_rounds", 0)
+    if not clamped and low <= ratio <= high:
+        return None
+    why = f"K/N~ >= 1 in {clamped} of {summary['rounds']} rounds (every row kept)" if clamped else f"outside [{low} K, {high} K]"
+    return (f"{label}: realised {summary['mean']:.0f} samples per round ({ratio:.2f} K, range {summary['min']:.0f}-"
+            f"{summary['max']:.0f}) against K = {K:g}: {why}")
+
+
+def equal_budgets(means: Mapping[str, float], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> bool:
+    """True when every arm's realised mean is within ``tolerance`` (relative) of the arms' average: the condition for
+    a comparison to say "equal samples"; False for fewer than two arms with a figure."""
+    values = np.array([v for v in means.values() if v is not None], dtype=np.float64)
+    if len(values) < 2 or values.mean() <= 0:
+        return False
+    return bool(np.all(np.abs(values / values.mean() - 1) <= tolerance))
+
+
+def arm_budget(histories: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """One arm's realised budget over its seeds (results.json's ``budget``): the mean of the seeds' per-round means,
+    the smallest and largest round, the rounds whose K/N~ was capped, FedSampling's K where the rounds carry it,
+    and each seed's :func:`budget_summary`; None where no round of any seed has a figure."""
+    seeds = [budget_summary(history) for history in histories]
+    known = [s for s in seeds if s is not None]
+    if not known:
+        return None
+    targets = {r["target_samples"] for history in histories for r in history if r.get("target_samples") is not None}
+    return {
+        "mean": float(np.mean([s["mean"] for s in known])), "min": min(s["min"] for s in known), "max": max(s["max"] for s in known),
+        "rounds": sum(s["rounds"] for s in known), "clamped_rounds": sum(s["clamped_rounds"] for s in known),
+        "K": targets.pop() if len(targets) == 1 else None, "per_seed": seeds,
+    }
+
+
+def budget_warnings(arms: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The :func:`budget_warning` line of every arm (label -> :func:`arm_budget`) that did not sample its K."""
+    lines = [budget_warning(label, arm, arm.get("K")) if arm else None for label, arm in arms.items()]
+    return [line for line in lines if line is not None]
+
+
+def comparison_note(arms: Mapping[str, Mapping[str, Any] | None], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> str | None:
+    """What a table may say of its arms' budgets: "equal samples" (realised means within ``tolerance`` of their
+    average, :func:`equal_budgets`) or "unequal budgets" with each arm's mean; None where fewer than two arms
+    have a figure."""
+    means = {label: arm["mean"] for label, arm in arms.items() if arm}
+    if len(means) < 2:
+        return None
+    figures = ", ".join(f"{label} {mean:.0f}" for label, mean in means.items())
+    if equal_budgets(means, tolerance):
+        return f"Equal samples: realised means within {tolerance:.0%} of their average ({figures} samples per round)."
+    return f"Unequal budgets: realised means differ by more than {tolerance:.0%} ({figures} samples per round)."

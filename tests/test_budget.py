@@ -1,0 +1,120 @@
+"""The realised budget (issue 38): every round records the samples it trained on, a run summarizes them per arm,
+says in one line when an arm left [0.67 K, 1.5 K] or kept every row, and a table claims "equal samples" only
+when the arms' realised means agree within the stated tolerance."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsample import recipes
+from fedsample.budget import arm_budget, budget_warning, comparison_note, equal_budgets, realised_samples
+from fedsample.experiments.report import summary_table
+from fedsample.models import LogisticRegression
+from fedsample.rounds import Replies
+from fedsample.simulation import simulate
+from helpers import blobs, federate
+
+
+class Reply:
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+
+def test_realised_samples_hand_computed():
+    replies = Replies([Reply(5), Reply(3), Reply(4)], failed={})
+    assert realised_samples(None, replies, 8) == (5 + 3 + 4) * 8  # local steps x batch, summed over the cohort
+    assert realised_samples(417.0, replies, 8) == 417.0  # a drawn count wins
+    assert realised_samples(None, replies, None) is None  # a whole-sample batch: not known
+
+
+def test_a_client_sampler_records_steps_times_batch():
+    fed = federate(blobs(), [40] * 6)  # 3 clients of 40 rows, batch 8: 5 steps each, 120 samples per round
+    run = simulate(recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), federated_data=fed, model=LogisticRegression(), rounds=2, seed=1)
+    assert [r["realised_samples"] for r in run.history] == [120.0, 120.0]
+
+
+def test_fedsampling_with_exact_sizes_realises_K_on_average():
+    """S ~ Binomial(N, K/N) + N(0, 5^2) per round: mean K, sd sqrt(K (1 - K/N) + 25) = 8.4 for K = 60, N = 240;
+    over 40 rounds the mean's sd is 1.3, and the test allows 4 of them (5.3 samples)."""
+    fed = federate(blobs(), [40] * 6)
+    run = simulate(recipes.fedsampling(K=60, sizes="exact"), federated_data=fed, model=LogisticRegression(), rounds=40, seed=3)
+    realised = np.array([r["realised_samples"] for r in run.history])
+    assert all(r["target_samples"] == 60 for r in run.history)
+    assert abs(realised.mean() - 60) < 4 * math.sqrt(60 * (1 - 60 / 240) + 25) / math.sqrt(40)
+    assert budget_warning("fedsampling", arm_budget([run.history]), 60) is None
+
+
+def test_the_warning_says_when_K_is_not_sampled():
+    inside = {"mean": 1.2 * 2048, "min": 2000, "max": 2600, "rounds": 10, "clamped_rounds": 0}
+    assert budget_warning("a", inside, 2048) is None
+    low = {**inside, "mean": 0.6 * 2048}
+    assert "outside [0.67 K, 1.5 K]" in budget_warning("a", low, 2048)
+    clamped = {**inside, "mean": 60000.0, "min": 59800, "max": 60100, "clamped_rounds": 10}
+    line = budget_warning("FedSampling", clamped, 2048)
+    assert line.startswith("FedSampling: realised 60000 samples per round (29.30 K") and "K/N~ >= 1 in 10 of 10 rounds" in line
+
+
+def test_equal_budgets_within_the_stated_tolerance():
+    assert equal_budgets({"a": 2048, "b": 2100}) and equal_budgets({"a": 100, "b": 119}, tolerance=0.10)
+    assert not equal_budgets({"a": 100, "b": 125}, tolerance=0.10)  # 11% from their average 112.5
+    assert not equal_budgets({"a": 100})  # one arm: nothing to compare
+    assert comparison_note({"a": {"mean": 2048.0}, "b": {"mean": 60000.0}}).startswith("Unequal budgets")
+    assert comparison_note({"a": {"mean": 2048.0}, "b": {"mean": 2000.0}}).startswith("Equal samples")
+
+
+@pytest.fixture
+def document():
+    fed = federate(blobs(), [40] * 6)
+    runs = {"fedavg": recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), "fedsampling": recipes.fedsampling(K=60)}
+    histories = {label: simulate(s, federated_data=fed, model=LogisticRegression(), rounds=2, seed=0).history for label, s in runs.items()}
+    stats = {"accuracy": {"mean": 0.5, "sd": None, "n": 1}}
+    return {"config": {"name": "t", "rounds": 2, "seeds": [0]},
+            "strategies": {label: {"final": stats, "best": stats, "budget": arm_budget([h])} for label, h in histories.items()}}
+
+
+def test_summary_carries_the_budget_column_and_lines(document):
+    text = summary_table(document).replace("\\", "")
+    assert "Samples/round (realised)" in text and "| fedavg | 50.00 | 50.00 | 120 [120–120] |" in text
+    assert "- fedsampling: realised" in text and "K/N~ >= 1 in 1 of 2 rounds" in text  # round 1 follows N~: every row kept
+    assert "- Unequal budgets: realised means differ by more than 10%" in text
+
+
+@pytest.mark.parametrize("mean, low, high", [(20, 0.110, 0.130), (64, 0.0055, 0.0075), (2048, -1e-4, 1e-4)])
+def test_the_count_noise_biases_the_step_by_about_sigma2_over_ES2(mean, low, high):
+    """The self-normalized step divides by S~ = S + N(0, 5^2) read as >= 1 (drawn_divisor): E[S / S~] - 1 is about
+    sigma_S^2 / E[S]^2 (first order; 12% at E[S] = 20 with the higher terms), the figures the docs quote. 400,000
+    draws of S ~ Poisson(E[S]) (S >= 1): the mean's sd is below 2e-4 at E[S] = 20, 1.3e-4 at 64."""
+    from fedsample.training.aggregate import drawn_divisor
+
+    rng = np.random.default_rng(5)
+    S = rng.poisson(mean, 400_000).astype(np.float64)
+    S = S[S >= 1]
+    noised = S + rng.normal(0.0, 5.0, len(S))
+    bias = float(np.mean(S / np.vectorize(drawn_divisor)(noised)) - 1)
+    assert low < bias < high
+
+
+def test_a_reproduction_row_states_its_realised_budgets():
+    """The comparison row carries both sides' realised means from results.json's ``budget`` and says "unequal
+    budgets" where they differ by more than the tolerance, "equal samples" where they agree."""
+    from fedsample.reproduction.collect import experiment_values
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import claim_text
+
+    def result(accuracy, samples):
+        per_seed = [{"mean": s} for s in samples]
+        return {"final": {"accuracy": {"per_seed": accuracy}}, "best": {}, "budget": {"per_seed": per_seed}}
+
+    document = {"strategies": {"FedSampling": result([0.80, 0.81, 0.82], [60000.0, 59990.0, 60010.0]),
+                               "FedAvg": result([0.70, 0.71, 0.72], [2048.0, 2050.0, 2046.0]),
+                               "Centralized": result([0.79, 0.80, 0.81], [2048.0, 2048.0, 2048.0])}}
+    values = {"run": experiment_values(document)}
+    unequal = comparison_row(Comparison(claim="FedSampling > FedAvg", source="run", better="FedSampling", worse="FedAvg"), values)
+    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False}
+    assert "realised: FedSampling 60000, FedAvg 2048 samples per round: unequal budgets" in claim_text(unequal)
+    equal = comparison_row(Comparison(claim="Centralized > FedAvg", source="run", better="Centralized", worse="FedAvg"), values)
+    assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
+    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: nothing said
+    assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
