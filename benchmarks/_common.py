@@ -11,12 +11,14 @@ script cannot do here (no GPU, no Fashion-MNIST, a missing extra or peer environ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
 import resource
 import sys
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -149,6 +151,34 @@ def median_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, flo
     while j >= 0 and binom.cdf(j, n, 0.5) > tail:
         j -= 1
     return None if j < 0 else (float(x[j]), float(x[n - 1 - j]))
+
+
+SPIN = "import os, sys\nif hasattr(os, 'sched_setaffinity'): os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+@contextlib.contextmanager
+def competing_process() -> Iterator[int]:
+    """A second process spinning on the last core for the duration of the ``with`` block (its pid): the
+    "second core busy" condition, started and stopped by the benchmark itself so that the load is the same in
+    every run. The benchmark's own process is not pinned; where the platform cannot pin, the spinner is not
+    pinned either."""
+    core = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN, str(core)], stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.2)  # let it start spinning before anything is timed
+        yield spinner.pid
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def paired_median(label: str, ratios: np.ndarray) -> None:
+    """Emit the median of ``ratios`` as ``{label}_paired_median_ratio``, its distribution-free 95% interval
+    (:func:`median_interval`) and the number of pairs."""
+    emit(f"{label}_paired_median_ratio", float(np.median(ratios)))
+    interval = median_interval(ratios)
+    emit(f"{label}_paired_median_ratio_95ci", "n/a (too few pairs)" if interval is None else f"{interval[0]:.4g} to {interval[1]:.4g}")
+    emit(f"{label}_pairs", len(ratios))
 
 
 def peak_rss_mb() -> float:

@@ -5,7 +5,9 @@ estimate N~, Bernoulli draws with p = K/N~ on every client, the fused one-gradie
 drawn samples (one weighted forward/backward), the Sum aggregation and the server step. The centralized step
 is one forward/backward and SGD update on exactly the rows that round drew, gathered from the pooled data.
 Goal: ratio <= 1.2, read as the median of 400 rounds and steps timed back to back, with its distribution-free
-95% confidence interval (the best-of ratio is printed too).
+95% confidence interval (the best-of ratio is printed too), twice: with the second core idle (``mlp_``) and with it
+busy (``mlp_busy_paired_median_ratio``: a process spinning on the last core, which the script starts before those pairs and stops
+after them, ``_common.competing_process``).
 
 Which rows the round drew is recomputed from public interfaces, as the server could not: the round's cohort
 and plan (``Strategy.select``, ``strategy.data.plan``: Bernoulli(K/N~)), then every client's draw in one pass
@@ -20,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from _common import arguments, best_of, dataset, emit, footer, header, median_interval, paired_ratios, peak_rss_mb
+from _common import arguments, best_of, competing_process, dataset, emit, footer, header, paired_median, paired_ratios, peak_rss_mb
 
 from fedsample import recipes
 from fedsample.data import LogNormalSizes, partition
@@ -46,9 +48,10 @@ def drawn_rows(strategy: Strategy, federation, data: FederatedData, params, roun
     return data.order[data.offsets[cohort.ids[member]] + position]
 
 
-def round_and_step(fed: FederatedData, spec, K: int, repeats: int, pairs: int = 0) -> tuple[float, float, int, np.ndarray | None]:
+def round_and_step(fed: FederatedData, spec, K: int, repeats: int, pairs: int = 0) -> tuple[float, float, int, dict[str, np.ndarray]]:
     """(seconds of a FedSampling round, seconds of one centralized step on the rows it drew, rows drawn, and with
-    ``pairs`` the ratios of ``pairs`` rounds and steps timed back to back, else None)."""
+    ``pairs`` the ratios of ``pairs`` rounds and steps timed back to back, by condition: ``""`` with the second
+    core idle, ``"_busy"`` with a competing process spinning on it; without ``pairs`` no conditions)."""
     ds = fed.dataset
     module = spec.build(ds.input_shape, ds.num_classes)
     params = initial_parameters(module, 0)
@@ -68,7 +71,11 @@ def round_and_step(fed: FederatedData, spec, K: int, repeats: int, pairs: int = 
         g, _ = grad(params, x.index_select(0, rows), y.index_select(0, rows), w)
         return {k: params[k] - LR * g[k] for k in params}
 
-    paired = paired_ratios(one_round, centralized_step, pairs) if pairs else None
+    paired = {}
+    if pairs:
+        paired[""] = paired_ratios(one_round, centralized_step, pairs)
+        with competing_process():
+            paired["_busy"] = paired_ratios(one_round, centralized_step, pairs)
     return round_s, best_of(centralized_step, repeats=repeats), len(rows), paired
 
 
@@ -81,17 +88,14 @@ def main(smoke: bool) -> None:
     emit("clients", fed.num_clients)
     emit("K", K)
     for label, spec in (("mlp", MLP(hidden=64)), ("cnn", CNN())):
-        repeats, pairs = (5, 400) if label == "mlp" else (2, 0)  # 400 MLP pairs: ~15 s; a CNN pair takes ~12 s: best-of only
+        repeats, pairs = (5, 400) if label == "mlp" else (2, 0)  # 400 MLP pairs per condition: ~15 s; a CNN pair takes ~12 s: best-of only
         round_s, central_s, drawn, paired = round_and_step(fed, spec, K, repeats, pairs)
         emit(f"{label}_samples_drawn", drawn)
         emit(f"{label}_fedsampling_round_s", round_s)
         emit(f"{label}_centralized_step_s", central_s)
         emit(f"{label}_fedsampling_round_vs_centralized", round_s / central_s)
-        if paired is not None:  # the verdict's figure: the median and its distribution-free 95% interval
-            emit(f"{label}_paired_median_ratio", float(np.median(paired)))
-            interval = median_interval(paired)
-            emit(f"{label}_paired_median_ratio_95ci", "n/a (too few pairs)" if interval is None else f"{interval[0]:.4g} to {interval[1]:.4g}")
-            emit(f"{label}_pairs", len(paired))
+        for condition, ratios in paired.items():  # the verdict's figures: the median and its 95% interval
+            paired_median(label + condition, ratios)
     emit("peak_rss_mb", peak_rss_mb())
     footer()
 
