@@ -87,7 +87,7 @@ def test_reproducing_a_claim(tmp_path):
     verdicts = {row["verdict"] for row in rows}
     assert verdicts <= {"holds", "reversed", "inconclusive", "differs", "not measured"}
     measured = [row for row in rows if row["verdict"] != "not measured"]
-    assert len(measured) == 4 and all(row["test"] == "paired" and row["n"] == 2 for row in measured)
+    assert len(measured) == 4 and all(row["test"] == "paired" and row["df"] == 1 for row in measured)
     assert "holds" in verdicts and "inconclusive" in verdicts  # the page's reading: a large gain holds, the rest wait for seeds
 
 
