@@ -42,7 +42,7 @@ extensions = [
 # --- which files are pages ----------------------------------------------------------------------------------
 root_doc = "docs/index"
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-include_patterns = ["README.md", "benchmarks/README.md", "docs/*.md", "docs/api/*.md", "docs/api/generated/*.rst"]
+include_patterns = ["README.md", "benchmarks/README.md", "docs/*.md", "docs/tutorials/*.md", "docs/api/*.md", "docs/api/generated/*.rst"]
 exclude_patterns = [".*", "**/.*", "docs/_build", "docs/_templates", "runs", "out", "build", "dist", "venv", "**/__pycache__"]
 templates_path = [str(DOCS / "_templates")]  # absolute: autosummary reads it from the source folder
 

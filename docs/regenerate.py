@@ -5,7 +5,7 @@
     python docs/regenerate.py --render   # rewrite the docs from the stored records only (no command runs)
     python docs/regenerate.py --check    # exit 1 naming every generated block or picture that differs; writes nothing
 
-Every generated part of a Markdown file (README.md, docs/*.md) sits between two marker comments::
+Every generated part of a Markdown file (README.md, docs/*.md, docs/tutorials/*.md) sits between two marker comments::
 
     <!-- generated: NAME -->
     ...
@@ -686,7 +686,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted(DOCS.glob("tutorials/*.md"))]
 
 
 def rendered(text: str) -> str:

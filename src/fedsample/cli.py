@@ -33,9 +33,28 @@ class RunsFailed(Exception):
     """Some strategy/seed runs diverged; the others were written. Exit code 1."""
 
 
+#: The end of ``fedsample --help``: a first command and where to go next.
+EXAMPLES = """examples:
+  fedsample run                                   the quickstart preset (about 20 s): writes runs/quickstart/
+  fedsample run my-experiment.toml --out runs/me  your experiment file (docs/command-line.md)
+  fedsample diagnose quickstart-lognormal         bias and variance of each strategy's round
+  fedsample reproduce --list                      the papers' presets, with their cost
+
+'fedsample COMMAND --help' lists a command's options; the tutorials are in docs/tutorials/ (docs/index.md)."""
+
+
+class _OneLineHelp(argparse.RawDescriptionHelpFormatter):
+    """The help's layout: each command and its help on one line (wide enough for the longest), the examples as written."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=18, width=160)
+        self._action_max_length = 16  # the commands' names sit indented under COMMAND; argparse measures them unindented
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedsample", description="Sampling for federated learning.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="fedsample", description="Sampling for federated learning.", epilog=EXAMPLES,
+                                     formatter_class=_OneLineHelp)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run an experiment (a preset name or a TOML file)")
     run.add_argument("target", nargs="?", default="quickstart", help="preset name or experiment .toml (default: quickstart)")
@@ -207,10 +226,18 @@ def _print_summary(document: dict, out: Path, tracking: TrackingSpec | None = No
     console = Console()
     console.print(table)
     for line in budget_lines(document):  # an arm that did not sample its K; equal or unequal budgets
-        console.print(escape(line), highlight=False)
-    console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False)
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    console.print(escape(f"wrote {out}/results.json, summary.md, curves.png, partition.png"), highlight=False, soft_wrap=True)
+    for line in _where_to_look(out):
+        console.print(escape(line), highlight=False, soft_wrap=True)  # one line each, whatever the terminal's width
     if tracking is not None:
         console.print(escape(f"tracked ({', '.join(tracking.backends)}) in {tracking.folder}"), highlight=False)
+
+
+def _where_to_look(out: Path) -> list[str]:
+    """The lines that end a run: which of its files to open first, and where every number is."""
+    return [f"open first: {out}/summary.md (this table) and {out}/curves.png (test accuracy per round, a band over seeds)",
+            f"every number, per seed and per round: {out}/results.json; the data's split: {out}/partition.png"]
 
 
 def command_presets(args: argparse.Namespace) -> None:
