@@ -99,3 +99,19 @@ def test_rank_tie_check():
     assert rank_verdict(a, b, paired=False, level=ONE_SIDED, margin=1.0) == "holds"  # far inside ±1
     assert rank_verdict(a, b, paired=False, level=ONE_SIDED, margin=0.001) == "inconclusive"
     assert rank_verdict(a, b, paired=True, level=ONE_SIDED, margin=1.0) == "holds"
+
+
+def test_paper_rows_carry_holm_adjusted_p_over_the_table_and_its_premises():
+    from fedsample.reproduction.rows import decisive_p, with_holm
+
+    rows = [
+        {"p": 0.004, "tie": False},  # holds: decisive 0.004
+        {"p": 0.99, "tie": False, "premise_test": {"p": 0.02}},  # reversed: decisive 0.01; premise 0.02
+        {"p": 0.03, "tie": True},  # TOST
+        {"p": None, "tie": False},  # no test: not in the family
+    ]
+    assert [decisive_p(r) for r in rows] == pytest.approx([0.004, 0.01, 0.03, None])
+    out = with_holm(rows)
+    # family of 4: 0.004 x 4 = 0.016; 0.01 x 3 = 0.03; 0.02 x 2 = 0.04; 0.03 x 1 -> 0.04
+    assert [r["p_holm"] for r in out] == pytest.approx([0.016, 0.03, 0.04, None])
+    assert out[1]["premise_test"]["p_holm"] == pytest.approx(0.04)
