@@ -13,13 +13,14 @@ import numpy as np
 
 from fedsample.budget import EQUAL_BUDGET_TOLERANCE, equal_budgets
 from fedsample.reproduction.collect import Values, lookup
+from fedsample.reproduction.multiplicity import holm
 from fedsample.reproduction.registry import profile_presets
 from fedsample.reproduction.spec import Comparison, Figure, Paper
 from fedsample.reproduction.verdict import (
     ALPHA, CONFIDENCE, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
 )
 
-__all__ = ["comparison_row", "figure_row", "paper_rows", "seed_pairs", "tested_row"]
+__all__ = ["comparison_row", "decisive_p", "figure_row", "paper_rows", "seed_pairs", "tested_row", "with_holm"]
 
 
 def measured(values: Mapping[str, Values], source: str, label: str, which: str, metric: str, scale: float) -> Stats | None:
@@ -140,9 +141,32 @@ def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
             "verdict": row["verdict"]}
 
 
+def decisive_p(row: Mapping) -> float | None:
+    """The p value a row's verdict is decided by: TOST's for a tie, else the smaller one-sided p (the claimed
+    direction's, or the reversed one's, 1 - p)."""
+    p = row.get("p")
+    if p is None:
+        return None
+    return p if row.get("tie") else min(p, 1.0 - p)
+
+
+def with_holm(comparisons: list[dict]) -> list[dict]:
+    """The rows with ``p_holm``: Holm's adjustment of their decisive p values (and their premise tests'), the
+    paper's table as one family (:mod:`.multiplicity`); the verdicts are left as read from the raw p."""
+    premises = [row.get("premise_test") or {} for row in comparisons]
+    family = [decisive_p(row) for row in comparisons] + [decisive_p({"p": t.get("p")}) for t in premises]
+    adjusted = holm(family)
+    for row, premise, p_row, p_premise in zip(comparisons, premises, adjusted, adjusted[len(comparisons):]):
+        row["p_holm"] = p_row
+        if premise:
+            premise["p_holm"] = p_premise
+    return comparisons
+
+
 def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict]]:
-    """Every Figure and Comparison row of ``paper`` from ``{source: values}``."""
+    """Every Figure and Comparison row of ``paper`` from ``{source: values}``, the Comparisons with Holm's
+    adjusted p (:func:`with_holm`)."""
     return {
         "figures": [figure_row(paper, f, values) for f in paper.figures],
-        "comparisons": [comparison_row(c, values) for c in paper.comparisons],
+        "comparisons": with_holm([comparison_row(c, values) for c in paper.comparisons]),
     }

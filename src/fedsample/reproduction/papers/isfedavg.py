@@ -90,9 +90,8 @@ PAPER = Paper(
         "offline, binary, LIBSVM-like dense features; far fewer points per agent than the paper's 79-688. It is an "
         "easy task (~94-95% for every rule) with 113 test points (one point = 0.88%), so the paper's 4-point "
         "accuracy gain cannot be resolved on it (measured 2026-11-25, 10 seeds paired: ISFedAvg approx 95.0 ± 1.1 against "
-        "FedAvg 94.6 ± 0.8, +0.4 [-0.2, +0.9] points, p = 0.084; before, 3 seeds: +1.8 points on 1 seed, tied on 2).",
+        "FedAvg 94.6 ± 0.8, +0.4 [-0.2, +0.9] points, p = 0.084).",
         "Measured (10 seeds, 2026-11-25): regression IS gain 4.08 ± 0.57 dB (optimal), 4.22 ± 1.01 (approx 49-50), "
-        "1.56 ± 0.58 (52-53) against the paper's 23.1 dB; the Eq. 21 bound allows 4.13 ± 0.12 dB on our generator "
-        "(before, seeds 0-2: 3.67 ± 1.08, 3.09 ± 0.75, 1.86 ± 0.94; bound 4.11 ± 0.06).",
+        "1.56 ± 0.58 (52-53) against the paper's 23.1 dB; the Eq. 21 bound allows 4.13 ± 0.12 dB on our generator.",
     ),
 )

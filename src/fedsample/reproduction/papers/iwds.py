@@ -130,18 +130,12 @@ NOTES = (
     "The CIFAR-10 half of Table 1 (VGG-9) is not run: CIFAR-10 is not on the machines. Its FedAvg LLT 0.9 row "
     "has Uni-Samp 80.81 above Imb-Samp 76.31 and IWDS 79.95-80.26, the opposite of the Fashion-MNIST row "
     "(58.81 vs 89.25): the paper's own numbers show the large LLT gain on one data set only.",
-    "Measured (cpu profile, 2026-11-23, 2 shared CPU cores at load 8-13; best round on the test set, i.e. the oracle, "
-    "mean +- sd over 3 seeds): "
-    "LLT 0.9 FedAvg Uni-Samp 75.3 +- 0.4, Imb-Samp 82.7 +- 0.2, IWDS 0.95 / 0.98 / 0.99 80.9 / 81.9 / 82.2 "
-    "(paper 58.8, 89.3, 88.9 / 89.2 / 89.3); FedNova Uni-Samp 70.5 +- 1.7, Imb-Samp 82.3 +- 0.1, IWDS 0.99 82.0 +- 0.2. "
-    "LLT 0.99 Uni-Samp 57.1 +- 0.6, Imb-Samp 80.2 +- 0.2, IWDS 0.99 80.0 +- 0.5 (paper 37.4, 84.3, 84.4). "
-    "LDA 0.1 every method 67.6-70.4 with sd 6-8 (the partition changes with the seed): no difference, as the paper says. "
-    "LDA 0.5 Uni-Samp 79.7 +- 1.6, Imb-Samp 81.8 +- 1.1, IWDS 0.99 81.3 +- 1.1 (paper 91.3, 91.1, 91.2): a small "
-    "early lead of the resampled runs after 20 rounds (the paper's §3.1 sees LDA 'slightly accelerated' too), "
-    "within 1.5 standard errors.",
-    "What holds: on LLT, resampling (Imb-Samp, IWDS) beats Uni-Samp by 7 (alpha_l 0.9) and 23 (0.99) points, "
-    "for FedAvg and FedNova; on LDA it brings nothing. The paper's gaps (30 and 47 points) are larger: its "
-    "Uni-Samp is lower (58.8, 37.4) and our stand-in's Imb-Samp lower too (an MLP, 20 rounds).",
+    "What holds (the Comparisons above, 10 paired seeds, final accuracy): on LLT, resampling (Imb-Samp, IWDS) beats "
+    "Uni-Samp by 5.0-7.4 points for FedAvg and 12.7-13.0 for FedNova (alpha_l 0.9) and by 22.4-23.7 (0.99). On LDA "
+    "the paper's 'no gain' is not shown: IWDS beta_m = 0.99 is ahead of Uni-Samp by +3.1 [+1.2, +5.0] (alpha_d 0.1, "
+    "inconclusive against the 2-point margin) and +3.9 [+2.5, +5.3] (alpha_d 0.5, beyond the margin). The paper's "
+    "LLT gaps (30 and 47 points) are larger: its Uni-Samp is lower (58.8, 37.4) and our stand-in's Imb-Samp lower "
+    "too (an MLP, 20 rounds).",
     "Why the paper's Uni-Samp is so low (58.8 on LLT 0.9): Uni-Samp is fragile to local drift, resampling is not. "
     "Measured on LLT 0.9 (MLP, one local epoch, 20 rounds, 2 seeds, every round evaluated): at lr 0.1 Uni-Samp "
     "reaches 80.9 +- 1.0 (best) against Imb-Samp 84.8 +- 0.2; at lr 0.5 Uni-Samp swings between 28% and 74% from "
@@ -149,12 +143,12 @@ NOTES = (
     "Each round's 5 clients bring 5 dominant classes and a long local pass pulls the model to them; the paper's "
     "58.8 lies in that oscillating range. Its runs (CNN, lr from a grid up to 0.5, full local epochs) are not "
     "reproducible exactly: it states neither rounds nor epochs.",
-    "What is not shown here: IWDS beating Imb-Samp (Imb-Samp 0.3-0.5 points ahead; inconclusive at 3 seeds). Eq. 6 removes most of the rebalancing within tens of "
+    "What is not shown here: IWDS beating Imb-Samp (Imb-Samp ahead by 0.6 [0.2, 1.0] on LLT 0.9, reversed, and 0.3 [0.0, 0.6] on LLT 0.99, inconclusive). Eq. 6 removes most of the rebalancing within tens of "
     "rounds because the effective-number weights only rebalance for beta very close to 1: on an LLT 0.9 client "
     "(5,400 samples of its class, 67 of each other) the dominant label's share of the local draws is 0.90 "
     "uniformly, 0.13 under Imb-Samp, and under IWDS beta_m = 0.99 0.24 / 0.46 / 0.74 at rounds 5 / 19 / 99 "
     "(beta_m = 0.95: 0.54 / 0.77 / 0.88). IWDS therefore sits between Imb-Samp and Uni-Samp, ordered by beta_m "
-    "(ours 82.2 > 81.9 > 80.9 on LLT 0.9; the paper's Fashion-MNIST rows have the same order, 89.28 > 89.23 > "
+    "(ours 82.0 > 81.5 > 80.1 on LLT 0.9; the paper's Fashion-MNIST rows have the same order, 89.28 > 89.23 > "
     "88.86), and on a label-balanced global test set the fully rebalanced Imb-Samp is the best of them. The "
     "paper's own margins over Imb-Samp on Fashion-MNIST are 0.03-0.11 points.",
 )

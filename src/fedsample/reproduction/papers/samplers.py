@@ -104,7 +104,7 @@ NOTES = (
     "Metric: the test accuracy at the preset's final round (power-of-choice 100, FedCor and clustered 50, optimal 40). "
     "A faster-converging sampler is ahead there; a later round may close the gap (pow-d's paper curves meet random "
     "selection's at the end when d is large).",
-    "Not run: power-of-choice's d = 9 and its cpow-d / rpow-d variants, and its d sweep at alpha = 2 (d = 6 only); "
+    "Not run: power-of-choice's cpow-d / rpow-d variants, and its d sweep at alpha = 2 (d = 6 only there); "
     "the CPU budget (about 25 minutes for the whole reproduction on 2 shared cores).",
     "Measured (cpu profile, 2026-11-26, 1,242 s wall with --jobs 2 on 2 shared cores at load 3-9; accuracy %, mean +- sd, "
     "paired by seed): power-of-choice at alpha 0.3, round 100: rand 71.5 +- 2.0, pow-d (d=6) 72.6 +- 2.2 (+1.1, "
