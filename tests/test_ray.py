@@ -342,6 +342,15 @@ def test_the_ray_probe_accepts_a_grpc_server():
             check_reachable(f"127.0.0.1:{silent}", timeout=0.5)
 
 
+def test_the_readme_workers_command_runs_in_a_fresh_clone(local_ray, tmp_path, monkeypatch):
+    """README's ``fedsample run quickstart --workers 4 --out runs/qs-ray`` where ``runs/`` does not exist yet (a
+    fresh clone): the parent is created as for the default folder, and the run writes its results there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "quickstart", "--workers", "2", "--rounds", "1", "--seeds", "0", "--only", "FedSampling (eps=3)",
+                 "--out", "runs/qs-ray", "--quiet"]) == 0
+    assert (tmp_path / "runs" / "qs-ray" / "results.json").is_file()
+
+
 def test_an_actor_dying_while_starting_is_the_documented_error(fed, local_ray):
     """A worker process that dies while the actors start (here: unpickling the model kills it) is ``ShardLost``
     with one line naming what happened, not Ray's ActorDiedError traceback; the other actors are stopped."""
