@@ -43,7 +43,7 @@ from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.codec import decode_request  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import answer, scheme_for  # noqa: E402
-from fedsample.flower import secagg  # noqa: E402
+from fedsample.flower import federation as flower_federation, secagg  # noqa: E402
 from fedsample.flower.secagg import SEALED, TALLY, SecAggPlus, count_share_of, sealed_vector, unpack_sum  # noqa: E402
 from fedsample.privacy.ledger import Accounting, Ledger, gaussian, poisson_sampled  # noqa: E402
 from fedsample.rounds import Failed  # noqa: E402
@@ -232,7 +232,8 @@ def test_past_the_threshold_the_round_has_no_sum_and_keeps_its_parameters(setup)
 def warnings_logged(monkeypatch) -> list[str]:
     """The ServerApp's log lines from fedsample.flower.secagg, as they would print."""
     lines: list[str] = []
-    monkeypatch.setattr(secagg, "flower_log", lambda level, message, *args: lines.append(message % args))
+    for module in (secagg, flower_federation):
+        monkeypatch.setattr(module, "flower_log", lambda level, message, *args: lines.append(message % args))
     return lines
 
 
@@ -264,7 +265,13 @@ def test_a_client_left_out_of_the_sum_is_said_on_the_console(setup, monkeypatch)
     lines = warnings_logged(monkeypatch)
     _, _, flower, _ = secagg_round(fedsampling(), params, {3: "silent@share_keys"})
     left = [f for f in flower.failures[0]]
-    assert left and all(any(f"client {f.client} left out of the sum: {f.reason}" in line for line in lines) for f in left)
+    assert left and all(any(f"round 1: client {f.client} failed (train): {f.reason}" in line for line in lines) for f in left)
+    lines.clear()  # and without SecAgg+: a plain round's silent client
+    strategy = fs.recipes.fedavg(clients_per_round=NODES, epochs=1, batch_size=8, lr=0.1)
+    flower = FlowerFederation(FakeGrid({2: "silent"}, NODES), {k: k for k in range(NODES)}, NODES, seed=0, timeout=0.3)
+    strategy.round(flower, params, strategy.init_state(params), 0, seed=0)
+    assert flower.failures[0] and {f.client for f in flower.failures[0]} == {2}
+    assert lines == [f"fedsample: round 1: client 2 failed ({f.phase}): {f.reason}" for f in flower.failures[0]]
 
 
 def test_weights_that_differ_between_clients_are_refused(setup):

@@ -57,7 +57,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedsample import checks
 from fedsample.federation.secure_sum import SealedReplies, count_shares
 from fedsample.flower.codec import encode_request
-from fedsample.flower.federation import exchange
+from fedsample.flower.federation import exchange, say_failures
 from fedsample.rounds import Failed, carries_update
 from fedsample.training.functional import Params
 
@@ -489,8 +489,7 @@ def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
         flower_log(WARNING, "fedsample: round %d: SecAgg+ clipped the vectors of %d of %d summed clients to +-%g: "
                    "the update is biased; raise secagg-clipping-range", round + 1, record["clipped"], record["summed"],
                    record["clipping_range"])
-    for failure in failed:
-        flower_log(WARNING, "fedsample: round %d: client %d left out of the sum: %s", round + 1, failure.client, failure.reason)
+    say_failures(round, failed)
 
 
 def count_noise_of(payloads: list[Any]) -> float:
