@@ -191,7 +191,7 @@ class Deployment:
         config = f"partition-id={partition} {node_config}".strip()
         self.start(name, [str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
                           "--root-certificates", str(self.certificates["ca"]), "--auth-supernode-private-key", str(private),
-                          "--auth-supernode-public-key", str(public), "--node-config", config,
+                          "--node-config", config,  # Flower derives the public key from the private one
                           "--host", "127.0.0.1", "--port", str(free_port())])
         return name
 

@@ -45,6 +45,22 @@ def documented_connection() -> str:
     return found.group(1)
 
 
+#: The switches that keep Flower's and Ray's programs from looking outside (tests/conftest.py sets the same).
+SWITCHES = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def documented_export() -> str:
+    """The ``export`` line of docs/flower.md's simulation commands, as written."""
+    found = re.search(r"^(export FLWR_TELEMETRY_ENABLED=.*)\nflwr run examples/flower local-sim", DOCS.read_text(), re.M)
+    assert found, "docs/flower.md: the simulation commands start with an export of the switches"
+    return found.group(1)
+
+
+def test_the_documented_export_sets_every_switch():
+    assigned = dict(re.findall(r"(\w+)=(\S+)", documented_export().split("#")[0]))
+    assert assigned == SWITCHES
+
+
 def documented_commands() -> list[str]:
     """The ``flwr run examples/flower local-sim`` lines of docs/flower.md, as written."""
     return re.findall(r"^(flwr run examples/flower local-sim.*)$", DOCS.read_text(), re.M)
@@ -76,7 +92,9 @@ def test_the_documented_flwr_run_completes_offline(local_superlink):
     commands = documented_commands()
     assert len(commands) == 2, commands
     command = commands[-1]  # the short one: digits, a few rounds
-    run = subprocess.run(["bash", "-c", command], cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=560)
+    as_a_user = {k: v for k, v in d.env.items() if k not in SWITCHES}  # a fresh shell: only what the docs export
+    run = subprocess.run(["bash", "-c", f"{documented_export()}\n{command}"], cwd=ROOT, env=as_a_user, capture_output=True,
+                         text=True, timeout=560)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-3000:]
     run_id = run_id_of(output)

@@ -43,6 +43,7 @@ from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.codec import decode_request  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.node import answer, scheme_for  # noqa: E402
+from fedsample.flower import federation as flower_federation, secagg  # noqa: E402
 from fedsample.flower.secagg import SEALED, TALLY, SecAggPlus, count_share_of, sealed_vector, unpack_sum  # noqa: E402
 from fedsample.privacy.ledger import Accounting, Ledger, gaussian, poisson_sampled  # noqa: E402
 from fedsample.rounds import Failed  # noqa: E402
@@ -228,10 +229,49 @@ def test_past_the_threshold_the_round_has_no_sum_and_keeps_its_parameters(setup)
     assert any("reconstruction threshold 4" in f.reason for f in flower.failures[0])
 
 
-def test_a_vector_outside_the_clipping_range_is_counted(setup):
+def warnings_logged(monkeypatch) -> list[str]:
+    """The ServerApp's log lines from fedsample.flower.secagg, as they would print."""
+    lines: list[str] = []
+    for module in (secagg, flower_federation):
+        monkeypatch.setattr(module, "flower_log", lambda level, message, *args: lines.append(message % args))
+    return lines
+
+
+def test_a_vector_outside_the_clipping_range_is_counted_and_said_on_the_console(setup, monkeypatch):
     _, _, params = setup
+    lines = warnings_logged(monkeypatch)
     _, _, flower, _ = secagg_round(fedsampling(), params, {}, SecAggPlus(clipping_range=1e-4))
-    assert flower.secure_rounds[0]["clipped"] > 0
+    clipped = flower.secure_rounds[0]["clipped"]
+    assert clipped > 0
+    assert f"round 1: SecAgg+ clipped the vectors of {clipped} of {flower.secure_rounds[0]['summed']} summed clients to +-0.0001" in lines[0]
+
+
+def test_the_example_default_clipping_range_clips_nothing_and_says_nothing(setup, monkeypatch):
+    """At examples/flower's secagg-clipping-range (also AppConfig's default) no vector is clipped, and the log is quiet."""
+    import tomllib
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "flower" / "pyproject.toml"
+    default = tomllib.loads(example.read_text())["tool"]["flwr"]["app"]["config"]["secagg-clipping-range"]
+    assert default == AppConfig().secagg_clipping_range
+    _, _, params = setup
+    lines = warnings_logged(monkeypatch)
+    _, _, flower, _ = secagg_round(fedsampling(), params, {}, SecAggPlus(clipping_range=default))
+    assert flower.secure_rounds[0]["clipped"] == 0 and lines == []
+
+
+def test_a_client_left_out_of_the_sum_is_said_on_the_console(setup, monkeypatch):
+    _, _, params = setup
+    lines = warnings_logged(monkeypatch)
+    _, _, flower, _ = secagg_round(fedsampling(), params, {3: "silent@share_keys"})
+    left = [f for f in flower.failures[0]]
+    assert left and all(any(f"round 1: client {f.client} failed (train): {f.reason}" in line for line in lines) for f in left)
+    lines.clear()  # and without SecAgg+: a plain round's silent client
+    strategy = fs.recipes.fedavg(clients_per_round=NODES, epochs=1, batch_size=8, lr=0.1)
+    flower = FlowerFederation(FakeGrid({2: "silent"}, NODES), {k: k for k in range(NODES)}, NODES, seed=0, timeout=0.3)
+    strategy.round(flower, params, strategy.init_state(params), 0, seed=0)
+    assert flower.failures[0] and {f.client for f in flower.failures[0]} == {2}
+    assert lines == [f"fedsample: round 1: client 2 failed ({f.phase}): {f.reason}" for f in flower.failures[0]]
 
 
 def test_weights_that_differ_between_clients_are_refused(setup):

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,9 @@ ray = pytest.importorskip("ray", reason="the Ray tests need the extra: pip insta
 
 import fedsample as fs  # noqa: E402
 from fedsample.cli import main  # noqa: E402
-from fedsample.federation.ray import RayFederation, ShardLost, ray_federation, ray_session  # noqa: E402
+from fedsample.federation.ray import (  # noqa: E402
+    CONNECT_TIMEOUT_S, RayFederation, ShardLost, check_reachable, ray_federation, ray_session,
+)
 from helpers import blobs, federate  # noqa: E402
 
 ROUNDS = 4
@@ -279,20 +282,73 @@ def test_the_ray_factory_refuses_a_device_and_a_bad_worker_count_before_starting
         ray_federation(workers=0)
 
 
+def _run_at(address: str, out: Path) -> subprocess.CompletedProcess:
+    """``fedsample run quickstart --ray-address ADDRESS --workers 2 --out OUT`` as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "fedsample.cli", "run", "quickstart", "--ray-address", address,
+                           "--workers", "2", "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
+
+
 def test_an_unreachable_ray_address_is_one_line_and_exit_2(tmp_path):
     """As a user runs it: ``fedsample run --ray-address HOST:PORT`` with nothing listening there stops at once
     (Ray alone retries such an address for minutes) with one line on stderr, and writes nothing."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free again once closed: nothing listens there
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "fedsample.cli", "run", "quickstart", "--ray-address", f"127.0.0.1:{port}",
-                           "--workers", "2", "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
+    done = _run_at(f"127.0.0.1:{port}", tmp_path / "out")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--ray-address 127.0.0.1:{port}: cannot connect to Ray" in lines[0], done.stderr
-    assert not out.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_listener_that_is_not_ray_is_one_line_and_exit_2_in_bounded_time(tmp_path):
+    """A port that accepts connections but never answers (not Ray) is one line naming the address, exit 2,
+    within the connect timeout and start-up (Ray alone retries it every 30 s, past 300 s)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel accepts connections; nobody reads or writes
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        done = _run_at(f"127.0.0.1:{port}", tmp_path / "out")
+        took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"--ray-address 127.0.0.1:{port}: cannot connect to Ray (127.0.0.1:{port} accepts connections but does not answer as Ray" in lines[0]
+    assert took < CONNECT_TIMEOUT_S + 60, took
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_ray_probe_accepts_a_grpc_server():
+    """The probe passes any gRPC server (Ray's head and Ray Client are ones; their SETTINGS reply is the same), so it
+    refuses only what is not Ray, and names the address it refused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    grpc = pytest.importorskip("grpc")
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        check_reachable(f"127.0.0.1:{port}", timeout=5)
+        check_reachable(f"ray://127.0.0.1:{port}", timeout=5)
+    finally:
+        server.stop(None)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        silent = listener.getsockname()[1]
+        with pytest.raises(ConnectionError, match=f"127.0.0.1:{silent} accepts connections but does not answer as Ray"):
+            check_reachable(f"127.0.0.1:{silent}", timeout=0.5)
+
+
+def test_the_readme_workers_command_runs_in_a_fresh_clone(local_ray, tmp_path, monkeypatch):
+    """README's ``fedsample run quickstart --workers 4 --out runs/qs-ray`` where ``runs/`` does not exist yet (a
+    fresh clone): the parent is created as for the default folder, and the run writes its results there."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "quickstart", "--workers", "2", "--rounds", "1", "--seeds", "0", "--only", "FedSampling (eps=3)",
+                 "--out", "runs/qs-ray", "--quiet"]) == 0
+    assert (tmp_path / "runs" / "qs-ray" / "results.json").is_file()
 
 
 def test_an_actor_dying_while_starting_is_the_documented_error(fed, local_ray):

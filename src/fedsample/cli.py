@@ -148,12 +148,11 @@ def command_run(args: argparse.Namespace) -> None:
     config = config.model_copy(update={"device": args.device})  # results.json records the device used
     config = runner.only_strategies(config, args.only)
     out = args.out if args.out is not None else DEFAULT_RUNS / runner.folder_name(config.name)
-    runner.check_output_folder(out, config, args.resume, args.overwrite, make_parent=args.out is None)
+    runner.check_output_folder(out, config, args.resume, args.overwrite, make_parent=True)
     tracking = runner.tracking_spec(config, args.track, out / "tracking")
     plan = runner.prepare(config)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
-        if args.out is None:
-            DEFAULT_RUNS.mkdir(exist_ok=True)  # the default location is ours to create, once the run is valid
+        out.parent.mkdir(exist_ok=True)  # a missing parent (runs/ on a fresh clone) is ours to create, once the run is valid
         document, results = _run_with_progress(plan, out, args, options, tracking)
     _print_summary(document, out, tracking)
     stopped = runner.failures(results)

@@ -221,17 +221,42 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
         ray.shutdown()
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 0x04, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame (RFC 9113 section 3.4)."""
+
+
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise ``ConnectionError`` at once when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) does not accept a
-    TCP connection within ``timeout`` seconds: ``ray.init`` would otherwise retry an unreachable head node for
-    minutes. ``"auto"`` and other forms are left to Ray (it resolves them from this machine's files, quickly)."""
+    """Raise ``ConnectionError`` naming ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) when, within ``timeout``
+    seconds, it does not accept a TCP connection or does not answer as Ray does: Ray's head (GCS) and Ray Client
+    are gRPC servers, which answer an HTTP/2 connection preface with a SETTINGS frame (RFC 9113 section 3.4).
+    ``ray.init`` would otherwise retry such an address for minutes. ``"auto"`` and other forms are left to Ray
+    (it resolves them from this machine's files, quickly)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as connection:
+            connection.settimeout(timeout)
+            connection.sendall(HTTP2_PREFACE)
+            frame = _received(connection, 9)
     except OSError as failure:
         raise ConnectionError(f"nothing answers at {host}:{port} within {timeout:g} s ({failure.strerror or failure})") from None
+    if len(frame) < 9 or frame[3] != 0x04:
+        raise ConnectionError(f"{host}:{port} accepts connections but does not answer as Ray (a gRPC server) within {timeout:g} s")
+
+
+def _received(connection: socket.socket, size: int) -> bytes:
+    """Up to ``size`` bytes from ``connection``: fewer when it closes or stays silent past its timeout."""
+    data = b""
+    while len(data) < size:
+        try:
+            chunk = connection.recv(size - len(data))
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 @dataclass(frozen=True)

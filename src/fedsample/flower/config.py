@@ -49,7 +49,7 @@ class AppConfig:
     out: str = DEFAULT_OUT
     secagg_num_shares: float = 1.0
     secagg_reconstruction_threshold: float = 0.5
-    secagg_clipping_range: float = 8.0
+    secagg_clipping_range: float = 1024.0
     secagg_quantization_range: int = 2**22
     secagg_count_range: float = 2.0**16
 

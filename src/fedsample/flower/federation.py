@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 from flwr.app import Message, RecordDict
+from flwr.common.logger import log as flower_log
 from flwr.serverapp import Grid
 
 from fedsample.federation.base import Federation
@@ -28,7 +30,7 @@ from fedsample.flower.codec import MalformedReply, decode_report, encode_request
 from fedsample.messages import payloads_for
 from fedsample.rounds import Failed, Replies
 
-__all__ = ["FlowerFederation", "discover_nodes"]
+__all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
 
 IDENTIFY = "query.identify"
 PULL_INTERVAL = 0.05  # seconds between pulls for replies
@@ -82,7 +84,9 @@ class FlowerFederation(Federation):
             replies[i] = self._read(procedure, ids[i], payloads[i], answers.get(id(message)))
             if id(message) not in answers:
                 self.left_out[round][ids[i]] = replies[i].reason
-        self.failures[round].extend(r for r in replies if isinstance(r, Failed))
+        failed = [r for r in replies if isinstance(r, Failed)]
+        self.failures[round].extend(failed)
+        say_failures(round, failed)
         return Replies(replies)
 
     def _reachable(self, ids: list[int], round: int) -> dict[int, str | None]:
@@ -159,3 +163,10 @@ def discover_nodes(grid: Grid, expected: int, wait: float, timeout: float) -> di
         if isinstance(client, int) and not isinstance(client, bool) and client not in nodes:
             nodes[client] = reply.metadata.src_node_id
     return nodes
+
+
+def say_failures(round: int, failed: list[Failed]) -> None:
+    """One warning line in the ServerApp's log per client that failed in round ``round`` (0-based), with the
+    reason the round's record (history.json ``failed``) holds."""
+    for failure in failed:
+        flower_log(WARNING, "fedsample: round %d: client %d failed (%s): %s", round + 1, failure.client, failure.phase, failure.reason)

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from logging import WARNING
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 import flwr.compat.common.recorddict_compat as compat
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.common.logger import log as flower_log
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, bytes_to_ndarray, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.server import LegacyContext
@@ -55,7 +57,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedsample import checks
 from fedsample.federation.secure_sum import SealedReplies, count_shares
 from fedsample.flower.codec import encode_request
-from fedsample.flower.federation import exchange
+from fedsample.flower.federation import exchange, say_failures
 from fedsample.rounds import Failed, carries_update
 from fedsample.training.functional import Params
 
@@ -432,6 +434,7 @@ def sealed_train(
     record["recovered"] = {ids[asked[n]]: reason for n, reason in missed.items() if n in included}  # after their vector
     federation.secure_rounds[round] = record
     federation.failures[round].extend(failed[i] for i in sorted(failed))
+    report_on_console(round, record, [failed[i] for i in sorted(failed)])
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
     counted = bool(payloads) and bool(getattr(payloads[0].plan, "report_count", False))
     if federation.sealed_sums is None:
@@ -477,6 +480,16 @@ def _run_protocol(
     if noised:
         record["count_tolerance"] = settings.count_tolerance(summed)
     return cohort, ""
+
+
+def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
+    """Say in the ServerApp's log what the round's record (history.json) holds and a user must know: the clients
+    whose vector SecAgg+ clipped (the sum, hence the update, is then biased) and each client left out, and why."""
+    if record.get("clipped"):
+        flower_log(WARNING, "fedsample: round %d: SecAgg+ clipped the vectors of %d of %d summed clients to +-%g: "
+                   "the update is biased; raise secagg-clipping-range", round + 1, record["clipped"], record["summed"],
+                   record["clipping_range"])
+    say_failures(round, failed)
 
 
 def count_noise_of(payloads: list[Any]) -> float:
