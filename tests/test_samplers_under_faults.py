@@ -20,8 +20,9 @@ import torch
 
 from fedsample.federation.faults import FaultModel, Faulty
 from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.privacy.sizes import SizeInfo
 from fedsample.recipes import recipe
-from fedsample.rounds import Replies
+from fedsample.rounds import Replies, RoundContext
 from fedsample.sampling.delta import DeltaClients
 from fedsample.strategy import Strategy
 
@@ -111,20 +112,22 @@ def test_delta_keeps_its_target_under_faults(draw, faults):
     assert np.all(off_by(draws, TARGET) < Z), (draws.mean(axis=0), TARGET)
 
 
-def test_delta_never_draws_a_client_whose_size_report_was_lost():
-    strategy = recipe("delta", clients_per_round=6)
-    for seed in range(200):
-        params = {"w": torch.zeros(2, dtype=torch.float64)}
-        federation = Faulty(Fixed(), LOST_SIZE_REPORTS, seed)
-        _, log = strategy.round(federation, params, strategy.init_state(params), 0, seed)
-        assert log["answered"] == log["cohort"], log  # nobody drawn without a size report, so nobody left out
+@pytest.mark.parametrize("draw", ["with_replacement", "poisson", "reference"])
+def test_delta_never_draws_a_client_whose_size_report_was_lost(draw):
+    """Clients 2 and 7 sent no size report: over 300 rounds neither is drawn (before: drawn like the others)."""
+    reported = np.setdiff1d(np.arange(N), [2, 7])
+    sampler = DeltaClients(m=6, draw=draw)
+    for t in range(300):
+        ctx = RoundContext(Fixed(), None, t, 7, {})
+        ctx.sizes = SizeInfo(reported, SIZES[reported], float(SIZES[reported].sum()), True)
+        assert not np.isin([2, 7], sampler.select(ctx).ids).any()
 
 
 @pytest.mark.parametrize("draw", ["with_replacement", "poisson", "reference"])
 def test_delta_with_every_score_zero_draws_uniformly(draw):
     """Identical clients without noise: every score is 0 and every draw falls back to the uniform one (Poisson
     drew nobody before)."""
-    same = Fixed(np.tile(UPDATES[:1], (N, 1)), np.zeros(N))
+    same = Fixed(np.tile(UPDATES[:1], (N, 1)), np.zeros(N), np.zeros((N, 2)))
     sampler = DeltaClients(m=4, draw=draw, objective="uniform")
     strategy = recipe("delta", clients_per_round=4, draw=draw, objective="uniform")
     assert strategy.clients == sampler
