@@ -233,6 +233,10 @@ class DeltaClients:
       (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is biased, which ``fedsample.diagnose``
       shows. The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
 
+    Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
+    (:func:`eligible_scores`); every score 0 gives the uniform draw over the others; a client with score 0 among
+    positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
+
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
     alpha1 = alpha2 = 1 by default (the bound's constants are hyperparameters of the practical algorithm)."""
 
