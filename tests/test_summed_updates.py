@@ -100,9 +100,9 @@ def test_the_engine_keeps_only_the_reports_numbers(fed, mlp):
     seen = []
     original = Strategy.combine_valid
 
-    def spy(self, replies, cohort, ctx, lost=0, checked=False):
+    def spy(self, replies, cohort, ctx, *args, **kwargs):
         seen.append(replies)
-        return original(self, replies, cohort, ctx, lost, checked)
+        return original(self, replies, cohort, ctx, *args, **kwargs)
 
     Strategy.combine_valid = spy
     try:

@@ -184,9 +184,12 @@ class Strategy:
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)),  # noqa: E731
                                              utility=utility)
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
+        trained_rate = 1.0
         if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
+            asked = len(cohort) + lost
             cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
-            lost = 0  # the clients that failed to train are not candidates (recorded in the round's failures)
+            # the clients that failed to train (or were left out) are not candidates: they are non-responders
+            trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
         else:
             with planned_sum(cohort.ids, self.planned_weights(ctx, cohort, lost)):  # an engine may sum the updates as they come
                 replies = replies_of(federation.run("train", cohort.ids, payload, round))
@@ -198,7 +201,7 @@ class Strategy:
         if not replies.sealed:  # sealed updates cannot be read: only their sum is checked (on the clients' side)
             replies = validate.screen_updates(replies, cohort.ids, params)
         facts = in_background(self.cohort_facts, ctx, cohort)  # on the idle core while the update is aggregated
-        replies, delta = self.combine_valid(replies, cohort, ctx, lost)
+        replies, delta = self.combine_valid(replies, cohort, ctx, lost, trained_rate=trained_rate)
         ctx.log.update(self.describe_round(ctx, cohort, replies, facts.result()))
         observe = getattr(self.clients, "observe", None)
         if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
@@ -236,18 +239,21 @@ class Strategy:
         return declared(cohort, replace(ctx, response_rate=response_rate(len(cohort) + lost, len(cohort))))
 
     def combine_valid(
-        self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False
+        self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False,
+        trained_rate: float = 1.0,
     ) -> tuple[ReplyList, Params | None]:
-        """Aggregate the valid replies. A non-finite aggregate of replies not checked one by one (a fused sum:
+        """Aggregate the valid replies at the response rate r = answered/asked, times ``trained_rate`` (a
+        :class:`~fedsample.parts.TrainsFirst` round: the share of the asked clients whose training succeeded, who
+        alone could be chosen; docs/reliability.md). A non-finite aggregate of replies not checked one by one (a fused sum:
         the vectorized engine's, Ray's) triggers the per-client check and a second aggregation, update by update;
         a non-finite aggregate after that is rejected (None)."""
-        ctx.response_rate = response_rate(len(cohort) + lost, len(cohort) - len(replies.failures()))
+        ctx.response_rate = trained_rate * response_rate(len(cohort) + lost, len(cohort) - len(replies.failures()))
         delta = self.aggregate.combine(replies, cohort, ctx) if ctx.response_rate > 0 else None
         if delta is not None and not checked and replies.fused and not replies.sealed and not validate.params_finite(delta):
             # per-client updates from here on: the fused sum would carry the rejected clients' NaN (0 * NaN)
             plain = Replies(list(replies), dict(replies.failed))
             replies = validate.screen_updates(plain, cohort.ids, ctx.params, deep=True)
-            return self.combine_valid(replies, cohort, ctx, lost, checked=True)
+            return self.combine_valid(replies, cohort, ctx, lost, checked=True, trained_rate=trained_rate)
         if delta is not None and not validate.params_finite(delta):
             ctx.log["rejected_aggregate"] = "non-finite aggregate of finite updates"
             return replies, None

@@ -25,6 +25,8 @@ issue's; a public re-implementation we read draws the same way. We have not read
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
@@ -54,6 +56,8 @@ __all__ = [
     "reference_sample",
     "reference_inclusion",
     "reference_bias",
+    "eligible_scores",
+    "note_zero_scores",
     "DeltaClients",
 ]
 
@@ -182,6 +186,28 @@ def reference_bias(p: np.ndarray, m: int, weights: np.ndarray, updates: np.ndarr
     return (factor * w) @ U
 
 
+def eligible_scores(scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The scores of the clients the target weighs (w_k > 0; under ``objective="size"`` a client whose size report
+    was lost has w_k = 0 and is not drawn, as under the clustered, MD, optimal and power-of-d samplers: the target
+    is then the reporting clients' size-weighted mean, docs/reliability.md), the others' set to 0. When every
+    eligible score is 0 (identical clients without noise) each eligible client gets score 1: the uniform draw
+    among them, for every draw (Poisson included)."""
+    eligible = np.asarray(weights) > 0
+    kept = np.where(eligible, scores, 0.0)
+    return kept if kept.sum() > 0 else eligible.astype(np.float64)
+
+
+def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
+    """Say, in the round record (``sampler_zero_score_clients``) and on the terminal, that ``zero`` clients of the
+    target have score 0 and cannot be drawn: the estimate leaves out their updates, unbiased only if those are 0
+    (a zero score says their gradient at the global model is the mean one without noise, not that local training
+    leaves them unchanged)."""
+    if zero:
+        ctx.log["sampler_zero_score_clients"] = zero
+        warnings.warn(f"DELTA: {zero} client(s) have score 0 in round {ctx.round} and cannot be drawn; the aggregate "
+                      "leaves their updates out (biased unless those are zero)", RuntimeWarning, stacklevel=3)
+
+
 # --- the client sampler ------------------------------------------------------------------------------------------
 
 STATE_KEY = "delta"
@@ -206,6 +232,10 @@ class DeltaClients:
       ``expected_draws`` m p_k, which are not its true pi_k): its probabilities are estimated
       (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is biased, which ``fedsample.diagnose``
       shows. The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
+
+    Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
+    (:func:`eligible_scores`); every score 0 gives the uniform draw over the others; a client with score 0 among
+    positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
 
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
     alpha1 = alpha2 = 1 by default (the bound's constants are hyperparameters of the practical algorithm)."""
@@ -252,7 +282,8 @@ class DeltaClients:
         gradients = np.stack([np.asarray(r.gradient, dtype=np.float64) for r in reports])
         variance = np.array([r.extra["sigma2"] for r in reports], dtype=np.float64)
         w = optimal.objective_weights(ctx, self.objective)
-        scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
+        scores = eligible_scores(delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2), w)
+        note_zero_scores(ctx, int(np.count_nonzero((scores == 0) & (w > 0))))
         ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores}
         return delta_probabilities(scores)
 
