@@ -10,34 +10,12 @@ import pytest
 
 from fedsample.cli import main
 from fedsample.experiments import report
-
-CONFIG = """
-name = "after-training"
-rounds = 2
-seeds = [0]
-
-[dataset]
-name = "digits"
-
-[partition]
-scheme = "iid"
-num_clients = 5
-
-[model]
-name = "logreg"
-
-[[strategies]]
-recipe = "fedsampling"
-K = 20
-epsilon = EPSILON
-M = 10
-"""
+from test_cli import write_config
 
 
 def config(tmp_path, epsilon=3.0):
-    path = tmp_path / "exp.toml"
-    path.write_text(CONFIG.replace("EPSILON", repr(float(epsilon))))
-    return path
+    """test_cli's two-round FedSampling experiment on digits, at ``epsilon``."""
+    return write_config(tmp_path, strategy=f'[[strategies]]\nrecipe = "fedsampling"\nK = 20\nepsilon = {float(epsilon)!r}\nM = 10\n')
 
 
 def test_a_noiseless_size_report_writes_the_results(tmp_path):
