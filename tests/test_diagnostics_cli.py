@@ -65,6 +65,7 @@ def test_diagnose_writes_json_table_and_pictures(config, tmp_path, capsys):
     (["diagnose", "CONFIG", "--draws", "1", "--out", "OUT"], "rounds must be >= 4"),
     (["diagnose", "CONFIG", "--out", "MISSING/deeper/out"], "parent folder"),
     (["diagnose", "CONFIG", "--checkpoint", "MISSING/x.pt", "--out", "OUT"], "does not exist"),
+    (["diagnose", "CONFIG", "--seed", "-1", "--out", "OUT"], "--seed must be >= 0, got -1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, config, tmp_path, capsys):
     subs = {"CONFIG": str(config), "OUT": str(tmp_path / "o"), "MISSING": str(tmp_path / "missing")}
@@ -72,6 +73,20 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, config, tmp_path, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_another_models_checkpoint_is_one_line_and_exit_2(config, tmp_path, capsys):
+    """A checkpoint of an MLP diagnosed under the logistic regression's config: one line naming the parameter that
+    differs, exit 2 (on main a 74-line traceback from the matrix product)."""
+    mlp = tmp_path / "mlp.toml"
+    mlp.write_text(CONFIG.replace('name = "logreg"', 'name = "mlp"'))
+    assert main(["run", str(mlp), "--rounds", "1", "--checkpoint-every", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    checkpoint = next((tmp_path / "run" / "checkpoints").rglob("*.pt"))
+    capsys.readouterr()
+    assert main(["diagnose", str(config), "--draws", "4", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the parameters are not this model's" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
 
 

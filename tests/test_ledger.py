@@ -181,6 +181,24 @@ def test_fresh_size_reports_compose_as_computed_by_hand_and_permanent_ones_once(
     assert rr_composition_epsilon(1.0, 20, 1, DELTA) == pytest.approx(permanent["epsilon"], abs=0.01)
 
 
+@pytest.mark.parametrize("epsilon", [10.0, 40.0, 200.0])
+def test_a_near_noiseless_size_report_costs_its_epsilon(epsilon):
+    """A permanent report at a large finite epsilon is accounted as that epsilon (within 0.01: at delta > 0 a
+    little less), also where 1 - alpha rounds to 0 (eps = 40, 200): the noise parameter comes from the tail."""
+    ledger = Ledger(Accounting(unit="record"))
+    ledger.add([amplification.size_report_release(SizeQuery("randomized", epsilon, 20, True), 0, (0, "report_size", 0))])
+    assert ledger.summary()["epsilon"] == pytest.approx(epsilon, abs=0.01) and ledger.unprotected() == []
+
+
+def test_a_noiseless_size_report_is_unprotected_not_an_error():
+    """At eps = 1000, e^-eps underflows: every true size is reported, so the ledger names the size reports
+    unprotected (epsilon infinite, None in a round log) instead of dp-accounting raising on a noise parameter of 0."""
+    ledger = Ledger(Accounting(unit="record"))
+    ledger.add([amplification.size_report_release(SizeQuery("randomized", 1000.0, 20, False), 0, (0, "report_size", 0))])
+    assert ledger.unprotected() == ["size reports"] and math.isinf(ledger.spent()["add-or-remove-one"]["epsilon"])
+    assert "adds no noise" in ledger.releases[0].reason
+
+
 def test_heterogeneous_rates_are_composed_round_by_round():
     """Rates q_t composed in order equal dp-accounting's PLD of the same sequence at the same discretization (1e-9),
     and lie between all rounds at the smallest and all at the largest rate."""

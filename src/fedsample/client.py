@@ -66,9 +66,11 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
 def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -> ProbeReport:
     """The statistics the request asks for (:class:`~fedsample.messages.ProbeRequest`): the label histogram, the
     loss, or (the default) loss and gradient of the client's local objective (mean over its samples, or over the
-    minibatch :func:`probe_rows` draws)."""
+    minibatch :func:`probe_rows` draws); a client without samples raises a ValueError saying so."""
     if request.statistics == "labels":
         return ProbeReport(loss=None, grad_norm=None, label_counts=ctx.label_counts())
+    if ctx.size == 0:
+        raise ValueError("the client holds no samples, so it has no loss or gradient to probe")
     rows = probe_rows(ctx.size, request.minibatch, rng)
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
     if request.statistics == "loss":

@@ -27,7 +27,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 __all__ = [
     "Marker", "OutputError", "check_folder", "error_line", "start", "write_atomic", "written_results",
@@ -269,9 +269,9 @@ def current_umask() -> int:
 
 
 @contextmanager
-def written_together(out: Path, names: tuple[str, ...]) -> Iterator[Path]:
-    """A staging folder inside ``out``: the block writes the files ``names`` there, and they are moved into
-    ``out`` only when the block ends without error, so a failure leaves none of them half-written (a killed
+def written_together(out: Path, names: Sequence[str]) -> Iterator[Path]:
+    """A staging folder inside ``out``: the block writes the files ``names`` there (a list the block may shorten:
+    the names listed when it ends), and they are moved into ``out`` only when the block ends without error, so a failure leaves none of them half-written (a killed
     process leaves the staging folder, which :func:`start` removes next time). An operating-system failure
     while writing names the file in ``out``."""
     out = Path(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,8 +233,19 @@ def simulate(
                              checkpoint_every, progress, where, trackers, tracked)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
-        status=status, privacy=ledger.summary(releases=True), workers=choice.workers, client_threads=choice.client_threads,
+        status=status, privacy=_ledger_summary(ledger, strategy, seed), workers=choice.workers, client_threads=choice.client_threads,
     )
+
+
+def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
+    """The ledger's summary with every release; where it cannot be computed, the trained run is kept: ``{"error":
+    line}`` instead, and one warning line saying what could not be computed."""
+    try:
+        return ledger.summary(releases=True)
+    except Exception as error:  # noqa: BLE001 - after training, nothing the ledger raises may lose the run
+        line = f"{strategy.name}, seed {seed}: the privacy ledger could not be computed ({type(error).__name__}: {error})"
+        warnings.warn(f"{line}; the trained results are kept", RuntimeWarning, stacklevel=3)
+        return {"error": line}
 
 
 def _as_run(choice: BackendChoice, engine: Any) -> BackendChoice:

@@ -548,7 +548,8 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged). It also notes every client
+    adds strategy, seed and round; a non-finite one usually means the model diverged, a client without samples
+    says so). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -574,8 +575,7 @@ class _CheckedProbes:
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 problem = validate.probe_problem(reply)
                 if problem:
-                    raise ValueError(
-                        f"client {k}'s probe is unusable ({problem}); a non-finite probe usually means the model "
-                        "diverged (lower the learning rate)"
-                    )
+                    hint = ("" if "holds no samples" in problem else  # an empty client (fedsample.client.probe)
+                            "; a non-finite probe usually means the model diverged (lower the learning rate)")
+                    raise ValueError(f"client {k}'s probe is unusable ({problem}){hint}")
         return replies

@@ -51,6 +51,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {args.draws} (--draws)")
     if args.sketch_dim is not None and args.sketch_dim < 1:
         raise ValueError(f"--sketch-dim must be >= 1, got {args.sketch_dim}")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.check_rounds < 0:
         raise ValueError(f"--check-rounds must be >= 0, got {args.check_rounds}")
     if args.checkpoint is not None and not args.checkpoint.is_file():

@@ -30,6 +30,7 @@ from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import RoundContext
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
+from fedsample.validate import shapes_of
 
 __all__ = ["Diagnosis", "diagnose"]
 
@@ -144,7 +145,7 @@ def diagnose(
     for st in strategies.values():  # K, m within the data: no silent clamp
         st.check_data(1 if st.pooled else data.num_clients, int(data.sizes().sum()))
     module = build_module(model, data)
-    params = params if params is not None else initial_parameters(module, seed)
+    params = initial_parameters(module, seed) if params is None else _matching(params, module)
     ds = data.dataset
     basis = gradient_basis(module, ds.task, params, torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), seed=seed,
                            memory_budget=memory_budget, sketch_dim=sketch_dim)
@@ -165,3 +166,17 @@ def diagnose(
         if progress:
             progress(label, results[label])
     return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data)
+
+
+def _matching(params: Params, module: torch.nn.Module) -> Params:
+    """``params`` when they are the model's (same names and shapes), else one ValueError line saying which differ
+    (a checkpoint of another model or data set)."""
+    expected = dict(shapes_of(dict(module.named_parameters())))
+    given = dict(shapes_of(params))
+    differ = [name for name in dict.fromkeys([*expected, *given]) if expected.get(name) != given.get(name)]
+    if differ:
+        name = differ[0]
+        raise ValueError(f"the parameters are not this model's: {name} is {given.get(name, 'missing')} in them, "
+                         f"{expected.get(name, 'absent')} in the model ({len(differ)} of {len(expected)} differ); "
+                         "was the checkpoint written by another experiment?")
+    return params

@@ -9,6 +9,7 @@ import numpy as np
 
 from fedsample.diagnostics.exploitation import drawn_label_counts
 from fedsample.diagnostics.measure import Diagnosis
+from fedsample.figures import save_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,8 +56,7 @@ def plot_exploitation(document: dict, path: Path) -> None:
         ax.set_ylabel("inclusion / mean (log)", fontsize=7.5)
     fig.supxlabel("tenths of the data, by the size of the client holding it (client sizes)", fontsize=8)
     fig.suptitle("How often a sample is used, by the size of its client (dashed: as often as the average sample)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
 
 
 def _bars(ax: Any, y: np.ndarray, values: np.ndarray, low: np.ndarray, high: np.ndarray, color: str, digits: int) -> None:
@@ -91,8 +91,7 @@ def plot_estimator(document: dict, path: Path) -> None:
     ax.set_yticks(y, [])
     ax.invert_yaxis()
     ax.set_xlabel("variance  E||ĝ - E ĝ||² / ||g*||²", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
 
 
 def plot_labels(diagnosis: Diagnosis, path: Path) -> None:
@@ -125,5 +124,4 @@ def plot_labels(diagnosis: Diagnosis, path: Path) -> None:
     handles, legend_labels = fig.axes[0].get_legend_handles_labels()
     fig.legend(handles, legend_labels, title="label", loc="upper right", ncol=min(classes, 10), fontsize=7, title_fontsize=7,
                frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (1.45 * len(panels) + 1.0)))
-    fig.savefig(path)
+    save_figure(fig, path, rect=(0, 0, 1, 1 - 0.35 / (1.45 * len(panels) + 1.0)))

@@ -137,6 +137,8 @@ def plot_curves(document: dict, path: Path, metric: str = "accuracy") -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from fedsample.figures import save_figure
+
     fig = Figure(figsize=(7, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -156,5 +158,4 @@ def plot_curves(document: dict, path: Path, metric: str = "accuracy") -> None:
     ax.set_title(plot_text(f"{document['config']['name']}: test {metric} (mean over seeds, band = min–max)"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
+    save_figure(fig, path, format="png", dpi=110)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -136,7 +137,9 @@ def run_experiment(
     record_wall_time(out, time.perf_counter() - started, resumed=resume, earlier_work=earlier_work)
     if tracking is not None and tracking.backends:
         config = {"experiment_config": plan.config.model_dump(mode="json")}
-        tracking.log_files(plan.config.name, "summary", f"{folder_name(plan.config.name)}/summary", [out / name for name in SUMMARY_FILES], config)
+        files = [out / name for name in SUMMARY_FILES if (out / name).exists()]
+        after_training(lambda: tracking.log_files(plan.config.name, "summary", f"{folder_name(plan.config.name)}/summary", files, config),
+                       ("the trackers' summary run",))
     return document, results
 
 
@@ -252,9 +255,30 @@ def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = 
 
     text = json.dumps(document, indent=1, allow_nan=False)
     ledgers = json.dumps(finite_or_none(privacy or {}), indent=1, allow_nan=False)
-    with outputs.written_together(out, ("results.json", "summary.md", "curves.png", "partition.png", "partition_stats.json", "privacy.json")) as folder:
+    names = ["results.json", "privacy.json", "summary.md", "curves.png", "partition.png", "partition_stats.json"]
+    with outputs.written_together(out, names) as folder:  # moves the names still listed when the block ends
         (folder / "results.json").write_text(text)
         (folder / "privacy.json").write_text(ledgers)
-        (folder / "summary.md").write_text(summary_table(document))
-        plot_curves(document, folder / "curves.png")
-        write_partition_files(plan.federation(plan.config.seeds[0]), folder, stats_name="partition_stats.json")
+        steps: list[tuple[tuple[str, ...], Callable[[], Any]]] = [
+            (("summary.md",), lambda: (folder / "summary.md").write_text(summary_table(document))),
+            (("curves.png",), lambda: plot_curves(document, folder / "curves.png")),
+            (("partition.png", "partition_stats.json"),
+             lambda: write_partition_files(plan.federation(plan.config.seeds[0]), folder, stats_name="partition_stats.json")),
+        ]
+        for files, step in steps:
+            if not after_training(step, files):
+                names[:] = [name for name in names if name not in files]
+
+
+def after_training(step: Callable[[], Any], files: tuple[str, ...]) -> bool:
+    """Run one step that follows the trained results (a table, a plot): True when it worked, else one warning line
+    naming the files it could not write (the results are written all the same)."""
+    try:
+        step()
+    except OSError:
+        raise  # the folder itself failed: outputs names the file
+    except Exception as error:  # noqa: BLE001 - a picture or a table must never lose a trained run
+        warnings.warn(f"could not write {', '.join(files)} ({type(error).__name__}: {error}); the results are written",
+                      RuntimeWarning, stacklevel=2)
+        return False
+    return True

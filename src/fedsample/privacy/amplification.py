@@ -74,7 +74,7 @@ from fedsample.privacy.ledger import (
 )
 from fedsample.messages import PerClient, payloads_for
 from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, declared, plan_sampling_design
-from fedsample.privacy.reports import alpha_for
+from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
@@ -240,8 +240,12 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
     """Exact sizes (unprotected) or each client's randomized response, once per run when permanent."""
     if query.mode == "exact":
         return Release(round, "exact sizes", None, None, None, reason="exact sizes carry no noise", call=call)
-    event = randomized_response(1.0 - alpha_for(query.epsilon, query.M), query.M - 1)
+    noise = noise_for(query.epsilon, query.M)
     once = f"size reports (epsilon={query.epsilon:g}, M={query.M}, permanent)" if query.permanent else ""
+    if noise == 0.0:  # e^-epsilon underflows: every client reports its true size
+        return Release(round, "size reports", None, None, None, once=once, call=call,
+                       reason=f"randomized response with epsilon={query.epsilon:g} adds no noise (the true size is always reported)")
+    event = randomized_response(noise, query.M - 1)
     return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
 
 

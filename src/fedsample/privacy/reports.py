@@ -46,6 +46,18 @@ def alpha_for(epsilon: float, M: int) -> float:
     return -math.expm1(-epsilon) / (1 + (M - 2) * tail)
 
 
+def noise_for(epsilon: float, M: int) -> float:
+    """dp-accounting's noise parameter of Eq. 1, 1 - alpha = (M - 1) e^-eps / (1 + (M - 2) e^-eps): the chance of a
+    uniform answer over the M - 1 sizes. ``1 - alpha_for`` while that is at least 1e-6 (exact to about 1e-10 relative
+    there, and the value every run has used), else the tail formula, which 1 - alpha rounds to 0 from eps ~ 37 on;
+    0.0 only where e^-eps underflows (eps > ~745): the true size is then always reported."""
+    rounded = 1.0 - alpha_for(epsilon, M)
+    if rounded >= 1e-6:
+        return rounded
+    tail = math.exp(-epsilon)
+    return (M - 1) * tail / (1 + (M - 2) * tail)
+
+
 def clip_size(n: np.ndarray | int, M: int) -> np.ndarray:
     """The true response n_c = min(|D_c|, M - 1) (§3.3)."""
     return np.minimum(np.asarray(n, dtype=np.int64), M - 1)
