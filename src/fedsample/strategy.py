@@ -397,13 +397,13 @@ def parts_implement_their_kind(s: Strategy) -> str | None:
         missing = parts.missing_methods(part, name)
         if missing:
             return f"{name}={parts.describe(part)} is not a {kind}: it has no {missing[0]}() method"
+        problem = parts.declaration_problem(part)  # first: a misspelt declaration is named as such, not as missing
+        if problem is not None:
+            return f"{name}={problem}"
         left_out = parts.undeclared(part, name)
         if left_out is not None:
             return (f"{name}={parts.describe(part)} does not declare {left_out}: declare it, "
                     f"{parts.MUST_DECLARE[name][left_out]}")
-        problem = parts.declaration_problem(part)
-        if problem is not None:
-            return f"{name}={problem}"
     return None
 
 
