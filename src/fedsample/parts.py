@@ -17,10 +17,10 @@ Seven kinds of part (docs/architecture.md):
 - :class:`SizeReporting` says how the server learns data sizes, :class:`UpdatePrivacy` what a client does to its
   update before sending it (clipping and noise).
 
-Every part makes the declarations of :data:`MUST_DECLARE` itself (how exact its inclusion probabilities are, what
-the server learns, whether it divides by them: their defaults would claim more than the part knows); the other
-declared properties a part may omit take the defaults in :data:`DEFAULTS`, which only claim less. A leaf module: it imports :mod:`fedsample.rounds` and
-:mod:`fedsample.messages` only.
+Every part makes the declarations of :data:`MUST_DECLARE` itself (how its inclusion probabilities are known, what
+the server learns, whether it divides by them: a default would claim more than the part knows); the other declared
+properties a part may omit take the defaults in :data:`DEFAULTS`, which only claim less. A leaf module: it imports
+:mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
     "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
-    "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "MUST_DECLARE", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "DECLARATIONS", "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "MUST_DECLARE", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
     "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
     "replies_read", "server_learns", "settings_of", "trains_first", "undeclared",
 ]
@@ -578,12 +578,14 @@ defaults of :data:`DEFAULTS`, which only ever claim less."""
 DEFAULTS: dict[str, Any] = {
     "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
-    "limits": (),
-    "inclusion_kind": InclusionKind.EXACT, "server_learns": (), "assumed_weights": False, "reads_replies": (),
-    "draws_carry_sizes": False, "weighs_by_inclusion": False, "needs_step_counts": False, "equal_weights": False,
-    "per_example": False,
+    "limits": (), "assumed_weights": False, "reads_replies": (), "draws_carry_sizes": False, "needs_step_counts": False,
+    "equal_weights": False, "per_example": False,
 }
-"""What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
+"""What a part that does not declare a property is taken to declare (``linear`` None: not known); the declarations
+of :data:`MUST_DECLARE` have no default."""
+
+DECLARATIONS = frozenset(DEFAULTS) | {name for names in MUST_DECLARE.values() for name in names}
+"""Every property a part may declare (what a misspelt public attribute is compared with)."""
 
 
 _FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
@@ -620,11 +622,11 @@ def declaration_problem(part: object) -> str | None:
     owned = {n for n in dir(type(part)) if not n.startswith("_") and not callable(inspect.getattr_static(part, n))}
     if dataclasses.is_dataclass(part):
         owned |= {f.name for f in dataclasses.fields(part)}
-    for name in sorted(owned - set(DEFAULTS)):
-        near = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.85)
+    for name in sorted(owned - DECLARATIONS):
+        near = difflib.get_close_matches(name, sorted(DECLARATIONS), n=1, cutoff=0.85)
         if near:
             return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
-    for name in sorted(owned & set(DEFAULTS)):
+    for name in sorted(owned & DECLARATIONS):
         value = declared(part, name)
         wanted = _kind_problem(name, value)
         if wanted is not None:
@@ -633,12 +635,14 @@ def declaration_problem(part: object) -> str | None:
 
 
 def declared(part: Any, name: str) -> Any:
-    """The part's declared ``name``, or its default (:data:`DEFAULTS`)."""
-    return getattr(part, name, DEFAULTS[name])
+    """The part's declared ``name``, or its default (:data:`DEFAULTS`). A declaration of :data:`MUST_DECLARE` has
+    none: reading one that a part leaves out raises ``AttributeError`` (a Strategy refuses such a part when built,
+    so the strategy's parts always have it)."""
+    return getattr(part, name, DEFAULTS[name]) if name in DEFAULTS else getattr(part, name)
 
 
 def inclusion_kind(sampler: Any, cohort: Any = None) -> InclusionKind:
-    """How ``sampler``'s inclusion probabilities are known (declared, default exact); a string is read as the kind.
+    """How ``sampler``'s inclusion probabilities are known (declared: it has no default); a string is read as the kind.
     With ``cohort``: that round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random
     warm-up rounds are exact although the sampler is degenerate)."""
     kind = declared(sampler, "inclusion_kind")
