@@ -674,7 +674,7 @@ def missing_methods(part: Any, field: str) -> list[str]:
     return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
 
 
-def undeclared(part: Any, field: str) -> str | None:
+def undeclared(part: object, field: str) -> str | None:
     """The first declaration of :data:`MUST_DECLARE` that ``part``, in the Strategy field ``field``, leaves out
     (None: it makes them all), looked up without running it."""
     missing = object()
