@@ -25,6 +25,7 @@ class Fixed:
     pi: tuple = (0.5, 0.5)
     needs_sizes = SizeNeed.NONE
     inclusion_kind = InclusionKind.EXACT
+    server_learns = ()
 
     def select(self, ctx: RoundContext) -> Cohort:
         return Cohort(np.array(self.ids), np.array(self.pi), ctx.num_clients)
@@ -101,3 +102,92 @@ def test_estimated_probabilities_may_be_nan():
     run = fs.simulate(strategy(Estimated(pi=(np.nan, np.nan))), federated_data=fed, model=fs.models.LogisticRegression(),
                       rounds=1, backend="loop")
     assert run.history[0]["cohort"] == 2 and run.history[0]["inclusion"] == "estimated"
+
+
+@dataclasses.dataclass(frozen=True)
+class SaysNothing:
+    """A user's sampler that never says how its inclusion probabilities are known (it would be taken as exact)."""
+
+    needs_sizes = SizeNeed.NONE
+    server_learns = ()
+
+    def select(self, ctx: RoundContext) -> Cohort:
+        return Cohort(np.array([0, 1]), np.ones(2), ctx.num_clients)
+
+    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
+        return 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SaysNotWhatItLearns(Fixed):
+    server_learns = property(lambda self: ())  # declared (a property counts) ...
+
+
+class LearnsUnsaid:
+    """... and one that leaves ``server_learns`` out (it would be reported as learning nothing)."""
+
+    needs_sizes = SizeNeed.NONE
+    inclusion_kind = InclusionKind.DEGENERATE
+    select = Fixed.select
+    expected_cohort = Fixed.expected_cohort
+    ids, pi = (0, 1), (1.0, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DividesUnsaid:
+    """A user's aggregator that never says whether it divides by pi (it would escape the inclusion rule)."""
+
+    needs_sizes = SizeNeed.NONE
+    linear = True
+
+    def combine(self, reports, cohort, ctx):
+        return None
+
+
+@pytest.mark.parametrize("field, part, message", [
+    ("clients", SaysNothing(), "clients=SaysNothing() does not declare inclusion_kind: declare it, "
+                               "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE"),
+    ("clients", LearnsUnsaid(), "clients=LearnsUnsaid does not declare server_learns: declare it, a tuple of Learns, "
+                                "() where the server learns nothing beyond the training replies"),
+    ("aggregate", DividesUnsaid(), "aggregate=DividesUnsaid() does not declare weighs_by_inclusion: declare it, True or "
+                                   "False (whether its weights divide by the inclusion probabilities)"),
+])
+def test_a_missing_declaration_is_refused_at_construction_with_the_choices(field, part, message):
+    with pytest.raises(ValueError) as refused:
+        dataclasses.replace(strategy(Fixed()), **{field: part})
+    assert str(refused.value) == message
+
+
+def test_a_sampler_that_declares_them_runs():
+    fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
+    for sampler, kind in ((SaysNotWhatItLearns(pi=(1.0, 1.0)), "exact"), (dataclasses.replace(Estimated(), pi=(np.nan, np.nan)), "estimated")):
+        run = fs.simulate(strategy(sampler), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, backend="loop")
+        assert run.history[0]["cohort"] == 2 and run.history[0].get("inclusion", "exact") == kind
+
+
+def _library_parts(field: str) -> list[type]:
+    """Every class of fedsample that is a part of the Strategy field ``field`` (it has the field's methods)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from fedsample import parts
+
+    found = []
+    for info in pkgutil.walk_packages(fs.__path__, "fedsample."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional extra that is not installed
+            continue
+        found += [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__
+                  and not getattr(c, "_is_protocol", False) and not parts.missing_methods(c, field)]
+    return found
+
+
+@pytest.mark.parametrize("field", ["clients", "data", "aggregate"])
+def test_every_library_part_makes_every_required_declaration(field):
+    from fedsample import parts
+
+    found = _library_parts(field)
+    assert len(found) >= {"clients": 14, "data": 7, "aggregate": 6}[field]  # the walk found the library's parts
+    assert {c.__name__: parts.undeclared(c, field) for c in found if parts.undeclared(c, field)} == {}

@@ -19,7 +19,8 @@ pytest.importorskip("dp_accounting")
 import fedsample as fs  # noqa: E402
 from fedsample.messages import ClientContext, LocalSample  # noqa: E402
 from fedsample.parts import (  # noqa: E402
-    Census, FixedSize, Poisson, SizeNeed, Undeclared, WithReplacement, client_sampling_design, plan_sampling_design,
+    Census, FixedSize, InclusionKind, Poisson, SizeNeed, Undeclared, WithReplacement, client_sampling_design,
+    plan_sampling_design,
 )
 from fedsample.privacy import Accounting, amplification  # noqa: E402
 from fedsample.privacy.noise import PerExampleNoise, UpdateNoise  # noqa: E402
@@ -36,6 +37,8 @@ class CoinClients:
 
     q: float
     needs_sizes = SizeNeed.NONE
+    inclusion_kind = InclusionKind.EXACT
+    server_learns = ()
 
     def select(self, ctx: RoundContext) -> Cohort:
         ids = np.flatnonzero(ctx.rng("coins").random(ctx.num_clients) < self.q)

@@ -50,6 +50,10 @@ class SpyAggregator:
     def needs_sizes(self):
         return getattr(self.inner, "needs_sizes", None)
 
+    @property
+    def weighs_by_inclusion(self):
+        return self.inner.weighs_by_inclusion
+
     def combine(self, reports, cohort, ctx):
         self.seen.append((ctx, cohort))
         return self.inner.combine(reports, cohort, ctx)

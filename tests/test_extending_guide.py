@@ -91,4 +91,6 @@ def test_each_wrong_declaration_is_refused_naming_the_part(guide):
     assert "Misspelt(m=4) declares 'inclusion_kinds'" in wrong["Misspelt"] and "did you mean 'inclusion_kind'" in wrong["Misspelt"]
     assert "WrongKind(m=4) declares inclusion_kind='deterministic': it must be an InclusionKind" in wrong["WrongKind"]
     assert "is not a client sampler: it has no expected_cohort() method" in wrong["NoExpectedCohort"]
+    assert wrong["Unsaid"] == ("clients=Unsaid(m=4) does not declare inclusion_kind: declare it, InclusionKind.EXACT, "
+                               "InclusionKind.ESTIMATED or InclusionKind.DEGENERATE")
     assert "round 1: OutOfRange(q=0.2) chose client ids outside 0..29: [0, 30]" in wrong["OutOfRange"]

@@ -230,6 +230,10 @@ class SeenReplies:
     def needs_sizes(self):
         return self.inner.needs_sizes
 
+    @property
+    def weighs_by_inclusion(self):
+        return self.inner.weighs_by_inclusion
+
     def combine(self, reports, cohort, ctx):
         self.seen.append(reports)
         return self.inner.combine(reports, cohort, ctx)

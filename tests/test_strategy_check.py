@@ -207,6 +207,7 @@ class _Chosen:
     assumed_weights: bool = False
     reads_replies: tuple = ()
     m: int = 2
+    server_learns = ()
 
     def select(self, ctx):
         from fedsample.rounds import Cohort

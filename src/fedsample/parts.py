@@ -17,9 +17,10 @@ Seven kinds of part (docs/architecture.md):
 - :class:`SizeReporting` says how the server learns data sizes, :class:`UpdatePrivacy` what a client does to its
   update before sending it (clipping and noise).
 
-Declared properties a part may omit take the defaults in :data:`DEFAULTS` (a part written before a declaration
-existed keeps working; it is simply not checked for it). A leaf module: it imports :mod:`fedsample.rounds` and
-:mod:`fedsample.messages` only.
+Every part makes the declarations of :data:`MUST_DECLARE` itself (how its inclusion probabilities are known, what
+the server learns, whether it divides by them: a default would claim more than the part knows); the other declared
+properties a part may omit take the defaults in :data:`DEFAULTS`, which only claim less. A leaf module: it imports
+:mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
     "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
-    "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
+    "DECLARATIONS", "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "MUST_DECLARE", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
     "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
-    "replies_read", "server_learns", "settings_of", "trains_first",
+    "replies_read", "server_learns", "settings_of", "trains_first", "undeclared",
 ]
 
 
@@ -105,8 +106,8 @@ class Limit:
 
 
 class InclusionKind(Enum):
-    """How a client sampler's inclusion probabilities pi_k = P(k in S) are known (its declared ``inclusion_kind``;
-    default :attr:`EXACT`). The round record (``inclusion``, and ``bias`` where the aggregate cannot be unbiased)
+    """How a client sampler's inclusion probabilities pi_k = P(k in S) are known (its declared ``inclusion_kind``,
+    which every client sampler must declare: :data:`MUST_DECLARE`). The round record (``inclusion``, and ``bias`` where the aggregate cannot be unbiased)
     and ``fedsample.diagnose`` state it."""
 
     EXACT = "exact"
@@ -134,7 +135,8 @@ class InclusionKind(Enum):
 
 class Learns(Enum):
     """One kind of information the server receives from clients to run a client sampler (a sampler's declared
-    ``server_learns``, a tuple of these; default: nothing beyond the training replies). The values are the names
+    ``server_learns``, a tuple of these, which every client sampler must declare: () for nothing beyond the training
+    replies). The values are the names
     used in the published samplers' ``SERVER_LEARNS`` tables (``fedsample.sampling.*``) and in docs/privacy.md."""
 
     SIZES = "sizes"
@@ -378,12 +380,12 @@ class StepRule(Protocol):
 class ClientSampler(Protocol):
     """Who trains this round. ``select`` returns a :class:`~fedsample.rounds.Cohort` carrying every chosen client's
     inclusion probability pi_k. Declares ``needs_sizes`` and ``expected_cohort`` (the expected number of distinct
-    clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs);
-    optionally:
+    clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs),
+    ``inclusion_kind`` (:class:`InclusionKind`) and ``server_learns`` (what the server receives from clients to run
+    it, a tuple of :class:`Learns`), the last two required (:data:`MUST_DECLARE`); optionally:
 
-    - ``inclusion_kind`` (:class:`InclusionKind`, default exact) and, for an estimated one,
-      ``estimate_inclusion(ctx, draws) -> frequencies`` (one per client, from the state ``select`` left);
-    - ``server_learns``: what the server receives from clients to run it (a tuple of :class:`Learns`);
+    - for an estimated ``inclusion_kind``, ``estimate_inclusion(ctx, draws) -> frequencies`` (one per client, from
+      the state ``select`` left);
     - ``assumed_weights``: an estimated sampler whose cohorts carry the weights its method assumes
       (``expected_draws``: the DELTA reference implementation's m p_k), so an aggregator that divides by them runs
       (biased, as the round record says);
@@ -438,7 +440,8 @@ class CohortPlan(DataPlan, Protocol):
 @runtime_checkable
 class DataSampler(Protocol):
     """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member (PerClient).
-    Declares ``needs_sizes``; optionally ``count_drawn`` (its plans make each client add its drawn count to its
+    Declares ``needs_sizes`` and ``weighs_by_inclusion`` (required, :data:`MUST_DECLARE`: whether its plans divide by the
+    cohort's inclusion probabilities, as ISFedAvg's agent factor does); optionally ``count_drawn`` (its plans make each client add its drawn count to its
     reply), ``shared_settings`` and ``limits`` (:class:`Limit`)."""
 
     @property
@@ -485,13 +488,13 @@ class ScheduledSolver(LocalSolver, Protocol):
 
 @runtime_checkable
 class Aggregator(Protocol):
-    """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``
-    and ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure
-    sum and the engines' fused sums compute); optionally ``needs_strata``, ``needs_drawn_count``,
-    ``needs_step_counts`` (its weights need each client's step count, which a noised reply withholds),
-    ``equal_weights`` (every received update weighs the same: what per-example noise shares are calibrated for),
-    ``weighs_by_inclusion`` (its weights divide by the cohort's inclusion probabilities or expected draws),
-    ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
+    """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``,
+    ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure sum and
+    the engines' fused sums compute) and, required (:data:`MUST_DECLARE`), ``weighs_by_inclusion`` (whether its
+    weights divide by the cohort's inclusion probabilities or expected draws); optionally ``needs_strata``,
+    ``needs_drawn_count``, ``needs_step_counts`` (its weights need each client's step count, which a noised reply
+    withholds), ``equal_weights`` (every received update weighs the same: what per-example noise shares are
+    calibrated for), ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
     update arrives, known before training: an in-process engine then sums the updates as they arrive instead of
     holding them, :mod:`fedsample.federation.summed`)."""
 
@@ -555,17 +558,34 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "clients": ("select", "expected_cohort"), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
     "sizes": ("query", "summarize"), "noise": ("private_reply",),
 }
-"""The methods a part of each Strategy field must have (the declared properties have defaults)."""
+"""The methods a part of each Strategy field must have."""
+
+MUST_DECLARE: dict[str, dict[str, str]] = {
+    "clients": {
+        "inclusion_kind": "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE",
+        "server_learns": "a tuple of Learns, () where the server learns nothing beyond the training replies",
+    },
+    "data": {"weighs_by_inclusion": "True or False (whether its plans divide by the inclusion probabilities)"},
+    "aggregate": {"weighs_by_inclusion": "True or False (whether its weights divide by the inclusion probabilities)"},
+}
+"""The declarations a part of each Strategy field must make itself, with the choices, because their defaults would
+claim more than the part knows: a sampler taken as exact would have its pi divided by as if they were true (and a
+degenerate one's pi = 1 pretended unbiased), one taken to learn nothing would understate what the server sees, and
+a part taken not to divide by pi would escape the rule that refuses it an estimated or deterministic sampler. Every
+part declares them, the library's as a user's (:func:`undeclared`); the other declared properties have the
+defaults of :data:`DEFAULTS`, which only ever claim less."""
 
 DEFAULTS: dict[str, Any] = {
     "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
     "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
-    "limits": (),
-    "inclusion_kind": InclusionKind.EXACT, "server_learns": (), "assumed_weights": False, "reads_replies": (),
-    "draws_carry_sizes": False, "weighs_by_inclusion": False, "needs_step_counts": False, "equal_weights": False,
-    "per_example": False,
+    "limits": (), "assumed_weights": False, "reads_replies": (), "draws_carry_sizes": False, "needs_step_counts": False,
+    "equal_weights": False, "per_example": False,
 }
-"""What a part that does not declare a property is taken to declare (``linear`` None: not known)."""
+"""What a part that does not declare a property is taken to declare (``linear`` None: not known); the declarations
+of :data:`MUST_DECLARE` have no default."""
+
+DECLARATIONS = frozenset(DEFAULTS) | {name for names in MUST_DECLARE.values() for name in names}
+"""Every property a part may declare (what a misspelt public attribute is compared with)."""
 
 
 _FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
@@ -602,11 +622,11 @@ def declaration_problem(part: object) -> str | None:
     owned = {n for n in dir(type(part)) if not n.startswith("_") and not callable(inspect.getattr_static(part, n))}
     if dataclasses.is_dataclass(part):
         owned |= {f.name for f in dataclasses.fields(part)}
-    for name in sorted(owned - set(DEFAULTS)):
-        near = difflib.get_close_matches(name, DEFAULTS, n=1, cutoff=0.85)
+    for name in sorted(owned - DECLARATIONS):
+        near = difflib.get_close_matches(name, sorted(DECLARATIONS), n=1, cutoff=0.85)
         if near:
             return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
-    for name in sorted(owned & set(DEFAULTS)):
+    for name in sorted(owned & DECLARATIONS):
         value = declared(part, name)
         wanted = _kind_problem(name, value)
         if wanted is not None:
@@ -615,12 +635,14 @@ def declaration_problem(part: object) -> str | None:
 
 
 def declared(part: Any, name: str) -> Any:
-    """The part's declared ``name``, or its default (:data:`DEFAULTS`)."""
-    return getattr(part, name, DEFAULTS[name])
+    """The part's declared ``name``, or its default (:data:`DEFAULTS`). A declaration of :data:`MUST_DECLARE` has
+    none: reading one that a part leaves out raises ``AttributeError`` (a Strategy refuses such a part when built,
+    so the strategy's parts always have it)."""
+    return getattr(part, name, DEFAULTS[name]) if name in DEFAULTS else getattr(part, name)
 
 
 def inclusion_kind(sampler: Any, cohort: Any = None) -> InclusionKind:
-    """How ``sampler``'s inclusion probabilities are known (declared, default exact); a string is read as the kind.
+    """How ``sampler``'s inclusion probabilities are known (declared: it has no default); a string is read as the kind.
     With ``cohort``: that round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random
     warm-up rounds are exact although the sampler is degenerate)."""
     kind = declared(sampler, "inclusion_kind")
@@ -650,6 +672,13 @@ def missing_methods(part: Any, field: str) -> list[str]:
     property such as ``RandomizedSizes.query`` is not called)."""
     missing = object()
     return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
+
+
+def undeclared(part: object, field: str) -> str | None:
+    """The first declaration of :data:`MUST_DECLARE` that ``part``, in the Strategy field ``field``, leaves out
+    (None: it makes them all), looked up without running it."""
+    missing = object()
+    return next((d for d in MUST_DECLARE.get(field, {}) if inspect.getattr_static(part, d, missing) is missing), None)
 
 
 def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | None:

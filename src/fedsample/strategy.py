@@ -393,8 +393,9 @@ _KINDS = {
 
 
 def parts_implement_their_kind(s: Strategy) -> str | None:
-    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`) and declares what it declares
-    with valid kinds and spellings (:func:`fedsample.parts.declaration_problem`)."""
+    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`), makes the declarations it
+    must make (:data:`fedsample.parts.MUST_DECLARE`) and declares what it declares with valid kinds and spellings
+    (:func:`fedsample.parts.declaration_problem`)."""
     for name, kind in _KINDS.items():
         part = getattr(s, name)
         if part is None and name in ("sizes", "noise"):
@@ -402,9 +403,13 @@ def parts_implement_their_kind(s: Strategy) -> str | None:
         missing = parts.missing_methods(part, name)
         if missing:
             return f"{name}={parts.describe(part)} is not a {kind}: it has no {missing[0]}() method"
-        problem = parts.declaration_problem(part)
+        problem = parts.declaration_problem(part)  # first: a misspelt declaration is named as such, not as missing
         if problem is not None:
             return f"{name}={problem}"
+        left_out = parts.undeclared(part, name)
+        if left_out is not None:
+            return (f"{name}={parts.describe(part)} does not declare {left_out}: declare it, "
+                    f"{parts.MUST_DECLARE[name][left_out]}")
     return None
 
 

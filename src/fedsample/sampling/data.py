@@ -106,6 +106,7 @@ class FullData:
     """Every chosen client trains on all of its data (FedAvg and the client-sampling baselines)."""
 
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    weighs_by_inclusion: ClassVar[bool] = False
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> AllSamples:
         return AllSamples()
@@ -118,6 +119,7 @@ class FixedRatio:
 
     ratio: float
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    weighs_by_inclusion: ClassVar[bool] = False
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         return BernoulliSamples(self.ratio)
@@ -163,6 +165,7 @@ class FedSamplingData:
     count_noise: float = 0.0
     steer: bool = False
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+    weighs_by_inclusion: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.count_noise > 0 and not self.count_drawn:
@@ -218,6 +221,7 @@ class UniformSubset:
 
     k: int
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    weighs_by_inclusion: ClassVar[bool] = False
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
         return FixedSizeSamples(self.k)

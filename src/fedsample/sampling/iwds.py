@@ -133,6 +133,7 @@ class IWDSData:
     rho: float = 0.992
     schedule: Schedule = "decay"
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
+    weighs_by_inclusion: ClassVar[bool] = False
 
     @classmethod
     def uniform(cls) -> "IWDSData":

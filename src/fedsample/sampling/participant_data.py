@@ -74,6 +74,7 @@ class ParticipantData:
     draw: Draw = "bernoulli"
     fraction: float | None = None
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+    weighs_by_inclusion: ClassVar[bool] = False
 
     @property
     def shared_settings(self) -> Mapping[str, Any]:

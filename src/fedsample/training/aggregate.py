@@ -138,6 +138,7 @@ class Sum:
 
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
     linear: ClassVar[bool] = True
+    weighs_by_inclusion: ClassVar[bool] = False
     equal_weights: ClassVar[bool] = True
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
@@ -165,6 +166,7 @@ class DrawnNormalizedSum:
     K: int
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
     linear: ClassVar[bool] = True  # the sum of the updates; the drawn count is one more coordinate of that sum
+    weighs_by_inclusion: ClassVar[bool] = False
     needs_drawn_count: ClassVar[bool] = True
     equal_weights: ClassVar[bool] = True  # the equal-weight sum, then divided by the count (post-processing)
 
