@@ -118,3 +118,23 @@ def test_a_reproduction_row_states_its_realised_budgets():
     assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
     del document["strategies"]["FedAvg"]["budget"]  # a run without the record: nothing said
     assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
+
+
+def test_a_whole_sample_batch_has_no_realised_figure():
+    """steps x batch counts rows only for a real minibatch: the presets' whole-sample step (batch 10^6) would claim
+    millions of rows for clients of a few dozen, so its figure is unknown (None), not steps x 10^6."""
+    from fedsample.budget import WHOLE_SAMPLE_BATCH
+
+    class Steps:
+        def __init__(self, steps):
+            self._steps = steps
+
+        def received_positions(self):
+            return np.arange(len(self._steps))
+
+        def __getitem__(self, i):
+            return type("R", (), {"steps": self._steps[i]})()
+
+    assert realised_samples(None, Steps([1, 1, 1]), 8) == 24.0
+    assert realised_samples(None, Steps([1, 1, 1]), WHOLE_SAMPLE_BATCH) is None
+    assert realised_samples(None, Steps([1, 1, 1]), None) is None

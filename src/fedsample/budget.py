@@ -18,13 +18,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
+    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "WHOLE_SAMPLE_BATCH", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
     "equal_budgets",
     "realised_samples",
 ]
 
 BUDGET_RANGE = (0.67, 1.5)
 """A realised mean outside [0.67 K, 1.5 K] is said in one line (:func:`budget_warning`)."""
+
+WHOLE_SAMPLE_BATCH = 1_000_000
+"""A minibatch this large is the presets' spelling of a whole-sample step ("FedAvg (one step)"): steps x batch would
+count rows no client holds, and the server does not know the clients' sizes, so such an arm's figure is unknown."""
 
 EQUAL_BUDGET_TOLERANCE = 0.10
 """Arms compare at "equal samples" when every realised mean is within 10% of their average (:func:`equal_budgets`)."""
@@ -35,10 +39,10 @@ def realised_samples(drawn: float | None, replies: Any, batch_size: Any) -> floa
     self-normalized plan: sum_c |S_c|, noised when the plan noises it), else sum over the ``replies`` received
     (a :class:`~fedsample.rounds.ReplyList`) of (local steps x ``batch_size``) where the solver has an integer minibatch and the replies are readable
     (an upper bound by at most one partial batch per client and epoch); None where neither is known (sealed replies
-    of a client sampler, a whole-sample batch)."""
+    of a client sampler, a whole-sample batch: None, or one of :data:`WHOLE_SAMPLE_BATCH` or more)."""
     if drawn is not None:
         return float(drawn)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size >= WHOLE_SAMPLE_BATCH:
         return None
     try:
         steps = [replies[i].steps for i in replies.received_positions().tolist()]
