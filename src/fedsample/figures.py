@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 GLYPH = re.compile(r"Glyph \d+ \((.*)\) missing from font")
+"""matplotlib's missing-glyph warning; its group is the character's name, gathered into one line per picture."""
 
 
 def save_figure(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None, **options: Any) -> None:
