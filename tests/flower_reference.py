@@ -61,3 +61,9 @@ def same_rounds(flower: list[dict], reference: list[dict], trained: dict[int, li
         assert a["train_clients"] == trained[t], f"round {t + 1}: cohorts differ"
         for key in keys:
             np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=atol, err_msg=f"round {t + 1}: {key}")
+
+
+def steered_rtol(flower: list[dict], counts: float) -> float:
+    """The relative tolerance of a steered FedSampling ratio K / mean(S~_t / p_t): each S~_t that SecAgg+ carries is
+    within ``counts`` (:meth:`~fedsample.flower.secagg.SecAggPlus.count_tolerance`) of the in-process one."""
+    return counts / min(r["samples"] - counts for r in flower)

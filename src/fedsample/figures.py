@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+__all__ = ["GLYPH", "save_figure"]
+
 GLYPH = re.compile(r"Glyph \d+ \((.*)\) missing from font")
 """matplotlib's missing-glyph warning; its group is the character's name, gathered into one line per picture."""
 
