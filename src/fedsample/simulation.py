@@ -37,6 +37,7 @@ from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
+from fedsample.warned import once_per_kind
 
 __all__ = [
     "Backend", "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
@@ -93,7 +94,8 @@ class SimulationResult:
     other) and ``backend_reason`` why (``backend="auto"`` records the rule that picked both,
     :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
     saying why the run stopped early (the privacy budget); ``privacy`` is the run's ledger
-    (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release)."""
+    (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release); ``warnings`` each kind of warning the run
+    raised, shown once, with its count (:meth:`fedsample.warned.Warned.record`)."""
 
     history: list[dict]
     params: Params
@@ -105,6 +107,7 @@ class SimulationResult:
     privacy: dict = field(default_factory=dict)
     workers: int = 1
     client_threads: int = 1
+    warnings: list[dict] = field(default_factory=list)
 
     @property
     def final(self) -> dict:
@@ -214,6 +217,7 @@ def simulate(
     choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
         backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round, client_threads=client_threads)
     with ExitStack() as stack:
+        warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         engine: Federation
         if federation is None and choice.workers > 1:
@@ -231,9 +235,10 @@ def simulate(
         tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
         status = _run_rounds(strategy, fed, module, data, state, ledger, rounds, seed, eval_every, checkpoint,
                              checkpoint_every, progress, where, trackers, tracked)
+        spent = _ledger_summary(ledger, strategy, seed)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
-        status=status, privacy=_ledger_summary(ledger, strategy, seed), workers=choice.workers, client_threads=choice.client_threads,
+        status=status, privacy=spent, workers=choice.workers, client_threads=choice.client_threads, warnings=warned.record(),
     )
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
     from fedsample.experiments.plan import Plan
     from fedsample.messages import Params
+    from fedsample.warned import Warned
 
 __all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_check"]
 
@@ -61,6 +62,13 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def command_diagnose(args: argparse.Namespace) -> None:
     """``fedsample diagnose``: measure each strategy's sampling at a fixed model and write the report."""
+    from fedsample.warned import once_per_kind
+
+    with once_per_kind() as warned:  # each warning once, counted, kept in diagnostics.json (fedsample.warned)
+        _diagnose(args, warned)
+
+
+def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     from fedsample.device import use_threads
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM
     from fedsample.diagnostics.measure import diagnose
@@ -87,7 +95,7 @@ def command_diagnose(args: argparse.Namespace) -> None:
     diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed,
                          sketch_dim=sketch_dim, progress=_report_progress, faults=plan.faults)
     notes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
-             "run_check": run_check(plan, strategies, fed, seed, args.check_rounds)}
+             "run_check": run_check(plan, strategies, fed, seed, args.check_rounds), "warnings": warned.record()}
     if args.out is None:
         out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is done
     written = write_diagnosis(diagnosis, out, overwrite=args.overwrite, inputs=inputs, notes=notes)

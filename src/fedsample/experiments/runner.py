@@ -26,6 +26,7 @@ from fedsample.experiments.stats import best_round, metric_table
 from fedsample.experiments.timing import TIMING_FILE, record_wall_time
 from fedsample.simulation import Backend, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
+from fedsample.warned import Warned, once_per_kind
 
 __all__ = [
     "METRICS", "check_output_folder", "check_run_settings", "checkpoint_path", "failures", "finite_or_none", "run_experiment",
@@ -117,8 +118,19 @@ def run_experiment(
     seed (:func:`run_plan`; ``only`` a subset of the labels), select each grid's value on the validation
     split, write results.json, summary.md and the plots, and then record this invocation's wall time in
     timing.json (:mod:`fedsample.experiments.timing`; a resumed invocation adds to the record there); returns the
-    results.json document and the raw results of each label (its selected value's runs). With ``tracking`` each
+    results.json document (with ``warnings``: each kind raised up to the results, shown once, and its count,
+    :mod:`fedsample.warned`) and the raw results of each label (its selected value's runs). With ``tracking`` each
     run is a tracked run, and a run named "summary" holds the experiment's result files."""
+    with once_per_kind() as warned:  # each warning once, counted, kept in results.json (fedsample.warned)
+        return _run_experiment(plan, out, resume, overwrite, checkpoint_every, progress, backend, on_failure, options, device,
+                               jobs, only, threads, tracking, warned)
+
+
+def _run_experiment(
+    plan: Plan, out: Path, resume: bool, overwrite: bool, checkpoint_every: int, progress: Callable[[str, int], None] | None,
+    backend: Backend, on_failure: Callable[[str], None] | None, options: dict | None, device: str | None, jobs: int,
+    only: list[str] | None, threads: int | None, tracking: TrackingSpec | None, warned: Warned,
+) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
     started = time.perf_counter()
     plan = restricted(plan, only)
     check_run_settings(jobs, (options or {}).get("federation") is not None)
@@ -132,7 +144,7 @@ def run_experiment(
         on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads, tracking=tracking,
     )
     results, extras = selected_runs(plan, outcomes)
-    document = summarize(plan.config, results, extras, task_metrics(plan.dataset.task))
+    document = {**summarize(plan.config, results, extras, task_metrics(plan.dataset.task)), "warnings": warned.record()}
     write_outputs(plan, out, document, privacy_document(results))
     record_wall_time(out, time.perf_counter() - started, resumed=resume, earlier_work=earlier_work)
     if tracking is not None and tracking.backends:
