@@ -138,7 +138,7 @@ def test_delta_with_every_score_zero_draws_uniformly(draw):
 
 def test_delta_says_when_a_client_cannot_be_drawn():
     """A client with score 0 among positive ones is never drawn, though its update need not be 0: the round record
-    and a warning say how many."""
+    says how many, and a warning says that it happens."""
     sigma2 = 0.1 * (1.0 + np.arange(N))
     sigma2[3] = 0.0  # equal gradients (zeta_k = 0) and no noise: score 0, but the update U_3 is not 0
     strategy = recipe("delta", clients_per_round=4)
