@@ -34,7 +34,7 @@ from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
 from fedsample.sampling.delta import REFERENCE_SERVER_MOMENTUM, DeltaClients, Draw, ReferenceMean, ScoreWeights
 from fedsample.sampling.divfl import DivFLClients, Metric
-from fedsample.sampling.fedcbs import FedCBSClients
+from fedsample.sampling.fedcbs import CountRule, FedCBSClients
 from fedsample.sampling.fedcor import FedCorClients
 from fedsample.sampling.oort import OortClients
 from fedsample.sampling.power_of_choice import PowerOfChoiceClients
@@ -720,14 +720,15 @@ def power_of_choice(
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
-    *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, lr: float = 0.05, epochs: int | None = 1,
-    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+    *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
-    class imbalance QCID, the first with the exploration bonus ``lam`` (:class:`~fedsample.sampling.fedcbs.FedCBSClients`;
+    class imbalance QCID, the first with the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)) (T_i by ``count_rule``:
+    the number of selections, infinite bonus for a never-selected client; :class:`~fedsample.sampling.fedcbs.FedCBSClients`;
     the label histograms are sent in the clear)."""
-    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta), lr=lr, epochs=epochs, steps=steps,
+    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta, count_rule), lr=lr, epochs=epochs, steps=steps,
                             batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
                             server_lr=server_lr, data=data)
 
