@@ -143,3 +143,28 @@ def _fields(strategy):
     import dataclasses
 
     return {f.name: getattr(strategy, f.name) for f in dataclasses.fields(strategy) if f.init}
+
+
+def test_weighting_the_scores_lowers_the_variance_on_log_normal_sizes():
+    """40 clients with log-normal sizes (3 to 311 samples), one full-batch step at the initial model, m = 5, 150 draws
+    (fs.diagnose): p proportional to w_k score_k (the default) and to score_k (eq. (11) as printed) are both unbiased
+    (|bias z| < 3), and the weighted rule's variance is below a fifth of the unweighted one's (measured on this case:
+    0.007 against 0.33 at 300 draws); the authors' code (reference draw and ratio aggregation) is biased (z > 4)."""
+    import warnings
+
+    from helpers import blobs, federate
+
+    rng = np.random.default_rng(0)
+    sizes = np.maximum(3, np.round(np.exp(rng.normal(3.5, 1.5, 40)))).astype(int)
+    fed = federate(blobs(n=int(sizes.sum()), d=8, classes=3, seed=1), [int(s) for s in sizes])
+    one = dict(lr=1.0, steps=1, batch_size=100000)
+    strategies = {"weighted": fs.recipes.delta(clients_per_round=5, **one),
+                  "none": fs.recipes.delta(clients_per_round=5, score_weights="none", **one),
+                  "reference": fs.recipes.delta(clients_per_round=5, draw="reference", **one)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = fs.diagnose(strategies, fed, fs.models.LogisticRegression(), rounds=150, seed=0).results
+    for name in ("weighted", "none"):
+        assert abs(r[name]["estimator"]["bias_z"]) < 3, name
+    assert r["weighted"]["estimator"]["variance"] < 0.2 * r["none"]["estimator"]["variance"]
+    assert r["reference"]["estimator"]["bias_z"] > 4

@@ -321,6 +321,7 @@ class ReferenceMean:
         return {M_SETTING: self.m}
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
+        """The weights of the updates at ``positions`` of the cohort (:func:`reference_aggregate_weights`)."""
         if cohort.expected_draws is None:
             raise ValueError("ReferenceMean needs cohorts that carry their expected draws m p_k (DeltaClients(draw='reference'))")
         p = np.asarray(cohort.expected_draws, dtype=np.float64)[positions] / self.m
@@ -332,6 +333,7 @@ class ReferenceMean:
         return self.weights(np.arange(len(cohort)), cohort, ctx)
 
     def combine(self, reports: Any, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        """The weighted sum of the received updates (None when nothing arrived)."""
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
 
