@@ -168,3 +168,17 @@ def test_weighting_the_scores_lowers_the_variance_on_log_normal_sizes():
         assert abs(r[name]["estimator"]["bias_z"]) < 3, name
     assert r["weighted"]["estimator"]["variance"] < 0.2 * r["none"]["estimator"]["variance"]
     assert r["reference"]["estimator"]["bias_z"] > 4
+
+
+def test_reference_mean_normalizes_over_the_clients_that_answered():
+    """Cohort {0, 1, 2} of N = 4, m = 2, p = 1/2, 1/4, 1/8 (expected draws 1, 1/2, 1/4), sizes 10, 30, 20: every update
+    arrives: L/(N p) = 5, 30, 40 over 60; client 1 fails: 5, 40 over 30. A cohort without expected draws is refused."""
+    from fedsample.rounds import Cohort
+
+    ctx = context(0, np.array([10, 30, 20, 5]))
+    cohort = Cohort(np.array([0, 1, 2]), np.full(3, np.nan), 4, expected_draws=np.array([1.0, 0.5, 0.25]))
+    aggregate = ReferenceMean(2)
+    np.testing.assert_allclose(aggregate.planned_weights(cohort, ctx), np.array([5, 30, 40]) / 60)
+    np.testing.assert_allclose(aggregate.weights(np.array([0, 2]), cohort, ctx), np.array([5, 40]) / 30)
+    with pytest.raises(ValueError, match="expected draws"):
+        aggregate.weights(np.array([0]), Cohort(np.array([0]), np.array([0.5]), 4), ctx)
