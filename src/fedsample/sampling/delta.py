@@ -352,24 +352,27 @@ class DeltaClients:
     """DELTA's client sampler (Wang et al., NeurIPS 2023). Every round each client is probed at the global model
     (``ProbeRequest(gradient=True, per_sample=True)``: its full-data gradient grad F_k and its per-sample gradient
     variance sigma_k^2, :func:`fedsample.client.probe`); the server forms zeta_k = ||grad F_k - sum_j w_j grad F_j||
-    (:func:`gradient_diversity`) and p_k proportional to sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2), with w_k = n_k/n
-    (``objective="size"``) or 1/N. The draw (``draw``):
+    (:func:`gradient_diversity`) and p_k proportional to w_k sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2)
+    (``score_weights="objective"``, the bound's optimum for the target, :func:`objective_scores`; ``"none"``: without
+    w_k, eq. (11) as printed), with w_k = n_k/n (``objective="size"``) or 1/N. The draw (``draw``):
 
     - ``"with_replacement"``: m draws with probabilities p (exact pi_k = 1 - (1 - p_k)^m; the cohort carries the
       multiplicities and E[draws] = m p_k, so the Horvitz-Thompson aggregators weigh m_k w_k / (m p_k), the paper's);
     - ``"poisson"``: client k independently with pi_k proportional to its score, capped at 1, sum pi = m (exact);
-    - ``"reference"``: the reference implementation's draw, m distinct clients successively proportional to p
-      (:func:`reference_sample`), weighted as if drawn with replacement, w_k / (m p_k) (the cohort's
-      ``expected_draws`` m p_k, which are not its true pi_k): its probabilities are estimated
-      (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is biased, which ``fedsample.diagnose``
-      shows. The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
+    - ``"reference"``: the authors' code's draw, m distinct clients successively proportional to p
+      (:func:`reference_sample`); the cohort carries the ``expected_draws`` m p_k the code's weights divide by
+      (:class:`ReferenceMean`, or w_k / (m p_k) under a Horvitz-Thompson aggregator), which are not its true pi_k:
+      its probabilities are estimated (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is
+      biased, which ``fedsample.diagnose`` shows.
+
+    The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
 
     Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
     (:func:`eligible_scores`); every score 0 gives the uniform draw over the others; a client with score 0 among
     positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
 
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
-    alpha1 = alpha2 = 1 by default (the bound's constants are hyperparameters of the practical algorithm)."""
+    alpha1 = alpha2 = 1 by default (the bound's constants need the smoothness constant L: :func:`paper_alphas`)."""
 
     m: int = 10
     draw: Draw = "with_replacement"
