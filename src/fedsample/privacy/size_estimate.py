@@ -62,7 +62,7 @@ def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
     a, b = (1 - alpha) * Mf * (2 * Mf - 1) / 6, (1 - alpha) * Mf / 2
     variance = (alpha * s2 + C * a - (alpha**2 * s2 + 2 * alpha * b * s1 + C * b**2)) / alpha**2
     bias = s1 - prefix[-1]
-    return np.sqrt(bias**2 + variance)
+    return np.sqrt(bias**2 + np.maximum(variance, 0.0))  # 0 where every client sits at M - 1, up to rounding
 
 
 def candidate_Ms(sizes: np.ndarray) -> np.ndarray:
