@@ -48,7 +48,7 @@ from fedsample.rng import client_rng
 from fedsample.training.functional import weighted_gradient
 from fedsample.training.local import LocalSGD
 from fedsample.federation.secure_sum import with_secure_sum
-from fedsampling_round_vs_centralized import drawn_rows
+from fedsampling_round_vs_centralized import drawn_rows, steady_round
 from server_side_1m_clients import federation as million_clients, server_round
 
 
@@ -139,11 +139,10 @@ def fedsampling_round(clock: Clock, fed: FederatedData, spec, K: int, repeats: i
     module, params = model_on(spec, ds, device)
     sim = VectorizedSimulator(fed, module, seed=0, device=device)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=0.05)
-    state = strategy.init_state(params)
-    one_round = lambda: strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)  # noqa: E731
+    one_round, state = steady_round(strategy, sim, params)  # round 1, steered, the same rows every call
     round_s = clock.seconds(one_round, repeats)
     peak = clock.peak_mib(one_round)
-    rows = torch.as_tensor(drawn_rows(strategy, sim, fed, params), device=device)
+    rows = torch.as_tensor(drawn_rows(strategy, sim, fed, params, state), device=device)
     x, y = torch.as_tensor(ds.x_train, device=device), torch.as_tensor(ds.y_train, device=device)
     weights = torch.full((len(rows),), 1.0 / K, device=device)
     grad = weighted_gradient(module, ds.task)
