@@ -355,7 +355,15 @@ class CohortRandom:
             if bound >> 64:  # every draw is below it
                 return np.arange(int(counts.sum()), dtype=np.int64)
             return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
-        return self._ragged_device(counts).lt(threshold).nonzero().flatten().cpu().numpy()
+        return self.ragged_below_on_device(counts, threshold).cpu().numpy()
+
+    def ragged_below_on_device(self, counts: np.ndarray, threshold: float) -> "torch.Tensor":
+        """:meth:`ragged_below`'s positions as an int64 tensor left on the cohort's device (one built with a
+        ``device``): the same positions, since the streams' bits are the same on every device; the host waits
+        only for how many there are (``nonzero``)."""
+        if self.device is None:
+            raise ValueError("ragged_below_on_device needs a CohortRandom built with a device")
+        return self._ragged_device(np.asarray(counts, dtype=np.int64)).lt(threshold).nonzero().flatten()
 
     def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray:
         """:meth:`ragged` computed on the device (the same positions, the same bits)."""
