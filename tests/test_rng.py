@@ -195,6 +195,8 @@ def test_bernoulli_cohort_draw_on_a_device_equals_the_numpy_pass(p):
     assert member.dtype == position.dtype == torch.int64 and member.device.type == "cpu"
     np.testing.assert_array_equal(member.numpy(), host[0])
     np.testing.assert_array_equal(position.numpy(), host[1])
+    held = plan.draw_cohort_on_device(torch.as_tensor(sizes), CohortRandom(7, 2, ids, "train", device="cpu"))  # sizes kept as a tensor
+    assert all(torch.equal(a, b) for a, b in zip(held, (member, position)))
     assert (len(host[0]) == 0) == (p == 0.0) and (len(host[0]) == sizes.sum()) == (p == 1.0)
     empty = plan.draw_cohort_on_device(np.zeros(4, dtype=np.int64), CohortRandom(7, 2, ids[:4], "train", device="cpu"))
     assert [len(a) for a in empty] == [0, 0]

@@ -85,16 +85,16 @@ class BernoulliSamples:
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
 
-    def draw_cohort_on_device(self, sizes: np.ndarray, rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
         """:meth:`draw_cohort` with the cohort's arrays kept on ``rng``'s device (a :class:`CohortRandom` built
         with a ``device``): ``(member, position)`` as int64 tensors there, the same numbers as the numpy pass
-        (the kept positions from :meth:`CohortRandom.ragged_below_on_device`, then the same block arithmetic),
-        with one wait of the host for how many were kept."""
+        (the kept positions from :meth:`CohortRandom.ragged_below_on_device`, then the same block arithmetic).
+        ``sizes`` on the host (copied to the device once) or already there (e.g. kept there for the run: the sizes
+        do not change); the host waits for the number of draws and for how many were kept, nothing else."""
         import torch
 
-        sizes = np.asarray(sizes, dtype=np.int64)
-        kept = rng.ragged_below_on_device(sizes, self.p)
-        n = torch.as_tensor(sizes, device=kept.device)
+        n = torch.as_tensor(sizes, dtype=torch.int64, device=rng.device)
+        kept = rng.ragged_below_on_device(n, self.p)
         ends = torch.cumsum(n, 0)
         member = torch.searchsorted(ends, kept, right=True)  # the client whose block holds each kept sample
         return member, kept - (ends - n)[member]
