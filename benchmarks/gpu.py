@@ -235,11 +235,11 @@ def profile_round(clock: Clock, fed: FederatedData, K: int) -> None:
     module, params = model_on(MLP(hidden=64), fed.dataset, clock.device)
     sim = VectorizedSimulator(fed, module, seed=0, device=clock.device)
     strategy = recipes.fedsampling(K=K, epsilon=3.0, M=300, server_lr=0.05)
-    state = strategy.init_state(params)
-    strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)
+    one_round, _ = steady_round(strategy, sim, params)  # the round the ratio times (round 1, steered)
+    one_round()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if clock.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        strategy.round(with_secure_sum(sim, strategy.secure_sum), params, state, 0, 0)
+        one_round()
         clock.sync()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 
