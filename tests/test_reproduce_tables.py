@@ -71,7 +71,7 @@ def test_the_comparisons_table_shows_every_part_of_the_test():
         comparison_row(Comparison("A ties C", "x", "A", "C", tie=True, margin=2.0, margin_reason="why two"), measured),
     ]
     lines = comparison_lines(rows)
-    assert lines[:2] == COMPARISON_HEADER and "d [95% CI]" in lines[0] and "MDD" in lines[0] and "n needed" in lines[0]
+    assert lines[:2] == COMPARISON_HEADER and "d [95% CI]" in lines[0] and "MDD" in lines[0] and "n for stated effect" in lines[0] and "p (Holm)" in lines[0]
     ordering, tie = lines[2], lines[3]  # differences 10, 11, 12: d = 11 ± t_{0.975,2}·(1/sqrt 3) = 11 ± 2.48
     assert "| +11.0 [+8.5, +13.5] |" in ordering and "paired (2), 3 pairs" in ordering and ordering.endswith("| holds |")
     assert "(tie claim, margin ±2)" in tie and "margin: why two" in tie and "Welch (" in tie and "3 + 3" in tie
@@ -155,4 +155,4 @@ def test_a_row_of_an_older_reproduction_json_still_renders():
     old = {"claim": "A beats B", "source": "x", "better": "A", "worse": "B", "metric": "accuracy", "which": "final",
            "tie": False, "note": "", "better_stats": None, "worse_stats": None, "d": 2.0, "se": 1.3, "verdict": "within noise"}
     (line,) = comparison_lines([old])[2:]
-    assert line.endswith("| +2.0 | — | — | — | — | within noise |")
+    assert line.endswith("| +2.0 | — | — | — | — | — | within noise |")
