@@ -661,6 +661,20 @@ def partition_measured() -> str:
             "of a client's samples on average.\n\n![partition picture](img/partition-digits-dirichlet.png)\n")
 
 
+def claims_summary() -> str:
+    from fedsample.reproduction.claims import claims_summary, stored_claims
+
+    return claims_summary(stored_claims(REPRODUCTION.read_text()))
+
+
+def claims_list() -> str:
+    from fedsample.reproduction.claims import claims_list, stored_claims
+
+    return claims_list(stored_claims(REPRODUCTION.read_text()))
+
+
+REPRODUCTION = DOCS / "reproduction.md"
+
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     # name: (the record it renders, renderer)
     "quickstart-measured": ("quickstart", quickstart_measured),
@@ -679,6 +693,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "samplers-calibration": (SAMPLERS, samplers_calibration),
     "samplers-findings": (SAMPLERS, samplers_findings),
     "samplers-summary": (SAMPLERS, samplers_summary),
+    "claims-summary": ("docs/reproduction.md's tables", claims_summary),
+    "claims-list": ("docs/reproduction.md's tables", claims_list),
 }
 
 
@@ -726,9 +742,6 @@ def problems() -> list[str]:
             if not (IMG / picture).exists() or sha256(IMG / picture) != digest:
                 found.append(f"docs/img/{picture} is not the picture `{shown(COMMANDS[name].args)}` made for its record")
     return found
-
-
-REPRODUCTION = DOCS / "reproduction.md"
 
 
 def stored_tables(text: str) -> str:

@@ -195,3 +195,36 @@ def test_a_stored_table_gets_holm_adjusted_p_from_its_printed_numbers():
     assert f"p = \\<0.001, p (Holm) = {premise_p:.3f}, holds" in third[0] and "realised budgets: not recorded" in third[0]
     assert first[-2] == f"{seeds_needed(Estimate(2.0, ((3.2 - 0.8) / (2 * stats.t.ppf(0.975, 2)) * 3 ** 0.5,), (3, 3)), 1.0, 0.025, 0.8)} for 1"
     assert rederive(text, {"p": paper}) == text  # idempotent: a table in the current form is left as it is
+
+
+def claim_row(claim: str, realised: str, d: str, verdict: str) -> str:
+    cell = f"{claim}<br><sub>x: final accuracy</sub><br><sub>{realised}</sub>"
+    return f"| {cell} | A: 1.0 ± 0.1 (3 seeds) | B: 1.0 ± 0.1 (3 seeds) | {d} | 0.010 | 0.020 | paired (2), 3 pairs | 1.0 | 5 for 1 | {verdict} |"
+
+
+def test_the_claims_lists_quote_as_holding_only_rows_at_equal_realised_budgets():
+    from fedsample.reproduction.claims import claims_list, claims_summary, stored_claims
+
+    equal = "realised: A 2040, B 2050 samples per round: equal samples (within 10%)"
+    text = "\n".join([
+        "<!-- reproduction:p:cpu -->", COMPARISON_HEADER[0], COMPARISON_HEADER[1],
+        claim_row("A beats B", equal, "+2.0 [+0.5, +3.5]", "holds"),
+        claim_row("A beats C", "realised: A 60000, C 2048 samples per round: unequal budgets", "+9.0 [+5.0, +13.0]", "holds"),
+        claim_row("A beats D", "realised budgets: not recorded", "+4.0 [+2.0, +6.0]", "holds"),
+        claim_row("A beats E", equal, "-3.0 [-5.0, -1.0]", "reversed"),
+        claim_row("A beats F", equal, "+1.0 [-1.0, +3.0]", "inconclusive (Holm-adjusted p = 0.03 ≥ 0.025; unadjusted: holds)"),
+        "<!-- /reproduction:p:cpu -->", "",
+    ])
+    claims = stored_claims(text)
+    assert [(c.claim, c.verdict, c.budget) for c in claims] == [
+        ("A beats B", "holds", "equal"), ("A beats C", "holds", "unequal"), ("A beats D", "holds", "not recorded"),
+        ("A beats E", "reversed", "equal"), ("A beats F", "inconclusive", "equal")]
+    listed = claims_list(claims)
+    assert "- **Holds at equal realised budgets** (1):\n  - p: A beats B: +2.0 [+0.5, +3.5]\n" in listed
+    assert "- **Holds, but at unequal realised budgets (not quoted as a finding)** (1):\n  - p: A beats C: +9.0" in listed
+    assert "(not quoted as a finding until re-run)** (1):\n  - p: A beats D: +4.0" in listed
+    assert "- **Reversed (an ordering), or differs (a tie)** (1):\n  - p: A beats E: -3.0" in listed
+    assert "- **Inconclusive:** 1 (p 1)." in listed and "- **Not comparable (the premise fails):** none." in listed
+    summary = claims_summary(claims)
+    assert "- **Holds at equal realised budgets:** 1 (p 1, d +2.0)." in summary and "A beats" not in summary
+    assert summary.startswith("Read from the verdicts of the 5 comparisons of 1 papers in docs/reproduction.md (cpu profile)")
