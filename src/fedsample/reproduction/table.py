@@ -5,7 +5,7 @@ effect | verdict), the paper's notes, and the hardware and exact command."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from fedsample.experiments.report import markdown_text
 from fedsample.budget import EQUAL_BUDGET_TOLERANCE
@@ -90,7 +90,7 @@ def comparison_rules() -> str:
     )
 
 
-def family_text(rows: list[Mapping]) -> str:
+def family_text(rows: Sequence[Mapping]) -> str:
     """The caption line naming the Holm family of a table: how many tests, comparisons and premise tests."""
     comparisons = sum(row.get("p") is not None for row in rows)
     premises = sum((row.get("premise_test") or {}).get("p") is not None for row in rows)
