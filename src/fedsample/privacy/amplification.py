@@ -73,7 +73,7 @@ from fedsample.privacy.ledger import (
     sampled_without_replacement,
 )
 from fedsample.messages import PerClient, payloads_for
-from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, declared, plan_sampling_design
+from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, plan_sampling_design, solver_capabilities
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
@@ -158,15 +158,16 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
         return
     aggregate = strategy.aggregate
     name = type(aggregate).__name__
-    if declared(aggregate, "needs_step_counts"):
+    declares = aggregate.capabilities
+    if declares.needs_step_counts:
         raise ValueError(f"noise: {name} needs each client's step count, which a noised reply withholds")
-    if declared(aggregate, "needs_drawn_count") and not counts_noised_in_the_sum(strategy):
+    if declares.needs_drawn_count and not counts_noised_in_the_sum(strategy):
         raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
                          "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
     if getattr(noise, "clipping", "client") == "example":
-        if not declared(strategy.local, "per_example"):
+        if not solver_capabilities(strategy.local).per_example:
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
-        if not declared(aggregate, "equal_weights"):  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
+        if not declares.equal_weights:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
             raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
         if accounting.unit == "user" and accounting.k is None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")

@@ -28,13 +28,13 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
@@ -249,28 +249,16 @@ class DeltaClients:
     objective: optimal.Objective = "size"
 
     @property
-    def inclusion_kind(self) -> InclusionKind:
-        return InclusionKind.ESTIMATED if self.draw == "reference" else InclusionKind.EXACT
-
-    @property
-    def assumed_weights(self) -> bool:
-        """The reference draw's cohorts carry the weights it assumes (m p_k), which an aggregator may divide by."""
-        return self.draw == "reference"
-
-    @property
-    def needs_sizes(self) -> SizeNeed:
-        """Every client's exact size for ``objective="size"`` (the mean gradient of zeta_k, and w_k)."""
-        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi, or estimated for the reference draw, whose cohorts carry the weights it assumes (m p_k, which an
+        aggregator may divide by); every client's exact size for ``objective="size"`` (the mean gradient of zeta_k,
+        and w_k); the w_k of its target, which the Horvitz-Thompson aggregator must share."""
+        reference, sized = self.draw == "reference", self.objective == "size"
         probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.GRADIENTS, Learns.LOCAL_VARIANCES)
-        return probed + ((Learns.SIZES,) if self.objective == "size" else ())
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """The w_k of its target, which the Horvitz-Thompson aggregator must share."""
-        return {OBJECTIVE: self.objective}
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.ESTIMATED if reference else InclusionKind.EXACT, assumed_weights=reference,
+            server_learns=probed + ((Learns.SIZES,) if sized else ()), needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE,
+            shared_settings={OBJECTIVE: self.objective})
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """At most m distinct clients (m draws; sum pi = m for Poisson)."""
