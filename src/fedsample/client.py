@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
+    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
 )
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
@@ -70,7 +70,7 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     if request.statistics == "labels":
         return ProbeReport(loss=None, grad_norm=None, label_counts=ctx.label_counts())
     if ctx.size == 0:
-        raise ValueError("the client holds no samples, so it has no loss or gradient to probe")
+        raise NoSamples("the client holds no samples, so it has no loss or gradient to probe")
     rows = probe_rows(ctx.size, request.minibatch, rng)
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
     if request.statistics == "loss":

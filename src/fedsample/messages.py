@@ -23,12 +23,17 @@ from torch import nn
 from fedsample import checks
 
 __all__ = [
-    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
 Params = dict[str, torch.Tensor]
+
+
+class NoSamples(ValueError):
+    """A client asked for statistics of data it does not hold (a probe of a client without samples): its reply is
+    ``Failed`` with ``no_samples`` set, which the strategy names as such rather than as a diverged model."""
 
 
 @dataclass

@@ -577,8 +577,7 @@ class _CheckedProbes:
         if procedure == "probe":
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 problem = validate.probe_problem(reply)
-                if problem:
-                    hint = ("" if "holds no samples" in problem else  # an empty client (fedsample.client.probe)
-                            "; a non-finite probe usually means the model diverged (lower the learning rate)")
-                    raise ValueError(f"client {k}'s probe is unusable ({problem}){hint}")
+                if problem is not None:  # an empty client's probe says why; any other adds the likely cause
+                    hint = "" if problem.no_samples else "; a non-finite probe usually means the model diverged (lower the learning rate)"
+                    raise ValueError(f"client {k}'s probe is unusable ({problem.reason}){hint}")
         return replies
