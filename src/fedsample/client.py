@@ -18,6 +18,7 @@ import torch
 from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
 )
+from fedsample.parts import reports_count
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -142,7 +143,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-            samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
+            samples=len(sample) if reports_count(payload.plan) else None,
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))

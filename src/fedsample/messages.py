@@ -48,7 +48,7 @@ class ClientContext:
     module: nn.Module
     task: str
     num_classes: int
-    state: dict = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -149,7 +149,7 @@ class ProbeReport:
     loss: float | None
     grad_norm: float | None
     gradient: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
     compressed: np.ndarray | None = None
     label_counts: np.ndarray | None = None
 

@@ -47,7 +47,7 @@ __all__ = [
     "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "Capabilities", "capabilities_problem",
     "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
     "CohortPlan", "CountsDrawn", "DataPlan", "DataSampler", "DataSamplerCapabilities", "DeclaredSolver", "describe", "Design",
-    "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "inclusion_kind", "InclusionKind", "Learns",
+    "DesignedClients", "DesignedPlan", "drawn_count_noise", "DrawnCohort", "FixedSize", "inclusion_kind", "InclusionKind", "Learns",
     "Limit", "LocalSolver", "LocalSolverCapabilities", "missing_methods", "ObservesDrawn", "ObservesReplies",
     "plan_sampling_design", "PlansWeights", "Poisson", "RECORDS", "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities",
@@ -299,7 +299,7 @@ class DrawnCohort:
     @cached_property
     def starts(self) -> np.ndarray:
         """The first row of each member."""
-        return np.cumsum(self.counts) - self.counts
+        return np.asarray(np.cumsum(self.counts) - self.counts)
 
     def sample(self, c: int) -> LocalSample:
         """Member c's draw as the client saw it."""
@@ -383,6 +383,11 @@ REPLY_FIELDS = ("update", "loss", "utility")
 """The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
 
 
+def _is_flag(value: object) -> bool:
+    """Whether ``value`` is True or False."""
+    return isinstance(value, bool)
+
+
 def _count_or_none(value: object) -> bool:
     """Whether ``value`` is None or a positive integer (not a bool)."""
     return value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value > 0))
@@ -415,7 +420,7 @@ class _Capabilities:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            ok, wanted = (lambda v: isinstance(v, bool), "True or False") if f.type == "bool" else _WANTED[f.name]
+            ok, wanted = (_is_flag, "True or False") if f.type == "bool" else _WANTED[f.name]
             if not ok(value):
                 raise ValueError(f"{type(self).__name__}({f.name}={value!r}): {f.name} must be {wanted}")
 
@@ -585,6 +590,12 @@ def reports_count(plan: object) -> bool:
     return isinstance(plan, CountsDrawn) and bool(plan.report_count)
 
 
+def drawn_count_noise(plan: object) -> float:
+    """sigma_S, the standard deviation of the Gaussian noise on the summed drawn count ``plan`` asks for (0: no
+    count asked, or the exact count)."""
+    return float(plan.count_noise) if isinstance(plan, CountsDrawn) and plan.report_count else 0.0
+
+
 @runtime_checkable
 class CohortPlan(DataPlan, Protocol):
     """A plan whose draws for a whole cohort are one pass (every client's own counter-based stream, read in
@@ -615,7 +626,7 @@ class ObservesDrawn(Protocol):
     :class:`fedsample.sampling.data.FedSamplingData`): ``observe_drawn(state, drawn, ratio)`` after the round,
     with the round's sampling ratio."""
 
-    def observe_drawn(self, state: dict, drawn: float, ratio: float) -> None: ...
+    def observe_drawn(self, state: dict[str, Any], drawn: float, ratio: float) -> None: ...
 
 
 @runtime_checkable
@@ -691,9 +702,9 @@ class ServerOptimizer(Protocol):
     @property
     def lr(self) -> float: ...
 
-    def init_state(self, params: Params) -> dict: ...
+    def init_state(self, params: Params) -> dict[str, Any]: ...
 
-    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]: ...
+    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]: ...
 
 
 @runtime_checkable

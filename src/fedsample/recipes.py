@@ -508,7 +508,7 @@ def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     return (set(inspect.signature(fn).parameters) | set(getattr(fn, "__aliases__", {}))) - {"clients", "data"}
 
 
-def _checked(name: str, params: dict, what: str = "recipe") -> Callable[..., Strategy]:
+def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callable[..., Strategy]:
     """The registered recipe ``name``, after checking that it takes every parameter in ``params`` (a renamed
     one is refused by the recipe itself, naming its new name)."""
     if name not in RECIPES:
@@ -536,7 +536,7 @@ def recipe(name: str, **params: Any) -> Strategy:
 LOCAL_OPTIONS = {"local_momentum": "momentum", "lr_decay": "lr_decay", "prox_mu": "prox_mu"}
 
 
-def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
+def _set_local_options(strategy: Strategy, options: dict[str, Any]) -> Strategy:
     """``strategy`` with ``options`` (recipe names: local_momentum, lr_decay, prox_mu) set on its local solver."""
     fields = {LOCAL_OPTIONS[k]: v for k, v in options.items()}
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]
