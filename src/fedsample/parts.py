@@ -404,6 +404,7 @@ _WANTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "shared_settings": (lambda v: isinstance(v, Mapping), "a mapping of setting -> value"),
     "linear": (lambda v: v is None or isinstance(v, bool), "True, False or None (not known)"),
     "budget": (lambda v: _count_or_none(v), "a positive int or None"),
+    "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
 }
@@ -459,13 +460,15 @@ class DataSamplerCapabilities(_Capabilities):
     """What a data sampler declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its plans
     divide by the cohort's inclusion probabilities, as ISFedAvg's agent factor does: a part taken not to would
     escape the rule that refuses it an estimated or deterministic sampler). Optional: ``needs_sizes``, ``limits``,
-    ``count_drawn`` (its plans make each client add its drawn count to its reply), ``budget`` (the samples per round
+    ``count_drawn`` (its plans make each client add its drawn count to its reply), ``count_noise`` (the
+    standard deviation of the Gaussian noise its plans put on the summed drawn count; 0: the exact count), ``budget`` (the samples per round
     it is held to, FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
     limits: tuple[Limit, ...] = ()
     count_drawn: bool = False
+    count_noise: float = 0.0
     budget: int | None = None
     shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -514,7 +517,7 @@ privacy declare what they do through their Protocols' properties)."""
 
 OLD_DECLARATIONS = frozenset(
     f.name for record in RECORDS.values() for f in dataclasses.fields(record)
-) - {"limits", "shared_settings", "count_drawn", "per_example", "budget", "minibatch", "steps"}
+) - {"limits", "shared_settings", "count_drawn", "count_noise", "per_example", "budget", "minibatch", "steps"}
 """Names a part declared as separate class attributes before its capabilities record (what an old-style part is
 recognised by; settings that are also a part's own fields, such as ``count_drawn``, are left out)."""
 

@@ -164,7 +164,7 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
     if declares.needs_drawn_count and not counts_noised_in_the_sum(strategy):
         raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
                          "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
-    if getattr(noise, "clipping", "client") == "example":
+    if noise.clipping == "example":
         if not solver_capabilities(strategy.local).per_example:
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
         if not declares.equal_weights:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
@@ -177,8 +177,8 @@ def counts_noised_in_the_sum(strategy: Any) -> bool:
     """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
     summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
     noise = getattr(strategy, "noise", None)
-    return (getattr(noise, "clipping", "client") == "example" and bool(getattr(strategy, "secure_sum", False))
-            and float(getattr(strategy.data, "count_noise", 0.0)) > 0)
+    return (noise is not None and noise.clipping == "example" and bool(getattr(strategy, "secure_sum", False))
+            and strategy.data.capabilities.count_noise > 0)
 
 
 def counted(plans: Sequence[Any]) -> tuple[bool, float]:
@@ -318,7 +318,7 @@ def train_release(
         what = "update sum, summed loss and step count" if secure else "per-client updates, losses and step counts"
         return Release(round, what, None, None, None, reason="no noise on the update", call=call)
     what = "update sum" if secure else "per-client updates"
-    example = getattr(noise, "clipping", "client") == "example"
+    example = noise.clipping == "example"
     sigma = float(noise.noise_multiplier)
     count_sigma = counted(plans)[1]
     if example:  # the sum's noise: a of the m shares, or one share per visible reply

@@ -175,7 +175,7 @@ class FedSamplingData:
         """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
         budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round)."""
         return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=SizeNeed.COHORT, count_drawn=self.count_drawn,
-                                       budget=self.K, limits=(Limit("samples_per_round (K)", self.K, "samples"),),
+                                       count_noise=float(self.count_noise), budget=self.K, limits=(Limit("samples_per_round (K)", self.K, "samples"),),
                                        shared_settings={"K (samples per round)": self.K})
 
     def ratio(self, ctx: "RoundContext") -> float:
