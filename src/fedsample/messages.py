@@ -168,7 +168,7 @@ class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
     privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
     ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
-    that declares ``reply_utility`` asks for it)."""
+    whose capabilities read the reply's ``utility`` asks for it)."""
 
     params: Params
     plan: Any

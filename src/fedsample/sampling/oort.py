@@ -192,7 +192,7 @@ class OortClients(adaptive.Replayed):
     least ``floor``: :func:`exploration_rate`) goes to clients never explored, the rest to explored clients whose
     utility is at least ``cutoff`` times the k-th best, drawn proportionally to utility. A client's utility is the
     statistical utility |B_i| sqrt(mean_{s in B_i} loss_s^2) it reports with its training reply (the payload asks
-    for it: ``reply_utility``; the losses at the model it received, on what it drew), plus the staleness bonus
+    for it: its capabilities read the reply's ``utility``; the losses at the model it received, on what it drew), plus the staleness bonus
     sqrt(0.1 log R / L_i) with ``staleness`` (:func:`staleness_bonus`). Server-held state (in checkpoints): the
     utilities, who was explored, the round of each client's last participation.
 
