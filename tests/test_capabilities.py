@@ -280,3 +280,20 @@ def _defaults_suffice(cls: type) -> bool:
     except TypeError:
         return False
     return True
+
+
+def test_conforms_answers_as_isinstance_for_every_protocol_and_library_part():
+    """parts.conforms (looked up once per class) gives isinstance's answer for each runtime-checkable Protocol of
+    fedsample.parts, on a default instance of every library part, and sees attributes an instance sets itself."""
+    protocols = [p for p in vars(parts).values() if inspect.isclass(p) and getattr(p, "_is_runtime_protocol", False)]
+    assert len(protocols) >= 12
+    objects = [cls() for field in ("clients", "data", "aggregate") for cls in _library_parts(field) if _defaults_suffice(cls)]
+    assert len(objects) >= 15
+    assert [(type(o).__name__, p.__name__) for o in objects for p in protocols if parts.conforms(o, p) != isinstance(o, p)] == []
+
+    class SetsItsOwn:
+        def __init__(self):
+            self.sampling_design = lambda population: parts.Census()
+
+    assert parts.conforms(SetsItsOwn(), parts.DesignedClients) and isinstance(SetsItsOwn(), parts.DesignedClients)
+    assert not parts.conforms(object(), parts.DesignedClients)

@@ -16,7 +16,7 @@ from fedsample.background import in_background
 from fedsample.budget import realised_samples
 
 from fedsample.parts import (
-    Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ObservesDrawn, ObservesReplies, PlansWeights, ServerOptimizer,
+    Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer,
     SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
 )
 from fedsample.privacy import accounting
@@ -204,7 +204,7 @@ class Strategy:
         facts = in_background(self.cohort_facts, ctx, cohort)  # on the idle core while the update is aggregated
         replies, delta = self.combine_valid(replies, cohort, ctx, lost, trained_rate=trained_rate)
         ctx.log.update(self.describe_round(ctx, cohort, replies, facts.result()))
-        if isinstance(self.clients, ObservesReplies):  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
+        if parts.observes_replies(self.clients):  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
             self.clients.observe(ctx, cohort, replies)
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
@@ -233,7 +233,7 @@ class Strategy:
         for an aggregator that declares none (FedNova's weights come from the replies), under a secure sum (the
         server never sees the updates), and for a sampler that keeps the clients' updates (``server_learns``
         gradients)."""
-        if not isinstance(self.aggregate, PlansWeights) or self.secure_sum or Learns.GRADIENTS in parts.server_learns(self.clients):
+        if not parts.plans_weights(self.aggregate) or self.secure_sum or Learns.GRADIENTS in parts.server_learns(self.clients):
             return None
         return self.aggregate.planned_weights(cohort, replace(ctx, response_rate=response_rate(len(cohort) + lost, len(cohort))))
 
@@ -278,7 +278,7 @@ class Strategy:
             drawn = drawn_or_none(reports)
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
-                if isinstance(self.data, ObservesDrawn) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
+                if parts.observes_drawn(self.data) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
                     self.data.observe_drawn(ctx.state, drawn, ctx.log["ratio"])
             realised = realised_samples(drawn, reports, parts.solver_capabilities(self.local).minibatch)
             if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
