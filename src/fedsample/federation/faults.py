@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import PerClient, Shared, payloads_for
+from fedsample.messages import NoSamples, PerClient, Shared, payloads_for
 from fedsample.rng import CohortRandom
 from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, replies_of
 
@@ -147,7 +147,7 @@ class Faulty(Federation):
                 raise
             except Exception as error:  # noqa: BLE001
                 errors.append(error)
-                replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200])
+                replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200], isinstance(error, NoSamples))
         if len(errors) == len(live):
             raise errors[0]
         return Replies(replies)

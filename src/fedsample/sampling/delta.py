@@ -46,13 +46,13 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
@@ -311,14 +311,13 @@ class ReferenceMean:
     response-rate adjustment. Biased for sum_k w_k Delta_k, as :func:`reference_aggregate_expectation` computes."""
 
     m: int = 10
-    linear: ClassVar[bool] = True
-    weighs_by_inclusion: ClassVar[bool] = True  # it divides by p_k = E[draws]/m
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """m, which the sampler's expected draws m p_k carry and this aggregator divides out."""
-        return {M_SETTING: self.m}
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear; it divides by p_k = E[draws]/m and needs the cohort's size reports; m, which the sampler's
+        expected draws m p_k carry and this aggregator divides out."""
+        return AggregatorCapabilities(weighs_by_inclusion=True, linear=True, needs_sizes=SizeNeed.COHORT,
+                                      shared_settings={M_SETTING: self.m})
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
         """The weights of the updates at ``positions`` of the cohort (:func:`reference_aggregate_weights`)."""
@@ -382,29 +381,17 @@ class DeltaClients:
     score_weights: ScoreWeights = "objective"
 
     @property
-    def inclusion_kind(self) -> InclusionKind:
-        return InclusionKind.ESTIMATED if self.draw == "reference" else InclusionKind.EXACT
-
-    @property
-    def assumed_weights(self) -> bool:
-        """The reference draw's cohorts carry the weights it assumes (m p_k), which an aggregator may divide by."""
-        return self.draw == "reference"
-
-    @property
-    def needs_sizes(self) -> SizeNeed:
-        """Every client's exact size for ``objective="size"`` (the mean gradient of zeta_k, and w_k)."""
-        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi, or estimated for the reference draw, whose cohorts carry the weights it assumes (m p_k, which an
+        aggregator may divide by); every client's exact size for ``objective="size"`` (the mean gradient of zeta_k,
+        and w_k); the w_k of its target, which the Horvitz-Thompson aggregator must share (and, for the reference
+        draw, m, which :class:`ReferenceMean` divides out of the expected draws m p_k)."""
+        reference, sized = self.draw == "reference", self.objective == "size"
         probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.GRADIENTS, Learns.LOCAL_VARIANCES)
-        return probed + ((Learns.SIZES,) if self.objective == "size" else ())
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """The w_k of its target, which the Horvitz-Thompson aggregator must share (and, for the reference draw, m,
-        which :class:`ReferenceMean` divides out of the expected draws m p_k)."""
-        return {OBJECTIVE: self.objective} | ({M_SETTING: self.m} if self.draw == "reference" else {})
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.ESTIMATED if reference else InclusionKind.EXACT, assumed_weights=reference,
+            server_learns=probed + ((Learns.SIZES,) if sized else ()), needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE,
+            shared_settings={OBJECTIVE: self.objective} | ({M_SETTING: self.m} if reference else {}))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """At most m distinct clients (m draws; sum pi = m for Poisson)."""

@@ -22,7 +22,7 @@ import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver
+from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver, LocalSolverCapabilities
 from fedsample.rng import CohortStreams, counter_positions, stream_uniforms
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
@@ -305,6 +305,11 @@ class LocalSGD(Scheduled):
         if self.epochs is not None and self.steps is not None:
             checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
 
+    @property
+    def capabilities(self) -> LocalSolverCapabilities:
+        """Its minibatch (None: the whole drawn sample) and, where given, its local steps per round."""
+        return LocalSolverCapabilities(minibatch=self.batch_size, steps=self.steps)
+
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
 
@@ -444,14 +449,12 @@ class OneGradient(Scheduled):
     K: int | None = None
 
     @property
-    def per_example(self) -> bool:
-        """With K: G_c = (1/K) sum_s g_s, a sum of per-example gradients (what per-example clipping clips)."""
-        return self.K is not None and self.K > 0
-
-    @property
-    def shared_settings(self) -> dict:
-        """K, which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses."""
-        return {} if self.K is None else {"K (samples per round)": self.K}
+    def capabilities(self) -> LocalSolverCapabilities:
+        """With K: G_c = (1/K) sum_s g_s, a sum of per-example gradients (what per-example clipping clips), and K,
+        which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses; one step over
+        the whole drawn sample."""
+        return LocalSolverCapabilities(per_example=self.K is not None and self.K > 0, steps=1,
+                                       shared_settings={} if self.K is None else {"K (samples per round)": self.K})
 
     def step_rule(self, round: int) -> SGDStep:
         return SGDStep(lr=1.0)
