@@ -23,6 +23,7 @@ from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
 from fedsample.messages import HeldRequest, PerClient, TrainPayload
 from fedsample.federation.base import Federation
+from fedsample.federation.faults import lost_to_faults
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.sampling.clients import AllClients
@@ -186,9 +187,9 @@ class Strategy:
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
         trained_rate = 1.0
         if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
-            asked = len(cohort) + lost
+            asked = len(cohort)  # not those left out for a lost size report: w_k = 0, outside the target (the reporters')
             cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
-            # the clients that failed to train (or were left out) are not candidates: they are non-responders
+            # the clients that failed to train are not candidates: they are non-responders
             trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
         else:
             with planned_sum(cohort.ids, self.planned_weights(ctx, cohort, lost)):  # an engine may sum the updates as they come
@@ -550,11 +551,14 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     ctx.log["dropped"] = len(ctx.log["failed"])
 
 
+LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
+
+
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged, a client without samples
-    says so). It also notes every client
+    adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
+    diverged, a client without samples says so). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -580,7 +584,8 @@ class _CheckedProbes:
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 problem = validate.probe_problem(reply)
                 if problem:
-                    hint = ("" if "holds no samples" in problem else  # an empty client (fedsample.client.probe)
+                    hint = (LOST_PROBE if lost_to_faults(reply) else  # dropped out or too late: not the model's doing
+                            "" if "holds no samples" in problem else  # an empty client (fedsample.client.probe)
                             "; a non-finite probe usually means the model diverged (lower the learning rate)")
                     raise ValueError(f"client {k}'s probe is unusable ({problem}){hint}")
         return replies
