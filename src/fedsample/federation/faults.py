@@ -31,9 +31,10 @@ __all__ = ["DROPPED", "FaultModel", "Faulty", "STRAGGLED", "Straggler", "lost_to
 
 PHASES = ("report_size", "probe", "train")
 DROPPED = "dropped out"
+"""The reason a :class:`~fedsample.rounds.Failed` reply gives when the client dropped out in its phase."""
 STRAGGLED = "straggler: "
-"""The reasons a :class:`~fedsample.rounds.Failed` reply gives when the failure model lost the client (a straggler's
-reason goes on with its response time and the deadline)."""
+"""How the reason of a straggler's :class:`~fedsample.rounds.Failed` reply begins (its response time and the
+deadline follow)."""
 PHASE_OF = {"train_held": "train", "send_held": "train"}
 """The phase of the procedures of a sampler that chooses among trained clients: both are its training phase, and
 one client's decision is the same in both (a client that trained and keeps its update sends it when asked)."""
