@@ -28,7 +28,7 @@ from fedsample.privacy.sizes import SizeInfo
 from fedsample.recipes import recipe
 from fedsample.rounds import Replies, RoundContext
 from fedsample.sampling.delta import DeltaClients
-from fedsample.strategy import Strategy
+from fedsample.strategy import Strategy, _CheckedProbes
 
 N = 12
 SIZES = np.array([5, 40, 12, 8, 30, 22, 3, 17, 26, 9, 14, 35])
@@ -148,6 +148,27 @@ def test_delta_with_every_score_zero_draws_uniformly(draw):
         np.testing.assert_allclose(draws.mean(axis=0), UPDATES[0], rtol=0.2)
 
 
+@pytest.mark.parametrize("draw", ["with_replacement", "poisson", "reference"])
+def test_delta_does_without_a_lost_probe(draw):
+    """A client whose probe was lost is never drawn, is named in the round record (``failed``, phase ``probe``) and
+    counted (``sampler_lost_probes``); the others' pi_k (and expected draws) are times the share whose probe arrived
+    (before: the round stopped). Every probe lost: the round leaves the parameters unchanged and says why."""
+    strategy = recipe("delta", clients_per_round=4, draw=draw)
+    params = {"w": torch.zeros(2, dtype=torch.float64)}
+    seen_lost = 0
+    for seed in range(30):
+        ctx = RoundContext(_CheckedProbes(Faulty(Fixed(), FAULTS["lost probe"], seed)), params, 0, seed, {})
+        ctx.sizes = SizeInfo(np.arange(N), SIZES, float(SIZES.sum()), True)
+        cohort = strategy.clients.select(ctx)
+        lost = [f["client"] for f in ctx.log.get("failed", []) if f["phase"] == "probe"]
+        assert ctx.log.get("sampler_lost_probes", 0) == len(lost) and not np.isin(cohort.ids, lost).any()
+        assert ctx.state["delta"]["probe_rate"] == (N - len(lost)) / N
+        seen_lost += len(lost)
+    assert seen_lost > 0
+    _, logs = rounds_of(strategy, FaultModel(dropout={"probe": 0.9999}), 0, 1)
+    assert logs[0]["params_unchanged"] == "every probe was lost"
+
+
 def test_delta_says_when_a_client_cannot_be_drawn():
     """A client with score 0 among positive ones is never drawn, though its update need not be 0: the round record
     says how many, and a warning says that it happens."""
@@ -200,7 +221,7 @@ SAMPLERS = {
     "Oort": lambda: recipe("oort", clients_per_round=4),
 }
 _EXACT = (KEEPS, UNASKED, KEEPS, KEEPS)
-_PROBED = (KEEPS, STOPS, KEEPS, STOPS)
+_PROBED = (KEEPS, KEEPS, KEEPS, KEEPS)  # DELTA: a lost probe is not drawn, the others' pi_k carry the probe rate
 _BIASED = (SAYS, STOPS, SAYS, STOPS)
 GRID = {name: dict(zip(FAULTS, verdicts)) for name, verdicts in {
     "uniform, size-weighted mean (`fedavg`)": _EXACT, "MD, size-proportional (`weighted_fedavg`)": _EXACT,

@@ -558,7 +558,8 @@ class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
     adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
-    diverged, a client without samples says so). It also notes every client
+    diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
+    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -581,7 +582,12 @@ class _CheckedProbes:
         self._asked[np.asarray(client_ids, dtype=np.int64)] = True
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
+            partial = bool(getattr(payload, "partial", False))  # the sampler does without lost probes (ProbeRequest)
+            if partial and all(lost_to_faults(reply) for reply in replies):
+                raise RoundFailed("every probe was lost")
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+                if partial and lost_to_faults(reply):
+                    continue
                 problem = validate.probe_problem(reply)
                 if problem:
                     hint = (LOST_PROBE if lost_to_faults(reply) else  # dropped out or too late: not the model's doing
