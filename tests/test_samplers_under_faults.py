@@ -192,7 +192,8 @@ def test_delta_says_when_a_client_cannot_be_drawn():
 #   target, coordinate by coordinate (the size-weighted mean; ISFedAvg's: the plain mean; FedAvg's ratio estimator: its
 #   exact expectation over the cohorts that survive, below);
 # - SAYS: the sampler's inclusion probabilities are estimated or degenerate, so no unbiased target exists with or without
-#   faults: every round's record says so (``inclusion``, ``bias``) and names the lost clients and their phase (``failed``);
+#   faults: every round's record says so (``inclusion``, ``bias``) and names the lost clients and their phase
+#   (``failed``); a round that lost clients says that no correction applies (``faults_uncorrected``, and a warning);
 # - STOPS: a lost probe (the sampler needs every client's statistics) stops the round with one line naming the client
 #   and why (not blamed on a diverging model);
 # - UNASKED: the sampler asks nobody in that phase: the round is the fault-free one, to the bit.
@@ -288,10 +289,12 @@ def test_every_sampler_under_every_fault(sampler, fault):
             assert torch.equal(faulty[0]["w"], clean[0]["w"]) and not faulty[1][0]["failed"]
     elif verdict == SAYS:
         phases = set()
-        for seed in range(10):
-            _, logs = rounds_of(strategy, faults, seed, 3)  # FedCor chooses by its model after 2 random rounds
-            assert logs[-1]["inclusion"] in ("estimated", "degenerate") and logs[-1]["bias"], logs[-1]
-            phases |= {f["phase"] for log in logs for f in log["failed"]}
+        with pytest.warns(RuntimeWarning, match="lost clients this round .* no correction makes its aggregate unbiased"):
+            for seed in range(10):
+                _, logs = rounds_of(strategy, faults, seed, 3)  # FedCor chooses by its model after 2 random rounds
+                assert logs[-1]["inclusion"] in ("estimated", "degenerate") and logs[-1]["bias"], logs[-1]
+                phases |= {f["phase"] for log in logs for f in log["failed"]}
+                assert all(("faults_uncorrected" in log) == bool(log["failed"] and log.get("bias")) for log in logs)
         assert phases, "the fault never struck: the cell tests nothing"
     else:
         with pytest.raises(ValueError, match=r"client \d+'s probe is unusable \((dropped out|straggler)") as stopped:

@@ -6,6 +6,7 @@ aggregate -> server step. The strategy talks to clients only through ``Federatio
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -204,6 +205,7 @@ class Strategy:
         facts = in_background(self.cohort_facts, ctx, cohort)  # on the idle core while the update is aggregated
         replies, delta = self.combine_valid(replies, cohort, ctx, lost, trained_rate=trained_rate)
         ctx.log.update(self.describe_round(ctx, cohort, replies, facts.result()))
+        note_uncorrected_faults(ctx, self.clients)
         observe = getattr(self.clients, "observe", None)
         if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
             observe(ctx, cohort, replies)
@@ -309,6 +311,17 @@ class Strategy:
         facts.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         facts.update(round_figures(ctx.state))
         return facts
+
+
+def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
+    """A round that lost clients (``failed``) under a sampler whose inclusion probabilities are estimated or degenerate
+    (the record's ``bias``): no response-rate correction can make that aggregate unbiased, which the record says
+    (``faults_uncorrected``, naming the sampler) and a warning says once per run (:mod:`fedsample.warned`)."""
+    if ctx.log.get("failed") and ctx.log.get("bias"):
+        said = (f"{parts.describe(sampler)} lost clients this round and its inclusion probabilities are "
+                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased (docs/reliability.md)")
+        ctx.log["faults_uncorrected"] = said
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
 
 
 def drawn_or_none(reports: ReplyList) -> int | None:
