@@ -180,14 +180,16 @@ def _delta_federation(N: int = 10) -> Probed:
     return Probed(g, rng.uniform(0.1, 2.0, N))
 
 
+@pytest.mark.parametrize("score_weights", ["objective", "none"])
 @pytest.mark.parametrize("draw", ["with_replacement", "poisson"])
-def test_delta_draws_match_the_declared_probabilities(draw):
+def test_delta_draws_match_the_declared_probabilities(draw, score_weights):
+    """p_k proportional to w_k sqrt(zeta_k^2 + sigma_k^2) (the default, w_k = n_k/n) or to the unweighted score."""
     R, N, m = 4000, 10, 3
     fed = _delta_federation(N)
     sizes = np.arange(1, N + 1) * 4
-    sampler = DeltaClients(m=m, draw=draw)
+    sampler = DeltaClients(m=m, draw=draw, score_weights=score_weights)
     w = sizes / sizes.sum()
-    scores = delta.delta_scores(delta.gradient_diversity(fed.gradients, w), fed.sigma2)
+    scores = delta.delta_scores(delta.gradient_diversity(fed.gradients, w), fed.sigma2) * (w if score_weights == "objective" else 1.0)
     p = scores / scores.sum()
     pi = 1 - (1 - p) ** m if draw == "with_replacement" else optimal.optimal_probabilities(scores, m)
     freq, drawn, declared = draws_of(lambda t: sampler.select(context(t, sizes, fed)), R, N)
@@ -196,7 +198,8 @@ def test_delta_draws_match_the_declared_probabilities(draw):
     if draw == "with_replacement":  # E[draws] = m p_k, the Hansen-Hurwitz weights' denominator
         assert np.all(np.abs(drawn - m * p) <= Z * np.sqrt(m * p * (1 - p) / R))
     else:
-        assert np.any(pi == 1.0) and np.all(freq[pi == 1.0] == 1.0) and pi.sum() == pytest.approx(m)
+        assert np.all(freq[pi == 1.0] == 1.0) and pi.sum() == pytest.approx(m)
+        assert np.any(pi == 1.0) == (score_weights == "none")  # the unweighted scores of clients 0-1 are capped here
 
 
 def test_delta_reference_draw_is_estimated_and_its_assumed_weights_are_not_its_probabilities():

@@ -455,7 +455,10 @@ def test_qcid_hand_computed():
     np.testing.assert_allclose(
         fedcbs.qcid_with_each(HIST[0] + HIST[1], HIST), [fedcbs.qcid(HIST[[0, 1, i]]) for i in range(5)], atol=1e-15
     )
-    bonus = fedcbs.exploration_bonus([0, 1, 4], 10, 2.0)  # T = 0 counts as 1
+    bonus = fedcbs.exploration_bonus([0, 1, 4], 10, 2.0)  # T = 0: never selected, an infinite bonus
+    np.testing.assert_allclose(bonus, 2 * np.sqrt(3 * np.log(10) / (2 * np.array([0, 1, 4]))))
+    assert bonus[0] == np.inf
+    bonus = fedcbs.exploration_bonus([0, 1, 4], 10, 2.0, count_rule="floor_one")  # T = 0 counts as 1
     np.testing.assert_allclose(bonus, 2 * np.sqrt(3 * np.log(10) / (2 * np.array([1, 1, 4]))))
 
 

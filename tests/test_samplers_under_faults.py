@@ -151,8 +151,8 @@ def test_delta_with_every_score_zero_draws_uniformly(draw):
 @pytest.mark.parametrize("draw", ["with_replacement", "poisson", "reference"])
 def test_delta_does_without_a_lost_probe(draw):
     """A client whose probe was lost is never drawn, is named in the round record (``failed``, phase ``probe``) and
-    counted (``sampler_lost_probes``); the others' pi_k (and expected draws) are times the share whose probe arrived
-    (before: the round stopped). Every probe lost: the round leaves the parameters unchanged and says why."""
+    counted (``sampler_lost_probes``); the others' pi_k (and expected draws) are times the share whose probe arrived,
+    except under the reference draw (the authors' weights) (before: the round stopped). Every probe lost: the round leaves the parameters unchanged and says why."""
     strategy = recipe("delta", clients_per_round=4, draw=draw)
     params = {"w": torch.zeros(2, dtype=torch.float64)}
     seen_lost = 0
@@ -162,7 +162,8 @@ def test_delta_does_without_a_lost_probe(draw):
         cohort = strategy.clients.select(ctx)
         lost = [f["client"] for f in ctx.log.get("failed", []) if f["phase"] == "probe"]
         assert ctx.log.get("sampler_lost_probes", 0) == len(lost) and not np.isin(cohort.ids, lost).any()
-        assert ctx.state["delta"]["probe_rate"] == (N - len(lost)) / N
+        # the reference draw keeps the authors' weights (ReferenceMean): no probe rate
+        assert ctx.state["delta"]["probe_rate"] == ((N - len(lost)) / N if draw != "reference" else 1.0)
         seen_lost += len(lost)
     assert seen_lost > 0
     _, logs = rounds_of(strategy, FaultModel(dropout={"probe": 0.9999}), 0, 1)

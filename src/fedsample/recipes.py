@@ -32,9 +32,9 @@ from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, Fu
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
-from fedsample.sampling.delta import DeltaClients, Draw
+from fedsample.sampling.delta import REFERENCE_SERVER_MOMENTUM, DeltaClients, Draw, ReferenceMean, ScoreWeights
 from fedsample.sampling.divfl import DivFLClients, Metric
-from fedsample.sampling.fedcbs import FedCBSClients
+from fedsample.sampling.fedcbs import CountRule, FedCBSClients
 from fedsample.sampling.fedcor import FedCorClients
 from fedsample.sampling.oort import OortClients
 from fedsample.sampling.power_of_choice import PowerOfChoiceClients
@@ -673,22 +673,30 @@ def optimal_sampling(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def delta(
     *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
-    objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
-    server_lr: float = 1.0, data: Any = None,
+    objective: Objective = "size", score_weights: ScoreWeights = "objective", lr: float = 0.05, epochs: int | None = 1,
+    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    lr_decay: float = 1.0, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
 ) -> Strategy:
     """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
     variance), m (``clients_per_round``, alias ``m``) clients are drawn with p_k proportional to
-    sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2) (``draw="with_replacement"``: the paper's unbiased weights
-    w_k m_k / (m p_k); ``"poisson"``: pi_k capped, w_k / pi_k; ``"reference"``: the reference implementation's draw
-    without replacement weighted as with replacement, biased), local SGD, and the server steps by the weighted sum
-    (w_k = n_k/n for ``objective="size"``, 1/N for ``"uniform"``)."""
-    aggregate, sizes = _horvitz_thompson(objective)
+    w_k sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2) (``score_weights="none"``: without w_k, eq. (11) as printed), local
+    SGD, and the server steps by the weighted sum (w_k = n_k/n for ``objective="size"``, 1/N for ``"uniform"``).
+    ``draw="with_replacement"``: the paper's unbiased weights w_k m_k / (m p_k); ``"poisson"``: pi_k capped, w_k / pi_k;
+    ``"reference"``: the authors' code, its draw without replacement and its aggregation
+    (:class:`~fedsample.sampling.delta.ReferenceMean`: sum n_k Delta_k / (N p_k) over the sampled total sum n_k) with
+    server momentum 0.2 (``server_momentum``; 0 for the other draws), biased (docs/samplers.md)."""
     name = "delta" if draw == "with_replacement" else f"delta_{draw}"
+    if draw == "reference":
+        aggregate: Any = ReferenceMean(clients_per_round)
+        sizes: ExactSizes | None = ExactSizes(scope="all")
+        momentum = REFERENCE_SERVER_MOMENTUM if server_momentum is None else server_momentum
+    else:
+        aggregate, sizes = _horvitz_thompson(objective)
+        momentum = server_momentum or 0.0
     return Strategy(
-        clients=DeltaClients(clients_per_round, draw, alpha1, alpha2, objective), data=data or FullData(),
+        clients=DeltaClients(clients_per_round, draw, alpha1, alpha2, objective, score_weights), data=data or FullData(),
         local=_local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay), aggregate=aggregate,
-        server=ServerSGD(server_lr), sizes=sizes, name=name,
+        server=ServerSGD(server_lr, momentum), sizes=sizes, name=name,
     )
 
 
@@ -712,14 +720,15 @@ def power_of_choice(
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
-    *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, lr: float = 0.05, epochs: int | None = 1,
-    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+    *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
-    class imbalance QCID, the first with the exploration bonus ``lam`` (:class:`~fedsample.sampling.fedcbs.FedCBSClients`;
+    class imbalance QCID, the first with the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)) (T_i by ``count_rule``:
+    the number of selections, infinite bonus for a never-selected client; :class:`~fedsample.sampling.fedcbs.FedCBSClients`;
     the label histograms are sent in the clear)."""
-    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta), lr=lr, epochs=epochs, steps=steps,
+    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta, count_rule), lr=lr, epochs=epochs, steps=steps,
                             batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
                             server_lr=server_lr, data=data)
 

@@ -21,6 +21,8 @@ from fedsample.rng import CohortRandom
 from fedsample.sampling.clamp import clamped
 
 if TYPE_CHECKING:
+    import torch
+
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
@@ -82,6 +84,20 @@ class BernoulliSamples:
         ends = np.cumsum(sizes)
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
+
+    def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """:meth:`draw_cohort` with the cohort's arrays kept on ``rng``'s device (a :class:`CohortRandom` built
+        with a ``device``): ``(member, position)`` as int64 tensors there, the same numbers as the numpy pass
+        (the kept positions from :meth:`CohortRandom.ragged_below_on_device`, then the same block arithmetic).
+        ``sizes`` on the host (copied to the device once) or already there (e.g. kept there for the run: the sizes
+        do not change); the host waits for the number of draws and for how many were kept, nothing else."""
+        import torch
+
+        n = torch.as_tensor(sizes, dtype=torch.int64, device=rng.device)
+        kept = rng.ragged_below_on_device(n, self.p)
+        ends = torch.cumsum(n, 0)
+        member = torch.searchsorted(ends, kept, right=True)  # the client whose block holds each kept sample
+        return member, kept - (ends - n)[member]
 
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
         """One uniform per local sample."""

@@ -1,26 +1,44 @@
-"""DELTA: diverse client sampling (Wang, Ji, et al., "DELTA: Diverse client sampling for fasting federated
-learning", NeurIPS 2023; arXiv 2205.13925).
+"""DELTA: diverse client sampling (Wang, Guo, Lin & Tang, "DELTA: Diverse client sampling for fasting federated
+learning", NeurIPS 2023; arXiv 2205.13925). Equation numbers are those of the paper's text we read (the ICLR 2023
+submission of the same paper, arXiv 2205.13925); the authors' released code is github.com/L3030/DELTA_FL.
 
-DELTA's sampling probability (its optimal unbiased sampling, as we recall the paper's Theorem/Corollary):
-p_i proportional to sqrt(alpha_1 zeta_i^2 + alpha_2 sigma_i^2), where zeta_i = ||grad F_i(x) - grad f(x)|| is
-client i's gradient diversity (:func:`gradient_diversity`) and sigma_i^2 its local stochastic-gradient
-variance (:func:`local_variance`); alpha_1, alpha_2 are constants of the bound (hyperparameters of the
-practical algorithm). :func:`delta_scores` and :func:`delta_probabilities` compute them.
+DELTA's sampling probability (Corollary 3.4, eq. (11)): p_i proportional to sqrt(alpha_1 zeta_i^2 + alpha_2
+sigma_i^2), where zeta_i = ||grad F_i(x) - grad f(x)|| is client i's gradient diversity against the target's gradient
+grad f = sum_j w_j grad F_j (eq. (1); :func:`gradient_diversity`), sigma_i^2 its local stochastic-gradient variance
+(Assumption 2; :func:`local_variance`), and alpha_1 = 20 K^2 L eta_L, alpha_2 = 5 K L eta_L + eta / n the constants
+of its bound (K local steps, L smoothness, eta_L and eta the local and server learning rates, n clients a round;
+:func:`paper_alphas`). :func:`delta_scores` and :func:`delta_probabilities` compute them.
+
+Client weights (:func:`objective_scores`). Eq. (11) minimizes sum_i a_i / p_i (a_i = alpha_1 zeta_i^2 + alpha_2
+sigma_i^2), the variance of the surrogate (6) that weighs every client 1/(m p_i): the target with equal weights.
+For the target sum_i w_i F_i of eq. (1), aggregated as sum_{i in S} (w_i / (|S| p_i)) Delta_i (Algorithm 1, line 12,
+w_i = n_i / n), the same bound has sum_i w_i^2 a_i / p_i and its minimum (Cauchy-Schwarz) is p_i proportional to
+w_i sqrt(a_i): eq. (11) with each score times w_i. The authors' code multiplies the scores by L_i / sum_j L_j (L_i
+the client's sample count) likewise. :class:`DeltaClients` does so by default (``score_weights="objective"``);
+``score_weights="none"`` keeps eq. (11)'s unweighted scores (this project's rule before), which for a size-weighted
+target gives small clients far more draws than their weight and so a larger variance.
 
 The estimator is unbiased only with a draw that matches its weights. Two such draws:
 
 - ``with_replacement``: m independent draws with probabilities p (:func:`with_replacement_sample`), each draw
   of client i weighted w_i / (m p_i) (:func:`with_replacement_weights`, Hansen-Hurwitz): the paper's
   aggregation sum_{i in S} (1 / (m p_i)) w_i Delta_i with S a multiset;
-- ``poisson``: client i independently with pi_i proportional to the score, capped at 1, sum pi = m
+- ``poisson``: client i independently with pi_i proportional to its (weighted) score, capped at 1, sum pi = m
   (:func:`poisson_sample`), weighted w_i / pi_i (Horvitz-Thompson, :func:`optimal.horvitz_thompson_weights`).
 
-``reference``: the public reference implementation draws m clients *without* replacement proportionally to
-p (numpy's ``choice(replace=False, p=p)``, :func:`reference_sample`) but weights them as if with replacement,
-w_i / (m p_i). Its true inclusion probabilities pi_i (:func:`reference_inclusion`: exact by enumeration for at
-most 20 clients, by replay otherwise) are not m p_i, so E[estimate] = sum_i (pi_i / (m p_i)) w_i Delta_i
-differs from the target by :func:`reference_bias`. (The description of the reference code is the project
-issue's; a public re-implementation we read draws the same way. We have not read the authors' code.)
+``reference``: the authors' code (``torch.multinomial(P, S, replacement=False)``) draws m clients *without*
+replacement proportionally to p (:func:`reference_sample`). Its true inclusion probabilities pi_i
+(:func:`reference_inclusion`: exact by enumeration for at most 20 clients, by replay otherwise) are not m p_i.
+Weighted as if drawn with replacement, w_i / (m p_i), the estimate has E = sum_i (pi_i / (m p_i)) w_i Delta_i, off the
+target by :func:`reference_bias`. The authors' code aggregates differently: sum_{i in S} (L_i / (N p_i)) Delta_i,
+divided by the sampled clients' total sum_{i in S} L_i, then a server step with momentum 0.2
+(:func:`reference_aggregate_weights`, :class:`ReferenceMean`; ``fedsample.recipes.delta(draw="reference")`` uses
+both), a ratio estimator whose expectation (:func:`reference_aggregate_expectation`) is not the target either.
+
+Where the authors' code departs from the paper in other ways, this module follows the paper: the code's score is
+beta (L_i/sum L) ||g_i - g_bar|| + (1 - beta) sqrt(L_i/sum L) with g_bar the clients' unweighted mean and no
+sigma_i^2 (``reweight_prac_theory``, beta = 0.5), its g_i the mean of the minibatch gradients of one local epoch;
+here zeta_i is measured against the target's weighted mean gradient at the global model, and sigma_i^2 is estimated.
 """
 
 from __future__ import annotations
@@ -28,7 +46,7 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
 
 import numpy as np
 
@@ -38,7 +56,8 @@ from fedsample.parts import InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort, is_failed
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
-from fedsample.training.aggregate import OBJECTIVE
+from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
+from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -49,6 +68,8 @@ __all__ = [
     "gradient_diversity",
     "local_variance",
     "delta_scores",
+    "paper_alphas",
+    "objective_scores",
     "delta_probabilities",
     "with_replacement_sample",
     "with_replacement_weights",
@@ -56,6 +77,10 @@ __all__ = [
     "reference_sample",
     "reference_inclusion",
     "reference_bias",
+    "reference_aggregate_weights",
+    "reference_aggregate_expectation",
+    "REFERENCE_SERVER_MOMENTUM",
+    "ReferenceMean",
     "eligible_scores",
     "note_zero_scores",
     "probes_arrived",
@@ -66,6 +91,10 @@ __all__ = [
 ]
 
 Draw = Literal["with_replacement", "poisson", "reference"]
+ScoreWeights = Literal["objective", "none"]
+#: The server momentum of the authors' code (v = 0.2 v + Delta; ``comm_helpers.IS_communicate``), which
+#: ``fedsample.recipes.delta(draw="reference")`` uses with :class:`ReferenceMean`.
+REFERENCE_SERVER_MOMENTUM = 0.2
 
 #: Kind of inclusion probabilities of each draw (the reference draw's are exact by enumeration up to
 #: ``design.SUCCESSIVE_EXACT_LIMIT`` clients and estimated by replay above).
@@ -113,6 +142,32 @@ def delta_scores(diversity: np.ndarray, variance: np.ndarray, alpha1: float = 1.
         if not np.isfinite(value) or value < 0:
             raise ValueError(f"{where}: {name} must be finite and >= 0, got {value!r}")
     return np.sqrt(alpha1 * zeta**2 + alpha2 * sigma2)
+
+
+def paper_alphas(local_steps: int, smoothness: float, local_lr: float, server_lr: float, cohort: int) -> tuple[float, float]:
+    """The constants of Corollary 3.4: alpha_1 = 20 K^2 L eta_L and alpha_2 = 5 K L eta_L + eta / n (K local steps, L the
+    smoothness constant of Assumption 1, eta_L and eta the local and server learning rates, n clients a round). Only
+    their ratio alpha_2 / alpha_1 = 1/(4K) + eta / (20 n K^2 L eta_L) changes p. L is rarely known, which is why
+    :class:`DeltaClients` takes alpha1 and alpha2 as hyperparameters (1 and 1 by default)."""
+    where = "paper_alphas"
+    K = design.check_count(local_steps, "local_steps", where, minimum=1)
+    n = design.check_count(cohort, "cohort", where, minimum=1)
+    for name, value in (("smoothness", smoothness), ("local_lr", local_lr), ("server_lr", server_lr)):
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"{where}: {name} must be finite and > 0, got {value!r}")
+    return 20.0 * K**2 * smoothness * local_lr, 5.0 * K * smoothness * local_lr + server_lr / n
+
+
+def objective_scores(scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """w_i times score_i: the variance-minimizing p_i proportional to w_i sqrt(alpha_1 zeta_i^2 + alpha_2 sigma_i^2)
+    for the target sum_i w_i Delta_i (eq. (11) is the case of equal w_i; the authors' code multiplies by L_i / sum L).
+    ``weights`` need not sum to 1 (p is normalized afterwards)."""
+    where = "objective_scores"
+    s = design.nonnegative_vector(scores, "scores", where)
+    w = design.nonnegative_vector(weights, "weights", where)
+    if w.shape != s.shape:
+        raise ValueError(f"{where}: scores and weights differ in length ({s.size} vs {w.size})")
+    return w * s
 
 
 def delta_probabilities(scores: np.ndarray) -> np.ndarray:
@@ -190,6 +245,42 @@ def reference_bias(p: np.ndarray, m: int, weights: np.ndarray, updates: np.ndarr
     return (factor * w) @ U
 
 
+def reference_aggregate_weights(p_chosen: np.ndarray, sizes_chosen: np.ndarray, num_clients: int) -> np.ndarray:
+    """The authors' aggregation weights (their ``IS_communicate``) of the chosen clients: L_i / (N p_i), divided by the
+    chosen clients' total sum_{j in S} L_j (L_i the client's sample count, p_i its draw probability, N the number of
+    clients), so the step is sum_{i in S} L_i Delta_i / (N p_i) / sum_{j in S} L_j. A ratio estimator: with equal
+    sizes and p_i = 1/N it is FedAvg's mean (1/m) sum_{i in S} Delta_i; in general it is unbiased neither for
+    sum_i w_i Delta_i nor for the plain mean (:func:`reference_aggregate_expectation`)."""
+    where = "reference_aggregate_weights"
+    p = design.nonnegative_vector(p_chosen, "p_chosen", where)
+    L = design.nonnegative_vector(sizes_chosen, "sizes_chosen", where)
+    N = design.check_count(num_clients, "num_clients", where, minimum=1)
+    if p.shape != L.shape:
+        raise ValueError(f"{where}: p_chosen and sizes_chosen differ in length ({p.size} vs {L.size})")
+    if np.any(p <= 0):
+        raise ValueError(f"{where}: a chosen client has p_i = 0")
+    if L.sum() <= 0:
+        raise ValueError(f"{where}: the chosen clients' sizes are all zero")
+    return L / (N * p) / L.sum()
+
+
+def reference_aggregate_expectation(p: np.ndarray, m: int, sizes: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    """E[step] of the authors' aggregation (:func:`reference_aggregate_weights`) under their draw of m distinct
+    clients successively proportional to p (:func:`reference_sample`), exactly: the sum over every possible cohort
+    S of P(S) sum_{i in S} weight_i(S) Delta_i (:func:`design.successive_sampling_sets`; at most 20 clients),
+    ``updates`` one row Delta_i per client."""
+    where = "reference_aggregate_expectation"
+    q = delta_probabilities(p)
+    L = design.nonnegative_vector(sizes, "sizes", where)
+    U = design.finite_matrix(updates, "updates", where)
+    if L.size != q.size or U.shape[0] != q.size:
+        raise ValueError(f"{where}: sizes ({L.size}) and updates ({U.shape[0]} rows) must have one entry per client ({q.size})")
+    members, probs = design.successive_sampling_sets(q, m)
+    ratio = np.divide(L, q.size * q, out=np.zeros_like(L), where=q > 0)
+    weights = members * ratio / (members @ L)[:, None]
+    return (probs @ weights) @ U
+
+
 def eligible_scores(scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The scores of the clients the target weighs (w_k > 0; under ``objective="size"`` a client whose size report
     was lost has w_k = 0 and is not drawn, as under the clustered, MD, optimal and power-of-d samplers: the target
@@ -244,9 +335,47 @@ def with_probe_rate(sample: Sample, rate: float) -> Sample:
     return sample if rate == 1.0 else Sample(sample.ids, sample.inclusion * rate, sample.multiplicity)
 
 
+@dataclass(frozen=True)
+@checks.constrained(m=checks.Param(checks.COUNT, label="m (draws per round)"))
+class ReferenceMean:
+    """The authors' aggregation (:func:`reference_aggregate_weights`) as an aggregator: sum_{k in S} n_k Delta_k /
+    (N p_k) over the received updates, divided by their total sum n_k (reported sizes), p_k read from the cohort's
+    expected draws m p_k (:class:`DeltaClients`' ``reference`` draw: ``m`` must be its m). The weights are known
+    before the updates (a secure sum can form it); the ratio normalizes over whoever answered, so it needs no
+    response-rate adjustment. Biased for sum_k w_k Delta_k, as :func:`reference_aggregate_expectation` computes."""
+
+    m: int = 10
+    linear: ClassVar[bool] = True
+    weighs_by_inclusion: ClassVar[bool] = True  # it divides by p_k = E[draws]/m
+    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
+
+    @property
+    def shared_settings(self) -> Mapping[str, Any]:
+        """m, which the sampler's expected draws m p_k carry and this aggregator divides out."""
+        return {M_SETTING: self.m}
+
+    def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
+        """The weights of the updates at ``positions`` of the cohort (:func:`reference_aggregate_weights`)."""
+        if cohort.expected_draws is None:
+            raise ValueError("ReferenceMean needs cohorts that carry their expected draws m p_k (DeltaClients(draw='reference'))")
+        p = np.asarray(cohort.expected_draws, dtype=np.float64)[positions] / self.m
+        sizes = reported_sizes(ctx, cohort.ids[positions])
+        return reference_aggregate_weights(p, sizes, cohort.population)
+
+    def planned_weights(self, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
+        """The weights :meth:`combine` gives the cohort if every client's update arrives."""
+        return self.weights(np.arange(len(cohort)), cohort, ctx)
+
+    def combine(self, reports: Any, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+        """The weighted sum of the received updates (None when nothing arrived)."""
+        return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
+
+
 # --- the client sampler ------------------------------------------------------------------------------------------
 
 STATE_KEY = "delta"
+#: The shared setting of the reference draw and :class:`ReferenceMean`: both must mean the same m.
+M_SETTING = "m (DELTA's draws per round, which the reference aggregation divides out)"
 
 
 @dataclass(frozen=True)
@@ -257,17 +386,20 @@ class DeltaClients:
     """DELTA's client sampler (Wang et al., NeurIPS 2023). Every round each client is probed at the global model
     (``ProbeRequest(gradient=True, per_sample=True)``: its full-data gradient grad F_k and its per-sample gradient
     variance sigma_k^2, :func:`fedsample.client.probe`); the server forms zeta_k = ||grad F_k - sum_j w_j grad F_j||
-    (:func:`gradient_diversity`) and p_k proportional to sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2), with w_k = n_k/n
-    (``objective="size"``) or 1/N. The draw (``draw``):
+    (:func:`gradient_diversity`) and p_k proportional to w_k sqrt(alpha1 zeta_k^2 + alpha2 sigma_k^2)
+    (``score_weights="objective"``, the bound's optimum for the target, :func:`objective_scores`; ``"none"``: without
+    w_k, eq. (11) as printed), with w_k = n_k/n (``objective="size"``) or 1/N. The draw (``draw``):
 
     - ``"with_replacement"``: m draws with probabilities p (exact pi_k = 1 - (1 - p_k)^m; the cohort carries the
       multiplicities and E[draws] = m p_k, so the Horvitz-Thompson aggregators weigh m_k w_k / (m p_k), the paper's);
     - ``"poisson"``: client k independently with pi_k proportional to its score, capped at 1, sum pi = m (exact);
-    - ``"reference"``: the reference implementation's draw, m distinct clients successively proportional to p
-      (:func:`reference_sample`), weighted as if drawn with replacement, w_k / (m p_k) (the cohort's
-      ``expected_draws`` m p_k, which are not its true pi_k): its probabilities are estimated
-      (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is biased, which ``fedsample.diagnose``
-      shows. The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
+    - ``"reference"``: the authors' code's draw, m distinct clients successively proportional to p
+      (:func:`reference_sample`); the cohort carries the ``expected_draws`` m p_k the code's weights divide by
+      (:class:`ReferenceMean`, or w_k / (m p_k) under a Horvitz-Thompson aggregator), which are not its true pi_k:
+      its probabilities are estimated (:meth:`estimate_inclusion` replays the round's draw) and its aggregate is
+      biased, which ``fedsample.diagnose`` shows.
+
+    The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
 
     Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
     (:func:`eligible_scores`); a client whose probe was lost is not drawn either, but stays in the target: the others'
@@ -275,13 +407,14 @@ class DeltaClients:
     positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
 
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
-    alpha1 = alpha2 = 1 by default (the bound's constants are hyperparameters of the practical algorithm)."""
+    alpha1 = alpha2 = 1 by default (the bound's constants need the smoothness constant L: :func:`paper_alphas`)."""
 
     m: int = 10
     draw: Draw = "with_replacement"
     alpha1: float = 1.0
     alpha2: float = 1.0
     objective: optimal.Objective = "size"
+    score_weights: ScoreWeights = "objective"
 
     @property
     def inclusion_kind(self) -> InclusionKind:
@@ -304,8 +437,9 @@ class DeltaClients:
 
     @property
     def shared_settings(self) -> Mapping[str, Any]:
-        """The w_k of its target, which the Horvitz-Thompson aggregator must share."""
-        return {OBJECTIVE: self.objective}
+        """The w_k of its target, which the Horvitz-Thompson aggregator must share (and, for the reference draw, m,
+        which :class:`ReferenceMean` divides out of the expected draws m p_k)."""
+        return {OBJECTIVE: self.objective} | ({M_SETTING: self.m} if self.draw == "reference" else {})
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """At most m distinct clients (m draws; sum pi = m for Poisson)."""
@@ -321,9 +455,13 @@ class DeltaClients:
         gradients = probed_gradients(reports, arrived)
         variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
         w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
-        scores = eligible_scores(delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2), w)
+        scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
+        if self.score_weights == "objective":
+            scores = objective_scores(scores, w)
+        scores = eligible_scores(scores, w)
         note_zero_scores(ctx, int(np.count_nonzero((scores == 0) & (w > 0))))
-        rate = probe_rate(optimal.objective_weights(ctx, self.objective), arrived)
+        # the exact draws' pi_k carry the probe rate; the reference draw keeps the authors' weights (biased, says so)
+        rate = probe_rate(optimal.objective_weights(ctx, self.objective), arrived) if self.draw != "reference" else 1.0
         ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores, "probe_rate": rate}
         return delta_probabilities(scores)
 

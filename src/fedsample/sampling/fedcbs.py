@@ -4,8 +4,10 @@ mechanism for federated learning via class-imbalance reduction", ICML 2023; arXi
 The class-imbalance of a group S of clients is the quadratic class-imbalance degree of its pooled label
 histogram (:func:`qcid`): QCID(S) = sum_b (alpha_b - 1/B)^2, alpha the pooled class proportions over B classes
 (0 for a perfectly balanced pool). The paper computes it under homomorphic encryption from the pairwise
-products n_i n_j alpha_i . alpha_j, so the server learns those inner products of the clients' label
-histograms, never the histograms themselves; this pure layer takes the histograms (one row per client).
+products n_i n_j alpha_i . alpha_j, as sum_{i,j in S} n_i n_j alpha_i . alpha_j / (sum_{i in S} n_i)^2 - 1/B, which
+is the same number (sum_b alpha_b^2 - 1/B = sum_b (alpha_b - 1/B)^2); so the server learns those inner products of
+the clients' label histograms, never the histograms themselves; this pure layer takes the histograms (one row per
+client).
 
 The m clients are drawn one at a time without replacement (:func:`fedcbs_sample`), each step's probabilities
 given by :func:`step_probabilities`:
@@ -15,13 +17,22 @@ given by :func:`step_probabilities`:
 - k-th client (k >= 2): P(i | S) proportional to 1 / QCID(S + {i})^beta_k over the clients not yet chosen.
 
 The paper writes the k-th step with the factor QCID(S)^beta_{k-1} in the numerator (and, at k = 2, the first
-step's weight in the denominator) so that the product telescopes; both factors are constant over the
-candidates and cancel in the normalization, so they are left out here. The exponents beta_k and lambda are
-hyperparameters; the default beta_k = k (``beta=None``) is how we remember the paper's setting and is not
-confirmed from its text. A never-selected client (T_i = 0) has
-an unbounded bonus in the formula; we use T_i = 1 for it, as a public re-implementation does (not confirmed
-from the paper). A candidate with QCID = 0 (a perfectly balanced pool) has infinite weight: the step then
-chooses uniformly among such candidates (the limit of the formula).
+step's weight of the client already chosen in the denominator) so that the product telescopes; both factors are
+constant over the candidates and cancel in the normalization, so they are left out here. (A public
+re-implementation we read puts each *candidate's* bonus in that denominator at k = 2; we follow the formula.)
+
+Conventions, and how far they are checked. The paper's text was not available to us while writing this (only a
+summary and that re-implementation): the formulas above are as we remember them and as the re-implementation writes
+them. beta_k = k (``beta=None``): the re-implementation's setting, which its comment attributes to the paper's
+experiments. lambda: a hyperparameter, 1 by default here (the paper's value is not confirmed). T_i
+(``count_rule``): the formula's T_i is the number of times client i was selected, so a never-selected client has an
+infinite bonus once ln t > 0: ``"selections"`` (the default) takes that literally, and the first step then chooses
+uniformly among the never-selected clients (the formula's limit, UCB1's "try every arm once"; in round t = 1, ln t =
+0 and no client has a bonus). ``"plus_one"``: T_i = 1 + selections (the re-implementation's counters start at 1,
+because the formula fails at 0); ``"floor_one"``: T_i = max(selections, 1) (this project's rule before, which gives a
+never-selected client the bonus of a once-selected one). A candidate with QCID = 0 (a perfectly balanced pool) has
+infinite weight too: a step with infinite weights chooses uniformly among those candidates (the limit of the
+formula).
 
 The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed form:
 :func:`estimate_inclusion` replays the draw from frozen inputs.
@@ -30,7 +41,7 @@ The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 
 import numpy as np
 
@@ -65,6 +76,9 @@ PROBABILITY_KIND = {"fedcbs": "estimated"}
 SERVER_LEARNS = {"fedcbs": ("label_histograms", "participation_counts")}
 #: QCID values at or below this count as 0 (a balanced pool).
 QCID_ZERO = 1e-15
+#: What T_i of the exploration bonus is (module docstring): the number of selections (0 for a never-selected
+#: client, whose bonus is then infinite), one more than that, or that floored at 1.
+CountRule = Literal["selections", "plus_one", "floor_one"]
 
 
 def _histograms(histograms: object, where: str) -> np.ndarray:
@@ -103,15 +117,24 @@ def qcid_with_each(pooled: np.ndarray, histograms: np.ndarray) -> np.ndarray:
     return np.sum((alpha - 1.0 / H.shape[1]) ** 2, axis=1)
 
 
-def exploration_bonus(counts: np.ndarray, t: int, lam: float) -> np.ndarray:
-    """lambda sqrt(3 ln t / (2 T_i)), the first step's exploration term (T_i = ``counts``, raised to 1 for
-    never-selected clients; t >= 1 the round)."""
+def exploration_bonus(counts: np.ndarray, t: int, lam: float, count_rule: CountRule = "selections") -> np.ndarray:
+    """lambda sqrt(3 ln t / (2 T_i)), the first step's exploration term (``counts`` the times each client was selected
+    before round t >= 1). ``count_rule`` (module docstring): ``"selections"`` T_i = counts, infinite for a
+    never-selected client when lambda ln t > 0 (0 when it is 0: in round 1 nobody has a bonus); ``"plus_one"``
+    T_i = counts + 1; ``"floor_one"`` T_i = max(counts, 1)."""
     where = "exploration_bonus"
     T = design.nonnegative_vector(counts, "counts", where)
     t = design.check_count(t, "t", where, minimum=1)
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"{where}: lam must be finite and >= 0, got {lam!r}")
-    return lam * np.sqrt(3.0 * np.log(t) / (2.0 * np.maximum(T, 1.0)))
+    if count_rule not in ("selections", "plus_one", "floor_one"):
+        raise ValueError(f"{where}: count_rule must be 'selections', 'plus_one' or 'floor_one', got {count_rule!r}")
+    T = T + 1.0 if count_rule == "plus_one" else np.maximum(T, 1.0) if count_rule == "floor_one" else T
+    numerator = lam**2 * 3.0 * np.log(t) / 2.0
+    if numerator == 0:
+        return np.zeros_like(T)
+    with np.errstate(divide="ignore"):
+        return np.sqrt(numerator / T)
 
 
 def step_exponents(m: int, beta: float | Sequence[float] | None = None) -> np.ndarray:
@@ -129,15 +152,14 @@ def step_exponents(m: int, beta: float | Sequence[float] | None = None) -> np.nd
 
 
 def _inverse_power(q: np.ndarray, beta: float, bonus: np.ndarray | None) -> np.ndarray:
-    """Weights 1/q^beta (+ bonus); candidates with q = 0 (infinite weight) share the step uniformly."""
-    zero = q <= QCID_ZERO
-    if np.any(zero):
-        return zero.astype(np.float64)
+    """Weights 1/q^beta (+ bonus); when some candidates' weights are infinite (q = 0, a power beyond the floats, an
+    infinite bonus) the step is uniform over them (the limit of the formula)."""
     with np.errstate(over="ignore"):
-        w = np.exp(-beta * np.log(q))
-    if not np.all(np.isfinite(w)):
-        return np.isinf(w).astype(np.float64)
-    return w if bonus is None else w + bonus
+        w = np.where(q <= QCID_ZERO, np.inf, np.exp(-beta * np.log(np.maximum(q, QCID_ZERO))))
+    if bonus is not None:
+        w = w + bonus
+    infinite = np.isinf(w)
+    return infinite.astype(np.float64) if np.any(infinite) else w
 
 
 def step_probabilities(
@@ -181,10 +203,11 @@ def fedcbs_sample(
     counts: np.ndarray,
     lam: float = 1.0,
     beta: float | Sequence[float] | None = None,
+    count_rule: CountRule = "selections",
 ) -> Sample:
     """Fed-CBS's draw of m distinct clients in round ``t`` (>= 1), ``counts[i]`` the times client i was
-    selected before: one :func:`step_probabilities` draw per step. ``inclusion`` is NaN
-    (:func:`estimate_inclusion`)."""
+    selected before (T_i by ``count_rule``, :func:`exploration_bonus`): one :func:`step_probabilities` draw per step.
+    ``inclusion`` is NaN (:func:`estimate_inclusion`)."""
     where = "fedcbs_sample"
     rng = design.check_rng(rng, where)
     H = _histograms(histograms, where)
@@ -195,7 +218,7 @@ def fedcbs_sample(
     if T.size != H.shape[0]:
         raise ValueError(f"{where}: counts has {T.size} entries, expected {H.shape[0]}")
     betas = step_exponents(m, beta)
-    bonus = exploration_bonus(T, t, lam)
+    bonus = exploration_bonus(T, t, lam, count_rule)
     chosen: list[int] = []
     for k in range(m):
         p = _step(H, np.asarray(chosen, dtype=np.int64), float(betas[k]), bonus if k == 0 else None)
@@ -214,12 +237,13 @@ def estimate_inclusion(
     counts: np.ndarray,
     lam: float = 1.0,
     beta: float | Sequence[float] | None = None,
+    count_rule: CountRule = "selections",
 ) -> np.ndarray:
     """Monte Carlo P(i in S) of :func:`fedcbs_sample` with the inputs frozen (standard error
     sqrt(pi (1 - pi) / draws)); sums to exactly m."""
     H = _histograms(histograms, "estimate_inclusion")
     return design.replay_inclusion(
-        lambda g: fedcbs_sample(H, m, g, t=t, counts=counts, lam=lam, beta=beta), H.shape[0], draws, rng
+        lambda g: fedcbs_sample(H, m, g, t=t, counts=counts, lam=lam, beta=beta, count_rule=count_rule), H.shape[0], draws, rng
     )
 
 
@@ -241,7 +265,8 @@ class FedCBSState:
 class FedCBSClients(adaptive.Replayed):
     """Fed-CBS (Zhang et al., ICML 2023) as a client sampler: m clients drawn one at a time, each step favouring
     the client that lowers the pooled class imbalance QCID of the cohort (:func:`fedcbs_sample`; first step with
-    the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)); exponents beta_k = k, or ``beta`` at every step).
+    the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)), T_i by ``count_rule``; exponents beta_k = k, or ``beta`` at
+    every step).
 
     The label histograms come from one probe of every client (``statistics="labels"``) the first time the sampler
     runs (they do not change), kept by the server with the participation counts T_i. **Privacy**: the paper
@@ -253,6 +278,7 @@ class FedCBSClients(adaptive.Replayed):
     m: int = 10
     lam: float = 1.0
     beta: float | None = None
+    count_rule: CountRule = "selections"
     needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
     inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
     server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["fedcbs"]))
@@ -262,7 +288,8 @@ class FedCBSClients(adaptive.Replayed):
 
     def select(self, ctx: "RoundContext") -> Cohort:
         state = self.frozen_state(ctx)
-        sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta)
+        sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta,
+                              count_rule=self.count_rule)
         adaptive.sampler_state(ctx)["counts"][sample.ids] += 1
         return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
 
@@ -289,4 +316,4 @@ class FedCBSClients(adaptive.Replayed):
         sqrt(pi (1 - pi) / draws), sum exactly m."""
         checks.check("draws", draws, checks.COUNT, owner="FedCBSClients.replay")
         return estimate_inclusion(state.histograms, self.m, draws, adaptive.replay_rng(seed, round), t=state.t,
-                                  counts=state.counts, lam=self.lam, beta=self.beta)
+                                  counts=state.counts, lam=self.lam, beta=self.beta, count_rule=self.count_rule)
