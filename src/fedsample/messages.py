@@ -119,7 +119,11 @@ class ProbeRequest:
 
     ``minibatch=b``: the loss (and gradient) on b of the client's samples drawn uniformly without replacement
     from its own probe stream (all of them when it holds at most b; power-of-choice's cpow-d) instead of on all
-    of its data. The gradient options apply to ``statistics="gradient"`` only."""
+    of its data. The gradient options apply to ``statistics="gradient"`` only.
+
+    ``partial=True``: the sampler can do without the clients the failure model loses in this phase (DELTA: they are
+    not drawn, and the others' inclusion probabilities carry the share whose probe arrived); their replies stay
+    :class:`~fedsample.rounds.Failed` instead of stopping the round. Clients do not read it."""
 
     params: Params
     gradient: bool = False
@@ -130,6 +134,7 @@ class ProbeRequest:
     data_weights: DataWeights | None = None
     statistics: Literal["gradient", "loss", "labels"] = "gradient"
     minibatch: int | None = None
+    partial: bool = False
 
     def __post_init__(self) -> None:
         if self.statistics != "gradient" and (self.gradient or self.compression is not None or self.per_sample):

@@ -6,6 +6,7 @@ aggregate -> server step. The strategy talks to clients only through ``Federatio
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -22,8 +23,9 @@ from fedsample.parts import (
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
-from fedsample.messages import HeldRequest, PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, ProbeRequest, TrainPayload
 from fedsample.federation.base import Federation
+from fedsample.federation.faults import lost_to_faults
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.sampling.clients import AllClients
@@ -187,9 +189,9 @@ class Strategy:
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
         trained_rate = 1.0
         if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
-            asked = len(cohort) + lost
+            asked = len(cohort)  # not those left out for a lost size report: w_k = 0, outside the target (the reporters')
             cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
-            # the clients that failed to train (or were left out) are not candidates: they are non-responders
+            # the clients that failed to train are not candidates: they are non-responders
             trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
         else:
             with planned_sum(cohort.ids, self.planned_weights(ctx, cohort, lost)):  # an engine may sum the updates as they come
@@ -204,6 +206,7 @@ class Strategy:
         facts = in_background(self.cohort_facts, ctx, cohort)  # on the idle core while the update is aggregated
         replies, delta = self.combine_valid(replies, cohort, ctx, lost, trained_rate=trained_rate)
         ctx.log.update(self.describe_round(ctx, cohort, replies, facts.result()))
+        note_uncorrected_faults(ctx, self.clients)
         if parts.observes_replies(self.clients):  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
             self.clients.observe(ctx, cohort, replies)
         if delta is None:
@@ -307,6 +310,17 @@ class Strategy:
         facts.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         facts.update(round_figures(ctx.state))
         return facts
+
+
+def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
+    """A round that lost clients (``failed``) under a sampler whose inclusion probabilities are estimated or degenerate
+    (the record's ``bias``): no response-rate correction can make that aggregate unbiased, which the record says
+    (``faults_uncorrected``, naming the sampler) and a warning says once per run (:mod:`fedsample.warned`)."""
+    if ctx.log.get("failed") and ctx.log.get("bias"):
+        said = (f"{parts.describe(sampler)} lost clients this round and its inclusion probabilities are "
+                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased (docs/reliability.md)")
+        ctx.log["faults_uncorrected"] = said
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
 
 
 def drawn_or_none(reports: ReplyList) -> int | None:
@@ -548,11 +562,15 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     ctx.log["dropped"] = len(ctx.log["failed"])
 
 
+LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
+
+
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged, a client without samples
-    says so). It also notes every client
+    adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
+    diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
+    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -575,9 +593,16 @@ class _CheckedProbes:
         self._asked[np.asarray(client_ids, dtype=np.int64)] = True
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
+            partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
+            if partial and all(lost_to_faults(reply) for reply in replies):
+                raise RoundFailed("every probe was lost")
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+                if partial and lost_to_faults(reply):
+                    continue
                 problem = validate.probe_problem(reply)
-                if problem is not None:  # an empty client's probe says why; any other adds the likely cause
-                    hint = "" if problem.no_samples else "; a non-finite probe usually means the model diverged (lower the learning rate)"
+                if problem is not None:  # a lost probe and an empty client's say why; any other adds the likely cause
+                    hint = (LOST_PROBE if lost_to_faults(reply) else  # dropped out or too late: not the model's doing
+                            "" if problem.no_samples else  # an empty client (fedsample.client.probe)
+                            "; a non-finite probe usually means the model diverged (lower the learning rate)")
                     raise ValueError(f"client {k}'s probe is unusable ({problem.reason}){hint}")
         return replies
