@@ -59,6 +59,8 @@ class FusedLinears:
             self.calls[prefix] = self.calls.get(prefix, 0) + 1
             self.inner[prefix] = self.inner.get(prefix, True) and isinstance(h, torch.Tensor) and h.requires_grad
             return
+        if not output.requires_grad:  # its input no longer depends on trained parameters: it would not be stepped
+            raise RuntimeError(f"fused linear layer {prefix!r}: its output has no gradient after the first step")
         self.kept[prefix] = (h.detach(), None)
         output.register_hook(lambda delta, prefix=prefix: self._delta(prefix, delta))
 
