@@ -61,7 +61,7 @@ def strategy(name: str, **parts) -> Strategy:
     size-weighted mean for the others) and the size reports it needs."""
     clients = SAMPLERS[name]()
     aggregate = WeightedMean("uniform") if name.endswith("pow-d") else WeightedMean("size")
-    sizes = ExactSizes() if clients.needs_sizes is not fs.parts.SizeNeed.NONE else ExactSizes(scope="cohort")
+    sizes = ExactSizes() if clients.capabilities.needs_sizes is not fs.parts.SizeNeed.NONE else ExactSizes(scope="cohort")
     return Strategy(**{"clients": clients, "local": LOCAL, "aggregate": aggregate, "sizes": sizes, "name": name, **parts})
 
 

@@ -1,17 +1,24 @@
-"""What a part declares, checked where the strategy is built or the cohort is chosen: a part missing a method of its
-Protocol, a misspelt declaration and a declaration of the wrong kind are refused at construction in one line naming
-the part; a cohort whose ids or inclusion probabilities are out of range is refused in the round, naming the sampler,
-instead of an ``IndexError`` (or a silent division) later."""
+"""What a part declares, checked where it is declared or where the strategy is built: a capabilities record with a
+misspelt or missing field is the dataclass's ``TypeError`` naming the field, one with a value of the wrong kind a
+one-line ``ValueError`` (naming the part where the strategy builds it); a part declared the old way (separate class
+attributes), one without a record, one with a record of another kind and one missing a method of its Protocol are
+refused at construction in one line naming the part; a cohort whose ids or inclusion probabilities are out of range
+is refused in the round, naming the sampler, instead of an ``IndexError`` (or a silent division) later."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 import pytest
 
 import fedsample as fs
-from fedsample.parts import InclusionKind, SizeNeed
+from fedsample import parts
+from fedsample.parts import (
+    AggregatorCapabilities, ClientSamplerCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit,
+    LocalSolverCapabilities, SizeNeed,
+)
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.training.aggregate import WeightedMean
 from helpers import blobs, federate
@@ -23,9 +30,7 @@ class Fixed:
 
     ids: tuple = (0, 1)
     pi: tuple = (0.5, 0.5)
-    needs_sizes = SizeNeed.NONE
-    inclusion_kind = InclusionKind.EXACT
-    server_learns = ()
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=())
 
     def select(self, ctx: RoundContext) -> Cohort:
         return Cohort(np.array(self.ids), np.array(self.pi), ctx.num_clients)
@@ -37,23 +42,10 @@ class Fixed:
 class NoExpectedCohort:
     """A sampler missing ``expected_cohort`` (the Protocol's other method)."""
 
+    capabilities = Fixed.capabilities
+
     def select(self, ctx: RoundContext) -> Cohort:
         return Cohort(np.array([0]), np.array([1.0]), ctx.num_clients)
-
-
-@dataclasses.dataclass(frozen=True)
-class Misspelt(Fixed):
-    inclusion_kinds: InclusionKind = InclusionKind.DEGENERATE  # meant inclusion_kind: it would claim exact pi
-
-
-@dataclasses.dataclass(frozen=True)
-class WrongKind(Fixed):
-    inclusion_kind: str = "deterministic"  # type: ignore[assignment]
-
-
-@dataclasses.dataclass(frozen=True)
-class WrongFlag(Fixed):
-    draws_carry_sizes: str = "yes"
 
 
 def strategy(clients) -> fs.Strategy:
@@ -61,16 +53,150 @@ def strategy(clients) -> fs.Strategy:
                                aggregate=WeightedMean("uniform"), sizes=None)
 
 
+@pytest.mark.parametrize("record, fields, message", [
+    (ClientSamplerCapabilities, dict(inclusion_kinds=InclusionKind.DEGENERATE, server_learns=()),
+     "ClientSamplerCapabilities.__init__() got an unexpected keyword argument 'inclusion_kinds'"),
+    (ClientSamplerCapabilities, dict(server_learns=()),
+     "ClientSamplerCapabilities.__init__() missing 1 required keyword-only argument: 'inclusion_kind'"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT),
+     "ClientSamplerCapabilities.__init__() missing 1 required keyword-only argument: 'server_learns'"),
+    (DataSamplerCapabilities, dict(needs_sizes=SizeNeed.COHORT),
+     "DataSamplerCapabilities.__init__() missing 1 required keyword-only argument: 'weighs_by_inclusion'"),
+    (AggregatorCapabilities, dict(linear=True),
+     "AggregatorCapabilities.__init__() missing 1 required keyword-only argument: 'weighs_by_inclusion'"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=False, lineaar=True),
+     "AggregatorCapabilities.__init__() got an unexpected keyword argument 'lineaar'"),
+    (LocalSolverCapabilities, dict(per_examples=True), "LocalSolverCapabilities.__init__() got an unexpected keyword argument 'per_examples'"),
+])
+def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, message):
+    with pytest.raises(TypeError) as refused:
+        record(**fields)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("record, fields, message", [
+    (ClientSamplerCapabilities, dict(inclusion_kind="exact", server_learns=()),
+     "ClientSamplerCapabilities(inclusion_kind='exact'): inclusion_kind must be InclusionKind.EXACT, InclusionKind.ESTIMATED or "
+     "InclusionKind.DEGENERATE"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=("sizes",)),
+     "ClientSamplerCapabilities(server_learns=('sizes',)): server_learns must be a tuple of Learns, () where the server learns "
+     "nothing beyond the training replies"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), draws_carry_sizes="yes"),
+     "ClientSamplerCapabilities(draws_carry_sizes='yes'): draws_carry_sizes must be True or False"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), reads_replies=("losses",)),
+     "ClientSamplerCapabilities(reads_replies=('losses',)): reads_replies must be a tuple of update, loss, utility"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), limits=(3,)),
+     "ClientSamplerCapabilities(limits=(3,)): limits must be a tuple of Limit"),
+    (DataSamplerCapabilities, dict(weighs_by_inclusion=False, needs_sizes="exact"),
+     "DataSamplerCapabilities(needs_sizes='exact'): needs_sizes must be a SizeNeed"),
+    (DataSamplerCapabilities, dict(weighs_by_inclusion=False, budget=0), "DataSamplerCapabilities(budget=0): budget must be a positive int or None"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=1), "AggregatorCapabilities(weighs_by_inclusion=1): weighs_by_inclusion must be True or False"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=False, linear="yes"),
+     "AggregatorCapabilities(linear='yes'): linear must be True, False or None (not known)"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=False, shared_settings=[("K", 3)]),
+     "AggregatorCapabilities(shared_settings=[('K', 3)]): shared_settings must be a mapping of setting -> value"),
+    (LocalSolverCapabilities, dict(minibatch=10**6 + 0.5), "LocalSolverCapabilities(minibatch=1000000.5): minibatch must be a positive int, "
+     "or None for the whole drawn sample"),
+])
+def test_a_value_of_the_wrong_kind_is_refused_in_one_line_naming_the_field(record, fields, message):
+    with pytest.raises(ValueError) as refused:
+        record(**fields)
+    assert str(refused.value) == message
+
+
+def test_a_record_of_the_right_kind_is_built_and_frozen():
+    record = ClientSamplerCapabilities(inclusion_kind=InclusionKind.ESTIMATED, server_learns=(Learns.SIZES,),
+                                       limits=(Limit("m", 3, "clients"),), reads_replies=("loss",))
+    assert record.needs_sizes is SizeNeed.NONE and not record.assumed_weights and record.shared_settings == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.inclusion_kind = InclusionKind.EXACT  # type: ignore[misc]
+    assert LocalSolverCapabilities(minibatch=np.int64(4)).minibatch == 4  # a numpy count is a count
+
+
+def test_a_record_in_a_class_body_is_refused_when_the_class_is_defined():
+    with pytest.raises(ValueError, match=r"ClientSamplerCapabilities\(inclusion_kind='degenerate'\)"):
+        class Deterministic:  # noqa: F841
+            capabilities = ClientSamplerCapabilities(inclusion_kind="degenerate", server_learns=())
+
+
+@dataclasses.dataclass(frozen=True)
+class WrongInProperty(Fixed):
+    """A record built by a property: its refusal comes where the strategy reads it, naming the part."""
+
+    @property
+    def capabilities(self) -> ClientSamplerCapabilities:  # type: ignore[override]
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=(), needs_sizes="exact")
+
+
+@dataclasses.dataclass(frozen=True)
+class OldStyle:
+    """A user's sampler declared the old way: separate class attributes, which nothing reads any more."""
+
+    needs_sizes = SizeNeed.NONE
+    inclusion_kind = InclusionKind.DEGENERATE
+    server_learns = ()
+    select = Fixed.select
+    expected_cohort = Fixed.expected_cohort
+    ids, pi = (0, 1), (1.0, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OldAttributeBesideTheRecord(Fixed):
+    """A subclass that overrides one declaration with a class attribute: silently ignored, were it accepted."""
+
+    inclusion_kind = InclusionKind.DEGENERATE
+
+
+class NoRecord:
+    """A sampler that declares nothing at all."""
+
+    select = Fixed.select
+    expected_cohort = Fixed.expected_cohort
+
+
+class RecordOfAnotherKind(Fixed):
+    capabilities = DataSamplerCapabilities(weighs_by_inclusion=False)  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize("part, message", [
     (NoExpectedCohort(), "clients=NoExpectedCohort is not a client sampler: it has no expected_cohort() method"),
-    (Misspelt(), "clients=Misspelt() declares 'inclusion_kinds', which no part of fedsample reads: did you mean 'inclusion_kind'?"),
-    (WrongKind(), "clients=WrongKind() declares inclusion_kind='deterministic': it must be an InclusionKind"),
-    (WrongFlag(), "clients=WrongFlag() declares draws_carry_sizes='yes': it must be True or False"),
+    (WrongInProperty(), "clients=WrongInProperty(): ClientSamplerCapabilities(needs_sizes='exact'): needs_sizes must be a SizeNeed"),
+    (OldStyle(), "clients=OldStyle() declares inclusion_kind, needs_sizes, server_learns as separate attributes, which fedsample "
+                 "no longer reads: declare them in one record, capabilities = fedsample.parts.ClientSamplerCapabilities("
+                 "inclusion_kind=<InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE>, server_learns=<a tuple "
+                 "of Learns, () where the server learns nothing beyond the training replies>, needs_sizes=<a SizeNeed>)"),
+    (OldAttributeBesideTheRecord(), "clients=OldAttributeBesideTheRecord() declares inclusion_kind as separate attributes"),
+    (NoRecord(), "clients=NoRecord does not declare its capabilities: declare capabilities = fedsample.parts.ClientSamplerCapabilities("
+                 "inclusion_kind=<InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE>, server_learns=<a tuple "
+                 "of Learns, () where the server learns nothing beyond the training replies>)"),
+    (RecordOfAnotherKind(), "clients=RecordOfAnotherKind() declares capabilities of type DataSamplerCapabilities: a clients part "
+                            "declares a ClientSamplerCapabilities"),
 ])
 def test_a_wrong_declaration_is_refused_at_construction_naming_the_part(part, message):
     with pytest.raises(ValueError) as refused:
         strategy(part)
-    assert str(refused.value) == message
+    assert str(refused.value).startswith(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class DividesUnsaid:
+    """A user's aggregator written the old way, without saying whether it divides by pi (it would escape the
+    inclusion rule)."""
+
+    needs_sizes = SizeNeed.NONE
+    linear = True
+
+    def combine(self, reports, cohort, ctx):
+        return None
+
+
+def test_an_old_style_aggregator_is_told_the_record_with_its_required_field():
+    with pytest.raises(ValueError) as refused:
+        dataclasses.replace(strategy(Fixed()), aggregate=DividesUnsaid())
+    assert str(refused.value) == (
+        "aggregate=DividesUnsaid() declares linear, needs_sizes as separate attributes, which fedsample no longer reads: declare "
+        "them in one record, capabilities = fedsample.parts.AggregatorCapabilities(weighs_by_inclusion=<True or False>, "
+        "linear=<True, False or None (not known)>, needs_sizes=<a SizeNeed>)")
 
 
 def test_a_right_declaration_is_accepted():
@@ -94,7 +220,7 @@ def test_a_cohort_out_of_range_is_refused_naming_the_sampler(part, message):
 
 @dataclasses.dataclass(frozen=True)
 class Estimated(Fixed):
-    inclusion_kind = InclusionKind.ESTIMATED
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.ESTIMATED, server_learns=())
 
 
 def test_estimated_probabilities_may_be_nan():
@@ -105,62 +231,15 @@ def test_estimated_probabilities_may_be_nan():
 
 
 @dataclasses.dataclass(frozen=True)
-class SaysNothing:
-    """A user's sampler that never says how its inclusion probabilities are known (it would be taken as exact)."""
-
-    needs_sizes = SizeNeed.NONE
-    server_learns = ()
-
-    def select(self, ctx: RoundContext) -> Cohort:
-        return Cohort(np.array([0, 1]), np.ones(2), ctx.num_clients)
-
-    def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
-        return 2.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SaysNotWhatItLearns(Fixed):
-    server_learns = property(lambda self: ())  # declared (a property counts) ...
-
-
-class LearnsUnsaid:
-    """... and one that leaves ``server_learns`` out (it would be reported as learning nothing)."""
-
-    needs_sizes = SizeNeed.NONE
-    inclusion_kind = InclusionKind.DEGENERATE
-    select = Fixed.select
-    expected_cohort = Fixed.expected_cohort
-    ids, pi = (0, 1), (1.0, 1.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class DividesUnsaid:
-    """A user's aggregator that never says whether it divides by pi (it would escape the inclusion rule)."""
-
-    needs_sizes = SizeNeed.NONE
-    linear = True
-
-    def combine(self, reports, cohort, ctx):
-        return None
-
-
-@pytest.mark.parametrize("field, part, message", [
-    ("clients", SaysNothing(), "clients=SaysNothing() does not declare inclusion_kind: declare it, "
-                               "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE"),
-    ("clients", LearnsUnsaid(), "clients=LearnsUnsaid does not declare server_learns: declare it, a tuple of Learns, "
-                                "() where the server learns nothing beyond the training replies"),
-    ("aggregate", DividesUnsaid(), "aggregate=DividesUnsaid() does not declare weighs_by_inclusion: declare it, True or "
-                                   "False (whether its weights divide by the inclusion probabilities)"),
-])
-def test_a_missing_declaration_is_refused_at_construction_with_the_choices(field, part, message):
-    with pytest.raises(ValueError) as refused:
-        dataclasses.replace(strategy(Fixed()), **{field: part})
-    assert str(refused.value) == message
+class DeclaredByProperty(Fixed):
+    @property
+    def capabilities(self) -> ClientSamplerCapabilities:  # type: ignore[override]  # a property counts
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=())
 
 
 def test_a_sampler_that_declares_them_runs():
     fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
-    for sampler, kind in ((SaysNotWhatItLearns(pi=(1.0, 1.0)), "exact"), (dataclasses.replace(Estimated(), pi=(np.nan, np.nan)), "estimated")):
+    for sampler, kind in ((DeclaredByProperty(pi=(1.0, 1.0)), "exact"), (dataclasses.replace(Estimated(), pi=(np.nan, np.nan)), "estimated")):
         run = fs.simulate(strategy(sampler), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, backend="loop")
         assert run.history[0]["cohort"] == 2 and run.history[0].get("inclusion", "exact") == kind
 
@@ -170,8 +249,6 @@ def _library_parts(field: str) -> list[type]:
     import importlib
     import inspect
     import pkgutil
-
-    from fedsample import parts
 
     found = []
     for info in pkgutil.walk_packages(fs.__path__, "fedsample."):
@@ -185,9 +262,38 @@ def _library_parts(field: str) -> list[type]:
 
 
 @pytest.mark.parametrize("field", ["clients", "data", "aggregate"])
-def test_every_library_part_makes_every_required_declaration(field):
-    from fedsample import parts
-
+def test_every_library_part_declares_a_record_of_its_kind(field):
     found = _library_parts(field)
     assert len(found) >= {"clients": 14, "data": 7, "aggregate": 6}[field]  # the walk found the library's parts
-    assert {c.__name__: parts.undeclared(c, field) for c in found if parts.undeclared(c, field)} == {}
+    record = parts.RECORDS[field]
+    for cls in found:
+        # a record in the class body, or a property that builds it from the part's fields (read on a default instance)
+        declared = cls().capabilities if _defaults_suffice(cls) else inspect.getattr_static(cls, "capabilities")
+        assert isinstance(declared, (record, property)), cls
+        assert not [n for n in parts.OLD_DECLARATIONS if inspect.getattr_static(cls, n, None) is not None], cls
+
+
+def _defaults_suffice(cls: type) -> bool:
+    """Whether ``cls()`` can be built from defaults alone."""
+    try:
+        cls()
+    except TypeError:
+        return False
+    return True
+
+
+def test_conforms_answers_as_isinstance_for_every_protocol_and_library_part():
+    """parts.conforms (looked up once per class) gives isinstance's answer for each runtime-checkable Protocol of
+    fedsample.parts, on a default instance of every library part, and sees attributes an instance sets itself."""
+    protocols = [p for p in vars(parts).values() if inspect.isclass(p) and getattr(p, "_is_runtime_protocol", False)]
+    assert len(protocols) >= 12
+    objects = [cls() for field in ("clients", "data", "aggregate") for cls in _library_parts(field) if _defaults_suffice(cls)]
+    assert len(objects) >= 15
+    assert [(type(o).__name__, p.__name__) for o in objects for p in protocols if parts.conforms(o, p) != isinstance(o, p)] == []
+
+    class SetsItsOwn:
+        def __init__(self):
+            self.sampling_design = lambda population: parts.Census()
+
+    assert parts.conforms(SetsItsOwn(), parts.DesignedClients) and isinstance(SetsItsOwn(), parts.DesignedClients)
+    assert not parts.conforms(object(), parts.DesignedClients)

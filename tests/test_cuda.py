@@ -73,6 +73,21 @@ def test_cohort_streams_on_the_gpu_are_the_numpy_streams():
     np.testing.assert_array_equal(gpu.ragged_below(counts, 0.01), host.ragged_below(counts, 0.01))
 
 
+def test_bernoulli_cohort_draw_stays_on_the_gpu_with_the_numpy_numbers():
+    """FedSampling's per-round draw as tensors on the GPU (``BernoulliSamples.draw_cohort_on_device``): the same
+    (member, position) as the numpy pass on the host, bit for bit, 30,000 clients of log-normal sizes."""
+    from fedsample.sampling.data import BernoulliSamples
+
+    sizes = np.floor(np.random.default_rng(3).lognormal(0.0, 2.0, 30_000)).astype(np.int64)
+    ids = np.arange(len(sizes), dtype=np.int64)
+    plan = BernoulliSamples(0.034)
+    host = plan.draw_cohort(sizes, frng.CohortRandom(7, 2, ids, "train"))
+    member, position = plan.draw_cohort_on_device(sizes, frng.CohortRandom(7, 2, ids, "train", device="cuda"))
+    assert member.device.type == position.device.type == "cuda"
+    np.testing.assert_array_equal(member.cpu().numpy(), host[0])
+    np.testing.assert_array_equal(position.cpu().numpy(), host[1])
+
+
 def test_data_and_model_live_on_the_gpu():
     fed = federate(blobs(n=200), [20] * 10)
     module = MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes).cuda()

@@ -19,7 +19,7 @@ pytest.importorskip("dp_accounting")
 import fedsample as fs  # noqa: E402
 from fedsample.messages import ClientContext, LocalSample  # noqa: E402
 from fedsample.parts import (  # noqa: E402
-    Census, FixedSize, InclusionKind, Poisson, SizeNeed, Undeclared, WithReplacement, client_sampling_design,
+    Census, ClientSamplerCapabilities, FixedSize, InclusionKind, Poisson, Undeclared, WithReplacement, client_sampling_design,
     plan_sampling_design,
 )
 from fedsample.privacy import Accounting, amplification  # noqa: E402
@@ -36,9 +36,7 @@ class CoinClients:
     """A user's own client sampler: each client independently on a coin of probability q (no fedsample class)."""
 
     q: float
-    needs_sizes = SizeNeed.NONE
-    inclusion_kind = InclusionKind.EXACT
-    server_learns = ()
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=())
 
     def select(self, ctx: RoundContext) -> Cohort:
         ids = np.flatnonzero(ctx.rng("coins").random(ctx.num_clients) < self.q)

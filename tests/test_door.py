@@ -47,12 +47,8 @@ class SpyAggregator:
     seen: list
 
     @property
-    def needs_sizes(self):
-        return getattr(self.inner, "needs_sizes", None)
-
-    @property
-    def weighs_by_inclusion(self):
-        return self.inner.weighs_by_inclusion
+    def capabilities(self):
+        return self.inner.capabilities
 
     def combine(self, reports, cohort, ctx):
         self.seen.append((ctx, cohort))

@@ -133,7 +133,7 @@ def test_clustered_algorithm_2_keeps_each_participants_latest_update():
     sampler.observe(ctx, cohort, replies)
     kept = ctx.state["clustered"]
     assert kept["seen"].sum() == len(cohort) and np.all(kept["updates"][cohort.ids] == cohort.ids[:, None])
-    assert sampler.reads_replies and not ClusteredClients(m=2).reads_replies
+    assert sampler.capabilities.reads_replies and not ClusteredClients(m=2).capabilities.reads_replies
 
 
 @pytest.mark.parametrize("rule", ["exact", "aocs"])
@@ -207,7 +207,7 @@ def test_delta_reference_draw_is_estimated_and_its_assumed_weights_are_not_its_p
     fed = _delta_federation(N)
     sizes = np.full(N, 8)
     sampler = DeltaClients(m=m, draw="reference")
-    assert parts.inclusion_kind(sampler) is parts.InclusionKind.ESTIMATED and sampler.assumed_weights
+    assert parts.inclusion_kind(sampler) is parts.InclusionKind.ESTIMATED and sampler.capabilities.assumed_weights
     ctx = context(0, sizes, fed)
     cohort = sampler.select(ctx)
     assert np.all(np.isnan(cohort.inclusion)) and np.all(cohort.multiplicity == 1)

@@ -86,11 +86,15 @@ def test_a_declared_design_is_amplified_and_an_undeclared_one_is_not(guide):
     assert charged == full
 
 
-def test_each_wrong_declaration_is_refused_naming_the_part(guide):
+def test_each_wrong_declaration_is_refused_in_one_line_naming_the_field_or_the_part(guide):
     wrong = guide["wrong"]
-    assert "Misspelt(m=4) declares 'inclusion_kinds'" in wrong["Misspelt"] and "did you mean 'inclusion_kind'" in wrong["Misspelt"]
-    assert "WrongKind(m=4) declares inclusion_kind='deterministic': it must be an InclusionKind" in wrong["WrongKind"]
-    assert "is not a client sampler: it has no expected_cohort() method" in wrong["NoExpectedCohort"]
-    assert wrong["Unsaid"] == ("clients=Unsaid(m=4) does not declare inclusion_kind: declare it, InclusionKind.EXACT, "
-                               "InclusionKind.ESTIMATED or InclusionKind.DEGENERATE")
-    assert "round 1: OutOfRange(q=0.2) chose client ids outside 0..29: [0, 30]" in wrong["OutOfRange"]
+    assert wrong["misspelt"] == "ClientSamplerCapabilities.__init__() got an unexpected keyword argument 'inclusion_kinds'"
+    assert wrong["left out"] == "ClientSamplerCapabilities.__init__() missing 1 required keyword-only argument: 'inclusion_kind'"
+    assert wrong["wrong kind"] == ("ClientSamplerCapabilities(inclusion_kind='deterministic'): inclusion_kind must be "
+                                   "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE")
+    assert wrong["wrong kind, in a property"] == "clients=WrongKindProperty(m=4): " + wrong["wrong kind"]
+    assert wrong["old way"].startswith("clients=OldWay(m=4) declares inclusion_kind, needs_sizes, server_learns as separate "
+                                       "attributes, which fedsample no longer reads: declare them in one record, capabilities = "
+                                       "fedsample.parts.ClientSamplerCapabilities(inclusion_kind=<")
+    assert "is not a client sampler: it has no expected_cohort() method" in wrong["no expected_cohort"]
+    assert "round 1: OutOfRange(q=0.2) chose client ids outside 0..29: [0, 30]" in wrong["out of range"]

@@ -227,12 +227,8 @@ class SeenReplies:
     seen: list
 
     @property
-    def needs_sizes(self):
-        return self.inner.needs_sizes
-
-    @property
-    def weighs_by_inclusion(self):
-        return self.inner.weighs_by_inclusion
+    def capabilities(self):
+        return self.inner.capabilities
 
     def combine(self, reports, cohort, ctx):
         self.seen.append(reports)

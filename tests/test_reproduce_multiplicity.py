@@ -115,3 +115,66 @@ def test_paper_rows_carry_holm_adjusted_p_over_the_table_and_its_premises():
     # family of 4: 0.004 x 4 = 0.016; 0.01 x 3 = 0.03; 0.02 x 2 = 0.04; 0.03 x 1 -> 0.04
     assert [r["p_holm"] for r in out] == pytest.approx([0.016, 0.03, 0.04, None])
     assert out[1]["premise_test"]["p_holm"] == pytest.approx(0.04)
+
+
+def paired_values(base: list[float], **diffs: list[float]) -> dict:
+    """{"x": {"B": base, label: base + diffs/100 for each label}} as accuracy fractions (display: points)."""
+    labels = {"B": base, **{label: [b + d / 100 for b, d in zip(base, ds)] for label, ds in diffs.items()}}
+    return {"x": {label: {"final": {"accuracy": v}} for label, v in labels.items()}}
+
+
+def test_the_holm_column_against_a_hand_computed_table_and_the_verdict_read_from_it():
+    """Four paired comparisons of one table: per-seed differences (points) [1.5, 2, 2.5] (t = 6.93, p = 0.0101),
+    [1.4, 2, 2.6] (p = 0.0144), [1.9, 2, 2.1] (p = 0.0004) and [-1, 0, 1] (p = 0.5, decisive 0.5). Holm by hand,
+    m = 4: 0.0004 x 4 = 0.0017; 0.0101 x 3 = 0.0303; 0.0144 x 2 = 0.0288 -> 0.0303; 0.5 x 1 -> 0.5. The first two
+    hold at the raw p (< 0.025) and are inconclusive at the adjusted one."""
+    from fedsample.reproduction.rows import comparison_row, with_holm
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import comparison_lines
+
+    diffs = {"A1": [1.5, 2.0, 2.5], "A2": [1.4, 2.0, 2.6], "A3": [1.9, 2.0, 2.1], "A4": [-1.0, 0.0, 1.0]}
+    values = paired_values([0.5, 0.6, 0.7], **diffs)
+    raw = [stats.ttest_1samp(d, 0.0, alternative="greater").pvalue for d in diffs.values()]
+    assert raw == pytest.approx([0.0101, 0.0144, 0.0004, 0.5], abs=1e-4)
+    rows = [comparison_row(Comparison(f"{a} beats B", "x", a, "B", paired=True), values) for a in diffs]
+    assert [r["p"] for r in rows] == pytest.approx(raw, rel=1e-6)
+    assert [r["verdict"] for r in rows] == ["holds", "holds", "holds", "inconclusive"]  # a family of one each
+    adjusted = with_holm(rows)
+    hand = [3 * raw[0], 3 * raw[0], 4 * raw[2], 0.5]
+    assert [r["p_holm"] for r in adjusted] == pytest.approx(hand, rel=1e-6)
+    assert hand[0] == pytest.approx(0.0303, abs=1e-4) and hand[0] > ONE_SIDED > raw[0]
+    assert adjusted[0]["verdict"] == f"inconclusive (Holm-adjusted p = {hand[0]:.3g} ≥ 0.025; unadjusted: holds)"
+    assert adjusted[1]["verdict"].startswith("inconclusive (Holm-adjusted p = 0.0303")
+    assert adjusted[2]["verdict"] == "holds" and adjusted[3]["verdict"] == "inconclusive"
+    lines = comparison_lines(adjusted)
+    assert "| 0.010 | 0.030 | paired (2), 3 pairs |" in lines[2] and "| <0.001 | 0.002 | paired (2), 3 pairs |" in lines[4]
+
+
+def test_a_bimodal_row_flips_to_inconclusive_where_the_rank_test_disagrees():
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+
+    values = paired_values([0.5] * 10, A=BIMODAL_DIFFS)
+    row = comparison_row(Comparison("A beats B", "x", "A", "B", paired=True), values)
+    assert row["t_verdict"] == "holds" and row["p"] == pytest.approx(0.0103, abs=1e-4)
+    assert row["bimodal"] is True and row["rank_verdict"] == "inconclusive"
+    assert row["verdict"] == "inconclusive (t: holds; rank test: inconclusive)"
+    unimodal = comparison_row(Comparison("A beats B", "x", "A", "B", paired=True),
+                              paired_values([0.5] * 10, A=list(np.random.default_rng(5).normal(2.0, 1.0, 10))))
+    assert unimodal["bimodal"] is False and unimodal["rank_verdict"] is None and unimodal["verdict"] == "holds"
+
+
+def test_a_row_plans_its_seeds_for_the_stated_effect():
+    """Per-seed differences sd 2 (paired, 10 pairs), no gap stated: seeds for 1 point = 34 (the hand computation
+    above), whatever the observed d; a tie plans for its margin; the table says which effect."""
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import seeds_text
+
+    diffs = [2.0 * x for x in (-1.5, -1.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 1.0, 1.5)]
+    diffs = [d / np.std(diffs, ddof=1) * 2.0 + 0.1 for d in diffs]  # sd exactly 2, d = 0.1
+    values = paired_values([0.5] * 10, A=diffs)
+    row = comparison_row(Comparison("A beats B", "x", "A", "B", paired=True), values)
+    assert row["effect"] == 1.0 and row["seeds_needed_measured"] == 34 and seeds_text(row) == "34 for 1"
+    tie = comparison_row(Comparison("A ties B", "x", "A", "B", paired=True, tie=True, margin=2.0), values)
+    assert tie["effect"] == 2.0 and seeds_text(tie) == f"{seeds_for_effect(Estimate(0.1, (2.0,), (10, 10)), 2.0, ONE_SIDED, POWER)} for ±2"

@@ -12,7 +12,7 @@ from fedsample.reproduction.collect import experiment_values
 from scipy import stats
 
 from fedsample.reproduction.significance import confidence_interval, minimal_detectable_difference, seeds_needed, tost_p
-from fedsample.reproduction.verdict import ALPHA, ONE_SIDED, ORACLE, Stats, comparison_test, difference, figure_verdict, stats_of
+from fedsample.reproduction.verdict import ALPHA, ONE_SIDED, ORACLE, STATED_EFFECT, Stats, comparison_test, difference, figure_verdict, stats_of
 
 
 def test_stats_use_the_sample_standard_deviation_and_skip_stopped_seeds():
@@ -48,7 +48,11 @@ def test_holds_and_reversed_read_off_the_95_percent_interval():
     assert close.p > ONE_SIDED and close.ci[0] < 0 < close.ci[1]
     assert close.mdd == pytest.approx(minimal_detectable_difference(close.estimate, 0.025, 0.8))
     assert close.mdd > close.d  # the difference is below what 3 seeds resolve
-    assert close.seeds_needed == seeds_needed(close.estimate, 3.0, 0.025, 0.8) and close.seeds_needed > 3
+    # seeds for the pre-stated effect (1 point where the paper states no gap), not the observed d = 3
+    assert close.effect == STATED_EFFECT == 1.0 and close.seeds_needed == seeds_needed(close.estimate, 1.0, 0.025, 0.8)
+    assert close.seeds_needed > seeds_needed(close.estimate, 3.0, 0.025, 0.8)
+    gap = comparison_test(stats_of([80.0, 82.0, 84.0]), stats_of([78.0, 79.0, 80.0]), True, effect=-2.5)
+    assert gap.effect == 2.5 and gap.seeds_needed == seeds_needed(close.estimate, 2.5, 0.025, 0.8)
 
 
 def test_the_audits_fedsampling_table1_case_is_inconclusive():
@@ -111,9 +115,11 @@ def test_tie_verdicts_name_the_side_ahead_and_need_a_margin():
     unstated = comparison_test(near, far, True, tie=True)
     assert unstated.verdict == "inconclusive (no equivalence margin stated)" and unstated.p is None
     at_margin = comparison_test(stats_of([80.0, 82.0, 84.0]), stats_of([79.0, 80.0, 81.0]), True, tie=True, margin=2.0)
-    assert at_margin.d == 2.0 and at_margin.seeds_needed is None  # d on the margin: no n resolves it
+    # a tie's seeds are planned for its margin, whatever d came out
+    assert at_margin.d == 2.0 and at_margin.effect == 2.0
+    assert at_margin.seeds_needed == seeds_needed(at_margin.estimate, 2.0, 0.025, 0.8)
     inside = comparison_test(stats_of([80.0, 82.0, 84.0]), stats_of([79.0, 80.0, 81.0]), True, tie=True, margin=3.0)
-    assert inside.seeds_needed == seeds_needed(inside.estimate, 1.0, 0.025, 0.8)  # to resolve margin - |d| = 1
+    assert inside.seeds_needed == seeds_needed(inside.estimate, 3.0, 0.025, 0.8)
 
 
 def test_figure_matches_within_two_sd_or_one_point():

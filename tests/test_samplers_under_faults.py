@@ -12,32 +12,39 @@ estimate (biased by the response rate) would have failed it."""
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from fedsample.federation.faults import FaultModel, Faulty
-from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.federation.faults import FaultModel, Faulty, Straggler
+from fedsample.messages import HeldReport, ProbeReport, TrainReport, payloads_for
 from fedsample.privacy.sizes import SizeInfo
 from fedsample.recipes import recipe
 from fedsample.rounds import Replies, RoundContext
 from fedsample.sampling.delta import DeltaClients
-from fedsample.strategy import Strategy
+from fedsample.strategy import Strategy, _CheckedProbes
 
 N = 12
 SIZES = np.array([5, 40, 12, 8, 30, 22, 3, 17, 26, 9, 14, 35])
 # updates: two groups and a spread, so that size-weighting, probabilities and norms all matter
 UPDATES = np.stack([1.0 + 0.3 * np.arange(N), np.where(np.arange(N) % 3 == 0, 4.0, -1.0)], axis=1)
 TARGET = SIZES @ UPDATES / SIZES.sum()
+LOSSES = 1.0 + np.arange(N) % 5  # each client's loss (power-of-d, FedCor) and, times its size, Oort's utility
+LABELS = np.stack([np.bincount([k % 3, 7 * k % 3, 1], minlength=3) for k in range(N)]) * SIZES[:, None]  # Fed-CBS
 REPS = 800
 Z = 4.0
 
 
 class Fixed:
-    """Client k: n_k samples, update U_k, gradient U_k at the global model (or ``gradients[k]``) with per-sample
-    variance 0.1 (k + 1) (or ``sigma2[k]``)."""
+    """Client k: n_k samples, update U_k (times ISFedAvg's agent factor where its plan carries one), gradient U_k at
+    the global model (or ``gradients[k]``) with per-sample variance 0.1 (k + 1) (or ``sigma2[k]``), loss
+    ``LOSSES[k]`` and label histogram ``LABELS[k]``."""
 
     num_clients = N
 
@@ -47,20 +54,25 @@ class Fixed:
         self.gradients = updates if gradients is None else gradients
         self.sigma2 = 0.1 * (1.0 + np.arange(N)) if sigma2 is None else sigma2
 
-    def update(self, k: int) -> TrainReport:
-        return TrainReport({"w": torch.tensor(self.updates[k], dtype=torch.float64)}, steps=1, loss=0.0)
+    def update(self, k: int, scale: float = 1.0) -> TrainReport:
+        return TrainReport({"w": torch.tensor(scale * self.updates[k], dtype=torch.float64)}, steps=1,
+                           loss=float(LOSSES[k]), utility=float(LOSSES[k] * SIZES[k]))
 
     def run(self, procedure, ids, payload, round):
         ids = np.asarray(ids, dtype=np.int64).tolist()
         if procedure == "report_size":
             return Replies([int(SIZES[k]) for k in ids])
-        if procedure in ("train", "send_held"):
+        if procedure == "train":
+            sent = payloads_for(payload, len(ids))
+            return Replies([self.update(k, getattr(sent.at(i).plan, "agent_scale", 1.0)) for i, k in enumerate(ids)])
+        if procedure == "send_held":
             return Replies([self.update(k) for k in ids])
         if procedure == "train_held":
             return Replies([HeldReport(float(np.linalg.norm(self.updates[k]))) for k in ids])
         if procedure == "probe":
-            return Replies([ProbeReport(0.0, float(np.linalg.norm(self.updates[k])), gradient=self.gradients[k].copy(),
-                                        extra={"sigma2": float(self.sigma2[k])}) for k in ids])
+            return Replies([ProbeReport(float(LOSSES[k]), float(np.linalg.norm(self.updates[k])), gradient=self.gradients[k].copy(),
+                                        extra={"sigma2": float(self.sigma2[k]), "weighted_second_moment": float(self.sigma2[k])},
+                                        label_counts=LABELS[k].copy()) for k in ids])
         raise AssertionError(f"unexpected procedure {procedure}")
 
 
@@ -136,6 +148,28 @@ def test_delta_with_every_score_zero_draws_uniformly(draw):
         np.testing.assert_allclose(draws.mean(axis=0), UPDATES[0], rtol=0.2)
 
 
+@pytest.mark.parametrize("draw", ["with_replacement", "poisson", "reference"])
+def test_delta_does_without_a_lost_probe(draw):
+    """A client whose probe was lost is never drawn, is named in the round record (``failed``, phase ``probe``) and
+    counted (``sampler_lost_probes``); the others' pi_k (and expected draws) are times the share whose probe arrived,
+    except under the reference draw (the authors' weights) (before: the round stopped). Every probe lost: the round leaves the parameters unchanged and says why."""
+    strategy = recipe("delta", clients_per_round=4, draw=draw)
+    params = {"w": torch.zeros(2, dtype=torch.float64)}
+    seen_lost = 0
+    for seed in range(30):
+        ctx = RoundContext(_CheckedProbes(Faulty(Fixed(), FAULTS["lost probe"], seed)), params, 0, seed, {})
+        ctx.sizes = SizeInfo(np.arange(N), SIZES, float(SIZES.sum()), True)
+        cohort = strategy.clients.select(ctx)
+        lost = [f["client"] for f in ctx.log.get("failed", []) if f["phase"] == "probe"]
+        assert ctx.log.get("sampler_lost_probes", 0) == len(lost) and not np.isin(cohort.ids, lost).any()
+        # the reference draw keeps the authors' weights (ReferenceMean): no probe rate
+        assert ctx.state["delta"]["probe_rate"] == ((N - len(lost)) / N if draw != "reference" else 1.0)
+        seen_lost += len(lost)
+    assert seen_lost > 0
+    _, logs = rounds_of(strategy, FaultModel(dropout={"probe": 0.9999}), 0, 1)
+    assert logs[0]["params_unchanged"] == "every probe was lost"
+
+
 def test_delta_says_when_a_client_cannot_be_drawn():
     """A client with score 0 among positive ones is never drawn, though its update need not be 0: the round record
     says how many, and a warning says that it happens."""
@@ -150,3 +184,138 @@ def test_delta_says_when_a_client_cannot_be_drawn():
         warnings.simplefilter("error", RuntimeWarning)
         _, log = strategy.round(Faulty(Fixed(), FaultModel(), 0), params, strategy.init_state(params), 0, 0)
     assert "sampler_zero_score_clients" not in log
+
+
+# --- the grid: every client sampler x every fault ------------------------------------------------------------------
+#
+# Each cell is one of four verdicts, and docs/reliability.md's table is this grid (test_the_docs_table_is_the_grid):
+# - KEEPS: the Monte Carlo mean of the aggregate over GRID_REPS seeds is within Z standard errors of the declared
+#   target, coordinate by coordinate (the size-weighted mean; ISFedAvg's: the plain mean; FedAvg's ratio estimator: its
+#   exact expectation over the cohorts that survive, below);
+# - SAYS: the sampler's inclusion probabilities are estimated or degenerate, so no unbiased target exists with or without
+#   faults: every round's record says so (``inclusion``, ``bias``) and names the lost clients and their phase
+#   (``failed``); a round that lost clients says that no correction applies (``faults_uncorrected``, and a warning);
+# - STOPS: a lost probe (the sampler needs every client's statistics) stops the round with one line naming the client
+#   and why (not blamed on a diverging model);
+# - UNASKED: the sampler asks nobody in that phase: the round is the fault-free one, to the bit.
+
+KEEPS, SAYS, STOPS, UNASKED = "keeps its target", "biased by design, says so", "stops, names the client", "not asked"
+MISSED = 0.2  # every fault loses a client with this probability in its phase
+FAULTS = {
+    "lost size report": FaultModel(dropout={"report_size": MISSED}),
+    "lost probe": FaultModel(dropout={"probe": MISSED}),
+    "failed training": FaultModel(dropout={"train": MISSED}),
+    "straggler": FaultModel(straggler=Straggler(deadline=-math.log(MISSED))),  # exp(-deadline) = MISSED, in every phase
+}
+SAMPLERS = {
+    "uniform, size-weighted mean (`fedavg`)": lambda: recipe("fedavg", clients_per_round=4),
+    "MD, size-proportional (`weighted_fedavg`)": lambda: recipe("weighted_fedavg", clients_per_round=4),
+    "clustered, Algorithm 1": lambda: recipe("clustered_sampling", clients_per_round=4),
+    "clustered, Algorithm 2": lambda: recipe("clustered_sampling", clients_per_round=4, algorithm="similarity"),
+    "optimal (`optimal_sampling`)": lambda: recipe("optimal_sampling", clients_per_round=4),
+    "DELTA, with replacement": lambda: recipe("delta", clients_per_round=4),
+    "DELTA, Poisson": lambda: recipe("delta", clients_per_round=4, draw="poisson"),
+    "importance (`isfedavg`)": lambda: recipe("isfedavg", clients_per_round=4),
+    "power-of-d": lambda: recipe("power_of_choice", clients_per_round=4, candidates=6),
+    "Fed-CBS": lambda: recipe("fedcbs", clients_per_round=4),
+    "FedCor": lambda: recipe("fedcor", clients_per_round=4, warmup=2),
+    "DivFL": lambda: recipe("divfl", clients_per_round=4),
+    "Oort": lambda: recipe("oort", clients_per_round=4),
+}
+_EXACT = (KEEPS, UNASKED, KEEPS, KEEPS)
+_PROBED = (KEEPS, KEEPS, KEEPS, KEEPS)  # DELTA: a lost probe is not drawn, the others' pi_k carry the probe rate
+_BIASED = (SAYS, STOPS, SAYS, STOPS)
+GRID = {name: dict(zip(FAULTS, verdicts)) for name, verdicts in {
+    "uniform, size-weighted mean (`fedavg`)": _EXACT, "MD, size-proportional (`weighted_fedavg`)": _EXACT,
+    "clustered, Algorithm 1": _EXACT, "clustered, Algorithm 2": _EXACT, "optimal (`optimal_sampling`)": _EXACT,
+    "DELTA, with replacement": _PROBED, "DELTA, Poisson": _PROBED,
+    "importance (`isfedavg`)": (UNASKED, STOPS, KEEPS, STOPS),
+    "power-of-d": _BIASED, "Fed-CBS": _BIASED, "FedCor": _BIASED, "DivFL": _BIASED,
+    "Oort": (SAYS, UNASKED, SAYS, SAYS),
+}.items()}
+CELLS = [(s, f) for s in SAMPLERS for f in FAULTS]
+GRID_REPS = 400
+
+
+def survival(fault: str) -> float:
+    """The chance that a chosen client's update arrives under FedAvg (its size report, then its training)."""
+    return {"lost size report": 1 - MISSED, "lost probe": 1.0, "failed training": 1 - MISSED, "straggler": (1 - MISSED) ** 2}[fault]
+
+
+def ratio_expectation(m: int, survive: float) -> np.ndarray:
+    """FedAvg's declared target under faults: sum_{k in A} n_k U_k / sum_{k in A} n_k is a ratio estimator (biased by
+    O(1/m) with or without faults); missing at random, the survivors A of a uniform cohort of m are a uniform sample
+    of their number j ~ Binomial(m, survive), so its expectation, given an update arrives (j >= 1), is
+    sum_j P(j | j >= 1) mean_{|A| = j} ratio(A), by enumeration of every A."""
+    total, mass = np.zeros(2), 0.0
+    for j in range(1, m + 1):
+        weight = math.comb(m, j) * survive**j * (1 - survive) ** (m - j)
+        subsets = [list(a) for a in itertools.combinations(range(N), j)]
+        ratios = [SIZES[a] @ UPDATES[a] / SIZES[a].sum() for a in subsets]
+        total, mass = total + weight * np.mean(ratios, axis=0), mass + weight
+    return total / mass
+
+
+def declared_target(sampler: str, fault: str) -> np.ndarray:
+    if sampler.startswith("uniform"):
+        return ratio_expectation(4, survival(fault))
+    if sampler.startswith("importance"):
+        return UPDATES.mean(axis=0)  # ISFedAvg's objective: every agent alike
+    return TARGET
+
+
+def rounds_of(strategy: Strategy, faults: FaultModel, seed: int, rounds: int) -> tuple[dict, list[dict]]:
+    """The parameters and the records of ``rounds`` rounds of one run (the sampler's state carried)."""
+    params = {"w": torch.zeros(2, dtype=torch.float64)}
+    state, logs = strategy.init_state(params), []
+    for t in range(rounds):
+        params, log = strategy.round(Faulty(Fixed(), faults, seed), params, state, t, seed)
+        logs.append(log)
+    return params, logs
+
+
+@pytest.mark.filterwarnings("ignore::fedsample.privacy.amplification.PrivacyWarning")
+@pytest.mark.parametrize("sampler,fault", CELLS, ids=[f"{s}|{f}" for s, f in CELLS])
+def test_every_sampler_under_every_fault(sampler, fault):
+    """One cell of the grid: the sampler keeps its declared target under the fault (Z standard errors over
+    GRID_REPS seeds), says that it has none, stops with one line naming the client, or never asks that phase."""
+    verdict, strategy, faults = GRID[sampler][fault], SAMPLERS[sampler](), FAULTS[fault]
+    if verdict == KEEPS:
+        draws = aggregates(strategy, faults, reps=GRID_REPS)
+        target = declared_target(sampler, fault)
+        assert np.all(off_by(draws, target) < Z), (draws.mean(axis=0), target, off_by(draws, target))
+    elif verdict == UNASKED:
+        for seed in range(5):
+            faulty, clean = rounds_of(strategy, faults, seed, 1), rounds_of(strategy, FaultModel(), seed, 1)
+            assert torch.equal(faulty[0]["w"], clean[0]["w"]) and not faulty[1][0]["failed"]
+    elif verdict == SAYS:
+        phases = set()
+        with pytest.warns(RuntimeWarning, match="lost clients this round .* no correction makes its aggregate unbiased"):
+            for seed in range(10):
+                _, logs = rounds_of(strategy, faults, seed, 3)  # FedCor chooses by its model after 2 random rounds
+                assert logs[-1]["inclusion"] in ("estimated", "degenerate") and logs[-1]["bias"], logs[-1]
+                phases |= {f["phase"] for log in logs for f in log["failed"]}
+                assert all(("faults_uncorrected" in log) == bool(log["failed"] and log.get("bias")) for log in logs)
+        assert phases, "the fault never struck: the cell tests nothing"
+    else:
+        with pytest.raises(ValueError, match=r"client \d+'s probe is unusable \((dropped out|straggler)") as stopped:
+            rounds_of(strategy, faults, 0, 1)
+        assert "diverged" not in str(stopped.value)
+
+
+def grid_table() -> str:
+    """The grid as docs/reliability.md shows it."""
+    rows = ["| sampler | " + " | ".join(FAULTS) + " |", "|---" * (len(FAULTS) + 1) + "|"]
+    rows += [f"| {name} | " + " | ".join(GRID[name].values()) + " |" for name in GRID]
+    return "\n".join(rows)
+
+
+def test_the_docs_table_is_the_grid():
+    """docs/reliability.md's table of samplers under faults is the grid these tests check."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    assert grid_table() in docs, "regenerate the table: python tests/test_samplers_under_faults.py"
+    assert re.search(r"GRID_REPS|400 seeds", docs)
+
+
+if __name__ == "__main__":
+    print(grid_table())

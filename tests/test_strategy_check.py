@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedsample import recipes
-from fedsample.parts import SizeNeed, describe
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, SizeNeed, describe
 from fedsample.privacy.noise import UpdateNoise
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients
@@ -81,7 +81,7 @@ def test_a_sampler_that_needs_every_exact_size_refuses_randomized_or_cohort_size
 ])
 def test_a_part_that_needs_size_reports_refuses_a_strategy_that_collects_none(part, field):
     refused(error_of(**{field: part}), describe(part), "sizes=None", "needs")
-    if part.needs_sizes is SizeNeed.COHORT:  # randomized reports of the cohort are enough
+    if part.capabilities.needs_sizes is SizeNeed.COHORT:  # randomized reports of the cohort are enough
         Strategy(**{field: part}, sizes=RandomizedSizes(scope="cohort"))
 
 
@@ -203,11 +203,15 @@ def test_a_sampler_that_reads_training_replies_refuses_a_secure_sum_and_noise():
 class _Chosen:
     """A sampler declared estimated or degenerate (the inclusion contract), choosing the first m clients."""
 
-    inclusion_kind: str = "degenerate"
-    assumed_weights: bool = False
-    reads_replies: tuple = ()
+    kind: str = "degenerate"
+    assumed: bool = False
+    reads: tuple = ()
     m: int = 2
-    server_learns = ()
+
+    @property
+    def capabilities(self):
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind(self.kind), server_learns=(), assumed_weights=self.assumed,
+                                         reads_replies=self.reads)
 
     def select(self, ctx):
         from fedsample.rounds import Cohort
@@ -223,7 +227,7 @@ def test_weights_that_divide_by_inclusion_probabilities_need_a_sampler_that_know
         sizes = ExactSizes() if by.startswith("size") else None
         refused(error_of(clients=_Chosen(), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", f"WeightedMean(by='{by}')", "deterministic")
         refused(error_of(clients=_Chosen("estimated"), aggregate=WeightedMean(by), sizes=sizes), "_Chosen(", "estimated")
-        Strategy(clients=_Chosen("estimated", assumed_weights=True), aggregate=WeightedMean(by), sizes=sizes)  # its assumed weights
+        Strategy(clients=_Chosen("estimated", assumed=True), aggregate=WeightedMean(by), sizes=sizes)  # its assumed weights
     refused(error_of(clients=_Chosen(), aggregate=StratifiedMean("unbiased")), "StratifiedMean()", "deterministic")
     refused(error_of(clients=_Chosen(), aggregate=FedNova("inverse_inclusion")), "FedNova(by='inverse_inclusion')")
     Strategy(clients=_Chosen(), aggregate=WeightedMean("uniform"))  # no division by pi: runs, the round record says biased
@@ -231,9 +235,9 @@ def test_weights_that_divide_by_inclusion_probabilities_need_a_sampler_that_know
 
 
 def test_a_sampler_that_reads_each_update_refuses_a_secure_sum_but_not_noise():
-    refused(error_of(clients=_Chosen(reads_replies=("update",)), aggregate=Sum(), secure_sum=True), "_Chosen(", "update", "secure_sum=True")
-    Strategy(clients=_Chosen(reads_replies=("update",)), aggregate=Sum())
-    Strategy(clients=_Chosen(reads_replies=("update",)), noise=UpdateNoise(1.0, 1.0))  # noised updates are still updates
+    refused(error_of(clients=_Chosen(reads=("update",)), aggregate=Sum(), secure_sum=True), "_Chosen(", "update", "secure_sum=True")
+    Strategy(clients=_Chosen(reads=("update",)), aggregate=Sum())
+    Strategy(clients=_Chosen(reads=("update",)), noise=UpdateNoise(1.0, 1.0))  # noised updates are still updates
 
 
 # --- what is checked, and what still constructs --------------------------------------------------------------

@@ -84,11 +84,16 @@ def test_reproducing_a_claim(tmp_path):
     ns = run_page("reproducing-a-claim", tmp_path)
     assert (tmp_path / "reproduction" / "REPRODUCTION.md").is_file()
     rows = ns["report"]["comparisons"]
-    verdicts = {row["verdict"] for row in rows}
+    verdicts = {row["verdict"].split(" (")[0] for row in rows}
     assert verdicts <= {"holds", "reversed", "inconclusive", "differs", "not measured"}
     measured = [row for row in rows if row["verdict"] != "not measured"]
     assert len(measured) == 4 and all(row["test"] == "paired" and row["df"] == 1 for row in measured)
-    assert "holds" in verdicts and "inconclusive" in verdicts  # the page's reading: a large gain holds, the rest wait for seeds
+    t_verdicts = {row["t_verdict"] for row in measured}
+    assert "holds" in t_verdicts and "inconclusive" in t_verdicts  # the page's reading: a large gain holds by its t test
+    for row in measured:  # and the verdict is read from the Holm-adjusted p over the table
+        assert row["p_holm"] >= min(row["p"], 1 - row["p"]) if not row["tie"] else row["p_holm"] is not None
+        if row["t_verdict"] == "holds" and row["p_holm"] >= 0.025:
+            assert row["verdict"].startswith("inconclusive (Holm-adjusted p = ")
 
 
 def test_flower(tmp_path):

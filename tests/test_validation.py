@@ -166,6 +166,30 @@ def test_a_non_finite_probe_names_strategy_seed_and_round():
         simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=1, seed=0)
 
 
+def test_a_probe_problem_says_whether_the_client_holds_no_samples():
+    from fedsample.messages import ProbeReport
+
+    lost = validate.probe_problem(Failed(3, "probe", "no reply within 5 s"))
+    assert lost == validate.ProbeProblem("no reply within 5 s", no_samples=False)
+    empty = validate.probe_problem(Failed(3, "probe", "raised NoSamples: ...", no_samples=True))
+    assert empty is not None and empty.no_samples
+    nan = validate.probe_problem(ProbeReport(loss=float("nan"), grad_norm=1.0))
+    assert nan is not None and not nan.no_samples and nan.reason.startswith("non-finite probe (loss nan")
+    assert validate.probe_problem(ProbeReport(loss=0.5, grad_norm=1.0)) is None
+
+
+def test_an_empty_client_under_a_sampler_that_probes_is_named_without_the_divergence_hint():
+    """A client without samples has no loss or gradient to probe (fedsample.client.probe raises, the reply is a
+    Failed one): the error names it and why, and does not blame the learning rate, which a non-finite probe does."""
+    fed = federate(blobs(), [40, 40, 0, 40, 40, 40])
+    strategy = recipes.fedsts(H=2, m=6, dim=3, lr=0.1)
+    with pytest.raises(ValueError, match=r"client 2's probe is unusable \(.*the client holds no samples") as refused:
+        simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=1, seed=0)
+    assert "diverged" not in str(refused.value)
+    with pytest.raises(Exception, match="a non-finite probe usually means the model diverged"):
+        simulate(strategy, federated_data=poisoned(2), model=LogisticRegression(), rounds=1, seed=0)
+
+
 def test_params_unchanged_when_every_update_is_invalid():
     fed = federate(blobs(), [40] * 3)
     module = LogisticRegression().build(fed.dataset.input_shape, fed.dataset.num_classes)

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalSample, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
+    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
 )
+from fedsample.parts import reports_count
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -70,7 +71,7 @@ def probe(ctx: ClientContext, request: ProbeRequest, rng: np.random.Generator) -
     if request.statistics == "labels":
         return ProbeReport(loss=None, grad_norm=None, label_counts=ctx.label_counts())
     if ctx.size == 0:
-        raise ValueError("the client holds no samples, so it has no loss or gradient to probe")
+        raise NoSamples("the client holds no samples, so it has no loss or gradient to probe")
     rows = probe_rows(ctx.size, request.minibatch, rng)
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
     if request.statistics == "loss":
@@ -142,7 +143,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-            samples=len(sample) if getattr(payload.plan, "report_count", False) else None,
+            samples=len(sample) if reports_count(payload.plan) else None,
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))

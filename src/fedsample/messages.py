@@ -23,12 +23,17 @@ from torch import nn
 from fedsample import checks
 
 __all__ = [
-    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
 Params = dict[str, torch.Tensor]
+
+
+class NoSamples(ValueError):
+    """A client asked for statistics of data it does not hold (a probe of a client without samples): its reply is
+    ``Failed`` with ``no_samples`` set, which the strategy names as such rather than as a diverged model."""
 
 
 @dataclass
@@ -43,7 +48,7 @@ class ClientContext:
     module: nn.Module
     task: str
     num_classes: int
-    state: dict = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -114,7 +119,11 @@ class ProbeRequest:
 
     ``minibatch=b``: the loss (and gradient) on b of the client's samples drawn uniformly without replacement
     from its own probe stream (all of them when it holds at most b; power-of-choice's cpow-d) instead of on all
-    of its data. The gradient options apply to ``statistics="gradient"`` only."""
+    of its data. The gradient options apply to ``statistics="gradient"`` only.
+
+    ``partial=True``: the sampler can do without the clients the failure model loses in this phase (DELTA: they are
+    not drawn, and the others' inclusion probabilities carry the share whose probe arrived); their replies stay
+    :class:`~fedsample.rounds.Failed` instead of stopping the round. Clients do not read it."""
 
     params: Params
     gradient: bool = False
@@ -125,6 +134,7 @@ class ProbeRequest:
     data_weights: DataWeights | None = None
     statistics: Literal["gradient", "loss", "labels"] = "gradient"
     minibatch: int | None = None
+    partial: bool = False
 
     def __post_init__(self) -> None:
         if self.statistics != "gradient" and (self.gradient or self.compression is not None or self.per_sample):
@@ -144,7 +154,7 @@ class ProbeReport:
     loss: float | None
     grad_norm: float | None
     gradient: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
     compressed: np.ndarray | None = None
     label_counts: np.ndarray | None = None
 
@@ -163,7 +173,7 @@ class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
     privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
     ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
-    that declares ``reply_utility`` asks for it)."""
+    whose capabilities read the reply's ``utility`` asks for it)."""
 
     params: Params
     plan: Any

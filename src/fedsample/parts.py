@@ -17,21 +17,24 @@ Seven kinds of part (docs/architecture.md):
 - :class:`SizeReporting` says how the server learns data sizes, :class:`UpdatePrivacy` what a client does to its
   update before sending it (clipping and noise).
 
-Every part makes the declarations of :data:`MUST_DECLARE` itself (how its inclusion probabilities are known, what
-the server learns, whether it divides by them: a default would claim more than the part knows); the other declared
-properties a part may omit take the defaults in :data:`DEFAULTS`, which only claim less. A leaf module: it imports
+A client sampler, a data sampler, an aggregator and (optionally) a local solver declare what they are in one
+frozen record, their ``capabilities`` (:class:`ClientSamplerCapabilities`, :class:`DataSamplerCapabilities`,
+:class:`AggregatorCapabilities`, :class:`LocalSolverCapabilities`): a field without a default (how the inclusion
+probabilities are known, what the server learns, whether a part divides by them: a default would claim more than
+the part knows) left out or a misspelt field is the dataclass's ``TypeError`` naming it, a value of the wrong kind a
+one-line ``ValueError``; the other fields' defaults only claim less. A leaf module: it imports
 :mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import functools
 import inspect
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence, TypeGuard, cast, runtime_checkable
 
 import numpy as np
 
@@ -42,11 +45,15 @@ if TYPE_CHECKING:
     from fedsample.rng import CohortRandom
 
 __all__ = [
-    "Aggregator", "BatchSchedule", "Census", "ClientSampler", "CohortPlan", "DEFAULTS", "DataPlan", "DataSampler", "Design",
-    "DesignedClients", "DesignedPlan", "DrawnCohort", "FixedSize", "InclusionKind", "Poisson", "Undeclared", "WithReplacement",
-    "DECLARATIONS", "client_sampling_design", "cohort_problem", "declaration_problem", "plan_sampling_design", "Learns", "Limit", "LocalSolver", "MUST_DECLARE", "REQUIRED", "ScheduledSolver", "ServerOptimizer", "SizeNeed", "SizeReporting",
-    "StepRule", "TrainsFirst", "UpdatePrivacy", "batched", "declared", "describe", "inclusion_kind", "missing_methods",
-    "replies_read", "server_learns", "settings_of", "trains_first", "undeclared",
+    "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "Capabilities", "capabilities_problem",
+    "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
+    "CohortPlan", "conforms", "CountsDrawn", "DataPlan", "DataSampler", "DataSamplerCapabilities", "DeclaredSolver", "describe",
+    "Design", "DesignedClients", "DesignedPlan", "drawn_count_noise", "DrawnCohort", "FixedSize", "inclusion_kind", "InclusionKind",
+    "Learns", "Limit", "LocalSolver", "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies",
+    "ObservesDrawn", "ObservesReplies", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson", "RECORDS",
+    "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed",
+    "SizeReporting", "solver_capabilities", "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy",
+    "WithReplacement",
 ]
 
 
@@ -72,8 +79,7 @@ class SizeNeed(Enum):
             return False
         if self is SizeNeed.COHORT:
             return True
-        exact = bool(declared(sizes, "exact"))
-        return exact if self is SizeNeed.COHORT_EXACT else exact and getattr(sizes, "scope", None) == "all"
+        return sizes.exact if self is SizeNeed.COHORT_EXACT else sizes.exact and sizes.scope == "all"
 
     @property
     def wording(self) -> str:
@@ -107,7 +113,7 @@ class Limit:
 
 class InclusionKind(Enum):
     """How a client sampler's inclusion probabilities pi_k = P(k in S) are known (its declared ``inclusion_kind``,
-    which every client sampler must declare: :data:`MUST_DECLARE`). The round record (``inclusion``, and ``bias`` where the aggregate cannot be unbiased)
+    which every client sampler declares in its :class:`ClientSamplerCapabilities`). The round record (``inclusion``, and ``bias`` where the aggregate cannot be unbiased)
     and ``fedsample.diagnose`` state it."""
 
     EXACT = "exact"
@@ -235,18 +241,65 @@ class DesignedPlan(Protocol):
     def sampling_design(self) -> Design: ...
 
 
+@functools.cache
+def _members(protocol: type) -> frozenset[str]:
+    """The attributes a runtime-checkable Protocol asks for (its own and its Protocol bases', public ones)."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if vars(base).get("_is_protocol", False) and base is not Protocol:
+            names |= {n for n in (*vars(base), *vars(base).get("__annotations__", {})) if not n.startswith("_")}
+    return frozenset(names)
+
+
+@functools.cache
+def _lacks(cls: type, protocol: type) -> frozenset[str]:
+    """The members of ``protocol`` that the class ``cls`` itself has not (as an attribute, a property, a method or a
+    dataclass field), looked up once per class."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    return frozenset(n for n in _members(protocol) if n not in fields and not hasattr(cls, n))
+
+
+def conforms(obj: object, protocol: type) -> bool:
+    """``isinstance(obj, protocol)`` for a runtime-checkable Protocol, without its cost (tens of microseconds a call
+    on Python 3.11, paid per client and per round): the class is looked up once, the instance's own attributes
+    only for what its class lacks."""
+    cls: type = type(obj)
+    missing = _lacks(cls, protocol)
+    if not missing:
+        return True
+    try:
+        return missing <= vars(obj).keys()  # instance attributes set in __init__
+    except TypeError:  # no __dict__ (slots)
+        return False
+
+
+def observes_replies(sampler: object) -> TypeGuard[ObservesReplies]:
+    """Whether a client sampler learns from the cohort's training replies (:class:`ObservesReplies`)."""
+    return conforms(sampler, ObservesReplies)
+
+
+def observes_drawn(sampler: object) -> TypeGuard[ObservesDrawn]:
+    """Whether a data sampler learns from the cohort's drawn count (:class:`ObservesDrawn`)."""
+    return conforms(sampler, ObservesDrawn)
+
+
+def plans_weights(aggregate: object) -> TypeGuard[PlansWeights]:
+    """Whether an aggregator knows its weights before training (:class:`PlansWeights`)."""
+    return conforms(aggregate, PlansWeights)
+
+
 def client_sampling_design(sampler: object, population: int) -> Design:
     """The design ``sampler`` declares for ``population`` clients (a sampler that declares none: :class:`Undeclared`).
     Every sampler, a user's own included, is accounted for from this declaration, never from its class."""
-    if isinstance(sampler, DesignedClients):
-        return sampler.sampling_design(population)
+    if conforms(sampler, DesignedClients):
+        return cast(DesignedClients, sampler).sampling_design(population)
     return Undeclared(f"{type(sampler).__name__}'s inclusion probabilities are not data-independent and exact")
 
 
 def plan_sampling_design(plan: object) -> Design:
     """The design a data plan declares for a client's records (none declared: :class:`Undeclared`)."""
-    if isinstance(plan, DesignedPlan):
-        return plan.sampling_design()
+    if conforms(plan, DesignedPlan):
+        return cast(DesignedPlan, plan).sampling_design()
     return Undeclared(f"the data plan {type(plan).__name__} declares no sampling design")
 
 
@@ -295,7 +348,7 @@ class DrawnCohort:
     @cached_property
     def starts(self) -> np.ndarray:
         """The first row of each member."""
-        return np.cumsum(self.counts) - self.counts
+        return np.asarray(np.cumsum(self.counts) - self.counts)
 
     def sample(self, c: int) -> LocalSample:
         """Member c's draw as the client saw it."""
@@ -373,39 +426,185 @@ class StepRule(Protocol):
         ...
 
 
+# --- what each part declares: one frozen record per kind of part -------------------------------------------------
+
+REPLY_FIELDS = ("update", "loss", "utility")
+"""The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
+
+
+def _is_flag(value: object) -> bool:
+    """Whether ``value`` is True or False."""
+    return isinstance(value, bool)
+
+
+def _count_or_none(value: object) -> bool:
+    """Whether ``value`` is None or a positive integer (not a bool)."""
+    return value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value > 0))
+
+
+_WANTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "inclusion_kind": (lambda v: isinstance(v, InclusionKind),
+                       "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE"),
+    "server_learns": (lambda v: isinstance(v, tuple) and all(isinstance(x, Learns) for x in v),
+                      "a tuple of Learns, () where the server learns nothing beyond the training replies"),
+    "needs_sizes": (lambda v: isinstance(v, SizeNeed), "a SizeNeed"),
+    "reads_replies": (lambda v: isinstance(v, tuple) and all(x in REPLY_FIELDS for x in v), f"a tuple of {', '.join(REPLY_FIELDS)}"),
+    "limits": (lambda v: isinstance(v, tuple) and all(isinstance(x, Limit) for x in v), "a tuple of Limit"),
+    "shared_settings": (lambda v: isinstance(v, Mapping), "a mapping of setting -> value"),
+    "linear": (lambda v: v is None or isinstance(v, bool), "True, False or None (not known)"),
+    "budget": (lambda v: _count_or_none(v), "a positive int or None"),
+    "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
+    "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
+    "steps": (lambda v: _count_or_none(v), "a positive int or None"),
+}
+"""What each declared field that is not yes-or-no must be, and how the refusal says it."""
+
+
+class _Capabilities:
+    """The check every capabilities record makes when it is built: each field of the right kind (a yes-or-no field
+    a ``bool``), else one ``ValueError`` line naming the record, the field and what it must be. A missing required
+    field or a misspelt keyword is the dataclass's ``TypeError``, which names the field."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every record is a dataclass
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            ok, wanted = (_is_flag, "True or False") if f.type == "bool" else _WANTED[f.name]
+            if not ok(value):
+                raise ValueError(f"{type(self).__name__}({f.name}={value!r}): {f.name} must be {wanted}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientSamplerCapabilities(_Capabilities):
+    """What a client sampler declares (its ``capabilities``). Required, because a default would claim more than the
+    sampler knows: ``inclusion_kind`` (:class:`InclusionKind`: a sampler taken as exact would have its pi divided by
+    as if true) and ``server_learns`` (:class:`Learns`, () for nothing beyond the training replies). Optional:
+
+    - ``needs_sizes`` (:class:`SizeNeed`) and ``limits`` (the counts it asks of the data, :class:`Limit`);
+    - ``assumed_weights``: an estimated sampler whose cohorts carry the weights its method assumes
+      (``expected_draws``: the DELTA reference implementation's m p_k), so an aggregator that divides by them runs
+      (biased, as the round record says);
+    - ``reads_replies``: the fields of each client's training reply its ``observe`` reads (``update``, ``loss``,
+      ``utility``: then a secure sum is refused, and noise where it reads more than the update; a sampler that
+      reads ``utility`` has every client add Oort's statistical utility to its reply);
+    - ``draws_carry_sizes``: E[draws of k] is proportional to n_k (MD and clustered sampling), so a uniform mean
+      over the draws is unbiased for FedAvg's size-weighted objective;
+    - ``stratified``: its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``;
+    - ``shared_settings``: settings other parts must give the same value."""
+
+    inclusion_kind: InclusionKind
+    server_learns: tuple[Learns, ...]
+    needs_sizes: SizeNeed = SizeNeed.NONE
+    limits: tuple[Limit, ...] = ()
+    assumed_weights: bool = False
+    reads_replies: tuple[str, ...] = ()
+    draws_carry_sizes: bool = False
+    stratified: bool = False
+    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSamplerCapabilities(_Capabilities):
+    """What a data sampler declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its plans
+    divide by the cohort's inclusion probabilities, as ISFedAvg's agent factor does: a part taken not to would
+    escape the rule that refuses it an estimated or deterministic sampler). Optional: ``needs_sizes``, ``limits``,
+    ``count_drawn`` (its plans make each client add its drawn count to its reply), ``count_noise`` (the
+    standard deviation of the Gaussian noise its plans put on the summed drawn count; 0: the exact count), ``budget`` (the samples per round
+    it is held to, FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
+
+    weighs_by_inclusion: bool
+    needs_sizes: SizeNeed = SizeNeed.NONE
+    limits: tuple[Limit, ...] = ()
+    count_drawn: bool = False
+    count_noise: float = 0.0
+    budget: int | None = None
+    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatorCapabilities(_Capabilities):
+    """What an aggregator declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its weights
+    divide by the cohort's inclusion probabilities or expected draws). Optional: ``needs_sizes``; ``linear`` (a
+    weighted sum of the updates whose weights are known before the updates are: what a secure sum and the engines'
+    fused sums compute; None: not known); ``needs_strata``; ``needs_drawn_count``; ``needs_step_counts`` (its
+    weights need each client's step count, which a noised reply withholds); ``equal_weights`` (every received
+    update weighs the same: what per-example noise shares are calibrated for) and ``shared_settings``."""
+
+    weighs_by_inclusion: bool
+    needs_sizes: SizeNeed = SizeNeed.NONE
+    linear: bool | None = None
+    needs_strata: bool = False
+    needs_drawn_count: bool = False
+    needs_step_counts: bool = False
+    equal_weights: bool = False
+    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSolverCapabilities(_Capabilities):
+    """What a local solver declares (its ``capabilities``, all optional): ``per_example`` (its update is
+    (1/K) sum_s g_s over the drawn examples with a known K, FedSampling's one gradient, which per-example clipping
+    needs), ``minibatch`` (the rows one local step reads; None: the whole drawn sample, or not a fixed count),
+    ``steps`` (its local steps per round where fixed) and ``shared_settings``."""
+
+    per_example: bool = False
+    minibatch: int | None = None
+    steps: int | None = None
+    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+Capabilities = ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
+"""Any part's declaration."""
+
+RECORDS: dict[str, type[_Capabilities]] = {
+    "clients": ClientSamplerCapabilities, "data": DataSamplerCapabilities, "aggregate": AggregatorCapabilities,
+    "local": LocalSolverCapabilities,
+}
+"""The capabilities record a part of each Strategy field declares (the server optimizer, size reporting and update
+privacy declare what they do through their Protocols' properties)."""
+
+OLD_DECLARATIONS = frozenset(
+    f.name for record in RECORDS.values() for f in dataclasses.fields(record)
+) - {"limits", "shared_settings", "count_drawn", "count_noise", "per_example", "budget", "minibatch", "steps"}
+"""Names a part declared as separate class attributes before its capabilities record (what an old-style part is
+recognised by; settings that are also a part's own fields, such as ``count_drawn``, are left out)."""
+
+
+
 # --- the parts ----------------------------------------------------------------------------------------------------
 
 
 @runtime_checkable
 class ClientSampler(Protocol):
     """Who trains this round. ``select`` returns a :class:`~fedsample.rounds.Cohort` carrying every chosen client's
-    inclusion probability pi_k. Declares ``needs_sizes`` and ``expected_cohort`` (the expected number of distinct
-    clients per round; ``sizes`` are the clients' data sizes, which a sampler whose cohort follows from them needs),
-    ``inclusion_kind`` (:class:`InclusionKind`) and ``server_learns`` (what the server receives from clients to run
-    it, a tuple of :class:`Learns`), the last two required (:data:`MUST_DECLARE`); optionally:
+    inclusion probability pi_k; ``expected_cohort`` is the expected number of distinct clients per round (``sizes``
+    are the clients' data sizes, which a sampler whose cohort follows from them needs); ``capabilities``
+    (:class:`ClientSamplerCapabilities`) declares how its pi_k are known, what the server learns to run it, the
+    sizes it needs and the rest. Optionally:
 
     - for an estimated ``inclusion_kind``, ``estimate_inclusion(ctx, draws) -> frequencies`` (one per client, from
       the state ``select`` left);
-    - ``assumed_weights``: an estimated sampler whose cohorts carry the weights its method assumes
-      (``expected_draws``: the DELTA reference implementation's m p_k), so an aggregator that divides by them runs
-      (biased, as the round record says);
-    - ``observe(ctx, cohort, replies)``: server-held state learnt from the cohort's valid training replies (kept in
-      ``ctx.state``, saved with checkpoints), called after aggregation; ``reads_replies`` names the fields of each
-      client's reply it reads (``update``, ``loss``, ``utility``: then a secure sum is refused, and noise where it
-      reads more than the update);
-    - ``draws_carry_sizes``: E[draws of k] is proportional to n_k (MD and clustered sampling), so a uniform mean
-      over the draws is unbiased for FedAvg's size-weighted objective;
-    - ``stratified`` (its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``);
-    - ``limits`` (the counts it asks of the data, :class:`Limit`);
+    - ``observe(ctx, cohort, replies)`` (:class:`ObservesReplies`): server-held state learnt from the cohort's valid
+      training replies (kept in ``ctx.state``, saved with checkpoints), called after aggregation, reading the reply
+      fields its capabilities name (``reads_replies``);
+    - ``sampling_design(population)`` (:class:`DesignedClients`): its design, which the privacy ledger reads;
     - ``expected_trainings(N, sizes)``: clients that train per round, where more train than send (:class:`TrainsFirst`).
     """
 
     @property
-    def needs_sizes(self) -> SizeNeed: ...
+    def capabilities(self) -> ClientSamplerCapabilities: ...
 
     def select(self, ctx: RoundContext) -> Cohort: ...
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float: ...
+
+
+@runtime_checkable
+class ObservesReplies(Protocol):
+    """A client sampler that learns from the cohort's valid training replies, after aggregation."""
+
+    def observe(self, ctx: RoundContext, cohort: Cohort, replies: Any) -> None: ...
 
 
 @runtime_checkable
@@ -427,6 +626,29 @@ class DataPlan(Protocol):
 
 
 @runtime_checkable
+class CountsDrawn(DataPlan, Protocol):
+    """A plan that may ask each client to add how many samples it drew to its reply (``report_count``, summed inside
+    the secure sum), with Gaussian noise of standard deviation ``count_noise`` on that sum (0: the exact count)."""
+
+    @property
+    def report_count(self) -> bool: ...
+
+    @property
+    def count_noise(self) -> float: ...
+
+
+def reports_count(plan: object) -> bool:
+    """Whether ``plan`` asks each client for its drawn count (:class:`CountsDrawn`)."""
+    return conforms(plan, CountsDrawn) and bool(cast(CountsDrawn, plan).report_count)
+
+
+def drawn_count_noise(plan: object) -> float:
+    """sigma_S, the standard deviation of the Gaussian noise on the summed drawn count ``plan`` asks for (0: no
+    count asked, or the exact count)."""
+    return float(cast(CountsDrawn, plan).count_noise) if reports_count(plan) else 0.0
+
+
+@runtime_checkable
 class CohortPlan(DataPlan, Protocol):
     """A plan whose draws for a whole cohort are one pass (every client's own counter-based stream, read in
     bulk): ``draw_cohort`` gives ``(member, position)`` of every kept row, the same rows each client's ``draw``
@@ -439,25 +661,41 @@ class CohortPlan(DataPlan, Protocol):
 
 @runtime_checkable
 class DataSampler(Protocol):
-    """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member (PerClient).
-    Declares ``needs_sizes`` and ``weighs_by_inclusion`` (required, :data:`MUST_DECLARE`: whether its plans divide by the
-    cohort's inclusion probabilities, as ISFedAvg's agent factor does); optionally ``count_drawn`` (its plans make each client add its drawn count to its
-    reply), ``shared_settings`` and ``limits`` (:class:`Limit`)."""
+    """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member
+    (PerClient); ``capabilities`` (:class:`DataSamplerCapabilities`) declares whether its plans divide by the
+    inclusion probabilities, the sizes it needs and the rest. A data sampler steered by the cohort's drawn count
+    has ``observe_drawn`` (:class:`ObservesDrawn`)."""
 
     @property
-    def needs_sizes(self) -> SizeNeed: ...
+    def capabilities(self) -> DataSamplerCapabilities: ...
 
     def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | PerClient: ...
+
+
+@runtime_checkable
+class ObservesDrawn(Protocol):
+    """A data sampler that learns from the cohort's drawn count (a steered FedSampling's next N^,
+    :class:`fedsample.sampling.data.FedSamplingData`): ``observe_drawn(state, drawn, ratio)`` after the round,
+    with the round's sampling ratio."""
+
+    def observe_drawn(self, state: dict[str, Any], drawn: float, ratio: float) -> None: ...
 
 
 @runtime_checkable
 class LocalSolver(Protocol):
     """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
     steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way.
-    Optionally declares ``per_example``: its update is (1/K) sum_s g_s over the drawn examples with a known K
-    (FedSampling's one gradient), which per-example clipping needs."""
+    A solver may declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
 
     def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
+
+
+@runtime_checkable
+class DeclaredSolver(LocalSolver, Protocol):
+    """A local solver that declares its capabilities (:class:`LocalSolverCapabilities`)."""
+
+    @property
+    def capabilities(self) -> LocalSolverCapabilities: ...
 
 
 @runtime_checkable
@@ -488,23 +726,24 @@ class ScheduledSolver(LocalSolver, Protocol):
 
 @runtime_checkable
 class Aggregator(Protocol):
-    """How the updates combine into one pseudo-gradient (None: nothing usable arrived). Declares ``needs_sizes``,
-    ``linear`` (a weighted sum of the updates whose weights are known before the updates are: what a secure sum and
-    the engines' fused sums compute) and, required (:data:`MUST_DECLARE`), ``weighs_by_inclusion`` (whether its
-    weights divide by the cohort's inclusion probabilities or expected draws); optionally ``needs_strata``,
-    ``needs_drawn_count``, ``needs_step_counts`` (its weights need each client's step count, which a noised reply
-    withholds), ``equal_weights`` (every received update weighs the same: what per-example noise shares are
-    calibrated for), ``shared_settings`` and ``planned_weights(cohort, ctx)`` (the weights :meth:`combine` gives the cohort if every
-    update arrives, known before training: an in-process engine then sums the updates as they arrive instead of
-    holding them, :mod:`fedsample.federation.summed`)."""
+    """How the updates combine into one pseudo-gradient (None: nothing usable arrived); ``capabilities``
+    (:class:`AggregatorCapabilities`) declares whether its weights divide by the inclusion probabilities, whether it
+    is linear, the sizes it needs and the rest. An aggregator whose weights are known before training has
+    ``planned_weights(cohort, ctx)`` (:class:`PlansWeights`)."""
 
     @property
-    def needs_sizes(self) -> SizeNeed: ...
-
-    @property
-    def linear(self) -> bool: ...
+    def capabilities(self) -> AggregatorCapabilities: ...
 
     def combine(self, reports: Sequence[Any], cohort: Cohort, ctx: RoundContext) -> Params | None: ...
+
+
+@runtime_checkable
+class PlansWeights(Protocol):
+    """An aggregator that knows, before training, the weights :meth:`Aggregator.combine` gives the cohort if every
+    update arrives: an in-process engine then sums the updates as they arrive instead of holding them all
+    (:mod:`fedsample.federation.summed`)."""
+
+    def planned_weights(self, cohort: Cohort, ctx: RoundContext) -> np.ndarray | None: ...
 
 
 @runtime_checkable
@@ -515,9 +754,9 @@ class ServerOptimizer(Protocol):
     @property
     def lr(self) -> float: ...
 
-    def init_state(self, params: Params) -> dict: ...
+    def init_state(self, params: Params) -> dict[str, Any]: ...
 
-    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]: ...
+    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]: ...
 
 
 @runtime_checkable
@@ -554,131 +793,85 @@ class UpdatePrivacy(Protocol):
     def private_reply(self, report: Any, payload: Any, rng: np.random.Generator) -> Any: ...
 
 
+
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "clients": ("select", "expected_cohort"), "data": ("plan",), "local": ("run",), "aggregate": ("combine",), "server": ("init_state", "step"),
-    "sizes": ("query", "summarize"), "noise": ("private_reply",),
+    "clients": ("select", "expected_cohort", "capabilities"), "data": ("plan", "capabilities"), "local": ("run",),
+    "aggregate": ("combine", "capabilities"), "server": ("init_state", "step"), "sizes": ("query", "summarize"),
+    "noise": ("private_reply",),
 }
-"""The methods a part of each Strategy field must have."""
-
-MUST_DECLARE: dict[str, dict[str, str]] = {
-    "clients": {
-        "inclusion_kind": "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE",
-        "server_learns": "a tuple of Learns, () where the server learns nothing beyond the training replies",
-    },
-    "data": {"weighs_by_inclusion": "True or False (whether its plans divide by the inclusion probabilities)"},
-    "aggregate": {"weighs_by_inclusion": "True or False (whether its weights divide by the inclusion probabilities)"},
-}
-"""The declarations a part of each Strategy field must make itself, with the choices, because their defaults would
-claim more than the part knows: a sampler taken as exact would have its pi divided by as if they were true (and a
-degenerate one's pi = 1 pretended unbiased), one taken to learn nothing would understate what the server sees, and
-a part taken not to divide by pi would escape the rule that refuses it an estimated or deterministic sampler. Every
-part declares them, the library's as a user's (:func:`undeclared`); the other declared properties have the
-defaults of :data:`DEFAULTS`, which only ever claim less."""
-
-DEFAULTS: dict[str, Any] = {
-    "needs_sizes": SizeNeed.NONE, "linear": None, "stratified": False, "needs_strata": False, "count_drawn": False,
-    "needs_drawn_count": False, "shared_settings": {}, "batched": False, "exact": False, "report_count": False,
-    "limits": (), "assumed_weights": False, "reads_replies": (), "draws_carry_sizes": False, "needs_step_counts": False,
-    "equal_weights": False, "per_example": False,
-}
-"""What a part that does not declare a property is taken to declare (``linear`` None: not known); the declarations
-of :data:`MUST_DECLARE` have no default."""
-
-DECLARATIONS = frozenset(DEFAULTS) | {name for names in MUST_DECLARE.values() for name in names}
-"""Every property a part may declare (what a misspelt public attribute is compared with)."""
+"""The methods (and, for the parts that declare a record, ``capabilities``) a part of each Strategy field must have."""
 
 
-_FLAGS = ("stratified", "needs_strata", "count_drawn", "needs_drawn_count", "batched", "exact", "report_count",
-          "assumed_weights", "draws_carry_sizes", "weighs_by_inclusion", "needs_step_counts", "equal_weights", "per_example")
-"""The declared properties that are yes-or-no."""
-
-REPLY_FIELDS = ("update", "loss", "utility")
-"""The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
-
-
-def _kind_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` is not a valid declared ``name`` (None: it is)."""
-    if name in _FLAGS and not isinstance(value, (bool, np.bool_)):
-        return "True or False"
-    if name == "linear" and not (value is None or isinstance(value, (bool, np.bool_))):
-        return "True, False or None"
-    if name == "inclusion_kind" and value not in {k.value for k in InclusionKind} | set(InclusionKind):
-        return "an InclusionKind"
-    if name == "server_learns" and any(v not in {k.value for k in Learns} | set(Learns) for v in value):
-        return "a tuple of Learns"
-    if name == "reads_replies" and any(v not in REPLY_FIELDS for v in value):
-        return f"a tuple of {', '.join(REPLY_FIELDS)}"
-    if name == "limits" and any(not isinstance(v, Limit) for v in value):
-        return "a tuple of Limit"
-    if name == "shared_settings" and not isinstance(value, Mapping):
-        return "a mapping of setting -> value"
+def capabilities_problem(part: object, field: str) -> str | None:
+    """What is wrong with the capabilities ``part`` declares as the Strategy's ``field`` (None: nothing, or a field
+    whose parts declare none): a declaration the old way, as separate attributes, which nothing reads (named, with
+    how to declare it now), no record, a record of another kind of part, or a record that cannot be built (its
+    one-line refusal)."""
+    record = RECORDS.get(field)
+    if record is None:
+        return None
+    required = [f.name for f in dataclasses.fields(record) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    old = sorted(n for n in OLD_DECLARATIONS if inspect.getattr_static(part, n, None) is not None)
+    if old:
+        fields = ", ".join(f"{n}=<{_wanted(n)}>" for n in dict.fromkeys([*required, *old]))
+        return (f"{describe(part)} declares {', '.join(old)} as separate attributes, which fedsample no longer reads: "
+                f"declare them in one record, capabilities = fedsample.parts.{record.__name__}({fields})")
+    if inspect.getattr_static(part, "capabilities", None) is None:
+        if not required:  # a local solver may declare nothing (solver_capabilities: the record of defaults)
+            return None
+        fields = ", ".join(f"{n}=<{_wanted(n)}>" for n in required)
+        return f"{describe(part)} does not declare its capabilities: declare capabilities = fedsample.parts.{record.__name__}({fields})"
+    try:
+        declared = part.capabilities  # type: ignore[attr-defined]  # present (above); a property builds it here
+    except (TypeError, ValueError) as why:  # the record's own refusal, now naming the part
+        return f"{describe(part)}: {why}"
+    if not isinstance(declared, record):
+        return f"{describe(part)} declares capabilities of type {type(declared).__name__}: a {field} part declares a {record.__name__}"
     return None
 
 
-def declaration_problem(part: object) -> str | None:
-    """What is wrong with what ``part`` declares (None: nothing): a declared property of the wrong kind, or a
-    public attribute one letter or two away from a declared property's name (a misspelt declaration, which would
-    otherwise be silently ignored and the default taken)."""
-    owned = {n for n in dir(type(part)) if not n.startswith("_") and not callable(inspect.getattr_static(part, n))}
-    if dataclasses.is_dataclass(part):
-        owned |= {f.name for f in dataclasses.fields(part)}
-    for name in sorted(owned - DECLARATIONS):
-        near = difflib.get_close_matches(name, sorted(DECLARATIONS), n=1, cutoff=0.85)
-        if near:
-            return f"{describe(part)} declares {name!r}, which no part of fedsample reads: did you mean {near[0]!r}?"
-    for name in sorted(owned & DECLARATIONS):
-        value = declared(part, name)
-        wanted = _kind_problem(name, value)
-        if wanted is not None:
-            return f"{describe(part)} declares {name}={value!r}: it must be {wanted}"
-    return None
+def _wanted(name: str) -> str:
+    """What the declared field ``name`` must be, in words."""
+    return "True or False" if name not in _WANTED else _WANTED[name][1]
 
 
-def declared(part: Any, name: str) -> Any:
-    """The part's declared ``name``, or its default (:data:`DEFAULTS`). A declaration of :data:`MUST_DECLARE` has
-    none: reading one that a part leaves out raises ``AttributeError`` (a Strategy refuses such a part when built,
-    so the strategy's parts always have it)."""
-    return getattr(part, name, DEFAULTS[name]) if name in DEFAULTS else getattr(part, name)
+def solver_capabilities(solver: object) -> LocalSolverCapabilities:
+    """What ``solver`` declares (a solver with only ``run`` declares nothing: the default record, which claims
+    nothing: no per-example update, no fixed minibatch, no shared setting)."""
+    return cast(DeclaredSolver, solver).capabilities if conforms(solver, DeclaredSolver) else LocalSolverCapabilities()
 
 
-def inclusion_kind(sampler: Any, cohort: Any = None) -> InclusionKind:
-    """How ``sampler``'s inclusion probabilities are known (declared: it has no default); a string is read as the kind.
-    With ``cohort``: that round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random
-    warm-up rounds are exact although the sampler is degenerate)."""
-    kind = declared(sampler, "inclusion_kind")
+def inclusion_kind(sampler: ClientSampler, cohort: Cohort | None = None) -> InclusionKind:
+    """How ``sampler``'s inclusion probabilities are known (declared in its capabilities). With ``cohort``: that
+    round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random warm-up rounds are
+    exact although the sampler is degenerate)."""
+    kind = sampler.capabilities.inclusion_kind
     if cohort is not None:
         kind = cohort.info.get("inclusion_kind", kind)
     return kind if isinstance(kind, InclusionKind) else InclusionKind(kind)
 
 
-def replies_read(sampler: Any) -> tuple[str, ...]:
+def replies_read(sampler: ClientSampler) -> tuple[str, ...]:
     """The fields of each client's training reply that ``sampler`` keeps (declared ``reads_replies``: ``update``,
     ``loss``, ``utility``; none by default): a secure sum hides them, noised replies withhold all but the update."""
-    return tuple(declared(sampler, "reads_replies"))
+    return sampler.capabilities.reads_replies
 
 
-def server_learns(sampler: Any) -> tuple[Learns, ...]:
-    """What the server receives from clients to run ``sampler`` (declared; strings are read as :class:`Learns`)."""
-    return tuple(v if isinstance(v, Learns) else Learns(v) for v in declared(sampler, "server_learns"))
+def server_learns(sampler: ClientSampler) -> tuple[Learns, ...]:
+    """What the server receives from clients to run ``sampler`` (declared in its capabilities)."""
+    return sampler.capabilities.server_learns
 
 
-def trains_first(sampler: Any) -> bool:
+def trains_first(sampler: ClientSampler) -> bool:
     """Whether ``sampler`` chooses among clients that have already trained (:class:`TrainsFirst`)."""
-    return callable(getattr(sampler, "select_trained", None))
+    return conforms(sampler, TrainsFirst)
 
 
-def missing_methods(part: Any, field: str) -> list[str]:
+def missing_methods(part: object, field: str) -> list[str]:
     """The methods the Strategy field ``field`` requires that ``part`` lacks (looked up without running them: a
     property such as ``RandomizedSizes.query`` is not called)."""
     missing = object()
     return [m for m in REQUIRED[field] if inspect.getattr_static(part, m, missing) is missing]
-
-
-def undeclared(part: object, field: str) -> str | None:
-    """The first declaration of :data:`MUST_DECLARE` that ``part``, in the Strategy field ``field``, leaves out
-    (None: it makes them all), looked up without running it."""
-    missing = object()
-    return next((d for d in MUST_DECLARE.get(field, {}) if inspect.getattr_static(part, d, missing) is missing), None)
 
 
 def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | None:
@@ -700,7 +893,7 @@ def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | N
 
 def batched(solver: Any) -> bool:
     """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort."""
-    return isinstance(solver, ScheduledSolver) and bool(solver.batched)
+    return conforms(solver, ScheduledSolver) and bool(cast(ScheduledSolver, solver).batched)
 
 
 def describe(part: Any) -> str:
@@ -725,9 +918,3 @@ def describe(part: Any) -> str:
         if not same:
             shown.append(f"{f.name}={value!r}")
     return f"{type(part).__name__}({', '.join(shown)})"
-
-
-def settings_of(part: Any) -> Mapping[str, Any]:
-    """The settings a part shares with the strategy's other parts (``shared_settings``): two parts that declare the
-    same setting must give it the same value (e.g. ``K``, FedSampling's samples per round)."""
-    return dict(declared(part, "shared_settings"))

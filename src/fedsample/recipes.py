@@ -20,10 +20,10 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Literal, Mapping, cast
 
-from fedsample import checks, parts
+from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
-from fedsample.parts import SizeNeed, declared
+from fedsample.parts import SizeNeed
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
@@ -151,8 +151,8 @@ def _federated(
     if clients is None:
         sampler = SizeProportional if weighted else UniformClients
         clients = sampler(m=m, samples_per_round=samples_per_round)
-    by = "uniform" if parts.declared(clients, "draws_carry_sizes") else "size"
-    scope: Literal["all", "cohort"] = "all" if declared(clients, "needs_sizes") is SizeNeed.EXACT_ALL else "cohort"
+    by = "uniform" if clients.capabilities.draws_carry_sizes else "size"
+    scope: Literal["all", "cohort"] = "all" if clients.capabilities.needs_sizes is SizeNeed.EXACT_ALL else "cohort"
     return Strategy(
         clients=clients, data=data or FullData(), local=local, aggregate=aggregate(by), server=server,
         sizes=ExactSizes(scope=scope), name=("weighted_" if weighted else "") + name,
@@ -265,7 +265,7 @@ def fedsampling(
     chosen = PROTOCOLS[protocol]
     permanent = chosen["permanent"] if permanent is None else permanent
     if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
-        counts = data is None or parts.declared(data, "count_drawn")
+        counts = data is None or data.capabilities.count_drawn
         normalize = chosen["normalize"] if secure_sum and counts else "K"
     M = chosen["M"] if M is None else M
     if count_noise is None:
@@ -443,7 +443,7 @@ def fedsts(
     m = cohort_size.one_of("clients_per_round", clients_per_round, samples_per_round, 10, "fedsts")
     clients = clients or StratifiedClients(H, m, dim, compression, recompute_every, spread, within, samples_per_round)
     sizes: ExactSizes | None
-    if clients.needs_sizes is SizeNeed.EXACT_ALL:
+    if clients.capabilities.needs_sizes is SizeNeed.EXACT_ALL:
         sizes = ExactSizes(scope="all")
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None
@@ -508,7 +508,7 @@ def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     return (set(inspect.signature(fn).parameters) | set(getattr(fn, "__aliases__", {}))) - {"clients", "data"}
 
 
-def _checked(name: str, params: dict, what: str = "recipe") -> Callable[..., Strategy]:
+def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callable[..., Strategy]:
     """The registered recipe ``name``, after checking that it takes every parameter in ``params`` (a renamed
     one is refused by the recipe itself, naming its new name)."""
     if name not in RECIPES:
@@ -536,7 +536,7 @@ def recipe(name: str, **params: Any) -> Strategy:
 LOCAL_OPTIONS = {"local_momentum": "momentum", "lr_decay": "lr_decay", "prox_mu": "prox_mu"}
 
 
-def _set_local_options(strategy: Strategy, options: dict) -> Strategy:
+def _set_local_options(strategy: Strategy, options: dict[str, Any]) -> Strategy:
     """``strategy`` with ``options`` (recipe names: local_momentum, lr_decay, prox_mu) set on its local solver."""
     fields = {LOCAL_OPTIONS[k]: v for k, v in options.items()}
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]

@@ -355,15 +355,25 @@ class CohortRandom:
             if bound >> 64:  # every draw is below it
                 return np.arange(int(counts.sum()), dtype=np.int64)
             return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
-        return self._ragged_device(counts).lt(threshold).nonzero().flatten().cpu().numpy()
+        return self.ragged_below_on_device(counts, threshold).cpu().numpy()
+
+    def ragged_below_on_device(self, counts: "np.ndarray | torch.Tensor", threshold: float) -> "torch.Tensor":
+        """:meth:`ragged_below`'s positions as an int64 tensor left on the cohort's device (one built with a
+        ``device``): the same positions, since the streams' bits are the same on every device. ``counts`` on the
+        host or already on the device (then not copied again); the host waits only for how many draws there are
+        where the counts are on the device, and for how many are kept (``nonzero``)."""
+        if self.device is None:
+            raise ValueError("ragged_below_on_device needs a CohortRandom built with a device")
+        return self._ragged_device(counts).lt(threshold).nonzero().flatten()
 
     def _ragged_torch(self, counts: np.ndarray, starts: np.ndarray | None) -> np.ndarray:
         """:meth:`ragged` computed on the device (the same positions, the same bits)."""
         return self._ragged_device(counts, starts).cpu().numpy()
 
-    def _ragged_device(self, counts: np.ndarray, starts: np.ndarray | None = None) -> "torch.Tensor":
-        """The draws of :meth:`ragged` as a tensor on the device (``starts`` None: every client from draw 0). The
-        total is known on the host, so no step waits for the device to learn the output's length."""
+    def _ragged_device(self, counts: "np.ndarray | torch.Tensor", starts: np.ndarray | None = None) -> "torch.Tensor":
+        """The draws of :meth:`ragged` as a tensor on the device (``starts`` None: every client from draw 0). With
+        the counts on the host the total is known there, so no step waits for the device to learn the output's
+        length; counts already on the device are used as they are (one wait for their total)."""
         import torch
 
         total = int(counts.sum())

@@ -36,11 +36,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Failed:
-    """A client's reply that is missing or rejected in ``phase`` (a procedure name), with the reason."""
+    """A client's reply that is missing or rejected in ``phase`` (a procedure name), with the reason; ``no_samples``:
+    the client raised :class:`~fedsample.messages.NoSamples` (it holds no data to answer from)."""
 
     client: int
     phase: str
     reason: str
+    no_samples: bool = False
 
     def record(self) -> dict:
         """The entry in a round's ``failed`` list."""

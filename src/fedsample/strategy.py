@@ -6,6 +6,7 @@ aggregate -> server step. The strategy talks to clients only through ``Federatio
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -15,13 +16,15 @@ from fedsample import checks, parts, validate
 from fedsample.budget import realised_samples
 
 from fedsample.parts import (
-    Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer, SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
+    Aggregator, ClientSampler, DataSampler, InclusionKind, Learns, Limit, LocalSolver, ServerOptimizer,
+    SizeNeed, SizeReporting, TrainsFirst, UpdatePrivacy,
 )
 from fedsample.privacy import accounting
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import round_figures, watch
-from fedsample.messages import HeldRequest, PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, ProbeRequest, TrainPayload
 from fedsample.federation.base import Federation
+from fedsample.federation.faults import lost_to_faults
 from fedsample.missing import response_rate
 from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.sampling.clients import AllClients
@@ -82,10 +85,10 @@ class Strategy:
     def limits(self) -> tuple[Limit, ...]:
         """The counts the parts ask of the data (their declared ``limits``, :class:`~fedsample.parts.Limit`), and, for
         a pooled strategy (centralized training), its minibatch: drawn from the pooled data, it cannot be larger."""
-        asked = [limit for part in (self.clients, self.data) for limit in parts.declared(part, "limits")]
-        batch = getattr(self.local, "batch_size", None)
-        if self.pooled and isinstance(batch, int):
-            steps = getattr(self.local, "steps", None)
+        asked = [*self.clients.capabilities.limits, *self.data.capabilities.limits]
+        solver = parts.solver_capabilities(self.local)
+        batch, steps = solver.minibatch, solver.steps
+        if self.pooled and batch is not None:
             asked.append(Limit("samples_per_round (K)" if steps in (None, 1) else "samples_per_round / steps (the minibatch)", batch, "samples"))
         return tuple(asked)
 
@@ -179,15 +182,15 @@ class Strategy:
             return params, self.unchanged(ctx, str(why))
         plan = self.data.plan(ctx, cohort)
         # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-        utility = bool(getattr(self.clients, "reply_utility", False))  # Oort asks each client for its statistical utility
+        utility = "utility" in self.clients.capabilities.reads_replies  # Oort asks each client for its statistical utility
         payload_for = lambda p: TrainPayload(params=params, plan=p, solver=self.local, round=round, noise=for_cohort(self.noise, len(cohort)),  # noqa: E731
                                              utility=utility)
         payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
         trained_rate = 1.0
         if parts.trains_first(self.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
-            asked = len(cohort) + lost
+            asked = len(cohort)  # not those left out for a lost size report: w_k = 0, outside the target (the reporters')
             cohort, replies = self.train_then_send(federation, ctx, cohort, payload)
-            # the clients that failed to train (or were left out) are not candidates: they are non-responders
+            # the clients that failed to train are not candidates: they are non-responders
             trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
         else:
             with planned_sum(cohort.ids, self.planned_weights(ctx, cohort, lost)):  # an engine may sum the updates as they come
@@ -202,9 +205,9 @@ class Strategy:
         facts = self.cohort_facts(ctx, cohort)
         replies, delta = self.combine_valid(replies, cohort, ctx, lost, trained_rate=trained_rate)
         ctx.log.update(self.describe_round(ctx, cohort, replies, facts))
-        observe = getattr(self.clients, "observe", None)
-        if observe is not None:  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
-            observe(ctx, cohort, replies)
+        note_uncorrected_faults(ctx, self.clients)
+        if parts.observes_replies(self.clients):  # server-held sampler state learnt from the valid replies (Alg. 2's updates, rpow-d, Oort)
+            self.clients.observe(ctx, cohort, replies)
         if delta is None:
             return params, self.unchanged(ctx, "no valid update arrived")
         params, state["server"] = scheduled_step(self.server, self.schedule, round, params, delta, state["server"])
@@ -232,10 +235,9 @@ class Strategy:
         for an aggregator that declares none (FedNova's weights come from the replies), under a secure sum (the
         server never sees the updates), and for a sampler that keeps the clients' updates (``server_learns``
         gradients)."""
-        declared = getattr(self.aggregate, "planned_weights", None)
-        if declared is None or self.secure_sum or Learns.GRADIENTS in parts.server_learns(self.clients):
+        if not parts.plans_weights(self.aggregate) or self.secure_sum or Learns.GRADIENTS in parts.server_learns(self.clients):
             return None
-        return declared(cohort, replace(ctx, response_rate=response_rate(len(cohort) + lost, len(cohort))))
+        return self.aggregate.planned_weights(cohort, replace(ctx, response_rate=response_rate(len(cohort) + lost, len(cohort))))
 
     def combine_valid(
         self, replies: ReplyList, cohort: Cohort, ctx: RoundContext, lost: int = 0, checked: bool = False,
@@ -278,14 +280,14 @@ class Strategy:
             drawn = drawn_or_none(reports)
             if drawn is not None:  # known only where the clients report their counts
                 log["samples"] = drawn
-                observe_drawn = getattr(self.data, "observe_drawn", None)
-                if observe_drawn is not None and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
-                    observe_drawn(ctx.state, drawn, ctx.log["ratio"])
-            realised = realised_samples(drawn, reports, getattr(self.local, "batch_size", None))
+                if parts.observes_drawn(self.data) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
+                    self.data.observe_drawn(ctx.state, drawn, ctx.log["ratio"])
+            realised = realised_samples(drawn, reports, parts.solver_capabilities(self.local).minibatch)
             if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
                 log["realised_samples"] = realised
-                if isinstance(getattr(self.data, "K", None), int):  # the budget it is held to (FedSampling's K)
-                    log["target_samples"] = self.data.K  # type: ignore[attr-defined]
+                budget = self.data.capabilities.budget
+                if budget is not None:  # the budget it is held to (FedSampling's K)
+                    log["target_samples"] = budget
         log["answered"] = len(cohort) - len(reports.failures())
         log.update(self.cohort_facts(ctx, cohort) if facts is None else facts)
         return log
@@ -305,6 +307,17 @@ class Strategy:
         facts.update(accounting.run_spend(self.sizes, self.noise, ctx.round + 1))
         facts.update(round_figures(ctx.state))
         return facts
+
+
+def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
+    """A round that lost clients (``failed``) under a sampler whose inclusion probabilities are estimated or degenerate
+    (the record's ``bias``): no response-rate correction can make that aggregate unbiased, which the record says
+    (``faults_uncorrected``, naming the sampler) and a warning says once per run (:mod:`fedsample.warned`)."""
+    if ctx.log.get("failed") and ctx.log.get("bias"):
+        said = (f"{parts.describe(sampler)} lost clients this round and its inclusion probabilities are "
+                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased (docs/reliability.md)")
+        ctx.log["faults_uncorrected"] = said
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
 
 
 def drawn_or_none(reports: ReplyList) -> int | None:
@@ -390,33 +403,28 @@ _KINDS = {
 
 
 def parts_implement_their_kind(s: Strategy) -> str | None:
-    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`), makes the declarations it
-    must make (:data:`fedsample.parts.MUST_DECLARE`) and declares what it declares with valid kinds and spellings
-    (:func:`fedsample.parts.declaration_problem`)."""
+    """Each part has the methods its field requires (:data:`fedsample.parts.REQUIRED`) and declares its capabilities
+    in the record of its kind (:func:`fedsample.parts.capabilities_problem`: none, the old separate attributes, a
+    record of another kind or one that cannot be built is refused naming the part)."""
+    given = {"clients": s.clients, "data": s.data, "local": s.local, "aggregate": s.aggregate, "server": s.server,
+             "sizes": s.sizes, "noise": s.noise}
     for name, kind in _KINDS.items():
-        part = getattr(s, name)
+        part = given[name]
         if part is None and name in ("sizes", "noise"):
             continue
-        missing = parts.missing_methods(part, name)
+        missing = [m for m in parts.missing_methods(part, name) if m != "capabilities"]  # capabilities: said below
         if missing:
             return f"{name}={parts.describe(part)} is not a {kind}: it has no {missing[0]}() method"
-        problem = parts.declaration_problem(part)  # first: a misspelt declaration is named as such, not as missing
+        problem = parts.capabilities_problem(part, name)
         if problem is not None:
             return f"{name}={problem}"
-        left_out = parts.undeclared(part, name)
-        if left_out is not None:
-            return (f"{name}={parts.describe(part)} does not declare {left_out}: declare it, "
-                    f"{parts.MUST_DECLARE[name][left_out]}")
     return None
 
 
 def sizes_meet_every_need(s: Strategy) -> str | None:
     """The size reporting gives each part the sizes it declares it needs (``needs_sizes``, a :class:`SizeNeed`)."""
-    for part in (s.clients, s.data, s.aggregate):
-        need = parts.declared(part, "needs_sizes")
-        need = SizeNeed.NONE if need is None else need
-        if not isinstance(need, SizeNeed):
-            return f"{parts.describe(part)} declares needs_sizes={need!r}: declare a fedsample.parts.SizeNeed"
+    for part, need in ((s.clients, s.clients.capabilities.needs_sizes), (s.data, s.data.capabilities.needs_sizes),
+                       (s.aggregate, s.aggregate.capabilities.needs_sizes)):
         if not need.met_by(s.sizes):
             return f"{parts.describe(part)} needs {need.wording}, but {_what_sizes_give(s.sizes, need)}: {need.remedy}"
     return None
@@ -425,7 +433,7 @@ def sizes_meet_every_need(s: Strategy) -> str | None:
 def _what_sizes_give(sizes: SizeReporting | None, need: SizeNeed) -> str:
     if sizes is None:
         return "the strategy collects none (sizes=None)"
-    if not parts.declared(sizes, "exact"):
+    if not sizes.exact:
         return f"{parts.describe(sizes)} reports randomized sizes"
     return f"{parts.describe(sizes)} asks only the cohort, after selection"
 
@@ -434,8 +442,10 @@ def shared_settings_agree(s: Strategy) -> str | None:
     """Parts that carry the same setting give it the same value (``shared_settings``: e.g. FedSampling's K in the
     data sampler, the solver and the aggregator; ISFedAvg's scaling in its data sampler and aggregator)."""
     first: dict[str, tuple[Any, Any]] = {}
-    for part in (s.clients, s.data, s.local, s.aggregate, s.server):
-        for name, value in parts.settings_of(part).items():
+    declared = ((s.clients, s.clients.capabilities), (s.data, s.data.capabilities), (s.local, parts.solver_capabilities(s.local)),
+                (s.aggregate, s.aggregate.capabilities))
+    for part, capabilities in declared:
+        for name, value in capabilities.shared_settings.items():
             if name in first and first[name][1] != value:
                 other = first[name][0]
                 return (f"{parts.describe(other)} and {parts.describe(part)} disagree on {name} ({first[name][1]!r} vs "
@@ -446,7 +456,7 @@ def shared_settings_agree(s: Strategy) -> str | None:
 
 def secure_sum_needs_a_linear_aggregator(s: Strategy) -> str | None:
     """A secure sum reveals one weighted sum of the updates: the aggregator's weights must be known before them."""
-    if s.secure_sum and parts.declared(s.aggregate, "linear") is False:
+    if s.secure_sum and s.aggregate.capabilities.linear is False:
         return (f"secure_sum=True reveals only a weighted sum of the updates, but {parts.describe(s.aggregate)} is not "
                 "linear with weights known before the updates: use Sum, WeightedMean or StratifiedMean, or secure_sum=False")
     return None
@@ -454,7 +464,7 @@ def secure_sum_needs_a_linear_aggregator(s: Strategy) -> str | None:
 
 def drawn_count_is_sent(s: Strategy) -> str | None:
     """An aggregator that divides by the cohort's drawn count gets it from a data sampler that asks for it."""
-    if parts.declared(s.aggregate, "needs_drawn_count") and not parts.declared(s.data, "count_drawn"):
+    if s.aggregate.capabilities.needs_drawn_count and not s.data.capabilities.count_drawn:
         return (f"{parts.describe(s.aggregate)} needs the samples the cohort drew, but {parts.describe(s.data)} does not "
                 "ask the clients to send their counts (count_drawn=True)")
     return None
@@ -462,7 +472,7 @@ def drawn_count_is_sent(s: Strategy) -> str | None:
 
 def drawn_counts_are_sealed(s: Strategy) -> str | None:
     """Each client's drawn count reveals its size: it may reach the server only inside a secure sum."""
-    if parts.declared(s.data, "count_drawn") and not s.secure_sum:
+    if s.data.capabilities.count_drawn and not s.secure_sum:
         return (f"{parts.describe(s.data)} has every client send how many samples it drew, which reveals its size "
                 "unless the server sees only their sum: pass secure_sum=True")
     return None
@@ -470,7 +480,7 @@ def drawn_counts_are_sealed(s: Strategy) -> str | None:
 
 def strata_come_from_the_sampler(s: Strategy) -> str | None:
     """An aggregator that weighs by strata gets a client sampler whose cohorts carry them."""
-    if parts.declared(s.aggregate, "needs_strata") and not parts.declared(s.clients, "stratified"):
+    if s.aggregate.capabilities.needs_strata and not s.clients.capabilities.stratified:
         return (f"{parts.describe(s.aggregate)} weighs by strata (N_h / m_h), but the cohorts of "
                 f"{parts.describe(s.clients)} carry none: use StratifiedClients(...) or another aggregation")
     return None
@@ -485,13 +495,15 @@ def inclusion_weights_need_known_probabilities(s: Strategy) -> str | None:
     kind = parts.inclusion_kind(s.clients)
     if kind is InclusionKind.EXACT:
         return None
-    for part, instead in ((s.data, "use another data sampler"), (s.aggregate, "weigh by size or uniformly instead")):
-        if not parts.declared(part, "weighs_by_inclusion"):
+    divides = ((s.data, s.data.capabilities.weighs_by_inclusion, "use another data sampler"),
+               (s.aggregate, s.aggregate.capabilities.weighs_by_inclusion, "weigh by size or uniformly instead"))
+    for part, weighs, instead in divides:
+        if not weighs:
             continue
         if kind is InclusionKind.DEGENERATE:
             return (f"{parts.describe(part)} divides by the inclusion probabilities, but {parts.describe(s.clients)} selects "
                     f"deterministically (degenerate, pi in {{0, 1}}): no unbiased estimator exists; {instead}")
-        if not parts.declared(s.clients, "assumed_weights"):
+        if not s.clients.capabilities.assumed_weights:
             return (f"{parts.describe(part)} divides by the inclusion probabilities, but those of {parts.describe(s.clients)} "
                     f"have no closed form (estimated, biased by design): {instead}")
     return None
@@ -547,11 +559,15 @@ def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     ctx.log["dropped"] = len(ctx.log["failed"])
 
 
+LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
+
+
 class _CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
-    adds strategy, seed and round; a non-finite one usually means the model diverged, a client without samples
-    says so). It also notes every client
+    adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
+    diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
+    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -574,10 +590,16 @@ class _CheckedProbes:
         self._asked[np.asarray(client_ids, dtype=np.int64)] = True
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
+            partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
+            if partial and all(lost_to_faults(reply) for reply in replies):
+                raise RoundFailed("every probe was lost")
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+                if partial and lost_to_faults(reply):
+                    continue
                 problem = validate.probe_problem(reply)
-                if problem:
-                    hint = ("" if "holds no samples" in problem else  # an empty client (fedsample.client.probe)
+                if problem is not None:  # a lost probe and an empty client's say why; any other adds the likely cause
+                    hint = (LOST_PROBE if lost_to_faults(reply) else  # dropped out or too late: not the model's doing
+                            "" if problem.no_samples else  # an empty client (fedsample.client.probe)
                             "; a non-finite probe usually means the model diverged (lower the learning rate)")
-                    raise ValueError(f"client {k}'s probe is unusable ({problem}){hint}")
+                    raise ValueError(f"client {k}'s probe is unusable ({problem.reason}){hint}")
         return replies

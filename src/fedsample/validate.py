@@ -19,6 +19,7 @@ aggregates again without the bad ones.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 
 from fedsample.rounds import Failed, NumberReplies, ReplyList, is_failed, replies_of
 
-__all__ = ["params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
+__all__ = ["ProbeProblem", "params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
 
 
 def update_problem(update: Any, params: dict) -> str | None:
@@ -138,20 +139,29 @@ def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | N
     return np.asarray(kept, dtype=np.int64), np.asarray(values, dtype=np.int64), failed
 
 
-def probe_problem(report: Any) -> str | None:
-    """Why a probe reply is unusable: Failed, or non-finite statistics."""
+@dataclass(frozen=True)
+class ProbeProblem:
+    """Why a probe reply is unusable: ``reason`` in words, and whether the client holds no samples (``no_samples``:
+    it has nothing to probe; any other problem, a non-finite or lost probe, usually means the model diverged)."""
+
+    reason: str
+    no_samples: bool = False
+
+
+def probe_problem(report: Any) -> ProbeProblem | None:
+    """Why a probe reply is unusable: Failed, or non-finite statistics (None: it is usable)."""
     if is_failed(report):
-        return report.reason
+        return ProbeProblem(report.reason, no_samples=report.no_samples)
     numbers = [getattr(report, "loss", math.nan), getattr(report, "grad_norm", math.nan)]
     numbers += list(getattr(report, "extra", {}).values())
     if not all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in numbers):  # None: not asked for
-        return f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})"
+        return ProbeProblem(f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})")
     compressed = getattr(report, "compressed", None)
     if compressed is not None and not np.all(np.isfinite(compressed)):
-        return "non-finite compressed gradient"
+        return ProbeProblem("non-finite compressed gradient")
     labels = getattr(report, "label_counts", None)
     if labels is not None and not (np.all(np.isfinite(labels)) and np.all(np.asarray(labels) >= 0)):
-        return "invalid label histogram (counts must be finite and non-negative)"
+        return ProbeProblem("invalid label histogram (counts must be finite and non-negative)")
     return None
 
 

@@ -33,7 +33,7 @@ from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
-from fedsample.parts import declared as parts_declared
+from fedsample.parts import reports_count
 from fedsample.rounds import Replies, ReplyList
 from fedsample.training.functional import Params
 from fedsample.training.local import SGDStep
@@ -245,7 +245,7 @@ class LinearisedFederation(VectorizedSimulator):
         if payload.utility and len(drawn.member):
             drawn_rows = self.data.offsets[ids[positions][drawn.member]] + drawn.position
             utility = statistical_utilities(self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
-        counts = np.asarray(drawn.counts, dtype=np.int64) if parts_declared(payload.plan, "report_count") else None
+        counts = np.asarray(drawn.counts, dtype=np.int64) if reports_count(payload.plan) else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
                 steps.astype(np.float64) if norm is None else norm, loss, utility, positions, counts)
 

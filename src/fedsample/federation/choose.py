@@ -20,10 +20,12 @@ figures in ``benchmarks/README.md``), in order:
 7. Multi-step local SGD of a convolution-free model: **vectorized** when the client sampler's expected cohort
    (``expected_cohort(N, sizes)``, from the federation's true sizes; ``expected_trainings`` for a sampler where
    more clients train than send) is at least :data:`STACKED_MIN_CLIENTS`,
-   otherwise **loop**: a stacked step has a fixed overhead (the ``vmap``) that the cohort shares; measured with
-   MLP(64) on Fashion-MNIST, batch 32, the vectorized round was 1.3-3× faster with 10 clients per round (19
-   steps each) and even or slower with 5 (IWDS, 188 steps each). A sampler that declares no expected cohort is
-   taken to choose every client.
+   otherwise **loop**: a stacked step has a fixed overhead (the ``vmap``) that the cohort shares, where the loop
+   pays its per-step overhead once per client. Measured with MLP(64) on Fashion-MNIST, batch 32, one thread,
+   FedAvg rounds of m clients, loop and vectorized interleaved, medians of 5 (2026-11-29, load 4-5): vectorized ÷
+   loop 2.3-2.5 at m = 1, 1.4-1.5 at 2, 1.1 at 3, 0.91-1.04 at 4, 0.74-0.81 at 6, 0.70-0.76 at 8 (clients of 600
+   and of 6,000 samples: 19 and 188 steps), so the stack starts at 5, where it is ahead for both. A sampler that
+   declares no expected cohort is taken to choose every client.
 
 Then, on CPU, how the cores are used: the threads this process may use (``torch.get_num_threads()``: every
 core by default, fewer where the caller set it, e.g. ``fedsample run --jobs``) go to torch's intra-op threads
@@ -73,7 +75,7 @@ from fedsample.training import random_layers
 
 __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_cohort"]
 
-STACKED_MIN_CLIENTS = 8
+STACKED_MIN_CLIENTS = 5
 """The smallest cohort for which stacking the clients' parameters can pay off."""
 SPLIT_MIN_CLIENTS_PER_WORKER = 2  # splitting a round by client (client threads or a pool): expected clients per worker
 NOMINAL_MACS_PER_S = 2.5e10  # one core, fp32 forward/backward multiply-adds (PflCNN on the benchmark machine: ~2.5e10)

@@ -23,13 +23,18 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import PerClient, Shared, payloads_for
+from fedsample.messages import NoSamples, PerClient, Shared, payloads_for
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, replies_of
+from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, is_failed, replies_of
 
-__all__ = ["FaultModel", "Faulty", "Straggler", "miss_probability", "with_faults"]
+__all__ = ["DROPPED", "FaultModel", "Faulty", "STRAGGLED", "Straggler", "lost_to_faults", "miss_probability", "with_faults"]
 
 PHASES = ("report_size", "probe", "train")
+DROPPED = "dropped out"
+"""The reason a :class:`~fedsample.rounds.Failed` reply gives when the client dropped out in its phase."""
+STRAGGLED = "straggler: "
+"""How the reason of a straggler's :class:`~fedsample.rounds.Failed` reply begins (its response time and the
+deadline follow)."""
 PHASE_OF = {"train_held": "train", "send_held": "train"}
 """The phase of the procedures of a sampler that chooses among trained clients: both are its training phase, and
 one client's decision is the same in both (a client that trained and keeps its update sends it when asked)."""
@@ -78,12 +83,12 @@ class FaultModel:
             return {}
         u = CohortRandom(seed, round, ids, f"fault:{phase}").columns(2)
         dropped = u[:, 0] < float(self.dropout.get(phase, 0.0))
-        reasons = {int(i): "dropped out" for i in np.flatnonzero(dropped)}
+        reasons = {int(i): DROPPED for i in np.flatnonzero(dropped)}
         if self.straggler is not None:
             times = self.straggler.times(u[:, 1])
             deadline = self.straggler.deadline
             for i in np.flatnonzero(~dropped & (times > deadline)).tolist():
-                reasons[i] = f"straggler: answered after {times[i]:.3g} > deadline {deadline:g}"
+                reasons[i] = f"{STRAGGLED}answered after {times[i]:.3g} > deadline {deadline:g}"
         return reasons
 
 
@@ -147,7 +152,7 @@ class Faulty(Federation):
                 raise
             except Exception as error:  # noqa: BLE001
                 errors.append(error)
-                replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200])
+                replies[i] = Failed(int(ids[i]), procedure, f"raised {type(error).__name__}: {error}"[:200], isinstance(error, NoSamples))
         if len(errors) == len(live):
             raise errors[0]
         return Replies(replies)
@@ -163,3 +168,9 @@ def miss_probability(model: FaultModel, phase: str) -> float:
     p = float(model.dropout.get(phase, 0.0))
     late = math.exp(-model.straggler.deadline / model.straggler.mean) if model.straggler else 0.0
     return 1 - (1 - p) * (1 - late)
+
+
+def lost_to_faults(reply: Any) -> bool:
+    """Whether ``reply`` is a client the failure model lost (dropped out, or a straggler), not one that raised or
+    answered something unusable."""
+    return is_failed(reply) and (reply.reason == DROPPED or reply.reason.startswith(STRAGGLED))

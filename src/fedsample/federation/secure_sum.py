@@ -33,6 +33,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from fedsample import validate
+from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
@@ -78,9 +79,9 @@ class SecureSum(Federation):
         self._calls += 1
         self._pending[self._calls] = replies
         plan = getattr(first, "plan", None)
-        counted = first is not None and bool(getattr(plan, "report_count", False))
+        counted = first is not None and reports_count(plan)
         ids = np.asarray(client_ids, dtype=np.int64)
-        sigma = float(getattr(plan, "count_noise", 0.0))
+        sigma = drawn_count_noise(plan)
         shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
         self._counted[self._calls] = (len(ids), shares) if counted else None
         token = self._calls

@@ -260,7 +260,7 @@ class VectorizedSimulator(Simulator):
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
-        counted = drawn.counts if parts.declared(payload.plan, "report_count") else None  # the plan asks for it
+        counted = drawn.counts if parts.reports_count(payload.plan) else None  # the plan asks for it
         reports: ReplyList
         if schedule.single_step:
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)

@@ -55,6 +55,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
+from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.federation.secure_sum import SealedReplies, count_shares
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
@@ -221,7 +222,7 @@ def count_share_of(message: Message, request: Any) -> float | None:
     of its own (seed, round, client) stream, over the asked clients the request names), drawn here on the
     client; None where the plan asks for no count or no noise on it."""
     plan = getattr(request.payload, "plan", None)
-    sigma = float(getattr(plan, "count_noise", 0.0) or 0.0) if getattr(plan, "report_count", False) else 0.0
+    sigma = drawn_count_noise(plan)
     if sigma <= 0:
         return None
     asked = message.content.config_records[SEALED]["asked"]
@@ -436,7 +437,7 @@ def sealed_train(
     federation.failures[round].extend(failed[i] for i in sorted(failed))
     report_on_console(round, record, [failed[i] for i in sorted(failed)])
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
-    counted = bool(payloads) and bool(getattr(payloads[0].plan, "report_count", False))
+    counted = bool(payloads) and reports_count(payloads[0].plan)
     if federation.sealed_sums is None:
         federation.sealed_sums = _Sums()
     token = federation.sealed_sums.seal(cohort, positions, counted)
@@ -495,7 +496,7 @@ def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
 def count_noise_of(payloads: list[Any]) -> float:
     """sigma_S of the plan's noise on the drawn count (0: no count asked, or the exact count)."""
     plan = getattr(payloads[0], "plan", None) if payloads else None
-    return float(getattr(plan, "count_noise", 0.0) or 0.0) if getattr(plan, "report_count", False) else 0.0
+    return drawn_count_noise(plan)
 
 
 def dropouts(outcome: dict[str, dict[int, str | None]]) -> dict[int, str]:

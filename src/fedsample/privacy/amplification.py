@@ -72,8 +72,8 @@ from fedsample.privacy.ledger import (
     ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
-from fedsample.messages import PerClient, payloads_for
-from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, declared, plan_sampling_design
+from fedsample.messages import PerClient, ProbeRequest, payloads_for
+from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design, reports_count, solver_capabilities
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
@@ -158,15 +158,16 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
         return
     aggregate = strategy.aggregate
     name = type(aggregate).__name__
-    if declared(aggregate, "needs_step_counts"):
+    declares = aggregate.capabilities
+    if declares.needs_step_counts:
         raise ValueError(f"noise: {name} needs each client's step count, which a noised reply withholds")
-    if declared(aggregate, "needs_drawn_count") and not counts_noised_in_the_sum(strategy):
+    if declares.needs_drawn_count and not counts_noised_in_the_sum(strategy):
         raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
                          "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
-    if getattr(noise, "clipping", "client") == "example":
-        if not declared(strategy.local, "per_example"):
+    if noise.clipping == "example":
+        if not solver_capabilities(strategy.local).per_example:
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
-        if not declared(aggregate, "equal_weights"):  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
+        if not declares.equal_weights:  # DrawnNormalizedSum: the equal-weight sum, then divided by the noised count (post-processing)
             raise ValueError(f"PerExampleNoise calibrates its noise shares for an equal-weight sum; {aggregate!r} weights clients differently")
         if accounting.unit == "user" and accounting.k is None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
@@ -176,15 +177,15 @@ def counts_noised_in_the_sum(strategy: Any) -> bool:
     """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
     summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
     noise = getattr(strategy, "noise", None)
-    return (getattr(noise, "clipping", "client") == "example" and bool(getattr(strategy, "secure_sum", False))
-            and float(getattr(strategy.data, "count_noise", 0.0)) > 0)
+    return (noise is not None and noise.clipping == "example" and bool(getattr(strategy, "secure_sum", False))
+            and strategy.data.capabilities.count_noise > 0)
 
 
 def counted(plans: Sequence[Any]) -> tuple[bool, float]:
     """Whether the plans ask each client for its drawn count (summed in the secure sum), and the Gaussian noise's
     standard deviation sigma_S on that sum (0: the exact count)."""
-    asked = any(getattr(p, "report_count", False) for p in plans)
-    return asked, (max(float(getattr(p, "count_noise", 0.0)) for p in plans) if asked else 0.0)
+    asked = any(reports_count(p) for p in plans)
+    return asked, (max(drawn_count_noise(p) for p in plans) if asked else 0.0)
 
 
 def joint_multiplier(z_update: float, z_count: float) -> float:
@@ -215,7 +216,7 @@ def releases(
         asked = len(ids)
         answered = asked if replies is None else answered_count(replies)
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
-        if getattr(first, "utility", False):  # Oort's statistical utility rides along, in the clear
+        if first.utility:  # Oort's statistical utility rides along, in the clear
             release = replace(release, what=release.what + ", statistical utilities")
         if procedure == "train_held":
             return [held_release(release, round)]
@@ -249,21 +250,20 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
     return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
 
 
-def probe_release(request: Any, round: int, call: tuple) -> Release:
+def probe_release(request: ProbeRequest, round: int, call: tuple) -> Release:
     """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
-    statistics = getattr(request, "statistics", "gradient")
-    if statistics == "labels":
+    if request.statistics == "labels":
         return Release(round, "probe: label histogram", None, None, None, reason="probe statistics carry no noise", call=call)
-    fields = ["loss"] if statistics == "loss" else ["loss", "gradient norm"]
-    if getattr(request, "minibatch", None) is not None:
+    fields = ["loss"] if request.statistics == "loss" else ["loss", "gradient norm"]
+    if request.minibatch is not None:
         fields[0] = f"loss on a minibatch of {request.minibatch}"
-    if getattr(request, "gradient", False):
+    if request.gradient:
         fields.append("full gradient")
-    if getattr(request, "compression", None) is not None:
+    if request.compression is not None:
         fields.append(f"compressed gradient ({request.compression}, d'={request.dim})")
-    if getattr(request, "per_sample", False):
+    if request.per_sample:
         fields.append("gradient-noise variance")
-        if getattr(request, "data_weights", None) is not None:
+        if request.data_weights is not None:
             fields.append("weighted second moment (ISFedAvg Eq. 23)")
     what = "probe: " + ", ".join(fields)
     return Release(round, what, None, None, None, reason="probe statistics carry no noise", call=call)
@@ -318,7 +318,7 @@ def train_release(
         what = "update sum, summed loss and step count" if secure else "per-client updates, losses and step counts"
         return Release(round, what, None, None, None, reason="no noise on the update", call=call)
     what = "update sum" if secure else "per-client updates"
-    example = getattr(noise, "clipping", "client") == "example"
+    example = noise.clipping == "example"
     sigma = float(noise.noise_multiplier)
     count_sigma = counted(plans)[1]
     if example:  # the sum's noise: a of the m shares, or one share per visible reply

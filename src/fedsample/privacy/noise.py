@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedsample import checks
+from fedsample.parts import drawn_count_noise
 from fedsample.messages import TrainReport
 from fedsample.rng import ClientRandom
 
@@ -142,7 +143,7 @@ class PerExampleNoise:
         count goes with it only where the plan puts Gaussian noise on the count's secure sum (``count_noise``; the
         ledger accounts the update and the count as one mechanism), else it is withheld."""
         plan = getattr(payload, "plan", None)
-        keep = getattr(plan, "report_count", False) and float(getattr(plan, "count_noise", 0.0)) > 0
+        keep = drawn_count_noise(plan) > 0
         samples = (report.samples if report.samples is not None else 0) if keep else None
         return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), samples)
 

@@ -24,8 +24,8 @@ import numpy as np
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance
 
 __all__ = [
-    "best_M", "estimator_bias", "estimator_rmse", "rmse_M", "rmse_curve", "scaled_total", "scaled_total_variance",
-    "simulated_totals",
+    "best_M", "estimator_bias", "estimator_rmse", "first_round_budget", "rmse_M", "rmse_curve", "scaled_total",
+    "scaled_total_variance", "simulated_totals",
 ]
 
 PRIOR_DRAWS = 8  # synthetic populations averaged when M is chosen from a prior
@@ -62,7 +62,7 @@ def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
     a, b = (1 - alpha) * Mf * (2 * Mf - 1) / 6, (1 - alpha) * Mf / 2
     variance = (alpha * s2 + C * a - (alpha**2 * s2 + 2 * alpha * b * s1 + C * b**2)) / alpha**2
     bias = s1 - prefix[-1]
-    return np.sqrt(bias**2 + variance)
+    return np.sqrt(bias**2 + np.maximum(variance, 0.0))  # 0 where every client sits at M - 1, up to rounding
 
 
 def candidate_Ms(sizes: np.ndarray) -> np.ndarray:
@@ -111,6 +111,16 @@ def simulated_totals(sizes: np.ndarray, epsilon: float, M: int, draws: int, rng:
         totals[i] = (report_sum - (1 - alpha) * M * C / 2) / alpha
     return totals
 
+
+
+def first_round_budget(sizes: np.ndarray, epsilon: float, M: int, K: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` expected first-round budgets E[S]/K = N min(1, K/N~)/K, N~ the clamped estimate max(N~, |C|) from
+    randomized reports at threshold M: what a FedSampling round draws, in units of K, before any drawn count has
+    been seen (from the second round on the steered ratio replaces N~, :class:`fedsample.sampling.data.FedSamplingData`)."""
+    n = np.asarray(sizes)
+    N = float(n.sum())
+    totals = np.maximum(simulated_totals(n, epsilon, int(M), draws, rng), float(len(n)))
+    return N * np.minimum(1.0, K / totals) / K
 
 # --- the estimate from the clients that answered (docs/reliability.md, missing replies) ------------------
 

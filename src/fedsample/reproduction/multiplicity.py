@@ -27,8 +27,8 @@ from scipy import stats
 from fedsample.reproduction.significance import Estimate, seeds_needed
 
 __all__ = [
-    "BIMODAL", "bimodal", "bimodality_coefficient", "holm", "look_level", "rank_p", "rank_verdict", "second_look",
-    "seeds_for_effect",
+    "BIMODAL", "bimodal", "bimodality_coefficient", "holm", "holm_verdict", "look_level", "rank_p", "rank_verdict",
+    "second_look", "seeds_for_effect",
 ]
 
 BIMODAL = 5 / 9  #: Sarle's threshold: the coefficient of a uniform distribution; above it, bimodal
@@ -45,6 +45,15 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (m - rank) * p))
         adjusted[i] = running
     return adjusted
+
+
+def holm_verdict(verdict: str, p_holm: float | None, level: float) -> str:
+    """The verdict read from the Holm-adjusted p: a decisive call ("holds", "reversed", "differs ...") stands
+    where ``p_holm`` is below the one-sided ``level``, else it is "inconclusive (Holm-adjusted p = ... >= level;
+    unadjusted: VERDICT)"; an inconclusive verdict, or one without a test (``p_holm`` None), is kept."""
+    if p_holm is None or p_holm < level or verdict.startswith("inconclusive"):
+        return verdict
+    return f"inconclusive (Holm-adjusted p = {p_holm:.3g} ≥ {level:g}; unadjusted: {verdict})"
 
 
 def look_level(level: float, looks: int) -> float:

@@ -1,7 +1,8 @@
 """The rows of a paper's tables: each Figure with our mean ± sd beside the paper's number, each Comparison
 with its test (the difference, its confidence interval, p, the test and n, the minimal detectable
-difference, the seeds needed) and the verdict (:mod:`.verdict`); plain dicts, for the markdown table and
-reproduction.json alike."""
+difference, the seeds for the pre-stated effect), the second look (:mod:`.multiplicity`: Holm's adjusted p
+within the paper's table, the rank test where the per-seed values are bimodal) and the verdict read from it
+(:mod:`.verdict`); plain dicts, for the markdown table and reproduction.json alike."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ import numpy as np
 
 from fedsample.budget import EQUAL_BUDGET_TOLERANCE, equal_budgets
 from fedsample.reproduction.collect import Values, lookup
-from fedsample.reproduction.multiplicity import holm
+from fedsample.reproduction.multiplicity import bimodal, holm, holm_verdict, rank_verdict, second_look
 from fedsample.reproduction.registry import profile_presets
 from fedsample.reproduction.spec import Comparison, Figure, Paper
 from fedsample.reproduction.verdict import (
-    ALPHA, CONFIDENCE, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
+    ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
 )
 
-__all__ = ["comparison_row", "decisive_p", "figure_row", "paper_rows", "seed_pairs", "tested_row", "with_holm"]
+__all__ = [
+    "comparison_row", "decisive_p", "figure_row", "paper_rows", "rank_check", "read_verdict", "seed_pairs", "tested_row",
+    "with_holm",
+]
 
 
 def measured(values: Mapping[str, Values], source: str, label: str, which: str, metric: str, scale: float) -> Stats | None:
@@ -68,21 +72,67 @@ def tested_row(
     comparison: Comparison, better: Stats | None, worse: Stats | None, pairs: Sequence[tuple[float, float]] | None = None
 ) -> dict:
     """A Comparison's row from both sides' Stats (display units) and, for a paired comparison, the per-seed
-    pairs: the claim's fields, both sides, the test's numbers (see :class:`~.verdict.Tested`) and the verdict."""
+    pairs: the claim's fields, both sides, the test's numbers (see :class:`~.verdict.Tested`), the rank check
+    (:func:`rank_check`), the t test's verdict (``t_verdict``) and the verdict read from them (:func:`read_verdict`,
+    here with the row as a family of one: :func:`with_holm` re-reads it within the paper's table)."""
     row = {
         **asdict(comparison), "better_stats": stats_dict(better), "worse_stats": stats_dict(worse),
         "alpha": ALPHA, "ci_level": CONFIDENCE, "power": POWER, "d": None, "se": None, "df": None, "ci": None,
-        "p": None, "test": None, "n": None, "mdd": None, "seeds_needed_measured": None,
+        "p": None, "p_differs": None, "test": None, "n": None, "mdd": None, "seeds_needed_measured": None,
+        "bimodal": None, "rank_verdict": None,
     }
     if better is None or worse is None:
-        return {**row, "verdict": "not measured"}
+        return {**row, "t_verdict": "not measured", "verdict": "not measured"}
     names = (comparison.better, comparison.worse)
-    tested = comparison_test(better, worse, comparison.higher_is_better, comparison.tie, comparison.margin, names, pairs)
-    row.update(d=tested.d, p=tested.p, mdd=tested.mdd, seeds_needed_measured=tested.seeds_needed, verdict=tested.verdict)
+    tested = comparison_test(better, worse, comparison.higher_is_better, comparison.tie, comparison.margin, names, pairs,
+                             comparison.effect)
+    row.update(d=tested.d, p=tested.p, p_differs=tested.p_differs, mdd=tested.mdd, effect=tested.effect,
+               seeds_needed_measured=tested.seeds_needed, t_verdict=tested.verdict)
     if tested.estimate is None:
-        return {**row, "n": [better.n, worse.n]}
+        return {**row, "n": [better.n, worse.n], "verdict": tested.verdict}
     est = tested.estimate
-    return {**row, "se": est.se, "df": est.df, "ci": None if tested.ci is None else list(tested.ci), "test": est.test, "n": list(est.n)}
+    row.update(se=est.se, df=est.df, ci=None if tested.ci is None else list(tested.ci), test=est.test, n=list(est.n))
+    if tested.p is not None:
+        row["bimodal"], row["rank_verdict"] = rank_check(comparison, better, worse, pairs)
+    return {**row, "verdict": read_verdict(row)}
+
+
+def rank_check(
+    comparison: Comparison, better: Stats, worse: Stats, pairs: Sequence[tuple[float, float]] | None
+) -> tuple[bool | None, str | None]:
+    """Whether the per-seed values are bimodal (Sarle: the per-seed differences of a paired comparison, either
+    side's values of an unpaired one) and, where they are, the rank test's verdict at the one-sided level
+    (:func:`~.multiplicity.rank_verdict`, in the claimed direction); ``(None, None)`` without per-seed values."""
+    if pairs is not None:
+        first, second = [b for b, _ in pairs], [w for _, w in pairs]
+        spread: list[Sequence[float]] = [[b - w for b, w in pairs]]
+    else:
+        first, second = list(better.per_seed), list(worse.per_seed)
+        spread = [first, second]
+    if len(first) < 2 or len(second) < 2:
+        return None, None
+    if not any(bimodal(values) for values in spread):
+        return False, None
+    ahead, behind = (first, second) if comparison.higher_is_better else (second, first)
+    return True, rank_verdict(ahead, behind, pairs is not None, ONE_SIDED, comparison.margin if comparison.tie else None)
+
+
+def read_verdict(row: Mapping) -> str:
+    """The row's verdict: the t test's, read from the Holm-adjusted p where the row has one
+    (:func:`~.multiplicity.holm_verdict`), then "inconclusive (t: ...; rank test: ...)" where the rank check
+    disagrees (:func:`~.multiplicity.second_look`), and "not comparable" where the premise's test is reversed
+    (read from its own adjusted p)."""
+    t_verdict = row["t_verdict"]
+    if row.get("p") is None:
+        return t_verdict
+    verdict = second_look(holm_verdict(t_verdict, row.get("p_holm"), ONE_SIDED), row.get("rank_verdict"))
+    premise = row.get("premise_test")
+    if premise and holm_verdict(premise["verdict"], premise.get("p_holm"), ONE_SIDED) == "reversed":
+        low, high = premise["ci"]
+        adjusted = "" if premise.get("p_holm") is None else f", Holm-adjusted p = {premise['p_holm']:.3g}"
+        return (f"not comparable (premise fails: {row['premise']} trails {row['worse']} by {-premise['d']:.1f}, "
+                f"{CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {premise['p_reversed']:.3g}{adjusted})")
+    return verdict
 
 
 def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
@@ -93,12 +143,8 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     row["realised"] = realised_budgets(comparison, values)
     if not comparison.premise:
         return row
-    premise = premise_row(comparison, values)
-    row["premise_test"] = premise
-    if premise["verdict"] == "reversed" and row["verdict"] != "not measured":
-        low, high = premise["ci"]
-        row["verdict"] = (f"not comparable (premise fails: {comparison.premise} trails {comparison.worse} by "
-                          f"{-premise['d']:.1f}, {CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {premise['p_reversed']:.3g})")
+    row["premise_test"] = premise_row(comparison, values)
+    row["verdict"] = read_verdict(row)
     return row
 
 
@@ -133,7 +179,7 @@ def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
     """The premise's test: the ordering "``premise`` beats ``worse``" in the same source, paired like the claim:
     ``{"label", "d", "ci", "p", "p_reversed", "verdict"}`` (p one-sided for the premise, p_reversed against it)."""
     premise = replace(comparison, claim=f"premise: {comparison.premise} beats {comparison.worse}", better=comparison.premise,
-                      tie=False, margin=None, margin_reason="", premise="")
+                      tie=False, margin=None, margin_reason="", premise="", effect=None)
     first, second, pairs = sides_of(premise, premise.better, premise.worse, values)
     row = tested_row(premise, first, second, pairs)
     p = row["p"]
@@ -142,17 +188,21 @@ def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
 
 
 def decisive_p(row: Mapping) -> float | None:
-    """The p value a row's verdict is decided by: TOST's for a tie, else the smaller one-sided p (the claimed
-    direction's, or the reversed one's, 1 - p)."""
+    """The p value a row's verdict is decided by: for a tie the smaller of TOST's ("holds") and that of
+    "differs" (``p_differs``), else the smaller one-sided p (the claimed direction's, or the reversed one's,
+    1 - p)."""
     p = row.get("p")
     if p is None:
         return None
-    return p if row.get("tie") else min(p, 1.0 - p)
+    if row.get("tie"):
+        return p if row.get("p_differs") is None else min(p, row["p_differs"])
+    return min(p, 1.0 - p)
 
 
 def with_holm(comparisons: list[dict]) -> list[dict]:
     """The rows with ``p_holm``: Holm's adjustment of their decisive p values (and their premise tests'), the
-    paper's table as one family (:mod:`.multiplicity`); the verdicts are left as read from the raw p."""
+    paper's table as one family (:mod:`.multiplicity`), and each verdict re-read from the adjusted p
+    (:func:`read_verdict`)."""
     premises = [row.get("premise_test") or {} for row in comparisons]
     family = [decisive_p(row) for row in comparisons] + [decisive_p({"p": t.get("p")}) for t in premises]
     adjusted = holm(family)
@@ -160,6 +210,8 @@ def with_holm(comparisons: list[dict]) -> list[dict]:
         row["p_holm"] = p_row
         if premise:
             premise["p_holm"] = p_premise
+        if "t_verdict" in row:
+            row["verdict"] = read_verdict(row)
     return comparisons
 
 

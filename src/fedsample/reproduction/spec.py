@@ -53,10 +53,12 @@ class Comparison:
     for equivalence within ±``margin`` (in display units: accuracy points, dB), with ``margin_reason`` saying
     in one line why that margin. ``paired=True``: the two sides' runs pair by seed (same source: the runs of
     one seed share the partition, the validation split and the initial weights), so the paired t-test on
-    per-seed differences is used instead of Welch's. ``seeds_needed``: seeds per arm that a conclusive
-    verdict needs at 80% power, from the minimal detectable difference at the observed d and spread of the
-    last stored run (None: not yet measured). ``which`` is always "final": a verdict never uses the oracle
-    best round on the test set.
+    per-seed differences is used instead of Welch's. ``effect``: the paper's stated gap (display units) that an
+    ordering's seeds are planned for (None: :data:`fedsample.reproduction.verdict.STATED_EFFECT`; a tie's is its
+    margin). ``seeds_needed``: the seeds per arm planned before the comparison runs (None: not stated); the
+    seeds are fixed in advance, and seeds added after a look are a declared sequential design or a new
+    comparison (docs/reproduction.md). ``which`` is always "final": a verdict never uses the oracle best round
+    on the test set.
 
     ``budget``: what each side may spend (samples per round, optimizer steps per round), stated under the claim.
     ``premise``: the label of a reference that must not trail ``worse`` for the claim to be answerable, e.g.
@@ -79,6 +81,7 @@ class Comparison:
     seeds_needed: int | None = None
     budget: str = ""
     premise: str = ""
+    effect: float | None = None
 
     def __post_init__(self) -> None:
         if self.premise and self.premise in (self.better, self.worse):

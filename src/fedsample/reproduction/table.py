@@ -1,17 +1,22 @@
 """REPRODUCTION.md: a reproduction document (reproduction.json) as markdown — the runs with their wall
 time, the Figures (claim | paper | ours | verdict), the Comparisons (claim | better | worse | d with its
-confidence interval | p | test and n | minimal detectable difference | seeds needed | verdict), the
-paper's notes, and the hardware and exact command."""
+confidence interval | p | Holm-adjusted p | test and n | minimal detectable difference | seeds for the stated
+effect | verdict), the paper's notes, and the hardware and exact command."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from fedsample.experiments.report import markdown_text
+from fedsample.budget import EQUAL_BUDGET_TOLERANCE
+from fedsample.reproduction.multiplicity import BIMODAL
 from fedsample.reproduction.significance import MAX_SEEDS
-from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, PERCENT_METRICS, POWER, resolution_target
+from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, PERCENT_METRICS, POWER, STATED_EFFECT
 
-__all__ = ["COMPARISON_HEADER", "claim_text", "comparison_lines", "comparison_rules", "markdown", "result_cells"]
+__all__ = [
+    "COMPARISON_HEADER", "PREVIOUS_HEADER", "claim_text", "comparison_lines", "comparison_rules", "family_text", "markdown",
+    "result_cells",
+]
 
 
 def number_format(unit: str, metric: str) -> str:
@@ -56,9 +61,11 @@ def figure_lines(rows: list[Mapping]) -> list[str]:
 
 #: The header lines of a Comparisons table (Markdown).
 COMPARISON_HEADER = [
-    f"| claim | better | worse | d [{CONFIDENCE:.0%} CI] | p | test (df), n | MDD | n needed | verdict |",
-    "|---|---|---|---|---|---|---|---|---|",
+    f"| claim | better | worse | d [{CONFIDENCE:.0%} CI] | p | p (Holm) | test (df), n | MDD | n for stated effect | verdict |",
+    "|---|---|---|---|---|---|---|---|---|---|",
 ]
+#: The header of the tables written before the Holm column (docs/reproduction.md's stored tables until re-derived).
+PREVIOUS_HEADER = f"| claim | better | worse | d [{CONFIDENCE:.0%} CI] | p | test (df), n | MDD | n needed | verdict |"
 
 
 def comparison_rules() -> str:
@@ -69,12 +76,26 @@ def comparison_rules() -> str:
         "claim's better side is ahead). Ordering claims: holds if the interval lies above 0, reversed if below 0, "
         "else inconclusive; p is one-sided in the claimed direction. Tie claims: equivalence (TOST) within ±margin: "
         "holds if the interval lies inside ±margin, differs if entirely outside, else inconclusive; p = the larger "
-        "of the two one-sided p. Test: Welch (df by Welch–Satterthwaite; n per arm) or paired (per-seed "
-        f"differences, df = pairs − 1). MDD = (t_{{{1 - ONE_SIDED:g},df}} + t_{{{POWER:g},df}})·se, the difference "
-        f"this n detects with {POWER:.0%} power; n needed: seeds per arm for {POWER:.0%} power at the observed d "
-        "(tie claims: at margin − |d|) and spread (planned: the paper module's figure from the last stored run). "
-        "See docs/reproduction.md."
+        "of the two one-sided p. p (Holm): the decisive p (an ordering's smaller one-sided p; a tie's TOST p or, "
+        "if smaller, the p of differing) adjusted by Holm's step-down rule within this paper's table; the verdict is "
+        f"read from it: a call whose adjusted p is not below {ONE_SIDED:g} is inconclusive. Where the per-seed values "
+        f"are bimodal (Sarle's coefficient above {BIMODAL:.3f}), a rank test (Wilcoxon signed-rank, paired; "
+        "Mann–Whitney, unpaired) looks again, and the row is inconclusive where it disagrees. Test: Welch (df by "
+        "Welch–Satterthwaite; n per arm) or paired (per-seed differences, df = pairs − 1). MDD = "
+        f"(t_{{{1 - ONE_SIDED:g},df}} + t_{{{POWER:g},df}})·se, the difference this n detects with {POWER:.0%} power; "
+        f"n for stated effect: seeds per arm whose MDD at the observed spread reaches the effect stated before the run "
+        f"(a tie's margin; an ordering's gap in the paper, else {STATED_EFFECT:g} point), never the observed d. "
+        f"Realised budgets: both arms' mean samples per round, \"unequal budgets\" where they differ by more than "
+        f"{EQUAL_BUDGET_TOLERANCE:.0%}. See docs/reproduction.md."
     )
+
+
+def family_text(rows: Sequence[Mapping]) -> str:
+    """The caption line naming the Holm family of a table: how many tests, comparisons and premise tests."""
+    comparisons = sum(row.get("p") is not None for row in rows)
+    premises = sum((row.get("premise_test") or {}).get("p") is not None for row in rows)
+    return (f"Holm family: this paper's table, {comparisons + premises} tests ({comparisons} comparisons and {premises} "
+            "premise tests).")
 
 
 def p_text(p: float | None) -> str:
@@ -108,18 +129,13 @@ def method_text(row: Mapping) -> str:
 
 
 def seeds_text(row: Mapping) -> str:
-    """The seeds per arm this run's d and spread call for (with the paper module's planned figure where it
-    differs)."""
-    measured = row.get("seeds_needed_measured")
-    if row.get("test") is None or row.get("p") is None:
-        text = "—"
-    elif measured is None:
-        target = resolution_target(row["d"], row["tie"], row.get("margin"))
-        text = f"> {MAX_SEEDS:,}" if target > 0 else "none at this d"
-    else:
-        text = str(measured)
-    planned = row.get("seeds_needed")
-    return text if planned is None or planned == measured else f"{text} (planned {planned})"
+    """'34 for 1': the seeds per arm that detect the pre-stated effect (tie: 'for ±margin') at this run's
+    spread; '—' without a test or a stated effect."""
+    measured, effect = row.get("seeds_needed_measured"), row.get("effect")
+    if row.get("test") is None or row.get("p") is None or effect is None:
+        return "—"
+    count = f"> {MAX_SEEDS:,}" if measured is None else str(measured)
+    return f"{count} for {'±' if row.get('tie') else ''}{effect:g}"
 
 
 def claim_text(row: Mapping) -> str:
@@ -130,7 +146,7 @@ def claim_text(row: Mapping) -> str:
     text = cell(row["claim"]) + f"<br><sub>{cell(where)}</sub>"
     if row.get("budget"):
         text += f"<br><sub>budget: {cell(row['budget'])}</sub>"
-    if row.get("realised"):
+    if "realised" in row:
         text += f"<br><sub>{cell(realised_text(row))}</sub>"
     if row.get("premise_test"):
         text += f"<br><sub>{cell(premise_text(row))}</sub>"
@@ -142,8 +158,11 @@ def claim_text(row: Mapping) -> str:
 
 
 def realised_text(row: Mapping) -> str:
-    """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples, within 10%')."""
+    """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples, within 10%'; or 'not
+    recorded' where a side's runs do not record their realised samples)."""
     realised = row["realised"]
+    if realised is None:
+        return "realised budgets: not recorded"
     verdict = f"equal samples (within {realised['tolerance']:.0%})" if realised["equal"] else "unequal budgets"
     return f"realised: {row['better']} {realised['better']:.0f}, {row['worse']} {realised['worse']:.0f} samples per round: {verdict}"
 
@@ -153,16 +172,18 @@ def premise_text(row: Mapping) -> str:
     premise, fmt = row["premise_test"], number_format("", row["metric"])
     if premise["d"] is None:
         return f"premise: {premise['label']} ≥ {row['worse']}: not measured"
-    return (f"premise: {premise['label']} ≥ {row['worse']}: {difference_text(premise, fmt)}, p = {p_text(premise['p'])}, "
+    holm = "" if premise.get("p_holm") is None else f", p (Holm) = {p_text(premise['p_holm'])}"
+    return (f"premise: {premise['label']} ≥ {row['worse']}: {difference_text(premise, fmt)}, p = {p_text(premise['p'])}{holm}, "
             f"{premise['verdict']}")
 
 
 def result_cells(row: Mapping) -> list[str]:
-    """The cells of a Comparison row after the two sides: d [CI], p, test (df) and n, MDD, n needed, verdict
-    (rows of an older reproduction.json, without the test's fields, show "—" there)."""
+    """The cells of a Comparison row after the two sides: d [CI], p, Holm-adjusted p, test (df) and n, MDD, n for
+    the stated effect, verdict (rows of an older reproduction.json, without the test's fields, show "—" there)."""
     fmt = number_format("", row["metric"])
     mdd = "—" if row.get("mdd") is None else f"{row['mdd']:{fmt}}"
-    return [difference_text(row, fmt), p_text(row.get("p")), method_text(row), mdd, seeds_text(row), cell(row["verdict"])]
+    return [difference_text(row, fmt), p_text(row.get("p")), p_text(row.get("p_holm")), method_text(row), mdd,
+            seeds_text(row), cell(row["verdict"])]
 
 
 def comparison_lines(rows: list[Mapping]) -> list[str]:
@@ -211,7 +232,7 @@ def markdown(document: Mapping, level: int = 1) -> str:
         "Percent figures show our fraction x100; a stand-in setting (CPU profile, or a note saying so) is not comparable, "
         f"nor is the {ORACLE} (shown for information only).", "",
         *figure_lines(document["figures"]), "", f"{sub} Comparisons: the orderings the paper claims", "",
-        comparison_rules(), "", *comparison_lines(document["comparisons"]),
+        f"{comparison_rules()} {family_text(document['comparisons'])}", "", *comparison_lines(document["comparisons"]),
     ]
     if document["notes"]:
         lines += ["", f"{sub} Notes", ""] + [f"- {cell(note)}" for note in document["notes"]]

@@ -15,7 +15,8 @@
   - one seed on either side (fewer than two pairs when paired): "one seed: no test".
 
   Each row also carries the minimal detectable difference at this n, ALPHA/2 one-sided and :data:`POWER`,
-  and the seeds per arm a conclusive verdict needs at the observed d and spread.
+  and the seeds per arm that detect a pre-stated effect (:func:`stated_effect`: the tie's margin, the paper's
+  gap, else :data:`STATED_EFFECT`) at the observed spread, never the observed d (post-hoc power).
 - A :class:`~fedsample.reproduction.spec.Figure`: "matches" when our mean is within ``max(2 sd, 1 point)``
   of the paper's figure, else "differs (+x.x)"; "not comparable" where our setting is a stand-in or our
   number is the oracle (the best round on the test set).
@@ -28,13 +29,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from fedsample.experiments.stats import over_seeds
+from fedsample.reproduction.multiplicity import seeds_for_effect
 from fedsample.reproduction.significance import (
-    Estimate, confidence_interval, minimal_detectable_difference, p_greater, p_less, paired, seeds_needed, tost_p, welch,
+    Estimate, confidence_interval, minimal_detectable_difference, p_greater, p_less, paired, tost_p, welch,
 )
 
 __all__ = [
-    "ALPHA", "CONFIDENCE", "ONE_SIDED", "ORACLE", "PERCENT_METRICS", "POWER", "Stats", "Tested", "comparison_test",
-    "difference", "display_scale", "figure_verdict", "resolution_target", "stats_of",
+    "ALPHA", "CONFIDENCE", "ONE_SIDED", "ORACLE", "PERCENT_METRICS", "POWER", "STATED_EFFECT", "Stats", "Tested",
+    "comparison_test", "difference", "differs_p", "display_scale", "figure_verdict", "stated_effect", "stats_of",
 ]
 
 # Metrics stored as fractions and shown (and compared) in percentage points, as the papers report them.
@@ -45,6 +47,9 @@ ALPHA = 0.05  #: the two-sided level of every verdict; each one-sided test is at
 ONE_SIDED = ALPHA / 2
 CONFIDENCE = 1 - ALPHA  #: the confidence interval the verdicts read (95%)
 POWER = 0.80  #: the power of the minimal detectable difference and of the seeds needed
+#: The effect an ordering's seeds are planned for where its paper module states no gap: one display unit (an accuracy
+#: point, a dB), the size of the tie claims' margins.
+STATED_EFFECT = 1.0
 #: How the tables name the best round picked on the test set (an optimistic bound, not a result).
 ORACLE = "oracle: best round on the test set"
 
@@ -105,13 +110,19 @@ def ordering_verdict(estimate: Estimate) -> tuple[float, str]:
     return p, "inconclusive"
 
 
+def differs_p(estimate: Estimate, margin: float) -> float:
+    """The p of "the difference lies beyond ±margin": the smaller of P(T >= (d - Δ)/se) (δ > Δ) and
+    P(T <= (d + Δ)/se) (δ < -Δ); "differs" when it is below ONE_SIDED."""
+    return min(p_greater(estimate, margin), p_less(estimate, -margin))
+
+
 def equivalence_verdict(estimate: Estimate, margin: float, names: tuple[str, str]) -> tuple[float, str]:
     """The TOST p against ±margin and "holds" (equivalent), "differs (X ahead)" (the difference lies beyond
-    the margin: a one-sided test against +margin or -margin rejects) or "inconclusive"."""
+    the margin: :func:`differs_p` rejects) or "inconclusive"."""
     p = tost_p(estimate, margin)
     if p < ONE_SIDED:
         return p, "holds"
-    if p_greater(estimate, margin) < ONE_SIDED or p_less(estimate, -margin) < ONE_SIDED:
+    if differs_p(estimate, margin) < ONE_SIDED:
         return p, f"differs ({names[0] if estimate.d > 0 else names[1]} ahead)"
     return p, "inconclusive"
 
@@ -120,7 +131,8 @@ def equivalence_verdict(estimate: Estimate, margin: float, names: tuple[str, str
 class Tested:
     """One Comparison's test: d in the claimed direction, the estimate (None: one seed, no test), the p value
     (one-sided in the claimed direction, or TOST's), the CONFIDENCE interval of d, the minimal detectable
-    difference, the seeds per arm a conclusive verdict needs at the observed d, and the verdict."""
+    difference, the seeds per arm that detect the pre-stated ``effect`` (:func:`stated_effect`), the verdict,
+    and for a tie the p of "differs" (:func:`differs_p`)."""
 
     d: float
     estimate: Estimate | None
@@ -129,32 +141,42 @@ class Tested:
     mdd: float | None
     seeds_needed: int | None
     verdict: str
+    effect: float | None = None
+    p_differs: float | None = None
 
 
-def resolution_target(d: float, tie: bool, margin: float | None) -> float:
-    """What a conclusive verdict must resolve: |d| for an ordering, |margin - |d|| for a tie (the distance
-    from the observed difference to the margin, either way)."""
-    return abs(margin - abs(d)) if tie and margin is not None else abs(d)
+def stated_effect(tie: bool, margin: float | None, effect: float | None = None) -> float | None:
+    """The effect a comparison's seeds are planned for, stated before it runs: a tie's margin, else the paper's
+    gap (``effect``), else :data:`STATED_EFFECT`; None for a tie without a margin."""
+    if tie:
+        return margin
+    return STATED_EFFECT if effect is None else abs(effect)
 
 
 def comparison_test(
     better: Stats, worse: Stats, higher_is_better: bool, tie: bool = False, margin: float | None = None,
     names: tuple[str, str] = ("first", "second"), pairs: Sequence[tuple[float, float]] | None = None,
+    effect: float | None = None,
 ) -> Tested:
     """The test of "better beats worse" (``tie``: "the two are equal within ±margin", ``names`` say which is
     ahead when they differ); ``pairs``: per-seed ``(better, worse)`` values of the same seed for the paired
-    test (None: Welch's test). Values in display units."""
+    test (None: Welch's test); ``effect``: the paper's gap, for the seeds needed (:func:`stated_effect`).
+    Values in display units."""
     estimate = difference(better, worse, higher_is_better) if pairs is None else paired_difference(pairs, higher_is_better)
+    planned = stated_effect(tie, margin, effect)
     if estimate is None:
         d = better.mean - worse.mean if higher_is_better else worse.mean - better.mean
-        return Tested(d, None, None, None, None, None, "one seed: no test")
+        return Tested(d, None, None, None, None, None, "one seed: no test", planned)
     ci = confidence_interval(estimate, CONFIDENCE)
     mdd = minimal_detectable_difference(estimate, ONE_SIDED, POWER)
     if tie and margin is None:
         return Tested(estimate.d, estimate, None, ci, mdd, None, "inconclusive (no equivalence margin stated)")
-    needed = seeds_needed(estimate, resolution_target(estimate.d, tie, margin), ONE_SIDED, POWER)
-    p, verdict = equivalence_verdict(estimate, margin, names) if tie and margin is not None else ordering_verdict(estimate)
-    return Tested(estimate.d, estimate, p, ci, mdd, needed, verdict)
+    needed = seeds_for_effect(estimate, planned, ONE_SIDED, POWER)
+    if tie and margin is not None:
+        p, verdict = equivalence_verdict(estimate, margin, names)
+        return Tested(estimate.d, estimate, p, ci, mdd, needed, verdict, planned, differs_p(estimate, margin))
+    p, verdict = ordering_verdict(estimate)
+    return Tested(estimate.d, estimate, p, ci, mdd, needed, verdict, planned)
 
 
 def figure_tolerance(ours: Stats, unit: str, paper: float) -> float:

@@ -43,11 +43,11 @@ def sampler_state(ctx: "RoundContext") -> dict:
 def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "ReplyList":
     """Probe the clients ``ids`` through the federation and add the cost to the round record: ``sampler_probes`` (the
     probe replies: clients asked, one reply each) and ``sampler_probe_bytes`` (what the replies sent up,
-    :attr:`~fedsample.messages.ProbeReport.nbytes`)."""
+    :attr:`~fedsample.messages.ProbeReport.nbytes`; a lost probe, asked with ``partial=True``, sent nothing)."""
     ids = np.asarray(ids, dtype=np.int64)
     replies = ctx.federation.run("probe", ids, request, ctx.round)
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
-    ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(int(r.nbytes) for r in replies)
+    ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(int(getattr(r, "nbytes", 0)) for r in replies)
     return replies
 
 

@@ -11,12 +11,12 @@ run log states every clamp (docs/parameters.md).
 
 from __future__ import annotations
 
-from typing import MutableMapping
+from typing import Any, MutableMapping
 
 __all__ = ["clamped"]
 
 
-def clamped(log: MutableMapping, name: str, asked: float, low: float, high: float) -> float:
+def clamped(log: MutableMapping[str, Any], name: str, asked: float, low: float, high: float) -> float:
     """``asked`` moved into [``low``, ``high``]; when it had to move, ``log["clamped"][name] = asked``."""
     used = min(max(float(asked), low), high)
     if used != asked:

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.parts import Census, Design, FixedSize, InclusionKind, Learns, Limit, Poisson, SizeNeed, Undeclared
+from fedsample.parts import Census, ClientSamplerCapabilities, Design, FixedSize, InclusionKind, Learns, Limit, Poisson, SizeNeed, Undeclared
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 from fedsample.sampling.clamp import clamped
@@ -35,9 +35,7 @@ __all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "Poisso
 class AllClients:
     """Every available client takes part (pi_k = 1), as in FedSampling (Algorithm 1)."""
 
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
-    server_learns: ClassVar[tuple[Learns, ...]] = ()
+    capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=())
 
     def select(self, ctx: RoundContext) -> Cohort:
         N = ctx.num_clients
@@ -63,24 +61,14 @@ class UniformClients:
     m: int | None = None
     samples_per_round: int | None = None
 
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "UniformClients"))
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """m at most the clients, or K at most the samples."""
-        return _limits(self.m, self.samples_per_round)
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        """Every client's size with ``samples_per_round`` (m follows from them), else nothing."""
-        return (Learns.SIZES,) if self.samples_per_round is not None else ()
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi; with ``samples_per_round``, every client's exact size (m follows from them), else nothing;
+        m at most the clients, or K at most the samples."""
+        return _capabilities(self.m, self.samples_per_round)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m (at most N), or with ``samples_per_round`` E[m] = K / mean(n_k) from ``sizes`` (at most N)."""
@@ -120,18 +108,16 @@ class SizeProportional:
 
     m: int | None = None
     samples_per_round: int | None = None
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
-    server_learns: ClassVar[tuple[Learns, ...]] = (Learns.SIZES,)
-    draws_carry_sizes: ClassVar[bool] = True  # E[draws of k] = m n_k / n: the uniform mean over draws targets FedAvg's objective
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "m", cohort_size.one_of("m", self.m, self.samples_per_round, 10, "SizeProportional"))
 
     @property
-    def limits(self) -> tuple[Limit, ...]:
-        """K at most the samples (m draws with replacement: any m can be drawn)."""
-        return _limits(None, self.samples_per_round)
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi from every client's exact size; E[draws of k] = m n_k / n, so the uniform mean over draws
+        targets FedAvg's objective; K at most the samples (m draws with replacement: any m can be drawn)."""
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=(Learns.SIZES,), needs_sizes=SizeNeed.EXACT_ALL,
+                                         draws_carry_sizes=True, limits=_limits(None, self.samples_per_round))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """The expected number of distinct clients, sum_k pi_k, from ``sizes`` (p_k = n_k / n)."""
@@ -167,24 +153,14 @@ class PoissonClients:
     q: float | None = None
     samples_per_round: int | None = None
 
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "q", cohort_size.one_of("q", self.q, self.samples_per_round, 0.1, "PoissonClients"))
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """K at most the samples (so that q = K / n <= 1)."""
-        return _limits(None, self.samples_per_round)
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        """Every client's size with ``samples_per_round`` (q follows from them), else nothing."""
-        return (Learns.SIZES,) if self.samples_per_round is not None else ()
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi; with ``samples_per_round``, every client's exact size (q follows from them), else nothing;
+        K at most the samples (so that q = K / n <= 1)."""
+        return _capabilities(None, self.samples_per_round)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """q N, or with ``samples_per_round`` min(1, K / sum n_k) N from ``sizes``."""
@@ -208,6 +184,14 @@ class PoissonClients:
             assert self.q is not None  # __post_init__: q is set when samples_per_round is not
             q = self.q
         return Cohort.from_sample(design.bernoulli(N, q, ctx.rng("clients")), N)
+
+
+def _capabilities(m: int | None, samples_per_round: int | None) -> ClientSamplerCapabilities:
+    """An exact sampler of m clients (or probability q) that learns nothing, or, with ``samples_per_round``, one
+    whose cohort follows from every client's exact size."""
+    sized = samples_per_round is not None
+    return ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=(Learns.SIZES,) if sized else (),
+                                     needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE, limits=_limits(m, samples_per_round))
 
 
 def _limits(m: int | None, samples_per_round: int | None) -> tuple[Limit, ...]:

@@ -31,13 +31,13 @@ All randomness comes from the ``numpy.random.Generator`` passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 from fedsample import checks
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import design
 from fedsample.sampling.design import Sample
@@ -381,18 +381,15 @@ class ClusteredClients:
     algorithm: Algorithm = "size"
     similarity: Similarity = "arccos"
     linkage_input: LinkageInput = "embedded"
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
-    draws_carry_sizes: ClassVar[bool] = True
 
     @property
-    def reads_replies(self) -> tuple[str, ...]:
-        """Algorithm 2 keeps each participant's update."""
-        return ("update",) if self.algorithm == "similarity" else ()
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        return (Learns.SIZES, Learns.GRADIENTS) if self.algorithm == "similarity" else (Learns.SIZES,)
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi from every client's exact size, draws in proportion to the sizes; Algorithm 2 keeps each
+        participant's update."""
+        similarity = self.algorithm == "similarity"
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.EXACT, server_learns=(Learns.SIZES, Learns.GRADIENTS) if similarity else (Learns.SIZES,),
+            needs_sizes=SizeNeed.EXACT_ALL, draws_carry_sizes=True, reads_replies=("update",) if similarity else ())
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """sum_i pi_i of Algorithm 1 (for Algorithm 2 the same figure, approximately: its rows depend on the updates)."""

@@ -9,18 +9,20 @@ norm grows with their number, and an empty draw gives a zero update); with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import Census, Design, Limit, Poisson, SizeNeed
+from fedsample.parts import Census, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import CohortRandom
 from fedsample.sampling.clamp import clamped
 
 if TYPE_CHECKING:
+    import torch
+
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
@@ -83,6 +85,20 @@ class BernoulliSamples:
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
 
+    def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """:meth:`draw_cohort` with the cohort's arrays kept on ``rng``'s device (a :class:`CohortRandom` built
+        with a ``device``): ``(member, position)`` as int64 tensors there, the same numbers as the numpy pass
+        (the kept positions from :meth:`CohortRandom.ragged_below_on_device`, then the same block arithmetic).
+        ``sizes`` on the host (copied to the device once) or already there (e.g. kept there for the run: the sizes
+        do not change); the host waits for the number of draws and for how many were kept, nothing else."""
+        import torch
+
+        n = torch.as_tensor(sizes, dtype=torch.int64, device=rng.device)
+        kept = rng.ragged_below_on_device(n, self.p)
+        ends = torch.cumsum(n, 0)
+        member = torch.searchsorted(ends, kept, right=True)  # the client whose block holds each kept sample
+        return member, kept - (ends - n)[member]
+
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
         """One uniform per local sample."""
         return np.asarray(sizes, dtype=np.int64)
@@ -105,8 +121,7 @@ class FixedSizeSamples:
 class FullData:
     """Every chosen client trains on all of its data (FedAvg and the client-sampling baselines)."""
 
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    weighs_by_inclusion: ClassVar[bool] = False
+    capabilities: ClassVar[DataSamplerCapabilities] = DataSamplerCapabilities(weighs_by_inclusion=False)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> AllSamples:
         return AllSamples()
@@ -118,8 +133,7 @@ class FixedRatio:
     """The naive method of Qi et al. 2023, §3.3: each sample kept with a fixed probability r."""
 
     ratio: float
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    weighs_by_inclusion: ClassVar[bool] = False
+    capabilities: ClassVar[DataSamplerCapabilities] = DataSamplerCapabilities(weighs_by_inclusion=False)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> BernoulliSamples:
         return BernoulliSamples(self.ratio)
@@ -164,8 +178,6 @@ class FedSamplingData:
     count_drawn: bool = False
     count_noise: float = 0.0
     steer: bool = False
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
-    weighs_by_inclusion: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.count_noise > 0 and not self.count_drawn:
@@ -175,14 +187,12 @@ class FedSamplingData:
             checks.fail("steer", self.steer, "False unless count_drawn=True (it steers by the drawn count)", "FedSamplingData")
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """K, which the solver (``OneGradient(K)``) and the aggregator divide by."""
-        return {"K (samples per round)": self.K}
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """K at most the training samples (K/N >= 1 would keep every sample every round)."""
-        return (Limit("samples_per_round (K)", self.K, "samples"),)
+    def capabilities(self) -> DataSamplerCapabilities:
+        """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
+        budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round)."""
+        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=SizeNeed.COHORT, count_drawn=self.count_drawn,
+                                       count_noise=float(self.count_noise), budget=self.K, limits=(Limit("samples_per_round (K)", self.K, "samples"),),
+                                       shared_settings={"K (samples per round)": self.K})
 
     def ratio(self, ctx: "RoundContext") -> float:
         """K / N~, or K / N^ once a steered run has seen a drawn count (the round's ``steered_total``)."""
@@ -220,8 +230,7 @@ class UniformSubset:
     only client holds the pooled data)."""
 
     k: int
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    weighs_by_inclusion: ClassVar[bool] = False
+    capabilities: ClassVar[DataSamplerCapabilities] = DataSamplerCapabilities(weighs_by_inclusion=False)
 
     def plan(self, ctx: "RoundContext", cohort: "Cohort") -> FixedSizeSamples:
         return FixedSizeSamples(self.k)

@@ -46,14 +46,14 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort
+from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
+from fedsample.rounds import Cohort, is_failed
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
@@ -83,6 +83,10 @@ __all__ = [
     "ReferenceMean",
     "eligible_scores",
     "note_zero_scores",
+    "probes_arrived",
+    "probed_gradients",
+    "probe_rate",
+    "with_probe_rate",
     "DeltaClients",
 ]
 
@@ -301,6 +305,36 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
+def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
+    """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
+    the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
+    arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
+    if not arrived.all():
+        ctx.log.setdefault("failed", []).extend(reports[int(i)].record() for i in np.flatnonzero(~arrived))
+        ctx.log["sampler_lost_probes"] = int(np.count_nonzero(~arrived))
+    return arrived
+
+
+def probed_gradients(reports: Any, arrived: np.ndarray) -> np.ndarray:
+    """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
+    dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
+    return np.stack([np.asarray(r.gradient, dtype=np.float64) if got else np.zeros(dim) for r, got in zip(reports, arrived)])
+
+
+def probe_rate(weights: np.ndarray, arrived: np.ndarray) -> float:
+    """r = the share of the target's clients (w_k > 0) whose probe arrived. Probes lost at random leave a uniform
+    subset P of them, of which the draw picks; an estimator sum_{k in S} w_k U_k / (pi_k r) with pi_k the draw's
+    probability given P is unbiased for sum_k w_k U_k given |P| (E over P of sum_{k in P} w_k U_k is r sum_k w_k U_k):
+    the response-rate adjustment (fedsample.missing), applied through the cohort's pi_k (:func:`with_probe_rate`)."""
+    target = np.asarray(weights) > 0
+    return float(np.count_nonzero(target & arrived)) / float(np.count_nonzero(target))
+
+
+def with_probe_rate(sample: Sample, rate: float) -> Sample:
+    """``sample`` with its inclusion probabilities times the probe rate r (:func:`probe_rate`; r = 1: unchanged)."""
+    return sample if rate == 1.0 else Sample(sample.ids, sample.inclusion * rate, sample.multiplicity)
+
+
 @dataclass(frozen=True)
 @checks.constrained(m=checks.Param(checks.COUNT, label="m (draws per round)"))
 class ReferenceMean:
@@ -311,14 +345,13 @@ class ReferenceMean:
     response-rate adjustment. Biased for sum_k w_k Delta_k, as :func:`reference_aggregate_expectation` computes."""
 
     m: int = 10
-    linear: ClassVar[bool] = True
-    weighs_by_inclusion: ClassVar[bool] = True  # it divides by p_k = E[draws]/m
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """m, which the sampler's expected draws m p_k carry and this aggregator divides out."""
-        return {M_SETTING: self.m}
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear; it divides by p_k = E[draws]/m and needs the cohort's size reports; m, which the sampler's
+        expected draws m p_k carry and this aggregator divides out."""
+        return AggregatorCapabilities(weighs_by_inclusion=True, linear=True, needs_sizes=SizeNeed.COHORT,
+                                      shared_settings={M_SETTING: self.m})
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
         """The weights of the updates at ``positions`` of the cohort (:func:`reference_aggregate_weights`)."""
@@ -368,7 +401,8 @@ class DeltaClients:
     The round record names the probes it cost (``sampler_probes``: every client, and their bytes).
 
     Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
-    (:func:`eligible_scores`); every score 0 gives the uniform draw over the others; a client with score 0 among
+    (:func:`eligible_scores`); a client whose probe was lost is not drawn either, but stays in the target: the others'
+    pi_k are times the share whose probe arrived (:func:`probe_rate`); every score 0 gives the uniform draw over the others; a client with score 0 among
     positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
 
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
@@ -382,66 +416,60 @@ class DeltaClients:
     score_weights: ScoreWeights = "objective"
 
     @property
-    def inclusion_kind(self) -> InclusionKind:
-        return InclusionKind.ESTIMATED if self.draw == "reference" else InclusionKind.EXACT
-
-    @property
-    def assumed_weights(self) -> bool:
-        """The reference draw's cohorts carry the weights it assumes (m p_k), which an aggregator may divide by."""
-        return self.draw == "reference"
-
-    @property
-    def needs_sizes(self) -> SizeNeed:
-        """Every client's exact size for ``objective="size"`` (the mean gradient of zeta_k, and w_k)."""
-        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi, or estimated for the reference draw, whose cohorts carry the weights it assumes (m p_k, which an
+        aggregator may divide by); every client's exact size for ``objective="size"`` (the mean gradient of zeta_k,
+        and w_k); the w_k of its target, which the Horvitz-Thompson aggregator must share (and, for the reference
+        draw, m, which :class:`ReferenceMean` divides out of the expected draws m p_k)."""
+        reference, sized = self.draw == "reference", self.objective == "size"
         probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.GRADIENTS, Learns.LOCAL_VARIANCES)
-        return probed + ((Learns.SIZES,) if self.objective == "size" else ())
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """The w_k of its target, which the Horvitz-Thompson aggregator must share (and, for the reference draw, m,
-        which :class:`ReferenceMean` divides out of the expected draws m p_k)."""
-        return {OBJECTIVE: self.objective} | ({M_SETTING: self.m} if self.draw == "reference" else {})
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.ESTIMATED if reference else InclusionKind.EXACT, assumed_weights=reference,
+            server_learns=probed + ((Learns.SIZES,) if sized else ()), needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE,
+            shared_settings={OBJECTIVE: self.objective} | ({M_SETTING: self.m} if reference else {}))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """At most m distinct clients (m draws; sum pi = m for Poisson)."""
         return float(min(self.m, num_clients))
 
     def probabilities(self, ctx: "RoundContext") -> np.ndarray:
-        """p_k from every client's probe at the global model (kept in ``ctx.state`` for :meth:`estimate_inclusion`)."""
+        """p_k from every client's probe at the global model (kept in ``ctx.state`` for :meth:`estimate_inclusion`,
+        with the share of the target's clients whose probe arrived, :func:`probe_rate`)."""
         N = ctx.num_clients
-        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True)
+        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True, partial=True)
         reports = adaptive.probe(ctx, np.arange(N), request)  # the round record states them (sampler_probes, bytes)
-        gradients = np.stack([np.asarray(r.gradient, dtype=np.float64) for r in reports])
-        variance = np.array([r.extra["sigma2"] for r in reports], dtype=np.float64)
-        w = optimal.objective_weights(ctx, self.objective)
+        arrived = probes_arrived(ctx, reports)
+        gradients = probed_gradients(reports, arrived)
+        variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
+        w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
         scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
         if self.score_weights == "objective":
             scores = objective_scores(scores, w)
         scores = eligible_scores(scores, w)
         note_zero_scores(ctx, int(np.count_nonzero((scores == 0) & (w > 0))))
-        ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores}
+        # the exact draws' pi_k carry the probe rate; the reference draw keeps the authors' weights (biased, says so)
+        rate = probe_rate(optimal.objective_weights(ctx, self.objective), arrived) if self.draw != "reference" else 1.0
+        ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores, "probe_rate": rate}
         return delta_probabilities(scores)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         N = ctx.num_clients
         p = self.probabilities(ctx)
+        rate = ctx.state[STATE_KEY]["probe_rate"]  # 1 unless probes were lost: pi_k = P(probe arrives) P(drawn | probes)
         rng = ctx.rng("clients")
         if self.draw == "poisson":
-            return Cohort.from_sample(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), N)
+            return Cohort.from_sample(with_probe_rate(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), rate), N)
         if self.draw == "with_replacement":
             sample = with_replacement_sample(p, self.m, rng)
         else:
             sample = reference_sample(p, min(self.m, int(np.count_nonzero(p))), rng)
-        return Cohort.from_sample(sample, N, expected_draws=self.m * p[sample.ids])
+        return Cohort.from_sample(with_probe_rate(sample, rate), N, expected_draws=self.m * p[sample.ids] * rate)
 
     def estimate_inclusion(self, ctx: "RoundContext", draws: int) -> np.ndarray:
         """Every client's inclusion frequency over ``draws`` replays of the round's draw from the probabilities its
-        ``select`` kept in ``ctx.state``, with the round's replay stream (standard error sqrt(pi(1 - pi)/draws)); the
-        exact draws replay too (their closed form is the cohort's ``inclusion``)."""
+        ``select`` kept in ``ctx.state``, with the round's replay stream (standard error sqrt(pi(1 - pi)/draws)), times
+        the share whose probe arrived (1 without lost probes; the probes' losses are not replayed); the exact draws
+        replay too (their closed form is the cohort's ``inclusion``)."""
         scores = ctx.state[STATE_KEY]["scores"]
         p = delta_probabilities(scores)
         m = min(self.m, int(np.count_nonzero(p)))
@@ -450,4 +478,4 @@ class DeltaClients:
             "poisson": lambda g: poisson_sample(scores, min(self.m, len(p)), g),
             "reference": lambda g: reference_sample(p, m, g),
         }[self.draw]
-        return design.replay_inclusion(draw, len(p), draws, ctx.rng("replay"))
+        return design.replay_inclusion(draw, len(p), draws, ctx.rng("replay")) * ctx.state[STATE_KEY].get("probe_rate", 1.0)

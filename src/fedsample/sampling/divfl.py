@@ -25,7 +25,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -129,9 +129,8 @@ class DivFLClients:
 
     m: int = 10
     metric: Metric = "l2"
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.DEGENERATE
-    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["divfl"]))
+    capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
+        inclusion_kind=InclusionKind.DEGENERATE, server_learns=tuple(map(Learns, SERVER_LEARNS["divfl"])))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))

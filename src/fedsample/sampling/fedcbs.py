@@ -47,7 +47,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -279,9 +279,8 @@ class FedCBSClients(adaptive.Replayed):
     lam: float = 1.0
     beta: float | None = None
     count_rule: CountRule = "selections"
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
-    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["fedcbs"]))
+    capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["fedcbs"])))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
@@ -291,7 +290,7 @@ class FedCBSClients(adaptive.Replayed):
         sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta,
                               count_rule=self.count_rule)
         adaptive.sampler_state(ctx)["counts"][sample.ids] += 1
-        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
     def histograms(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's label histogram: probed once (every client, the first round the sampler runs), then kept."""

@@ -30,13 +30,13 @@ are not implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -203,17 +203,15 @@ class FedCorClients:
     refit_every: int | None = None
     forget: float = 1.0
     weights: Literal["size", "uniform"] = "size"
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.DEGENERATE
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        """The data fractions of FedCor's global loss: every client's exact size (``weights="size"``)."""
-        return SizeNeed.EXACT_ALL if self.weights == "size" else SizeNeed.NONE
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """A deterministic selection; the data fractions of FedCor's global loss need every client's exact size
+        (``weights="size"``)."""
         learns = tuple(map(Learns, SERVER_LEARNS["fedcor"]))
-        return (Learns.SIZES, *learns) if self.weights == "size" else learns
+        sized = self.weights == "size"
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind.DEGENERATE, server_learns=(Learns.SIZES, *learns) if sized else learns,
+                                         needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))

@@ -59,14 +59,14 @@ sampling: first-order inclusion probabilities are unchanged and fixed joint-incl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
-from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit
 from fedsample.sampling import design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
@@ -325,8 +325,6 @@ class ImportanceAgents:
     floor: float = DEFAULT_FLOOR
     epochs: int | tuple[int, ...] = 1
     batch_size: int | tuple[int, ...] = 1
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
@@ -334,15 +332,12 @@ class ImportanceAgents:
         _check_reference(self.update, self.reference)
 
     @property
-    def limits(self) -> tuple[Limit, ...]:
-        """L at most the agents."""
-        return (Limit("clients_per_round (L)", self.L, "clients"),)
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        """The probed agents' loss, gradient norm and gradient variances (sigma^2_k and Eq. 23's sum); nothing
-        with ``update="uniform"``."""
-        return () if self.update == "uniform" else (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.LOCAL_VARIANCES)
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi; the server learns the probed agents' loss, gradient norm and gradient variances (sigma^2_k and
+        Eq. 23's sum), nothing with ``update="uniform"``; L at most the agents."""
+        learns = () if self.update == "uniform" else (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.LOCAL_VARIANCES)
+        return ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=learns,
+                                         limits=(Limit("clients_per_round (L)", self.L, "clients"),))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """L agents (at most N): systematic sampling draws exactly L."""
@@ -406,7 +401,6 @@ class ImportanceData:
     reference: Params | None = field(default=None, compare=False, repr=False)
     scaling: Scaling = "step"
     floor: float = DEFAULT_FLOOR
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epochs", _per_agent(self.epochs))
@@ -414,14 +408,11 @@ class ImportanceData:
         _check_reference(self.update, self.reference)
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """Where the agent factor 1/(K p_k) goes, which the aggregator must agree with."""
-        return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
-
-    @property
-    def weighs_by_inclusion(self) -> bool:
-        """``step``: the agent factor L / (K pi_k) divides by the cohort's inclusion probabilities."""
-        return self.scaling == "step"
+    def capabilities(self) -> DataSamplerCapabilities:
+        """``step``: the agent factor L / (K pi_k) divides by the cohort's inclusion probabilities; where the agent
+        factor 1/(K p_k) goes, which the aggregator must agree with."""
+        return DataSamplerCapabilities(weighs_by_inclusion=self.scaling == "step",
+                                       shared_settings={"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling})
 
     def agent_factors(self, cohort: Cohort) -> np.ndarray:
         if self.scaling == "aggregate":

@@ -31,7 +31,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import SizeNeed
+from fedsample.parts import DataSamplerCapabilities
 
 if TYPE_CHECKING:
     from fedsample.rounds import Cohort
@@ -132,8 +132,7 @@ class IWDSData:
     beta_0: float = 0.9999
     rho: float = 0.992
     schedule: Schedule = "decay"
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    weighs_by_inclusion: ClassVar[bool] = False
+    capabilities: ClassVar[DataSamplerCapabilities] = DataSamplerCapabilities(weighs_by_inclusion=False)
 
     @classmethod
     def uniform(cls) -> "IWDSData":

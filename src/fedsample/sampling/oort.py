@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
@@ -192,7 +192,7 @@ class OortClients(adaptive.Replayed):
     least ``floor``: :func:`exploration_rate`) goes to clients never explored, the rest to explored clients whose
     utility is at least ``cutoff`` times the k-th best, drawn proportionally to utility. A client's utility is the
     statistical utility |B_i| sqrt(mean_{s in B_i} loss_s^2) it reports with its training reply (the payload asks
-    for it: ``reply_utility``; the losses at the model it received, on what it drew), plus the staleness bonus
+    for it: its capabilities read the reply's ``utility``; the losses at the model it received, on what it drew), plus the staleness bonus
     sqrt(0.1 log R / L_i) with ``staleness`` (:func:`staleness_bonus`). Server-held state (in checkpoints): the
     utilities, who was explored, the round of each client's last participation.
 
@@ -205,11 +205,8 @@ class OortClients(adaptive.Replayed):
     floor: float = 0.2
     cutoff: float = 0.95
     staleness: bool = True
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
-    server_learns: ClassVar[tuple[Learns, ...]] = tuple(map(Learns, SERVER_LEARNS["oort"]))
-    reads_replies: ClassVar[tuple[str, ...]] = ("utility",)
-    reply_utility: ClassVar[bool] = True
+    capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
@@ -221,7 +218,7 @@ class OortClients(adaptive.Replayed):
         state = self.frozen_state(ctx)
         sample = oort_select(state.utility, state.explored, self.m, state.epsilon, ctx.rng("clients"), self.cutoff)
         ctx.log["exploration_rate"] = state.epsilon
-        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
     def held(self, ctx: "RoundContext") -> dict:
         """The server-held state: utilities, explored mask, round (1-based) of the last participation (0: never)."""

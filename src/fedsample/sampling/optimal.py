@@ -26,12 +26,12 @@ check that case.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import InclusionKind, Learns, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import design
 from fedsample.sampling.design import Sample
@@ -177,21 +177,15 @@ class OptimalClients:
     rule: Rule = "exact"
     j_max: int = DEFAULT_J_MAX
     objective: Objective = "size"
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        """Every client's exact size for ``objective="size"`` (w_k = n_k / n)."""
-        return SizeNeed.EXACT_ALL if self.objective == "size" else SizeNeed.NONE
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        return (Learns.UPDATE_NORMS,) + ((Learns.SIZES,) if self.objective == "size" else ())
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """The w_k of the norms, which the Horvitz-Thompson aggregator must target."""
-        return {OBJECTIVE: self.objective}
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi from the update norms, and every client's exact size for ``objective="size"`` (w_k = n_k / n);
+        the w_k of the norms, which the Horvitz-Thompson aggregator must target."""
+        sized = self.objective == "size"
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.EXACT, server_learns=(Learns.UPDATE_NORMS,) + ((Learns.SIZES,) if sized else ()),
+            needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE, shared_settings={OBJECTIVE: self.objective})
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m uploads (sum p = m; fewer when at most m clients have a nonzero update)."""

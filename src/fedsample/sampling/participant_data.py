@@ -17,13 +17,13 @@ only cost their epsilon). q = 0.1 is also m / N (10 of 100 clients), so q may be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import Limit, SizeNeed
+from fedsample.parts import DataSamplerCapabilities, Limit, SizeNeed
 from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
 if TYPE_CHECKING:
@@ -73,19 +73,14 @@ class ParticipantData:
     eta: int = 2048
     draw: Draw = "bernoulli"
     fraction: float | None = None
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.COHORT
-    weighs_by_inclusion: ClassVar[bool] = False
-
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """eta, the samples per round (a solver or aggregator that divides by K must divide by eta); none for a
-        fraction, whose eta_t changes with n~_t."""
-        return {} if self.fraction is not None else {"K (samples per round)": self.eta}
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """eta at most the training samples (the participants hold fewer still: a round records its cap)."""
-        return (Limit("samples_per_round (eta)", self.eta, "samples"),)
+    def capabilities(self) -> DataSamplerCapabilities:
+        """Size reports of the cohort; eta, the samples per round (a solver or aggregator that divides by K must
+        divide by eta; none for a fraction, whose eta_t changes with n~_t), at most the training samples (the
+        participants hold fewer still: a round records its cap)."""
+        return DataSamplerCapabilities(
+            weighs_by_inclusion=False, needs_sizes=SizeNeed.COHORT, limits=(Limit("samples_per_round (eta)", self.eta, "samples"),),
+            shared_settings={} if self.fraction is not None else {"K (samples per round)": self.eta})
 
     def ratio(self, ctx: "RoundContext", cohort: "Cohort") -> float:
         """p = eta / n~ with n~ the Eq. 8 estimate over the participants (capped at 1, recorded in the round's

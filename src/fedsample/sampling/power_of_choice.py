@@ -28,13 +28,13 @@ P(k in S) = P(k in A and fewer than m candidates in A rank above k), which have 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import Params, ProbeRequest
-from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
@@ -202,8 +202,6 @@ class PowerOfChoiceClients(adaptive.Replayed):
     d: int = 20
     variant: Variant = "pow-d"
     b: int | None = None
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.EXACT_ALL
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.ESTIMATED
 
     def __post_init__(self) -> None:
         if self.m > self.d:
@@ -212,21 +210,16 @@ class PowerOfChoiceClients(adaptive.Replayed):
             checks.fail("b", self.b, "the minibatch size (an integer >= 1) for cpow-d, None otherwise", "PowerOfChoiceClients")
 
     @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        return tuple(map(Learns, SERVER_LEARNS[self.variant]))
-
-    @property
-    def reads_replies(self) -> tuple[str, ...]:
-        """rpow-d ranks by each participant's training loss."""
-        return ("loss",) if self.variant == "rpow-d" else ()
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Estimated pi from every client's exact size and what its variant probes (rpow-d ranks by each
+        participant's training loss); d candidates (and so m) at most the clients."""
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS[self.variant])),
+            needs_sizes=SizeNeed.EXACT_ALL, reads_replies=("loss",) if self.variant == "rpow-d" else (),
+            limits=(Limit("candidates (d)", self.d, "clients"),))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """d candidates (and so m) at most the clients."""
-        return (Limit("candidates (d)", self.d, "clients"),)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         sizes = self.sizes(ctx)
@@ -235,7 +228,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
         candidates = candidate_set(sizes, d, ctx.rng("clients"))
         ids = highest_losses(candidates, self.losses(ctx, candidates), min(self.m, len(candidates)))
         ctx.log["candidates"] = len(candidates)
-        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": self.inclusion_kind.value})
+        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
     def sizes(self, ctx: "RoundContext") -> np.ndarray:
         """Every client's exact reported size (0 for a client whose report failed: it cannot be a candidate)."""

@@ -12,12 +12,12 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from fedsample.messages import ProbeRequest
-from fedsample.parts import InclusionKind, Learns, Limit, SizeNeed
+from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
@@ -132,33 +132,26 @@ class StratifiedClients:
     spread: Spread = "std"
     within: Within = "norm"
     samples_per_round: int | None = None
-    stratified: ClassVar[bool] = True  # its cohorts carry strata, stratum sizes and the allocation
-    inclusion_kind: ClassVar[InclusionKind] = InclusionKind.EXACT
 
     def __post_init__(self) -> None:
         if self.samples_per_round is None and not checks.integers(self.H).satisfied_by(self.m):
             checks.fail("m", self.m, f"an integer >= H = {self.H} (one per stratum)", "StratifiedClients")
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        return SizeNeed.EXACT_ALL if self.samples_per_round is not None else SizeNeed.NONE
-
-    @property
-    def limits(self) -> tuple[Limit, ...]:
-        """H strata of clients, and m clients or K samples per round."""
+    def capabilities(self) -> ClientSamplerCapabilities:
+        """Exact pi; its cohorts carry strata, stratum sizes and the allocation; the server learns every client's
+        probe each round (its loss, gradient norm and compressed gradient), and every size with ``samples_per_round``;
+        H strata of clients, and m clients or K samples per round."""
+        sized = self.samples_per_round is not None
         if self.samples_per_round is not None:
             count = Limit("samples_per_round", self.samples_per_round, "samples")
         else:
             assert self.m is not None  # __post_init__: m is set when samples_per_round is not
             count = Limit("clients_per_round (m)", self.m, "clients")
-        return (Limit("H (strata)", self.H, "clients"), count)
-
-    @property
-    def server_learns(self) -> tuple[Learns, ...]:
-        """Every client's probe each round (its loss, gradient norm and compressed gradient), and every size with
-        ``samples_per_round``."""
         probed = (Learns.LOSSES, Learns.GRADIENT_NORMS, Learns.COMPRESSED_GRADIENTS)
-        return probed + ((Learns.SIZES,) if self.samples_per_round is not None else ())
+        return ClientSamplerCapabilities(
+            inclusion_kind=InclusionKind.EXACT, server_learns=probed + ((Learns.SIZES,) if sized else ()), stratified=True,
+            needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE, limits=(Limit("H (strata)", self.H, "clients"), count))
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m, or with ``samples_per_round`` max(H, K / mean(n_k)) from ``sizes`` (at most N)."""

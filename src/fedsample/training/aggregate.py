@@ -22,7 +22,7 @@ import typing
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import SizeNeed
+from fedsample.parts import AggregatorCapabilities, SizeNeed
 from fedsample.training.functional import Params
 
 from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
@@ -71,6 +71,16 @@ OBJECTIVE = "objective weights w_k of the Horvitz-Thompson target sum_k w_k Delt
 aggregator that divides by them: both must mean the same w_k ("uniform": 1/N, "size": n_k/n)."""
 
 
+def _weighting_needs(by: str) -> SizeNeed:
+    """The sizes a weighting needs: ``size`` the cohort's size reports (exact, or randomized ones used as they are),
+    ``size_inverse_inclusion`` every client's exact size (n = sum of all n_k), the others none."""
+    return {"size": SizeNeed.COHORT, "size_inverse_inclusion": SizeNeed.EXACT_ALL}.get(by, SizeNeed.NONE)
+
+
+def _weighting_settings(by: str) -> Mapping[str, Any]:
+    """The objective a Horvitz-Thompson weighting targets (a sampler built on it must agree); none for the others."""
+    return {OBJECTIVE: "size" if by == "size_inverse_inclusion" else "uniform"} if by in BY_INCLUSION else {}
+
 @dataclass(frozen=True)
 @checks.constrained(by=WEIGHTINGS)
 class WeightedMean:
@@ -87,27 +97,15 @@ class WeightedMean:
     """
 
     by: Weighting = "uniform"
-    linear: ClassVar[bool] = True
 
     @property
-    def equal_weights(self) -> bool:
-        """The uniform mean weighs every received update the same."""
-        return self.by == "uniform"
-
-    @property
-    def needs_sizes(self) -> SizeNeed:
-        """``size``: the cohort's size reports (exact, or randomized ones used as they are); ``size_inverse_inclusion``:
-        every client's exact size (n = sum of all n_k)."""
-        return {"size": SizeNeed.COHORT, "size_inverse_inclusion": SizeNeed.EXACT_ALL}.get(self.by, SizeNeed.NONE)
-
-    @property
-    def weighs_by_inclusion(self) -> bool:
-        return self.by in BY_INCLUSION
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """The objective weights its Horvitz-Thompson weights target (a sampler built on them must agree)."""
-        return {OBJECTIVE: "size" if self.by == "size_inverse_inclusion" else "uniform"} if self.by in BY_INCLUSION else {}
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear; the uniform mean weighs every received update the same; ``size`` needs the cohort's size reports
+        (exact, or randomized ones used as they are), ``size_inverse_inclusion`` every client's exact size (n = sum
+        of all n_k); the Horvitz-Thompson weights share the objective they target (a sampler built on them must
+        agree)."""
+        return AggregatorCapabilities(weighs_by_inclusion=self.by in BY_INCLUSION, linear=True, equal_weights=self.by == "uniform",
+                                      needs_sizes=_weighting_needs(self.by), shared_settings=_weighting_settings(self.by))
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "inverse_inclusion":
@@ -136,10 +134,7 @@ class WeightedMean:
 class Sum:
     """FedSampling's aggregation: the sum of the received G_c (Qi et al. 2023, Algorithm 1, line 18)."""
 
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    linear: ClassVar[bool] = True
-    weighs_by_inclusion: ClassVar[bool] = False
-    equal_weights: ClassVar[bool] = True
+    capabilities: ClassVar[AggregatorCapabilities] = AggregatorCapabilities(weighs_by_inclusion=False, linear=True, equal_weights=True)
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         return linear_combination(reports, lambda positions, _: np.full(len(positions), 1.0 / response_rate_of(ctx)))
@@ -164,15 +159,13 @@ class DrawnNormalizedSum:
     ``tests/test_budget.py``), so small K needs a smaller sigma_S (at a privacy cost the ledger states)."""
 
     K: int
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    linear: ClassVar[bool] = True  # the sum of the updates; the drawn count is one more coordinate of that sum
-    weighs_by_inclusion: ClassVar[bool] = False
-    needs_drawn_count: ClassVar[bool] = True
-    equal_weights: ClassVar[bool] = True  # the equal-weight sum, then divided by the count (post-processing)
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        return {"K (samples per round)": self.K}
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear (the sum of the updates; the drawn count is one more coordinate of that sum), equal weights (the
+        equal-weight sum, then divided by the count: post-processing); it shares K."""
+        return AggregatorCapabilities(weighs_by_inclusion=False, linear=True, needs_drawn_count=True, equal_weights=True,
+                                      shared_settings={"K (samples per round)": self.K})
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
@@ -243,20 +236,13 @@ class FedNova:
     """
 
     by: Weighting = "size"
-    linear: ClassVar[bool] = False  # its weights tau_eff p_k / a_k need each client's a_k, which comes with its update
-    needs_step_counts: ClassVar[bool] = True
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        return WeightedMean(self.by).needs_sizes
-
-    @property
-    def weighs_by_inclusion(self) -> bool:
-        return self.by in BY_INCLUSION
-
-    @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        return WeightedMean(self.by).shared_settings
+    def capabilities(self) -> AggregatorCapabilities:
+        """Not linear: its weights tau_eff p_k / a_k need each client's a_k, which comes with its update; the sizes
+        and settings of its weighting (:class:`WeightedMean`)."""
+        return AggregatorCapabilities(weighs_by_inclusion=self.by in BY_INCLUSION, linear=False, needs_step_counts=True,
+                                      needs_sizes=_weighting_needs(self.by), shared_settings=_weighting_settings(self.by))
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         def weights(positions: np.ndarray, got: Sequence["TrainReport"]) -> np.ndarray:
@@ -300,22 +286,14 @@ class StratifiedMean:
     """
 
     by: Literal["unbiased", "paper", "size"] = "unbiased"
-    linear: ClassVar[bool] = True
 
     @property
-    def needs_sizes(self) -> SizeNeed:
-        """``size``: the cohort's exact sizes (the ratio estimator weighs by n_k / pi_k)."""
-        return SizeNeed.COHORT_EXACT if self.by == "size" else SizeNeed.NONE
-
-    @property
-    def needs_strata(self) -> bool:
-        """``paper`` weighs by N_h / m_h: the cohort must carry its strata and allocation."""
-        return self.by == "paper"
-
-    @property
-    def weighs_by_inclusion(self) -> bool:
-        """``unbiased`` and ``size`` divide by pi_k."""
-        return self.by in ("unbiased", "size")
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear; ``unbiased`` and ``size`` divide by pi_k; ``size`` needs the cohort's exact sizes (the ratio
+        estimator weighs by n_k / pi_k); ``paper`` weighs by N_h / m_h: the cohort must carry its strata and
+        allocation."""
+        return AggregatorCapabilities(weighs_by_inclusion=self.by in ("unbiased", "size"), linear=True, needs_strata=self.by == "paper",
+                                      needs_sizes=SizeNeed.COHORT_EXACT if self.by == "size" else SizeNeed.NONE)
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "unbiased":
@@ -370,18 +348,13 @@ class ISFedAvgAggregate:
     of Eq. 53 stay on the clients (:func:`fedsample.sampling.importance.stored_data_weights`)."""
 
     scaling: Scaling = "step"
-    needs_sizes: ClassVar[SizeNeed] = SizeNeed.NONE
-    linear: ClassVar[bool] = True
 
     @property
-    def shared_settings(self) -> Mapping[str, Any]:
-        """Where the agent factor 1/(K p_k) goes: the data sampler's plans must agree."""
-        return {"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling}
-
-    @property
-    def weighs_by_inclusion(self) -> bool:
-        """``aggregate``: the Horvitz-Thompson mean divides by pi_k."""
-        return self.scaling == "aggregate"
+    def capabilities(self) -> AggregatorCapabilities:
+        """Linear; ``aggregate``: the Horvitz-Thompson mean divides by pi_k; where the agent factor 1/(K p_k) goes,
+        which the data sampler's plans must agree with."""
+        return AggregatorCapabilities(weighs_by_inclusion=self.scaling == "aggregate", linear=True,
+                                      shared_settings={"scaling (where ISFedAvg's 1/(K p_k) is applied)": self.scaling})
 
     def combine(self, reports: Reports, cohort: Cohort, ctx: "RoundContext") -> Params | None:
         mean = WeightedMean("uniform" if self.scaling == "step" else "inverse_inclusion")

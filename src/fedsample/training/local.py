@@ -22,10 +22,11 @@ import torch
 
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample
-from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver
+from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver, LocalSolverCapabilities
 from fedsample.rng import CohortStreams, counter_positions, stream_uniforms
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
+from fedsample.training.fused import FusedLinears
 from fedsample.training.random_layers import generator_for, random_layers_of
 
 __all__ = [
@@ -55,6 +56,12 @@ class SGDStep:
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0
+
+    @property
+    def fusable(self) -> bool:
+        """Whether a step is w <- (1 - lr*weight_decay) * w - lr * g, which a linear layer can take in one product
+        (:mod:`fedsample.training.fused`): no momentum buffer, no proximal term."""
+        return not self.momentum and not self.prox_mu
 
     @property
     def is_gradient(self) -> bool:
@@ -183,26 +190,47 @@ def run_schedule(
     single = steps == 1
     w = [v.detach().requires_grad_(True) if single else v.detach().clone().requires_grad_(True) for v in anchor]
     buf = [torch.zeros_like(v) for v in anchor] if rule.momentum and not single else None
-    losses, update = [], None
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        batch = rows[start:end]
-        masks = layers.draw(generator, end - start, dtype, device) if layers is not None else None
-        with torch.enable_grad():
-            loss = loss_fn(dict(zip(params, w)), ctx.x[batch], ctx.y[batch], weights[start:end], masks)
-            grads = list(torch.autograd.grad(loss, w))
-        if single:
-            update = dict(zip(params, rule.first_step_(grads, anchor)))
-        else:
-            with torch.no_grad():
-                rule.apply_(w, grads, buf, anchor)
-        losses.append(loss.detach())  # no host sync per step (one at the end)
+    working = dict(zip(params, w))
+    fused = FusedLinears(ctx.module, working) if rule.fusable and not single else None
+    trained = list(params)  # the names autograd differentiates and the rule steps (the fused layers leave after step 1)
+    losses: list[torch.Tensor] = []
+    update: Params | None = None
+    try:
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            batch = rows[start:end]
+            masks = layers.draw(generator, end - start, dtype, device) if layers is not None else None
+            with torch.enable_grad():
+                loss = loss_fn(working, ctx.x[batch], ctx.y[batch], weights[start:end], masks)
+                grads = list(torch.autograd.grad(loss, [working[k] for k in trained]))
+            if single:
+                update = dict(zip(params, rule.first_step_(grads, anchor)))
+            else:
+                with torch.no_grad():
+                    rule.apply_([working[k] for k in trained], grads, buf, [params[k] for k in trained])
+                    if fused is not None and len(losses) == 0:  # after the first step: fuse the inner layers found
+                        trained = _leave_autograd(working, fused.found())
+                    elif fused is not None:
+                        fused.step_(working, rule.lr, rule.weight_decay)
+            losses.append(loss.detach())  # no host sync per step (one at the end)
+    finally:
+        if fused is not None:
+            fused.close()
     if update is None:
-        update = {k: a - v.detach() for k, a, v in zip(params, anchor, w)}
+        update = {k: v.detach().neg_().add_(a) for k, a, v in zip(params, anchor, w)}  # in the working copy: a - v to the bit
     mean_loss = float(torch.stack(losses).double().mean()) if losses else float("nan")
     if schedule.loss_scale is not None:
         mean_loss *= float(schedule.loss_scale[0])
     norm = solver.norm_steps(np.array([steps]), round)
     return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=None if norm is None else float(norm[0]))
+
+
+def _leave_autograd(working: dict[str, torch.Tensor], names: list[str]) -> list[str]:
+    """The names of the working tensors autograd keeps differentiating once ``names`` (stepped in place by
+    :class:`~fedsample.training.fused.FusedLinears`) leave it."""
+    for k in names:
+        if k in working:
+            working[k].requires_grad_(False)
+    return [k for k in working if k not in names]
 
 
 class Scheduled:
@@ -304,6 +332,11 @@ class LocalSGD(Scheduled):
             checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
         if self.epochs is not None and self.steps is not None:
             checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
+
+    @property
+    def capabilities(self) -> LocalSolverCapabilities:
+        """Its minibatch (None: the whole drawn sample) and, where given, its local steps per round."""
+        return LocalSolverCapabilities(minibatch=self.batch_size, steps=self.steps)
 
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
@@ -444,14 +477,12 @@ class OneGradient(Scheduled):
     K: int | None = None
 
     @property
-    def per_example(self) -> bool:
-        """With K: G_c = (1/K) sum_s g_s, a sum of per-example gradients (what per-example clipping clips)."""
-        return self.K is not None and self.K > 0
-
-    @property
-    def shared_settings(self) -> dict:
-        """K, which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses."""
-        return {} if self.K is None else {"K (samples per round)": self.K}
+    def capabilities(self) -> LocalSolverCapabilities:
+        """With K: G_c = (1/K) sum_s g_s, a sum of per-example gradients (what per-example clipping clips), and K,
+        which the data sampler draws (FedSampling's K / N~) and a self-normalizing aggregator uses; one step over
+        the whole drawn sample."""
+        return LocalSolverCapabilities(per_example=self.K is not None and self.K > 0, steps=1,
+                                       shared_settings={} if self.K is None else {"K (samples per round)": self.K})
 
     def step_rule(self, round: int) -> SGDStep:
         return SGDStep(lr=1.0)

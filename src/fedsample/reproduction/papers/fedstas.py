@@ -105,7 +105,8 @@ PAPER = Paper(
         "DP+FedSTaS (q = 0.1) 49.2 ± 6.4, FedSTS (size-weighted) 58.9 ± 5.7, FedSTaS (size-weighted) 59.2 ± 5.0. "
         "Paired by seed, FedSTaS >= FedSTS, DP+FedSTaS >= FedSTS and DP+FedSTaS ~ FedSTaS stay inconclusive under both "
         "readings of eta (differences within ±1 point, 95% intervals about ±1.5 to ±4 points at 10 pairs); "
-        "FedSTS >= FedAvg is reversed by 9.4 points (8 of 10 per-seed differences negative). Before (2026-11-23, 3 "
+        "FedSTS >= FedAvg is reversed by 9.4 points at the unadjusted p (8 of 10 per-seed differences negative), "
+        "inconclusive at the Holm-adjusted p within the table (0.054). Before (2026-11-23, 3 "
         "seeds, Welch from the printed numbers): the same verdicts, with intervals about ±14 points.",
         "Why FedSTS loses to FedAvg: its aggregation (the paper's (1/N) sum_h N_h mean_h and the unbiased Horvitz-Thompson "
         "form alike) estimates the clients' plain mean, FedAvg's the size-weighted mean. Under Dir(0.01) a few clients "

@@ -110,11 +110,13 @@ NOTES = (
     "paired by seed): power-of-choice at alpha 0.3, round 100: rand 71.5 +- 2.0, pow-d (d=6) 72.6 +- 2.2 (+1.1, "
     "[-0.5, +2.8], inconclusive), pow-d (d=9) 68.8 +- 5.0 (-2.7, [-8.1, +2.7], inconclusive; added later the same "
     "day, 127 s), pow-d (d=15) 68.9 +- 3.9 (-2.6, [-6.3, +1.1], inconclusive; behind rand at 8 of the "
-    "10 evaluated rounds). At alpha 2: rand 75.2 +- 1.0, pow-d (d=6) 76.3 +- 0.8 (+1.1, [+0.1, +2.2], holds), the same "
+    "10 evaluated rounds). At alpha 2: rand 75.2 +- 1.0, pow-d (d=6) 76.3 +- 0.8 (+1.1, [+0.1, +2.2], holds "
+    "at the unadjusted p, inconclusive at the Holm-adjusted p), the same "
     "gain as at alpha 0.3, not a smaller one (at round 10: +6.1 at alpha 2). FedCor 66.0 +- 3.6 against random 63.5 +- 5.2 "
     "at round 50 (+2.6, [-1.4, +6.6], inconclusive; 0.0 at the end of the 10 warm-up rounds, +1.2 at round 30; per seed "
     "-5.3 to +11.8). Clustered sampling at round 50: MD 70.7 +- 2.8, Alg. 1 72.4 +- 2.6 (+1.7, [-1.5, +4.9], "
-    "inconclusive), Alg. 2 73.8 +- 1.3 (+3.1, [+0.5, +5.7], holds); smoother (not tested): the mean change of accuracy "
+    "inconclusive), Alg. 2 73.8 +- 1.3 (+3.1, [+0.5, +5.7], holds at the "
+    "unadjusted p, inconclusive at the Holm-adjusted p); smoother (not tested): the mean change of accuracy "
     "between evaluations 10 rounds apart is 5.4 (Alg. 1) and 5.1 (Alg. 2) points against MD's 6.3. Optimal sampling at "
     "round 40: uniform 66.7 +- 7.0, optimal 71.1 +- 3.7 (+4.4, [-1.4, +10.3], inconclusive; ahead at every evaluated "
     "round on average, +9.4 at round 10), full participation 76.0 +- 0.6: optimal is 4.9 points behind it ([-7.7, -2.0] "
@@ -122,8 +124,8 @@ NOTES = (
     "narrowing from 12.2 points at round 10). AOCS equals the exact rule on every seed and round (its iteration "
     "reaches the sorted rule's probabilities here, as `fedsample diagnose samplers` shows at a fixed model).",
     "Why the power-of-choice and FedCor rows are inconclusive: with m = 3 or 5 clients a round at lr 0.005 the test "
-    "accuracy moves by 5-7.5 points between evaluations 10 rounds apart, so the observed 1-3 point leads need 25-40 seeds "
-    "per arm (the n needed column). Why pow-d (d=15) trails: the larger d, the more the cohort leans on high-loss "
+    "accuracy moves by 5-7.5 points between evaluations 10 rounds apart, so 1-3 point leads stay within the noise "
+    "at these seeds (the n for stated effect column: the seeds a 1-point effect needs). Why pow-d (d=15) trails: the larger d, the more the cohort leans on high-loss "
     "clients and the longer the mean of their updates (at d = 20 `fedsample diagnose samplers` measures a bias of about "
     "1 ||g*|| and updates 40% too long at the initial model).",
 )
