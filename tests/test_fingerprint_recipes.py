@@ -94,9 +94,13 @@ def exact(value):
 
 
 def fingerprint(name: str, engine: str) -> str:
+    return run_digest(name, **ENGINES.get(engine, {"backend": "vectorized", "workers": 2}))
+
+
+def run_digest(name: str, **engine: object) -> str:
+    """The digest of recipe ``name``'s run on the engine (or federation) that ``engine``'s simulation options name."""
     fed = federate(blobs(n=240, d=6, classes=3, seed=0), SIZES)
-    options = dict(ENGINES.get(engine, {"backend": "vectorized", "workers": 2}))
-    options.update(OPTIONS.get(name, {}))
+    options = {**engine, **OPTIONS.get(name, {})}
     result = fs.simulate(RUNS[name](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=3, **options)
     params = [result.params[k].detach().cpu().numpy() for k in sorted(result.params)]
     return digest(json.dumps(exact(result.history), sort_keys=True), *params)

@@ -62,9 +62,7 @@ def to_device(value: Any, device: torch.device) -> Any:
 def use_threads(threads: int) -> None:
     """Run torch's CPU work on ``threads`` threads, and numpy's BLAS (OpenBLAS) on one: a training process's
     numpy matrix products are small (a sampler's covariance, eigenvectors and similarities), and OpenBLAS's
-    workers, once woken, spin on the cores torch's step needs (on 2 shared cores FedCor's covariance and
-    eigh over 500 clients took 54 ms against 23 ms on one BLAS thread, and the torch step after them 31 ms
-    against 16 ms). The BLAS limit is set through threadpoolctl (scikit-learn's dependency), for the process."""
+    workers, once woken, spin on the cores torch's step needs (benchmarks/README.md has the figures). The BLAS limit is set through threadpoolctl (scikit-learn's dependency), for the process."""
     torch.set_num_threads(max(1, int(threads)))
     blas_on_one_thread()
 

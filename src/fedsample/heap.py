@@ -1,10 +1,9 @@
 """Python's cyclic garbage collector during a run.
 
 A process that has imported torch, numpy and scipy and loaded a dataset holds about 200,000 objects the
-collector tracks; every full (generation-2) collection scans them all, about 100 ms on this project's 2-core
-machine. A round of the vectorized engine on small clients takes about 10 ms and allocates enough objects to
-trigger such a collection every few rounds, so one round in a few took 10x its time (measured 2026-11-26:
-1,000 clients x 2 samples, 0.011 s a round, 0.117 s the round a collection fell in). Freezing the objects that
+collector tracks; every full (generation-2) collection scans them all, which takes many times a round of the
+vectorized engine on small clients, and such a round allocates enough objects to trigger one every few rounds
+(benchmarks/README.md has the figures). Freezing the objects that
 exist when the run starts (:func:`gc.freeze`, Python 3.7+) takes them out of every later collection: they live
 as long as the run anyway. Collections of what the rounds allocate go on as before, and nothing computed
 changes (the collector frees memory, it computes nothing).

@@ -24,7 +24,6 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from fedsample.background import start_queued
 from fedsample.messages import Params
 from fedsample.rng import SERVER, generator
 
@@ -258,7 +257,6 @@ class ReplyList(Sequence):
                 if int(i) not in self.failed and carries_update(self[int(i)])]
         if not keep:
             return None
-        start_queued()  # the round's background work overlaps the sum (torch's kernels run without the GIL)
         return weighted_sum((self[i].update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
 
     def summed_loss(self) -> tuple[float, int]:

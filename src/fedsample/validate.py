@@ -224,8 +224,8 @@ def _host_finite(value: torch.Tensor) -> bool:
 
 def tensor_finite(value: torch.Tensor) -> bool:
     """True when every entry of ``value`` is finite: float32/float64 tensors in host memory are checked by numpy
-    (the same test, on the same memory without a copy; torch's CPU ``isfinite`` is several times slower, about
-    0.2 ms for a 50,000-parameter model, asked twice a round), others by torch."""
+    (the same test, on the same memory without a copy; torch's CPU ``isfinite`` is several times slower), others by
+    torch."""
     if _checked_on_host(value):
         return _host_finite(value)
     return bool(torch.isfinite(value).all())

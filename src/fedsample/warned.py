@@ -10,7 +10,7 @@ Built on the standard library's ``warnings`` machinery: :func:`once_per_kind` en
 filter acts as outside a run); the first warning of each kind goes on to the ``showwarning`` that was in force
 (so ``pytest.warns`` around a run still sees it). A run inside a run (``simulate`` under ``fedsample run``)
 passes every warning on to the outer one, which shows each kind once and counts all of them. The counts are kept
-under a lock: the engines' background thread (:mod:`fedsample.background`) may warn too.
+under a lock: the loop engine's client threads may warn too.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.background import Pending, in_background
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import payloads_for
@@ -55,8 +54,8 @@ class SecureSum(Federation):
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, Pending | None] | None] = {}  # (clients asked, their noise shares being
-        # computed where the plan noises the count) where the plan asks for drawn counts
+        self._counted: dict[int, tuple[int, np.ndarray | None] | None] = {}  # (clients asked, their noise shares
+        # where the plan noises the count) where the plan asks for drawn counts
         self._calls = 0
 
     @property
@@ -83,7 +82,7 @@ class SecureSum(Federation):
         counted = first is not None and reports_count(plan)
         ids = np.asarray(client_ids, dtype=np.int64)
         sigma = drawn_count_noise(plan)
-        shares = in_background(count_shares, sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
+        shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
         self._counted[self._calls] = (len(ids), shares) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
@@ -107,9 +106,9 @@ class SecureSum(Federation):
         drawn: float | None = exact
         asked, shares = counted if counted is not None else (0, None)
         if exact is not None and shares is not None:
-            # every asked client's share was computed while the sum ran (fedsample.background): the answered
-            # ones' are count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
-            drawn = count_plus_shares(exact, answered_shares(shares.result(), replies))
+            # every asked client's share was computed when the call was made: the answered ones' are
+            # count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
+            drawn = count_plus_shares(exact, answered_shares(shares, replies))
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import numpy as np
 from torch import nn
 
-from fedsample.background import start_queued
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
@@ -164,7 +163,6 @@ class ShardedReports(Replies):
             mine = self._worker[positions] == w
             if mine.any():
                 calls[w] = ("weighted_update_sum", as_range(self._local[positions[mine]]), compact_weights(weights[mine]))
-        start_queued()  # the round's background work overlaps the wait for the workers' partial sums
         partial = self._fed._call_each(calls, self._token)
         total = None
         for w in sorted(partial):

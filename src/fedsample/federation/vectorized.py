@@ -47,7 +47,6 @@ import torch
 from torch import nn
 
 from fedsample import parts
-from fedsample.background import start_queued
 from fedsample.privacy.reports import randomized_response, report_cell
 from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample import client as procedures
@@ -456,7 +455,6 @@ class _Union:
     def weighted_gradient_sum(self, a: np.ndarray) -> Params:
         """Gradient of ``sum_s a_{c(s)} w_s l_s`` at w0 (``a`` one coefficient per cohort member)."""
         scaled = torch.as_tensor(a[self.member], dtype=self.terms.dtype, device=self.terms.device) * self.terms
-        start_queued()  # the round's background work overlaps the backward pass, which runs without the GIL
         grads = torch.autograd.grad(scaled.sum(), list(self.leaves.values()), retain_graph=True)
         return dict(zip(self.leaves, grads))
 
@@ -475,7 +473,6 @@ class _Union:
             padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
         chunk = max(1, sim.chunk_budget() // sim._client_bytes(self.leaves, B, False))
         parts = []
-        start_queued()  # the round's background work overlaps the batched backward passes
         for start in range(0, C, chunk):
             r = torch.as_tensor(padded_rows[start : start + chunk], device=sim.device)
             stacked = {k: v.detach().unsqueeze(0).expand(len(r), *v.shape) for k, v in self.leaves.items()}
@@ -698,7 +695,6 @@ class SteppedReports(Replies):
         positions, weights = positions[keep], weights[keep]
         where = self._where[positions]
         total = None
-        start_queued()  # the round's background work overlaps the matmuls, which run without the GIL
         for h, stack in enumerate(self._held):
             mine = where[:, 0] == h
             if mine.any():
