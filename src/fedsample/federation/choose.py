@@ -21,10 +21,8 @@ figures in ``benchmarks/README.md``), in order:
    (``expected_cohort(N, sizes)``, from the federation's true sizes; ``expected_trainings`` for a sampler where
    more clients train than send) is at least :data:`STACKED_MIN_CLIENTS`,
    otherwise **loop**: a stacked step has a fixed overhead (the ``vmap``) that the cohort shares, where the loop
-   pays its per-step overhead once per client. Measured with MLP(64) on Fashion-MNIST, batch 32, one thread,
-   FedAvg rounds of m clients, loop and vectorized interleaved, medians of 5 (2026-11-29, load 4-5): vectorized ÷
-   loop 2.3-2.5 at m = 1, 1.4-1.5 at 2, 1.1 at 3, 0.91-1.04 at 4, 0.74-0.81 at 6, 0.70-0.76 at 8 (clients of 600
-   and of 6,000 samples: 19 and 188 steps), so the stack starts at 5, where it is ahead for both. A sampler that
+   pays its per-step overhead once per client; the stack starts at the measured crossing (``benchmarks/README.md``,
+   "Where the auto rule's thresholds come from"). A sampler that
    declares no expected cohort is taken to choose every client.
 
 Then, on CPU, how the cores are used: the threads this process may use (``torch.get_num_threads()``: every
@@ -49,12 +47,8 @@ worker and a partial sum back. So, in order:
     ``nn.Dropout`` then trains one client at a time, as :class:`~fedsample.federation.simulator.Simulator` decides
     and the run records: torch's global generator serves one client at a time). Each client's numbers
     are those of a one-thread run and the server sums the replies in cohort order, so the run's numbers do not
-    depend on the number of threads. Measured on the 2-core machine of ``benchmarks/README.md`` on
-    pfl-research's CIFAR-10 workload (50 clients x 5 steps of PflCNN, 2026-11-26, quiet;
-    ``benchmarks/peers/results/cifar-client-threads-2026-11-26.md``): 2.55-2.66 s a round on two client
-    threads against 5.14 s on one thread (1.93x), 4.01-4.02 s on two intra-op threads and 3.18 s on the pool of
-    two processes it replaces; in one process, so at the memory of one (1,021-1,025 MiB against the pool's
-    2,897).
+    depend on the number of threads. Client threads beat intra-op threads and the pool on pfl-research's CIFAR-10
+    workload, at the memory of one process (``benchmarks/README.md``, "Where the auto rule's thresholds come from").
 11. The vectorized engine, with a model and parts a fresh interpreter can import (no class defined in
     ``__main__``) and estimated compute of at least :data:`POOL_MIN_RUN_S` over the run's rounds (to pay for
     starting the workers): a **pool** of as many workers as threads allowed, one thread each; otherwise

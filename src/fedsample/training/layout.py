@@ -2,9 +2,8 @@
 
 torch's CPU convolutions (oneDNN) compute in a channels-inner layout whatever the tensors' layout; fed
 channels-last inputs they skip the reorders around every call, and torch's ``max_pool2d`` has a vectorized
-channels-last kernel where its contiguous (N, C, H, W) kernel is scalar. On pfl-research's CIFAR-10 model
-(:class:`fedsample.models.PflCNN`, batch 10, one AMD EPYC core, torch 2.13, 2026-11-26) a local step takes
-0.90× the time with channels-last inputs (``benchmarks/channels_last.py``; the ResNet 0.90×, VGG-9 0.95×). The
+channels-last kernel where its contiguous (N, C, H, W) kernel is scalar, so a convolutional local step is faster
+with channels-last inputs (``benchmarks/channels_last.py``; figures in ``benchmarks/README.md``). The
 values are the same up to float rounding (the kernels sum in another order), not to the bit.
 
 The engines' training copy of a model (:func:`fedsample.training.random_layers.prepare`) therefore converts
