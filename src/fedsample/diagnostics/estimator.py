@@ -75,6 +75,7 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(6)]
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64),
                 per_round[0], per_round[1], per_round[2], per_round[3], [], per_round[4], per_round[5], state)
+    drawn = np.zeros(n, dtype=bool)
     for i in range(rounds):
         recorder.delta = None
         federation.new_round()
@@ -83,7 +84,9 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
         if recorder.delta is not None:
             out.estimates[i] = recorder.delta["g"].double().numpy()
         rows = np.concatenate(cost.rows + [np.zeros(0, np.int64)])
-        out.inclusion[np.unique(rows)] += 1
+        drawn[:] = False
+        drawn[rows] = True  # each row counts once per round, however often it was drawn
+        out.inclusion += drawn
         out.samples[i], out.contacted[i], out.updates[i], out.bytes_up[i] = len(rows), len(cost.contacted), cost.updates, cost.bytes_up
         out.trainings[i], out.probes[i] = cost.trainings, cost.probes
         out.logs.append(log)
