@@ -63,9 +63,10 @@ class Draws:
 
 
 def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Params, rounds: int, seed: int,
-                first_round: int = 0, faults: FaultModel | None = None) -> Draws:
+                first_round: int = 0, faults: FaultModel | None = None, advance: Callable[[], None] | None = None) -> Draws:
     """Run ``rounds`` rounds of ``strategy`` at the frozen ``params``, recording each round's aggregate; the
-    clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run."""
+    clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run. ``advance`` is called
+    after each draw (a progress bar)."""
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder, schedule=None)  # a schedule scales the server's step, not the aggregate
     state = frozen.init_state(params)
@@ -90,6 +91,8 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
         out.samples[i], out.contacted[i], out.updates[i], out.bytes_up[i] = len(rows), len(cost.contacted), cost.updates, cost.bytes_up
         out.trainings[i], out.probes[i] = cost.trainings, cost.probes
         out.logs.append(log)
+        if advance is not None:
+            advance()
     return out
 
 
