@@ -134,7 +134,7 @@ COMMANDS: dict[str, Command] = {
         diagnose_numbers,
     ),
     "diagnose-samplers": Command(
-        ("diagnose", "samplers", "--draws", "20", "--check-rounds", "0"), ("diagnose", "samplers", "--draws", "4", "--check-rounds", "0"),
+        ("diagnose", "samplers"), ("diagnose", "samplers", "--draws", "4", "--check-rounds", "0"),
         ("diagnostics.json", "summary.md"), {"estimator.png": "samplers-estimator.png"},
         diagnose_numbers, needs="fashion-mnist",
     ),
