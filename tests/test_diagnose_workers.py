@@ -9,36 +9,10 @@ import json
 import pytest
 
 from fedsample.cli import main
+from test_diagnostics_cli import CONFIG as TINY
 
-CONFIG = """
-name = "tiny-workers"
-rounds = 1
-seeds = [3]
-
-[dataset]
-name = "digits"
-
-[partition]
-scheme = "lognormal"
-mean = 40
-sigma = 1.0
-
-[model]
-name = "logreg"
-
-[[strategies]]
-recipe = "fedsampling"
-label = "FedSampling"
-K = 30
-M = 50
-
-[[strategies]]
-recipe = "fedavg"
-label = "FedAvg"
-clients_per_round = 2
-steps = 1
-batch_size = 1000000
-
+# the CLI tests' tiny experiment (FedSampling, FedAvg) and three samplers that probe or ask for update norms
+CONFIG = TINY.replace('name = "tiny-diagnose"', 'name = "tiny-workers"') + """
 [[strategies]]
 recipe = "power_of_choice"
 label = "pow-d"
