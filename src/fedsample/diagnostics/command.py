@@ -9,10 +9,12 @@ A strategy with a grid is diagnosed at its first value (said in the table); each
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
@@ -38,10 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sketch-dim", type=int, default=None, help="CountSketch size when the gradients do not fit (default 1024)")
     parser.add_argument("--check-rounds", type=int, default=DEFAULT_CHECK_ROUNDS, metavar="N",
                         help=f"run each strategy N rounds as 'fedsample run' does and flag one that diverges (default {DEFAULT_CHECK_ROUNDS}; 0: no check)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help=f"measure the strategies in N processes (default: every core, {available_cores()} here; same numbers for any N)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     from fedsample.tracking.setup import add_track_argument
 
     add_track_argument(parser)
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -56,6 +66,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if args.check_rounds < 0:
         raise ValueError(f"--check-rounds must be >= 0, got {args.check_rounds}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         raise FileNotFoundError(f"checkpoint {args.checkpoint} does not exist")
 
@@ -92,8 +104,10 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     check_memory(plan, fed, len(strategies), args.draws, sketch_dim)
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
-    diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed,
-                         sketch_dim=sketch_dim, progress=_report_progress, faults=plan.faults)
+    jobs = available_cores() if args.jobs is None else args.jobs
+    with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
+        diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
+                             progress=done, faults=plan.faults, jobs=jobs, advance=advance)
     notes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
              "run_check": run_check(plan, strategies, fed, seed, args.check_rounds), "warnings": warned.record()}
     if args.out is None:
@@ -165,9 +179,40 @@ def run_check(plan: Plan, strategies: dict, fed: FederatedData, seed: int, round
     return {"rounds": rounds, "status": status}
 
 
-def _report_progress(label: str, result: dict) -> None:
-    e = result["estimator"]
-    print(f"{label}: bias {e['bias']:.3f}, variance {e['variance']:.3f} ({result['seconds']:.1f} s)", file=sys.stderr, flush=True)
+@contextmanager
+def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterator[tuple[Callable, Callable]]:
+    """A rich progress bar of the draws on stderr (strategies done in its text; none with ``quiet``), shown from the
+    first draw on (an error before it is one line), and the callbacks
+    :func:`~fedsample.diagnostics.measure.diagnose` reports to: a finished strategy's line goes to stderr."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    bar = Progress(*columns, console=Console(stderr=True), disable=quiet, transient=False)  # stdout: the table
+    task = bar.add_task(escape(f"{name}: 0 of {strategies} strategies"), total=strategies * draws)
+    finished, shown = 0, False
+
+    def advance(made: int) -> None:
+        nonlocal shown
+        if not shown:
+            bar.start()
+            shown = True
+        bar.update(task, advance=made)
+
+    def done(label: str, result: dict) -> None:
+        nonlocal finished
+        finished += 1
+        advance(0)
+        bar.update(task, description=escape(f"{name}: {finished} of {strategies} strategies"))
+        e = result["estimator"]
+        print(f"{label}: bias {e['bias']:.3f}, variance {e['variance']:.3f} ({result['seconds']:.1f} s)", file=sys.stderr, flush=True)
+
+    try:
+        yield done, advance
+    finally:
+        if shown:
+            bar.stop()
 
 
 def _checkpoint_params(path: Path | None) -> Params | None:

@@ -63,9 +63,10 @@ class Draws:
 
 
 def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Params, rounds: int, seed: int,
-                first_round: int = 0, faults: FaultModel | None = None) -> Draws:
+                first_round: int = 0, faults: FaultModel | None = None, advance: Callable[[], None] | None = None) -> Draws:
     """Run ``rounds`` rounds of ``strategy`` at the frozen ``params``, recording each round's aggregate; the
-    clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run."""
+    clients drop out or straggle by ``faults`` (the experiment's failure model) as in a run. ``advance`` is called
+    after each draw (a progress bar)."""
     recorder = _RecordingServer()
     frozen = dataclasses.replace(strategy, server=recorder, schedule=None)  # a schedule scales the server's step, not the aggregate
     state = frozen.init_state(params)
@@ -75,6 +76,7 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(6)]
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64),
                 per_round[0], per_round[1], per_round[2], per_round[3], [], per_round[4], per_round[5], state)
+    drawn = np.zeros(n, dtype=bool)
     for i in range(rounds):
         recorder.delta = None
         federation.new_round()
@@ -83,10 +85,14 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
         if recorder.delta is not None:
             out.estimates[i] = recorder.delta["g"].double().numpy()
         rows = np.concatenate(cost.rows + [np.zeros(0, np.int64)])
-        out.inclusion[np.unique(rows)] += 1
+        drawn[:] = False
+        drawn[rows] = True  # each row counts once per round, however often it was drawn
+        out.inclusion += drawn
         out.samples[i], out.contacted[i], out.updates[i], out.bytes_up[i] = len(rows), len(cost.contacted), cost.updates, cost.bytes_up
         out.trainings[i], out.probes[i] = cost.trainings, cost.probes
         out.logs.append(log)
+        if advance is not None:
+            advance()
     return out
 
 

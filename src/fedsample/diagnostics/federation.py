@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from fedsample.client import statistical_utilities, update_norm
 from fedsample.messages import HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
-from fedsample.diagnostics.gradients import GradientBasis
+from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import reports_count
@@ -42,6 +43,7 @@ __all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
 
 SIZE_REPORT_BYTES = 8
 NORM_BYTES = 8
+CACHED_COHORT = 1024  #: cohorts up to this size are summed client by client from kept updates (ClientUpdates)
 
 
 @dataclass
@@ -60,15 +62,17 @@ class RoundCost:
 
 class LinearReports(Replies):
     """The train reports of one cohort, each client's update a combination of per-sample gradients; a linear
-    aggregator's ``sum_k w_k Delta_k`` is one product (a fused sum, like the vectorized engine's)."""
+    aggregator's ``sum_k w_k Delta_k`` is one sum (a fused sum, like the vectorized engine's): of the clients' kept
+    updates (:class:`~fedsample.diagnostics.gradients.ClientUpdates`) for a cohort of up to ``CACHED_COHORT``
+    clients, one product over all their rows for a larger one."""
 
     fused = True
 
-    def __init__(self, basis: GradientBasis, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
+    def __init__(self, updates: ClientUpdates, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
                  steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, utilities: np.ndarray | None = None,
                  counts: np.ndarray | None = None) -> None:
         super().__init__([None] * clients, failed={})
-        self.basis, self.rows, self.member, self.coef = basis, rows, member, coef
+        self.updates, self.basis, self.rows, self.member, self.coef = updates, updates.basis, rows, member, coef
         self.counts = counts  # each member's drawn count, where the plan asks the clients for it
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
@@ -85,7 +89,13 @@ class LinearReports(Replies):
         a = np.zeros(len(self))
         a[np.asarray(positions, dtype=np.int64)] = weights
         a[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = 0.0  # a rejected reply adds nothing
-        return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
+        summed = np.flatnonzero(a)
+        if len(summed) > CACHED_COHORT:
+            return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
+        total = torch.zeros(self.basis.dim, dtype=torch.float64)
+        for position in summed.tolist():
+            total += a[position] * self._update(position)
+        return {"g": total.to(self.basis.matrix.dtype)}
 
     def drawn_total(self) -> int:
         """The samples the answering clients drew (the self-normalized FedSampling update's S), where the plan asks
@@ -95,8 +105,11 @@ class LinearReports(Replies):
         return int(self.counts[self.received_positions()].sum())
 
     def update_of(self, position: int) -> Params:
+        return {"g": self._update(position).to(self.basis.matrix.dtype)}
+
+    def _update(self, position: int) -> torch.Tensor:
         a, b = self._cuts[position], self._cuts[position + 1]
-        return {"g": self.basis.combination(self.rows[a:b], self.coef[a:b])}
+        return self.updates.of(self.rows[a:b], self.coef[a:b])
 
     def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
         """Client ``position``'s dataset rows and coefficients (one entry per use), steps, a_k and loss."""
@@ -124,11 +137,19 @@ class LinearisedFederation(VectorizedSimulator):
 
     def __init__(self, data: FederatedData, module: Any, seed: int, basis: GradientBasis) -> None:
         super().__init__(data, module, seed)
-        self.basis = basis
+        self.basis, self.updates = basis, ClientUpdates(basis)
         self.update_bytes = 4 * basis.parameters
         self.cost = RoundCost()
         self._probes: dict[tuple, Any] = {}
         self._held: dict[int, tuple] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
+        self._losses: tuple[Params, np.ndarray] | None = None  # every row's loss at the last parameters asked about
+
+    def sample_losses(self, params: Params, rows: np.ndarray) -> np.ndarray:
+        """The loss of each of the training ``rows`` at ``params``: every row's loss, computed once per model (the
+        diagnosis holds it still), read at ``rows``."""
+        if self._losses is None or not _same_params(self._losses[0], params):
+            self._losses = (params, super().sample_losses(params, np.arange(len(self.data.order))))
+        return self._losses[1][np.asarray(rows, dtype=np.int64)]
 
     def new_round(self) -> RoundCost:
         """Start counting a new round; returns the finished round's cost."""
@@ -164,7 +185,7 @@ class LinearisedFederation(VectorizedSimulator):
         member = np.repeat(np.arange(len(kept)), [len(h[1]) for h in kept]).astype(np.int64)
         coef = np.concatenate([h[2] for h in kept] + [np.zeros(0)])
         steps, norm = np.array([h[3] for h in kept], dtype=np.int64), np.array([h[4] for h in kept], dtype=np.float64)
-        reports = LinearReports(self.basis, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64))
+        reports = LinearReports(self.updates, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64))
         self.cost.rows.append(rows)
         self.cost.updates += len(reports.received_positions())
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
@@ -213,7 +234,7 @@ class LinearisedFederation(VectorizedSimulator):
         if all(p[8] is not None for p in parts):  # every plan asks for the drawn counts
             counts = np.zeros(len(ids), dtype=np.int64)
             counts[everyone] = np.concatenate([p[8] for p in parts])
-        reports = LinearReports(self.basis, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
+        reports = LinearReports(self.updates, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
                                 utilities if asks else None, counts)
         self.cost.trainings += len(reports.received_positions())
         if sent_up:
@@ -248,6 +269,10 @@ class LinearisedFederation(VectorizedSimulator):
         counts = np.asarray(drawn.counts, dtype=np.int64) if reports_count(payload.plan) else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
                 steps.astype(np.float64) if norm is None else norm, loss, utility, positions, counts)
+
+
+def _same_params(a: Params, b: Params) -> bool:
+    return a.keys() == b.keys() and all(a[k] is b[k] or torch.equal(a[k], b[k]) for k in a)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

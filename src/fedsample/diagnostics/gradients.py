@@ -15,6 +15,7 @@ at most sqrt(2 / sketch_dim) (4.4% at 1,024 buckets).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -25,7 +26,8 @@ from torch import nn
 from fedsample.training.functional import Params, per_sample_gradients
 
 __all__ = [
-    "DEFAULT_MEMORY_BUDGET", "DEFAULT_SKETCH_DIM", "GRADIENT_CHUNK", "GradientBasis", "basis_shape", "gradient_basis",
+    "DEFAULT_MEMORY_BUDGET", "DEFAULT_SKETCH_DIM", "GRADIENT_CHUNK", "ClientUpdates", "GradientBasis", "basis_shape",
+    "gradient_basis",
 ]
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
@@ -33,6 +35,7 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 #: The number of buckets of the CountSketch that stands in for gradients too large to keep.
 DEFAULT_SKETCH_DIM = 1024
 GRADIENT_CHUNK = 1024  #: rows whose per-sample gradients are computed at once
+UPDATE_CACHE_BYTES = 64 * 2**20  #: what :class:`ClientUpdates` may keep (float64 updates)
 
 
 @dataclass(frozen=True)
@@ -106,3 +109,29 @@ def gradient_basis(
         else:
             out[start : start + chunk] = g.double()
     return GradientBasis(out, parameters, sketched)
+
+
+class ClientUpdates:
+    """Client updates sum_s c_s g_s in ``basis``, each computed once per set of terms (its rows and coefficients, in
+    any order) and kept while they fit ``budget`` bytes: a client that trains on all its data at the frozen model
+    sends the same update every round (the order of its rows aside), so draw after draw reads it back instead of
+    gathering its rows again. Computed in float64."""
+
+    def __init__(self, basis: GradientBasis, budget: int = UPDATE_CACHE_BYTES) -> None:
+        self.basis = basis
+        self._kept: dict[bytes, torch.Tensor] = {}
+        self._room = budget // (8 * max(basis.dim, 1))
+
+    def of(self, rows: np.ndarray, coefficients: np.ndarray) -> torch.Tensor:
+        """sum_i coefficients_i * g_{rows_i} (float64)."""
+        rows, coefficients = np.asarray(rows, dtype=np.int64), np.asarray(coefficients, dtype=np.float64)
+        order = np.lexsort((coefficients, rows))  # the terms in a canonical order: the key of the update
+        rows, coefficients = rows[order], coefficients[order]
+        key = hashlib.blake2b(rows.tobytes() + coefficients.tobytes(), digest_size=16).digest()
+        found = self._kept.get(key)
+        if found is None:
+            gathered = self.basis.matrix.index_select(0, torch.from_numpy(rows)).double()
+            found = torch.from_numpy(coefficients) @ gathered
+            if len(self._kept) < self._room:
+                self._kept[key] = found
+        return found

@@ -9,9 +9,12 @@ full-data, exact-size gradient (1/n) sum_s g_s, in one per-sample gradient basis
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from queue import Empty
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -23,7 +26,7 @@ from fedsample.diagnostics.estimator import MIN_DRAWS, Draws, draw_rounds, estim
 from fedsample.diagnostics.exploitation import exploitation_summary
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel
-from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, gradient_basis
+from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
 from fedsample.simulation import build_module
 from fedsample.privacy.sizes import RandomizedSizes
@@ -32,7 +35,7 @@ from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 from fedsample.validate import shapes_of
 
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["Diagnosis", "diagnose", "measure_strategy"]
 
 
 @dataclass
@@ -128,7 +131,7 @@ def diagnose(
     strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
     memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
-    faults: FaultModel | None = None,
+    faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
     initial parameters for ``seed``, as ``simulate`` starts) without updating it, and measure each round's
@@ -138,9 +141,17 @@ def diagnose(
     ``exploitation`` (per-sample inclusion frequency: mean, CV, by client-size decile, by label, label skew),
     ``cost`` (per round: samples drawn, clients contacted, updates, bytes up, local trainings, probes), ``privacy``
     (randomized size reports only), ``sampler`` (how its inclusion probabilities are known, what the server learns,
-    its probes, their calibration: :func:`sampler_summary`) and ``seconds``."""
+    its probes, their calibration: :func:`sampler_summary`) and ``seconds``.
+
+    ``jobs`` > 1 measures the strategies in that many worker processes (forked after the gradient basis is
+    computed, so they share it); each strategy's draws depend only on ``seed``, so the results are the same for any
+    number of workers. The workers' warnings are passed on to this process's ``warnings.showwarning`` (a run's
+    :class:`fedsample.warned.Warned` counts them once per kind). ``progress(label, result)`` is called as each
+    strategy finishes, ``advance(draws)`` as draws are made (a progress bar)."""
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
+    if jobs < 1:
+        raise ValueError(f"diagnose: jobs must be >= 1, got {jobs}")
     strategies = _strategies(strategy)
     for st in strategies.values():  # K, m within the data: no silent clamp
         st.check_data(1 if st.pooled else data.num_clients, int(data.sizes().sum()))
@@ -150,22 +161,114 @@ def diagnose(
     basis = gradient_basis(module, ds.task, params, torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), seed=seed,
                            memory_budget=memory_budget, sketch_dim=sketch_dim)
     target = full_gradient(basis.matrix, data.order)
+    work = _Work(strategies, data, module, params, basis, target, rounds, seed, first_round, faults)
+    measured = _measure_all(work, jobs, advance) if jobs > 1 and len(strategies) > 1 else _measure_each(work, advance)
     results, all_draws = {}, {}
-    for label, st in strategies.items():
-        start = time.perf_counter()
-        fed = LinearisedFederation(data.pooled() if st.pooled else data, module, seed, basis)
-        draws = draw_rounds(st, fed, params, rounds, seed, first_round, faults)
-        all_draws[label] = draws
-        results[label] = {
-            "estimator": estimator_statistics(draws.estimates, target),
-            "exploitation": exploitation_summary(draws.inclusion, rounds, data),
-            "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
-            "sampler": sampler_summary(st, draws, fed, params, seed, first_round),
-            "seconds": time.perf_counter() - start,
-        }
+    for label, (result, draws) in measured:
+        results[label], all_draws[label] = result, draws
         if progress:
-            progress(label, results[label])
+            progress(label, result)
     return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """Everything a strategy's measurement reads (a forked worker inherits it)."""
+
+    strategies: dict[str, Strategy]
+    data: FederatedData
+    module: torch.nn.Module
+    params: Params
+    basis: GradientBasis
+    target: np.ndarray
+    rounds: int
+    seed: int
+    first_round: int
+    faults: FaultModel | None
+
+
+def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[dict, Draws]:
+    """One strategy's draws and what they show (the per-strategy entry of :func:`diagnose`). Its warnings start
+    afresh (``warnings.catch_warnings`` resets the registry of warnings already shown at a place), so how many reach
+    ``warnings.showwarning`` does not depend on which strategies the same process measured before."""
+    start, st, data = time.perf_counter(), work.strategies[label], work.data
+    fed = LinearisedFederation(data.pooled() if st.pooled else data, work.module, work.seed, work.basis)
+    with warnings.catch_warnings():
+        draws = draw_rounds(st, fed, work.params, work.rounds, work.seed, work.first_round, work.faults, advance)
+    result = {
+        "estimator": estimator_statistics(draws.estimates, work.target),
+        "exploitation": exploitation_summary(draws.inclusion, work.rounds, data),
+        "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
+        "sampler": sampler_summary(st, draws, fed, work.params, work.seed, work.first_round),
+        "seconds": time.perf_counter() - start,
+    }
+    return result, draws
+
+
+def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws]]]:
+    one = None if advance is None else (lambda: advance(1))
+    for label in work.strategies:
+        yield label, measure_strategy(work, label, one)
+
+
+_FORKED: dict[str, Any] = {}  # the work and the progress queue a forked worker inherits
+PROGRESS_EVERY = 10  #: draws a worker makes between two progress messages
+
+
+def _in_worker(label: str) -> tuple[str, dict, Draws, list[tuple]]:
+    """Measure ``label`` in a forked worker: its result, draws and the warnings it raised (category, message,
+    filename, line), which the filters in force let through."""
+    work, queue = _FORKED["work"], _FORKED["queue"]
+    made = 0
+
+    def advance() -> None:
+        nonlocal made
+        made += 1
+        if made == PROGRESS_EVERY:
+            queue.put(made)
+            made = 0
+
+    raised: list[tuple] = []
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: raised.append(
+            (category, str(message), filename, lineno))
+        result, draws = measure_strategy(work, label, advance)
+    queue.put(made)
+    return label, result, draws, raised
+
+
+def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws]]]:
+    """The strategies measured in ``jobs`` forked workers, yielded in their order (each as soon as it and those
+    before it are done, so the output and the warnings' order do not depend on the number of workers); their draws'
+    progress goes to ``advance`` and their warnings to ``warnings.showwarning``."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    _FORKED.update(work=work, queue=queue)
+    try:
+        with context.Pool(min(jobs, len(work.strategies))) as pool:
+            pending = [pool.apply_async(_in_worker, (label,)) for label in work.strategies]
+            while pending:
+                _drain(queue, advance, wait=0.2)
+                while pending and pending[0].ready():
+                    label, result, draws, raised = pending.pop(0).get()
+                    for category, message, filename, lineno in raised:
+                        warnings.showwarning(category(message), category, filename, lineno)
+                    yield label, (result, draws)
+            _drain(queue, advance, wait=0.0)
+    finally:
+        _FORKED.clear()
+
+
+def _drain(queue: Any, advance: Callable[[int], None] | None, wait: float) -> None:
+    """Pass the workers' progress messages on to ``advance``, waiting up to ``wait`` seconds for the first."""
+    try:
+        made = queue.get(timeout=wait) if wait > 0 else queue.get_nowait()
+        while True:
+            if advance is not None:
+                advance(made)
+            made = queue.get_nowait()
+    except Empty:
+        return
 
 
 def _matching(params: Params, module: torch.nn.Module) -> Params:

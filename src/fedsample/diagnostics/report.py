@@ -39,7 +39,16 @@ def summary_table(document: dict) -> str:
     note = (f"{document['rounds']} draws at a fixed model; {document['clients']} clients, {document['samples']} samples; "
             f"gradients {basis['kind']} ({basis['dim']} of {basis['parameters']} coordinates"
             + (f", relative error of squared norms <= {basis['relative_error_bound']:.3f})" if basis["kind"] != "exact" else ")"))
-    return "\n".join(lines) + "\n\n" + "\n".join([note, *setting_lines(document)]) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n".join([note, precision_line(document), *setting_lines(document)]) + "\n"
+
+
+def precision_line(document: dict) -> str:
+    """How precise the table's numbers are for its R draws: bias² carries its standard error in the table, and the
+    MSE's largest relative standard error over the strategies (the variance's is of the same order)."""
+    relative = [e["mse_se"] / e["mse"] for e in (r["estimator"] for r in document["strategies"].values()) if e["mse"] > 0]
+    worst = f"; MSE within {max(relative):.1%} (one standard error, the largest over the strategies)" if relative else ""
+    return (f"precision: {document['rounds']} draws per strategy; bias² ± its jackknife standard error (a bias² within two "
+            f"of them is no bias {document['rounds']} draws can see){worst}")
 
 
 def setting_lines(document: dict) -> list[str]:
