@@ -46,11 +46,12 @@ def listing(root: Path) -> list[tuple]:
 
 
 def one_error_line(capsys, progress: bool = False) -> str:
-    """The one line on stderr (``progress``: after diagnose's progress lines, one per strategy diagnosed)."""
+    """The one line on stderr (``progress``: after diagnose's progress lines, one per strategy diagnosed, and its
+    progress bar's last state, ``NAME: i of n strategies``)."""
     err = capsys.readouterr().err.strip()
     lines = err.splitlines()
     if progress:
-        lines = [line for line in lines if not line.startswith("FedAvg: bias")]
+        lines = [line for line in lines if not line.startswith("FedAvg: bias") and " strategies " not in line]
     assert len(lines) == 1 and lines[0].startswith("fedsample: error:") and "Traceback" not in err, err
     return lines[0]
 
