@@ -23,6 +23,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -32,6 +33,7 @@ import torch
 from fedsample.device import resolve_device, use_threads
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
+from fedsample.rounds import FederationLost
 from fedsample.experiments.validation import validation_metrics
 from fedsample.simulation import Backend, Diverged, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
@@ -159,6 +161,12 @@ def _start_worker(plan: Plan, threads: int, rounds: Any) -> None:
     _WORKER.update(plan=plan, rounds=rounds)
 
 
+#: What a run says when one of its worker processes dies without an answer (``BrokenProcessPool``).
+_WORKER_DIED = (
+    "a worker process died without answering (killed by a signal: most often the system's out-of-memory killer, "
+    "see `dmesg`); {jobs} runs were in memory at once: run again with fewer --jobs (the finished runs' checkpoints stay)"
+)
+
 def _run_in_worker(job: Job, settings: RunSettings) -> Outcome:
     plan, rounds = _WORKER["plan"], _WORKER["rounds"]
     name = job_name(plan, job)
@@ -181,6 +189,9 @@ def _in_processes(
                     futures = {pool.submit(_run_in_worker, job, settings): job for job in todo}
                 _wait_reporting(set(futures), rounds, progress)
                 return {job: future.result() for future, job in futures.items()}
+            except BrokenProcessPool as error:  # a worker died without answering: say the likely cause
+                stop_processes(pool)
+                raise FederationLost(_WORKER_DIED.format(jobs=min(jobs, len(todo)))) from error
             except BaseException:  # Ctrl-C, or a run that raised: stop the others now, not after they finish
                 stop_processes(pool)
                 raise
