@@ -41,9 +41,15 @@ def engine(backend="vectorized", seed=0):
 
 def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     library, paper = fs.recipes.fedsampling(K=64), fs.recipes.fedsampling(K=64, protocol="paper")
-    assert library.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
-    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True) and COUNT_NOISE == 5.0
+    # the total from the clients' sizes summed in the secure sum (no size reports; issue 38), not steered
+    assert library.sizes is None
+    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, total_from="secure_sum") and COUNT_NOISE == 5.0
     assert library.aggregate == DrawnNormalizedSum(64) and library.secure_sum
+    # a size-report option asks for the reports (the paper's Eq. 2) with the library's remedies: permanent, M="rmse", steered
+    reported = fs.recipes.fedsampling(K=64, total_from="reports")
+    assert reported.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
+    assert reported.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True)
+    assert fs.recipes.fedsampling(K=64, M="rmse") == fs.recipes.fedsampling(K=64, epsilon=3.0) == reported
     # Algorithm 1: fresh reports every round, G_c = (1/K) sum g_s summed (Sum), the user's M (300 by default)
     assert paper.sizes == RandomizedSizes(3.0, 300, scope="all", permanent=False)
     assert paper.data == FedSamplingData(64) and paper.aggregate == Sum() and paper.local == OneGradient(64)
@@ -61,6 +67,9 @@ def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     ({"count_noise": -1.0}, "fedsampling: count_noise must be >= 0 or None, got -1.0"),
     ({"normalize": "K", "count_noise": 3.0}, "fedsampling: count_noise must be 0 or left out unless normalize='drawn'"),
     ({"normalize": "drawn", "secure_sum": False}, "fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True"),
+    ({"total_from": "secure_sum", "M": 40}, "fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum"),
+    ({"total_from": "secure_sum", "normalize": "K"}, "fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum"),
+    ({"total_from": "exact"}, "fedsampling: total_from must be"),
 ])
 def test_bad_protocol_options_are_one_line(kwargs, words):
     with pytest.raises(ValueError) as error:
