@@ -13,7 +13,7 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.secure_sum import SecureSum, count_shares, noised_count, with_secure_sum
-from fedsample.messages import TrainPayload, TrainReport
+from fedsample.messages import SizeSumRequest, TrainPayload, TrainReport
 from fedsample.privacy import amplification, attacks
 from fedsample.privacy.ledger import Accounting, Ledger, epsilon_of, gaussian, mixture_of_gaussians, poisson_sampled
 from fedsample.privacy.noise import PerExampleNoise
@@ -233,6 +233,52 @@ def test_a_run_records_the_count_release_and_its_own_cost():
     alone = ledger.summary(releases=True)["by_release"]["drawn count S"]
     assert alone["epsilon"] == pytest.approx(epsilon_of([r.event for r in counts], DELTA)["epsilon"])
     assert alone["num_releases"] == 3 and alone["epsilon"] < alone["epsilon_without_amplification"]
+
+
+TOTAL = "total size N (the clients' sizes, summed)"
+
+
+def test_the_summed_sizes_release_by_hand():
+    """The default's summed sizes (sigma = 5, 8 of 10 clients answer: noise 5 sqrt(0.8)): one record moves N by 1, every
+    record counted, so a Gaussian of that multiplier with no amplification; a user of at most k = 3 records moves N by
+    3 (multiplier / 3); a user without k is unbounded; the exact sum is unprotected; one release per run (its once key)."""
+    request, call = SizeSumRequest(5.0), (0, "sum_sizes", 0)
+    z = 5.0 * math.sqrt(0.8)
+    record = amplification.size_sum_release(request, 10, 8, Accounting(unit="record"), 0, call)
+    assert (record.what, record.event, record.unamplified, record.sampling) == (TOTAL, gaussian(z), gaussian(z), "no-amplification")
+    assert amplification.size_sum_release(request, 10, 8, Accounting(unit="user", k=3), 0, call).event == gaussian(z / 3)
+    assert not amplification.size_sum_release(request, 10, 10, Accounting(unit="user"), 0, call).protected
+    assert not amplification.size_sum_release(SizeSumRequest(0.0), 10, 10, Accounting(unit="record"), 0, call).protected
+    assert record.once and amplification.releases("sum_sizes", np.arange(10), request, 0, 0, None, Accounting(unit="record"), 10)[0].event == gaussian(5.0)
+
+
+def test_a_default_run_records_the_summed_sizes_once_and_their_epsilon():
+    """Three rounds of the default at record level: one summed-sizes release (asked before the first draw, never again),
+    a Gaussian of multiplier 5 whose epsilon at delta = 1e-5 is the analytic Gaussian mechanism's (Balle & Wang 2018,
+    Thm 8: delta(eps) = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z), solved here by bisection) within the PLD
+    accountant's pessimistic discretization (it may only be above, by at most 2%); no size report is released."""
+    from scipy.stats import norm
+
+    fed, module = engine("loop")
+    strategy = fs.recipes.fedsampling(K=20, server_lr=0.5)
+    params = fs.models.initial_parameters(module, 0)
+    state = strategy.init_state(params)
+    state["privacy"] = Ledger(Accounting(unit="record"))
+    logs = []
+    for t in range(3):
+        params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
+        logs.append(log)
+    ledger = state["privacy"]
+    totals = [r for r in ledger.releases if r.what == TOTAL]
+    assert len(totals) == 1 and totals[0].event == gaussian(5.0) and totals[0].call == (0, "sum_sizes", 0)
+    assert not any("size report" in r.what for r in ledger.releases) and len({lg["summed_total"] for lg in logs}) == 1
+    z, low, high = 5.0, 0.0, 5.0
+    for _ in range(100):
+        eps = (low + high) / 2
+        delta = norm.cdf(1 / (2 * z) - eps * z) - math.exp(eps) * norm.cdf(-1 / (2 * z) - eps * z)
+        low, high = (eps, high) if delta > DELTA else (low, eps)
+    alone = ledger.summary(releases=True)["by_release"][TOTAL]
+    assert alone["num_releases"] == 1 and low <= alone["epsilon"] <= 1.02 * low, (alone["epsilon"], low)
 
 
 def test_per_example_noise_and_the_noised_count_are_one_mechanism():

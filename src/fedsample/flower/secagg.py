@@ -159,7 +159,7 @@ def sealed_vector(
     0 when the plan does not ask for it; with a noise ``share``, zero digits and the drawn count plus the share
     in the noised entry; 0 for "not clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
     multiplied by ``clipping_range``."""
-    stepped = carries_update(report)
+    stepped = not is_size(report) and carries_update(report)
     update = report.update if stepped else {k: torch.zeros_like(v) for k, v in params.items()}
     drawn = int(sealed_samples(report) or 0)
     digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2] if share is None else [0, 0, 0]
@@ -169,10 +169,15 @@ def sealed_vector(
     return [update[k].detach().cpu().numpy().astype(np.float64) for k in params] + [tally]
 
 
+def is_size(report: Any) -> bool:
+    """A ``sum_sizes`` answer: the client's size, an integer (no update, no step)."""
+    return isinstance(report, (int, np.integer)) and not isinstance(report, bool)
+
+
 def sealed_samples(report: Any) -> int | None:
-    """The count a client seals: its size where the report is one (``sum_sizes``: an integer), else the samples its
-    training report says it drew (None where not reported)."""
-    if isinstance(report, (int, np.integer)) and not isinstance(report, bool):
+    """The count a client seals: its size where the report is one (:func:`is_size`), else the samples its training
+    report says it drew (None where not reported)."""
+    if is_size(report):
         return int(report)
     return getattr(report, "samples", None) if report is not None else None
 
