@@ -704,12 +704,15 @@ def first_round_table() -> str:
 
 def first_round_findings() -> str:
     rows = record(FIRST_ROUND, "first_round.json")["rows"]
+
+    def span(shares: list[float]) -> str:
+        low, high = f"{min(shares) * 100:.0f}%", f"{max(shares) * 100:.0f}%"
+        return low if low == high else f"{low[:-1]}–{high}"
+
     oracle = [max(r["oracle"]["inside"], r["best"]["inside"]) for r in rows]
-    summed = [r["summed"]["inside"] for r in rows]
-    return (f"Over the five families the best M (an oracle) keeps round 1 in range in {min(oracle) * 100:.0f}–{max(oracle) * 100:.0f}% "
-            f"of draws and the private bucket phase in {min(r['bucket']['inside'] for r in rows) * 100:.0f}–"
-            f"{max(r['bucket']['inside'] for r in rows) * 100:.0f}%; the library's default, the sizes summed in the secure sum, "
-            f"in {min(summed) * 100:.0f}–{max(summed) * 100:.0f}%.\n")
+    return (f"Over the {len(rows)} families the best M (an oracle) keeps round 1 in range in {span(oracle)} of draws and the "
+            f"private bucket phase in {span([r['bucket']['inside'] for r in rows])}; the library's default, the sizes summed in "
+            f"the secure sum, in {span([r['summed']['inside'] for r in rows])}.\n")
 
 
 def claims_summary() -> str:
