@@ -13,7 +13,7 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.secure_sum import SecureSum, count_shares, noised_count, with_secure_sum
-from fedsample.messages import SizeSumRequest, TrainPayload, TrainReport
+from fedsample.messages import SizeSumRequest, TrainReport
 from fedsample.privacy import amplification, attacks
 from fedsample.privacy.ledger import Accounting, Ledger, epsilon_of, gaussian, mixture_of_gaussians, poisson_sampled
 from fedsample.privacy.noise import PerExampleNoise
@@ -238,6 +238,20 @@ def test_a_run_records_the_count_release_and_its_own_cost():
 TOTAL = "total size N (the clients' sizes, summed)"
 
 
+def recorded_rounds(strategy, backend, rounds):
+    """``rounds`` rounds of ``strategy`` on ``backend`` under a secure sum, accounted at record level: the final
+    parameters, the ledger and the round logs."""
+    fed, module = engine(backend)
+    params = fs.models.initial_parameters(module, 0)
+    state = strategy.init_state(params)
+    state["privacy"] = Ledger(Accounting(unit="record"))
+    logs = []
+    for t in range(rounds):
+        params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
+        logs.append(log)
+    return params, state["privacy"], logs
+
+
 def test_the_summed_sizes_release_by_hand():
     """The default's summed sizes (sigma = 5, 8 of 10 clients answer: noise 5 sqrt(0.8)): one record moves N by 1, every
     record counted, so a Gaussian of that multiplier with no amplification; a user of at most k = 3 records moves N by
@@ -259,16 +273,7 @@ def test_a_default_run_records_the_summed_sizes_once_and_their_epsilon():
     accountant's pessimistic discretization (it may only be above, by at most 2%); no size report is released."""
     from scipy.stats import norm
 
-    fed, module = engine("loop")
-    strategy = fs.recipes.fedsampling(K=20, server_lr=0.5)
-    params = fs.models.initial_parameters(module, 0)
-    state = strategy.init_state(params)
-    state["privacy"] = Ledger(Accounting(unit="record"))
-    logs = []
-    for t in range(3):
-        params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
-        logs.append(log)
-    ledger = state["privacy"]
+    _, ledger, logs = recorded_rounds(fs.recipes.fedsampling(K=20, server_lr=0.5), "loop", 3)
     totals = [r for r in ledger.releases if r.what == TOTAL]
     assert len(totals) == 1 and totals[0].event == gaussian(5.0) and totals[0].call == (0, "sum_sizes", 0)
     assert not any("size report" in r.what for r in ledger.releases) and len({lg["summed_total"] for lg in logs}) == 1
@@ -288,16 +293,8 @@ def test_per_example_noise_and_the_noised_count_are_one_mechanism():
     assert amplification.joint_multiplier(2.0, 5.0) == pytest.approx(1 / math.sqrt(1 / 4 + 1 / 25))
     out = {}
     for backend in ("loop", "vectorized"):
-        fed, module = engine(backend)
         strategy = dataclasses.replace(fs.recipes.fedsampling(K=20, M=10, server_lr=0.5), noise=PerExampleNoise(1.0, 2.0))
-        params = fs.models.initial_parameters(module, 0)
-        state = strategy.init_state(params)
-        state["privacy"] = Ledger(Accounting(unit="record"))
-        logs = []
-        for t in range(2):
-            params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
-            logs.append(log)
-        out[backend] = (params, state["privacy"], logs)
+        out[backend] = recorded_rounds(strategy, backend, 2)
     params, ledger, logs = out["loop"]
     for k in params:
         torch.testing.assert_close(params[k], out["vectorized"][0][k])
