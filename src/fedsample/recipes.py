@@ -28,7 +28,7 @@ from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData
+from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData, TotalFrom
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -236,7 +236,7 @@ def fedsampling(
     server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
-    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, total_from: Literal["secure_sum", "reports"] | None = None,
+    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, total_from: TotalFrom | None = None,
     clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
@@ -285,8 +285,8 @@ def fedsampling(
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
                          "or protocol='paper'")
     if total_from is None:  # a data= sampler keeps its own; a size-report option asks for the reports
-        total_from = (getattr(data, "total_from", "reports") if data is not None else
-                      chosen["total_from"] if normalize == "drawn" and not reported else "reports")
+        total_from = cast(TotalFrom, getattr(data, "total_from", "reports") if data is not None else
+                          chosen["total_from"] if normalize == "drawn" and not reported else "reports")
     if total_from == "secure_sum" and (reported or normalize != "drawn"):
         raise ValueError("fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum beside the drawn count "
                          "(normalize='drawn'); it asks no size reports, so M, permanent, reuse, average and sizes='exact' do not apply")
