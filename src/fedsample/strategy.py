@@ -282,8 +282,8 @@ class Strategy:
                 log["samples"] = drawn
                 if parts.observes_drawn(self.data) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
                     self.data.observe_drawn(ctx.state, drawn, ctx.log["ratio"])
-            realised = realised_samples(drawn, reports, parts.solver_capabilities(self.local).minibatch)
-            if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
+            realised = realised_samples(drawn, reports)
+            if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
                 log["realised_samples"] = realised
                 budget = self.data.capabilities.budget
                 if budget is not None:  # the budget it is held to (FedSampling's K)
