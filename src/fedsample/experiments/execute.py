@@ -16,6 +16,7 @@ checkpoints written so far stay, for ``--resume``.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import multiprocessing
 import queue as queue_module
@@ -94,7 +95,16 @@ def job_name(plan: Plan, job: Job) -> str:
 
 def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int], None] | None = None) -> Outcome:
     """One run with its checkpoint; a run that diverges is a :class:`Failure` (one line), not an error.
-    The final parameters are scored on the validation split when the experiment has one."""
+    The final parameters are scored on the validation split when the experiment has one. The run's garbage is
+    collected when it ends, so that a process running many runs in turn (a ``--jobs``
+    worker) holds one run's memory, not that of every run whose objects form reference cycles."""
+    try:
+        return _run_job(plan, job, settings, progress)
+    finally:
+        gc.collect()
+
+
+def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int], None] | None) -> Outcome:
     name = job_name(plan, job)
     fed = plan.federation(job.seed)
     config = plan.config
