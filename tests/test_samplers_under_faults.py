@@ -224,7 +224,7 @@ SAMPLERS = {
 }
 _EXACT = (KEEPS, UNASKED, KEEPS, KEEPS)
 _PROBED = (KEEPS, KEEPS, KEEPS, KEEPS)  # DELTA: a lost probe is not drawn, the others' pi_k carry the probe rate
-_BIASED = (SAYS, STOPS, SAYS, STOPS)
+_BIASED = (SAYS, SAYS, SAYS, SAYS)  # a lost probe: the sampler does without it and says what it did instead
 GRID = {name: dict(zip(FAULTS, verdicts)) for name, verdicts in {
     "uniform, size-weighted mean (`fedavg`)": _EXACT, "MD, size-proportional (`weighted_fedavg`)": _EXACT,
     "clustered, Algorithm 1": _EXACT, "clustered, Algorithm 2": _EXACT, "optimal (`optimal_sampling`)": _EXACT,
@@ -301,6 +301,25 @@ def test_every_sampler_under_every_fault(sampler, fault):
         with pytest.raises(ValueError, match=r"client \d+'s probe is unusable \((dropped out|straggler)") as stopped:
             rounds_of(strategy, faults, 0, 1)
         assert "diverged" not in str(stopped.value)
+
+
+@pytest.mark.filterwarnings("ignore::fedsample.privacy.amplification.PrivacyWarning")
+@pytest.mark.parametrize("sampler", ["power-of-d", "Fed-CBS", "FedCor", "DivFL"])
+def test_a_lost_probe_is_done_without_and_the_record_says_what_instead(sampler):
+    """A biased sampler that lost probes goes on (before: the round stopped) and each round that lost one says what
+    the sampler did instead, in the record (``sampler_lost_probes_instead``, within ``faults_uncorrected``) and the
+    warning; a round without a lost probe says nothing of it."""
+    said = 0
+    with pytest.warns(RuntimeWarning, match="for its lost probes it "):
+        for seed in range(10):
+            _, logs = rounds_of(SAMPLERS[sampler](), FAULTS["lost probe"], seed, 3)
+            for log in logs:
+                lost = [f["client"] for f in log.get("failed", []) if f["phase"] == "probe"]
+                assert ("sampler_lost_probes_instead" in log) == bool(lost) == (log.get("sampler_lost_probes", 0) == len(lost) > 0)
+                if lost and log.get("bias"):
+                    assert log["sampler_lost_probes_instead"] in log["faults_uncorrected"]
+                    said += 1
+    assert said > 0
 
 
 def grid_table() -> str:

@@ -26,7 +26,8 @@ from fedsample.messages import HeldRequest, PerClient, ProbeRequest, TrainPayloa
 from fedsample.federation.base import Federation
 from fedsample.federation.faults import lost_to_faults
 from fedsample.missing import response_rate
-from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, planned_sum, replies_of
+from fedsample.rounds import Cohort, Failed, Replies, ReplyList, RoundContext, RoundFailed, planned_sum, replies_of
+from fedsample.sampling import adaptive
 from fedsample.sampling.clients import AllClients
 from fedsample.sampling.data import FullData
 from fedsample.privacy.size_estimate import scaled_total
@@ -312,10 +313,13 @@ class Strategy:
 def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
     """A round that lost clients (``failed``) under a sampler whose inclusion probabilities are estimated or degenerate
     (the record's ``bias``): no response-rate correction can make that aggregate unbiased, which the record says
-    (``faults_uncorrected``, naming the sampler) and a warning says once per run (:mod:`fedsample.warned`)."""
+    (``faults_uncorrected``, naming the sampler and, where probes were lost, what it did instead) and a warning says once
+    per run (:mod:`fedsample.warned`)."""
     if ctx.log.get("failed") and ctx.log.get("bias"):
+        instead = ctx.log.get(adaptive.LOST_PROBES_KEY)  # what the sampler did without its lost probes
         said = (f"{parts.describe(sampler)} lost clients this round and its inclusion probabilities are "
-                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased (docs/reliability.md)")
+                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased"
+                + (f"; for its lost probes it {instead}" if instead else "") + " (docs/reliability.md)")
         ctx.log["faults_uncorrected"] = said
         warnings.warn(said, RuntimeWarning, stacklevel=3)
 
@@ -549,10 +553,6 @@ def restrict(cohort: Cohort, keep: np.ndarray) -> Cohort:
                    expected_draws=expected)
 
 
-class RoundFailed(Exception):
-    """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
-
-
 def _note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     """Add ``failed`` to the round's record (``failed``: one entry per failed reply, ``dropped``: their number)."""
     ctx.log.setdefault("failed", []).extend(f.record() for f in failed)
@@ -567,7 +567,7 @@ class _CheckedProbes:
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
     adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
     diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
-    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
+    ones as :class:`~fedsample.rounds.Failed` replies (:func:`fedsample.sampling.adaptive.probe_partial`). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -591,8 +591,6 @@ class _CheckedProbes:
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
-            if partial and all(lost_to_faults(reply) for reply in replies):
-                raise RoundFailed("every probe was lost")
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 if partial and lost_to_faults(reply):
                     continue

@@ -53,7 +53,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.messages import ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort, is_failed
+from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
@@ -83,7 +83,6 @@ __all__ = [
     "ReferenceMean",
     "eligible_scores",
     "note_zero_scores",
-    "probes_arrived",
     "probed_gradients",
     "probe_rate",
     "with_probe_rate",
@@ -305,16 +304,6 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
-    """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
-    the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
-    arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
-    if not arrived.all():
-        ctx.log.setdefault("failed", []).extend(reports[int(i)].record() for i in np.flatnonzero(~arrived))
-        ctx.log["sampler_lost_probes"] = int(np.count_nonzero(~arrived))
-    return arrived
-
-
 def probed_gradients(reports: Any, arrived: np.ndarray) -> np.ndarray:
     """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
     dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
@@ -373,6 +362,8 @@ class ReferenceMean:
 # --- the client sampler ------------------------------------------------------------------------------------------
 
 STATE_KEY = "delta"
+#: What DELTA does without a lost probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = "did not draw the clients whose probe was lost (the others' pi_k times the share whose probe arrived)"
 #: The shared setting of the reference draw and :class:`ReferenceMean`: both must mean the same m.
 M_SETTING = "m (DELTA's draws per round, which the reference aggregation divides out)"
 
@@ -436,9 +427,9 @@ class DeltaClients:
         """p_k from every client's probe at the global model (kept in ``ctx.state`` for :meth:`estimate_inclusion`,
         with the share of the target's clients whose probe arrived, :func:`probe_rate`)."""
         N = ctx.num_clients
-        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True, partial=True)
-        reports = adaptive.probe(ctx, np.arange(N), request)  # the round record states them (sampler_probes, bytes)
-        arrived = probes_arrived(ctx, reports)
+        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True)
+        # the round record states them (sampler_probes, bytes) and names the lost ones
+        reports, arrived = adaptive.probe_partial(ctx, np.arange(N), request, LOST_PROBE)
         gradients = probed_gradients(reports, arrived)
         variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
         w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
