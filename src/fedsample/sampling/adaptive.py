@@ -18,11 +18,13 @@ import numpy as np
 from fedsample.messages import ProbeRequest
 from fedsample.rng import SERVER, generator
 from fedsample.rounds import RoundFailed, is_failed
+from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
 
-__all__ = ["LOST_PROBES_KEY", "Replayed", "no_probes", "probe", "probe_partial", "probes_arrived", "replay_rng", "sampler_state"]
+__all__ = ["LOST_PROBES_KEY", "NOT_DRAWN", "Replayed", "arrived_or_failed", "no_probes", "probe", "probe_partial", "probe_rate", "probes_arrived",
+           "replay_rng", "sampler_state", "with_probe_rate"]
 
 #: The key of the samplers' server-held state in the strategy state (saved in checkpoints).
 STATE_KEY = "clients"
@@ -76,12 +78,37 @@ def probe_partial(
     lost, where the sampler ``needs_one``, fails the round (:class:`~fedsample.rounds.RoundFailed`: the parameters
     stay unchanged and the record says why)."""
     replies = probe(ctx, ids, replace(request, partial=True))
+    return replies, arrived_or_failed(ctx, replies, instead, needs_one)
+
+
+def arrived_or_failed(ctx: "RoundContext", replies: "ReplyList", instead: str, needs_one: bool = True) -> np.ndarray:
+    """Which of the replies to a ``partial`` probe arrived (:func:`probes_arrived`), the round record saying what the
+    sampler did instead of the lost ones; :class:`~fedsample.rounds.RoundFailed` when none arrived and it
+    ``needs_one`` (:func:`probe_partial`)."""
     arrived = probes_arrived(ctx, replies)
     if needs_one and len(arrived) and not arrived.any():
         raise RoundFailed("every probe was lost")
     if not arrived.all():
         ctx.log[LOST_PROBES_KEY] = instead
-    return replies, arrived
+    return arrived
+
+
+#: What an exact sampler does without a lost probe (DELTA, ISFedAvg: :func:`probe_rate`).
+NOT_DRAWN = "did not draw the clients whose probe was lost (the others' pi_k times the share whose probe arrived)"
+
+
+def probe_rate(weights: np.ndarray, arrived: np.ndarray) -> float:
+    """r = the share of the target's clients (w_k > 0) whose probe arrived. Probes lost at random leave a uniform
+    subset P of them, of which the draw picks; an estimator sum_{k in S} w_k U_k / (pi_k r) with pi_k the draw's
+    probability given P is unbiased for sum_k w_k U_k given |P| (E over P of sum_{k in P} w_k U_k is r sum_k w_k U_k):
+    the response-rate adjustment (fedsample.missing), applied through the cohort's pi_k (:func:`with_probe_rate`)."""
+    target = np.asarray(weights) > 0
+    return float(np.count_nonzero(target & arrived)) / float(np.count_nonzero(target))
+
+
+def with_probe_rate(sample: Sample, rate: float) -> Sample:
+    """``sample`` with its inclusion probabilities times the probe rate r (:func:`probe_rate`; r = 1: unchanged)."""
+    return sample if rate == 1.0 else Sample(sample.ids, sample.inclusion * rate, sample.multiplicity)
 
 
 def no_probes(ctx: "RoundContext") -> None:
