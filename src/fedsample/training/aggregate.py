@@ -322,7 +322,7 @@ def note_unanswered_strata(ctx: "RoundContext | None", unanswered: int) -> None:
     stratum (no weighting-class adjustment can restore a class without respondents)."""
     if unanswered and ctx is not None:
         ctx.log["strata_unanswered"] = unanswered
-        # one text for every round (the count is in the record), so a run shows it once (fedsample.warned)
+        # one text for every round (the count is in the record), so a run shows it once (fedsample.runtime.warned)
         warnings.warn("StratifiedMean: a stratum lost every member this round (how many: the record's strata_unanswered); "
                       "the estimate leaves it out, biased unless its updates are zero (docs/reliability.md)",
                       RuntimeWarning, stacklevel=4)
