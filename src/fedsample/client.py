@@ -19,7 +19,7 @@ from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SIZE_SUM, SizeQuery, SizeSumRequest,
     TrainPayload, TrainReport,
 )
-from fedsample.parts import reports_count
+from fedsample.parts import reports_count, reports_rows
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -152,7 +152,8 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-            samples=len(sample) if reports_count(payload.plan) else None, rows_trained=getattr(result, "rows_trained", None),
+            samples=len(sample) if reports_count(payload.plan) else None,
+            rows_trained=getattr(result, "rows_trained", None) if reports_rows(payload.plan) else None,
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))

@@ -642,6 +642,14 @@ def reports_count(plan: object) -> bool:
     return conforms(plan, CountsDrawn) and bool(cast(CountsDrawn, plan).report_count)
 
 
+def reports_rows(plan: object) -> bool:
+    """Whether a client under ``plan`` may add the rows it trained on to its reply (the realised budget,
+    :mod:`fedsample.budget`): not where the plan's drawn count is private (a :class:`CountsDrawn` plan, FedSampling's:
+    the count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
+    plan asks for the count anyway."""
+    return not conforms(plan, CountsDrawn) or reports_count(plan)
+
+
 def drawn_count_noise(plan: object) -> float:
     """sigma_S, the standard deviation of the Gaussian noise on the summed drawn count ``plan`` asks for (0: no
     count asked, or the exact count)."""

@@ -267,6 +267,8 @@ class VectorizedSimulator(Simulator):
             reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
         else:
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted)
+        if not parts.reports_rows(payload.plan):  # the plan's drawn count is private: no row count leaves a client
+            _withhold_rows(reports)
         if payload.utility:  # Oort's statistical utility, as the client adds it to its report
             self.add_utilities(reports, ids, drawn, payload.params)
         return reports
@@ -443,6 +445,15 @@ class _Rows:
         return self.stack[int(self.where[j])]
 
 
+def _withhold_rows(reports: ReplyList) -> None:
+    """Drop the rows trained from a cohort's replies (as :func:`fedsample.client.train` does for a private draw)."""
+    if isinstance(reports, CohortReports):
+        reports._rows_trained = None
+        return
+    for report in reports:
+        report.rows_trained = None
+
+
 class _Union:
     """The federation's side of a batched cohort: the drawn rows, their cohort members and weights, and the
     per-sample weighted losses at w0 (with their graph). Never handed to the strategy. It keeps no reference to
@@ -505,7 +516,7 @@ class CohortReports(ReplyList):
     _losses: np.ndarray  # each client's reported loss (read where it took a step)
     _norm_steps: np.ndarray | None  # FedNova's a_k where the solver reports it
     _samples: np.ndarray | None  # the drawn counts where the plan asks for them
-    _rows_trained: np.ndarray  # each client's rows in its one step (the schedule's entries)
+    _rows_trained: np.ndarray | None  # each client's rows in its one step (the schedule's entries)
     _empty: "_EmptyReply"  # the one shared empty reply (never mutated), made on first read
     _made: dict[int, TrainReport]  # the reports read so far, by position (shared with the lists from rejecting)
 
@@ -562,7 +573,7 @@ class CohortReports(ReplyList):
     def _report(self, position: int) -> TrainReport:
         """The report of a client that took its step: its loss, rows trained, a_k and drawn count from the arrays."""
         report = _DeferredReport(self._source, position, float(self._losses[position]))
-        report.rows_trained = int(self._rows_trained[position])
+        report.rows_trained = None if self._rows_trained is None else int(self._rows_trained[position])
         if self._norm_steps is not None:
             report.norm_steps = float(self._norm_steps[position])
         if self._samples is not None:
@@ -592,8 +603,10 @@ class CohortReports(ReplyList):
             return super().drawn_total()
         return int(np.sum(np.asarray(self._samples, dtype=np.int64)[self.received_positions()]))
 
-    def rows_trained(self) -> int:
-        """The received clients' rows trained, summed from the array (no report object built)."""
+    def rows_trained(self) -> int | None:
+        """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
+        if self._rows_trained is None:
+            return None
         return int(np.sum(np.asarray(self._rows_trained, dtype=np.int64)[self.received_positions()]))
 
     def suspect_positions(self) -> np.ndarray:
