@@ -49,7 +49,10 @@ def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     reported = fs.recipes.fedsampling(K=64, total_from="reports")
     assert reported.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
     assert reported.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True)
-    assert fs.recipes.fedsampling(K=64, M="rmse") == reported and fs.recipes.fedsampling(K=64, epsilon=3.0) == library
+    # the reports' epsilon given is a size-report option too: it is never silently unused
+    assert fs.recipes.fedsampling(K=64, M="rmse") == reported and fs.recipes.fedsampling(K=64, epsilon=3.0) == reported
+    with pytest.raises(ValueError, match="epsilon, M, permanent"):
+        fs.recipes.fedsampling(K=64, epsilon=3.0, total_from="secure_sum")
     # Algorithm 1: fresh reports every round, G_c = (1/K) sum g_s summed (Sum), the user's M (300 by default)
     assert paper.sizes == RandomizedSizes(3.0, 300, scope="all", permanent=False)
     assert paper.data == FedSamplingData(64) and paper.aggregate == Sum() and paper.local == OneGradient(64)

@@ -225,6 +225,9 @@ def _samples_per_round(owner: str, given: int | None, data: Any, default: int, s
 
 Protocol = Literal["library", "paper"]
 
+#: The size reports' epsilon where FedSampling asks for reports without naming it (the paper's eps = 3, Qi et al. 2023 §4.1).
+REPORT_EPSILON = 3.0
+
 #: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
 PROTOCOLS: dict[str, dict[str, Any]] = {
     # the total N from the clients' sizes summed inside the secure sum with Gaussian noise (no size reports), the
@@ -239,9 +242,10 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 
 
 @_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None],
+         epsilon=[EPSILON, None],
          total_from=[Options("secure_sum", "reports"), None])
 def fedsampling(
-    *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] | None = None,
+    *, samples_per_round: int | None = None, epsilon: float | None = None, M: int | Literal["rmse"] | None = None,
     server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
@@ -264,8 +268,8 @@ def fedsampling(
       so the realised count is near K from the first round on every partition (docs/size-estimate.md); the
       self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K) with the same noise on S,
       added in shares inside the secure sum and accounted by the ledger. ``total_from="reports"`` (implied where a
-      size-report option, ``M``, ``permanent``, ``reuse``, ``average`` or ``sizes="exact"``, is given) keeps the
-      paper's size estimate (Eq. 2, the reports at ``epsilon``) with the library's remedies: permanent reports (a run costs epsilon once),
+      size-report option, ``epsilon``, ``M``, ``permanent``, ``reuse``, ``average`` or ``sizes="exact"``, is given)
+      keeps the paper's size estimate (Eq. 2, the reports at ``epsilon``, default 3) with the library's remedies: permanent reports (a run costs epsilon once),
       ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated ``size_prior = (mean size, log-normal
       sigma)``) and ``steer=True``: from the second round on the ratio is K / N^, N^ the mean of the past rounds'
       released S~ / p, so the realised count approaches K even where N~ is far off.
@@ -280,7 +284,7 @@ def fedsampling(
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
     chosen = PROTOCOLS[protocol]
-    reported = sizes == "exact" or M is not None or permanent is not None or reuse != 1 or average != 1
+    reported = sizes == "exact" or epsilon is not None or M is not None or permanent is not None or reuse != 1 or average != 1
     permanent = chosen["permanent"] if permanent is None else permanent
     if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
         counts = data is None or data.capabilities.count_drawn
@@ -298,7 +302,8 @@ def fedsampling(
                           chosen["total_from"] if normalize == "drawn" and not reported else "reports")
     if total_from == "secure_sum" and (reported or normalize != "drawn"):
         raise ValueError("fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum beside the drawn count "
-                         "(normalize='drawn'); it asks no size reports, so M, permanent, reuse, average and sizes='exact' do not apply")
+                         "(normalize='drawn'); it asks no size reports, so epsilon, M, permanent, reuse, average and sizes='exact' "
+                         "do not apply")
     steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized" and total_from == "reports") if steer is None else steer
     if steer and normalize != "drawn":
         checks.fail("steer", steer, "False or left out unless normalize='drawn' (it steers by the drawn count)", "fedsampling")
@@ -307,7 +312,7 @@ def fedsampling(
     prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
     policy = (
         None if total_from == "secure_sum" else ExactSizes(scope="all") if sizes == "exact" else
-        RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
+        RandomizedSizes(REPORT_EPSILON if epsilon is None else epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
     )
     drawn = normalize == "drawn"
     return Strategy(
