@@ -78,3 +78,16 @@ def test_diagnose_caps_its_workers_likewise(config, capsys):  # noqa: F811
     assert worker_processes(plan, fed, strategies, 2, available=64 * GiB) == 2 and capsys.readouterr().err == ""
     assert worker_processes(plan, fed, strategies, 2, available=WORKER_BASE) == 1
     assert "diagnose --jobs 2 capped at 1" in capsys.readouterr().err
+
+
+def test_one_step_strategies_stack_no_client():
+    """The vectorized engine trains a one-step cohort (FedSampling's one gradient, a whole-sample step) as one union
+    forward/backward: no model copy per client, so the estimate stacks 1; multi-step local SGD stacks its cohort."""
+    from fedsample import recipes
+    from fedsample.experiments.footprint import stacked_clients
+    from helpers import blobs, federate
+
+    fed = federate(blobs(n=240), [6] * 40)
+    assert stacked_clients(recipes.fedsampling(K=60), fed) == 1.0
+    assert stacked_clients(recipes.fedavg(clients_per_round=10, steps=1, batch_size="all"), fed) == 1.0
+    assert stacked_clients(recipes.fedavg(clients_per_round=10, epochs=1, batch_size=2), fed) == 10.0

@@ -153,6 +153,21 @@ def test_the_partitioned_data_excludes_the_validation_rows():
     assert not any(row.tobytes() in test_rows for row in val.x)
 
 
+def test_the_plan_keeps_one_seeds_split_and_gives_it_again_unchanged():
+    """Each seed's split is a copy of the training data: the plan holds one at a time (the last asked; prepare asks
+    every seed), and a seed asked again is carved and partitioned again into the same rows (memory, issue 38)."""
+    plan = runner.prepare(parse_config(config(seeds=[0, 1, 2], validation={"fraction": 0.1})))
+    assert list(plan.federations) == [2] and list(plan.validations) == [2]
+    first = plan.federation(0)
+    kept = (first.order.copy(), first.offsets.copy(), first.dataset.x_train.copy(), plan.validation(0).rows.copy())
+    plan.federation(1)
+    assert list(plan.federations) == [1]
+    again = plan.federation(0)
+    assert again is not first
+    for a, b in zip(kept, (again.order, again.offsets, again.dataset.x_train, plan.validation(0).rows)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_scoring_on_the_validation_split_changes_no_test_number(tmp_path):
     """B run after A (whose validation scoring builds a module) equals B alone and B simulated directly."""
     cfg = parse_config(config(rounds=2, seeds=[0], validation={"fraction": 0.1}))
