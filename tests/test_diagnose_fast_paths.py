@@ -1,0 +1,59 @@
+"""The diagnosis' fast paths give the slow paths' numbers: what a client computes from its data and the fixed model
+is computed once (``ClientContext.kept``, ISFedAvg's per-sample gradient norms) and is the same to the bit
+(tolerance 0: the same computation, done once), and a diagnosis draws the same rounds with it as without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import fedsample as fs
+from fedsample import recipes
+from fedsample.data.types import FederatedData
+from fedsample.diagnostics.federation import LinearisedFederation
+from fedsample.federation.simulator import Simulator
+from fedsample.messages import ClientContext
+from fedsample.models import initial_parameters
+from fedsample.sampling import importance as isx
+from fedsample.simulation import build_module
+from tests.helpers import blobs
+
+MODEL = fs.models.LogisticRegression()
+
+
+def client_context(kept: dict | None) -> tuple[ClientContext, dict]:
+    ds = blobs(n=40, d=5, classes=3, seed=2)
+    fed = FederatedData.from_client_indices(ds, [np.arange(40)])
+    module = build_module(MODEL, fed)
+    ctx = ClientContext(0, torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), module, "classification", 3, kept=kept)
+    return ctx, initial_parameters(module, 0)
+
+
+def test_kept_gradient_norms_are_the_computed_ones_computed_once_per_model(monkeypatch):
+    fresh_ctx, params = client_context(kept=None)
+    fresh = isx.gradient_norms(fresh_ctx, params)
+    calls = []
+    computed = isx.per_sample_gradients
+    monkeypatch.setattr(isx, "per_sample_gradients", lambda *a, **k: calls.append(1) or computed(*a, **k))
+    ctx, _ = client_context(kept={})
+    first, again = isx.gradient_norms(ctx, params), isx.gradient_norms(ctx, {k: v.clone() for k, v in params.items()})
+    assert np.array_equal(first, fresh) and again is first and len(calls) == 1  # an equal model reads them back
+    assert not first.flags.writeable  # nobody can change what the next round reads
+    moved = {k: v + 0.5 for k, v in params.items()}
+    assert not np.array_equal(isx.gradient_norms(ctx, moved), first) and len(calls) == 2  # another model: computed
+    rows = np.array([3, 1])
+    subset = isx.gradient_norms(fresh_ctx, moved, rows)
+    assert np.array_equal(isx.gradient_norms(ctx, moved, rows), subset) and len(calls) == 4  # a subset is never kept
+
+
+def test_an_isfedavg_diagnosis_draws_the_same_rounds_with_and_without_kept_norms(monkeypatch):
+    ds = blobs(n=300, d=5, classes=3, seed=4)
+    fed = FederatedData.from_client_indices(ds, np.array_split(np.random.default_rng(0).permutation(300), 12))
+    strategy = {"isfedavg": recipes.isfedavg(clients_per_round=4, batch_size=5, epochs=2)}
+    kept = fs.diagnose(strategy, fed, MODEL, rounds=40, seed=1)
+    monkeypatch.setattr(LinearisedFederation, "context", Simulator.context)  # the slow path: nothing kept
+    computed = fs.diagnose(strategy, fed, MODEL, rounds=40, seed=1)
+    assert np.array_equal(kept.draws["isfedavg"].estimates, computed.draws["isfedavg"].estimates)
+    assert np.array_equal(kept.draws["isfedavg"].inclusion, computed.draws["isfedavg"].inclusion)
+    assert kept.draws["isfedavg"].estimates.std(axis=0).max() > 0  # the draws do differ: the comparison could fail
+
