@@ -1,10 +1,12 @@
-"""The diagnosis' fast paths give the slow paths' numbers: what a client computes from its data and the fixed model
-is computed once (``ClientContext.kept``, ISFedAvg's per-sample gradient norms) and is the same to the bit
-(tolerance 0: the same computation, done once), and a diagnosis draws the same rounds with it as without it."""
+"""The diagnosis' fast paths give the slow paths' numbers, to the bit (tolerance 0): what a client computes from its
+data and the fixed model is computed once (``ClientContext.kept``, ISFedAvg's per-sample gradient norms) and a
+diagnosis draws the same rounds with it as without it; the clients' shuffled passes sort one packed integer key
+(``segment_sort``) into lexsort's order."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import fedsample as fs
@@ -14,8 +16,10 @@ from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.simulator import Simulator
 from fedsample.messages import ClientContext
 from fedsample.models import initial_parameters
+from fedsample.rng import ClientRandom
 from fedsample.sampling import importance as isx
 from fedsample.simulation import build_module
+from fedsample.training.local import segment_sort, shuffled_passes
 from tests.helpers import blobs
 
 MODEL = fs.models.LogisticRegression()
@@ -57,3 +61,24 @@ def test_an_isfedavg_diagnosis_draws_the_same_rounds_with_and_without_kept_norms
     assert np.array_equal(kept.draws["isfedavg"].inclusion, computed.draws["isfedavg"].inclusion)
     assert kept.draws["isfedavg"].estimates.std(axis=0).max() > 0  # the draws do differ: the comparison could fail
 
+
+
+@pytest.mark.parametrize("segments", [1, 7, 2048, 2049])
+def test_segment_sort_is_lexsort_of_segment_then_uniform_ties_included(segments):
+    rng = np.random.default_rng(segments)
+    n = 5000
+    segment = np.sort(rng.integers(0, segments, n))
+    u = rng.integers(0, 2**53, n, dtype=np.int64) * 2.0**-53  # uniforms as the streams make them (53 bits)
+    u[rng.random(n) < 0.3] = u[0]  # many equal uniforms: the stable order decides
+    u[:3] = [0.0, 1 - 2.0**-53, 2.0**-53]  # the extremes of the 53-bit grid
+    assert np.array_equal(segment_sort(segment, u), np.lexsort((u, segment)))
+    assert len(segment_sort(np.zeros(0, np.int64), np.zeros(0))) == 0
+
+
+def test_shuffled_passes_are_the_clients_own_permutations():
+    sizes, passes = np.array([5, 1, 40, 9]), np.array([2, 1, 1, 3])
+    streams = [ClientRandom(3, 2, k, "train") for k in range(4)]
+    states = np.fromiter((s.stream for s in streams), dtype=np.uint64, count=4)
+    got = shuffled_passes(states, np.zeros(4, np.int64), sizes, passes)
+    expected = np.concatenate([s.permutation(n) for s, n, p in zip(streams, sizes, passes) for _ in range(p)])
+    assert np.array_equal(got, expected)
