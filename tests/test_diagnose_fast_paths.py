@@ -11,6 +11,7 @@ import torch
 
 import fedsample as fs
 from fedsample import recipes
+from fedsample.client import gradient_noise_variance
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.simulator import Simulator
@@ -82,3 +83,11 @@ def test_shuffled_passes_are_the_clients_own_permutations():
     got = shuffled_passes(states, np.zeros(4, np.int64), sizes, passes)
     expected = np.concatenate([s.permutation(n) for s, n, p in zip(streams, sizes, passes) for _ in range(p)])
     assert np.array_equal(got, expected)
+
+
+def test_the_noise_variance_computed_in_place_is_the_same_number():
+    g = torch.randn(300, 57, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    mean = g.mean(0)
+    expected = float(((g - mean) ** 2).sum(dim=1).mean())  # sigma^2 by its definition
+    assert gradient_noise_variance(g.clone(), mean) == expected
+    assert gradient_noise_variance(g.clone(), mean, overwrite=True) == expected
