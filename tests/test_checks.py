@@ -215,11 +215,12 @@ def test_recipes_refuse_the_issues_examples_naming_what_the_caller_wrote():
 
     cases = [
         (lambda: recipes.fedavg(epochs=1.5, batch_size=3.5), "fedavg: epochs must be an integer >= 1 or None, got 1.5"),
-        (lambda: recipes.fedavg(batch_size=3.5), "fedavg: batch_size must be an integer >= 1 or None, got 3.5"),
+        (lambda: recipes.fedavg(batch_size=3.5), "fedavg: batch_size must be an integer >= 1, or 'all' (each client's whole drawn sample; None from Python), got 3.5"),
         (lambda: recipes.centralized(K=0), "centralized: K must be an integer >= 1, got 0"),
         (lambda: recipes.centralized(samples_per_round=0), "centralized: samples_per_round must be an integer >= 1, got 0"),
         (lambda: recipes.fedsampling(K=64, data=FedSamplingData(128)),
-         "fedsampling: samples_per_round (K) must be 128 (the K of data=FedSamplingData(K=128, count_drawn=False, count_noise=0.0, steer=False)) or "
+         "fedsampling: samples_per_round (K) must be 128 (the K of data=FedSamplingData(K=128, count_drawn=False, count_noise=0.0, steer=False, "
+         "total_from='reports')) or "
          "left out: give K once, got 64"),
         (lambda: recipes.fedsampling(K=64, samples_per_round=64), "fedsampling: K and samples_per_round name the same parameter; give one"),
         (lambda: recipes.fedsampling(lr=0.5), "fedsampling: lr was renamed server_lr"),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
     from fedsample.experiments.plan import Plan
     from fedsample.messages import Params
-    from fedsample.warned import Warned
+    from fedsample.runtime.warned import Warned
 
 __all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_checks"]
 
@@ -74,14 +74,14 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def command_diagnose(args: argparse.Namespace) -> None:
     """``fedsample diagnose``: measure each strategy's sampling at a fixed model and write the report."""
-    from fedsample.warned import once_per_kind
+    from fedsample.runtime.warned import once_per_kind
 
-    with once_per_kind() as warned:  # each warning once, counted, kept in diagnostics.json (fedsample.warned)
+    with once_per_kind() as warned:  # each warning once, counted, kept in diagnostics.json (fedsample.runtime.warned)
         _diagnose(args, warned)
 
 
 def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
-    from fedsample.device import use_threads
+    from fedsample.runtime.device import use_threads
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM
     from fedsample.diagnostics.measure import diagnose
     from fedsample.diagnostics.report import check_diagnosis_folder, summary_table, write_diagnosis
@@ -104,7 +104,7 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     check_memory(plan, fed, len(strategies), args.draws, sketch_dim)
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
-    jobs = available_cores() if args.jobs is None else args.jobs
+    jobs = worker_processes(plan, fed, strategies, available_cores() if args.jobs is None else args.jobs)
     with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
         diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
                              progress=done, faults=plan.faults, jobs=jobs, advance=advance, check_rounds=args.check_rounds)
@@ -153,12 +153,24 @@ def diagnosis_memory(rows: int, parameters: int, strategies: int, draws: int, sk
 
 def check_memory(plan: Plan, fed: FederatedData, strategies: int, draws: int, sketch_dim: int) -> None:
     """Refuse a diagnosis that cannot fit in the memory available, before it starts (one line)."""
-    from fedsample.memory import check_fits
+    from fedsample.runtime.memory import check_fits
     from fedsample.simulation import build_module
 
     parameters = sum(p.numel() for p in build_module(plan.model, fed).parameters())
     needed = diagnosis_memory(len(fed.dataset.y_train), parameters, strategies, draws, sketch_dim)
     check_fits(f"diagnose: {strategies} strategies x {draws} draws (--draws)", needed)
+
+
+def worker_processes(plan: Plan, fed: FederatedData, strategies: dict, jobs: int, available: int | None = None) -> int:
+    """``jobs`` worker processes, or as many as the ``available`` memory (default: the machine's) holds, each at the
+    peak estimated from the model and data (:func:`~fedsample.experiments.footprint.plan_worker_peak`; the measure
+    trains no stacked cohort); a cap is said in one line."""
+    from fedsample.experiments.footprint import plan_worker_peak
+    from fedsample.runtime.memory import capped_processes
+
+    if jobs <= 1 or len(strategies) <= 1:  # one process: nothing to cap
+        return jobs
+    return capped_processes("diagnose --jobs", min(jobs, len(strategies)), plan_worker_peak(plan.model, fed, list(strategies.values()), "loop"), available)
 
 
 def run_checks(status: dict[str, str], rounds: int) -> dict | None:
