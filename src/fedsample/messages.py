@@ -41,7 +41,11 @@ class NoSamples(ValueError):
 class ClientContext:
     """One client's data (as tensors) and the shared model architecture, plus ``state``: a dict the client
     procedures may read and write that stays with the client across rounds and never goes to the server
-    (the federation keeps it, and exports it only into checkpoints, e.g. ISFedAvg's Eq. 53 data weights)."""
+    (the federation keeps it, and exports it only into checkpoints, e.g. ISFedAvg's Eq. 53 data weights).
+    ``kept``: where a federation that holds the model still (the diagnosis) keeps what the client computes from
+    its data and that model alone, so that it is computed once rather than every round (ISFedAvg's per-sample
+    gradient norms, :func:`fedsample.sampling.importance.gradient_norms`); None (every other federation): nothing
+    is kept. Unlike ``state`` it changes no result and is never checkpointed."""
 
     client_id: int
     x: torch.Tensor
@@ -50,6 +54,7 @@ class ClientContext:
     task: str
     num_classes: int
     state: dict[str, Any] = field(default_factory=dict)
+    kept: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fedsample.messages import Params
     from fedsample.runtime.warned import Warned
 
-__all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_check"]
+__all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_checks"]
 
 DEFAULT_DRAWS = 1000
 DEFAULT_CHECK_ROUNDS = 5
@@ -107,9 +107,9 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     jobs = worker_processes(plan, fed, strategies, available_cores() if args.jobs is None else args.jobs)
     with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
         diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
-                             progress=done, faults=plan.faults, jobs=jobs, advance=advance)
+                             progress=done, faults=plan.faults, jobs=jobs, advance=advance, check_rounds=args.check_rounds)
     notes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
-             "run_check": run_check(plan, strategies, fed, seed, args.check_rounds), "warnings": warned.record()}
+             "run_check": run_checks(diagnosis.run_check, args.check_rounds), "warnings": warned.record()}
     if args.out is None:
         out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is done
     written = write_diagnosis(diagnosis, out, overwrite=args.overwrite, inputs=inputs, notes=notes)
@@ -173,21 +173,15 @@ def worker_processes(plan: Plan, fed: FederatedData, strategies: dict, jobs: int
     return capped_processes("diagnose --jobs", min(jobs, len(strategies)), plan_worker_peak(plan.model, fed, list(strategies.values()), "loop"), available)
 
 
-def run_check(plan: Plan, strategies: dict, fed: FederatedData, seed: int, rounds: int) -> dict | None:
-    """Each strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the
-    automatic backend): ``{"rounds", "status": {label: "ok" or why it diverged}}`` (None: no check)."""
-    from fedsample.simulation import Diverged, simulate
-
+def run_checks(status: dict[str, str], rounds: int) -> dict | None:
+    """Each strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (by
+    :func:`~fedsample.diagnostics.measure.diagnose`'s ``check_rounds``, in the strategies' workers):
+    ``{"rounds", "status": {label: "ok" or why it diverged}}`` (None: no check), each divergence said on stderr."""
     if rounds == 0:
         return None
-    status = {}
-    for label, strategy in strategies.items():
-        try:
-            simulate(strategy, federated_data=fed, model=plan.model, rounds=rounds, seed=seed, eval_every=rounds, faults=plan.faults)
-            status[label] = "ok"
-        except Diverged as error:
-            status[label] = str(error)
-            print(f"fedsample: {label!r} diverges in its first {rounds} rounds: {error}", file=sys.stderr, flush=True)
+    for label, why in status.items():
+        if why != "ok":
+            print(f"fedsample: {label!r} diverges in its first {rounds} rounds: {why}", file=sys.stderr, flush=True)
     return {"rounds": rounds, "status": status}
 
 

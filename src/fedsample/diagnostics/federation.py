@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 from fedsample.client import statistical_utilities, update_norm
-from fedsample.messages import HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import reports_count
 from fedsample.rounds import Replies, ReplyList
-from fedsample.training.functional import Params
+from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 
 __all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
@@ -143,11 +143,19 @@ class LinearisedFederation(VectorizedSimulator):
         self._probes: dict[tuple, Any] = {}
         self._held: dict[int, tuple] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
         self._losses: tuple[Params, np.ndarray] | None = None  # every row's loss at the last parameters asked about
+        self._kept: dict[int, dict] = {}  # per client, what it computes from its data and the fixed model (ClientContext.kept)
+
+    def context(self, k: int) -> ClientContext:
+        """Client k's data, with a place to keep what it computes from its data and the fixed model
+        (:attr:`fedsample.messages.ClientContext.kept`: ISFedAvg's per-sample gradient norms, once per client)."""
+        ctx = super().context(k)
+        ctx.kept = self._kept.setdefault(k, {})
+        return ctx
 
     def sample_losses(self, params: Params, rows: np.ndarray) -> np.ndarray:
         """The loss of each of the training ``rows`` at ``params``: every row's loss, computed once per model (the
         diagnosis holds it still), read at ``rows``."""
-        if self._losses is None or not _same_params(self._losses[0], params):
+        if self._losses is None or not same_params(self._losses[0], params):
             self._losses = (params, super().sample_losses(params, np.arange(len(self.data.order))))
         return self._losses[1][np.asarray(rows, dtype=np.int64)]
 
@@ -269,10 +277,6 @@ class LinearisedFederation(VectorizedSimulator):
         counts = np.asarray(drawn.counts, dtype=np.int64) if reports_count(payload.plan) else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
                 steps.astype(np.float64) if norm is None else norm, loss, utility, positions, counts)
-
-
-def _same_params(a: Params, b: Params) -> bool:
-    return a.keys() == b.keys() and all(a[k] is b[k] or torch.equal(a[k], b[k]) for k in a)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

@@ -28,20 +28,21 @@ from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
-from fedsample.simulation import build_module
+from fedsample.simulation import Diverged, build_module, simulate
 from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import RoundContext
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 from fedsample.validate import shapes_of
 
-__all__ = ["Diagnosis", "diagnose", "measure_strategy"]
+__all__ = ["Diagnosis", "diagnose", "measure_strategy", "run_check"]
 
 
 @dataclass
 class Diagnosis:
     """Per strategy label: ``results[label]`` (estimator, exploitation, cost, privacy: see :func:`diagnose`)
-    and the raw ``draws``; ``basis`` describes the gradient basis, ``g_norm`` is ||g*||."""
+    and the raw ``draws``; ``basis`` describes the gradient basis, ``g_norm`` is ||g*||; ``run_check[label]``: "ok" or
+    why the strategy diverged in its first rounds of a run (:func:`run_check`; empty without ``check_rounds``)."""
 
     results: dict[str, dict]
     draws: dict[str, Draws] = field(repr=False)
@@ -50,6 +51,7 @@ class Diagnosis:
     rounds: int
     seed: int
     data: FederatedData = field(repr=False)
+    run_check: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"rounds": self.rounds, "seed": self.seed, "basis": self.basis, "g_star_norm": self.g_norm,
@@ -131,7 +133,7 @@ def diagnose(
     strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
     memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
-    faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None,
+    faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None, check_rounds: int = 0,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
     initial parameters for ``seed``, as ``simulate`` starts) without updating it, and measure each round's
@@ -146,12 +148,16 @@ def diagnose(
     ``jobs`` > 1 measures the strategies in that many worker processes (forked after the gradient basis is
     computed, so they share it); each strategy's draws depend only on ``seed``, so the results are the same for any
     number of workers. The workers' warnings are passed on to this process's ``warnings.showwarning`` (a run's
-    :class:`fedsample.runtime.warned.Warned` counts them once per kind). ``progress(label, result)`` is called as each
-    strategy finishes, ``advance(draws)`` as draws are made (a progress bar)."""
+    :class:`fedsample.runtime.warned.Warned` counts them once per kind). ``check_rounds`` > 0 also runs each strategy's
+    first ``check_rounds`` rounds as ``fedsample run`` does (:func:`run_check`, in the strategy's worker:
+    ``run_check``). ``progress(label, result)`` is called as each strategy finishes, ``advance(draws)`` as draws are
+    made (a progress bar)."""
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")
     if jobs < 1:
         raise ValueError(f"diagnose: jobs must be >= 1, got {jobs}")
+    if check_rounds < 0:
+        raise ValueError(f"diagnose: check_rounds must be >= 0, got {check_rounds}")
     strategies = _strategies(strategy)
     for st in strategies.values():  # K, m within the data: no silent clamp
         st.check_data(1 if st.pooled else data.num_clients, int(data.sizes().sum()))
@@ -161,14 +167,16 @@ def diagnose(
     basis = gradient_basis(module, ds.task, params, torch.as_tensor(ds.x_train), torch.as_tensor(ds.y_train), seed=seed,
                            memory_budget=memory_budget, sketch_dim=sketch_dim)
     target = full_gradient(basis.matrix, data.order)
-    work = _Work(strategies, data, module, params, basis, target, rounds, seed, first_round, faults)
+    work = _Work(strategies, data, model, module, params, basis, target, rounds, seed, first_round, faults, check_rounds)
     measured = _measure_all(work, jobs, advance) if jobs > 1 and len(strategies) > 1 else _measure_each(work, advance)
-    results, all_draws = {}, {}
-    for label, (result, draws) in measured:
+    results, all_draws, checked = {}, {}, {}
+    for label, (result, draws, status) in measured:
         results[label], all_draws[label] = result, draws
+        if status is not None:
+            checked[label] = status
         if progress:
             progress(label, result)
-    return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data)
+    return Diagnosis(results, all_draws, basis.describe(), float(np.linalg.norm(target)), rounds, seed, data, checked)
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,7 @@ class _Work:
 
     strategies: dict[str, Strategy]
     data: FederatedData
+    model: Any
     module: torch.nn.Module
     params: Params
     basis: GradientBasis
@@ -185,12 +194,14 @@ class _Work:
     seed: int
     first_round: int
     faults: FaultModel | None
+    check_rounds: int = 0
 
 
-def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[dict, Draws]:
-    """One strategy's draws and what they show (the per-strategy entry of :func:`diagnose`). Its warnings start
-    afresh (``warnings.catch_warnings`` resets the registry of warnings already shown at a place), so how many reach
-    ``warnings.showwarning`` does not depend on which strategies the same process measured before."""
+def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[dict, Draws, str | None]:
+    """One strategy's draws and what they show (the per-strategy entry of :func:`diagnose`), and its run check
+    (:func:`run_check`; None without ``check_rounds``). Its warnings start afresh (``warnings.catch_warnings``
+    resets the registry of warnings already shown at a place), so how many reach ``warnings.showwarning`` does not
+    depend on which strategies the same process measured before."""
     start, st, data = time.perf_counter(), work.strategies[label], work.data
     fed = LinearisedFederation(data.pooled() if st.pooled else data, work.module, work.seed, work.basis)
     with warnings.catch_warnings():
@@ -202,10 +213,24 @@ def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None
         "sampler": sampler_summary(st, draws, fed, work.params, work.seed, work.first_round),
         "seconds": time.perf_counter() - start,
     }
-    return result, draws
+    if not work.check_rounds:
+        return result, draws, None
+    with warnings.catch_warnings():
+        status = run_check(st, data, work.model, work.check_rounds, work.seed, work.faults)
+    return result, draws, status
 
 
-def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws]]]:
+def run_check(strategy: Strategy, data: FederatedData, model: Any, rounds: int, seed: int, faults: FaultModel | None) -> str:
+    """The strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the automatic
+    backend): "ok", or why it diverged."""
+    try:
+        simulate(strategy, federated_data=data, model=model, rounds=rounds, seed=seed, eval_every=rounds, faults=faults)
+    except Diverged as error:
+        return str(error)
+    return "ok"
+
+
+def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws, str | None]]]:
     one = None if advance is None else (lambda: advance(1))
     for label in work.strategies:
         yield label, measure_strategy(work, label, one)
@@ -215,9 +240,9 @@ _FORKED: dict[str, Any] = {}  # the work and the progress queue a forked worker 
 PROGRESS_EVERY = 10  #: draws a worker makes between two progress messages
 
 
-def _in_worker(label: str) -> tuple[str, dict, Draws, list[tuple]]:
-    """Measure ``label`` in a forked worker: its result, draws and the warnings it raised (category, message,
-    filename, line), which the filters in force let through."""
+def _in_worker(label: str) -> tuple[str, dict, Draws, str | None, list[tuple]]:
+    """Measure ``label`` in a forked worker: its result, draws, run check and the warnings it raised (category,
+    message, filename, line), which the filters in force let through."""
     work, queue = _FORKED["work"], _FORKED["queue"]
     made = 0
 
@@ -232,12 +257,12 @@ def _in_worker(label: str) -> tuple[str, dict, Draws, list[tuple]]:
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: raised.append(
             (category, str(message), filename, lineno))
-        result, draws = measure_strategy(work, label, advance)
+        result, draws, status = measure_strategy(work, label, advance)
     queue.put(made)
-    return label, result, draws, raised
+    return label, result, draws, status, raised
 
 
-def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws]]]:
+def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws, str | None]]]:
     """The strategies measured in ``jobs`` forked workers, yielded in their order (each as soon as it and those
     before it are done, so the output and the warnings' order do not depend on the number of workers); their draws'
     progress goes to ``advance`` and their warnings to ``warnings.showwarning``."""
@@ -250,10 +275,10 @@ def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) 
             while pending:
                 _drain(queue, advance, wait=0.2)
                 while pending and pending[0].ready():
-                    label, result, draws, raised = pending.pop(0).get()
+                    label, result, draws, status, raised = pending.pop(0).get()
                     for category, message, filename, lineno in raised:
                         warnings.showwarning(category(message), category, filename, lineno)
-                    yield label, (result, draws)
+                    yield label, (result, draws, status)
             _drain(queue, advance, wait=0.0)
     finally:
         _FORKED.clear()

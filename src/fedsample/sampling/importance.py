@@ -71,7 +71,7 @@ from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
-from fedsample.training.functional import Params, per_sample_gradients
+from fedsample.training.functional import Params, per_sample_gradients, same_params
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -218,7 +218,20 @@ class DataRule:
 
 
 def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None = None) -> np.ndarray:
-    """||grad Q_k(w; x_n)|| for the client's samples (all, or ``rows``), from per-sample gradients."""
+    """||grad Q_k(w; x_n)|| for the client's samples (all, or ``rows``), from per-sample gradients. Those of all
+    its samples are computed once per model where the federation keeps them (``ctx.kept``: the diagnosis, whose
+    model does not move; read-only, the same numbers as computed afresh)."""
+    if rows is not None or ctx.kept is None:
+        return _gradient_norms(ctx, params, rows)
+    found = ctx.kept.get("gradient_norms")
+    if found is None or not same_params(found[0], params):
+        norms = _gradient_norms(ctx, params, None)
+        norms.setflags(write=False)
+        found = ctx.kept["gradient_norms"] = (params, norms)
+    return found[1]
+
+
+def _gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None) -> np.ndarray:
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
     return torch.linalg.vector_norm(per_sample_gradients(ctx.module, ctx.task, params, x, y), dim=1).cpu().numpy().astype(np.float64)
 

@@ -14,7 +14,7 @@ from fedsample.messages import Params
 from fedsample.training.random_layers import Masks, injected
 
 __all__ = [
-    "flatten", "losses_of_outputs", "per_sample_gradients", "per_sample_losses", "weighted_gradient",
+    "flatten", "losses_of_outputs", "per_sample_gradients", "per_sample_losses", "same_params", "weighted_gradient",
     "weighted_loss_fn", "zeros_like",
 ]
 
@@ -61,6 +61,11 @@ def weighted_gradient(module: nn.Module, task: str) -> Callable:
 def zeros_like(params: Params) -> Params:
     """Zeros shaped as ``params``."""
     return {k: torch.zeros_like(v) for k, v in params.items()}
+
+
+def same_params(a: Params, b: Params) -> bool:
+    """Whether ``a`` and ``b`` are the same model: the same names, each tensor the same object or equal."""
+    return a.keys() == b.keys() and all(a[k] is b[k] or torch.equal(a[k], b[k]) for k in a)
 
 
 def flatten(params: Params) -> torch.Tensor:

@@ -301,8 +301,21 @@ def shuffled_passes(states: np.ndarray, positions: np.ndarray, sizes: np.ndarray
     u = stream_uniforms(np.repeat(states, draws), (within + np.repeat(positions, draws)).astype(np.uint64))
     widths = np.repeat(sizes, passes)  # one segment per (client, pass)
     segment = np.repeat(np.arange(len(widths)), widths)
-    order = np.lexsort((u, segment))  # by segment, then uniform; stable like argsort(kind="stable")
-    return order - (np.cumsum(widths) - widths)[segment]
+    return segment_sort(segment, u) - (np.cumsum(widths) - widths)[segment]
+
+
+SEGMENT_BITS = 11  #: segments one packed sort key holds: 64 bits less a uniform's 53
+
+
+def segment_sort(segment: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The stable order by (``segment``, ``u``), i.e. ``np.lexsort((u, segment))``, for uniforms with 53 random bits
+    (:func:`fedsample.rng.as_uniforms`: u * 2^53 is an integer): one stable sort of the packed integer key
+    segment * 2^53 + u * 2^53, a one-to-one map of the pairs while there are at most 2^11 segments (5 times faster
+    than lexsort's float key), lexsort beyond."""
+    if len(segment) == 0 or int(segment.max()) >= 1 << SEGMENT_BITS:
+        return np.lexsort((u, segment))
+    key = (segment.astype(np.uint64) << np.uint64(53)) | (u * 2.0**53).astype(np.uint64)
+    return np.argsort(key, kind="stable")
 
 
 @dataclass(frozen=True)
