@@ -55,7 +55,7 @@ from fedsample.data.types import FederatedData
 from fedsample.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
-from fedsample.rng import CohortRandom, CohortStreams, client_rng
+from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
 from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, position_index
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
@@ -90,6 +90,7 @@ class VectorizedSimulator(Simulator):
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
         self._permanent: tuple[tuple, np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
+        self._blocks: Blocks | None = None  # the last cohort draw's layout (the population's, for FedSampling)
 
     # --- the verb ----------------------------------------------------------------------------------
 
@@ -238,10 +239,18 @@ class VectorizedSimulator(Simulator):
         else client by client."""
         sizes = self.sizes[ids]
         if isinstance(plan, parts.CohortPlan):
-            member, position = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
+            member, position = plan.draw_cohort(self.blocks(ids, sizes), CohortRandom(self.seed, round, ids, "train", self._draw_device))
             return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, "train", plan.stream_reads(sizes))
         rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
         return DrawnCohort.of([plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)]), rngs
+
+    def blocks(self, ids: np.ndarray, sizes: np.ndarray) -> Blocks:
+        """The layout of the cohort's blocks of draws (:class:`~fedsample.rng.Blocks`, ``sizes`` = the clients'
+        sizes), kept for the next call: the same clients (FedSampling's every round) reuse it, so what depends
+        only on the sizes is computed once, not every round."""
+        if self._blocks is None or not self._blocks.same_counts(sizes):
+            self._blocks = Blocks(sizes)
+        return self._blocks
 
     def _rows(self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> np.ndarray:
         """Rows of the simulator's training tensors (kept in client order) of every schedule entry."""

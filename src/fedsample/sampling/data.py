@@ -17,7 +17,7 @@ from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import ClientContext, LocalSample
 from fedsample.parts import Census, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
-from fedsample.rng import CohortRandom
+from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
 
 if TYPE_CHECKING:
@@ -46,11 +46,11 @@ class AllSamples:
         """Every record."""
         return Census()
 
-    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples."""
-        sizes = np.asarray(sizes, dtype=np.int64)
-        member = np.repeat(np.arange(len(sizes)), sizes)
-        return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member]
+    def draw_cohort(self, sizes: "np.ndarray | Blocks", rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples (the
+        layout of their :class:`~fedsample.rng.Blocks`)."""
+        blocks = sizes if isinstance(sizes, Blocks) else Blocks(sizes)
+        return blocks.owner, blocks.within
 
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
         """No draw: nothing read from the clients' streams."""
@@ -75,10 +75,14 @@ class BernoulliSamples:
         """Each record independently with probability p."""
         return Poisson(float(self.p))
 
-    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+    def draw_cohort(self, sizes: "np.ndarray | Blocks", rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
         """Every client's :meth:`draw` in one numpy pass: ``(member, position)`` of each kept sample, i.e. the
         cohort member that keeps it and its position in that client's data (the same draws as each client
-        drawing alone with its ClientRandom)."""
+        drawing alone with its ClientRandom). ``sizes`` as :class:`~fedsample.rng.Blocks` kept from round to
+        round: the members and positions are read from their layout at the kept positions only."""
+        if isinstance(sizes, Blocks):
+            kept = rng.ragged_below(sizes, self.p)
+            return sizes.owner[kept], sizes.within[kept]
         sizes = np.asarray(sizes, dtype=np.int64)
         kept = rng.ragged_below(sizes, self.p)
         ends = np.cumsum(sizes)
