@@ -294,6 +294,7 @@ class Blocks:
     def __init__(self, counts: np.ndarray) -> None:
         self.counts = np.array(counts, dtype=np.int64)  # our own copy, read-only
         self.counts.flags.writeable = False
+        self._on_device: "tuple[Any, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -312,6 +313,14 @@ class Blocks:
         """Each flat position's index within its block (its client's draw number)."""
         first = np.cumsum(self.counts) - self.counts
         return _read_only(np.arange(len(self.owner), dtype=np.int64) - first[self.owner])
+
+    def on(self, device: "torch.device") -> "torch.Tensor":
+        """The counts as an int64 tensor on ``device``, copied there once (kept for the next call on that device)."""
+        import torch
+
+        if self._on_device is None or self._on_device[0] != device:
+            self._on_device = (device, torch.as_tensor(self.counts, device=device))
+        return self._on_device[1]
 
     @cached_property
     def offsets(self) -> np.ndarray:
