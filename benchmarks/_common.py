@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from fedsample.device import use_threads  # noqa: E402
+from fedsample.runtime.device import use_threads  # noqa: E402
 
 use_threads(1)  # the benchmark machine is shared; one torch thread keeps ratios comparable, and numpy's BLAS on one
-# thread beside it, as fedsample's commands and simulate run (fedsample.device.use_threads)
+# thread beside it, as fedsample's commands and simulate run (fedsample.runtime.device.use_threads)
 
 T = TypeVar("T")
 STARTED = time.perf_counter()

@@ -42,7 +42,7 @@ from fedsample import recipes
 from fedsample.messages import ClientContext, LocalSample
 from fedsample.data import LogNormalSizes, partition
 from fedsample.data.types import Dataset, FederatedData
-from fedsample.device import resolve_device, to_device
+from fedsample.runtime.device import resolve_device, to_device
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.models import CNN, MLP, initial_parameters

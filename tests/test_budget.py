@@ -66,7 +66,7 @@ def test_equal_budgets_within_the_stated_tolerance():
 @pytest.fixture
 def document():
     fed = federate(blobs(), [40] * 6)
-    runs = {"fedavg": recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), "fedsampling": recipes.fedsampling(K=60)}
+    runs = {"fedavg": recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), "fedsampling": recipes.fedsampling(K=60, total_from="reports")}
     histories = {label: simulate(s, federated_data=fed, model=LogisticRegression(), rounds=2, seed=0).history for label, s in runs.items()}
     stats = {"accuracy": {"mean": 0.5, "sd": None, "n": 1}}
     return {"config": {"name": "t", "rounds": 2, "seeds": [0]},

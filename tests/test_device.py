@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsample import rng as frng
-from fedsample.device import free_memory, resolve_device, to_device
+from fedsample.runtime.device import free_memory, resolve_device, to_device
 from fedsample.experiments.config import ConfigError, parse_config
 from fedsample.models import MLP
 from fedsample.simulation import SimulationState, simulate
@@ -226,7 +226,7 @@ def test_use_threads_sets_torch_and_one_blas_thread():
 
     code = (
         "import torch; from threadpoolctl import threadpool_info; import numpy as np; np.ones((64, 64)) @ np.ones((64, 64)); "
-        "from fedsample.device import use_threads; use_threads(0); a = torch.get_num_threads(); use_threads(2); "
+        "from fedsample.runtime.device import use_threads; use_threads(0); a = torch.get_num_threads(); use_threads(2); "
         "blas = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']; print(a, torch.get_num_threads(), blas)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fedsample as fs
-from fedsample.fingerprint import digest
+from fedsample.runtime.fingerprint import digest
 from fedsample.privacy import Accounting, PerExampleNoise, UpdateNoise
 from fedsample.sampling.clients import PoissonClients, UniformClients
 from fedsample.training.aggregate import WeightedMean

@@ -1,5 +1,5 @@
 """No phoning home. fedsample turns Flower's telemetry and update check off before flwr or flwr-datasets are
-imported (``fedsample.telemetry.quiet_flower``) unless the user opted in; in the Flower tests every outbound
+imported (``fedsample.runtime.telemetry.quiet_flower``) unless the user opted in; in the Flower tests every outbound
 attempt is refused and fails the test (tests/conftest.py's guard, tests/outbound_guard/outbound.py), and the
 processes the deployment tests start carry the same guard (``sitecustomize``) and the same environment.
 These tests show that each of those can fail: the guard catches a deliberate outside connect and Flower's own

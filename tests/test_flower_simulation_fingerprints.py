@@ -21,7 +21,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 from fedsample.flower import client_app, server_app  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.server import secure_aggregation  # noqa: E402
-from fedsample.fingerprint import digest  # noqa: E402
+from fedsample.runtime.fingerprint import digest  # noqa: E402
 from flower_reference import flower_output, max_difference, simulate_like  # noqa: E402
 from test_fingerprint_recipes import exact  # noqa: E402
 

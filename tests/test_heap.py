@@ -1,4 +1,4 @@
-"""fedsample.heap: the objects alive when a run starts are left out of the collector's scans for the run."""
+"""fedsample.runtime.heap: the objects alive when a run starts are left out of the collector's scans for the run."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import gc
 
 import fedsample as fs
 import fedsample.simulation as simulation
-from fedsample import heap
-from fedsample.heap import heap_frozen
+from fedsample.runtime import heap
+from fedsample.runtime.heap import heap_frozen
 
 
 def test_a_frozen_block_freezes_what_is_alive_and_gives_it_back_at_the_outermost_end(monkeypatch):

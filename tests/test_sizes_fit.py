@@ -59,7 +59,7 @@ def test_diagnose_draws_that_cannot_fit_are_refused_before_any_work(tmp_path, mo
 
 
 def test_check_fits_states_both_numbers_and_never_refuses_when_memory_is_unknown():
-    from fedsample.memory import available_memory, check_fits
+    from fedsample.runtime.memory import available_memory, check_fits
 
     with pytest.raises(ValueError, match=r"^x needs about 3\.0 GiB of memory; 1\.0 GiB is available$"):
         check_fits("x", 3 * 2**30, available=2**30)

@@ -18,7 +18,7 @@ import fedsample as fs
 from fedsample.federation.summed import SummedReplies, SummedReport
 from fedsample.federation.faults import FaultModel
 from fedsample.models import MLP
-from fedsample.strategy import Strategy
+from fedsample.strategy import round as round_steps
 from fedsample.training.aggregate import WeightedMean
 from helpers import blobs, federate
 
@@ -40,7 +40,7 @@ def mlp():
 def no_plan(monkeypatch):
     """Runs in which the strategy plans no sum: the engine holds every update until the server asks."""
     def off():
-        monkeypatch.setattr(Strategy, "planned_weights", lambda self, ctx, cohort, lost=0: None)
+        monkeypatch.setattr(round_steps, "planned_weights", lambda s, ctx, cohort, lost=0: None)  # the round's step
     return off
 
 
@@ -98,17 +98,17 @@ def test_the_engine_keeps_only_the_reports_numbers(fed, mlp):
     sim = fs.federation.simulator.Simulator(fed, mlp, seed=0)
     params = fs.models.initial_parameters(mlp, 0)
     seen = []
-    original = Strategy.combine_valid
+    original = round_steps.combine_valid  # the round's aggregation step (fedsample.strategy.round)
 
     def spy(self, replies, cohort, ctx, *args, **kwargs):
         seen.append(replies)
         return original(self, replies, cohort, ctx, *args, **kwargs)
 
-    Strategy.combine_valid = spy
+    round_steps.combine_valid = spy
     try:
         strategy.round(sim, params, strategy.init_state(params), 0, 0)
     finally:
-        Strategy.combine_valid = original
+        round_steps.combine_valid = original
     replies = seen[0]
     assert isinstance(replies, SummedReplies) and all(isinstance(r, SummedReport) for r in replies)
     assert not any(isinstance(v, torch.Tensor) for r in replies for v in vars(r).values())

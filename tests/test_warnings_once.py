@@ -1,4 +1,4 @@
-"""Each warning once per run (fedsample.warned): a warning that repeats every round is shown once, counted, said at
+"""Each warning once per run (fedsample.runtime.warned): a warning that repeats every round is shown once, counted, said at
 the end and kept in the run's record; different kinds are each shown; warnings outside a run are untouched."""
 
 import threading
@@ -8,7 +8,7 @@ import pytest
 
 import fedsample as fs
 from fedsample.privacy.amplification import PrivacyWarning
-from fedsample.warned import once_per_kind
+from fedsample.runtime.warned import once_per_kind
 from helpers import blobs, federate
 
 ROUNDS = 7

@@ -31,7 +31,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
     set_threads(threads)
     from fedsample import recipes
     from fedsample.federation.pool import pool_federation
-    from fedsample.heap import heap_frozen
+    from fedsample.runtime.heap import heap_frozen
     from fedsample.simulation import build_module, make_federation, resolve_backend
 
     w = workload_named(workload)
@@ -45,7 +45,7 @@ def main(path: str, workload: str, backend: str, threads: int, rounds: int) -> N
             federation = stack.enter_context(pool_federation(choice.workers, choice.backend).open(fed, module, 0))
         else:
             federation = make_federation(choice.backend, fed, module, seed=0, client_threads=choice.client_threads)
-        stack.enter_context(heap_frozen())  # as simulate runs its rounds (fedsample.heap)
+        stack.enter_context(heap_frozen())  # as simulate runs its rounds (fedsample.runtime.heap)
         run(strategy, federation, module, choice, source, backend, threads, rounds)
 
 

@@ -7,15 +7,15 @@ was imported before.
 
 from __future__ import annotations
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __version__ = "0.1.0"
 
 _NAMES = {"simulate": "simulation", "diagnose": "diagnostics", "SimulationResult": "simulation", "Strategy": "strategy"}
 
 __all__ = [
-    "SimulationResult", "Strategy", "client", "data", "device", "diagnose", "diagnostics", "evaluation",
-    "experiments", "federation", "messages", "models", "parts", "privacy", "recipes", "reproduction", "rng", "rounds", "sampling",
+    "SimulationResult", "Strategy", "client", "data", "diagnose", "diagnostics", "evaluation",
+    "experiments", "federation", "messages", "models", "parts", "privacy", "recipes", "reproduction", "rng", "rounds", "runtime", "sampling",
     "simulate", "simulation", "strategy", "tracking", "training",
 ]
 

@@ -131,7 +131,7 @@ def _overridden(config: ExperimentConfig, rounds: int | None, seeds: str | None,
 
 
 def command_run(args: argparse.Namespace) -> None:
-    from fedsample.device import use_threads
+    from fedsample.runtime.device import use_threads
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
 
@@ -176,7 +176,7 @@ def _ray_if_asked(args: argparse.Namespace) -> ContextManager[dict]:
 
 def _checked_device(device: str) -> str:
     """The device name, after checking that this machine has it (a ValueError line otherwise: exit 2)."""
-    from fedsample.device import resolve_device
+    from fedsample.runtime.device import resolve_device
 
     return str(resolve_device(device))
 

@@ -28,7 +28,7 @@ from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData
+from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData, TotalFrom
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -218,22 +218,26 @@ Protocol = Literal["library", "paper"]
 
 #: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
 PROTOCOLS: dict[str, dict[str, Any]] = {
-    # permanent reports (a run costs epsilon once), the self-normalized update (the step no longer scales with
-    # N/N~), M minimizing the estimate's RMSE, the summed drawn count noised, and the ratio steered by it from
-    # the second round on (docs/size-estimate.md)
-    "library": {"permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE, "steer": True},
+    # the total N from the clients' sizes summed inside the secure sum with Gaussian noise (no size reports), the
+    # self-normalized update (the step no longer scales with N/N~), the summed drawn count noised; with size reports
+    # (an option of them given): permanent ones (a run costs epsilon once), M minimizing the estimate's RMSE, and the
+    # ratio steered by the drawn count from the second round on (docs/size-estimate.md)
+    "library": {"total_from": "secure_sum", "permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE,
+                "steer": True},
     # Qi et al. 2023, Algorithm 1: fresh reports every round, G_c divided by K, the user's M (default 300)
-    "paper": {"permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0, "steer": False},
+    "paper": {"total_from": "reports", "permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0, "steer": False},
 }
 
 
-@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None])
+@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None],
+         total_from=[Options("secure_sum", "reports"), None])
 def fedsampling(
     *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] | None = None,
     server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
-    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, clients: Any = None, data: Any = None,
+    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, total_from: TotalFrom | None = None,
+    clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
@@ -244,14 +248,18 @@ def fedsampling(
 
     ``protocol`` (:data:`PROTOCOLS`) decides what the options left out are:
 
-    - ``"library"`` (default): permanent size reports (one answer per client per run: a run costs epsilon
-      once), the self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K, so the
-      step no longer scales with N/N~), ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated
-      ``size_prior = (mean size, log-normal sigma)``) and Gaussian noise of standard deviation ``count_noise``
-      (default 5 samples) on S, added in shares by the clients inside the secure sum and accounted by the
-      privacy ledger (docs/privacy.md); ``steer=True``: from the second round on the ratio is K / N^, N^ the mean
-      of the past rounds' released S~ / p (:class:`~fedsample.sampling.data.FedSamplingData`), so the realised
-      count stays near K even where N~ is far off.
+    - ``"library"`` (default): ``total_from="secure_sum"``, a departure from the paper: no size reports; before
+      the first draw every client's size goes into the secure sum with Gaussian noise of standard deviation
+      ``count_noise`` (default 5 samples) added in shares, and the ratio is K / N^ with N^ that noised total
+      (:class:`~fedsample.sampling.data.FedSamplingData`; one Gaussian release in the privacy ledger, docs/privacy.md),
+      so the realised count is near K from the first round on every partition (docs/size-estimate.md); the
+      self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K) with the same noise on S,
+      added in shares inside the secure sum and accounted by the ledger. ``total_from="reports"`` (implied where a
+      size-report option, ``M``, ``permanent``, ``reuse``, ``average`` or ``sizes="exact"``, is given) keeps the
+      paper's size estimate (Eq. 2, the reports at ``epsilon``) with the library's remedies: permanent reports (a run costs epsilon once),
+      ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated ``size_prior = (mean size, log-normal
+      sigma)``) and ``steer=True``: from the second round on the ratio is K / N^, N^ the mean of the past rounds'
+      released S~ / p, so the realised count approaches K even where N~ is far off.
     - ``"paper"``: the paper's protocol: fresh size reports every round (``permanent=False``), G_c divided by K
       (``normalize="K"``, the :class:`Sum` of Algorithm 1) and the user's M (default 300).
 
@@ -263,6 +271,7 @@ def fedsampling(
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
     chosen = PROTOCOLS[protocol]
+    reported = sizes == "exact" or M is not None or permanent is not None or reuse != 1 or average != 1
     permanent = chosen["permanent"] if permanent is None else permanent
     if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
         counts = data is None or data.capabilities.count_drawn
@@ -275,19 +284,26 @@ def fedsampling(
         raise ValueError("fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True: the server may "
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
                          "or protocol='paper'")
-    steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized") if steer is None else steer
+    if total_from is None:  # a data= sampler keeps its own; a size-report option asks for the reports
+        total_from = cast(TotalFrom, getattr(data, "total_from", "reports") if data is not None else
+                          chosen["total_from"] if normalize == "drawn" and not reported else "reports")
+    if total_from == "secure_sum" and (reported or normalize != "drawn"):
+        raise ValueError("fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum beside the drawn count "
+                         "(normalize='drawn'); it asks no size reports, so M, permanent, reuse, average and sizes='exact' do not apply")
+    steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized" and total_from == "reports") if steer is None else steer
     if steer and normalize != "drawn":
         checks.fail("steer", steer, "False or left out unless normalize='drawn' (it steers by the drawn count)", "fedsampling")
     if count_noise > 0 and normalize != "drawn":
         checks.fail("count_noise", count_noise, "0 or left out unless normalize='drawn' (it is noise on the drawn count)", "fedsampling")
     prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
     policy = (
-        ExactSizes(scope="all") if sizes == "exact" else
+        None if total_from == "secure_sum" else ExactSizes(scope="all") if sizes == "exact" else
         RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
     )
     drawn = normalize == "drawn"
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise, steer=steer),
+        clients=clients or AllClients(),
+        data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise, steer=steer, total_from=total_from),
         local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if drawn else Sum(), server=ServerSGD(server_lr),
         sizes=policy, name="fedsampling", secure_sum=secure_sum,
     )

@@ -22,22 +22,22 @@ from torch import nn
 
 from fedsample import checks, validate
 from fedsample.data.types import FederatedData
-from fedsample.device import blas_on_one_thread, resolve_device, to_device
-from fedsample.heap import heap_frozen
+from fedsample.runtime.device import blas_on_one_thread, resolve_device, to_device
+from fedsample.runtime.heap import heap_frozen
 from fedsample.evaluation import evaluate
 from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
 from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
-from fedsample.fingerprint import differences, run_fingerprint
+from fedsample.runtime.fingerprint import differences, run_fingerprint
 from fedsample.models import initial_parameters
 from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
-from fedsample.warned import once_per_kind
+from fedsample.runtime.warned import once_per_kind
 
 __all__ = [
     "Backend", "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
@@ -95,7 +95,7 @@ class SimulationResult:
     :mod:`fedsample.federation.choose`). ``status`` is ``"ok"``, or the one line
     saying why the run stopped early (the privacy budget); ``privacy`` is the run's ledger
     (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release); ``warnings`` each kind of warning the run
-    raised, shown once, with its count (:meth:`fedsample.warned.Warned.record`)."""
+    raised, shown once, with its count (:meth:`fedsample.runtime.warned.Warned.record`)."""
 
     history: list[dict]
     params: Params
@@ -217,7 +217,7 @@ def simulate(
     choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
         backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round, client_threads=client_threads)
     with ExitStack() as stack:
-        warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.warned)
+        warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.runtime.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         engine: Federation
         if federation is None and choice.workers > 1:
@@ -326,7 +326,7 @@ def tracked_config(
 ) -> dict:
     """What the trackers record of a run: the strategy (name and full spec), seed, rounds, evaluation period,
     failure model, model, dataset (name, digest of data and partition, number of clients), engine, device and
-    fedsample's version (the run's fingerprint, :func:`fedsample.fingerprint.run_fingerprint`, and more)."""
+    fedsample's version (the run's fingerprint, :func:`fedsample.runtime.fingerprint.run_fingerprint`, and more)."""
     return {
         "name": strategy.name, "strategy": fingerprint["strategy"], "seed": seed, "rounds": rounds, "eval_every": eval_every,
         "faults": fingerprint["faults"], "model": fingerprint["model"], "dataset": data.dataset.name, "data_digest": fingerprint["data"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsample.telemetry import quiet_flower
+from fedsample.runtime.telemetry import quiet_flower
 
 quiet_flower()  # Flower's telemetry off in this process too (unless the user set FLWR_TELEMETRY_ENABLED=1)
 

@@ -4,7 +4,7 @@ Heavy dependencies (scikit-learn, matplotlib; Hugging Face datasets and Flower D
 are imported inside the functions that need them.
 """
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.data.datasets import load_dataset, available_datasets

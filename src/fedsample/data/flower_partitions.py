@@ -5,7 +5,7 @@ A partition comes back from Flower as a ``datasets.Dataset`` of rows, not as row
 partitioners reorder their dataset first (ShardPartitioner sorts it by label). So the dataset is given to the
 partitioner with one extra column, :data:`ROW_ID` (0..n−1), and each partition's rows are read back from it.
 ``flwr_datasets`` is imported only here, only when called, with Flower's telemetry off unless the user set
-``FLWR_TELEMETRY_ENABLED=1`` (:func:`fedsample.telemetry.quiet_flower`, called by ``hf_datasets()`` first).
+``FLWR_TELEMETRY_ENABLED=1`` (:func:`fedsample.runtime.telemetry.quiet_flower`, called by ``hf_datasets()`` first).
 """
 
 from __future__ import annotations

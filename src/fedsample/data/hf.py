@@ -3,7 +3,7 @@ local csv/parquet/json/imagefolder file read by ``datasets.load_dataset``) turne
 :class:`~fedsample.data.types.Dataset`.
 
 Nothing is downloaded: unless the user has set them, ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE`` are set
-to 1 (and the Hub's and Flower's telemetry off: :func:`fedsample.telemetry.quiet_flower`) before ``datasets``
+to 1 (and the Hub's and Flower's telemetry off: :func:`fedsample.runtime.telemetry.quiet_flower`) before ``datasets``
 is used, so a Hub name that is not in the local cache
 is one error line at once rather than a wait for network time-outs. ``datasets`` is imported only here, only
 when called.
@@ -20,14 +20,14 @@ import numpy as np
 from fedsample.data.types import Dataset, Task
 
 __all__ = ["COLUMN_PREFIX", "EXTRA", "from_hf", "hf_datasets", "load_hf"]
-from fedsample.telemetry import quiet_flower
+from fedsample.runtime.telemetry import quiet_flower
 
 EXTRA = "pip install 'fedsample[hf]'"
 """How to install what this module needs (named in its ImportError)."""
 FORMATS = ("csv", "parquet", "json", "imagefolder")  # datasets' packaged builders for local files
 COLUMN_PREFIX = "column:"  #: meta[COLUMN_PREFIX + name]: a kept per-row column (natural ids, for partitioners)
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-_QUIET = {"HF_HUB_DISABLE_TELEMETRY": "1"}  # and Flower's (fedsample.telemetry.quiet_flower)
+_QUIET = {"HF_HUB_DISABLE_TELEMETRY": "1"}  # and Flower's (fedsample.runtime.telemetry.quiet_flower)
 
 
 _offline_is_ours: bool | None = None  # decided once per process, at the first call

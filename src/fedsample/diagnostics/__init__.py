@@ -5,7 +5,7 @@ Names load on first use, so the command line's parser stays cheap."""
 
 from __future__ import annotations
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __all__ = ["Diagnosis", "diagnose", "write_diagnosis"]
 

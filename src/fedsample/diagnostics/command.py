@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
     from fedsample.experiments.plan import Plan
     from fedsample.messages import Params
-    from fedsample.warned import Warned
+    from fedsample.runtime.warned import Warned
 
 __all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_check"]
 
@@ -74,14 +74,14 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def command_diagnose(args: argparse.Namespace) -> None:
     """``fedsample diagnose``: measure each strategy's sampling at a fixed model and write the report."""
-    from fedsample.warned import once_per_kind
+    from fedsample.runtime.warned import once_per_kind
 
-    with once_per_kind() as warned:  # each warning once, counted, kept in diagnostics.json (fedsample.warned)
+    with once_per_kind() as warned:  # each warning once, counted, kept in diagnostics.json (fedsample.runtime.warned)
         _diagnose(args, warned)
 
 
 def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
-    from fedsample.device import use_threads
+    from fedsample.runtime.device import use_threads
     from fedsample.diagnostics.gradients import DEFAULT_SKETCH_DIM
     from fedsample.diagnostics.measure import diagnose
     from fedsample.diagnostics.report import check_diagnosis_folder, summary_table, write_diagnosis
@@ -153,7 +153,7 @@ def diagnosis_memory(rows: int, parameters: int, strategies: int, draws: int, sk
 
 def check_memory(plan: Plan, fed: FederatedData, strategies: int, draws: int, sketch_dim: int) -> None:
     """Refuse a diagnosis that cannot fit in the memory available, before it starts (one line)."""
-    from fedsample.memory import check_fits
+    from fedsample.runtime.memory import check_fits
     from fedsample.simulation import build_module
 
     parameters = sum(p.numel() for p in build_module(plan.model, fed).parameters())

@@ -146,7 +146,7 @@ def diagnose(
     ``jobs`` > 1 measures the strategies in that many worker processes (forked after the gradient basis is
     computed, so they share it); each strategy's draws depend only on ``seed``, so the results are the same for any
     number of workers. The workers' warnings are passed on to this process's ``warnings.showwarning`` (a run's
-    :class:`fedsample.warned.Warned` counts them once per kind). ``progress(label, result)`` is called as each
+    :class:`fedsample.runtime.warned.Warned` counts them once per kind). ``progress(label, result)`` is called as each
     strategy finishes, ``advance(draws)`` as draws are made (a progress bar)."""
     if rounds < MIN_DRAWS:
         raise ValueError(f"diagnose: rounds must be >= {MIN_DRAWS}, got {rounds}")

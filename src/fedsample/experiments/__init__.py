@@ -1,6 +1,6 @@
 """Experiments: TOML configs, presets, the runner and its reports."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __all__ = ["config", "execute", "grid", "plan", "presets", "report", "runner", "stats", "timing", "validation"]
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from fedsample.device import resolve_device, use_threads
+from fedsample.runtime.device import resolve_device, use_threads
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.rounds import FederationLost

@@ -26,7 +26,7 @@ from fedsample.experiments.stats import best_round, metric_table
 from fedsample.experiments.timing import TIMING_FILE, record_wall_time
 from fedsample.simulation import Backend, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
-from fedsample.warned import Warned, once_per_kind
+from fedsample.runtime.warned import Warned, once_per_kind
 
 __all__ = [
     "METRICS", "check_output_folder", "check_run_settings", "checkpoint_path", "failures", "finite_or_none", "run_experiment",
@@ -119,9 +119,9 @@ def run_experiment(
     split, write results.json, summary.md and the plots, and then record this invocation's wall time in
     timing.json (:mod:`fedsample.experiments.timing`; a resumed invocation adds to the record there); returns the
     results.json document (with ``warnings``: each kind raised up to the results, shown once, and its count,
-    :mod:`fedsample.warned`) and the raw results of each label (its selected value's runs). With ``tracking`` each
+    :mod:`fedsample.runtime.warned`) and the raw results of each label (its selected value's runs). With ``tracking`` each
     run is a tracked run, and a run named "summary" holds the experiment's result files."""
-    with once_per_kind() as warned:  # each warning once, counted, kept in results.json (fedsample.warned)
+    with once_per_kind() as warned:  # each warning once, counted, kept in results.json (fedsample.runtime.warned)
         return _run_experiment(plan, out, resume, overwrite, checkpoint_every, progress, backend, on_failure, options, device,
                                jobs, only, threads, tracking, warned)
 

@@ -1,6 +1,6 @@
 """Federations run client procedures on chosen clients and return their reports."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 from fedsample.federation.base import Federation
 from fedsample.federation.simulator import Simulator

@@ -41,8 +41,8 @@ from torch import nn
 
 from fedsample import checks
 from fedsample.data.types import FederatedData
-from fedsample.device import use_threads
-from fedsample.heap import freeze_heap
+from fedsample.runtime.device import use_threads
+from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import ClientShard, ShardedReports, in_cohort_order
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
@@ -230,7 +230,7 @@ def serve(fd: int) -> None:
         held = [_receive_rows(conn, start["rows"], shape, dtype) for shape, dtype in start["shapes"]]
         shard = shard_holding(start["skeleton"], held[0], held[1], start["offsets"])
         worker = ClientShard(shard, start["module"], start["seed"], start["memory_budget"], start["engine"])
-        freeze_heap()  # torch's, the rows' and the engine's objects out of every collection (fedsample.heap)
+        freeze_heap()  # torch's, the rows' and the engine's objects out of every collection (fedsample.runtime.heap)
     except (EOFError, OSError):
         return
     except BaseException as error:  # noqa: BLE001 - said to the server, which raises it

@@ -37,8 +37,8 @@ import numpy as np
 from fedsample.client import UPDATE_PROCEDURES
 from fedsample.messages import payloads_for
 from fedsample.data.types import FederatedData
-from fedsample.device import use_threads
-from fedsample.heap import freeze_heap
+from fedsample.runtime.device import use_threads
+from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
     ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
@@ -46,7 +46,7 @@ from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summa
 from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET
-from fedsample.telemetry import quiet_ray
+from fedsample.runtime.telemetry import quiet_ray
 
 quiet_ray()  # before Ray starts any process: no usage report to usage-stats.ray.io unless the user opted in
 
@@ -78,7 +78,7 @@ class RayClientShard(ClientShard):
     def __init__(self, shard: FederatedData, module: nn.Module, seed: int, memory_budget: int, threads: int) -> None:
         use_threads(threads)
         super().__init__(shard, module, seed, memory_budget)
-        freeze_heap()  # the actor's objects out of every collection (fedsample.heap)
+        freeze_heap()  # the actor's objects out of every collection (fedsample.runtime.heap)
 
     def node(self) -> str:
         """The Ray node this actor runs on."""

@@ -20,7 +20,7 @@ from fedsample import client as procedures
 from fedsample import checks
 from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
-from fedsample.device import torch_threads
+from fedsample.runtime.device import torch_threads
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
 from fedsample.federation.summed import RunningSum

@@ -52,7 +52,7 @@ from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, Siz
 from fedsample import client as procedures
 from fedsample.client import empty_report, statistical_utilities
 from fedsample.data.types import FederatedData
-from fedsample.device import free_memory
+from fedsample.runtime.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng

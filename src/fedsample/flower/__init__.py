@@ -3,15 +3,15 @@
 ``FlowerFederation`` carries ``report_size``, ``probe`` and ``train`` as Flower messages (Message API, a
 ServerApp's ``Grid``), so ``Strategy.round`` runs unchanged; ``client_app()`` serves the procedures on a
 node's own data; ``server_app()`` runs a recipe for some rounds. The core of fedsample never imports this.
-Flower's telemetry and update check are switched off before flwr is imported (:mod:`fedsample.telemetry`;
+Flower's telemetry and update check are switched off before flwr is imported (:mod:`fedsample.runtime.telemetry`;
 ``FLWR_TELEMETRY_ENABLED=1`` set by the user turns telemetry back on).
 """
 
-from fedsample.telemetry import quiet_flower
+from fedsample.runtime.telemetry import quiet_flower
 
 quiet_flower()  # before any flwr import below: flwr reads FLWR_TELEMETRY_ENABLED once, at import
 
-from fedsample import lazy  # noqa: E402
+from fedsample.runtime import lazy  # noqa: E402
 
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.federation import FlowerFederation, discover_nodes  # noqa: E402

@@ -8,7 +8,7 @@ BatchNorm running statistics). ``docs/models.md`` lists them with their paramete
 
 from __future__ import annotations
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 import dataclasses
 from typing import Any

@@ -18,7 +18,7 @@
 The names used most are importable from here (``fs.privacy.alpha_for``, ``fs.privacy.UpdateNoise``, ...).
 """
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 from fedsample.privacy.ledger import Accounting
 from fedsample.privacy.noise import PerExampleNoise, UpdateNoise

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from fedsample.memory import check_fits, check_int64
+from fedsample.runtime.memory import check_fits, check_int64
 from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 

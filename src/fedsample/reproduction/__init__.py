@@ -1,6 +1,6 @@
 """Reproducing the papers' tables: claims as data (:mod:`.spec`), one module per paper (:mod:`.papers`)."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __all__ = [
     "collect", "command", "consistency", "environment", "isfedavg_msd", "papers", "rederive", "registry", "rows",

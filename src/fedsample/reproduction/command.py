@@ -97,7 +97,7 @@ def chosen(names: Sequence[str], only: Sequence[str], paper: Paper, profile: str
 
 def select(args: argparse.Namespace) -> Selection:
     """Check every argument and build every config before anything runs or is written."""
-    from fedsample.device import resolve_device
+    from fedsample.runtime.device import resolve_device
 
     if args.paper is None:
         raise ValueError("name a paper (fedsample reproduce --list shows them)")

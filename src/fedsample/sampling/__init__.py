@@ -1,6 +1,6 @@
 """Sampling: designs with inclusion probabilities, client samplers and data samplers."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 from fedsample.sampling import design
 

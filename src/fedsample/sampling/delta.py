@@ -299,7 +299,7 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
     leaves them unchanged)."""
     if zero:
         ctx.log["sampler_zero_score_clients"] = zero
-        # one text for every round (the count is in the record), so a run shows it once (fedsample.warned)
+        # one text for every round (the count is in the record), so a run shows it once (fedsample.runtime.warned)
         warnings.warn("DELTA: clients with score 0 cannot be drawn (how many, per round: the record's "
                       "sampler_zero_score_clients); the aggregate leaves their updates out (biased unless those are zero)",
                       RuntimeWarning, stacklevel=3)

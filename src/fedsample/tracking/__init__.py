@@ -7,7 +7,7 @@ Names load on first use."""
 
 from __future__ import annotations
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 _HOME = {
     "Tracker": "base", "TrackerGroup": "base", "MissingExtra": "base", "numeric_metrics": "base", "require": "base",

@@ -1,6 +1,6 @@
 """Local solvers, aggregators and server optimizers."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __all__ = ["aggregate", "dtypes", "functional", "layout", "local", "random_layers", "schedule", "server"]
 

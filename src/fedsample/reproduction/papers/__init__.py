@@ -1,6 +1,6 @@
 """One module per paper, each defining ``PAPER`` (a :class:`fedsample.reproduction.spec.Paper`)."""
 
-from fedsample import lazy
+from fedsample.runtime import lazy
 
 __all__ = ["fedsampling", "fedstas", "isfedavg", "iwds"]
 

@@ -7,11 +7,12 @@ field by field with the run being resumed and refuses, naming the fields that di
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedsample.data.types import FederatedData
+if TYPE_CHECKING:  # a type only: runtime/ imports nothing of fedsample's domain
+    from fedsample.data.types import FederatedData
 
 __all__ = ["differences", "run_fingerprint"]
 

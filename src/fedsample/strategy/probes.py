@@ -1,0 +1,67 @@
+"""The federation as a strategy's parts see it during a round (:class:`_CheckedProbes`: probe replies checked,
+every client asked noted), and :class:`RoundFailed`, raised when nothing usable arrived in a phase of the round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedsample import validate
+from fedsample.federation.base import Federation
+from fedsample.federation.faults import lost_to_faults
+from fedsample.messages import ProbeRequest
+from fedsample.rounds import ReplyList, replies_of
+
+__all__ = ["RoundFailed"]
+
+
+class RoundFailed(Exception):
+    """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
+
+
+LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
+
+
+class _CheckedProbes:
+    """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
+    every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
+    adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
+    diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
+    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
+    the parts ask (:meth:`contacted`)."""
+
+    def __init__(self, inner: Federation) -> None:
+        self.inner = inner
+        self._asked: np.ndarray | None = None  # one flag per client, set when the parts ask it anything
+
+    @property
+    def num_clients(self) -> int:
+        return self.inner.num_clients
+
+    def contacted(self, cohort: np.ndarray) -> int:
+        """How many distinct clients the round asked anything: the parts' size queries and probes, and the cohort."""
+        asked = np.zeros(self.num_clients, dtype=bool) if self._asked is None else self._asked.copy()
+        asked[np.asarray(cohort, dtype=np.int64)] = True
+        return int(np.count_nonzero(asked))
+
+    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+        if self._asked is None:
+            self._asked = np.zeros(self.num_clients, dtype=bool)
+        self._asked[np.asarray(client_ids, dtype=np.int64)] = True
+        replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
+        if procedure == "probe":
+            partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
+            if partial and all(lost_to_faults(reply) for reply in replies):
+                raise RoundFailed("every probe was lost")
+            for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+                if partial and lost_to_faults(reply):
+                    continue
+                problem = validate.probe_problem(reply)
+                if problem is not None:  # a lost probe and an empty client's say why; any other adds the likely cause
+                    hint = (LOST_PROBE if lost_to_faults(reply) else  # dropped out or too late: not the model's doing
+                            "" if problem.no_samples else  # an empty client (fedsample.client.probe)
+                            "; a non-finite probe usually means the model diverged (lower the learning rate)")
+                    raise ValueError(f"client {k}'s probe is unusable ({problem.reason}){hint}")
+        return replies
