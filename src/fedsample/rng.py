@@ -314,7 +314,7 @@ class Blocks:
         first = np.cumsum(self.counts) - self.counts
         return _read_only(np.arange(len(self.owner), dtype=np.int64) - first[self.owner])
 
-    def on(self, device: "torch.device") -> "torch.Tensor":
+    def on(self, device: "torch.device | str") -> "torch.Tensor":
         """The counts as an int64 tensor on ``device``, copied there once (kept for the next call on that device)."""
         import torch
 
@@ -403,7 +403,7 @@ class CohortRandom:
         conversion to floats); on a device only those positions come back. ``counts`` given as :class:`Blocks`
         (kept from round to round) saves the per-client arithmetic: the same words, from the blocks' offsets."""
         blocks = counts if isinstance(counts, Blocks) else None
-        counts = np.asarray(counts.counts if blocks is not None else counts, dtype=np.int64)
+        counts = np.asarray(blocks.counts if blocks is not None else counts, dtype=np.int64)
         if self.device is None:
             bound = words_below(threshold)
             if bound >> 64:  # every draw is below it
