@@ -135,8 +135,8 @@ def weighted_second_moment(grad_norms: np.ndarray, p: np.ndarray) -> float:
 
 def empty_report(params: Params) -> TrainReport:
     """The reply of a client whose plan drew no sample: the same fields and shapes as any other reply, with a
-    zero update, no step and zero loss (aggregators leave it out; a secure sum adds zero)."""
-    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None)
+    zero update, no step, no row trained and zero loss (aggregators leave it out; a secure sum adds zero)."""
+    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None, rows_trained=0)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:
@@ -152,7 +152,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-            samples=len(sample) if reports_count(payload.plan) else None,
+            samples=len(sample) if reports_count(payload.plan) else None, rows_trained=getattr(result, "rows_trained", None),
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))

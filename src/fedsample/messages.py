@@ -209,7 +209,10 @@ class TrainReport:
     self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
     :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and, only when the payload asks for it
     (``utility``), Oort's statistical utility |B| sqrt(mean_{s in B} loss_s^2) of its drawn sample B at the received
-    parameters (:func:`fedsample.client.statistical_utilities`)."""
+    parameters (:func:`fedsample.client.statistical_utilities`). ``rows_trained``: the rows its local steps read,
+    with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
+    :func:`fedsample.budget.realised_samples`); None where the solver does not say, and in a noised reply, which
+    withholds it like the loss and the steps."""
 
     update: Params
     steps: int
@@ -217,6 +220,7 @@ class TrainReport:
     norm_steps: float | None = None
     samples: int | None = None
     utility: float | None = None
+    rows_trained: int | None = None
 
 
 @dataclass

@@ -55,6 +55,10 @@ __all__ = [
 MOMENTUM = reals(0, 1, "[)")
 LR_DECAY = reals(0, 1, "(]")
 
+#: A local minibatch: a count, or "all" (None from Python): each client's whole drawn sample as one batch.
+Batch = int | Literal["all"] | None
+BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (each client's whole drawn sample; None from Python)")
+
 #: The recipes' parameter names, one per concept, and what each admits (docs/parameters.md lists them with
 #: their old names and the papers' symbols). A recipe checks every argument it was given against this table.
 PARAMETERS: dict[str, checks.Spec] = {
@@ -64,7 +68,7 @@ PARAMETERS: dict[str, checks.Spec] = {
     "server_lr": Param(*SERVER_LR.constraints, label="server_lr (the server's learning rate)"),
     "epochs": [COUNT, None],
     "steps": [COUNT, None],
-    "batch_size": [COUNT, None],
+    "batch_size": BATCH,
     "local_momentum": MOMENTUM,
     "server_momentum": MOMENTUM,
     "weight_decay": NON_NEGATIVE,
@@ -112,13 +116,18 @@ def _recipe(
 
 
 def _local_sgd(
-    lr: float, epochs: int | None, steps: int | None, batch_size: int | None, local_momentum: float = 0.0,
+    lr: float, epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float = 0.0,
     weight_decay: float = 0.0, prox_mu: float = 0.0, lr_decay: float = 1.0,
 ) -> LocalSGD:
     return LocalSGD(
-        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=batch_size, momentum=local_momentum,
+        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=minibatch(batch_size), momentum=local_momentum,
         weight_decay=weight_decay, prox_mu=prox_mu, lr_decay=lr_decay,
     )
+
+
+def minibatch(batch_size: Batch) -> int | None:
+    """The solver's minibatch: a count as it is, "all" as None (the whole drawn sample, :class:`LocalSGD`)."""
+    return None if batch_size == "all" else batch_size
 
 
 ClientSampling = Literal["uniform", "weighted"]
@@ -161,7 +170,7 @@ def _federated(
 
 def _fedopt(
     name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, lr: float,
-    epochs: int | None, steps: int | None, batch_size: int | None, local_momentum: float, weight_decay: float,
+    epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float, weight_decay: float,
     lr_decay: float, client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0,
     aggregate: Callable[..., Any] = WeightedMean,
 ) -> Strategy:
@@ -173,7 +182,7 @@ def _fedopt(
 @_recipe()
 def fedavg(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -190,7 +199,7 @@ def fedavg(
 @_recipe()
 def weighted_fedavg(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
@@ -338,7 +347,7 @@ def centralized(*, samples_per_round: int = 2048, lr: float = 0.05, steps: int =
 @_recipe(aliases={"mu": "prox_mu"})
 def fedprox(
     *, prox_mu: float = 0.01, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -355,7 +364,7 @@ def fedprox(
 @_recipe(aliases={"mu": "prox_mu"})
 def fednova(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, prox_mu: float = 0.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -373,7 +382,7 @@ def fednova(
 def fedavgm(
     *, server_momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int | None = None,
     samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- beta*v + Delta, w <- w - server_lr*v
@@ -390,7 +399,7 @@ def fedavgm(
 def fedadam(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -408,7 +417,7 @@ def fedadam(
 def fedyogi(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -425,7 +434,7 @@ def fedyogi(
 def fedadagrad(
     *, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int | None = None,
     samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
@@ -444,7 +453,7 @@ Aggregation = Literal["unbiased", "paper", "size"]
 @_recipe(aliases={"m": "clients_per_round"})
 def fedsts(
     *, H: int = 10, clients_per_round: int | None = None, samples_per_round: int | None = None, dim: int = 9,
-    compression: Compression = "squeeze", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
+    compression: Compression = "squeeze", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -464,7 +473,7 @@ def fedsts(
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None
     return Strategy(
-        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
+        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=minibatch(batch_size)),
         aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
     )
 
@@ -478,7 +487,7 @@ def fedstas(
     *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None,
     samples_fraction: float | None = None, dim: int = 9,
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
-    draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
+    draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -633,7 +642,7 @@ def isfedavg(
 
 
 def _fedavg_choosing(
-    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: int | None,
+    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: Batch,
     local_momentum: float, weight_decay: float, lr_decay: float, server_lr: float, data: Any,
 ) -> Strategy:
     """FedAvg (local SGD, the size-weighted mean or the mean over draws, :func:`fedavg`) with the client sampler
@@ -647,7 +656,7 @@ def _fedavg_choosing(
 def clustered_sampling(
     *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
     linkage_input: LinkageInput = "embedded", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with clustered sampling (Fraboni et al., ICML 2021): ``clients_per_round`` (the paper's m, alias ``m``)
@@ -670,7 +679,7 @@ def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def optimal_sampling(
     *, clients_per_round: int = 10, rule: Rule = "exact", j_max: int = DEFAULT_J_MAX, objective: Objective = "size",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022): every client trains (local SGD) and keeps its
@@ -690,7 +699,7 @@ def optimal_sampling(
 def delta(
     *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
     objective: Objective = "size", score_weights: ScoreWeights = "objective", lr: float = 0.05, epochs: int | None = 1,
-    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
     lr_decay: float = 1.0, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
 ) -> Strategy:
     """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
@@ -719,7 +728,7 @@ def delta(
 @_recipe(aliases={"m": "clients_per_round", "d": "candidates", "b": "minibatch"}, clients_per_round=COUNT)
 def power_of_choice(
     *, clients_per_round: int = 10, candidates: int = 20, variant: PowerOfChoiceVariant = "pow-d", minibatch: int | None = None,
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with power-of-choice selection (Cho, Wang & Joshi, AISTATS 2022): ``candidates`` (d) clients drawn
@@ -737,7 +746,7 @@ def power_of_choice(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
     *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
@@ -753,7 +762,7 @@ def fedcbs(
 def fedcor(
     *, clients_per_round: int = 10, warmup: int = 10, rank: int = 5, discount: float = 0.9, refit_every: int | None = None,
     forget: float = 1.0, objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with FedCor selection (Tang et al., CVPR 2022): ``warmup`` rounds of m clients at random, then m chosen
@@ -767,7 +776,7 @@ def fedcor(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def divfl(
     *, clients_per_round: int = 10, metric: Metric = "l2", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with DivFL selection (Balakrishnan et al., ICLR 2022): the m clients of greedy facility location on the
@@ -781,7 +790,7 @@ def divfl(
 def oort(
     *, clients_per_round: int = 10, exploration: float = 0.9, exploration_decay: float = 0.98, exploration_floor: float = 0.2,
     cutoff: float = 0.95, staleness: bool = True, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Oort's selection by statistical utility (Lai et al., OSDI 2021; no system-time model): a fraction

@@ -294,6 +294,11 @@ class SealedReplies(ReplyList):
             raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
         return self._drawn
 
+    def rows_trained(self) -> None:
+        """Unknown: a sealed reply's rows trained are not read, nor summed into the secure sum (the realised budget
+        of a secure-summed client sampler is not recorded; FedSampling's comes from its drawn count)."""
+        return None
+
     def numbers(self) -> None:
         """Sealed replies are updates, never numbers the server can read."""
         return None
