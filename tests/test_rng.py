@@ -195,7 +195,7 @@ def test_draws_over_kept_blocks_equal_the_plain_pass(p):
     plan = BernoulliSamples(p)
     for round in (0, 1, 2):
         plain = plan.draw_cohort(sizes, CohortRandom(9, round, ids, "train"))
-        kept = plan.draw_cohort(blocks, CohortRandom(9, round, ids, "train"))
+        kept = plan.draw_blocks(blocks, CohortRandom(9, round, ids, "train"))
         np.testing.assert_array_equal(kept[0], plain[0])
         np.testing.assert_array_equal(kept[1], plain[1])
     assert (len(plain[0]) == 0) == (p == 0.0) and (len(plain[0]) == sizes.sum()) == (p == 1.0)

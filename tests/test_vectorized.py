@@ -230,3 +230,33 @@ def test_fedsampling_rounds_with_the_draws_on_a_device_equal_the_host_draws(setu
     assert host_logs == device_logs and host_logs[1]["samples"] > 0
     assert device_blocks._on_device is not None and device_blocks._on_device[1].device.type == "cpu"
     assert host_blocks._on_device is None and host_blocks.same_counts(fed.sizes())
+
+
+def test_a_cohort_plan_without_a_kept_layout_draw_gets_the_sizes(fed, setup):
+    """A plan that declares only ``draw_cohort`` (a user's :class:`~fedsample.parts.CohortPlan`) is handed the
+    cohort's sizes as an array, as before; the library's plan draws the same rows over the engine's kept layout
+    (``draw_blocks``)."""
+    seen = []
+
+    @dataclass(frozen=True)
+    class OwnBernoulli:
+        def draw(self, ctx, rng):
+            return BernoulliSamples(0.5).draw(ctx, rng)
+
+        def sampling_design(self):
+            return BernoulliSamples(0.5).sampling_design()
+
+        def draw_cohort(self, sizes, rng):
+            seen.append(type(sizes))
+            return BernoulliSamples(0.5).draw_cohort(sizes, rng)
+
+        def stream_reads(self, sizes):
+            return np.asarray(sizes, dtype=np.int64)
+
+    sim = VectorizedSimulator(fed, setup[0], seed=0)
+    ids = np.arange(fed.num_clients)
+    own, _ = sim.draw_cohort(ids, OwnBernoulli(), 2)
+    library, _ = sim.draw_cohort(ids, BernoulliSamples(0.5), 2)
+    assert seen == [np.ndarray] and sim._blocks is not None and len(own.member) > 0
+    np.testing.assert_array_equal(own.member, library.member)
+    np.testing.assert_array_equal(own.position, library.position)

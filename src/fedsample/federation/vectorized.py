@@ -240,7 +240,7 @@ class VectorizedSimulator(Simulator):
         else client by client."""
         sizes = self.sizes[ids]
         if isinstance(plan, parts.CohortPlan):
-            member, position = self._cohort_draw(plan, self.blocks(sizes), CohortRandom(self.seed, round, ids, "train", self._draw_device))
+            member, position = self._cohort_draw(plan, sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
             return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, "train", plan.stream_reads(sizes))
         rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
         return DrawnCohort.of([plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)]), rngs
@@ -253,16 +253,17 @@ class VectorizedSimulator(Simulator):
             self._blocks = Blocks(sizes)
         return self._blocks
 
-    def _cohort_draw(self, plan: parts.CohortPlan, blocks: Blocks, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+    def _cohort_draw(self, plan: parts.CohortPlan, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
         """``(member, position)`` of the cohort's draw: where the streams are on a device and the plan draws there
         (``draw_cohort_on_device``, :class:`~fedsample.sampling.data.BernoulliSamples`), on the device from the sizes
-        kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host over the kept
-        layout. The same numbers either way (the streams' bits are the same on every device)."""
-        on_device = getattr(plan, "draw_cohort_on_device", None)
-        if rng.device is None or on_device is None:
-            return plan.draw_cohort(blocks, rng)
-        member, position = on_device(blocks.on(rng.device), rng)
-        return member.cpu().numpy(), position.cpu().numpy()
+        kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host, over the kept
+        layout where the plan offers that (``draw_blocks``), or from the sizes. The same numbers every way (the
+        streams' bits are the same on every device)."""
+        on_device, over_blocks = getattr(plan, "draw_cohort_on_device", None), getattr(plan, "draw_blocks", None)
+        if rng.device is not None and on_device is not None:
+            member, position = on_device(self.blocks(sizes).on(rng.device), rng)
+            return member.cpu().numpy(), position.cpu().numpy()
+        return plan.draw_cohort(sizes, rng) if over_blocks is None else over_blocks(self.blocks(sizes), rng)
 
     def _rows(self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> np.ndarray:
         """Rows of the simulator's training tensors (kept in client order) of every schedule entry."""

@@ -46,10 +46,12 @@ class AllSamples:
         """Every record."""
         return Census()
 
-    def draw_cohort(self, sizes: "np.ndarray | Blocks", rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples (the
-        layout of their :class:`~fedsample.rng.Blocks`)."""
-        blocks = sizes if isinstance(sizes, Blocks) else Blocks(sizes)
+    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples."""
+        return self.draw_blocks(Blocks(sizes), rng)
+
+    def draw_blocks(self, blocks: Blocks, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`draw_cohort` over a kept layout: the layout itself (every sample's owner and position)."""
         return blocks.owner, blocks.within
 
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
@@ -75,19 +77,21 @@ class BernoulliSamples:
         """Each record independently with probability p."""
         return Poisson(float(self.p))
 
-    def draw_cohort(self, sizes: "np.ndarray | Blocks", rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+    def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
         """Every client's :meth:`draw` in one numpy pass: ``(member, position)`` of each kept sample, i.e. the
         cohort member that keeps it and its position in that client's data (the same draws as each client
-        drawing alone with its ClientRandom). ``sizes`` as :class:`~fedsample.rng.Blocks` kept from round to
-        round: the members and positions are read from their layout at the kept positions only."""
-        if isinstance(sizes, Blocks):
-            kept = rng.ragged_below(sizes, self.p)
-            return sizes.owner[kept], sizes.within[kept]
+        drawing alone with its ClientRandom)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         kept = rng.ragged_below(sizes, self.p)
         ends = np.cumsum(sizes)
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
+
+    def draw_blocks(self, blocks: Blocks, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`draw_cohort` over a layout kept from round to round (:class:`~fedsample.rng.Blocks` of the
+        sizes): the same draws, the members and positions read from the layout at the kept positions only."""
+        kept = rng.ragged_below(blocks, self.p)
+        return blocks.owner[kept], blocks.within[kept]
 
     def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
         """:meth:`draw_cohort` with the cohort's arrays kept on ``rng``'s device (a :class:`CohortRandom` built
