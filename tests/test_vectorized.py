@@ -260,3 +260,28 @@ def test_a_cohort_plan_without_a_kept_layout_draw_gets_the_sizes(fed, setup):
     assert seen == [np.ndarray] and sim._blocks is not None and len(own.member) > 0
     np.testing.assert_array_equal(own.member, library.member)
     np.testing.assert_array_equal(own.position, library.position)
+
+
+@pytest.mark.parametrize("solver", ["one_gradient_K", "sgd_steps_full_batch", "sgd_epochs"])
+def test_a_federation_is_freed_with_its_last_reference(fed, setup, solver):
+    """No reference cycle holds the federation (and its copy of the training rows): once the caller drops it and the
+    replies, it is freed at once, with the garbage collector off, after its updates were read (a cycle kept every
+    finished run's federation in an experiment's worker process until a full collection: 4.5 GB after 33 runs of
+    fedsampling-fmnist-shards, benchmarks/README.md)."""
+    import gc
+    import weakref
+
+    module, params = setup
+    payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS[solver], round=0)
+    gc.collect()
+    gc.disable()
+    try:
+        sim = VectorizedSimulator(fed, module, seed=5)
+        reports = sim.run("train", np.arange(10), payload, 0)
+        assert all(reports[int(i)].update is not None for i in reports.received_positions())
+        assert reports.weighted_update_sum(reports.received_positions(), np.ones(len(reports.received_positions()))) is not None
+        gone = weakref.ref(sim)
+        del sim, reports
+        assert gone() is None
+    finally:
+        gc.enable()
