@@ -314,6 +314,13 @@ class Blocks:
         first = np.cumsum(self.counts) - self.counts
         return _read_only(np.arange(len(self.owner), dtype=np.int64) - first[self.owner])
 
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        """(within + 1) * GAMMA modulo 2^64: what each flat position's draw adds to its client's stream."""
+        z = (self.within + 1).astype(np.uint64)
+        z *= np.uint64(_GAMMA)
+        return _read_only(z)
+
     def on(self, device: "torch.device | str") -> "torch.Tensor":
         """The counts as an int64 tensor on ``device``, copied there once (kept for the next call on that device)."""
         import torch
@@ -322,15 +329,9 @@ class Blocks:
             self._on_device = (device, torch.as_tensor(self.counts, device=device))
         return self._on_device[1]
 
-    @cached_property
-    def offsets(self) -> np.ndarray:
-        """(within + 1) * GAMMA modulo 2^64: what each flat position's draw adds to its client's stream."""
-        z = (self.within + 1).astype(np.uint64)
-        z *= np.uint64(_GAMMA)
-        return _read_only(z)
-
 
 def _read_only(values: np.ndarray) -> np.ndarray:
+    """``values`` made read-only (returned): a kept layout is shared by every round that reads it."""
     values.flags.writeable = False
     return values
 
