@@ -326,7 +326,7 @@ class Blocks:
         import torch
 
         if self._on_device is None or self._on_device[0] != device:
-            self._on_device = (device, torch.as_tensor(self.counts, device=device))
+            self._on_device = (device, torch.tensor(self.counts, device=device))  # a copy: the counts are read-only
         return self._on_device[1]
 
 
