@@ -117,19 +117,22 @@ def best_of(call: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
     return min(times)
 
 
-def paired_ratios(a: Callable[[], object], b: Callable[[], object], pairs: int = 60) -> np.ndarray:
+def paired_ratios(a: Callable[[], object], b: Callable[[], object], pairs: int = 60,
+                  clock: Callable[[], float] = time.perf_counter) -> np.ndarray:
     """time(``a``) / time(``b``) of ``pairs`` alternations, each pair timed back to back so that both see the same
-    machine load (after one untimed call of each); in smoke mode one pair."""
+    machine load (after one untimed call of each); in smoke mode one pair. ``clock``: wall time by default;
+    ``time.thread_time`` gives the calling thread's CPU time, which a loaded machine's descheduling does not
+    lengthen (for work that runs on that one thread: one torch thread, numpy without threads)."""
     if SMOKE:
         pairs = 1
     a(), b()
     ratios = []
     for _ in range(pairs):
-        t0 = time.perf_counter()
+        t0 = clock()
         a()
-        t1 = time.perf_counter()
+        t1 = clock()
         b()
-        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+        ratios.append((t1 - t0) / (clock() - t1))
     return np.asarray(ratios)
 
 

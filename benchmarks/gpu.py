@@ -10,9 +10,9 @@
   centralized epoch (batch 32) over the same 6,000 samples on the device. Goal <= 0.5.
 - gpu_vs_cpu: the FedSampling CNN round on the CPU ÷ the same round on the device. Goal >= 100.
 - gpu_server_side_1m_clients: size reports, estimate, selection and Bernoulli draws for 10^6 clients.
-  Goal < 0.020 s. Twice: the draws' positions brought back to the host (as the engine's round uses them), and
-  kept on the device as tensors with the sizes held there for the run (``draws kept on the device``:
-  ``BernoulliSamples.draw_cohort_on_device``, the same numbers).
+  Goal < 0.020 s. Twice: the draws' positions brought back to the host, and kept on the device as tensors with
+  the sizes held there for the run (``draws kept on the device``: ``BernoulliSamples.draw_cohort_on_device``, the
+  same numbers; the vectorized engine's round on a CUDA device draws this way, bringing back only the kept rows).
 - vectorized_vs_loop/<recipe>: one round of every recipe, per-client loop ÷ vectorized engine, both on the
   device (10 clients × 6,000 Fashion-MNIST samples, 5 per round where the recipe samples clients, batch 32,
   MLP). Goal >= 1 (the vectorized engine never loses).

@@ -88,6 +88,25 @@ def test_bernoulli_cohort_draw_stays_on_the_gpu_with_the_numpy_numbers():
     np.testing.assert_array_equal(position.cpu().numpy(), host[1])
 
 
+def test_the_engine_draws_a_cohort_on_the_gpu_with_the_host_numbers():
+    """The vectorized engine on CUDA draws FedSampling's cohort there (``VectorizedSimulator._cohort_draw``: the
+    sizes copied to the device once, only the kept rows brought back): the same (member, position) as the CPU
+    engine's draw over its kept layout, in three rounds."""
+    from fedsample.federation.vectorized import VectorizedSimulator
+    from fedsample.sampling.data import BernoulliSamples
+
+    fed = federate(blobs(n=600), [int(n) for n in np.random.default_rng(5).integers(1, 40, 30)])
+    module = MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes)
+    cpu, gpu = VectorizedSimulator(fed, module, seed=4), VectorizedSimulator(fed, module.cuda(), seed=4, device="cuda")
+    ids = np.arange(fed.num_clients)
+    for round in range(3):
+        host, _ = cpu.draw_cohort(ids, BernoulliSamples(0.3), round)
+        device, _ = gpu.draw_cohort(ids, BernoulliSamples(0.3), round)
+        np.testing.assert_array_equal(device.member, host.member)
+        np.testing.assert_array_equal(device.position, host.position)
+    assert gpu._blocks._on_device[1].device.type == "cuda" and cpu._blocks._on_device is None
+
+
 def test_data_and_model_live_on_the_gpu():
     fed = federate(blobs(n=200), [20] * 10)
     module = MLP(hidden=8).build(fed.dataset.input_shape, fed.dataset.num_classes).cuda()

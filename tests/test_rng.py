@@ -181,6 +181,32 @@ def test_bernoulli_cohort_draw_equals_each_client_drawing_alone():
 
 
 @pytest.mark.parametrize("p", [0.0, 1e-4, 0.034, 0.4, 1.0])
+def test_draws_over_kept_blocks_equal_the_plain_pass(p):
+    """The cohort draw over a kept layout (:class:`fedsample.rng.Blocks`, computed once for sizes that do not
+    change) keeps the same (member, position) as the pass from the sizes, bit for bit, in every round (30,000
+    log-normal clients, empty ones among them, ratios from none kept to all); the layout itself is every
+    sample's (member, position) (AllSamples' draw), and it reads the sizes it was built from, not the caller's array."""
+    from fedsample.rng import Blocks
+    from fedsample.sampling.data import AllSamples
+
+    sizes = np.floor(np.random.default_rng(4).lognormal(0.0, 2.0, 30_000)).astype(np.int64)
+    ids = np.arange(2, 2 + 2 * len(sizes), 2, dtype=np.int64)
+    blocks = Blocks(sizes)
+    plan = BernoulliSamples(p)
+    for round in (0, 1, 2):
+        plain = plan.draw_cohort(sizes, CohortRandom(9, round, ids, "train"))
+        kept = plan.draw_blocks(blocks, CohortRandom(9, round, ids, "train"))
+        np.testing.assert_array_equal(kept[0], plain[0])
+        np.testing.assert_array_equal(kept[1], plain[1])
+    assert (len(plain[0]) == 0) == (p == 0.0) and (len(plain[0]) == sizes.sum()) == (p == 1.0)
+    every = AllSamples().draw_cohort(sizes)
+    np.testing.assert_array_equal(every[0], np.repeat(np.arange(len(sizes)), sizes))
+    np.testing.assert_array_equal(every[1], np.concatenate([np.arange(n) for n in sizes]))
+    sizes[0] += 1  # the caller's array changes; the blocks do not
+    assert not blocks.same_counts(sizes) and blocks.same_counts(sizes - np.eye(1, len(sizes), dtype=np.int64)[0])
+
+
+@pytest.mark.parametrize("p", [0.0, 1e-4, 0.034, 0.4, 1.0])
 def test_bernoulli_cohort_draw_on_a_device_equals_the_numpy_pass(p):
     """The device-resident draw (tensors on the cohort's device; here torch's CPU device) keeps the same
     (member, position) as the numpy pass, bit for bit: 30,000 clients of log-normal sizes with empty ones among

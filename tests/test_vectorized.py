@@ -206,6 +206,62 @@ def test_simulate_memory_budget_setting_does_not_change_numbers():
         simulate(make(), fed, MLP(hidden=8), rounds=1, memory_budget=-5)
 
 
+def test_fedsampling_rounds_with_the_draws_on_a_device_equal_the_host_draws(setup):
+    """The engine's cohort draw on a device (``BernoulliSamples.draw_cohort_on_device`` from the sizes kept there,
+    the path a GPU run takes; here torch's CPU device) gives the host pass's rounds bit for bit: three FedSampling
+    rounds (secure sum, steered ratio), the same parameters and the same record; the sizes are copied to the
+    device once (:meth:`fedsample.rng.Blocks.on`), and the host draws reuse one kept layout."""
+    from fedsample.federation.secure_sum import with_secure_sum
+
+    fed = federate(blobs(n=300), [3, 40, 7, 12, 60, 33, 2, 9, 1, 15, 50, 20])  # every client reports a size (>= 1)
+    module, params = setup
+    strategy = recipes.fedsampling(K=40, epsilon=3.0, M=30)
+    runs = []
+    for device in (None, torch.device("cpu")):
+        sim = VectorizedSimulator(fed, module, seed=3)
+        sim._draw_device = device  # what a CUDA simulator sets (the streams and the draws on its device)
+        p, state, logs = params, strategy.init_state(params), []
+        for t in range(3):
+            p, log = strategy.round(with_secure_sum(sim, strategy.secure_sum), p, state, t, 3)
+            logs.append(log)
+        runs.append((p, logs, sim._blocks))
+    (host, host_logs, host_blocks), (device_params, device_logs, device_blocks) = runs
+    assert all(torch.equal(host[k], device_params[k]) for k in host)
+    assert host_logs == device_logs and host_logs[1]["samples"] > 0
+    assert device_blocks._on_device is not None and device_blocks._on_device[1].device.type == "cpu"
+    assert host_blocks._on_device is None and host_blocks.same_counts(fed.sizes())
+
+
+def test_a_cohort_plan_without_a_kept_layout_draw_gets_the_sizes(fed, setup):
+    """A plan that declares only ``draw_cohort`` (a user's :class:`~fedsample.parts.CohortPlan`) is handed the
+    cohort's sizes as an array, as before; the library's plan draws the same rows over the engine's kept layout
+    (``draw_blocks``)."""
+    seen = []
+
+    @dataclass(frozen=True)
+    class OwnBernoulli:
+        def draw(self, ctx, rng):
+            return BernoulliSamples(0.5).draw(ctx, rng)
+
+        def sampling_design(self):
+            return BernoulliSamples(0.5).sampling_design()
+
+        def draw_cohort(self, sizes, rng):
+            seen.append(type(sizes))
+            return BernoulliSamples(0.5).draw_cohort(sizes, rng)
+
+        def stream_reads(self, sizes):
+            return np.asarray(sizes, dtype=np.int64)
+
+    sim = VectorizedSimulator(fed, setup[0], seed=0)
+    ids = np.arange(fed.num_clients)
+    own, _ = sim.draw_cohort(ids, OwnBernoulli(), 2)
+    library, _ = sim.draw_cohort(ids, BernoulliSamples(0.5), 2)
+    assert seen == [np.ndarray] and sim._blocks is not None and len(own.member) > 0
+    np.testing.assert_array_equal(own.member, library.member)
+    np.testing.assert_array_equal(own.position, library.position)
+
+
 @pytest.mark.parametrize("solver", ["one_gradient_K", "sgd_steps_full_batch", "sgd_epochs"])
 def test_a_federation_is_freed_with_its_last_reference(fed, setup, solver):
     """No reference cycle holds the federation (and its copy of the training rows): once the caller drops it and the

@@ -660,7 +660,9 @@ def drawn_count_noise(plan: object) -> float:
 class CohortPlan(DataPlan, Protocol):
     """A plan whose draws for a whole cohort are one pass (every client's own counter-based stream, read in
     bulk): ``draw_cohort`` gives ``(member, position)`` of every kept row, the same rows each client's ``draw``
-    keeps, and ``stream_reads`` how many draws each client's draw reads from its stream."""
+    keeps, and ``stream_reads`` how many draws each client's draw reads from its stream. A plan may also offer
+    ``draw_blocks(blocks, rng)``, the same draw over the layout an engine keeps from round to round for the same
+    sizes (:class:`~fedsample.rng.Blocks`); the vectorized engine uses it where it is there."""
 
     def draw_cohort(self, sizes: np.ndarray, rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
 

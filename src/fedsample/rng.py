@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # torch is imported where a device is used, so numpy-only use
     import torch
 
 __all__ = [
-    "ClientRandom", "CohortRandom", "CohortStreams", "SERVER", "client_rng", "client_streams", "client_streams_torch",
+    "Blocks", "ClientRandom", "CohortRandom", "CohortStreams", "SERVER", "client_rng", "client_streams", "client_streams_torch",
     "generator", "mix64", "mix64_", "mix64_torch", "stream_uniforms", "stream_uniforms_torch", "torch_seed", "uniform_integers",
 ]
 
@@ -283,6 +283,59 @@ class ClientRandom:
         return getattr(self.generator, name)
 
 
+class Blocks:
+    """The flat layout of a cohort's ragged blocks of draws (client c's ``counts[c]`` draws, concatenated in client
+    order), for counts that stay the same from round to round (a population's sizes): computed once, read every
+    round. Flat position j belongs to client ``owner[j]`` and is its draw ``within[j]``, which mixes
+    stream_c + (within[j] + 1) * GAMMA; ``offsets[j]`` is that second term, so a round's draws over all the blocks
+    are one repeat of the clients' streams, one add and one mix (:meth:`CohortRandom.ragged_below`), and the kept
+    positions' (owner, within) two gathers of the kept positions only."""
+
+    def __init__(self, counts: np.ndarray) -> None:
+        self.counts = np.array(counts, dtype=np.int64)  # our own copy, read-only
+        self.counts.flags.writeable = False
+        self._on_device: "tuple[Any, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def same_counts(self, counts: np.ndarray) -> bool:
+        """Whether ``counts`` are these blocks' counts."""
+        return len(counts) == len(self.counts) and bool(np.array_equal(counts, self.counts))
+
+    @cached_property
+    def owner(self) -> np.ndarray:
+        """The client (block) of each flat position."""
+        return _read_only(np.repeat(np.arange(len(self.counts), dtype=np.int64), self.counts))
+
+    @cached_property
+    def within(self) -> np.ndarray:
+        """Each flat position's index within its block (its client's draw number)."""
+        first = np.cumsum(self.counts) - self.counts
+        return _read_only(np.arange(len(self.owner), dtype=np.int64) - first[self.owner])
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        """(within + 1) * GAMMA modulo 2^64: what each flat position's draw adds to its client's stream."""
+        z = (self.within + 1).astype(np.uint64)
+        z *= np.uint64(_GAMMA)
+        return _read_only(z)
+
+    def on(self, device: "torch.device | str") -> "torch.Tensor":
+        """The counts as an int64 tensor on ``device``, copied there once (kept for the next call on that device)."""
+        import torch
+
+        if self._on_device is None or self._on_device[0] != device:
+            self._on_device = (device, torch.tensor(self.counts, device=device))  # a copy: the counts are read-only
+        return self._on_device[1]
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    """``values`` made read-only (returned): a kept layout is shared by every round that reads it."""
+    values.flags.writeable = False
+    return values
+
+
 class CohortRandom:
     """The counter-based streams of many clients in one (seed, round, purpose) cell: the vectorized
     counterpart of :class:`ClientRandom` (draw i of client c here equals the i-th uniform client c reads).
@@ -345,17 +398,27 @@ class CohortRandom:
         z += _MULTIPLES.prefix(len(z))
         return mix64_(z)
 
-    def ragged_below(self, counts: np.ndarray, threshold: float) -> np.ndarray:
+    def ragged_below(self, counts: "np.ndarray | Blocks", threshold: float) -> np.ndarray:
         """Flat positions (into :meth:`ragged`'s concatenation, from draw 0) of the draws below ``threshold``:
         ``np.flatnonzero(self.ragged(counts) < threshold)``, compared as words (:func:`words_below`: no
-        conversion to floats); on a device only those positions come back."""
-        counts = np.asarray(counts, dtype=np.int64)
+        conversion to floats); on a device only those positions come back. ``counts`` given as :class:`Blocks`
+        (kept from round to round) saves the per-client arithmetic: the same words, from the blocks' offsets."""
+        blocks = counts if isinstance(counts, Blocks) else None
+        counts = np.asarray(blocks.counts if blocks is not None else counts, dtype=np.int64)
         if self.device is None:
             bound = words_below(threshold)
             if bound >> 64:  # every draw is below it
                 return np.arange(int(counts.sum()), dtype=np.int64)
-            return np.flatnonzero(self._first_words(counts) < np.uint64(bound))
+            words = self._first_words(counts) if blocks is None else self._block_words(blocks)
+            return np.flatnonzero(words < np.uint64(bound))
         return self.ragged_below_on_device(counts, threshold).cpu().numpy()
+
+    def _block_words(self, blocks: Blocks) -> np.ndarray:
+        """:meth:`_first_words` of ``blocks``' counts: each client's stream repeated over its block plus the
+        blocks' precomputed offsets, mixed."""
+        z = np.repeat(self.streams, blocks.counts)
+        z += blocks.offsets
+        return mix64_(z)
 
     def ragged_below_on_device(self, counts: "np.ndarray | torch.Tensor", threshold: float) -> "torch.Tensor":
         """:meth:`ragged_below`'s positions as an int64 tensor left on the cohort's device (one built with a

@@ -55,7 +55,7 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import free_memory
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
-from fedsample.rng import CohortRandom, CohortStreams, client_rng
+from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
 from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, position_index
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
@@ -90,6 +90,7 @@ class VectorizedSimulator(Simulator):
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
         self._permanent: tuple[tuple, np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
+        self._blocks: Blocks | None = None  # the last cohort draw's layout (the population's, for FedSampling)
 
     # --- the verb ----------------------------------------------------------------------------------
 
@@ -239,10 +240,30 @@ class VectorizedSimulator(Simulator):
         else client by client."""
         sizes = self.sizes[ids]
         if isinstance(plan, parts.CohortPlan):
-            member, position = plan.draw_cohort(sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
+            member, position = self._cohort_draw(plan, sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
             return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, "train", plan.stream_reads(sizes))
         rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
         return DrawnCohort.of([plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)]), rngs
+
+    def blocks(self, sizes: np.ndarray) -> Blocks:
+        """The layout of the cohort's blocks of draws (:class:`~fedsample.rng.Blocks`, ``sizes`` = the clients'
+        sizes), kept for the next call: the same clients (FedSampling's every round) reuse it, so what depends
+        only on the sizes is computed once, not every round."""
+        if self._blocks is None or not self._blocks.same_counts(sizes):
+            self._blocks = Blocks(sizes)
+        return self._blocks
+
+    def _cohort_draw(self, plan: parts.CohortPlan, sizes: np.ndarray, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+        """``(member, position)`` of the cohort's draw: where the streams are on a device and the plan draws there
+        (``draw_cohort_on_device``, :class:`~fedsample.sampling.data.BernoulliSamples`), on the device from the sizes
+        kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host, over the kept
+        layout where the plan offers that (``draw_blocks``), or from the sizes. The same numbers every way (the
+        streams' bits are the same on every device)."""
+        on_device, over_blocks = getattr(plan, "draw_cohort_on_device", None), getattr(plan, "draw_blocks", None)
+        if rng.device is not None and on_device is not None:
+            member, position = on_device(self.blocks(sizes).on(rng.device), rng)
+            return member.cpu().numpy(), position.cpu().numpy()
+        return plan.draw_cohort(sizes, rng) if over_blocks is None else over_blocks(self.blocks(sizes), rng)
 
     def _rows(self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> np.ndarray:
         """Rows of the simulator's training tensors (kept in client order) of every schedule entry."""

@@ -17,7 +17,7 @@ from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import SIZE_SUM, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
-from fedsample.rng import CohortRandom
+from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
 
 if TYPE_CHECKING:
@@ -48,9 +48,11 @@ class AllSamples:
 
     def draw_cohort(self, sizes: np.ndarray, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every client's :meth:`draw` at once: ``(member, position)`` of each of the cohort's samples."""
-        sizes = np.asarray(sizes, dtype=np.int64)
-        member = np.repeat(np.arange(len(sizes)), sizes)
-        return member, np.arange(len(member)) - (np.cumsum(sizes) - sizes)[member]
+        return self.draw_blocks(Blocks(sizes), rng)
+
+    def draw_blocks(self, blocks: Blocks, rng: CohortRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`draw_cohort` over a kept layout: the layout itself (every sample's owner and position)."""
+        return blocks.owner, blocks.within
 
     def stream_reads(self, sizes: np.ndarray) -> np.ndarray:
         """No draw: nothing read from the clients' streams."""
@@ -84,6 +86,12 @@ class BernoulliSamples:
         ends = np.cumsum(sizes)
         member = np.searchsorted(ends, kept, side="right")  # the client whose block holds each kept sample
         return member, kept - (ends[member] - sizes[member])  # its block's start, for the kept samples only
+
+    def draw_blocks(self, blocks: Blocks, rng: CohortRandom) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`draw_cohort` over a layout kept from round to round (:class:`~fedsample.rng.Blocks` of the
+        sizes): the same draws, the members and positions read from the layout at the kept positions only."""
+        kept = rng.ragged_below(blocks, self.p)
+        return blocks.owner[kept], blocks.within[kept]
 
     def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: CohortRandom) -> tuple["torch.Tensor", "torch.Tensor"]:
         """:meth:`draw_cohort` with the cohort's arrays kept on ``rng``'s device (a :class:`CohortRandom` built
