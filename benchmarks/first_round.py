@@ -17,14 +17,23 @@ three thresholds M:
   min(floor(log2 n), 19) by randomized response over 20 buckets at eps_b = 1, the server de-biases the bucket
   histogram, keeps the buckets more than 3 standard errors above 0, and picks the RMSE-optimal M for clients
   at those buckets' geometric middles (the prior's M where none is kept); the size reports then have eps = 2,
-  so the run's total stays 3. One M per draw of the phase (``--draws`` / 20 phases, 20 report draws each).
+  so the run's total stays 3. One M per draw of the phase (``--draws`` / 20 phases, 20 report draws each);
 
-The oracle columns bound what any rule that chooses M (privately, from the data) can reach.
+and the library's default, which asks no size report: N^ = N + N(0, sigma_S^2), the clients' sizes summed inside the
+secure sum with Gaussian noise sigma_S = 5 (``total_from="secure_sum"``,
+:func:`fedsample.privacy.size_estimate.summed_first_round_budget`).
 
-    python benchmarks/first_round.py [--draws 1000] [--smoke]
+The oracle columns bound what any rule that chooses M (privately, from the data) can reach. ``--out DIR`` also
+writes the table's numbers to DIR/first_round.json (docs/regenerate.py keeps it as the record of
+docs/size-estimate.md's table).
+
+    python benchmarks/first_round.py [--draws 1000] [--smoke] [--out DIR]
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 from _common import arguments, emit, footer, header
@@ -33,7 +42,8 @@ from fedsample.budget import BUDGET_RANGE
 from fedsample.data.partition import Dirichlet, LogNormalSizes, Natural, Shards, partition
 from fedsample.data.types import Dataset
 from fedsample.privacy.reports import alpha_for, randomized_response
-from fedsample.privacy.size_estimate import best_M, first_round_budget, rmse_curve, rmse_M
+from fedsample.privacy.size_estimate import best_M, first_round_budget, rmse_curve, rmse_M, summed_first_round_budget
+from fedsample.sampling.data import COUNT_NOISE
 
 ROWS, CLASSES, EPSILON, K = 60_000, 10, 3.0, 2048
 BUCKETS, PHASE_EPSILON, KEEP_Z = 20, 1.0, 3.0  # the measured private phase: log2 buckets, its share of eps, its cut
@@ -66,9 +76,25 @@ def inside(budget: np.ndarray) -> float:
     return float(np.mean((budget >= low) & (budget <= high)))
 
 
-def summary(budget: np.ndarray) -> str:
+def figures(budget: np.ndarray) -> dict:
+    """The share of draws in range and the 10% / 50% / 90% quantiles of E[S]/K."""
     q10, q50, q90 = np.quantile(budget, [0.1, 0.5, 0.9])
-    return f"{inside(budget):.0%} ({q10:.2f} / {q50:.2f} / {q90:.2f})"
+    return {"inside": inside(budget), "q10": float(q10), "q50": float(q50), "q90": float(q90)}
+
+
+def summary(cell: dict) -> str:
+    return f"{cell['inside']:.0%} ({cell['q10']:.2f} / {cell['q50']:.2f} / {cell['q90']:.2f})"
+
+
+HEAD = ("| partition | clients | largest client's share | M='rmse' (prior) | oracle RMSE M | best M for the range | "
+        "bucket phase (eps 1 + 2) | library default: summed sizes (sigma_S 5) |")
+
+
+def row(r: dict) -> str:
+    """One line of the table from one partition's figures (``rows`` of first_round.json)."""
+    return (f"| {r['partition']} | {r['clients']} | {r['largest_share']:.0%} | M = {r['prior_M']}: {summary(r['prior'])} | "
+            f"M = {r['oracle_M']}: {summary(r['oracle'])} | M = {r['best_M']}: {summary(r['best'])} | {summary(r['bucket'])} | "
+            f"{summary(r['summed'])} |")
 
 
 def best_in_range(sizes: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[int, np.ndarray]:
@@ -102,28 +128,42 @@ def bucket_phase_budget(sizes: np.ndarray, draws: int, rng: np.random.Generator)
                            for _ in range(phases)])
 
 
-def main() -> None:
+def family_row(name: str, sizes: np.ndarray, draws: int, rng: np.random.Generator) -> dict:
+    """One partition's figures: each column's M (where it has one) and its :func:`figures`."""
+    prior, oracle = rmse_M(len(sizes), EPSILON, 2.0, 4.0), best_M(sizes, EPSILON)
+    best, best_budget = best_in_range(sizes, draws, rng)
+    return {
+        "partition": name, "clients": int(len(sizes)), "largest_share": float(sizes.max() / sizes.sum()),
+        "prior_M": int(prior), "prior": figures(first_round_budget(sizes, EPSILON, prior, K, draws, rng)),
+        "oracle_M": int(oracle), "oracle": figures(first_round_budget(sizes, EPSILON, oracle, K, draws, rng)),
+        "best_M": int(best), "best": figures(best_budget), "bucket": figures(bucket_phase_budget(sizes, draws, rng)),
+        "summed": figures(summed_first_round_budget(sizes, COUNT_NOISE, K, draws, rng)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = arguments(__doc__)
     parser.add_argument("--draws", type=int, default=1000)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="also write the table's numbers to OUT/first_round.json")
+    args = parser.parse_args(argv)
     draws = 50 if args.smoke else args.draws
     header(args.smoke)
     data, rng = labelled_rows(), np.random.default_rng(0)
     emit("budget range (x K)", f"{BUDGET_RANGE[0]} .. {BUDGET_RANGE[1]}")
     print("\nshare of draws with E[S]/K inside the range (10% / 50% / 90% quantiles of E[S]/K)\n")
-    print("| partition | clients | largest client's share | M='rmse' (prior) | oracle RMSE M | best M for the range | "
-          "bucket phase (eps 1 + 2) |")
-    print("|---|---|---|---|---|---|---|")
+    print(HEAD)
+    print("|---" * HEAD.count(" | ") + "|---|")
+    rows = []
     for name, scheme in FAMILIES.items():
-        sizes = np.diff(partition(data, scheme, seed=0).offsets)
-        prior = rmse_M(len(sizes), EPSILON, 2.0, 4.0)
-        oracle = best_M(sizes, EPSILON)
-        best, best_budget = best_in_range(sizes, draws, rng)
-        cells = [f"M = {M}: {summary(first_round_budget(sizes, EPSILON, M, K, draws, rng))}" for M in (prior, oracle)]
-        print(f"| {name} | {len(sizes)} | {sizes.max() / sizes.sum():.0%} | {cells[0]} | {cells[1]} | "
-              f"M = {best}: {summary(best_budget)} | {summary(bucket_phase_budget(sizes, draws, rng))} |", flush=True)
+        rows.append(family_row(name, np.diff(partition(data, scheme, seed=0).offsets), draws, rng))
+        print(row(rows[-1]), flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        settings = {"rows": ROWS, "K": K, "epsilon": EPSILON, "count_noise": COUNT_NOISE, "draws": draws, "range": list(BUDGET_RANGE)}
+        (args.out / "first_round.json").write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n")
     footer()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -31,7 +31,7 @@ What the test suite checks (``tests/test_docs_generated.py``, run by CI):
   Fashion-MNIST) has its sentinel skipped where that data set is absent.
 
 Another section adopts the mechanism by adding a renderer to :data:`BLOCKS` and markers to its Markdown, and a
-command to :data:`COMMANDS`: the CLI's, or a script of docs/ where the docs' table comes from Python calls
+command to :data:`COMMANDS`: the CLI's, or a script of docs/ (or of benchmarks/) where the docs' table comes from Python calls
 (docs/diagnose_importance.py: the ``fs.diagnose`` calls of docs/diagnostics.md's importance table); a record
 may come from a command this script does not run (a reproduction's REPRODUCTION.md copied into ``docs/records/``),
 in which case its block is checked against the record but no sentinel is re-run.
@@ -73,7 +73,7 @@ class Command:
     """A command as the docs show it (``args``, without ``--out``), the same command reduced for the test suite
     (``sentinel``), the files of its output folder kept as its record, and the pictures it puts in docs/img/
     (output file -> docs/img name). A command is the CLI's (``args`` without the leading ``fedsample``) or a script
-    of docs/ (``("python", "docs/SCRIPT.py", ...)``, whose ``main(argv)`` takes ``--out``)."""
+    of docs/ or benchmarks/ (``("python", "docs/SCRIPT.py", ...)``, whose ``main(argv)`` takes ``--out``)."""
 
     args: tuple[str, ...]
     sentinel: tuple[str, ...]
@@ -112,6 +112,11 @@ def diagnose_numbers(out: Path) -> dict:
     }
 
 
+def first_round_numbers(out: Path) -> dict:
+    """Per partition family: every column's M and figures (benchmarks/first_round.py's first_round.json)."""
+    return {r["partition"]: {k: v for k, v in r.items() if k != "partition"} for r in json.loads((out / "first_round.json").read_text())["rows"]}
+
+
 def partition_numbers(out: Path) -> dict:
     """The partition's statistics (stats.json) but the scheme's text."""
     stats = json.loads((out / "stats.json").read_text())
@@ -142,6 +147,10 @@ COMMANDS: dict[str, Command] = {
         ("python", "docs/diagnose_importance.py", "--draws", str(IMPORTANCE_DRAWS)), ("python", "docs/diagnose_importance.py", "--draws", "4"),
         ("diagnostics.json", "summary.md"), {}, diagnose_numbers,
     ),
+    "first-round": Command(
+        ("python", "benchmarks/first_round.py", "--draws", "1000"), ("python", "benchmarks/first_round.py", "--draws", "20"),
+        ("first_round.json",), {}, first_round_numbers,
+    ),
     "partition-digits-dirichlet": Command(
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
         ("partition", "--dataset", "digits", "--scheme", "dirichlet", "--param", "num_clients=20", "--param", "alpha=0.5"),
@@ -166,7 +175,8 @@ def available(name: str) -> bool:
 
 
 def shown(args: tuple[str, ...]) -> str:
-    """The command as the docs write it (``python docs/SCRIPT ...`` for a script, ``fedsample ...`` otherwise)."""
+    """The command as the docs write it (``python docs/SCRIPT ...`` or ``python benchmarks/SCRIPT ...`` for a script,
+    ``fedsample ...`` otherwise)."""
     return " ".join(args) if args[0] == "python" else "fedsample " + " ".join(args)
 
 
@@ -178,13 +188,19 @@ def process(args: tuple[str, ...]) -> list[str]:
 
 
 def script_main(path: str) -> Callable[[list[str]], int]:
-    """The ``main`` of a script of this checkout (docs/SCRIPT.py), imported from its file."""
+    """The ``main`` of a script of this checkout (docs/SCRIPT.py, benchmarks/SCRIPT.py), imported from its file with its
+    folder on the path while it loads (a benchmark imports its folder's ``_common``, as run as a script)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    folder = str((ROOT / path).parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
     return module.main
 
 
@@ -661,6 +677,44 @@ def partition_measured() -> str:
             "of a client's samples on average.\n\n![partition picture](img/partition-digits-dirichlet.png)\n")
 
 
+FIRST_ROUND = "first-round"
+
+
+def first_round_measured() -> str:
+    meta, settings = record(FIRST_ROUND, "meta.json"), record(FIRST_ROUND, "first_round.json")["settings"]
+    low, high = settings["range"]
+    return (f"`{meta['command']}` on {meta['date']} ({meta['machine']}: {meta['wall_s']:.0f} s wall; fedsample {meta['commit']}): "
+            f"the share of {settings['draws']:,} draws for which round 1's expected budget E[S₁]/K lands in [{low} K, {high} K] "
+            f"(ε = {settings['epsilon']:g}, K = {settings['K']}, {settings['rows']:,} rows; 10% / 50% / 90% quantiles of E[S₁]/K in "
+            f"brackets; the summed sizes with σ_S = {settings['count_noise']:g}):\n")
+
+
+def first_round_table() -> str:
+    def cell(c: dict) -> str:
+        return f"{c['inside'] * 100:.0f}% ({c['q10']:.2f} / {c['q50']:.2f} / {c['q90']:.2f})"
+
+    lines = ["| partition | clients | largest client | `M=\"rmse\"` (prior) | oracle RMSE M | best M for the range | "
+             "bucket phase (ε 1 + 2) | **library default**: summed sizes |", "|---|---|---|---|---|---|---|---|"]
+    for r in record(FIRST_ROUND, "first_round.json")["rows"]:
+        lines.append(f"| {r['partition']} | {r['clients']:,} | {r['largest_share'] * 100:.0f}% | M = {r['prior_M']}: {cell(r['prior'])} | "
+                     f"M = {r['oracle_M']}: {cell(r['oracle'])} | M = {r['best_M']}: {cell(r['best'])} | {cell(r['bucket'])} | "
+                     f"{cell(r['summed'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def first_round_findings() -> str:
+    rows = record(FIRST_ROUND, "first_round.json")["rows"]
+
+    def span(shares: list[float]) -> str:
+        low, high = f"{min(shares) * 100:.0f}%", f"{max(shares) * 100:.0f}%"
+        return low if low == high else f"{low[:-1]}–{high}"
+
+    oracle = [max(r["oracle"]["inside"], r["best"]["inside"]) for r in rows]
+    return (f"Over the {len(rows)} families the best M (an oracle) keeps round 1 in range in {span(oracle)} of draws and the "
+            f"private bucket phase in {span([r['bucket']['inside'] for r in rows])}; the library's default, the sizes summed in "
+            f"the secure sum, in {span([r['summed']['inside'] for r in rows])}.\n")
+
+
 def claims_summary() -> str:
     from fedsample.reproduction.claims import claims_summary, stored_claims
 
@@ -688,6 +742,9 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "diagnose-importance-table": (IMPORTANCE, importance_table),
     "diagnose-importance-notes": (IMPORTANCE, importance_notes),
     "partition-digits-dirichlet": ("partition-digits-dirichlet", partition_measured),
+    "first-round-measured": (FIRST_ROUND, first_round_measured),
+    "first-round-table": (FIRST_ROUND, first_round_table),
+    "first-round-findings": (FIRST_ROUND, first_round_findings),
     "samplers-measured": (SAMPLERS, samplers_measured),
     "samplers-table": (SAMPLERS, samplers_table),
     "samplers-calibration": (SAMPLERS, samplers_calibration),

@@ -11,27 +11,72 @@ from fedsample import recipes
 from fedsample.budget import arm_budget, budget_warning, comparison_note, equal_budgets, realised_samples
 from fedsample.experiments.report import summary_table
 from fedsample.models import LogisticRegression
-from fedsample.rounds import Replies
+from fedsample.rounds import Failed, Replies
 from fedsample.simulation import simulate
 from helpers import blobs, federate
 
 
 class Reply:
-    def __init__(self, steps: int) -> None:
-        self.steps = steps
+    def __init__(self, steps: int, rows_trained: int | None) -> None:
+        self.steps, self.rows_trained = steps, rows_trained
 
 
 def test_realised_samples_hand_computed():
-    replies = Replies([Reply(5), Reply(3), Reply(4)], failed={})
-    assert realised_samples(None, replies, 8) == (5 + 3 + 4) * 8  # local steps x batch, summed over the cohort
-    assert realised_samples(417.0, replies, 8) == 417.0  # a drawn count wins
-    assert realised_samples(None, replies, None) is None  # a whole-sample batch: not known
+    replies = Replies([Reply(5, 37), Reply(3, 24), Reply(4, 30)], failed={})
+    assert realised_samples(None, replies) == 37 + 24 + 30  # the rows each client's steps read, summed over the cohort
+    assert realised_samples(417.0, replies) == 417.0  # a drawn count wins
+    assert realised_samples(None, Replies([Reply(5, 37), Reply(3, None)], failed={})) is None  # one reply does not say
+    assert realised_samples(None, Replies([Reply(5, 37), Reply(0, 0), Reply(3, None)], failed={2: Failed(9, "train", "x")})) == 37
 
 
-def test_a_client_sampler_records_steps_times_batch():
-    fed = federate(blobs(), [40] * 6)  # 3 clients of 40 rows, batch 8: 5 steps each, 120 samples per round
-    run = simulate(recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), federated_data=fed, model=LogisticRegression(), rounds=2, seed=1)
-    assert [r["realised_samples"] for r in run.history] == [120.0, 120.0]
+#: Three clients of 20, 13 and 5 rows (every client in every round), and FedAvg's local solver by hand:
+#: - 2 epochs of batch 8: every row twice, the last batch of each epoch partial (8+8+4, 8+5, 5): 2 x 38 = 76 rows
+#:   (local steps x batch would say (2x3 + 2x2 + 2x1) x 8 = 96);
+#: - 3 steps of batch 8: min(8, n_k) rows per step, 3 x (8 + 8 + 5) = 63 (steps x batch: 72);
+#: - one step on the whole sample (batch "all"): 20 + 13 + 5 = 38 (steps x batch: unknown before);
+#: - 2 epochs on the whole sample: 2 x 38 = 76.
+SIZES = [20, 13, 5]
+SOLVERS = {
+    "epochs, partial last batch": (dict(epochs=2, batch_size=8), 76.0),
+    "steps, batch above a size": (dict(steps=3, batch_size=8), 63.0),
+    "one whole-sample step": (dict(steps=1, batch_size="all"), 38.0),
+    "epochs of the whole sample": (dict(epochs=2, batch_size="all"), 76.0),
+}
+ENGINES = {"loop": {"backend": "loop"}, "vectorized": {"backend": "vectorized"}, "pool": {"backend": "vectorized", "workers": 2}}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("solver", sorted(SOLVERS))
+def test_a_client_sampler_records_the_rows_its_steps_read(solver, engine):
+    local, rows = SOLVERS[solver]
+    fed = federate(blobs(), SIZES)
+    run = simulate(recipes.fedavg(clients_per_round=3, lr=0.1, **local), federated_data=fed, model=LogisticRegression(),
+                   rounds=2, seed=1, **ENGINES[engine])
+    assert [r["realised_samples"] for r in run.history] == [rows, rows]
+
+
+def test_a_drawn_sample_smaller_than_the_batch_counts_what_was_drawn():
+    """IWDS keeps a client's data with its own probabilities: the rows trained follow the drawn sample, not n_k, and
+    the loop and the vectorized engine count the same rows."""
+    fed = federate(blobs(), [40] * 6)
+    runs = [simulate(recipes.iwds(clients_per_round=3, lr=0.1, steps=2, batch_size=64), federated_data=fed,
+                     model=LogisticRegression(), rounds=3, seed=2, backend=b).history for b in ("loop", "vectorized")]
+    assert [r["realised_samples"] for r in runs[0]] == [r["realised_samples"] for r in runs[1]]
+    assert all(r["realised_samples"] <= 2 * 3 * 40 for r in runs[0])
+
+
+def test_sealed_and_noised_replies_leave_the_figure_unknown():
+    """Under a secure sum the server reads no reply's rows (they are not summed either); a noised reply withholds
+    them with its loss and steps: no figure, rather than a guess."""
+    from dataclasses import replace
+
+    from fedsample.privacy import UpdateNoise
+
+    fed = federate(blobs(), SIZES)
+    base = recipes.fedavg(clients_per_round=3, lr=0.1, epochs=1, batch_size=8)
+    for strategy in (replace(base, secure_sum=True), replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0))):
+        run = simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=1, seed=1)
+        assert "realised_samples" not in run.history[0]
 
 
 def test_fedsampling_with_exact_sizes_realises_K_on_average():
@@ -65,8 +110,8 @@ def test_equal_budgets_within_the_stated_tolerance():
 
 @pytest.fixture
 def document():
-    fed = federate(blobs(), [40] * 6)
-    runs = {"fedavg": recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), "fedsampling": recipes.fedsampling(K=60)}
+    fed = federate(blobs(), [37] * 6)  # 3 clients of 37 rows, batch 8: 111 rows per round (5 steps x 8 would say 120)
+    runs = {"fedavg": recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), "fedsampling": recipes.fedsampling(K=60, total_from="reports")}
     histories = {label: simulate(s, federated_data=fed, model=LogisticRegression(), rounds=2, seed=0).history for label, s in runs.items()}
     stats = {"accuracy": {"mean": 0.5, "sd": None, "n": 1}}
     return {"config": {"name": "t", "rounds": 2, "seeds": [0]},
@@ -75,7 +120,7 @@ def document():
 
 def test_summary_carries_the_budget_column_and_lines(document):
     text = summary_table(document).replace("\\", "")
-    assert "Samples/round (realised)" in text and "| fedavg | 50.00 | 50.00 | 120 [120–120] |" in text
+    assert "Samples/round (realised)" in text and "| fedavg | 50.00 | 50.00 | 111 [111–111] |" in text
     assert "- fedsampling: realised" in text and "K/N~ >= 1 in 1 of 2 rounds" in text  # round 1 follows N~: every row kept
     assert "- Unequal budgets: realised means differ by more than 10%" in text
 
@@ -120,21 +165,10 @@ def test_a_reproduction_row_states_its_realised_budgets():
     assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
 
 
-def test_a_whole_sample_batch_has_no_realised_figure():
-    """steps x batch counts rows only for a real minibatch: the presets' whole-sample step (batch 10^6) would claim
-    millions of rows for clients of a few dozen, so its figure is unknown (None), not steps x 10^6."""
-    from fedsample.budget import WHOLE_SAMPLE_BATCH
-
-    class Steps:
-        def __init__(self, steps):
-            self._steps = steps
-
-        def received_positions(self):
-            return np.arange(len(self._steps))
-
-        def __getitem__(self, i):
-            return type("R", (), {"steps": self._steps[i]})()
-
-    assert realised_samples(None, Steps([1, 1, 1]), 8) == 24.0
-    assert realised_samples(None, Steps([1, 1, 1]), WHOLE_SAMPLE_BATCH) is None
-    assert realised_samples(None, Steps([1, 1, 1]), None) is None
+def test_the_presets_spell_a_whole_sample_step_as_all():
+    """The presets' one-step arms train on each client's whole sample with ``batch_size = "all"`` (the solver's None),
+    not a sentinel count: the recipe builds LocalSGD(batch_size=None)."""
+    assert recipes.fedavg(steps=1, batch_size="all").local.batch_size is None
+    assert recipes.fedsts(steps=1, batch_size="all").local.batch_size is None
+    with pytest.raises(ValueError, match="'all'"):
+        recipes.fedavg(batch_size="some")

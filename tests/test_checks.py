@@ -215,7 +215,7 @@ def test_recipes_refuse_the_issues_examples_naming_what_the_caller_wrote():
 
     cases = [
         (lambda: recipes.fedavg(epochs=1.5, batch_size=3.5), "fedavg: epochs must be an integer >= 1 or None, got 1.5"),
-        (lambda: recipes.fedavg(batch_size=3.5), "fedavg: batch_size must be an integer >= 1 or None, got 3.5"),
+        (lambda: recipes.fedavg(batch_size=3.5), "fedavg: batch_size must be an integer >= 1, or 'all' (each client's whole drawn sample; None from Python), got 3.5"),
         (lambda: recipes.centralized(K=0), "centralized: K must be an integer >= 1, got 0"),
         (lambda: recipes.centralized(samples_per_round=0), "centralized: samples_per_round must be an integer >= 1, got 0"),
         (lambda: recipes.fedsampling(K=64, data=FedSamplingData(128)),

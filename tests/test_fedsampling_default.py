@@ -13,7 +13,7 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.secure_sum import SecureSum, count_shares, noised_count, with_secure_sum
-from fedsample.messages import TrainPayload, TrainReport
+from fedsample.messages import SizeSumRequest, TrainReport
 from fedsample.privacy import amplification, attacks
 from fedsample.privacy.ledger import Accounting, Ledger, epsilon_of, gaussian, mixture_of_gaussians, poisson_sampled
 from fedsample.privacy.noise import PerExampleNoise
@@ -41,9 +41,15 @@ def engine(backend="vectorized", seed=0):
 
 def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     library, paper = fs.recipes.fedsampling(K=64), fs.recipes.fedsampling(K=64, protocol="paper")
-    assert library.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
-    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True) and COUNT_NOISE == 5.0
+    # the total from the clients' sizes summed in the secure sum (no size reports; issue 38), not steered
+    assert library.sizes is None
+    assert library.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, total_from="secure_sum") and COUNT_NOISE == 5.0
     assert library.aggregate == DrawnNormalizedSum(64) and library.secure_sum
+    # a size-report option asks for the reports (the paper's Eq. 2) with the library's remedies: permanent, M="rmse", steered
+    reported = fs.recipes.fedsampling(K=64, total_from="reports")
+    assert reported.sizes == RandomizedSizes(3.0, "rmse", scope="all", permanent=True)
+    assert reported.data == FedSamplingData(64, count_drawn=True, count_noise=COUNT_NOISE, steer=True)
+    assert fs.recipes.fedsampling(K=64, M="rmse") == reported and fs.recipes.fedsampling(K=64, epsilon=3.0) == library
     # Algorithm 1: fresh reports every round, G_c = (1/K) sum g_s summed (Sum), the user's M (300 by default)
     assert paper.sizes == RandomizedSizes(3.0, 300, scope="all", permanent=False)
     assert paper.data == FedSamplingData(64) and paper.aggregate == Sum() and paper.local == OneGradient(64)
@@ -61,6 +67,9 @@ def test_the_library_protocol_is_the_default_and_the_paper_one_switch():
     ({"count_noise": -1.0}, "fedsampling: count_noise must be >= 0 or None, got -1.0"),
     ({"normalize": "K", "count_noise": 3.0}, "fedsampling: count_noise must be 0 or left out unless normalize='drawn'"),
     ({"normalize": "drawn", "secure_sum": False}, "fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True"),
+    ({"total_from": "secure_sum", "M": 40}, "fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum"),
+    ({"total_from": "secure_sum", "normalize": "K"}, "fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum"),
+    ({"total_from": "exact"}, "fedsampling: total_from must be"),
 ])
 def test_bad_protocol_options_are_one_line(kwargs, words):
     with pytest.raises(ValueError) as error:
@@ -226,6 +235,57 @@ def test_a_run_records_the_count_release_and_its_own_cost():
     assert alone["num_releases"] == 3 and alone["epsilon"] < alone["epsilon_without_amplification"]
 
 
+TOTAL = "total size N (the clients' sizes, summed)"
+
+
+def recorded_rounds(strategy, backend, rounds):
+    """``rounds`` rounds of ``strategy`` on ``backend`` under a secure sum, accounted at record level: the final
+    parameters, the ledger and the round logs."""
+    fed, module = engine(backend)
+    params = fs.models.initial_parameters(module, 0)
+    state = strategy.init_state(params)
+    state["privacy"] = Ledger(Accounting(unit="record"))
+    logs = []
+    for t in range(rounds):
+        params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
+        logs.append(log)
+    return params, state["privacy"], logs
+
+
+def test_the_summed_sizes_release_by_hand():
+    """The default's summed sizes (sigma = 5, 8 of 10 clients answer: noise 5 sqrt(0.8)): one record moves N by 1, every
+    record counted, so a Gaussian of that multiplier with no amplification; a user of at most k = 3 records moves N by
+    3 (multiplier / 3); a user without k is unbounded; the exact sum is unprotected; one release per run (its once key)."""
+    request, call = SizeSumRequest(5.0), (0, "sum_sizes", 0)
+    z = 5.0 * math.sqrt(0.8)
+    record = amplification.size_sum_release(request, 10, 8, Accounting(unit="record"), 0, call)
+    assert (record.what, record.event, record.unamplified, record.sampling) == (TOTAL, gaussian(z), gaussian(z), "no-amplification")
+    assert amplification.size_sum_release(request, 10, 8, Accounting(unit="user", k=3), 0, call).event == gaussian(z / 3)
+    assert not amplification.size_sum_release(request, 10, 10, Accounting(unit="user"), 0, call).protected
+    assert not amplification.size_sum_release(SizeSumRequest(0.0), 10, 10, Accounting(unit="record"), 0, call).protected
+    assert record.once and amplification.releases("sum_sizes", np.arange(10), request, 0, 0, None, Accounting(unit="record"), 10)[0].event == gaussian(5.0)
+
+
+def test_a_default_run_records_the_summed_sizes_once_and_their_epsilon():
+    """Three rounds of the default at record level: one summed-sizes release (asked before the first draw, never again),
+    a Gaussian of multiplier 5 whose epsilon at delta = 1e-5 is the analytic Gaussian mechanism's (Balle & Wang 2018,
+    Thm 8: delta(eps) = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z), solved here by bisection) within the PLD
+    accountant's pessimistic discretization (it may only be above, by at most 2%); no size report is released."""
+    from scipy.stats import norm
+
+    _, ledger, logs = recorded_rounds(fs.recipes.fedsampling(K=20, server_lr=0.5), "loop", 3)
+    totals = [r for r in ledger.releases if r.what == TOTAL]
+    assert len(totals) == 1 and totals[0].event == gaussian(5.0) and totals[0].call == (0, "sum_sizes", 0)
+    assert not any("size report" in r.what for r in ledger.releases) and len({lg["summed_total"] for lg in logs}) == 1
+    z, low, high = 5.0, 0.0, 5.0
+    for _ in range(100):
+        eps = (low + high) / 2
+        delta = norm.cdf(1 / (2 * z) - eps * z) - math.exp(eps) * norm.cdf(-1 / (2 * z) - eps * z)
+        low, high = (eps, high) if delta > DELTA else (low, eps)
+    alone = ledger.summary(releases=True)["by_release"][TOTAL]
+    assert alone["num_releases"] == 1 and low <= alone["epsilon"] <= 1.02 * low, (alone["epsilon"], low)
+
+
 def test_per_example_noise_and_the_noised_count_are_one_mechanism():
     """PerExampleNoise (sigma 2) with the default's drawn normalization: one record moves the update sum by C/K and S
     by 1, each with its own multiplier (2 and 5), so the release is one Gaussian of multiplier 1/sqrt(1/4 + 1/25)
@@ -233,16 +293,8 @@ def test_per_example_noise_and_the_noised_count_are_one_mechanism():
     assert amplification.joint_multiplier(2.0, 5.0) == pytest.approx(1 / math.sqrt(1 / 4 + 1 / 25))
     out = {}
     for backend in ("loop", "vectorized"):
-        fed, module = engine(backend)
         strategy = dataclasses.replace(fs.recipes.fedsampling(K=20, M=10, server_lr=0.5), noise=PerExampleNoise(1.0, 2.0))
-        params = fs.models.initial_parameters(module, 0)
-        state = strategy.init_state(params)
-        state["privacy"] = Ledger(Accounting(unit="record"))
-        logs = []
-        for t in range(2):
-            params, log = strategy.round(with_secure_sum(fed), params, state, t, seed=0)
-            logs.append(log)
-        out[backend] = (params, state["privacy"], logs)
+        out[backend] = recorded_rounds(strategy, backend, 2)
     params, ledger, logs = out["loop"]
     for k in params:
         torch.testing.assert_close(params[k], out["vectorized"][0][k])

@@ -1,4 +1,4 @@
-"""The Flower codec carries a training report's fields as typed records: the drawn-sample count travels only
+"""The Flower codec carries a training report's fields as typed records (the rows it trained among them): the drawn-sample count travels only
 when the client reports it (the self-normalized FedSampling update), and a malformed count is refused."""
 
 import pytest
@@ -32,3 +32,16 @@ def test_a_negative_drawn_count_is_refused():
     content[REPORT]["samples"] = -1
     with pytest.raises(MalformedReply, match="negative drawn-sample count"):
         decode_report("train", content, SENT)
+
+
+@pytest.mark.parametrize("rows", [None, 0, 37])
+def test_a_train_report_carries_the_rows_it_trained(rows):
+    """The realised budget's unit (fedsample.budget.realised_samples) crosses Flower's door as it left the client."""
+    report = _report(None)
+    report.rows_trained = rows
+    content = encode_report("train", report)
+    assert decode_report("train", content, SENT).rows_trained == rows
+    if rows:
+        content[REPORT]["rows_trained"] = -rows
+        with pytest.raises(MalformedReply, match="negative count of rows trained"):
+            decode_report("train", content, SENT)

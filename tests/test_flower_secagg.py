@@ -37,7 +37,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample as fs  # noqa: E402
 from fedsample.checks import ParameterError  # noqa: E402
-from fedsample.federation.secure_sum import count_shares, with_secure_sum  # noqa: E402
+from fedsample.federation.secure_sum import COUNT_NOISE_PURPOSE, SIZE_NOISE_PURPOSE, count_shares, with_secure_sum  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.codec import decode_request  # noqa: E402
@@ -137,6 +137,27 @@ def test_the_secagg_sum_equals_the_in_process_secure_sum(setup, kwargs):
     assert_within_secagg_tolerance(got, want, NODES, 0.5, params, log["samples"] if noised else None)
     moved = max(float(torch.max(torch.abs(want[k] - params[k]))) for k in want)
     assert moved > 100 * SETTING.tolerance(NODES)  # the step is far larger than the tolerance
+
+
+def test_the_summed_sizes_go_through_secagg_as_the_drawn_count_does(setup):
+    """The default's count-only request (``sum_sizes``, before the first draw) inside SecAgg+: each client seals its
+    size plus its share of N(0, 5^2 / 8) from the total-size cell (independent of the drawn count's), so the released
+    total N^ equals the in-process secure sum's within 8 count quanta, and N plus the clients' shares; the request
+    went to every node (no size report was asked) and the round draws with K / N^."""
+    data, module, params = setup
+    strategy = fs.recipes.fedsampling(K=200, server_lr=0.5)
+    assert strategy.sizes is None
+    got, log, flower, _ = secagg_round(strategy, params, {})
+    want, reference = reference_round(strategy, params, data, module)
+    tolerance = SETTING.count_tolerance(NODES)
+    shares = count_shares(5.0, NODES, 0, 0, np.arange(NODES), SIZE_NOISE_PURPOSE)
+    N = int(np.sum(np.diff(data.offsets)))
+    assert log["summed_total"] == pytest.approx(reference["summed_total"], abs=tolerance)
+    assert log["summed_total"] == pytest.approx(N + shares.sum(), abs=tolerance)  # the shares' sum here: -0.17 of N = 1,438
+    assert not np.allclose(shares, count_shares(5.0, NODES, 0, 0, np.arange(NODES), COUNT_NOISE_PURPOSE))
+    assert [p for p, _ in flower.asked[0]] == ["sum_sizes", "train"]
+    assert log["ratio"] == pytest.approx(200 / log["summed_total"])
+    assert_within_secagg_tolerance(got, want, NODES, 0.5, params, log["samples"])
 
 
 def test_the_server_received_masked_vectors_only(setup):

@@ -41,6 +41,7 @@ def pools(fed, module):
 RECIPES = {
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, server_lr=0.5),
+    "fedsampling_default": lambda: fs.recipes.fedsampling(K=40, server_lr=0.5),  # the total from the secure sum of the sizes
     "fednova_momentum": lambda: fs.recipes.fednova(clients_per_round=9, steps=3, batch_size=2, local_momentum=0.5),
     "isfedavg": lambda: fs.recipes.isfedavg(L=6, batch_size=3, epochs=2, update="cheap", lr=0.1),
 }

@@ -56,6 +56,7 @@ def ray_fed(local_ray, fed, module):
 
 RECIPES = {
     "fedsampling": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, server_lr=0.5),
+    "fedsampling_default": lambda: fs.recipes.fedsampling(K=40, server_lr=0.5),  # the total from the secure sum of the sizes
     "fedsampling_drawn": lambda: fs.recipes.fedsampling(K=40, epsilon=3.0, M=10, server_lr=0.5, normalize="drawn"),
     "fedavg": lambda: fs.recipes.fedavg(clients_per_round=8, epochs=2, batch_size=4, lr=0.1),
     "fedsts": lambda: fs.recipes.fedsts(H=3, m=8, dim=5, steps=2, batch_size=4, lr=0.1),

@@ -3,7 +3,9 @@
 A comparison of sampling methods at "equal samples" means something only when the arms' realised counts agree.
 FedSampling keeps each sample with probability K/N~ (Qi et al. 2023, §3.2), so it draws about K N / N~ rows,
 not K: an estimate N~ far below the true total N gives many times the budget K (and K/N~ >= 1 keeps every
-row). A client sampler's arm trains ``local steps x batch`` samples per client.
+row). A client sampler's arm trains, per client, the rows its local steps read, with repeats (the sum of its
+minibatches' widths: ``epochs x n_k`` for epochs, ``steps x min(batch, n_k)`` for steps), which each reply carries
+(:class:`~fedsample.messages.TrainReport`'s ``rows_trained``).
 
 - :func:`realised_samples`: one round's figure (the round record's ``realised_samples``);
 - :func:`budget_summary`: its mean and range over a run's rounds;
@@ -18,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "WHOLE_SAMPLE_BATCH", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
+    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
     "equal_budgets",
     "realised_samples",
 ]
@@ -26,29 +28,20 @@ __all__ = [
 BUDGET_RANGE = (0.67, 1.5)
 """A realised mean outside [0.67 K, 1.5 K] is said in one line (:func:`budget_warning`)."""
 
-WHOLE_SAMPLE_BATCH = 1_000_000
-"""A minibatch this large is the presets' spelling of a whole-sample step ("FedAvg (one step)"): steps x batch would
-count rows no client holds, and the server does not know the clients' sizes, so such an arm's figure is unknown."""
-
 EQUAL_BUDGET_TOLERANCE = 0.10
 """Arms compare at "equal samples" when every realised mean is within 10% of their average (:func:`equal_budgets`)."""
 
 
-def realised_samples(drawn: float | None, replies: Any, batch_size: Any) -> float | None:
+def realised_samples(drawn: float | None, replies: Any) -> float | None:
     """One round's realised samples: the cohort's drawn count where its clients report it (FedSampling's
-    self-normalized plan: sum_c |S_c|, noised when the plan noises it), else sum over the ``replies`` received
-    (a :class:`~fedsample.rounds.ReplyList`) of (local steps x ``batch_size``) where the solver has an integer minibatch and the replies are readable
-    (an upper bound by at most one partial batch per client and epoch); None where neither is known (sealed replies
-    of a client sampler, a whole-sample batch: None, or one of :data:`WHOLE_SAMPLE_BATCH` or more)."""
+    self-normalized plan: sum_c |S_c|, noised when the plan noises it), else the rows the received ``replies``
+    (a :class:`~fedsample.rounds.ReplyList`) trained on, with repeats, summed (:meth:`~fedsample.rounds.ReplyList.rows_trained`:
+    exact, from each client's own count); None where neither is known (sealed replies of a client sampler under a
+    secure sum, noised replies, a solver that does not count its rows)."""
     if drawn is not None:
         return float(drawn)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size >= WHOLE_SAMPLE_BATCH:
-        return None
-    try:
-        steps = [replies[i].steps for i in replies.received_positions().tolist()]
-    except AttributeError:  # sealed replies: the server cannot read a client's steps
-        return None
-    return float(sum(int(s) for s in steps) * batch_size)
+    rows = replies.rows_trained()
+    return None if rows is None else float(rows)
 
 
 def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ Each procedure is a plain function ``(ctx, payload, rng) -> report``. ``ctx`` ho
 the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure):
 a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
 A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
-strategy asked for exact sizes. Every asked client answers ``train`` with a report of the same shape (a zero
+strategy asked for exact sizes, or through :func:`sum_sizes`, into a secure sum that adds Gaussian noise. Every asked client answers ``train`` with a report of the same shape (a zero
 update when its plan drew nothing), so whether a reply arrives says nothing about its data.
 """
 
@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, TrainPayload, TrainReport,
+    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SIZE_SUM, SizeQuery, SizeSumRequest,
+    TrainPayload, TrainReport,
 )
 from fedsample.parts import reports_count
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
@@ -27,8 +28,8 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "HELD", "PROCEDURES", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
-    "probe", "probe_rows", "report_size", "sample_utility", "send_held", "statistical_utilities", "stream_of", "train",
+    "HELD", "PROCEDURES", "SEALED_PROCEDURES", "SIZE_SUM", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
+    "probe", "probe_rows", "report_size", "sample_utility", "send_held", "statistical_utilities", "stream_of", "sum_sizes", "train",
     "train_held", "update_norm", "weighted_second_moment",
 ]
 
@@ -59,6 +60,14 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
     if key not in memo:
         memo[key] = int(randomized_response(ctx.size, epsilon, M, rng))
     return memo[key]
+
+
+def sum_sizes(ctx: ClientContext, request: SizeSumRequest, rng: np.random.Generator) -> int:
+    """The client's true size, for the secure sum of :class:`~fedsample.messages.SizeSumRequest` only: the federation's
+    secure sum adds it to the others' with the client's noise share (:mod:`fedsample.federation.secure_sum`), and on
+    Flower it is sealed in the client's SecAgg+ vector with that share (:mod:`fedsample.flower.secagg`); a federation
+    without a secure sum never asks it (:class:`fedsample.sampling.data.FedSamplingData` refuses readable replies)."""
+    return ctx.size
 
 
 # --- probes ------------------------------------------------------------------------------------------
@@ -126,8 +135,8 @@ def weighted_second_moment(grad_norms: np.ndarray, p: np.ndarray) -> float:
 
 def empty_report(params: Params) -> TrainReport:
     """The reply of a client whose plan drew no sample: the same fields and shapes as any other reply, with a
-    zero update, no step and zero loss (aggregators leave it out; a secure sum adds zero)."""
-    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None)
+    zero update, no step, no row trained and zero loss (aggregators leave it out; a secure sum adds zero)."""
+    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None, rows_trained=0)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:
@@ -143,7 +152,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
-            samples=len(sample) if reports_count(payload.plan) else None,
+            samples=len(sample) if reports_count(payload.plan) else None, rows_trained=getattr(result, "rows_trained", None),
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))
@@ -213,6 +222,9 @@ def stream_of(procedure: str) -> str:
 
 
 #: The client procedures a federation runs, by the name the server asks for.
-PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, "probe": probe, "train": train, "train_held": train_held, "send_held": send_held}
+PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, SIZE_SUM: sum_sizes, "probe": probe, "train": train,
+                                             "train_held": train_held, "send_held": send_held}
 UPDATE_PROCEDURES = ("train", "send_held")
 """The procedures whose replies carry updates (sealed by a secure sum, summed on Ray's actors)."""
+SEALED_PROCEDURES = (*UPDATE_PROCEDURES, SIZE_SUM)
+"""The procedures whose replies a secure sum seals (:class:`fedsample.federation.secure_sum.SecureSum`)."""

@@ -3,7 +3,8 @@
 A leaf module (it imports no other fedsample module but the parameter type): the strategy's parts, the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
-- server -> client: :class:`SizeQuery`, :class:`ProbeRequest`, :class:`TrainPayload`, :class:`HeldRequest`; one
+- server -> client: :class:`SizeQuery`, :class:`SizeSumRequest`, :class:`ProbeRequest`, :class:`TrainPayload`,
+  :class:`HeldRequest`; one
   payload shared by every asked client, or :class:`PerClient` (one each), read by every federation through
   :func:`payloads_for`;
 - client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`, :class:`HeldReport`;
@@ -24,7 +25,7 @@ from fedsample import checks
 
 __all__ = [
     "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Shared", "SizeQuery", "TrainPayload", "TrainReport", "payloads_for",
+    "ProbeRequest", "Shared", "SIZE_SUM", "SizeQuery", "SizeSumRequest", "TrainPayload", "TrainReport", "payloads_for",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -101,6 +102,23 @@ class SizeQuery:
         if self.epsilon is None or self.M is None:
             raise ValueError(f"a {self.mode} size query carries no (epsilon, M)")
         return self.epsilon, self.M
+
+
+#: The count-only client procedure that answers a :class:`SizeSumRequest` (:func:`fedsample.client.sum_sizes`).
+SIZE_SUM = "sum_sizes"
+
+
+@dataclass(frozen=True)
+@checks.constrained(count_noise=checks.NON_NEGATIVE)
+class SizeSumRequest:
+    """Ask every client for its size *into a secure sum*, before the first draw (a count-only request: no model, no
+    training). Each client's true size goes only into the sum, with its share N(0, count_noise^2 / asked) of Gaussian
+    noise, exactly as a round's drawn count does (:mod:`fedsample.federation.secure_sum`,
+    :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
+    answered, nothing per client. FedSampling's first ratio K/N^ comes from it
+    (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``)."""
+
+    count_noise: float
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,10 @@ class TrainReport:
     self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
     :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and, only when the payload asks for it
     (``utility``), Oort's statistical utility |B| sqrt(mean_{s in B} loss_s^2) of its drawn sample B at the received
-    parameters (:func:`fedsample.client.statistical_utilities`)."""
+    parameters (:func:`fedsample.client.statistical_utilities`). ``rows_trained``: the rows its local steps read,
+    with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
+    :func:`fedsample.budget.realised_samples`); None where the solver does not say, and in a noised reply, which
+    withholds it like the loss and the steps."""
 
     update: Params
     steps: int
@@ -199,6 +220,7 @@ class TrainReport:
     norm_steps: float | None = None
     samples: int | None = None
     utility: float | None = None
+    rows_trained: int | None = None
 
 
 @dataclass

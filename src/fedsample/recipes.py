@@ -28,7 +28,7 @@ from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData
+from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData, TotalFrom
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -55,6 +55,10 @@ __all__ = [
 MOMENTUM = reals(0, 1, "[)")
 LR_DECAY = reals(0, 1, "(]")
 
+#: A local minibatch: a count, or "all" (None from Python): each client's whole drawn sample as one batch.
+Batch = int | Literal["all"] | None
+BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (each client's whole drawn sample; None from Python)")
+
 #: The recipes' parameter names, one per concept, and what each admits (docs/parameters.md lists them with
 #: their old names and the papers' symbols). A recipe checks every argument it was given against this table.
 PARAMETERS: dict[str, checks.Spec] = {
@@ -64,7 +68,7 @@ PARAMETERS: dict[str, checks.Spec] = {
     "server_lr": Param(*SERVER_LR.constraints, label="server_lr (the server's learning rate)"),
     "epochs": [COUNT, None],
     "steps": [COUNT, None],
-    "batch_size": [COUNT, None],
+    "batch_size": BATCH,
     "local_momentum": MOMENTUM,
     "server_momentum": MOMENTUM,
     "weight_decay": NON_NEGATIVE,
@@ -112,13 +116,18 @@ def _recipe(
 
 
 def _local_sgd(
-    lr: float, epochs: int | None, steps: int | None, batch_size: int | None, local_momentum: float = 0.0,
+    lr: float, epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float = 0.0,
     weight_decay: float = 0.0, prox_mu: float = 0.0, lr_decay: float = 1.0,
 ) -> LocalSGD:
     return LocalSGD(
-        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=batch_size, momentum=local_momentum,
+        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=minibatch(batch_size), momentum=local_momentum,
         weight_decay=weight_decay, prox_mu=prox_mu, lr_decay=lr_decay,
     )
+
+
+def minibatch(batch_size: Batch) -> int | None:
+    """The solver's minibatch: a count as it is, "all" as None (the whole drawn sample, :class:`LocalSGD`)."""
+    return None if batch_size == "all" else batch_size
 
 
 ClientSampling = Literal["uniform", "weighted"]
@@ -161,7 +170,7 @@ def _federated(
 
 def _fedopt(
     name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, lr: float,
-    epochs: int | None, steps: int | None, batch_size: int | None, local_momentum: float, weight_decay: float,
+    epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float, weight_decay: float,
     lr_decay: float, client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0,
     aggregate: Callable[..., Any] = WeightedMean,
 ) -> Strategy:
@@ -173,7 +182,7 @@ def _fedopt(
 @_recipe()
 def fedavg(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -190,7 +199,7 @@ def fedavg(
 @_recipe()
 def weighted_fedavg(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
@@ -218,22 +227,26 @@ Protocol = Literal["library", "paper"]
 
 #: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
 PROTOCOLS: dict[str, dict[str, Any]] = {
-    # permanent reports (a run costs epsilon once), the self-normalized update (the step no longer scales with
-    # N/N~), M minimizing the estimate's RMSE, the summed drawn count noised, and the ratio steered by it from
-    # the second round on (docs/size-estimate.md)
-    "library": {"permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE, "steer": True},
+    # the total N from the clients' sizes summed inside the secure sum with Gaussian noise (no size reports), the
+    # self-normalized update (the step no longer scales with N/N~), the summed drawn count noised; with size reports
+    # (an option of them given): permanent ones (a run costs epsilon once), M minimizing the estimate's RMSE, and the
+    # ratio steered by the drawn count from the second round on (docs/size-estimate.md)
+    "library": {"total_from": "secure_sum", "permanent": True, "normalize": "drawn", "M": "rmse", "count_noise": COUNT_NOISE,
+                "steer": True},
     # Qi et al. 2023, Algorithm 1: fresh reports every round, G_c divided by K, the user's M (default 300)
-    "paper": {"permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0, "steer": False},
+    "paper": {"total_from": "reports", "permanent": False, "normalize": "K", "M": 300, "count_noise": 0.0, "steer": False},
 }
 
 
-@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None])
+@_recipe(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, count_noise=[NON_NEGATIVE, None], steer=[BOOLEAN, None],
+         total_from=[Options("secure_sum", "reports"), None])
 def fedsampling(
     *, samples_per_round: int | None = None, epsilon: float = 3.0, M: int | Literal["rmse"] | None = None,
     server_lr: float = 0.05, protocol: Protocol = "library", sizes: Literal["randomized", "exact"] = "randomized",
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
-    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, clients: Any = None, data: Any = None,
+    size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, total_from: TotalFrom | None = None,
+    clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
@@ -244,14 +257,18 @@ def fedsampling(
 
     ``protocol`` (:data:`PROTOCOLS`) decides what the options left out are:
 
-    - ``"library"`` (default): permanent size reports (one answer per client per run: a run costs epsilon
-      once), the self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K, so the
-      step no longer scales with N/N~), ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated
-      ``size_prior = (mean size, log-normal sigma)``) and Gaussian noise of standard deviation ``count_noise``
-      (default 5 samples) on S, added in shares by the clients inside the secure sum and accounted by the
-      privacy ledger (docs/privacy.md); ``steer=True``: from the second round on the ratio is K / N^, N^ the mean
-      of the past rounds' released S~ / p (:class:`~fedsample.sampling.data.FedSamplingData`), so the realised
-      count stays near K even where N~ is far off.
+    - ``"library"`` (default): ``total_from="secure_sum"``, a departure from the paper: no size reports; before
+      the first draw every client's size goes into the secure sum with Gaussian noise of standard deviation
+      ``count_noise`` (default 5 samples) added in shares, and the ratio is K / N^ with N^ that noised total
+      (:class:`~fedsample.sampling.data.FedSamplingData`; one Gaussian release in the privacy ledger, docs/privacy.md),
+      so the realised count is near K from the first round on every partition (docs/size-estimate.md); the
+      self-normalized update ``normalize="drawn"`` (divide by the drawn count S instead of K) with the same noise on S,
+      added in shares inside the secure sum and accounted by the ledger. ``total_from="reports"`` (implied where a
+      size-report option, ``M``, ``permanent``, ``reuse``, ``average`` or ``sizes="exact"``, is given) keeps the
+      paper's size estimate (Eq. 2, the reports at ``epsilon``) with the library's remedies: permanent reports (a run costs epsilon once),
+      ``M="rmse"`` (the M minimizing N~'s RMSE for |C| clients of the stated ``size_prior = (mean size, log-normal
+      sigma)``) and ``steer=True``: from the second round on the ratio is K / N^, N^ the mean of the past rounds'
+      released S~ / p, so the realised count approaches K even where N~ is far off.
     - ``"paper"``: the paper's protocol: fresh size reports every round (``permanent=False``), G_c divided by K
       (``normalize="K"``, the :class:`Sum` of Algorithm 1) and the user's M (default 300).
 
@@ -263,6 +280,7 @@ def fedsampling(
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
         raise ValueError("fedsampling: M='rmse', reuse and average apply to randomized size reports, not to sizes='exact'")
     chosen = PROTOCOLS[protocol]
+    reported = sizes == "exact" or M is not None or permanent is not None or reuse != 1 or average != 1
     permanent = chosen["permanent"] if permanent is None else permanent
     if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
         counts = data is None or data.capabilities.count_drawn
@@ -275,19 +293,26 @@ def fedsampling(
         raise ValueError("fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True: the server may "
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
                          "or protocol='paper'")
-    steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized") if steer is None else steer
+    if total_from is None:  # a data= sampler keeps its own; a size-report option asks for the reports
+        total_from = cast(TotalFrom, getattr(data, "total_from", "reports") if data is not None else
+                          chosen["total_from"] if normalize == "drawn" and not reported else "reports")
+    if total_from == "secure_sum" and (reported or normalize != "drawn"):
+        raise ValueError("fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum beside the drawn count "
+                         "(normalize='drawn'); it asks no size reports, so M, permanent, reuse, average and sizes='exact' do not apply")
+    steer = (chosen["steer"] and normalize == "drawn" and sizes == "randomized" and total_from == "reports") if steer is None else steer
     if steer and normalize != "drawn":
         checks.fail("steer", steer, "False or left out unless normalize='drawn' (it steers by the drawn count)", "fedsampling")
     if count_noise > 0 and normalize != "drawn":
         checks.fail("count_noise", count_noise, "0 or left out unless normalize='drawn' (it is noise on the drawn count)", "fedsampling")
     prior = cast("tuple[float, float]", tuple(size_prior))  # a list from a config: RandomizedSizes checks it
     policy = (
-        ExactSizes(scope="all") if sizes == "exact" else
+        None if total_from == "secure_sum" else ExactSizes(scope="all") if sizes == "exact" else
         RandomizedSizes(epsilon, M, scope="all", permanent=permanent, reuse=reuse, average=average, size_prior=prior)
     )
     drawn = normalize == "drawn"
     return Strategy(
-        clients=clients or AllClients(), data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise, steer=steer),
+        clients=clients or AllClients(),
+        data=data or FedSamplingData(K, count_drawn=drawn, count_noise=count_noise, steer=steer, total_from=total_from),
         local=OneGradient(K), aggregate=DrawnNormalizedSum(K) if drawn else Sum(), server=ServerSGD(server_lr),
         sizes=policy, name="fedsampling", secure_sum=secure_sum,
     )
@@ -322,7 +347,7 @@ def centralized(*, samples_per_round: int = 2048, lr: float = 0.05, steps: int =
 @_recipe(aliases={"mu": "prox_mu"})
 def fedprox(
     *, prox_mu: float = 0.01, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -339,7 +364,7 @@ def fedprox(
 @_recipe(aliases={"mu": "prox_mu"})
 def fednova(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, prox_mu: float = 0.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -357,7 +382,7 @@ def fednova(
 def fedavgm(
     *, server_momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int | None = None,
     samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- beta*v + Delta, w <- w - server_lr*v
@@ -374,7 +399,7 @@ def fedavgm(
 def fedadam(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -392,7 +417,7 @@ def fedadam(
 def fedyogi(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0,
+    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
     weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -409,7 +434,7 @@ def fedyogi(
 def fedadagrad(
     *, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int | None = None,
     samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
@@ -428,7 +453,7 @@ Aggregation = Literal["unbiased", "paper", "size"]
 @_recipe(aliases={"m": "clients_per_round"})
 def fedsts(
     *, H: int = 10, clients_per_round: int | None = None, samples_per_round: int | None = None, dim: int = 9,
-    compression: Compression = "squeeze", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
+    compression: Compression = "squeeze", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -448,7 +473,7 @@ def fedsts(
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None
     return Strategy(
-        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=batch_size),
+        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=minibatch(batch_size)),
         aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
     )
 
@@ -462,7 +487,7 @@ def fedstas(
     *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None,
     samples_fraction: float | None = None, dim: int = 9,
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
-    draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: int = 128,
+    draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -617,7 +642,7 @@ def isfedavg(
 
 
 def _fedavg_choosing(
-    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: int | None,
+    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: Batch,
     local_momentum: float, weight_decay: float, lr_decay: float, server_lr: float, data: Any,
 ) -> Strategy:
     """FedAvg (local SGD, the size-weighted mean or the mean over draws, :func:`fedavg`) with the client sampler
@@ -631,7 +656,7 @@ def _fedavg_choosing(
 def clustered_sampling(
     *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
     linkage_input: LinkageInput = "embedded", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with clustered sampling (Fraboni et al., ICML 2021): ``clients_per_round`` (the paper's m, alias ``m``)
@@ -654,7 +679,7 @@ def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def optimal_sampling(
     *, clients_per_round: int = 10, rule: Rule = "exact", j_max: int = DEFAULT_J_MAX, objective: Objective = "size",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022): every client trains (local SGD) and keeps its
@@ -674,7 +699,7 @@ def optimal_sampling(
 def delta(
     *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
     objective: Objective = "size", score_weights: ScoreWeights = "objective", lr: float = 0.05, epochs: int | None = 1,
-    steps: int | None = None, batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
+    steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
     lr_decay: float = 1.0, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
 ) -> Strategy:
     """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
@@ -703,7 +728,7 @@ def delta(
 @_recipe(aliases={"m": "clients_per_round", "d": "candidates", "b": "minibatch"}, clients_per_round=COUNT)
 def power_of_choice(
     *, clients_per_round: int = 10, candidates: int = 20, variant: PowerOfChoiceVariant = "pow-d", minibatch: int | None = None,
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with power-of-choice selection (Cho, Wang & Joshi, AISTATS 2022): ``candidates`` (d) clients drawn
@@ -721,7 +746,7 @@ def power_of_choice(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
     *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: int | None = 32,
+    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
     local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
@@ -737,7 +762,7 @@ def fedcbs(
 def fedcor(
     *, clients_per_round: int = 10, warmup: int = 10, rank: int = 5, discount: float = 0.9, refit_every: int | None = None,
     forget: float = 1.0, objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with FedCor selection (Tang et al., CVPR 2022): ``warmup`` rounds of m clients at random, then m chosen
@@ -751,7 +776,7 @@ def fedcor(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def divfl(
     *, clients_per_round: int = 10, metric: Metric = "l2", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with DivFL selection (Balakrishnan et al., ICLR 2022): the m clients of greedy facility location on the
@@ -765,7 +790,7 @@ def divfl(
 def oort(
     *, clients_per_round: int = 10, exploration: float = 0.9, exploration_decay: float = 0.98, exploration_floor: float = 0.2,
     cutoff: float = 0.95, staleness: bool = True, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: int | None = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Oort's selection by statistical utility (Lai et al., OSDI 2021; no system-time model): a fraction

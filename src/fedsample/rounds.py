@@ -207,6 +207,7 @@ class ReplyList(Sequence):
     - :meth:`weighted_update_sum`: ``sum_i w_i * Delta_{positions_i}``, the linear aggregators' one question;
     - :meth:`summed_loss`: (sum of the losses of the clients that took a step, how many did);
     - :meth:`drawn_total`: the samples the cohort drew (the self-normalized FedSampling update's S);
+    - :meth:`rows_trained`: the rows the cohort's local steps read, with repeats (the realised budget);
     - :meth:`numbers`: the replies as numbers (size reports), NaN where failed;
     - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept.
 
@@ -270,6 +271,14 @@ class ReplyList(Sequence):
         counts = [getattr(self[i], "samples", None) for i in self.received_positions().tolist()]
         if any(c is None for c in counts):
             raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
+        return int(sum(c for c in counts if c is not None))
+
+    def rows_trained(self) -> int | None:
+        """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
+        sampler's round, :func:`fedsample.budget.realised_samples`); None where a received reply does not say."""
+        counts = [getattr(self[i], "rows_trained", None) for i in self.received_positions().tolist()]
+        if any(c is None for c in counts):
+            return None
         return int(sum(c for c in counts if c is not None))
 
     def numbers(self) -> np.ndarray | None:
@@ -381,6 +390,9 @@ class Widened(ReplyList):
 
     def drawn_total(self) -> int:
         return self.source.drawn_total()
+
+    def rows_trained(self) -> int | None:
+        return self.source.rows_trained()
 
     def numbers(self) -> np.ndarray | None:
         inner = self.source.numbers()

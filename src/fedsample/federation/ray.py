@@ -12,7 +12,7 @@ Ray gave it one. Every client draw comes from (seed, round, client, purpose), so
 single-process engine.
 
 ``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a reply list
-(:class:`~fedsample.rounds.ReplyList`) of light reports (steps, loss, FedNova's a_k, drawn samples) whose fused
+(:class:`~fedsample.rounds.ReplyList`) of light reports (steps, loss, FedNova's a_k, drawn samples, rows trained) whose fused
 ``weighted_update_sum(positions, weights)`` makes one call per actor, each returning its partial
 ``sum_k w_k * Delta_k`` (one backward pass on one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
 to each actor and one parameter-sized sum back: O(actors x parameters), not O(clients x parameters).

@@ -13,7 +13,10 @@ a share N(0, sigma_S^2 / m) to its count (:func:`count_shares`, drawn from the c
 sigma_S^2 when every asked client answers, less after dropouts (a client cannot know, before it seals its
 reply, who else will answer); :func:`noised_count`, and the ledger accounts the actual a / m,
 :mod:`fedsample.privacy.amplification`. Flower's SecAgg+ seals the same shares on the clients
-(:mod:`fedsample.flower.secagg`), so both give the same noised count.
+(:mod:`fedsample.flower.secagg`), so both give the same noised count. The count-only ``sum_sizes`` call
+(:class:`~fedsample.messages.SizeSumRequest`, before FedSampling's first draw) is sealed the same way: each client's
+size is the count, its noise share comes from the cell of :data:`SIZE_NOISE_PURPOSE` (never the drawn count's, so the
+two releases carry independent noise), and the server learns only the noised total (:func:`sealed_count`).
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -34,17 +37,22 @@ from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.client import UPDATE_PROCEDURES
+from fedsample.client import SEALED_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import payloads_for
+from fedsample.messages import SIZE_SUM, SizeSumRequest, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
-from fedsample.rounds import Failed, Replies, ReplyList, replies_of
+from fedsample.rounds import Failed, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
 
-__all__ = ["COUNT_NOISE_PURPOSE", "SealedReplies", "SecureSum", "count_shares", "noised_count", "with_secure_sum"]
+__all__ = [
+    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedReplies", "SecureSum", "SizeCounts", "count_shares", "noised_count", "sealed_count",
+    "with_secure_sum",
+]
 
 #: The purpose of the random cell the drawn count's noise comes from (fedsample.rng).
 COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
+#: The purpose of the random cell the summed sizes' noise comes from (``sum_sizes``; independent of the drawn count's).
+SIZE_NOISE_PURPOSE = "secure sum: total-size noise"
 
 
 class SecureSum(Federation):
@@ -70,19 +78,17 @@ class SecureSum(Federation):
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
-        if procedure not in UPDATE_PROCEDURES:
+        if procedure not in SEALED_PROCEDURES:
             return replies
         first = payloads_for(payload, len(client_ids)).at(0) if len(client_ids) else None
-        replies = client_side_check(replies, client_ids, first)
+        replies = size_counts(replies, client_ids) if procedure == SIZE_SUM else client_side_check(replies, client_ids, first)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
         self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
-        plan = getattr(first, "plan", None)
-        counted = first is not None and reports_count(plan)
+        counted, sigma, purpose = sealed_count(first)
         ids = np.asarray(client_ids, dtype=np.int64)
-        sigma = drawn_count_noise(plan)
-        shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids) if counted and sigma > 0 else None
+        shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids, purpose) if counted and sigma > 0 else None
         self._counted[self._calls] = (len(ids), shares) if counted else None
         token = self._calls
         return SealedReplies(self, token, len(replies), dict(replies.failed))
@@ -142,27 +148,42 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
-def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray) -> np.ndarray:
-    """Each client's share of the noise on the drawn count, N(0, sigma^2 / asked), from the client's own
-    counter-based stream of the (seed, round, :data:`COUNT_NOISE_PURPOSE`) cell (its first uniform u, read as
-    Phi^-1(u + 2^-54), the midpoint of its 2^-53 cell): the same number whether one client draws it (a Flower
-    node) or the secure sum draws a cohort's at once."""
+def sealed_count(payload: Any) -> tuple[bool, float, str]:
+    """What a sealed call's counts are: (whether each client's count goes into the sum, the standard deviation sigma of
+    the noise on that sum, the purpose of the cell its shares come from). A :class:`~fedsample.messages.SizeSumRequest`
+    sums the clients' sizes (:data:`SIZE_NOISE_PURPOSE`); a training payload its plan's drawn counts where the plan
+    asks for them (:data:`COUNT_NOISE_PURPOSE`)."""
+    if isinstance(payload, SizeSumRequest):
+        return True, float(payload.count_noise), SIZE_NOISE_PURPOSE
+    plan = getattr(payload, "plan", None)
+    return payload is not None and reports_count(plan), drawn_count_noise(plan), COUNT_NOISE_PURPOSE
+
+
+def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray, purpose: str = COUNT_NOISE_PURPOSE) -> np.ndarray:
+    """Each client's share of the noise on a summed count, N(0, sigma^2 / asked), from the client's own
+    counter-based stream of the (seed, round, ``purpose``) cell (:data:`COUNT_NOISE_PURPOSE` for the drawn count,
+    :data:`SIZE_NOISE_PURPOSE` for the summed sizes; its first uniform u, read as Phi^-1(u + 2^-54), the midpoint of
+    its 2^-53 cell): the same number whether one client draws it (a Flower node) or the secure sum draws a cohort's
+    at once."""
     clients = np.asarray(clients, dtype=np.int64)
     if sigma <= 0 or clients.size == 0:
         return np.zeros(clients.shape)
     first = np.uint64(0)  # each client's first draw in the cell (one position for all: no array of zeros)
-    u = stream_uniforms(client_streams(cell_key(seed, round, COUNT_NOISE_PURPOSE), clients), first)
+    u = stream_uniforms(client_streams(cell_key(seed, round, purpose), clients), first)
     u += 2.0**-54  # in place, as the rest: the same arithmetic with no new array per step (about 40 us of 570)
     shares = ndtri(u, out=u)
     shares *= sigma / np.sqrt(asked)
     return shares
 
 
-def noised_count(count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int) -> float:
-    """The summed drawn count S plus the noise shares (:func:`count_shares`) of the ``answered`` clients of the
-    ``asked`` ones, each N(0, sigma^2 / asked): S + N(0, sigma^2 * a / asked) for a answering clients (the
-    server sees neither a share nor the shares' sum, only S plus it)."""
-    return count_plus_shares(count, count_shares(sigma, asked, seed, round, answered))
+def noised_count(
+    count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int, purpose: str = COUNT_NOISE_PURPOSE
+) -> float:
+    """The summed count S (drawn samples, or sizes with :data:`SIZE_NOISE_PURPOSE`) plus the noise shares
+    (:func:`count_shares`) of the ``answered`` clients of the ``asked`` ones, each N(0, sigma^2 / asked):
+    S + N(0, sigma^2 * a / asked) for a answering clients (the server sees neither a share nor the shares' sum, only
+    S plus it)."""
+    return count_plus_shares(count, count_shares(sigma, asked, seed, round, answered, purpose))
 
 
 def answered_shares(shares: np.ndarray, replies: ReplyList) -> np.ndarray:
@@ -184,6 +205,31 @@ def summed_samples(replies: ReplyList) -> int | None:
         return replies.drawn_total()
     except ValueError:
         return None
+
+
+class SizeCounts(Replies):
+    """The clients' sizes of a ``sum_sizes`` call as the secure sum holds them (on the clients' side): no update, and
+    their sum as the count (:meth:`drawn_total`)."""
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+        return None
+
+    def summed_loss(self) -> tuple[float, int]:
+        return 0.0, 0
+
+    def drawn_total(self) -> int:
+        """The answered clients' sizes, summed."""
+        return int(sum(int(r) for i, r in enumerate(self) if i not in self.failed))
+
+
+def size_counts(replies: ReplyList, client_ids: np.ndarray) -> SizeCounts:
+    """The ``sum_sizes`` replies, each checked by its client before it enters the sum (a size that is not a
+    non-negative integer is not sent: the client counts as failed, :func:`fedsample.validate.size_problem`)."""
+    checked: list[Any] = []
+    for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+        problem = None if is_failed(reply) else validate.size_problem(reply, None)
+        checked.append(Failed(int(k), SIZE_SUM, problem) if problem else reply)
+    return SizeCounts(checked)
 
 
 class _Sealed:
@@ -247,6 +293,11 @@ class SealedReplies(ReplyList):
         if self._drawn is None:
             raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
         return self._drawn
+
+    def rows_trained(self) -> None:
+        """Unknown: a sealed reply's rows trained are not read, nor summed into the secure sum (the realised budget
+        of a secure-summed client sampler is not recorded; FedSampling's comes from its drawn count)."""
+        return None
 
     def numbers(self) -> None:
         """Sealed replies are updates, never numbers the server can read."""

@@ -91,12 +91,13 @@ class ClientShard:
 
 def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
     """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN) per received
-    report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
+    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN, rows trained or
+    NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
     got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None))) for r in got]
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5)
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None)),
+             _or_nan(getattr(r, "rows_trained", None))) for r in got]
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 6)
 
 
 def _or_nan(value: float | None) -> float:
@@ -116,9 +117,10 @@ class RemoteReport(TrainReport):
     """A client's train report whose update stays on its worker until read."""
 
     def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
-                 samples: int | None = None, utility: float | None = None) -> None:
+                 samples: int | None = None, utility: float | None = None, rows_trained: int | None = None) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples, self.utility = steps, loss, norm_steps, samples, utility
+        self.rows_trained = rows_trained
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -143,9 +145,10 @@ class ShardedReports(Replies):
         self._local = np.zeros(size, dtype=np.int64)
         for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, drawn, utility) in zip(positions[got].tolist(), table.tolist()):
+            for j, (steps, loss, norm, drawn, utility, trained) in zip(positions[got].tolist(), table.tolist()):
                 self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility)
+                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility,
+                                       None if np.isnan(trained) else int(trained))
         self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:

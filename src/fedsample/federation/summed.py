@@ -40,6 +40,7 @@ class SummedReport(TrainReport):
         self._recompute = recompute
         self.steps, self.loss, self.norm_steps = report.steps, report.loss, report.norm_steps
         self.samples, self.utility = report.samples, getattr(report, "utility", None)
+        self.rows_trained = getattr(report, "rows_trained", None)
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, recomputed when read

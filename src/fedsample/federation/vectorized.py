@@ -114,7 +114,8 @@ class VectorizedSimulator(Simulator):
             report = reports[position]
             kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
                 update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
-                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None))
+                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None),
+                rows_trained=getattr(report, "rows_trained", None))
             held.append(procedures.hold(self.context(k), kept, round))
         return Replies(held, failed={})
 
@@ -312,6 +313,7 @@ class VectorizedSimulator(Simulator):
                         update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss)
                     report.norm_steps = None if norm is None else float(norm[c])
                     report.samples = None if counted is None else int(counted[c])
+                    report.rows_trained = int(schedule.entries[c])
                     reports[c] = report
         return reports if reports.held else Replies(list(reports), failed={})
 
@@ -501,6 +503,7 @@ class CohortReports(ReplyList):
     _losses: np.ndarray  # each client's reported loss (read where it took a step)
     _norm_steps: np.ndarray | None  # FedNova's a_k where the solver reports it
     _samples: np.ndarray | None  # the drawn counts where the plan asks for them
+    _rows_trained: np.ndarray  # each client's rows in its one step (the schedule's entries)
     _empty: "_EmptyReply"  # the one shared empty reply (never mutated), made on first read
     _made: dict[int, TrainReport]  # the reports read so far, by position (shared with the lists from rejecting)
     _step: float
@@ -529,7 +532,7 @@ class CohortReports(ReplyList):
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         reports = cls.__new__(cls)
         reports.failed, reports._made, reports._empty = {}, {}, _EmptyReply(params)
-        reports._norm_steps, reports._samples = norm_steps, samples
+        reports._norm_steps, reports._samples, reports._rows_trained = norm_steps, samples, counts
         reports._federation, reports._token = sim, len(sim._unions)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
         reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
@@ -560,8 +563,9 @@ class CohortReports(ReplyList):
         return (self[i] for i in range(len(self)))
 
     def _report(self, position: int) -> TrainReport:
-        """The report of a client that took its step: its loss, a_k and drawn count from the arrays."""
+        """The report of a client that took its step: its loss, rows trained, a_k and drawn count from the arrays."""
         report = _DeferredReport(self, position, float(self._losses[position]))
+        report.rows_trained = int(self._rows_trained[position])
         if self._norm_steps is not None:
             report.norm_steps = float(self._norm_steps[position])
         if self._samples is not None:
@@ -590,6 +594,10 @@ class CohortReports(ReplyList):
         if self._samples is None:
             return super().drawn_total()
         return int(np.sum(np.asarray(self._samples, dtype=np.int64)[self.received_positions()]))
+
+    def rows_trained(self) -> int:
+        """The received clients' rows trained, summed from the array (no report object built)."""
+        return int(np.sum(np.asarray(self._rows_trained, dtype=np.int64)[self.received_positions()]))
 
     def suspect_positions(self) -> np.ndarray:
         """The received positions whose loss is not finite: the engine builds every report itself (one step, a
@@ -749,7 +757,7 @@ class _DeferredReport(TrainReport):
 
     def __init__(self, owner: "CohortReports | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, None, None
+        self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read

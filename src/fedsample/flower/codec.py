@@ -100,6 +100,8 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
             metrics["utility"] = float(report.utility)
         if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
+        if getattr(report, "rows_trained", None) is not None:  # the rows its steps read (the realised budget)
+            metrics["rows_trained"] = int(report.rows_trained)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
     raise ValueError(f"unknown procedure {procedure!r}")
 
@@ -190,7 +192,11 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
     utility = record.get("utility")
     if utility is not None:
         utility = _finite("utility", float(_field(record, "utility", (int, float))))
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, utility=utility)
+    rows_trained = record.get("rows_trained")
+    if rows_trained is not None and (_field(record, "rows_trained", int) < 0):
+        raise MalformedReply(f"negative count of rows trained {rows_trained}")
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, utility=utility,
+                       rows_trained=rows_trained)
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

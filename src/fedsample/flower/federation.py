@@ -27,7 +27,7 @@ from flwr.serverapp import Grid
 
 from fedsample.federation.base import Federation
 from fedsample.flower.codec import MalformedReply, decode_report, encode_request
-from fedsample.messages import payloads_for
+from fedsample.messages import SIZE_SUM, payloads_for
 from fedsample.rounds import Failed, Replies
 
 __all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
@@ -74,8 +74,8 @@ class FlowerFederation(Federation):
         sent = payloads_for(payload, len(ids))
         self.asked[round].append((procedure, ids))
         payloads = [sent.at(i) for i in range(len(ids))]
-        if procedure == "train" and self.secure is not None:
-            return self.secure.train(self, ids, payloads, round)
+        if procedure in ("train", SIZE_SUM) and self.secure is not None:  # sealed by SecAgg+ (fedsample.flower.secagg)
+            return self.secure.train(self, ids, payloads, round, procedure)
         reachable = self._reachable(ids, round)
         replies: list[Any] = [Failed(k, procedure, reachable.get(k) or "") for k in ids]
         messages = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}

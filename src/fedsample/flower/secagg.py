@@ -55,8 +55,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
-from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.federation.secure_sum import SealedReplies, count_shares
+from fedsample.federation.secure_sum import SealedReplies, count_shares, sealed_count
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
 from fedsample.rounds import Failed, carries_update
@@ -67,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNT_RANGE", "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
-    "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
+    "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_samples", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
 ]
 
 #: The request's ConfigRecord naming the clipping range the client scales its tally into, the noised count's range
@@ -144,9 +143,9 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> SealedReplies:
-        """``federation.run("train", ...)`` under SecAgg+: :func:`sealed_train`."""
-        return sealed_train(federation, self, ids, payloads, round)
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int, procedure: str = "train") -> SealedReplies:
+        """``federation.run("train", ...)`` (or the count-only ``sum_sizes``) under SecAgg+: :func:`sealed_train`."""
+        return sealed_train(federation, self, ids, payloads, round, procedure)
 
 
 # --- a client's vector -----------------------------------------------------------------------------------
@@ -160,15 +159,27 @@ def sealed_vector(
     0 when the plan does not ask for it; with a noise ``share``, zero digits and the drawn count plus the share
     in the noised entry; 0 for "not clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
     multiplied by ``clipping_range``."""
-    stepped = carries_update(report)
+    stepped = not is_size(report) and carries_update(report)
     update = report.update if stepped else {k: torch.zeros_like(v) for k, v in params.items()}
-    drawn = getattr(report, "samples", None) if report is not None else None
-    drawn = int(drawn or 0)
+    drawn = int(sealed_samples(report) or 0)
     digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2] if share is None else [0, 0, 0]
     noised = 0.0 if share is None else drawn + float(share)
     tally = np.array([float(report.loss) if stepped else 0.0, float(stepped), *digits, noised, 0.0])
     tally = tally / tally_bounds(count_range) * clipping_range
     return [update[k].detach().cpu().numpy().astype(np.float64) for k in params] + [tally]
+
+
+def is_size(report: Any) -> bool:
+    """A ``sum_sizes`` answer: the client's size, an integer (no update, no step)."""
+    return isinstance(report, (int, np.integer)) and not isinstance(report, bool)
+
+
+def sealed_samples(report: Any) -> int | None:
+    """The count a client seals: its size where the report is one (:func:`is_size`), else the samples its training
+    report says it drew (None where not reported)."""
+    if is_size(report):
+        return int(report)
+    return getattr(report, "samples", None) if report is not None else None
 
 
 def flag_clipped(vector: list[np.ndarray], clipping_range: float) -> list[np.ndarray]:
@@ -218,17 +229,17 @@ def clipping_range_of(message: Message) -> float:
 
 
 def count_share_of(message: Message, request: Any) -> float | None:
-    """This client's share of the noise on the drawn count (:func:`~fedsample.federation.secure_sum.count_shares`
-    of its own (seed, round, client) stream, over the asked clients the request names), drawn here on the
-    client; None where the plan asks for no count or no noise on it."""
-    plan = getattr(request.payload, "plan", None)
-    sigma = drawn_count_noise(plan)
-    if sigma <= 0:
+    """This client's share of the noise on the summed count (:func:`~fedsample.federation.secure_sum.count_shares`
+    of its own (seed, round, client) stream of the count's cell, :func:`~fedsample.federation.secure_sum.sealed_count`,
+    over the asked clients the request names), drawn here on the client; None where the request asks for no count or
+    no noise on it."""
+    counted, sigma, purpose = sealed_count(request.payload)
+    if not counted or sigma <= 0:
         return None
     asked = message.content.config_records[SEALED]["asked"]
     if not isinstance(asked, int) or asked < 1:
         raise ValueError(f"the number of asked clients must be a positive integer, got {asked!r}")
-    return float(count_shares(sigma, asked, request.seed, request.round, np.array([request.client]))[0])
+    return float(count_shares(sigma, asked, request.seed, request.round, np.array([request.client]), purpose)[0])
 
 
 def count_range_of(message: Message) -> float:
@@ -240,10 +251,12 @@ def count_range_of(message: Message) -> float:
 
 
 def sealed_reply(message: Message, request: Any, report: Any) -> Message:
-    """The client's ``train`` answer inside SecAgg+: its vector (with its noise share on the drawn count where the
-    plan asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as they are)."""
+    """The client's ``train`` (or ``sum_sizes``) answer inside SecAgg+: its vector (with its noise share on the count
+    where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
+    they are). A count-only request carries no parameters: the vector is the tally alone."""
     share = count_share_of(message, request)
-    vector = sealed_vector(report, request.payload.params, clipping_range_of(message), share, count_range_of(message))
+    params = getattr(request.payload, "params", None) or {}
+    vector = sealed_vector(report, params, clipping_range_of(message), share, count_range_of(message))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
 
@@ -407,17 +420,19 @@ class _Sums:
 
 
 def sealed_train(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int, procedure: str = "train"
 ) -> SealedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :class:`SealedReplies`), and every client left out of the sum is
     :class:`Failed` with the stage at which it dropped out (or why it was not asked), in the round's failures and
     record (``federation.secure_rounds``). FedSampling's noise on the drawn count (``count_noise``) is added on
-    the clients, in shares sealed into the sum (:func:`count_share_of`)."""
+    the clients, in shares sealed into the sum (:func:`count_share_of`). ``procedure="sum_sizes"``: the count-only
+    request (:class:`~fedsample.messages.SizeSumRequest`), each client's vector its tally alone (no parameters), the
+    summed count its size plus its noise share."""
     reachable = federation._reachable(ids, round)
-    failed = {i: Failed(k, "train", str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
+    failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
-    params = payloads[0].params if payloads else {}
+    params = (getattr(payloads[0], "params", None) or {}) if payloads else {}
     record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
     if len(asked) > settings.max_clients:
@@ -425,19 +440,19 @@ def sealed_train(
     elif len(asked) < 2:
         why = "SecAgg+ needs at least two clients that can answer"
     else:
-        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record)
+        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record, procedure)
     included = set(record.pop("summed_nodes", ()))
     missed = record.pop("missed", {})
     for node, i in asked.items():
         if node not in included:
-            failed[i] = Failed(ids[i], "train", missed.get(node) or why)
+            failed[i] = Failed(ids[i], procedure, missed.get(node) or why)
     record["dropped"] = {ids[i]: failed[i].reason for node, i in asked.items() if node not in included}
     record["recovered"] = {ids[asked[n]]: reason for n, reason in missed.items() if n in included}  # after their vector
     federation.secure_rounds[round] = record
     federation.failures[round].extend(failed[i] for i in sorted(failed))
     report_on_console(round, record, [failed[i] for i in sorted(failed)])
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
-    counted = bool(payloads) and reports_count(payloads[0].plan)
+    counted = bool(payloads) and sealed_count(payloads[0])[0]
     if federation.sealed_sums is None:
         federation.sealed_sums = _Sums()
     token = federation.sealed_sums.seal(cohort, positions, counted)
@@ -446,12 +461,12 @@ def sealed_train(
 
 def _run_protocol(
     federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
-    params: Params, round: int, record: dict,
+    params: Params, round: int, record: dict, procedure: str = "train",
 ) -> tuple[SummedCohort | None, str]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
     requests = {}
     for node, i in asked.items():
-        request = encode_request("train", ids[i], federation.seed, round, payloads[i])
+        request = encode_request(procedure, ids[i], federation.seed, round, payloads[i])
         request.config_records[SEALED] = ConfigRecord({"clipping_range": float(settings.clipping_range),
                                                        "count_range": float(settings.count_range), "asked": len(ids)})
         requests[node] = request
@@ -494,9 +509,10 @@ def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
 
 
 def count_noise_of(payloads: list[Any]) -> float:
-    """sigma_S of the plan's noise on the drawn count (0: no count asked, or the exact count)."""
-    plan = getattr(payloads[0], "plan", None) if payloads else None
-    return drawn_count_noise(plan)
+    """sigma of the noise on the summed count, the plan's drawn count's or the summed sizes' (0: no count asked, or
+    the exact count)."""
+    counted, sigma, _ = sealed_count(payloads[0]) if payloads else (False, 0.0, "")
+    return sigma if counted else 0.0
 
 
 def dropouts(outcome: dict[str, dict[int, str | None]]) -> dict[int, str]:

@@ -57,6 +57,11 @@ amplified by the data sampling like the update (Poisson at q for a record; for a
 mixture of Gaussians over its Binomial(k, q) drawn records). With :class:`PerExampleNoise` on the update, S is a
 second coordinate of the same noised sum over the same sample: one record moves the update by C/K and S by 1, so
 the pair is one Gaussian mechanism whose multiplier is 1/sqrt(1/z^2 + 1/z_S^2) (:func:`joint_multiplier`).
+
+FedSampling's summed sizes (``sum_sizes``, :class:`~fedsample.messages.SizeSumRequest`, once before the first draw:
+the total N plus Gaussian noise of standard deviation sigma added in shares inside the secure sum) are one more
+Gaussian release (:func:`size_sum_release`): one record moves N by 1 (multiplier sigma sqrt(a/m)), every record
+counted, so no amplification; a user of at most k records moves it by k.
 """
 
 from __future__ import annotations
@@ -72,14 +77,14 @@ from fedsample.privacy.ledger import (
     ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
-from fedsample.messages import PerClient, ProbeRequest, payloads_for
+from fedsample.messages import PerClient, ProbeRequest, SizeSumRequest, payloads_for
 from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design, reports_count, solver_capabilities
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
     "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw",
-    "joint_multiplier", "record_rate", "releases", "warn_unprotected",
+    "joint_multiplier", "record_rate", "releases", "size_sum_release", "warn_unprotected",
 ]
 
 
@@ -209,6 +214,9 @@ def releases(
         return [size_report_release(payload, round, call)]
     if procedure == "probe":
         return [probe_release(payload, round, call)]
+    if isinstance(payload, SizeSumRequest):  # the count-only sum_sizes call
+        answered = len(ids) if replies is None else answered_count(replies)
+        return [size_sum_release(payload, len(ids), answered, accounting, round, call)]
     if procedure in ("train", "train_held"):
         sent = payloads_for(payload, len(ids))
         first = sent.shared if sent.shared is not None else sent.at(0)
@@ -248,6 +256,28 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
                        reason=f"randomized response with epsilon={query.epsilon:g} adds no noise (the true size is always reported)")
     event = randomized_response(noise, query.M - 1)
     return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
+
+
+def size_sum_release(request: SizeSumRequest, asked: int, answered: int, accounting: Accounting, round: int, call: tuple) -> Release:
+    """The clients' sizes summed inside the secure sum (``sum_sizes``): the total N plus the noise shares of the a of m
+    asked clients that answered, N(0, sigma^2 a / m). One record moves N by at most 1, so at record level a Gaussian
+    mechanism of multiplier z = sigma sqrt(a/m), with no amplification (every record is counted); a user of at most k
+    records moves N by at most k (multiplier z / k); a user without k is unbounded (its whole size moves N).
+    Exact (sigma = 0): unprotected. Asked once per run: the ``once`` key keeps a repeated call from counting twice."""
+    what, once = "total size N (the clients' sizes, summed)", "total size N (summed once per run)"
+    sigma = float(request.count_noise)
+    if sigma <= 0:
+        return Release(round, what, None, None, None, reason="the exact summed sizes carry no noise", once=once, call=call)
+    z = sigma * math.sqrt(min(answered, asked) / max(asked, 1))
+    noise = f"Gaussian noise sigma = {sigma:g} on N, the shares of {min(answered, asked)} of {asked} asked clients: multiplier {z:.4g}"
+    user, k = accounting.unit == "user", accounting.k
+    if user and k is None:
+        return Release(round, what, None, None, None, once=once, call=call,
+                       reason=f"{noise}; a user's records move N by as many as it holds: user-level accounting needs k")
+    event = gaussian(z / k) if user and k is not None else gaussian(z)
+    moves = f"a user of at most k={k} records moves it by k" if user else "one record moves it by 1"
+    return Release(round, what, event, event, ADD_REMOVE, "no-amplification",
+                   f"{noise}, {moves}; not amplified: every record is counted", once=once, call=call)
 
 
 def probe_release(request: ProbeRequest, round: int, call: tuple) -> Release:

@@ -44,7 +44,8 @@ def _gaussian_like(update: dict, sigma: float, rng: "np.random.Generator | Clien
 
 
 def _private(update: dict, samples: int | None = None) -> TrainReport:
-    """The reply of a noised client: its noised update, one step, no loss and no drawn count (``samples``: the
+    """The reply of a noised client: its noised update, one step, no loss, no rows trained (the realised budget of a
+    noised client sampler is unknown) and no drawn count (``samples``: the
     count, only where it goes into a secure sum that noises it, :meth:`PerExampleNoise.private_reply`)."""
     return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, samples=samples)
 

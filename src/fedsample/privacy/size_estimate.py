@@ -25,7 +25,7 @@ from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance
 
 __all__ = [
     "best_M", "estimator_bias", "estimator_rmse", "first_round_budget", "rmse_M", "rmse_curve", "scaled_total",
-    "scaled_total_variance", "simulated_totals",
+    "scaled_total_variance", "simulated_totals", "summed_first_round_budget",
 ]
 
 PRIOR_DRAWS = 8  # synthetic populations averaged when M is chosen from a prior
@@ -121,6 +121,17 @@ def first_round_budget(sizes: np.ndarray, epsilon: float, M: int, K: int, draws:
     N = float(n.sum())
     totals = np.maximum(simulated_totals(n, epsilon, int(M), draws, rng), float(len(n)))
     return N * np.minimum(1.0, K / totals) / K
+
+
+def summed_first_round_budget(sizes: np.ndarray, sigma: float, K: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` expected first-round budgets E[S]/K = N min(1, K/N^)/K of the library's default, N^ = N + N(0, sigma^2)
+    the clients' sizes summed inside the secure sum with every client's noise share (all answer), floored at |C|
+    (:meth:`fedsample.sampling.data.FedSamplingData.summed_total`): no randomized report, no threshold M."""
+    n = np.asarray(sizes)
+    N = float(n.sum())
+    totals = np.maximum(N + rng.normal(0.0, float(sigma), draws), float(len(n)))
+    return N * np.minimum(1.0, K / totals) / K
+
 
 # --- the estimate from the clients that answered (docs/reliability.md, missing replies) ------------------
 

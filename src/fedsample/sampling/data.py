@@ -9,13 +9,13 @@ norm grows with their number, and an empty draw gives a zero update); with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.messages import ClientContext, LocalSample
+from fedsample.messages import SIZE_SUM, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import CohortRandom
 from fedsample.sampling.clamp import clamped
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllSamples", "BernoulliSamples", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
-    "sampling_ratio", "STEERED_TOTAL",
+    "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "TotalFrom",
 ]
 
 
@@ -156,9 +156,18 @@ COUNT_NOISE = 5.0
 #: Where a steered FedSampling keeps, in the strategy state, the running sum of its totals S_t / p_t and their number.
 STEERED_TOTAL = "steered_total"
 
+#: Where FedSampling keeps, in the strategy state, the total N^ released by the secure sum of the clients' sizes
+#: (``total_from="secure_sum"``: asked once per run, before the first draw).
+SUMMED_TOTAL = "summed_total"
+
+TotalFrom = Literal["reports", "secure_sum"]
+"""Where FedSampling's estimate of the total size N comes from: the size reports (the paper's Eq. 2, or exact sizes)
+or the clients' sizes summed inside the secure sum with Gaussian noise (the library's default, not the paper's)."""
+
 
 @dataclass(frozen=True)
-@checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN, count_noise=checks.NON_NEGATIVE, steer=checks.BOOLEAN)
+@checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN, count_noise=checks.NON_NEGATIVE, steer=checks.BOOLEAN,
+                    total_from=checks.Options("reports", "secure_sum"))
 class FedSamplingData:
     """FedSampling's data-uniform sampling (Qi et al. 2023, §3.2): each sample of each client kept with
     probability K / N~, with N~ the server's estimate of the total size (capped at 1; a round whose N~ falls
@@ -166,6 +175,15 @@ class FedSamplingData:
     ``count_drawn``: the clients also send how many samples they drew, for the self-normalized update under a
     secure sum; ``count_noise``: the standard deviation of the Gaussian noise on that summed count (docs/privacy.md:
     the drawn count S).
+
+    ``total_from`` says where N~ comes from. ``"reports"`` (the paper's method): the strategy's size reports, N~ of
+    Eq. 2 from the epsilon-LDP randomized responses (or the exact total of exact sizes). ``"secure_sum"`` (needs
+    ``count_drawn``; a departure from the paper, the library's default, issue 38): before the first draw every client's
+    size goes into the secure sum with Gaussian noise of standard deviation ``count_noise`` added in shares, as the
+    drawn count does (:class:`~fedsample.messages.SizeSumRequest`), so the server learns N^ = N + N(0, sigma_S^2)
+    once per run (scaled by asked / answered after dropouts, floored at the number of clients) and nothing per client;
+    the ratio is K / N^ (no size reports needed). At sigma_S = 5 on 60,000 rows N^ is off by 0.01%, where Eq. 2 at
+    eps = 3 on 100 clients is off by about N itself (docs/size-estimate.md, "The first round").
 
     ``steer`` (needs ``count_drawn``): from the second round on, N~ is replaced by the mean over the past rounds of
     N^_t = S~_t / p_t, the released (noised) drawn count over the ratio that drew it: given p_t, E[S~_t] = p_t N, so
@@ -178,8 +196,12 @@ class FedSamplingData:
     count_drawn: bool = False
     count_noise: float = 0.0
     steer: bool = False
+    total_from: TotalFrom = "reports"
 
     def __post_init__(self) -> None:
+        if self.total_from == "secure_sum" and not self.count_drawn:
+            checks.fail("total_from", self.total_from, "'reports' unless count_drawn=True (the summed sizes travel as the drawn count "
+                        "does, inside the secure sum)", "FedSamplingData")
         if self.count_noise > 0 and not self.count_drawn:
             checks.fail("count_noise", self.count_noise, "0 unless count_drawn=True (it is noise on the drawn count)",
                         "FedSamplingData")
@@ -190,17 +212,39 @@ class FedSamplingData:
     def capabilities(self) -> DataSamplerCapabilities:
         """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
         budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round)."""
-        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=SizeNeed.COHORT, count_drawn=self.count_drawn,
+        needs = SizeNeed.NONE if self.total_from == "secure_sum" else SizeNeed.COHORT
+        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, count_drawn=self.count_drawn,
                                        count_noise=float(self.count_noise), budget=self.K, limits=(Limit("samples_per_round (K)", self.K, "samples"),),
                                        shared_settings={"K (samples per round)": self.K})
 
     def ratio(self, ctx: "RoundContext") -> float:
-        """K / N~, or K / N^ once a steered run has seen a drawn count (the round's ``steered_total``)."""
+        """K / N~, or K / N^ once a steered run has seen a drawn count (the round's ``steered_total``), or K / N^ of the
+        summed sizes (``total_from="secure_sum"``: the round's ``summed_total``) until then."""
         total = self.steered_total(ctx.state, ctx.num_clients)
-        if total is None:
-            return sampling_ratio(self.K, ctx.require_sizes().total, ctx.log)
-        ctx.log["steered_total"] = total
+        if total is not None:
+            ctx.log["steered_total"] = total
+        elif self.total_from == "secure_sum":
+            total = ctx.log["summed_total"] = self.summed_total(ctx)
+        else:
+            total = ctx.require_sizes().total
         return sampling_ratio(self.K, total, ctx.log)
+
+    def summed_total(self, ctx: "RoundContext") -> float:
+        """N^, the clients' sizes summed inside the secure sum with Gaussian noise sigma_S = ``count_noise`` (asked of
+        every client once per run, before the first draw, and kept in the strategy state): the noised sum of the a
+        answering clients' sizes scaled by asked / a, floored at the number of clients."""
+        if SUMMED_TOTAL not in ctx.state:
+            ids = np.arange(ctx.num_clients, dtype=np.int64)
+            replies = ctx.federation.run(SIZE_SUM, ids, SizeSumRequest(float(self.count_noise)), ctx.round)
+            if not getattr(replies, "sealed", False):
+                raise ValueError("FedSamplingData(total_from='secure_sum') needs a secure sum: the clients' sizes may reach the "
+                                 "server only summed (build the federation with with_secure_sum; simulate does)")
+            answered = replies.received_positions()
+            if len(answered) == 0:
+                raise ValueError("FedSamplingData(total_from='secure_sum'): no client's size arrived in the secure sum")
+            replies.weighted_update_sum(answered, np.ones(len(answered)))  # the one sum: its count is the noised total
+            ctx.state[SUMMED_TOTAL] = float(replies.drawn_total()) * len(ids) / len(answered)
+        return max(float(ctx.state[SUMMED_TOTAL]), float(ctx.num_clients))
 
     def steered_total(self, state: dict, num_clients: int) -> float | None:
         """N^ = mean over the past rounds of S~_t / p_t, floored at the number of clients (each holds a sample, as

@@ -55,8 +55,8 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
             log["samples"] = drawn
             if parts.observes_drawn(s.data) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
                 s.data.observe_drawn(ctx.state, drawn, ctx.log["ratio"])
-        realised = realised_samples(drawn, reports, parts.solver_capabilities(s.local).minibatch)
-        if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or local steps x batch
+        realised = realised_samples(drawn, reports)
+        if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
             budget = s.data.capabilities.budget
             if budget is not None:  # the budget it is held to (FedSampling's K)

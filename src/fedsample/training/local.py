@@ -37,13 +37,15 @@ __all__ = [
 
 @dataclass
 class LocalResult:
-    """The pseudo-gradient, the local steps taken (tau_k), the mean loss and, where the solver knows it,
-    FedNova's effective number of steps ||a_k||_1 (Wang et al. 2020; None: a_k = tau_k)."""
+    """The pseudo-gradient, the local steps taken (tau_k), the mean loss, where the solver knows it,
+    FedNova's effective number of steps ||a_k||_1 (Wang et al. 2020; None: a_k = tau_k), and the rows the steps
+    read, with repeats (``rows_trained``: the sum of the minibatches' widths; None where not counted)."""
 
     update: Params
     steps: int
     loss: float
     norm_steps: float | None = None
+    rows_trained: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def run_schedule(
     if schedule.loss_scale is not None:
         mean_loss *= float(schedule.loss_scale[0])
     norm = solver.norm_steps(np.array([steps]), round)
-    return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=None if norm is None else float(norm[0]))
+    return LocalResult(update=update, steps=steps, loss=mean_loss, norm_steps=None if norm is None else float(norm[0]), rows_trained=len(rows))
 
 
 def _leave_autograd(working: dict[str, torch.Tensor], names: list[str]) -> list[str]:
