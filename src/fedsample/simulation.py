@@ -231,8 +231,8 @@ def simulate(
         if isinstance(federation, FederationFactory):
             opened = stack.enter_context(federation.open(data, module, seed, memory_budget=engine.memory_budget, device=where))
         elif federation is None:
-            opened = make_federation(choice.backend, data, module, seed, engine.memory_budget, where, client_threads=choice.client_threads)
-            choice = _as_run(choice, opened)
+            built = make_federation(choice.backend, data, module, seed, engine.memory_budget, where, client_threads=choice.client_threads)
+            choice, opened = _as_run(choice, built.client_threads if choice.backend == "loop" else 1), built
         else:
             opened = federation
         fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum)
@@ -258,10 +258,10 @@ def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
         return {"error": line}
 
 
-def _as_run(choice: BackendChoice, engine: Any) -> BackendChoice:
-    """``choice`` as the engine runs it: a loop engine whose model draws outside ``nn.Dropout`` trains one client at
-    a time whatever ``client_threads`` asked (:class:`~fedsample.federation.simulator.Simulator`)."""
-    threads = getattr(engine, "client_threads", 1)
+def _as_run(choice: BackendChoice, threads: int) -> BackendChoice:
+    """``choice`` as the engine runs it, on ``threads`` client threads: a loop engine whose model draws outside
+    ``nn.Dropout`` trains one client at a time whatever ``client_threads`` asked
+    (:class:`~fedsample.federation.simulator.Simulator`)."""
     if threads == choice.client_threads:
         return choice
     return BackendChoice(choice.backend, f"{choice.reason}; one client at a time (the model draws random numbers outside "

@@ -189,7 +189,7 @@ def reported_sizes(ctx: "RoundContext | None", ids: np.ndarray, exact: bool = Fa
 
 def response_rate_of(ctx: "RoundContext | None") -> float:
     """The round's response rate (1 without a context)."""
-    return 1.0 if ctx is None else float(getattr(ctx, "response_rate", 1.0))
+    return 1.0 if ctx is None else float(ctx.response_rate)
 
 
 def linear_combination(
