@@ -224,17 +224,7 @@ def simulate(
     with ExitStack() as stack:
         warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.runtime.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
-        opened: Federation
-        if federation is None and choice.workers > 1:
-            federation, choice = _open_pool(stack, choice, data, module, seed, engine.memory_budget, where,
-                                            fallback=engine.backend == "auto" and engine.workers is None)
-        if isinstance(federation, FederationFactory):
-            opened = stack.enter_context(federation.open(data, module, seed, memory_budget=engine.memory_budget, device=where))
-        elif federation is None:
-            built = make_federation(choice.backend, data, module, seed, engine.memory_budget, where, client_threads=choice.client_threads)
-            choice, opened = _as_run(choice, built.client_threads if choice.backend == "loop" else 1), built
-        else:
-            opened = federation
+        opened, choice = _open_engine(stack, engine, choice, data, module, seed, where)
         fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum)
         stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
@@ -256,6 +246,23 @@ def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
         line = f"{strategy.name}, seed {seed}: the privacy ledger could not be computed ({type(error).__name__}: {error})"
         warnings.warn(f"{line}; the trained results are kept", RuntimeWarning, stacklevel=3)
         return {"error": line}
+
+
+def _open_engine(
+    stack: ExitStack, engine: Engine, choice: BackendChoice, data: FederatedData, module: nn.Module, seed: int, where: torch.device,
+) -> tuple[Federation, BackendChoice]:
+    """The federation the run's clients answer through, opened on ``stack`` (a pool, a factory's federation, the
+    in-process engine ``choice`` names, or the one ``engine`` gives as it is), and ``choice`` as it runs."""
+    federation = engine.federation
+    if federation is None and choice.workers > 1:
+        federation, choice = _open_pool(stack, choice, data, module, seed, engine.memory_budget, where,
+                                        fallback=engine.backend == "auto" and engine.workers is None)
+    if isinstance(federation, FederationFactory):
+        return stack.enter_context(federation.open(data, module, seed, memory_budget=engine.memory_budget, device=where)), choice
+    if federation is None:
+        built = make_federation(choice.backend, data, module, seed, engine.memory_budget, where, client_threads=choice.client_threads)
+        return built, _as_run(choice, built.client_threads if choice.backend == "loop" else 1)
+    return federation, choice
 
 
 def _as_run(choice: BackendChoice, threads: int) -> BackendChoice:

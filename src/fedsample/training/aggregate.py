@@ -209,8 +209,7 @@ def linear_combination(
 
 def normalizer(report: "TrainReport") -> float:
     """FedNova's a_k of one report: the solver's ||a_k||_1 where it reports one, else the steps tau_k."""
-    norm = getattr(report, "norm_steps", None)
-    return float(report.steps if norm is None else norm)
+    return float(report.steps if report.norm_steps is None else report.norm_steps)
 
 
 @dataclass(frozen=True)
