@@ -219,7 +219,8 @@ def test_recipes_refuse_the_issues_examples_naming_what_the_caller_wrote():
         (lambda: recipes.centralized(K=0), "centralized: K must be an integer >= 1, got 0"),
         (lambda: recipes.centralized(samples_per_round=0), "centralized: samples_per_round must be an integer >= 1, got 0"),
         (lambda: recipes.fedsampling(K=64, data=FedSamplingData(128)),
-         "fedsampling: samples_per_round (K) must be 128 (the K of data=FedSamplingData(K=128, count_drawn=False, count_noise=0.0, steer=False)) or "
+         "fedsampling: samples_per_round (K) must be 128 (the K of data=FedSamplingData(K=128, count_drawn=False, count_noise=0.0, steer=False, "
+         "total_from='reports')) or "
          "left out: give K once, got 64"),
         (lambda: recipes.fedsampling(K=64, samples_per_round=64), "fedsampling: K and samples_per_round name the same parameter; give one"),
         (lambda: recipes.fedsampling(lr=0.5), "fedsampling: lr was renamed server_lr"),

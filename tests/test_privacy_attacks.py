@@ -267,7 +267,8 @@ def test_default_fedsampling_runs_through_a_secure_sum(backend):
         out[secure] = (params, logs)
         assert all(isinstance(reports, SealedReplies) == secure for reports in seen)
     default = fs.recipes.fedsampling()
-    assert default.secure_sum and default.sizes.permanent and default.data.count_drawn  # the count only inside the sum
+    # the counts (drawn samples, and the sizes summed before the first draw: no size report) only inside the sum
+    assert default.secure_sum and default.sizes is None and default.data.count_drawn and default.data.total_from == "secure_sum"
     for k in out[True][0]:
         torch.testing.assert_close(out[True][0][k], out[False][0][k])
     assert [lg["train_loss"] for lg in out[True][1]] == pytest.approx([lg["train_loss"] for lg in out[False][1]])

@@ -43,7 +43,7 @@ Z = 4.0
 
 class Fixed:
     """Client k: n_k samples, update U_k (times ISFedAvg's agent factor where its plan carries one), gradient U_k at
-    the global model (or ``gradients[k]``) with per-sample variance 0.1 (k + 1) (or ``sigma2[k]``), loss
+    the global model (or ``gradients[k]``, also its compressed gradient) with per-sample variance 0.1 (k + 1) (or ``sigma2[k]``), loss
     ``LOSSES[k]`` and label histogram ``LABELS[k]``."""
 
     num_clients = N
@@ -72,20 +72,21 @@ class Fixed:
         if procedure == "probe":
             return Replies([ProbeReport(float(LOSSES[k]), float(np.linalg.norm(self.updates[k])), gradient=self.gradients[k].copy(),
                                         extra={"sigma2": float(self.sigma2[k]), "weighted_second_moment": float(self.sigma2[k])},
-                                        label_counts=LABELS[k].copy()) for k in ids])
+                                        label_counts=LABELS[k].copy(), compressed=self.gradients[k].copy()) for k in ids])
         raise AssertionError(f"unexpected procedure {procedure}")
 
 
-def aggregates(strategy: Strategy, faults: FaultModel, reps: int = REPS, federation: Fixed | None = None) -> np.ndarray:
+def aggregates(strategy: Strategy, faults: FaultModel, reps: int = REPS, federation: Fixed | None = None,
+               unless: str = "params_unchanged", rare: float = 0.05) -> np.ndarray:
     """-w after one round from w = 0 (server lr 1: the aggregate Delta) for seeds 0..reps-1; rounds that changed
-    nothing (every reply lost) are left out, and must be rare."""
+    nothing (every reply lost), or whose record holds ``unless``, are left out, and must be rare (``rare``)."""
     out = []
     for seed in range(reps):
         params = {"w": torch.zeros(2, dtype=torch.float64)}
         new, log = strategy.round(Faulty(federation or Fixed(), faults, seed), params, strategy.init_state(params), 0, seed)
-        if "params_unchanged" not in log:
+        if "params_unchanged" not in log and unless not in log:
             out.append(-new["w"].numpy())
-    assert len(out) > 0.95 * reps
+    assert len(out) > (1 - rare) * reps
     return np.array(out)
 
 
@@ -195,11 +196,12 @@ def test_delta_says_when_a_client_cannot_be_drawn():
 # - SAYS: the sampler's inclusion probabilities are estimated or degenerate, so no unbiased target exists with or without
 #   faults: every round's record says so (``inclusion``, ``bias``) and names the lost clients and their phase
 #   (``failed``); a round that lost clients says that no correction applies (``faults_uncorrected``, and a warning);
-# - STOPS: a lost probe (the sampler needs every client's statistics) stops the round with one line naming the client
-#   and why (not blamed on a diverging model);
+# - ANSWERED: as KEEPS over the rounds in which every stratum of the cohort answered; a round in which a stratum lost
+#   every member says so (``strata_unanswered``, and a warning): no adjustment restores a stratum without answers;
 # - UNASKED: the sampler asks nobody in that phase: the round is the fault-free one, to the bit.
 
-KEEPS, SAYS, STOPS, UNASKED = "keeps its target", "biased by design, says so", "stops, names the client", "not asked"
+KEEPS, SAYS, UNASKED = "keeps its target", "biased by design, says so", "not asked"
+ANSWERED = "keeps its target while every stratum answers, says when one does not"
 MISSED = 0.2  # every fault loses a client with this probability in its phase
 FAULTS = {
     "lost size report": FaultModel(dropout={"report_size": MISSED}),
@@ -216,6 +218,7 @@ SAMPLERS = {
     "DELTA, with replacement": lambda: recipe("delta", clients_per_round=4),
     "DELTA, Poisson": lambda: recipe("delta", clients_per_round=4, draw="poisson"),
     "importance (`isfedavg`)": lambda: recipe("isfedavg", clients_per_round=4),
+    "stratified (`fedsts`)": lambda: recipe("fedsts", H=2, clients_per_round=4),
     "power-of-d": lambda: recipe("power_of_choice", clients_per_round=4, candidates=6),
     "Fed-CBS": lambda: recipe("fedcbs", clients_per_round=4),
     "FedCor": lambda: recipe("fedcor", clients_per_round=4, warmup=2),
@@ -224,12 +227,13 @@ SAMPLERS = {
 }
 _EXACT = (KEEPS, UNASKED, KEEPS, KEEPS)
 _PROBED = (KEEPS, KEEPS, KEEPS, KEEPS)  # DELTA: a lost probe is not drawn, the others' pi_k carry the probe rate
-_BIASED = (SAYS, STOPS, SAYS, STOPS)
+_UNSIZED = (UNASKED, KEEPS, KEEPS, KEEPS)  # ISFedAvg: likewise, and no size is asked
+_BIASED = (SAYS, SAYS, SAYS, SAYS)  # a lost probe: the sampler does without it and says what it did instead
 GRID = {name: dict(zip(FAULTS, verdicts)) for name, verdicts in {
     "uniform, size-weighted mean (`fedavg`)": _EXACT, "MD, size-proportional (`weighted_fedavg`)": _EXACT,
     "clustered, Algorithm 1": _EXACT, "clustered, Algorithm 2": _EXACT, "optimal (`optimal_sampling`)": _EXACT,
     "DELTA, with replacement": _PROBED, "DELTA, Poisson": _PROBED,
-    "importance (`isfedavg`)": (UNASKED, STOPS, KEEPS, STOPS),
+    "importance (`isfedavg`)": _UNSIZED, "stratified (`fedsts`)": (UNASKED, KEEPS, ANSWERED, ANSWERED),
     "power-of-d": _BIASED, "Fed-CBS": _BIASED, "FedCor": _BIASED, "DivFL": _BIASED,
     "Oort": (SAYS, UNASKED, SAYS, SAYS),
 }.items()}
@@ -259,8 +263,8 @@ def ratio_expectation(m: int, survive: float) -> np.ndarray:
 def declared_target(sampler: str, fault: str) -> np.ndarray:
     if sampler.startswith("uniform"):
         return ratio_expectation(4, survival(fault))
-    if sampler.startswith("importance"):
-        return UPDATES.mean(axis=0)  # ISFedAvg's objective: every agent alike
+    if sampler.startswith(("importance", "stratified")):
+        return UPDATES.mean(axis=0)  # ISFedAvg's objective and FedSTS's unbiased aggregation's: every client alike
     return TARGET
 
 
@@ -278,17 +282,24 @@ def rounds_of(strategy: Strategy, faults: FaultModel, seed: int, rounds: int) ->
 @pytest.mark.parametrize("sampler,fault", CELLS, ids=[f"{s}|{f}" for s, f in CELLS])
 def test_every_sampler_under_every_fault(sampler, fault):
     """One cell of the grid: the sampler keeps its declared target under the fault (Z standard errors over
-    GRID_REPS seeds), says that it has none, stops with one line naming the client, or never asks that phase."""
+    GRID_REPS seeds), says that it has none, or never asks that phase."""
     verdict, strategy, faults = GRID[sampler][fault], SAMPLERS[sampler](), FAULTS[fault]
     if verdict == KEEPS:
         draws = aggregates(strategy, faults, reps=GRID_REPS)
+        target = declared_target(sampler, fault)
+        assert np.all(off_by(draws, target) < Z), (draws.mean(axis=0), target, off_by(draws, target))
+    elif verdict == ANSWERED:  # with H = 2 and m = 4 a stratum of one member loses it about one round in five
+        with pytest.warns(RuntimeWarning, match="a stratum lost every member"):
+            draws = aggregates(strategy, faults, reps=GRID_REPS, unless="strata_unanswered", rare=0.5)
+        assert len(draws) < GRID_REPS - 10, "no stratum ever went unanswered: the cell tests nothing"
         target = declared_target(sampler, fault)
         assert np.all(off_by(draws, target) < Z), (draws.mean(axis=0), target, off_by(draws, target))
     elif verdict == UNASKED:
         for seed in range(5):
             faulty, clean = rounds_of(strategy, faults, seed, 1), rounds_of(strategy, FaultModel(), seed, 1)
             assert torch.equal(faulty[0]["w"], clean[0]["w"]) and not faulty[1][0]["failed"]
-    elif verdict == SAYS:
+    else:
+        assert verdict == SAYS
         phases = set()
         with pytest.warns(RuntimeWarning, match="lost clients this round .* no correction makes its aggregate unbiased"):
             for seed in range(10):
@@ -297,10 +308,37 @@ def test_every_sampler_under_every_fault(sampler, fault):
                 phases |= {f["phase"] for log in logs for f in log["failed"]}
                 assert all(("faults_uncorrected" in log) == bool(log["failed"] and log.get("bias")) for log in logs)
         assert phases, "the fault never struck: the cell tests nothing"
-    else:
-        with pytest.raises(ValueError, match=r"client \d+'s probe is unusable \((dropped out|straggler)") as stopped:
-            rounds_of(strategy, faults, 0, 1)
-        assert "diverged" not in str(stopped.value)
+
+
+@pytest.mark.parametrize("update", ["approx", "exact"])
+def test_isfedavg_does_without_a_lost_probe(update):
+    """ISFedAvg with 20% of the probes lost (before: the round stopped): a lost agent is not drawn and the others'
+    pi_k are times the share probed, so the plain mean stays the target (Z se over REPS seeds); leaving the share
+    out (mean times about 0.8) is detected at this REPS (about 25 se measured for ``approx``)."""
+    reference = {"w": torch.zeros(2, dtype=torch.float64)} if update == "exact" else None
+    draws = aggregates(recipe("isfedavg", clients_per_round=4, update=update, reference=reference), FAULTS["lost probe"])
+    target = UPDATES.mean(axis=0)
+    assert np.all(off_by(draws, target) < Z), (draws.mean(axis=0), target)
+    assert np.any(off_by(0.8 * draws, target) > Z)
+
+
+@pytest.mark.filterwarnings("ignore::fedsample.privacy.amplification.PrivacyWarning")
+@pytest.mark.parametrize("sampler", ["power-of-d", "Fed-CBS", "FedCor", "DivFL"])
+def test_a_lost_probe_is_done_without_and_the_record_says_what_instead(sampler):
+    """A biased sampler that lost probes goes on (before: the round stopped) and each round that lost one says what
+    the sampler did instead, in the record (``sampler_lost_probes_instead``, within ``faults_uncorrected``) and the
+    warning; a round without a lost probe says nothing of it."""
+    said = 0
+    with pytest.warns(RuntimeWarning, match="for its lost probes it "):
+        for seed in range(10):
+            _, logs = rounds_of(SAMPLERS[sampler](), FAULTS["lost probe"], seed, 3)
+            for log in logs:
+                lost = [f["client"] for f in log.get("failed", []) if f["phase"] == "probe"]
+                assert ("sampler_lost_probes_instead" in log) == bool(lost) == (log.get("sampler_lost_probes", 0) == len(lost) > 0)
+                if lost and log.get("bias"):
+                    assert log["sampler_lost_probes_instead"] in log["faults_uncorrected"]
+                    said += 1
+    assert said > 0
 
 
 def grid_table() -> str:

@@ -54,6 +54,10 @@ class FederationLost(RuntimeError):
     so it is never turned into :class:`Failed`; the run stops and ``resume`` continues from the last checkpoint."""
 
 
+class RoundFailed(Exception):
+    """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
+
+
 def is_failed(reply: Any) -> bool:
     """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
     return reply.__class__ is Failed

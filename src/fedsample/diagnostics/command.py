@@ -104,7 +104,7 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     check_memory(plan, fed, len(strategies), args.draws, sketch_dim)
     params = _checkpoint_params(args.checkpoint)
     start = time.perf_counter()
-    jobs = available_cores() if args.jobs is None else args.jobs
+    jobs = worker_processes(plan, fed, strategies, available_cores() if args.jobs is None else args.jobs)
     with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
         diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
                              progress=done, faults=plan.faults, jobs=jobs, advance=advance)
@@ -159,6 +159,18 @@ def check_memory(plan: Plan, fed: FederatedData, strategies: int, draws: int, sk
     parameters = sum(p.numel() for p in build_module(plan.model, fed).parameters())
     needed = diagnosis_memory(len(fed.dataset.y_train), parameters, strategies, draws, sketch_dim)
     check_fits(f"diagnose: {strategies} strategies x {draws} draws (--draws)", needed)
+
+
+def worker_processes(plan: Plan, fed: FederatedData, strategies: dict, jobs: int, available: int | None = None) -> int:
+    """``jobs`` worker processes, or as many as the ``available`` memory (default: the machine's) holds, each at the
+    peak estimated from the model and data (:func:`~fedsample.experiments.footprint.plan_worker_peak`; the measure
+    trains no stacked cohort); a cap is said in one line."""
+    from fedsample.experiments.footprint import plan_worker_peak
+    from fedsample.runtime.memory import capped_processes
+
+    if jobs <= 1 or len(strategies) <= 1:  # one process: nothing to cap
+        return jobs
+    return capped_processes("diagnose --jobs", min(jobs, len(strategies)), plan_worker_peak(plan.model, fed, list(strategies.values()), "loop"), available)
 
 
 def run_check(plan: Plan, strategies: dict, fed: FederatedData, seed: int, rounds: int) -> dict | None:

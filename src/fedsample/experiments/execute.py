@@ -16,6 +16,7 @@ checkpoints written so far stay, for ``--resume``.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import multiprocessing
 import queue as queue_module
@@ -31,6 +32,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from fedsample.runtime.device import resolve_device, use_threads
+from fedsample.runtime.memory import capped_processes
+from fedsample.experiments.footprint import plan_worker_peak
 from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.rounds import FederationLost
@@ -40,7 +43,7 @@ from fedsample.callbacks import Progress as RoundsDone
 from fedsample.simulation import Backend, Engine, build_module, folded_keywords, simulate
 from fedsample.tracking.setup import TrackingSpec
 
-__all__ = ["RunSettings", "checkpoint_path", "folder_name", "run_jobs"]
+__all__ = ["RunSettings", "checkpoint_path", "folder_name", "jobs_that_fit", "run_jobs"]
 
 Progress = Callable[[str, int], None]
 
@@ -96,7 +99,16 @@ def job_name(plan: Plan, job: Job) -> str:
 
 def run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int], None] | None = None) -> Outcome:
     """One run with its checkpoint; a run that diverges is a :class:`Failure` (one line), not an error.
-    The final parameters are scored on the validation split when the experiment has one."""
+    The final parameters are scored on the validation split when the experiment has one. The run's garbage is
+    collected when it ends, so that a process running many runs in turn (a ``--jobs``
+    worker) holds one run's memory, not that of every run whose objects form reference cycles."""
+    try:
+        return _run_job(plan, job, settings, progress)
+    finally:
+        gc.collect()
+
+
+def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[int], None] | None) -> Outcome:
     name = job_name(plan, job)
     fed = plan.federation(job.seed)
     config = plan.config
@@ -136,12 +148,25 @@ def run_jobs(
     after another in this process."""
     todo = plan.runs()
     parallel = jobs > 1 and len(todo) > 1 and resolve_device(settings.device).type == "cpu"
+    if parallel:  # no more processes than the available memory holds (one line says when it caps them)
+        jobs = jobs_that_fit(plan, settings, min(jobs, len(todo)))
+        parallel = jobs > 1
     outcomes = _in_processes(plan, todo, settings, jobs, threads, progress) if parallel else _in_turn(plan, todo, settings, progress)
     for job in todo:
         result = outcomes[job].result
         if on_failure and (isinstance(result, Failure) or result.status != "ok"):  # diverged, or stopped by the privacy budget
             on_failure(result.reason if isinstance(result, Failure) else result.status)
     return {job: outcomes[job] for job in todo}
+
+
+def jobs_that_fit(plan: Plan, settings: RunSettings, jobs: int, available: int | None = None) -> int:
+    """``jobs`` worker processes, or as many as the ``available`` memory (default: the machine's) holds, each at
+    the peak estimated from the plan's model, data and engine (:func:`~fedsample.experiments.footprint.plan_worker_peak`);
+    a cap is said in one line."""
+    fed = plan.federation(plan.config.seeds[0])
+    strategies = [strategy for by_key in plan.variants.values() for strategy in by_key.values()]
+    peak = plan_worker_peak(plan.model, fed, strategies, settings.backend)
+    return capped_processes("--jobs", jobs, peak, available)
 
 
 def _in_turn(plan: Plan, todo: list[Job], settings: RunSettings, progress: Progress | None) -> dict[Job, Outcome]:

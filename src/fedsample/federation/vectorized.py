@@ -445,13 +445,15 @@ class _Rows:
 
 class _Union:
     """The federation's side of a batched cohort: the drawn rows, their cohort members and weights, and the
-    per-sample weighted losses at w0 (with their graph). Never handed to the strategy."""
+    per-sample weighted losses at w0 (with their graph). Never handed to the strategy. It keeps no reference to
+    the federation that holds it (which would be a reference cycle: a finished run's federation, with its copy of
+    the training rows, would then stay in memory until the garbage collector's next full pass)."""
 
     def __init__(
-        self, sim: "VectorizedSimulator", leaves: Params, terms: torch.Tensor, member: np.ndarray, rows: np.ndarray,
-        weights: np.ndarray, masks: "random_layers.Masks",
+        self, leaves: Params, terms: torch.Tensor, member: np.ndarray, rows: np.ndarray, weights: np.ndarray,
+        masks: "random_layers.Masks",
     ) -> None:
-        self.sim, self.leaves, self.terms, self.member, self.rows, self.weights = sim, leaves, terms, member, rows, weights
+        self.leaves, self.terms, self.member, self.rows, self.weights = leaves, terms, member, rows, weights
         self.masks = masks  # dropout masks of the union's rows, in the order of ``rows``
 
     def weighted_gradient_sum(self, a: np.ndarray) -> Params:
@@ -460,9 +462,10 @@ class _Union:
         grads = torch.autograd.grad(scaled.sum(), list(self.leaves.values()), retain_graph=True)
         return dict(zip(self.leaves, grads))
 
-    def client_gradients(self, C: int) -> Params:
-        """Every client's G_c at once: padded per-client batches, parameters broadcast along the client axis."""
-        sim, member = self.sim, self.member
+    def client_gradients(self, sim: "VectorizedSimulator", C: int) -> Params:
+        """Every client's G_c at once (on ``sim``'s data): padded per-client batches, parameters broadcast along the
+        client axis."""
+        member = self.member
         counts = np.bincount(member, minlength=C)
         B = int(counts.max())  # clients without rows get zero weights (their G_c is zero)
         slot = np.arange(len(member)) - (np.cumsum(counts) - counts)[member]
@@ -496,8 +499,7 @@ class CohortReports(ReplyList):
     the numbers the reports would give. The drawn rows stay in the federation."""
 
     fused = True
-    _federation: VectorizedSimulator
-    _token: int
+    _source: "_CohortUpdates"  # the updates, computed when read (the federation's union)
     _took_step: np.ndarray  # the replies' steps > 0
     _stepped: np.ndarray  # the positions where _took_step holds, ascending
     _losses: np.ndarray  # each client's reported loss (read where it took a step)
@@ -506,9 +508,6 @@ class CohortReports(ReplyList):
     _rows_trained: np.ndarray  # each client's rows in its one step (the schedule's entries)
     _empty: "_EmptyReply"  # the one shared empty reply (never mutated), made on first read
     _made: dict[int, TrainReport]  # the reports read so far, by position (shared with the lists from rejecting)
-    _step: float
-    _decay: float
-    _updates: Params | None
 
     @classmethod
     def one_gradient(
@@ -533,14 +532,12 @@ class CohortReports(ReplyList):
         reports = cls.__new__(cls)
         reports.failed, reports._made, reports._empty = {}, {}, _EmptyReply(params)
         reports._norm_steps, reports._samples, reports._rows_trained = norm_steps, samples, counts
-        reports._federation, reports._token = sim, len(sim._unions)
+        reports._source = _CohortUpdates(sim, len(sim._unions), len(counts), step, decay)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
         reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
         reports._stepped.flags.writeable = False  # as they are, so read-only)
         reports._losses = per_client if loss_scale is None else _scaled_where_stepped(per_client, loss_scale, counts, reports._stepped)
-        sim._unions[reports._token] = _Union(sim, leaves, terms, member, rows, weights, masks or {})
-        reports._step, reports._decay = step, decay
-        reports._updates = None
+        sim._unions[reports._source.token] = _Union(leaves, terms, member, rows, weights, masks or {})
         return reports
 
     def __len__(self) -> int:
@@ -564,7 +561,7 @@ class CohortReports(ReplyList):
 
     def _report(self, position: int) -> TrainReport:
         """The report of a client that took its step: its loss, rows trained, a_k and drawn count from the arrays."""
-        report = _DeferredReport(self, position, float(self._losses[position]))
+        report = _DeferredReport(self._source, position, float(self._losses[position]))
         report.rows_trained = int(self._rows_trained[position])
         if self._norm_steps is not None:
             report.norm_steps = float(self._norm_steps[position])
@@ -605,12 +602,6 @@ class CohortReports(ReplyList):
         received = self.received_positions()
         return received[~np.isfinite(self._losses[received])]
 
-    def _union(self) -> _Union:
-        union = self._federation._unions.get(self._token)
-        if union is None:
-            raise RuntimeError("these reports belong to an earlier train call; the federation kept only the last one's")
-        return union
-
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
         parameters (every G_c is linear in the sample gradients at one point; empty clients add zero)."""
@@ -619,23 +610,50 @@ class CohortReports(ReplyList):
             weights = np.where(np.isin(positions, list(self.failed)), 0.0, weights)
         a = np.zeros(len(self))
         a[positions] = weights
-        union = self._union()
-        grads = union.weighted_gradient_sum(a)
-        total = float(np.sum(weights[self._took_step[positions]])) if self._decay else 0.0  # decay * w0 only in trained updates
-        return {k: self._as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
-
-    def _as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
-        """step * (gradient + decay * weight * w0): the update(s) from gradient(s) at w0."""
-        if self._step == 1.0 and self._decay == 0.0:
-            return gradient
-        return self._step * (gradient + self._decay * weight * w0) if self._decay else self._step * gradient
+        total = float(np.sum(weights[self._took_step[positions]])) if self._source.decay else 0.0  # decay * w0 only in trained updates
+        return self._source.weighted_sum(a, total)
 
     def update_of(self, position: int) -> Params:
         """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
-        union = self._union()
-        if self._updates is None:
-            self._updates = union.client_gradients(len(self))
-        return {k: self._as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self._updates.items()}
+        return self._source.update_of(position)
+
+
+class _CohortUpdates:
+    """The updates of a :class:`CohortReports` cohort, formed when read from the federation's union of call
+    ``token``: ``step * (G_c + decay * w0)``. Its client reports read their updates here, not through the reply
+    list that caches them: a reference back to that list would be a cycle (list -> report -> list), freed only by
+    the garbage collector's full pass, that kept the federation, with its copy of the training rows, in memory
+    after the run (one copy per finished run in an experiment's worker process)."""
+
+    def __init__(self, sim: VectorizedSimulator, token: int, clients: int, step: float, decay: float) -> None:
+        self.sim, self.token, self.clients, self.step, self.decay = sim, token, clients, step, decay
+        self.updates: Params | None = None  # every client's G_c, once one is read
+
+    def union(self) -> _Union:
+        union = self.sim._unions.get(self.token)
+        if union is None:
+            raise RuntimeError("these reports belong to an earlier train call; the federation kept only the last one's")
+        return union
+
+    def weighted_sum(self, a: np.ndarray, total: float) -> Params:
+        """``step * (sum_c a_c G_c + decay * total * w0)`` (``a`` one coefficient per cohort member; ``total``: the
+        coefficients' sum over the clients that trained)."""
+        union = self.union()
+        grads = union.weighted_gradient_sum(a)
+        return {k: self.as_update(g, union.leaves[k].detach(), total) for k, g in grads.items()}
+
+    def as_update(self, gradient: torch.Tensor, w0: torch.Tensor, weight: float | torch.Tensor) -> torch.Tensor:
+        """step * (gradient + decay * weight * w0): the update(s) from gradient(s) at w0."""
+        if self.step == 1.0 and self.decay == 0.0:
+            return gradient
+        return self.step * (gradient + self.decay * weight * w0) if self.decay else self.step * gradient
+
+    def update_of(self, position: int) -> Params:
+        """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
+        union = self.union()
+        if self.updates is None:
+            self.updates = union.client_gradients(self.sim, self.clients)
+        return {k: self.as_update(v[position], union.leaves[k].detach(), 1.0) for k, v in self.updates.items()}
 
 
 class _EmptyReply:
@@ -755,7 +773,7 @@ class _DeferredReport(TrainReport):
     """A client's report whose update is computed when read: batched with its cohort (one-gradient or
     single-step SGD), or formed from its chunk's low-rank factors (multi-step)."""
 
-    def __init__(self, owner: "CohortReports | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
+    def __init__(self, owner: "_CohortUpdates | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
 

@@ -10,9 +10,10 @@ nothing is refused.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["available_memory", "check_fits", "check_int64"]
+__all__ = ["available_memory", "capped_processes", "check_fits", "check_int64", "processes_that_fit"]
 
 INT64_MAX = 2**63 - 1
 
@@ -68,6 +69,29 @@ def check_fits(what: str, needed: float, available: int | None = None) -> None:
         available = available_memory()
     if available is not None and needed > available:
         raise ValueError(f"{what} needs about {human_bytes(needed)} of memory; {human_bytes(available)} is available")
+
+
+def processes_that_fit(asked: int, per_process: float, available: int | None = None) -> int:
+    """How many of ``asked`` worker processes fit in memory at once when each needs about ``per_process`` bytes at
+    its peak: min(asked, available // per_process), at least 1 (one process runs in any case); ``available``:
+    default :func:`available_memory` (unknown: ``asked``)."""
+    if available is None:
+        available = available_memory()
+    if available is None or per_process <= 0:
+        return asked
+    return max(1, min(asked, int(available // per_process)))
+
+
+def capped_processes(what: str, asked: int, per_process: float, available: int | None = None) -> int:
+    """:func:`processes_that_fit`, saying in one line on stderr when it is fewer than ``asked`` (``what``: the
+    command and its option, e.g. ``"run --jobs"``)."""
+    if available is None:
+        available = available_memory()
+    fit = processes_that_fit(asked, per_process, available)
+    if fit < asked:
+        print(f"fedsample: {what} {asked} capped at {fit}: each worker process needs about {human_bytes(per_process)} "
+              f"at its peak and {human_bytes(available or 0)} of memory is available", file=sys.stderr, flush=True)
+    return fit
 
 
 def check_int64(name: str, value: int) -> None:

@@ -10,17 +10,21 @@ are exact).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedsample.messages import ProbeRequest
 from fedsample.rng import SERVER, generator
+from fedsample.rounds import RoundFailed, is_failed
+from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
 
-__all__ = ["Replayed", "no_probes", "probe", "replay_rng", "sampler_state"]
+__all__ = ["LOST_PROBES_KEY", "NOT_DRAWN", "Replayed", "arrived_or_failed", "no_probes", "probe", "probe_partial", "probe_rate", "probes_arrived",
+           "replay_rng", "sampler_state", "with_probe_rate"]
 
 #: The key of the samplers' server-held state in the strategy state (saved in checkpoints).
 STATE_KEY = "clients"
@@ -49,6 +53,62 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
     ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(int(getattr(r, "nbytes", 0)) for r in replies)
     return replies
+
+
+#: The round record's key for what a sampler did instead of a lost probe (:func:`probe_partial`).
+LOST_PROBES_KEY = "sampler_lost_probes_instead"
+
+
+def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
+    """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
+    the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
+    arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
+    if not arrived.all():
+        ctx.log.setdefault("failed", []).extend(reports[int(i)].record() for i in np.flatnonzero(~arrived))
+        ctx.log["sampler_lost_probes"] = ctx.log.get("sampler_lost_probes", 0) + int(np.count_nonzero(~arrived))
+    return arrived
+
+
+def probe_partial(
+    ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest, instead: str, needs_one: bool = True,
+) -> tuple["ReplyList", np.ndarray]:
+    """:func:`probe` that does without the clients the failure model loses (``ProbeRequest(partial=True)``): the
+    replies and which arrived (:func:`probes_arrived`). When some are lost the round record says what the sampler
+    did instead (``sampler_lost_probes_instead``: ``instead``, which the strategy's warning repeats); every probe
+    lost, where the sampler ``needs_one``, fails the round (:class:`~fedsample.rounds.RoundFailed`: the parameters
+    stay unchanged and the record says why)."""
+    replies = probe(ctx, ids, replace(request, partial=True))
+    return replies, arrived_or_failed(ctx, replies, instead, needs_one)
+
+
+def arrived_or_failed(ctx: "RoundContext", replies: "ReplyList", instead: str, needs_one: bool = True) -> np.ndarray:
+    """Which of the replies to a ``partial`` probe arrived (:func:`probes_arrived`), the round record saying what the
+    sampler did instead of the lost ones; :class:`~fedsample.rounds.RoundFailed` when none arrived and it
+    ``needs_one`` (:func:`probe_partial`)."""
+    arrived = probes_arrived(ctx, replies)
+    if needs_one and len(arrived) and not arrived.any():
+        raise RoundFailed("every probe was lost")
+    if not arrived.all():
+        ctx.log[LOST_PROBES_KEY] = instead
+    return arrived
+
+
+#: What an exact sampler does without a lost probe (DELTA, ISFedAvg: :func:`probe_rate`).
+NOT_DRAWN = "did not draw the clients whose probe was lost (the others' pi_k times the share whose probe arrived)"
+
+
+def probe_rate(weights: np.ndarray, arrived: np.ndarray) -> float:
+    """r = the share of the target's clients (w_k > 0) whose probe arrived. Probes lost at random leave a uniform
+    subset P of them, of which the draw picks; an estimator sum_{k in S} w_k U_k / (pi_k r) with pi_k the draw's
+    probability given P is unbiased for sum_k w_k U_k given |P| (E over P of sum_{k in P} w_k U_k is r sum_k w_k U_k):
+    the response-rate adjustment (fedsample.missing), applied through the cohort's pi_k (:func:`with_probe_rate`)."""
+    target = np.asarray(weights) > 0
+    return float(np.count_nonzero(target & arrived)) / float(np.count_nonzero(target))
+
+
+def with_probe_rate(sample: Sample, rate: float) -> Sample:
+    """``sample`` with its inclusion probabilities times the probe rate r (:func:`probe_rate`; r = 1: unchanged)."""
+    return sample if rate == 1.0 else Sample(sample.ids, sample.inclusion * rate, sample.multiplicity)
 
 
 def no_probes(ctx: "RoundContext") -> None:

@@ -53,7 +53,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.messages import ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort, is_failed
+from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
@@ -83,10 +83,7 @@ __all__ = [
     "ReferenceMean",
     "eligible_scores",
     "note_zero_scores",
-    "probes_arrived",
     "probed_gradients",
-    "probe_rate",
-    "with_probe_rate",
     "DeltaClients",
 ]
 
@@ -305,34 +302,10 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
-    """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
-    the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
-    arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
-    if not arrived.all():
-        ctx.log.setdefault("failed", []).extend(reports[int(i)].record() for i in np.flatnonzero(~arrived))
-        ctx.log["sampler_lost_probes"] = int(np.count_nonzero(~arrived))
-    return arrived
-
-
 def probed_gradients(reports: Any, arrived: np.ndarray) -> np.ndarray:
     """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
     dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
     return np.stack([np.asarray(r.gradient, dtype=np.float64) if got else np.zeros(dim) for r, got in zip(reports, arrived)])
-
-
-def probe_rate(weights: np.ndarray, arrived: np.ndarray) -> float:
-    """r = the share of the target's clients (w_k > 0) whose probe arrived. Probes lost at random leave a uniform
-    subset P of them, of which the draw picks; an estimator sum_{k in S} w_k U_k / (pi_k r) with pi_k the draw's
-    probability given P is unbiased for sum_k w_k U_k given |P| (E over P of sum_{k in P} w_k U_k is r sum_k w_k U_k):
-    the response-rate adjustment (fedsample.missing), applied through the cohort's pi_k (:func:`with_probe_rate`)."""
-    target = np.asarray(weights) > 0
-    return float(np.count_nonzero(target & arrived)) / float(np.count_nonzero(target))
-
-
-def with_probe_rate(sample: Sample, rate: float) -> Sample:
-    """``sample`` with its inclusion probabilities times the probe rate r (:func:`probe_rate`; r = 1: unchanged)."""
-    return sample if rate == 1.0 else Sample(sample.ids, sample.inclusion * rate, sample.multiplicity)
 
 
 @dataclass(frozen=True)
@@ -402,7 +375,7 @@ class DeltaClients:
 
     Under faults (docs/reliability.md): a client whose size report was lost has w_k = 0 and is not drawn
     (:func:`eligible_scores`); a client whose probe was lost is not drawn either, but stays in the target: the others'
-    pi_k are times the share whose probe arrived (:func:`probe_rate`); every score 0 gives the uniform draw over the others; a client with score 0 among
+    pi_k are times the share whose probe arrived (:func:`~fedsample.sampling.adaptive.probe_rate`); every score 0 gives the uniform draw over the others; a client with score 0 among
     positive ones cannot be drawn, which the round record and a warning say (:func:`note_zero_scores`).
 
     sigma_k^2 here is the per-sample gradient variance at the global model (a minibatch of B has sigma_k^2 / B);
@@ -434,11 +407,11 @@ class DeltaClients:
 
     def probabilities(self, ctx: "RoundContext") -> np.ndarray:
         """p_k from every client's probe at the global model (kept in ``ctx.state`` for :meth:`estimate_inclusion`,
-        with the share of the target's clients whose probe arrived, :func:`probe_rate`)."""
+        with the share of the target's clients whose probe arrived, :func:`~fedsample.sampling.adaptive.probe_rate`)."""
         N = ctx.num_clients
-        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True, partial=True)
-        reports = adaptive.probe(ctx, np.arange(N), request)  # the round record states them (sampler_probes, bytes)
-        arrived = probes_arrived(ctx, reports)
+        request = ProbeRequest(params=ctx.params, gradient=True, per_sample=True)
+        # the round record states them (sampler_probes, bytes) and names the lost ones
+        reports, arrived = adaptive.probe_partial(ctx, np.arange(N), request, adaptive.NOT_DRAWN)
         gradients = probed_gradients(reports, arrived)
         variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
         w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
@@ -448,7 +421,7 @@ class DeltaClients:
         scores = eligible_scores(scores, w)
         note_zero_scores(ctx, int(np.count_nonzero((scores == 0) & (w > 0))))
         # the exact draws' pi_k carry the probe rate; the reference draw keeps the authors' weights (biased, says so)
-        rate = probe_rate(optimal.objective_weights(ctx, self.objective), arrived) if self.draw != "reference" else 1.0
+        rate = adaptive.probe_rate(optimal.objective_weights(ctx, self.objective), arrived) if self.draw != "reference" else 1.0
         ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores, "probe_rate": rate}
         return delta_probabilities(scores)
 
@@ -458,12 +431,12 @@ class DeltaClients:
         rate = ctx.state[STATE_KEY]["probe_rate"]  # 1 unless probes were lost: pi_k = P(probe arrives) P(drawn | probes)
         rng = ctx.rng("clients")
         if self.draw == "poisson":
-            return Cohort.from_sample(with_probe_rate(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), rate), N)
+            return Cohort.from_sample(adaptive.with_probe_rate(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), rate), N)
         if self.draw == "with_replacement":
             sample = with_replacement_sample(p, self.m, rng)
         else:
             sample = reference_sample(p, min(self.m, int(np.count_nonzero(p))), rng)
-        return Cohort.from_sample(with_probe_rate(sample, rate), N, expected_draws=self.m * p[sample.ids] * rate)
+        return Cohort.from_sample(adaptive.with_probe_rate(sample, rate), N, expected_draws=self.m * p[sample.ids] * rate)
 
     def estimate_inclusion(self, ctx: "RoundContext", draws: int) -> np.ndarray:
         """Every client's inclusion frequency over ``draws`` replays of the round's draw from the probabilities its

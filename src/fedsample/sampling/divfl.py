@@ -110,6 +110,10 @@ def divfl_select(gradients: np.ndarray, m: int, metric: Metric = "l2") -> Sample
 
 # --- the client sampler ----------------------------------------------------------------------------------------
 
+#: What DivFL does without a lost gradient probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = ("chose among the clients whose gradient it holds (a lost refresh keeps the stale gradient; a client "
+              "never heard from is probed again next round)")
+
 
 @dataclass(frozen=True)
 @checks.constrained(m=checks.COUNT)
@@ -125,7 +129,11 @@ class DivFLClients:
 
     The choice is deterministic given the gradients: pi in {0, 1}, no unbiased estimator exists (round record:
     ``inclusion: degenerate``), and aggregators that divide by pi are refused. The server learns every client's
-    gradient (the full parameter vector: 4 bytes per parameter and client in the probe's reply)."""
+    gradient (the full parameter vector: 4 bytes per parameter and client in the probe's reply).
+
+    Under faults: a client whose first probe was lost has no gradient at the server and is not chosen until a probe
+    of it (asked again each round) arrives; a chosen client whose refresh was lost keeps its stale gradient (the
+    round record names the lost probes and says so, ``sampler_lost_probes_instead``)."""
 
     m: int = 10
     metric: Metric = "l2"
@@ -141,18 +149,33 @@ class DivFLClients:
             checks.fail("m", self.m, f"at most the number of clients ({N})", "DivFLClients")
         state = adaptive.sampler_state(ctx)
         first = "gradients" not in state
-        if first:
-            state["gradients"] = self.gradients(ctx, np.arange(N))
-            state["distances"] = dissimilarity(state["gradients"], self.metric)
-        ids = facility_location_greedy(state["distances"], self.m)
+        known = state.setdefault("known", np.zeros(N, dtype=bool) if first else np.ones(N, dtype=bool))
+        if not known.all():  # the first round, or clients whose first probe was lost
+            self.refresh(ctx, state, np.flatnonzero(~known))
+        held = np.flatnonzero(known)  # a client whose gradient the server never received cannot be chosen
+        ids = held[facility_location_greedy(state["distances"][np.ix_(held, held)], min(self.m, held.size))]
         if not first:  # the chosen clients' gradients at this round's model
-            state["gradients"][ids] = self.gradients(ctx, ids)
-            rows = dissimilarity(state["gradients"], self.metric, rows=ids)
-            state["distances"][ids] = rows
-            state["distances"][:, ids] = rows.T
+            self.refresh(ctx, state, ids)
         return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
 
-    def gradients(self, ctx: "RoundContext", ids: np.ndarray) -> np.ndarray:
-        """The full-data gradients of ``ids`` at the global model (one row each, float32 as sent)."""
-        replies = adaptive.probe(ctx, ids, ProbeRequest(params=ctx.params, gradient=True))
-        return np.stack([np.asarray(r.gradient, dtype=np.float32) for r in replies])
+    def refresh(self, ctx: "RoundContext", state: dict, ids: np.ndarray) -> None:
+        """Probe the full-data gradients of ``ids`` at the global model (one row each, float32 as sent) into the
+        server's gradients and their dissimilarities (the refreshed rows recomputed); a client whose probe was lost
+        keeps its stale gradient, or stays without one (``state["known"]``)."""
+        request = ProbeRequest(params=ctx.params, gradient=True)
+        replies, arrived = adaptive.probe_partial(ctx, ids, request, LOST_PROBE, needs_one=not state["known"].any())
+        if not arrived.any():
+            return
+        got = ids[arrived]
+        rows = np.stack([np.asarray(r.gradient, dtype=np.float32) for r, came in zip(replies, arrived) if came])
+        fresh = "gradients" not in state
+        if fresh:
+            state["gradients"] = np.zeros((ctx.num_clients, rows.shape[1]), dtype=np.float32)
+        state["gradients"][got] = rows
+        state["known"][got] = True
+        if fresh:
+            state["distances"] = dissimilarity(state["gradients"], self.metric)
+            return
+        distances = dissimilarity(state["gradients"], self.metric, rows=got)
+        state["distances"][got] = distances
+        state["distances"][:, got] = distances.T

@@ -41,7 +41,7 @@ The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 
@@ -249,15 +249,34 @@ def estimate_inclusion(
 
 # --- the client sampler ----------------------------------------------------------------------------------------
 
+#: What Fed-CBS does without a lost label probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = "drew only among the clients whose label histogram it holds, and probes the others again next round"
+
+
+def draws_among(m: int, state: "FedCBSState") -> int:
+    """How many clients a round draws: m, or every client whose histogram the server holds when fewer are held
+    (with every histogram held, m itself: more than N is refused)."""
+    return m if state.known is None or state.known.all() else min(m, int(np.count_nonzero(state.known)))
+
+
+def among_known(state: "FedCBSState", draw: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """The client ids ``draw(histograms, counts)`` picks among the clients whose histogram the server holds
+    (``state.known``; its positions mapped back to ids)."""
+    known = np.arange(len(state.histograms)) if state.known is None else np.flatnonzero(state.known)
+    return known[draw(state.histograms[known], state.counts[known])]
+
+
 
 @dataclass(frozen=True)
 class FedCBSState:
     """The inputs of one round's Fed-CBS draw, frozen: the clients' label histograms (one row each), how often each
-    was selected before, and the round t (1-based) of the exploration bonus."""
+    was selected before, the round t (1-based) of the exploration bonus, and whose histograms the server holds (a
+    client whose label probe was lost has none yet: it cannot be drawn, :func:`among_known`)."""
 
     histograms: np.ndarray
     counts: np.ndarray
     t: int
+    known: np.ndarray | None = None  # the clients whose histogram arrived (None: every client's)
 
 
 @dataclass(frozen=True)
@@ -269,7 +288,8 @@ class FedCBSClients(adaptive.Replayed):
     every step).
 
     The label histograms come from one probe of every client (``statistics="labels"``) the first time the sampler
-    runs (they do not change), kept by the server with the participation counts T_i. **Privacy**: the paper
+    runs (they do not change), kept by the server with the participation counts T_i (a client whose label probe was
+    lost is probed again the next round and is not drawn until its histogram arrives; the round record says so). **Privacy**: the paper
     computes QCID under homomorphic encryption, so its server learns only the pairwise inner products of the
     histograms; here each client sends its histogram in the clear, which the privacy ledger records as an
     unprotected release with a warning (docs/privacy.md). Inclusion probabilities: estimated
@@ -287,32 +307,47 @@ class FedCBSClients(adaptive.Replayed):
 
     def select(self, ctx: "RoundContext") -> Cohort:
         state = self.frozen_state(ctx)
-        sample = fedcbs_sample(state.histograms, self.m, ctx.rng("clients"), t=state.t, counts=state.counts, lam=self.lam, beta=self.beta,
-                              count_rule=self.count_rule)
-        adaptive.sampler_state(ctx)["counts"][sample.ids] += 1
-        return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
+        ids = among_known(state, lambda h, c: fedcbs_sample(h, draws_among(self.m, state), ctx.rng("clients"), t=state.t, counts=c,
+                                                            lam=self.lam, beta=self.beta, count_rule=self.count_rule).ids)
+        adaptive.sampler_state(ctx)["counts"][ids] += 1
+        return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
-    def histograms(self, ctx: "RoundContext") -> np.ndarray:
-        """Every client's label histogram: probed once (every client, the first round the sampler runs), then kept."""
+    def histograms(self, ctx: "RoundContext") -> tuple[np.ndarray, np.ndarray]:
+        """Every client's label histogram and whether the server holds it: probed once (every client, the first round
+        the sampler runs), then kept; a client whose probe was lost is probed again the next round (until then its
+        row is 0 and it cannot be drawn)."""
         state = adaptive.sampler_state(ctx)
         if "histograms" not in state:
-            replies = adaptive.probe(ctx, np.arange(ctx.num_clients), ProbeRequest(params=ctx.params, statistics="labels"))
-            state["histograms"] = np.stack([np.asarray(r.label_counts, dtype=np.int64) for r in replies])
+            state["known"] = np.zeros(ctx.num_clients, dtype=bool)
             state["counts"] = np.zeros(ctx.num_clients, dtype=np.int64)
-        else:
+        known = state.setdefault("known", np.ones(ctx.num_clients, dtype=bool))  # a checkpoint from before: every one
+        if known.all():
             adaptive.no_probes(ctx)
-        return state["histograms"]
+            return state["histograms"], known
+        ask = np.flatnonzero(~known)
+        request = ProbeRequest(params=ctx.params, statistics="labels")
+        replies, arrived = adaptive.probe_partial(ctx, ask, request, LOST_PROBE, needs_one=not known.any())
+        rows = [np.asarray(r.label_counts, dtype=np.int64) for r, got in zip(replies, arrived) if got]
+        if "histograms" not in state:  # at least one arrived (else the round failed)
+            state["histograms"] = np.zeros((ctx.num_clients, len(rows[0])), dtype=np.int64)
+        if rows:
+            state["histograms"][ask[arrived]] = rows
+            known[ask[arrived]] = True
+        return state["histograms"], known
 
     def frozen_state(self, ctx: "RoundContext") -> FedCBSState:
-        """This round's inputs (the histograms, the counts T_i so far, t = round + 1), probing the histograms the first
-        time."""
-        histograms = self.histograms(ctx)
-        return FedCBSState(histograms, adaptive.sampler_state(ctx)["counts"].copy(), ctx.round + 1)
+        """This round's inputs (the histograms, the counts T_i so far, t = round + 1, whose histograms are held),
+        probing the histograms the first time (and the lost ones again)."""
+        histograms, known = self.histograms(ctx)
+        return FedCBSState(histograms, adaptive.sampler_state(ctx)["counts"].copy(), ctx.round + 1, known.copy())
 
     def replay(self, state: FedCBSState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`fedcbs_sample` read from the
         run's stream of (``seed``, ``round``) (:func:`~fedsample.sampling.adaptive.replay_rng`); standard error
         sqrt(pi (1 - pi) / draws), sum exactly m."""
         checks.check("draws", draws, checks.COUNT, owner="FedCBSClients.replay")
-        return estimate_inclusion(state.histograms, self.m, draws, adaptive.replay_rng(seed, round), t=state.t,
-                                  counts=state.counts, lam=self.lam, beta=self.beta, count_rule=self.count_rule)
+        rng, pi = adaptive.replay_rng(seed, round), np.zeros(len(state.histograms))
+        known = np.arange(len(pi)) if state.known is None else np.flatnonzero(state.known)
+        pi[known] = estimate_inclusion(state.histograms[known], draws_among(self.m, state), draws, rng, t=state.t,
+                                       counts=state.counts[known], lam=self.lam, beta=self.beta, count_rule=self.count_rule)
+        return pi

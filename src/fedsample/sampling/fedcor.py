@@ -172,6 +172,19 @@ def fedcor_select(
 # --- the client sampler ----------------------------------------------------------------------------------------
 
 
+#: What FedCor does without a lost loss probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = "gave each client whose loss probe was lost the mean loss change of the others in the GP's data"
+
+
+def with_lost_changes_filled(changes: np.ndarray) -> np.ndarray | None:
+    """One row of loss changes with each client's unknown change (NaN: a probe of it was lost, at either end) set to
+    the mean change of the clients known in that row; None when none is known (the row is left out)."""
+    known = np.isfinite(changes)
+    if not known.any():
+        return None
+    return np.where(known, changes, changes[known].mean())
+
+
 @dataclass(frozen=True)
 @checks.constrained(
     m=checks.COUNT, warmup=checks.integers(2), rank=checks.COUNT, discount=checks.reals(0, 1, "(]"),
@@ -194,7 +207,11 @@ class FedCorClients:
     Where the authors' code differs: it fits its GP after warm-up on a separate trial round (a copy of the model
     trained by random clients, not applied); here the random round is a real round of the run (no extra training).
     Server-held state (``ctx.state``, in checkpoints): the last probed losses, the loss-change rows, K and the
-    discounts."""
+    discounts.
+
+    Under faults: a client whose loss probe was lost has no loss change in that row; it gets the mean change of the
+    others (:func:`with_lost_changes_filled`), which the round record says (``sampler_lost_probes_instead``, with the
+    lost probes named in ``failed``)."""
 
     m: int = 10
     warmup: int = 10
@@ -247,11 +264,14 @@ class FedCorClients:
         if not (self.random_round(ctx.round) or (ctx.round > 0 and self.random_round(ctx.round - 1))):
             adaptive.no_probes(ctx)
             return
-        replies = adaptive.probe(ctx, np.arange(ctx.num_clients), ProbeRequest(params=ctx.params, statistics="loss"))
-        losses = np.array([r.loss for r in replies], dtype=np.float64)
+        request = ProbeRequest(params=ctx.params, statistics="loss")
+        replies, arrived = adaptive.probe_partial(ctx, np.arange(ctx.num_clients), request, LOST_PROBE)
+        losses = np.array([r.loss if got else np.nan for r, got in zip(replies, arrived)], dtype=np.float64)
         last = state.get("losses")
         if last is not None and last[0] == ctx.round - 1 and self.random_round(ctx.round - 1):
-            state["changes"].append(losses - last[1])
+            changes = with_lost_changes_filled(losses - last[1])
+            if changes is not None:
+                state["changes"].append(changes)
         state["losses"] = (ctx.round, losses)
 
     def loss_weights(self, ctx: "RoundContext") -> np.ndarray | None:

@@ -67,7 +67,7 @@ import torch
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit
-from fedsample.sampling import design
+from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
@@ -298,12 +298,27 @@ def _agent_values(value: int | tuple[int, ...], ids: np.ndarray, name: str) -> n
     return np.array([_for_agent(value, int(k), name) for k in ids], dtype=np.float64)
 
 
-def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule) -> tuple[np.ndarray, np.ndarray]:
+def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule, needs_one: bool) -> tuple[np.ndarray, np.ndarray]:
     """(1/N_k^2) sum_n ||grad Q_k||^2 / p_n^(k) (under the agents' data ``rule``) and ||grad P_k(params)||
-    reported by the agents ``ids``."""
-    request = ProbeRequest(params=params, per_sample=True, data_weights=rule)
+    reported by the agents ``ids``, NaN for an agent whose probe the failure model lost (named in the round record,
+    :func:`~fedsample.sampling.adaptive.arrived_or_failed`; every probe lost fails the round where the sampler
+    ``needs_one``)."""
+    request = ProbeRequest(params=params, per_sample=True, data_weights=rule, partial=True)
     reports = ctx.federation.run("probe", ids, request, ctx.round)
-    return np.array([r.extra["weighted_second_moment"] for r in reports]), np.array([r.grad_norm for r in reports])
+    arrived = adaptive.arrived_or_failed(ctx, reports, adaptive.NOT_DRAWN, needs_one)
+    moments = [r.extra["weighted_second_moment"] if got else np.nan for r, got in zip(reports, arrived)]
+    return np.array(moments, dtype=np.float64), np.array([r.grad_norm if got else np.nan for r, got in zip(reports, arrived)])
+
+
+def over_probed(scores: np.ndarray, floor: float) -> tuple[np.ndarray, float]:
+    """p_k over the agents whose score is known (:func:`normalized_probabilities` over them; 0 for an agent whose
+    probe was lost, NaN: it cannot be drawn) and the share r of agents known
+    (:func:`~fedsample.sampling.adaptive.probe_rate`), by which their pi_k are multiplied: unbiased for the plain
+    mean over every agent given that share, as the probes are lost at random (docs/reliability.md)."""
+    known = ~np.isnan(scores)
+    p = np.zeros(len(scores))
+    p[known] = normalized_probabilities(scores[known], floor)
+    return p, adaptive.probe_rate(np.ones(len(scores)), known)
 
 
 @dataclass(frozen=True)
@@ -316,7 +331,11 @@ class ImportanceAgents:
     p_k from Lemma 7 under the chosen ``update`` rule (see the module notes), with each agent's
     sigma^2_{s,k} (:func:`data_variability`) from its ``epochs`` E_k and ``batch_size`` B_k (one value or one
     per agent, as :class:`ImportanceData`). ``alpha`` is alpha_k of Lemma 7 (one value or one per agent;
-    None: :func:`paper_alpha`, 3 + 6 / (E_k B_k))."""
+    None: :func:`paper_alpha`, 3 + 6 / (E_k B_k)).
+
+    Under faults (docs/reliability.md): an agent whose probe was lost is not drawn, and the others' pi_k are times
+    the share of agents whose probe arrived (:func:`over_probed`): the plain mean over every agent stays the
+    target. Under ``update="cheap"`` a participant whose probe was lost keeps its p_k."""
 
     L: int = 6
     alpha: float | tuple[float, ...] | None = None
@@ -343,11 +362,20 @@ class ImportanceAgents:
         """L agents (at most N): systematic sampling draws exactly L."""
         return float(min(self.L, num_clients))
 
-    def scores(self, ctx: "RoundContext", ids: np.ndarray, params: Params) -> np.ndarray:
+    def scores(self, ctx: "RoundContext", ids: np.ndarray, params: Params, needs_one: bool = True) -> np.ndarray:
         """sqrt(sigma^2_{s,k} + alpha_k ||grad P_k(params)||^2) of the agents ``ids`` (Lemma 7 / Eqs. 50, 52),
-        each agent using the data probabilities its own plan draws with (Lemma 6 / Eq. 49, or Eq. 53's)."""
+        each agent using the data probabilities its own plan draws with (Lemma 6 / Eq. 49, or Eq. 53's); NaN for
+        an agent whose probe was lost."""
         rule = DataRule("held" if self.update == "cheap" else "gradient", self.floor)
-        second_moment, grad_norm = _probe(ctx, ids, params, rule)
+        second_moment, grad_norm = _probe(ctx, ids, params, rule, needs_one)
+        got = ~np.isnan(grad_norm)
+        scores = np.full(len(ids), np.nan)
+        if got.any():
+            scores[got] = self.agent_scores(ids[got], second_moment[got], grad_norm[got])
+        return scores
+
+    def agent_scores(self, ids: np.ndarray, second_moment: np.ndarray, grad_norm: np.ndarray) -> np.ndarray:
+        """Lemma 7's scores of the agents ``ids`` from what they reported, with their E_k, B_k and alpha_k."""
         epochs, batch = _agent_values(self.epochs, ids, "epochs"), _agent_values(self.batch_size, ids, "batch_size")
         alpha: float | np.ndarray
         if self.alpha is None:
@@ -357,30 +385,36 @@ class ImportanceAgents:
             alpha = float(given) if given.ndim == 0 else given[ids]
         return agent_scores(data_variability(second_moment, epochs, batch), grad_norm, alpha)
 
-    def probabilities(self, ctx: "RoundContext") -> np.ndarray:
-        """The normalized inclusion probabilities p_k (sum 1) used to choose this round's agents."""
+    def probabilities(self, ctx: "RoundContext") -> tuple[np.ndarray, float]:
+        """The normalized inclusion probabilities p_k (sum 1) used to choose this round's agents, and the share of
+        agents whose probe arrived (:func:`over_probed`; 1 without lost probes). Under ``update="exact"`` an agent
+        whose probe was lost is probed again the next round."""
         K, state = ctx.num_clients, _state(ctx)
         everyone = np.arange(K)
         if self.update == "uniform":
-            return np.full(K, 1.0 / K)
+            return np.full(K, 1.0 / K), 1.0
         if self.update == "exact":
-            if "agent_scores_exact" not in state:
-                assert self.reference is not None  # checked at construction for update="exact"
-                state["agent_scores_exact"] = self.scores(ctx, everyone, self.reference)
-            return normalized_probabilities(state["agent_scores_exact"], self.floor)
+            assert self.reference is not None  # checked at construction for update="exact"
+            scores = state.setdefault("agent_scores_exact", np.full(K, np.nan))
+            lost = np.flatnonzero(np.isnan(scores))
+            if lost.size:
+                scores[lost] = self.scores(ctx, lost, self.reference, needs_one=lost.size == K)
+            return over_probed(scores, self.floor)
         if self.update == "approx":
-            return normalized_probabilities(self.scores(ctx, everyone, ctx.params), self.floor)
-        return normalized_probabilities(state.setdefault("agent_p", np.full(K, 1.0 / K)), self.floor)
+            return over_probed(self.scores(ctx, everyone, ctx.params), self.floor)
+        return normalized_probabilities(state.setdefault("agent_p", np.full(K, 1.0 / K)), self.floor), 1.0
 
     def select(self, ctx: "RoundContext") -> Cohort:
-        p = self.probabilities(ctx)
-        L = int(clamped(ctx.log, "clients_per_round", self.L, 0, ctx.num_clients))
+        p, rate = self.probabilities(ctx)
+        L = int(clamped(ctx.log, "clients_per_round", self.L, 0, int(np.count_nonzero(p))))
         sample = random_order_systematic(p, L, ctx.rng("clients"))
         if self.update == "cheap":  # Eq. 52: the participants report at w_{i-1}; used from the next round on
-            scores = self.scores(ctx, sample.ids, ctx.params)
-            _state(ctx)["agent_p"] = rescale_subset(_state(ctx)["agent_p"], sample.ids, scores)
+            scores = self.scores(ctx, sample.ids, ctx.params, needs_one=False)
+            known = ~np.isnan(scores)  # a participant whose probe was lost keeps its p_k
+            if known.any():
+                _state(ctx)["agent_p"] = rescale_subset(_state(ctx)["agent_p"], sample.ids[known], scores[known])
         ctx.log["agent_p_max"] = float(p.max())
-        return Cohort.from_sample(sample, ctx.num_clients)
+        return Cohort.from_sample(adaptive.with_probe_rate(sample, rate), ctx.num_clients)
 
 
 def _check_reference(update: str, reference: Params | None) -> None:

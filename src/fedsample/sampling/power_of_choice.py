@@ -168,6 +168,9 @@ def record_losses(stale: np.ndarray, ids: np.ndarray, losses: np.ndarray) -> np.
 
 Variant = Literal["pow-d", "cpow-d", "rpow-d"]
 
+#: What power-of-choice does without a candidate's lost probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = "ranked only the candidates whose probe arrived (fewer than d)"
+
 
 @dataclass(frozen=True)
 class PowerOfChoiceState:
@@ -196,7 +199,9 @@ class PowerOfChoiceClients(adaptive.Replayed):
     Needs every client's exact size (``sizes=ExactSizes()``). Inclusion probabilities: estimated (no closed form;
     :meth:`estimate_inclusion`); the plain mean the paper aggregates with is biased by design, and aggregators that
     divide by pi are refused. rpow-d reads each client's training loss, so it refuses a secure sum and noised
-    replies. The round record states the probes (``sampler_probes``: d, 0 for rpow-d; ``sampler_probe_bytes``)."""
+    replies. The round record states the probes (``sampler_probes``: d, 0 for rpow-d; ``sampler_probe_bytes``).
+    A candidate whose probe the failure model lost is not ranked (the m come from the others; the record names it,
+    ``failed`` with phase ``probe``, and says so, ``sampler_lost_probes_instead``)."""
 
     m: int = 10
     d: int = 20
@@ -226,8 +231,10 @@ class PowerOfChoiceClients(adaptive.Replayed):
         # a client whose size report failed cannot be a candidate: fewer than d left is recorded under 'clamped'
         d = int(clamped(ctx.log, "candidates", self.d, 0, int(np.count_nonzero(sizes > 0))))
         candidates = candidate_set(sizes, d, ctx.rng("clients"))
-        ids = highest_losses(candidates, self.losses(ctx, candidates), min(self.m, len(candidates)))
+        losses = self.losses(ctx, candidates)
         ctx.log["candidates"] = len(candidates)
+        candidates = candidates[~np.isnan(losses[candidates])]  # a candidate whose probe was lost is not ranked
+        ids = highest_losses(candidates, losses, min(self.m, len(candidates)))
         return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
     def sizes(self, ctx: "RoundContext") -> np.ndarray:
@@ -238,13 +245,14 @@ class PowerOfChoiceClients(adaptive.Replayed):
         return sizes
 
     def losses(self, ctx: "RoundContext", candidates: np.ndarray) -> np.ndarray:
-        """One loss per client (NaN where unknown): the candidates' probed losses, or every client's stale one."""
+        """One loss per client (NaN where unknown: not a candidate, or its probe was lost): the candidates' probed
+        losses, or every client's stale one."""
         if self.variant == "rpow-d":
             adaptive.no_probes(ctx)
             return self.stale(ctx)
-        replies = adaptive.probe(ctx, candidates, self.request(ctx.params))
+        replies, arrived = adaptive.probe_partial(ctx, candidates, self.request(ctx.params), LOST_PROBE)
         losses = np.full(ctx.num_clients, np.nan)
-        losses[candidates] = [r.loss for r in replies]
+        losses[candidates[arrived]] = [r.loss for r, got in zip(replies, arrived) if got]
         return losses
 
     def request(self, params: Params) -> ProbeRequest:

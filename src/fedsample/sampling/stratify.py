@@ -21,7 +21,7 @@ from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Li
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
-from fedsample.sampling import cohort_size, design
+from fedsample.sampling import adaptive, cohort_size, design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 
@@ -98,6 +98,10 @@ def selection_weights(vectors: np.ndarray, within: Within) -> np.ndarray | None:
     return np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
 
 
+#: What FedSTS does without a lost probe (the round record's ``sampler_lost_probes_instead``).
+LOST_PROBE = ("stratified and drew only the clients whose probe arrived (their pi_k times the share whose probe "
+              "arrived)")
+
 #: The number of strata H: an integer >= 1.
 STRATA = checks.Param(checks.COUNT, label="number of strata H")
 
@@ -171,40 +175,54 @@ class StratifiedClients:
         expected = clamped(ctx.log, "clients_per_round", asked, self.H, ctx.num_clients)
         return cohort_size.randomly_rounded(expected, ctx.rng("cohort_size"))
 
-    def probe(self, ctx: "RoundContext") -> np.ndarray:
-        """Every client's compressed gradient at the current global parameters (one row per client)."""
+    def probe(self, ctx: "RoundContext") -> tuple[np.ndarray, np.ndarray]:
+        """The ids of the clients whose probe arrived (every client without faults) and their compressed gradients
+        at the current global parameters (one row each); the lost ones are named in the round record
+        (:func:`~fedsample.sampling.adaptive.arrived_or_failed`)."""
         ids = np.arange(ctx.num_clients)
         request = ProbeRequest(
-            params=ctx.params, compression=self.compression, dim=self.dim, projection_seed=projection_seed(ctx.seed)
+            params=ctx.params, compression=self.compression, dim=self.dim, projection_seed=projection_seed(ctx.seed), partial=True,
         )
         reports = ctx.federation.run("probe", ids, request, ctx.round)
-        return np.stack([np.asarray(r.compressed, dtype=np.float64) for r in reports])
+        arrived = adaptive.arrived_or_failed(ctx, reports, LOST_PROBE)
+        return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r, got in zip(reports, arrived) if got])
 
-    def strata(self, ctx: "RoundContext", vectors: np.ndarray) -> np.ndarray:
-        """Stratum labels: re-clustered when due (every ``recompute_every`` rounds), else kept from state."""
-        kept = ctx.state.get("strata")
-        due = kept is None or len(kept["labels"]) != len(vectors) or ctx.round - kept["round"] >= self.recompute_every
+    def strata(self, ctx: "RoundContext", vectors: np.ndarray, ids: np.ndarray, H: int) -> np.ndarray:
+        """Stratum labels of the clients ``ids`` (rows of ``vectors``): re-clustered into ``H`` strata when due
+        (every ``recompute_every`` rounds, or when one of them was lost at the last clustering), else kept from
+        state (one label per client, -1 for a client whose probe was lost then)."""
+        N, kept = ctx.num_clients, ctx.state.get("strata")
+        due = (kept is None or len(kept["labels"]) != N or ctx.round - kept["round"] >= self.recompute_every
+               or bool(np.any(np.asarray(kept["labels"])[ids] < 0)))
         if due or kept is None:
-            labels = kmeans_strata(vectors, self.H, ctx.rng("strata"))
+            labels = np.full(N, -1, dtype=np.int64)
+            labels[ids] = kmeans_strata(vectors, H, ctx.rng("strata"))
             ctx.state["strata"] = {"labels": labels, "round": ctx.round}
-            return labels
-        return np.asarray(kept["labels"], dtype=np.int64)
+            return labels[ids]
+        return np.asarray(kept["labels"], dtype=np.int64)[ids]
 
     def select(self, ctx: "RoundContext") -> Cohort:
+        """The design (strata, Neyman allocation, draw) over the clients whose probe arrived, P (every client without
+        faults); their pi_k times |P| / N (:func:`~fedsample.sampling.adaptive.with_probe_rate`), so that the
+        Horvitz-Thompson estimate stays unbiased for the mean over every client when probes are lost at random
+        (the stratum sizes N_h the ``paper`` aggregation reads are scaled likewise to the population's)."""
         N = ctx.num_clients
         _check_strata_count(self.H, N)
         m = self.clients_per_round(ctx)
         if m > N:
             raise ValueError(f"clients per round m = {m} exceeds the number of clients N = {N}")
-        vectors = self.probe(ctx)
-        labels = self.strata(ctx, vectors)
+        ids, vectors = self.probe(ctx)
+        H, m = min(self.H, len(ids)), min(m, len(ids))  # both as asked unless probes were lost
+        labels = self.strata(ctx, vectors, ids, H)
         N_h = np.bincount(labels, minlength=self.H)
         S_h = stratum_spread(vectors, labels, self.H, self.spread)
         m_h = design.allocate_neyman(N_h, S_h, m)
         sample = design.stratified(labels, m_h, ctx.rng("clients"), weights=selection_weights(vectors, self.within))
         ctx.log["strata_nonempty"] = int(np.count_nonzero(N_h))
+        rate = len(ids) / N
+        sample = adaptive.with_probe_rate(design.Sample(ids[sample.ids], sample.inclusion, sample.multiplicity), rate)
         return Cohort.from_sample(
-            sample, N, strata=labels[sample.ids], info={"stratum_sizes": N_h, "allocation": m_h}
+            sample, N, strata=labels[np.searchsorted(ids, sample.ids)], info={"stratum_sizes": N_h if rate == 1.0 else N_h / rate, "allocation": m_h}
         )
 
 

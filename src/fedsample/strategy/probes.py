@@ -1,5 +1,6 @@
 """The federation as a strategy's parts see it during a round (:class:`_CheckedProbes`: probe replies checked,
-every client asked noted), and :class:`RoundFailed`, raised when nothing usable arrived in a phase of the round.
+every client asked noted); :class:`~fedsample.rounds.RoundFailed`, raised when nothing usable arrived in a phase of
+the round, is importable from here as before.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ from fedsample import validate
 from fedsample.federation.base import Federation
 from fedsample.federation.faults import lost_to_faults
 from fedsample.messages import ProbeRequest
-from fedsample.rounds import ReplyList, replies_of
+from fedsample.rounds import ReplyList, RoundFailed, replies_of
 
 __all__ = ["RoundFailed"]
-
-
-class RoundFailed(Exception):
-    """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
 
 
 LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
@@ -29,7 +26,7 @@ class _CheckedProbes:
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
     adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually
     diverged, a client without samples says so); a sampler that asks with ``ProbeRequest(partial=True)`` gets the lost
-    ones as :class:`~fedsample.rounds.Failed` replies (the round fails only when every probe is lost). It also notes every client
+    ones as :class:`~fedsample.rounds.Failed` replies (:func:`fedsample.sampling.adaptive.probe_partial`). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
     def __init__(self, inner: Federation) -> None:
@@ -53,8 +50,6 @@ class _CheckedProbes:
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
-            if partial and all(lost_to_faults(reply) for reply in replies):
-                raise RoundFailed("every probe was lost")
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 if partial and lost_to_faults(reply):
                     continue

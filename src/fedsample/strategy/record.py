@@ -16,6 +16,7 @@ from fedsample.parts import ClientSampler, InclusionKind
 from fedsample.privacy import accounting
 from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
+from fedsample.sampling import adaptive
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import _CheckedProbes
 
@@ -86,10 +87,13 @@ def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> dict:
 def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
     """A round that lost clients (``failed``) under a sampler whose inclusion probabilities are estimated or degenerate
     (the record's ``bias``): no response-rate correction can make that aggregate unbiased, which the record says
-    (``faults_uncorrected``, naming the sampler) and a warning says once per run (:mod:`fedsample.runtime.warned`)."""
+    (``faults_uncorrected``, naming the sampler and, where probes were lost, what it did instead) and a warning says
+    once per run (:mod:`fedsample.runtime.warned`)."""
     if ctx.log.get("failed") and ctx.log.get("bias"):
+        instead = ctx.log.get(adaptive.LOST_PROBES_KEY)  # what the sampler did without its lost probes
         said = (f"{parts.describe(sampler)} lost clients this round and its inclusion probabilities are "
-                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased (docs/reliability.md)")
+                f"{ctx.log['inclusion']}: no correction makes its aggregate unbiased"
+                + (f"; for its lost probes it {instead}" if instead else "") + " (docs/reliability.md)")
         ctx.log["faults_uncorrected"] = said
         warnings.warn(said, RuntimeWarning, stacklevel=4)  # the caller of Strategy.round
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 import typing
+import warnings
 
 import numpy as np
 
@@ -314,6 +315,18 @@ class StratifiedMean:
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
 
+def note_unanswered_strata(ctx: "RoundContext | None", unanswered: int) -> None:
+    """Say, in the round record (``strata_unanswered``) and on the terminal, that ``unanswered`` strata of the cohort
+    lost every member: the estimate leaves those strata out, so it is unbiased only given an answer in every
+    stratum (no weighting-class adjustment can restore a class without respondents)."""
+    if unanswered and ctx is not None:
+        ctx.log["strata_unanswered"] = unanswered
+        # one text for every round (the count is in the record), so a run shows it once (fedsample.runtime.warned)
+        warnings.warn("StratifiedMean: a stratum lost every member this round (how many: the record's strata_unanswered); "
+                      "the estimate leaves it out, biased unless its updates are zero (docs/reliability.md)",
+                      RuntimeWarning, stacklevel=4)
+
+
 def stratum_response_rates(reports: Reports, cohort: "Cohort", ctx: "RoundContext | None") -> np.ndarray:
     """Per cohort position, the response rate of its stratum, r_h = (members of h whose reply did not fail) /
     (members of h asked). Clients lost before the cohort was formed (a failed size report) belong to no known
@@ -324,6 +337,7 @@ def stratum_response_rates(reports: Reports, cohort: "Cohort", ctx: "RoundContex
     replied[failed_at] = False
     _, stratum = np.unique(np.asarray(cohort.strata), return_inverse=True)
     rate = np.bincount(stratum, weights=replied) / np.bincount(stratum)
+    note_unanswered_strata(ctx, int(np.count_nonzero(rate == 0)))
     in_cohort = replied.mean() if len(cohort) else 1.0
     lost = response_rate_of(ctx) / in_cohort if in_cohort > 0 else 1.0
     return rate[stratum] * lost
