@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _NAMES = {"simulate": "simulation", "diagnose": "diagnostics", "SimulationResult": "simulation", "Strategy": "strategy"}
 
 __all__ = [
-    "SimulationResult", "Strategy", "client", "data", "diagnose", "diagnostics", "evaluation",
+    "SimulationResult", "Strategy", "callbacks", "client", "data", "diagnose", "diagnostics", "evaluation",
     "experiments", "federation", "messages", "models", "parts", "privacy", "recipes", "reproduction", "rng", "rounds", "runtime", "sampling",
     "simulate", "simulation", "strategy", "tracking", "training",
 ]

@@ -194,7 +194,7 @@ checkpointed midway, so federations leave it out of the client states they expor
 def update_norm(report: TrainReport | None) -> float:
     """||U_k||: the Euclidean norm of the whole update (every parameter), summed in float64; 0 for a client that
     took no step (or sent no report)."""
-    if report is None or getattr(report, "steps", 1) == 0:
+    if report is None or report.steps == 0:
         return 0.0
     return float(np.sqrt(sum(float(torch.sum(v.detach().double() ** 2)) for v in report.update.values())))
 

@@ -272,7 +272,7 @@ class ReplyList(Sequence):
     def drawn_total(self) -> int:
         """sum_c |S_c|, the samples the cohort drew, from the received replies' ``samples`` fields (sent only
         when the plan asks for them); a ValueError when a reply does not carry it."""
-        counts = [getattr(self[i], "samples", None) for i in self.received_positions().tolist()]
+        counts = [self[i].samples for i in self.received_positions().tolist()]  # received: TrainReports
         if any(c is None for c in counts):
             raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
         return int(sum(c for c in counts if c is not None))

@@ -1,90 +1,51 @@
 """``simulate``: run a strategy for some rounds on federated data, with evaluation, checkpoints and resume.
 
-All simulator state (parameters, strategy and server-optimizer state, history, the seed from which
-every random draw derives, and the client-held states of the federation) is one :class:`SimulationState`,
-saved atomically every N rounds.
+An engine run plus callbacks: :class:`Engine` says where the clients train, the rounds run in :func:`_run_rounds`,
+and the callbacks of :mod:`fedsample.callbacks` (tracking, checkpoints, progress, divergence) act between them. All
+simulator state (parameters, strategy and server-optimizer state, history, the seed from which every random draw
+derives, and the client-held states of the federation) is one :class:`~fedsample.callbacks.SimulationState`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import os
+import functools
 import warnings
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Sequence, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedsample import checks, validate
+from fedsample import checks
+from fedsample.callbacks import (
+    Callback, Checkpoint, CheckpointError, Diverged, Divergence, Progress, Run, SimulationState, Tracking,
+)
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import blas_on_one_thread, resolve_device, to_device
 from fedsample.runtime.heap import heap_frozen
 from fedsample.evaluation import evaluate
-from fedsample.federation.base import Federation, FederationFactory, client_states_of, load_client_states_into
+from fedsample.federation.base import Federation, FederationFactory, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
 from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
-from fedsample.runtime.fingerprint import differences, run_fingerprint
+from fedsample.runtime.fingerprint import run_fingerprint
 from fedsample.models import initial_parameters
 from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
-from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 from fedsample.runtime.warned import once_per_kind
 
 __all__ = [
-    "Backend", "CheckpointError", "Diverged", "SimulationResult", "SimulationState", "build_module", "make_federation",
-    "resolve_backend", "simulate",
+    "Backend", "CheckpointError", "Diverged", "Engine", "SimulationResult", "SimulationState", "build_module",
+    "folded_keywords", "make_federation", "resolve_backend", "simulate",
 ]
 
-
-@dataclass
-class SimulationState:
-    """Everything needed to continue a run exactly: ``round`` rounds are done. ``client_states`` are the
-    clients' own ``ClientContext.state`` dicts (kept by the federation, not the strategy), by client id."""
-
-    key: str
-    seed: int
-    round: int
-    params: Params
-    state: dict
-    history: list[dict] = field(default_factory=list)
-    client_states: dict = field(default_factory=dict)
-    fingerprint: dict = field(default_factory=dict)
-
-    def save(self, path: Path) -> None:
-        """Write atomically: a temporary file in the same folder, then a rename."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(self.__dict__, tmp)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, path: Path, device: torch.device | str = "cpu") -> "SimulationState":
-        """Read a checkpoint with every tensor on ``device``, whichever device wrote it; a truncated or corrupt
-        file is one :class:`CheckpointError` line naming it."""
-        try:
-            fields = torch.load(path, map_location=torch.device(device), weights_only=False)
-            return cls(**fields)
-        except Exception as error:  # noqa: BLE001 - whatever a damaged file raises (pickle, zip, EOF, type)
-            raise CheckpointError(
-                f"checkpoint {path} is unreadable ({type(error).__name__}); delete it to start that run afresh"
-            ) from None
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or belongs to another run (one line naming the file)."""
-
-
-class Diverged(ArithmeticError):
-    """A run whose loss or parameters became non-finite (one line naming strategy, seed and round)."""
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
@@ -131,11 +92,78 @@ Backend = Literal["auto", "vectorized", "loop"]
 """The engine :func:`simulate` runs on: ``"vectorized"``, ``"loop"``, or ``"auto"`` (chosen by :func:`resolve_backend`)."""
 
 
-@checks.arguments(
-    renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT,
-    checkpoint_every=checks.integers(0), resume=checks.BOOLEAN, memory_budget=[checks.COUNT, None], workers=[checks.COUNT, None],
-    client_threads=[checks.COUNT, None],
-)
+@dataclass(frozen=True)
+class Engine:
+    """Where a run's clients train and on how many cores; none of it changes the numbers beyond float tolerance.
+
+    ``backend`` picks the in-process federation when none is given: ``"auto"`` (default: the faster engine for the
+    strategy, model and data, by the rule of :mod:`fedsample.federation.choose`), ``"vectorized"`` (batched cohorts)
+    or ``"loop"`` (the per-client reference); the result records the engine and why (``backend``,
+    ``backend_reason``). ``federation`` runs the clients elsewhere: a federation object as it is, or a
+    :class:`~fedsample.federation.base.FederationFactory` opened for the run and closed at its end (e.g.
+    ``fedsample.federation.ray.ray_federation(workers=4)``: the clients split over Ray actors, docs/ray.md).
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data, the model,
+    training, evaluation and the server optimizer live; the seed gives the same cohorts, draws and size reports on
+    every device. ``workers`` runs the engine on that many local worker processes of one thread each, the clients
+    split k mod workers (:mod:`fedsample.federation.pool`; 1: this process); ``client_threads`` trains that many
+    clients of the loop engine side by side on threads of this process
+    (:class:`~fedsample.federation.simulator.Simulator`); with ``backend="auto"`` and both None the rule picks them.
+    ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized engine (default
+    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`)."""
+
+    backend: Backend = "auto"
+    federation: Federation | FederationFactory | None = None
+    device: str | torch.device = "cpu"
+    workers: int | None = None
+    client_threads: int | None = None
+    memory_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        checks.validate("simulate", {"backend": self.backend, "memory_budget": self.memory_budget, "workers": self.workers,
+                                     "client_threads": self.client_threads},
+                        {"backend": checks.Options(*BACKENDS), "memory_budget": [checks.COUNT, None],
+                         "workers": [checks.COUNT, None], "client_threads": [checks.COUNT, None]})
+        if isinstance(self.federation, str):
+            raise ValueError(f"federation must be a federation or a federation factory (e.g. fedsample.federation.ray."
+                             f"ray_federation(workers=2)), got {self.federation!r}")
+
+
+ENGINE_KEYWORDS = ("backend", "federation", "device", "workers", "client_threads", "memory_budget")
+"""``simulate``'s keywords before :class:`Engine` grouped them; still accepted, folded into ``engine``."""
+
+
+def folded_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``simulate``'s keywords with the earlier ones folded into its option objects: the :data:`ENGINE_KEYWORDS` into
+    ``engine``, ``trackers``, ``checkpoint`` (with ``checkpoint_every`` and ``resume``) and ``progress`` into
+    callbacks (:class:`~fedsample.callbacks.Tracking`, :class:`~fedsample.callbacks.Checkpoint`,
+    :class:`~fedsample.callbacks.Progress`, in that order, after the given ones)."""
+    kwargs = dict(kwargs)
+    engine = {k: kwargs.pop(k) for k in ENGINE_KEYWORDS if k in kwargs}
+    if engine:
+        kwargs["engine"] = replace(kwargs.get("engine") or Engine(), **engine)
+    callbacks: list[Callback] = list(kwargs.get("callbacks") or ())
+    trackers, progress = kwargs.pop("trackers", None), kwargs.pop("progress", None)
+    path, every, resume = kwargs.pop("checkpoint", None), kwargs.pop("checkpoint_every", 0), kwargs.pop("resume", False)
+    callbacks += [Tracking(trackers)] if trackers else []
+    callbacks += [Checkpoint(path, every, resume)] if path else []
+    callbacks += [Progress(progress)] if progress else []
+    if callbacks:
+        kwargs["callbacks"] = tuple(callbacks)
+    return kwargs
+
+
+def _earlier_keywords(fn: F) -> F:
+    """``fn`` accepting ``simulate``'s earlier keywords too (:func:`folded_keywords`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **folded_keywords(kwargs))
+
+    return cast(F, wrapper)
+
+
+@_earlier_keywords
+@checks.arguments(renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT)
 def simulate(
     strategy: Strategy,
     federated_data: FederatedData,
@@ -144,97 +172,64 @@ def simulate(
     *,
     seed: int = 0,
     eval_every: int = 1,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 0,
-    resume: bool = False,
-    progress: Callable[[int], None] | None = None,
-    federation: Federation | FederationFactory | None = None,
-    backend: Backend = "auto",
-    memory_budget: int | None = None,
     faults: FaultModel | None = None,
-    device: str | torch.device = "cpu",
-    trackers: Sequence[Tracker] | None = None,
     privacy: Accounting | None = None,
-    workers: int | None = None,
-    client_threads: int | None = None,
+    engine: Engine | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> SimulationResult:
     """Run ``rounds`` rounds of ``strategy`` on the clients' data ``federated_data`` (a
     :class:`~fedsample.data.types.FederatedData`; the strategy's own ``data`` is its data sampler) and
     evaluate on the test split every ``eval_every`` rounds (and after the last). Everything after ``rounds``
-    is keyword-only; each argument is checked up front (one error line naming it). With ``checkpoint`` the state is saved every ``checkpoint_every`` rounds and at
-    the end; ``resume`` continues from a saved state and ends with the numbers of an uninterrupted run.
-    ``backend`` picks the in-process federation when none is given: ``"auto"`` (default: the faster engine for
-    this strategy, model and data, by the rule of :mod:`fedsample.federation.choose`), ``"vectorized"`` (batched
-    cohorts) or ``"loop"`` (the per-client reference); all give the same numbers within float tolerance, and the
-    result records the engine and why (``backend``, ``backend_reason``).
-    ``memory_budget`` (bytes) bounds one chunk of stacked clients in the vectorized backend (default
-    :data:`fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`); the numbers do not depend on it.
-    ``workers`` runs the engine on that many local worker processes of one thread each, the clients split
-    k mod workers (:mod:`fedsample.federation.pool`; 1: this process, on torch's threads); with ``backend="auto"``
-    and ``workers`` None the rule picks it (a pool where a round has many clients and enough work, as many
-    workers as ``torch.get_num_threads()``); the numbers are the single-process engine's up to the order of the
-    float32 partial sums. ``client_threads`` trains that many clients of the loop engine side by side on threads of
-    this process, torch on one thread each (:class:`~fedsample.federation.simulator.Simulator`; the numbers do not
-    depend on how many); with ``backend="auto"`` and both None the rule picks it for a multi-step loop cohort
-    with enough work, as many threads as ``torch.get_num_threads()``.
+    is keyword-only; each argument is checked up front (one error line naming it).
+    ``engine`` (:class:`Engine`: backend, federation, device, workers, client threads, memory budget) is where the
+    clients train; whichever federation it is, ``simulate`` wraps it in the failure model and, where the strategy
+    declares ``secure_sum``, in :class:`~fedsample.federation.secure_sum.SecureSum`.
+    ``callbacks`` (:mod:`fedsample.callbacks`) see each round: :class:`~fedsample.callbacks.Tracking` (trackers,
+    docs/tracking.md), :class:`~fedsample.callbacks.Checkpoint` (the state saved every N rounds and at the end;
+    with ``resume`` a saved state continues and ends with the numbers of an uninterrupted run),
+    :class:`~fedsample.callbacks.Progress`; every run ends with :class:`~fedsample.callbacks.Divergence`: a run
+    whose parameters, loss or every update become non-finite raises :class:`~fedsample.callbacks.Diverged`.
+    The earlier keywords (``backend``, ``federation``, ``device``, ``workers``, ``client_threads``,
+    ``memory_budget``, ``trackers``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``progress``) are still
+    accepted and folded into these (:func:`folded_keywords`).
 
     ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
-    or without it a client whose procedure raises is left out of its round (docs/reliability.md). A run
-    whose parameters, loss or every update become non-finite raises :class:`Diverged`. A resumed run must
-    have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
-    ``rounds`` as were done; otherwise :class:`CheckpointError` says what differs.
-    ``federation`` runs the clients elsewhere: a federation object as it is, or a
-    :class:`~fedsample.federation.base.FederationFactory` opened for this run and closed at its end (e.g.
-    ``fedsample.federation.ray.ray_federation(workers=4)``: the clients split over Ray actors with the same
-    numbers, docs/ray.md). Whichever it is, ``simulate`` wraps it in the failure model and, where the strategy
-    declares ``secure_sum``, in :class:`~fedsample.federation.secure_sum.SecureSum`.
-    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"``: CUDA when present) is where the data,
-    the model, training, evaluation and the server optimizer live; the seed gives the same cohorts, draws
-    and size reports on every device, and the parameters agree within float tolerance.
-    ``trackers`` (:mod:`fedsample.tracking`) are started with the run's config, get every round's numbers
-    (:func:`~fedsample.tracking.base.numeric_metrics` of its record) at the round as the step, and are closed
-    at the end, as failed when the run raises (docs/tracking.md); a resumed run with no round left starts none.
+    or without it a client whose procedure raises is left out of its round (docs/reliability.md). A resumed run
+    must have the checkpoint's fingerprint (strategy, seed, data, model, settings, version) and at least as many
+    ``rounds`` as were done; otherwise :class:`~fedsample.callbacks.CheckpointError` says what differs.
     ``privacy`` (:class:`~fedsample.privacy.ledger.Accounting`; default: user-level, delta 1e-5, PLD, the server's
     view, no budget) is how the run's privacy ledger accounts every release (docs/privacy.md). With its
     ``max_epsilon`` a release that would take epsilon past the budget is not sent: the run stops before it,
     its ``status`` is that one line, and a checkpoint keeps the ledger, so ``resume`` (with a larger budget)
     continues it."""
-    where = resolve_device(device)
+    engine = engine or Engine()
+    where = resolve_device(engine.device)
     data = federated_data
     if strategy.pooled:
         data = data.pooled()
     strategy.check_data(data.num_clients, int(data.sizes().sum()))  # K, m within the data: no silent clamp
     module = build_module(model, data).cpu()  # initialised on the CPU: the same initial numbers on every device
-    if isinstance(federation, str):
-        raise ValueError(f"federation must be a federation or a federation factory (e.g. fedsample.federation.ray."
-                         f"ray_federation(workers=2)), got {federation!r}")
     key = run_key(strategy, seed)
     fingerprint = run_fingerprint(strategy, data, model, seed, {"eval_every": eval_every, "faults": faults})
-    state = _start(strategy, module, seed, key, checkpoint, resume, fingerprint, rounds, where)
-    ledger = _attach_ledger(state, privacy or Accounting(), data, checkpoint)
+    checkpoint = next((c for c in callbacks if isinstance(c, Checkpoint)), None)
+    saved = checkpoint.resumed(key, fingerprint, rounds, where) if checkpoint is not None else None
+    state = saved or _start(strategy, module, seed, key, fingerprint, where)
+    ledger = _attach_ledger(state, privacy or Accounting(), data, None if checkpoint is None else checkpoint.path)
     module.to(where)
+    federation = engine.federation
     given = federation.description if isinstance(federation, FederationFactory) else "given"
     choice = BackendChoice(given, "a federation was passed") if federation is not None else resolve_backend(
-        backend, strategy, data, module, memory_budget, where, workers=workers, rounds=rounds - state.round, client_threads=client_threads)
+        engine.backend, strategy, data, module, engine.memory_budget, where, workers=engine.workers, rounds=rounds - state.round,
+        client_threads=engine.client_threads)
     with ExitStack() as stack:
         warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.runtime.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
-        engine: Federation
-        if federation is None and choice.workers > 1:
-            federation, choice = _open_pool(stack, choice, data, module, seed, memory_budget, where, fallback=backend == "auto" and workers is None)
-        if isinstance(federation, FederationFactory):
-            engine = stack.enter_context(federation.open(data, module, seed, memory_budget=memory_budget, device=where))
-        elif federation is None:
-            engine = make_federation(choice.backend, data, module, seed, memory_budget, where, client_threads=choice.client_threads)
-            choice = _as_run(choice, engine)
-        else:
-            engine = federation
-        fed = with_secure_sum(with_faults(engine, faults, seed), strategy.secure_sum)
+        opened, choice = _open_engine(stack, engine, choice, data, module, seed, where)
+        fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum)
         stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
-        tracked = tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint)
-        status = _run_rounds(strategy, fed, module, data, state, ledger, rounds, seed, eval_every, checkpoint,
-                             checkpoint_every, progress, where, trackers, tracked)
+        run = Run(strategy.name, seed, rounds, state, fed, tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint))
+        status = _run_rounds(strategy, run, module, data, ledger, eval_every, where, (*callbacks, Divergence()))
         spent = _ledger_summary(ledger, strategy, seed)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
@@ -253,10 +248,27 @@ def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
         return {"error": line}
 
 
-def _as_run(choice: BackendChoice, engine: Any) -> BackendChoice:
-    """``choice`` as the engine runs it: a loop engine whose model draws outside ``nn.Dropout`` trains one client at
-    a time whatever ``client_threads`` asked (:class:`~fedsample.federation.simulator.Simulator`)."""
-    threads = getattr(engine, "client_threads", 1)
+def _open_engine(
+    stack: ExitStack, engine: Engine, choice: BackendChoice, data: FederatedData, module: nn.Module, seed: int, where: torch.device,
+) -> tuple[Federation, BackendChoice]:
+    """The federation the run's clients answer through, opened on ``stack`` (a pool, a factory's federation, the
+    in-process engine ``choice`` names, or the one ``engine`` gives as it is), and ``choice`` as it runs."""
+    federation = engine.federation
+    if federation is None and choice.workers > 1:
+        federation, choice = _open_pool(stack, choice, data, module, seed, engine.memory_budget, where,
+                                        fallback=engine.backend == "auto" and engine.workers is None)
+    if isinstance(federation, FederationFactory):
+        return stack.enter_context(federation.open(data, module, seed, memory_budget=engine.memory_budget, device=where)), choice
+    if federation is None:
+        built = make_federation(choice.backend, data, module, seed, engine.memory_budget, where, client_threads=choice.client_threads)
+        return built, _as_run(choice, built.client_threads if choice.backend == "loop" else 1)
+    return federation, choice
+
+
+def _as_run(choice: BackendChoice, threads: int) -> BackendChoice:
+    """``choice`` as the engine runs it, on ``threads`` client threads: a loop engine whose model draws outside
+    ``nn.Dropout`` trains one client at a time whatever ``client_threads`` asked
+    (:class:`~fedsample.federation.simulator.Simulator`)."""
     if threads == choice.client_threads:
         return choice
     return BackendChoice(choice.backend, f"{choice.reason}; one client at a time (the model draws random numbers outside "
@@ -282,22 +294,24 @@ def _open_pool(
 
 
 def _run_rounds(
-    strategy: Strategy, fed: Federation, module: nn.Module, data: FederatedData, state: SimulationState, ledger: Ledger,
-    rounds: int, seed: int, eval_every: int, checkpoint: str | Path | None, checkpoint_every: int,
-    progress: Callable[[int], None] | None, where: torch.device, trackers: Sequence[Tracker] | None, tracked: dict,
+    strategy: Strategy, run: Run, module: nn.Module, data: FederatedData, ledger: Ledger, eval_every: int, where: torch.device,
+    callbacks: Sequence[Callback],
 ) -> str:
-    """The rounds ``state.round`` to ``rounds`` on ``fed``: evaluation, divergence checks, checkpoints, and each
-    round's numbers to the ``trackers`` (started with ``tracked``, the run's config). Returns the run's status:
-    "ok", or the line of a budget stop (the ``ledger``'s ``max_epsilon``)."""
+    """The rounds ``run.state.round`` to ``run.rounds`` on ``run.federation``, evaluated every ``eval_every`` rounds
+    (and after the last), each round's record shown to the ``callbacks`` before it is kept and the kept round after
+    (:class:`~fedsample.callbacks.Callback`). Returns the run's status: "ok", or the line of a budget stop (the
+    ``ledger``'s ``max_epsilon``)."""
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
-    ds = data.dataset
+    ds, state, seed = data.dataset, run.state, run.seed
     status = "ok"
-    with TrackerGroup((trackers or ()) if state.round < rounds else ()) as track:  # a finished run resumed: nothing to track
-        track.start(tracked, resumed_at=state.round)
-        for t in range(state.round, rounds):
+    with ExitStack() as ending:  # each begun callback ends, the last begun first, told whether the run raised
+        for callback in callbacks:
+            callback.begin(run)
+            ending.push(lambda kind, *_, c=callback: c.end(run, kind is not None))
+        for t in range(state.round, run.rounds):
             before = _without_ledger(state.state) if ledger.accounting.max_epsilon is not None else None
             try:
-                state.params, log = strategy.round(fed, state.params, state.state, t, seed)
+                state.params, log = strategy.round(run.federation, state.params, state.state, t, seed)
             except BudgetExceeded as stop:  # nothing of round t+1 past the refused release: its state is put back
                 state.state = {**(before or {}), LEDGER_KEY: ledger}
                 status = f"{strategy.name}, seed {seed}: {stop}"
@@ -305,18 +319,14 @@ def _run_rounds(
             except (ValueError, ArithmeticError) as error:
                 raise _round_error(error, strategy, seed, t + 1) from None
             record = {"round": t + 1, **log}
-            if (t + 1) % eval_every == 0 or t + 1 == rounds:
+            if (t + 1) % eval_every == 0 or t + 1 == run.rounds:
                 record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
-            track.log_dict(numeric_metrics(record), step=t + 1)
-            _check_divergence(record, state.params, strategy, seed)
+            for callback in callbacks:
+                callback.on_record(run, record)
             state.history.append(record)
             state.round = t + 1
-            if checkpoint and checkpoint_every and state.round % checkpoint_every == 0:
-                _save(state, fed, Path(checkpoint))
-            if progress:
-                progress(t + 1)
-        if checkpoint:
-            _save(state, fed, Path(checkpoint))
+            for callback in callbacks:
+                callback.after_round(run)
     return status
 
 
@@ -347,36 +357,9 @@ def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) ->
     return type(error)(message) if type(error) in (ValueError, ArithmeticError) else ValueError(message)
 
 
-def divergence(record: dict, params: Params) -> str | None:
-    """Why a round's outcome shows divergence: non-finite parameters, loss, or every update non-finite."""
-    if not validate.params_finite(params):
-        return "the parameters became non-finite"
-    for key in ("train_loss", "loss"):
-        value = record.get(key)
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"the {'training' if key == 'train_loss' else 'test'} loss became {value}"
-    reasons = [f["reason"] for f in record.get("failed", []) if f.get("phase") == "train"]
-    if reasons and record.get("updates") == 0 and all(r.startswith("non-finite") for r in reasons):
-        return f"every client's update was non-finite ({reasons[0]})"
-    return None
-
-
-def _check_divergence(record: dict, params: Params, strategy: Strategy, seed: int) -> None:
-    why = divergence(record, params)
-    if why:
-        raise Diverged(f"{strategy.name}, seed {seed}, round {record['round']}: {why}; likely cause: a learning rate too high")
-
-
-def _start(
-    strategy: Strategy, module: nn.Module, seed: int, key: str, checkpoint: Any, resume: bool, fingerprint: dict, rounds: int,
-    device: torch.device,
-) -> SimulationState:
-    """A saved state (loaded onto ``device``) or a fresh one: the seed's initial parameters, created on the
-    CPU (the same numbers on every device) and moved to ``device``."""
-    if resume and checkpoint and Path(checkpoint).exists():
-        saved = SimulationState.load(Path(checkpoint), device)
-        _check_resumable(saved, Path(checkpoint), key, fingerprint, rounds)
-        return saved
+def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerprint: dict, device: torch.device) -> SimulationState:
+    """A fresh state: the seed's initial parameters, created on the CPU (the same numbers on every device) and moved
+    to ``device``."""
     params = to_device(initial_parameters(module, seed), device)
     state = strategy.init_state(params)
     return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
@@ -403,23 +386,6 @@ def _attach_ledger(state: SimulationState, accounting: Accounting, data: Federat
 def _without_ledger(state: dict) -> dict:
     """A copy of the strategy state without the ledger (put back when the budget stops a round midway)."""
     return copy.deepcopy({k: v for k, v in state.items() if k != LEDGER_KEY})
-
-
-def _check_resumable(saved: SimulationState, path: Path, key: str, fingerprint: dict, rounds: int) -> None:
-    """A checkpoint continues only the run that wrote it, and only forward."""
-    if not saved.fingerprint:
-        raise CheckpointError(f"checkpoint {path} has no run fingerprint (an older fedsample wrote it); delete it")
-    changed = differences(saved.fingerprint, fingerprint)
-    if changed or saved.key != key:
-        raise CheckpointError(f"checkpoint {path} belongs to another run: {', '.join(changed or ['strategy'])} differ")
-    if saved.round > rounds:
-        raise CheckpointError(f"checkpoint {path} has {saved.round} rounds done, more than the {rounds} asked for")
-
-
-def _save(state: SimulationState, fed: Federation, path: Path) -> None:
-    """Save with the federation's client-held states (a federation whose clients keep none saves none)."""
-    state.client_states = client_states_of(fed)
-    state.save(path)
 
 
 BACKENDS = ("auto", "vectorized", "loop")

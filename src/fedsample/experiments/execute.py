@@ -38,7 +38,9 @@ from fedsample.experiments import grid
 from fedsample.experiments.plan import Failure, Job, Outcome, Plan
 from fedsample.rounds import FederationLost
 from fedsample.experiments.validation import validation_metrics
-from fedsample.simulation import Backend, Diverged, build_module, simulate
+from fedsample.callbacks import Checkpoint, Diverged, Tracking
+from fedsample.callbacks import Progress as RoundsDone
+from fedsample.simulation import Backend, Engine, build_module, folded_keywords, simulate
 from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["RunSettings", "checkpoint_path", "folder_name", "jobs_that_fit", "run_jobs"]
@@ -111,12 +113,14 @@ def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[in
     fed = plan.federation(job.seed)
     config = plan.config
     try:
+        callbacks = [Tracking(run_trackers(plan, job, name, settings)),
+                     Checkpoint(checkpoint_path(settings.out, name, job.seed), settings.checkpoint_every, settings.resume),
+                     *([RoundsDone(progress)] if progress else [])]
         result = simulate(
             plan.variants[job.label][job.key], federated_data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
-            eval_every=config.eval_every, checkpoint=checkpoint_path(settings.out, name, job.seed),
-            checkpoint_every=settings.checkpoint_every, resume=settings.resume, progress=progress,
-            backend=settings.backend, faults=plan.faults, device=settings.device, trackers=run_trackers(plan, job, name, settings),
-            privacy=accounting(config), **settings.options,
+            eval_every=config.eval_every, faults=plan.faults, privacy=accounting(config),
+            **folded_keywords({"engine": Engine(backend=settings.backend, device=settings.device), "callbacks": callbacks,
+                               **settings.options}),  # options: further engine settings (federation, workers, ...)
         )
     except Diverged as error:
         return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))

@@ -65,6 +65,7 @@ import torch
 from torch import nn
 
 from fedsample import parts
+from fedsample.parts import ClientSampler
 from fedsample.training import random_layers
 
 __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_cohort"]
@@ -97,7 +98,7 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
     unbatchable = _unbatchable(module, sample)
     if unbatchable:
         return BackendChoice("loop", f"{unbatchable}: the vectorized engine would train it client by client")
-    if getattr(strategy, "noise", None) is not None:
+    if strategy.noise is not None:
         return BackendChoice("loop", "clipped and noised updates: the vectorized engine trains them client by client")
     solver = strategy.local
     if not parts.batched(solver):
@@ -129,12 +130,11 @@ def expected_trainings(sampler: Any, num_clients: int, sizes: np.ndarray | None 
     return expected_cohort(sampler, num_clients, sizes) if declared is None else float(declared(num_clients, sizes))
 
 
-def expected_cohort(sampler: Any, num_clients: int, sizes: np.ndarray | None = None) -> float:
-    """Clients per round ``sampler`` is expected to pick: its declared ``expected_cohort(num_clients, sizes)``
-    (``sizes``: the clients' data sizes, which a sampler whose cohort follows from them needs), or every client
-    for a sampler that declares none."""
-    declared = getattr(sampler, "expected_cohort", None)
-    return float(num_clients) if declared is None else float(declared(num_clients, sizes))
+def expected_cohort(sampler: ClientSampler, num_clients: int, sizes: np.ndarray | None = None) -> float:
+    """Clients per round ``sampler`` is expected to pick: its ``expected_cohort(num_clients, sizes)`` (a method every
+    client sampler has, :data:`fedsample.parts.REQUIRED`; ``sizes``: the clients' data sizes, which a sampler whose
+    cohort follows from them needs)."""
+    return float(sampler.expected_cohort(num_clients, sizes))
 
 
 def choose_cores(
@@ -206,7 +206,7 @@ def round_work(solver: Any, sizes: np.ndarray, cohort: float, module: nn.Module,
 def unimportable(strategy: Any, module: nn.Module) -> str | None:
     """The first class among the strategy's parts and the model's layers that a fresh interpreter cannot import
     by name (defined in ``__main__``), or None."""
-    found = [getattr(strategy, f, None) for f in ("clients", "data", "local", "aggregate", "server", "sizes", "noise")]
+    found = [strategy.clients, strategy.data, strategy.local, strategy.aggregate, strategy.server, strategy.sizes, strategy.noise]
     found += list(module.modules())
     for obj in found:
         if obj is not None and type(obj).__module__ == "__main__":

@@ -95,8 +95,8 @@ def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
     NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
     got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(getattr(r, "utility", None)),
-             _or_nan(getattr(r, "rows_trained", None))) for r in got]
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(r.utility), _or_nan(r.rows_trained))
+            for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
     return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 6)
 
 

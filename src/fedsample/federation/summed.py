@@ -39,8 +39,7 @@ class SummedReport(TrainReport):
     def __init__(self, recompute: Callable[[], Params], report: TrainReport) -> None:
         self._recompute = recompute
         self.steps, self.loss, self.norm_steps = report.steps, report.loss, report.norm_steps
-        self.samples, self.utility = report.samples, getattr(report, "utility", None)
-        self.rows_trained = getattr(report, "rows_trained", None)
+        self.samples, self.utility, self.rows_trained = report.samples, report.utility, report.rows_trained
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, recomputed when read

@@ -96,11 +96,11 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
-        if getattr(report, "utility", None) is not None:  # only when the payload asks (Oort's statistical utility)
+        if report.utility is not None:  # only when the payload asks (Oort's statistical utility)
             metrics["utility"] = float(report.utility)
-        if getattr(report, "samples", None) is not None:  # only when the plan asks (self-normalized FedSampling)
+        if report.samples is not None:  # only when the plan asks (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
-        if getattr(report, "rows_trained", None) is not None:  # the rows its steps read (the realised budget)
+        if report.rows_trained is not None:  # the rows its steps read (the realised budget)
             metrics["rows_trained"] = int(report.rows_trained)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
     raise ValueError(f"unknown procedure {procedure!r}")

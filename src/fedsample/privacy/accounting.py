@@ -16,9 +16,12 @@ Two budgets, kept apart:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedsample import checks
+
+if TYPE_CHECKING:  # a type only: the accounting is imported without the parts (and torch)
+    from fedsample.parts import UpdatePrivacy
 
 __all__ = [
     "DEFAULT_DELTA", "SPEND_KEYS", "advanced_composition", "basic_composition", "gaussian_rdp_epsilon",
@@ -101,7 +104,7 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
     return rounds * a / (2 * noise_multiplier**2) + math.log(1 / delta) / (a - 1)
 
 
-def run_spend(sizes: Any, noise: Any, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
+def run_spend(sizes: Any, noise: UpdatePrivacy | None, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
     (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
     ``sizes`` is randomized, and
@@ -112,7 +115,7 @@ def run_spend(sizes: Any, noise: Any, rounds: int, delta: float = DEFAULT_DELTA)
     spent: dict = {}
     if getattr(sizes, "epsilon_spent", None) is not None:
         spent.update(sizes.epsilon_spent(sizes.reports_after(rounds), delta))
-    if noise is not None and getattr(noise, "clipping", "client") == "client" and getattr(noise, "noise_multiplier", 0) > 0:
+    if noise is not None and noise.clipping == "client" and noise.noise_multiplier > 0:  # both declared by UpdatePrivacy
         spent["update_epsilon"] = gaussian_update_epsilon(noise.noise_multiplier, rounds, delta)
         spent["update_delta"] = delta
     return spent

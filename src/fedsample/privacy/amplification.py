@@ -158,7 +158,7 @@ def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
 
 def check_mechanism(strategy: Any, accounting: Accounting) -> None:
     """The combinations the accounting cannot describe, refused with one line naming the part."""
-    noise = getattr(strategy, "noise", None)
+    noise = strategy.noise
     if noise is None:
         return
     aggregate = strategy.aggregate
@@ -181,8 +181,8 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
 def counts_noised_in_the_sum(strategy: Any) -> bool:
     """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
     summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
-    noise = getattr(strategy, "noise", None)
-    return (noise is not None and noise.clipping == "example" and bool(getattr(strategy, "secure_sum", False))
+    noise = strategy.noise
+    return (noise is not None and noise.clipping == "example" and bool(strategy.secure_sum)
             and strategy.data.capabilities.count_noise > 0)
 
 
@@ -233,7 +233,7 @@ def releases(
             out.append(drawn_count_release(plans, asked, answered, strategy, accounting, round, call))
         return out
     if procedure == "send_held":
-        return [sent_held_release(getattr(strategy, "noise", None), bool(getattr(strategy, "secure_sum", False)), round, call)]
+        return [sent_held_release(strategy.noise, bool(strategy.secure_sum), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 
 
@@ -343,7 +343,7 @@ def train_release(
     round: int, call: tuple,
 ) -> Release:
     """The training replies (or their secure sum) of one round, with the amplification the conditions allow."""
-    secure = bool(getattr(strategy, "secure_sum", False))
+    secure = bool(strategy.secure_sum)
     if noise is None:
         what = "update sum, summed loss and step count" if secure else "per-client updates, losses and step counts"
         return Release(round, what, None, None, None, reason="no noise on the update", call=call)

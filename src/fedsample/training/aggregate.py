@@ -190,7 +190,7 @@ def reported_sizes(ctx: "RoundContext | None", ids: np.ndarray, exact: bool = Fa
 
 def response_rate_of(ctx: "RoundContext | None") -> float:
     """The round's response rate (1 without a context)."""
-    return 1.0 if ctx is None else float(getattr(ctx, "response_rate", 1.0))
+    return 1.0 if ctx is None else float(ctx.response_rate)
 
 
 def linear_combination(
@@ -210,8 +210,7 @@ def linear_combination(
 
 def normalizer(report: "TrainReport") -> float:
     """FedNova's a_k of one report: the solver's ||a_k||_1 where it reports one, else the steps tau_k."""
-    norm = getattr(report, "norm_steps", None)
-    return float(report.steps if norm is None else norm)
+    return float(report.steps if report.norm_steps is None else report.norm_steps)
 
 
 @dataclass(frozen=True)

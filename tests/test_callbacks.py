@@ -1,0 +1,100 @@
+"""simulate as an engine run plus callbacks: at most 10 parameters, the earlier keywords folded into the option
+objects with the same numbers, each callback told of every round in order, and a failed run ending every begun
+callback as failed."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import fedsample as fs
+from fedsample.callbacks import Callback, Checkpoint, Diverged, Progress
+from fedsample.simulation import Engine, folded_keywords, simulate
+from helpers import blobs, federate
+
+SIZES = [3, 5, 8, 2, 6, 4]
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return federate(blobs(n=120), SIZES)
+
+
+def fedavg(lr=0.1):
+    return fs.recipes.fedavg(clients_per_round=3, lr=lr, batch_size=4)
+
+
+class Journal(Callback):
+    """Every call a callback gets, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def begin(self, run):
+        self.calls.append(("begin", run.state.round))
+
+    def on_record(self, run, record):
+        self.calls.append(("record", record["round"], run.state.round))  # before it is kept: state.round is the last kept
+
+    def after_round(self, run):
+        self.calls.append(("kept", run.state.round, len(run.state.history)))
+
+    def end(self, run, failed):
+        self.calls.append(("end", failed))
+
+
+def test_simulate_takes_at_most_ten_parameters():
+    assert len(inspect.signature(simulate).parameters) <= 10
+
+
+def test_the_earlier_keywords_give_the_numbers_of_the_option_objects(fed, tmp_path):
+    seen_old, seen_new = [], []
+    old = simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=3, seed=4, backend="loop", memory_budget=10**6,
+                   checkpoint=tmp_path / "old.pt", checkpoint_every=2, progress=seen_old.append)
+    new = simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=3, seed=4,
+                   engine=Engine(backend="loop", memory_budget=10**6),
+                   callbacks=[Checkpoint(tmp_path / "new.pt", every=2), Progress(seen_new.append)])
+    assert old.history == new.history and old.backend == new.backend == "loop"
+    for key in old.params:
+        np.testing.assert_array_equal(old.params[key].numpy(), new.params[key].numpy())
+    assert seen_old == seen_new == [1, 2, 3]
+    assert (tmp_path / "old.pt").exists() and (tmp_path / "new.pt").exists()
+
+
+def test_folding_keeps_the_given_options_and_adds_the_callbacks_after_them():
+    journal = Journal()
+    folded = folded_keywords({"engine": Engine(device="cpu"), "backend": "loop", "callbacks": [journal],
+                              "checkpoint": "x.pt", "resume": True, "progress": print, "seed": 3})
+    assert folded["engine"] == Engine(backend="loop", device="cpu") and folded["seed"] == 3
+    assert folded["callbacks"][0] is journal
+    assert folded["callbacks"][1] == Checkpoint("x.pt", 0, True) and folded["callbacks"][2] == Progress(print)
+    assert folded_keywords({"seed": 1}) == {"seed": 1}
+
+
+def test_each_callback_sees_every_record_before_it_is_kept_then_the_kept_round(fed):
+    journal = Journal()
+    simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=2, seed=0, callbacks=[journal])
+    assert journal.calls == [("begin", 0), ("record", 1, 0), ("kept", 1, 1), ("record", 2, 1), ("kept", 2, 2), ("end", False)]
+
+
+def test_a_diverged_run_ends_every_callback_as_failed_after_its_record_was_seen(fed, tmp_path):
+    journal = Journal()
+    with pytest.raises(Diverged, match="round 1"):
+        simulate(fedavg(lr=1e30), fed, fs.models.MLP(hidden=8), rounds=3, seed=0,
+                 callbacks=[journal, Checkpoint(tmp_path / "c.pt")])
+    assert journal.calls == [("begin", 0), ("record", 1, 0), ("end", True)]
+    assert not (tmp_path / "c.pt").exists()  # a failed run saves nothing at its end
+
+
+@pytest.mark.parametrize("options, name", [({"workers": 0}, "workers"), ({"client_threads": 0}, "client_threads"),
+                                           ({"memory_budget": -1}, "memory_budget"), ({"backend": "gpu"}, "backend"),
+                                           ({"federation": "ray"}, "federation")])
+def test_an_engine_refuses_a_bad_setting_in_one_line_naming_it(options, name):
+    with pytest.raises(ValueError, match=name) as refused:
+        Engine(**options)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_checkpoint_refuses_a_negative_period():
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        Checkpoint("c.pt", every=-1)
