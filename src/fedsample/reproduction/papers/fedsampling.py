@@ -221,9 +221,11 @@ NOTES = (
     "mean over seeds) from a grid of 3: the local lr of FedAvg, the server lr of FedSampling, the naive method and "
     "FedYogi/FedAdagrad/FedAdam, centralized training's lr. The Fig. 6 grid and the default-vs-exact preset use "
     "fixed lrs (stated in the presets).",
-    "FedSampling is the library's default protocol (permanent reports, the self-normalized update, M = 'rmse', "
-    "noise sigma_S = 5 on the drawn count); 'FedSampling (paper protocol)' is Algorithm 1 (fresh reports every "
-    "round, division by K, M = 300); 'FedSampling (exact sizes)' divides by K with the exact total.",
+    "FedSampling is the library's default protocol, a departure from the paper: no size reports, the total N from "
+    "the clients' sizes summed inside the secure sum with Gaussian noise (sigma 5) before the first draw, the "
+    "self-normalized update, noise sigma_S = 5 on the drawn count; 'FedSampling (paper protocol)' is Algorithm 1 "
+    "(eps = 3 size reports, fresh every round, division by K, M = 300); 'FedSampling (exact sizes)' divides by K "
+    "with the exact total.",
     "Data: MIND, Toys and Beauty are not available offline; 20 Newsgroups (tokens) stands in for MIND on the "
     "GPU, Fashion-MNIST for EMNIST. The paper's Fig. 3-6 values are only plotted: those rows carry no figure.",
 )
