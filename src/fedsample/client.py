@@ -138,8 +138,10 @@ def weighted_second_moment(grad_norms: np.ndarray, p: np.ndarray) -> float:
 
 def empty_report(params: Params) -> TrainReport:
     """The reply of a client whose plan drew no sample: the same fields and shapes as any other reply, with a
-    zero update, no step, no row trained and zero loss (aggregators leave it out; a secure sum adds zero)."""
-    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None, rows_trained=0)
+    zero update, no step and zero loss (aggregators leave it out; a secure sum adds zero), and no row count: a reply
+    that took no step trained no row (:meth:`fedsample.rounds.ReplyList.rows_trained` counts it 0), and a count of 0
+    would tell a plan's private drawn count."""
+    return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None)
 
 
 def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:

@@ -279,8 +279,10 @@ class ReplyList(Sequence):
 
     def rows_trained(self) -> int | None:
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
-        sampler's round, :func:`fedsample.budget.realised_samples`); None where a received reply does not say."""
-        counts = [getattr(self[i], "rows_trained", None) for i in self.received_positions().tolist()]
+        sampler's round, :func:`fedsample.budget.realised_samples`); a reply that took no step counts 0; None where a
+        received reply that stepped does not say."""
+        replies = [self[i] for i in self.received_positions().tolist()]
+        counts = [0 if getattr(r, "steps", None) == 0 else getattr(r, "rows_trained", None) for r in replies]
         if any(c is None for c in counts):
             return None
         return int(sum(c for c in counts if c is not None))

@@ -131,10 +131,11 @@ def expected_trainings(sampler: Any, num_clients: int, sizes: np.ndarray | None 
 
 
 def expected_cohort(sampler: ClientSampler, num_clients: int, sizes: np.ndarray | None = None) -> float:
-    """Clients per round ``sampler`` is expected to pick: its ``expected_cohort(num_clients, sizes)`` (a method every
-    client sampler has, :data:`fedsample.parts.REQUIRED`; ``sizes``: the clients' data sizes, which a sampler whose
-    cohort follows from them needs)."""
-    return float(sampler.expected_cohort(num_clients, sizes))
+    """Clients per round ``sampler`` is expected to pick: its declared ``expected_cohort(num_clients, sizes)``
+    (``sizes``: the clients' data sizes, which a sampler whose cohort follows from them needs), or every client
+    for a user's sampler that declares none (a foreign object: its method is looked up, not assumed)."""
+    declared = getattr(sampler, "expected_cohort", None)
+    return float(num_clients) if declared is None else float(declared(num_clients, sizes))
 
 
 def choose_cores(
