@@ -1,6 +1,6 @@
 """The docs' tables and pictures, made by the commands the docs show, so that they cannot go stale.
 
-    python docs/regenerate.py            # run the commands (about 2 minutes of CPU, and about 6 minutes wall more for the samplers at load 3-6: 1,000 draws of 19 samplers in 2 processes, 340 s of CPU), store their records, rewrite the docs
+    python docs/regenerate.py            # run the commands (about 2 minutes of CPU, and about 3 minutes wall more for the samplers: 1,000 draws of 19 samplers in 2 processes, 170 s wall and 320 s of CPU at load 0.6), store their records, rewrite the docs
     python docs/regenerate.py --only NAME                    # run one command (a key of COMMANDS)
     python docs/regenerate.py --render   # rewrite the docs from the stored records only (no command runs)
     python docs/regenerate.py --check    # exit 1 naming every generated block or picture that differs; writes nothing
