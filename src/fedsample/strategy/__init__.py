@@ -23,12 +23,13 @@ from fedsample.rounds import Cohort, ReplyList, RoundContext
 from fedsample.strategy import record
 from fedsample.strategy import round as _round
 from fedsample.strategy.composition import Composition
-from fedsample.strategy.probes import RoundFailed, _CheckedProbes  # noqa: F401 - _CheckedProbes: the tests wrap a federation with it
+from fedsample.rounds import RoundFailed  # noqa: F401 - importable from here, as before it moved
+from fedsample.strategy.probes import CheckedProbes as _CheckedProbes  # noqa: F401 - the tests wrap a federation with it
 from fedsample.strategy.record import cohort_figures, is_census  # noqa: F401 - importable from here, as before the split
 from fedsample.strategy.rules import RULES
 from fedsample.training.functional import Params
 
-__all__ = ["RULES", "Strategy", "RoundContext", "Cohort", "RoundFailed"]
+__all__ = ["RULES", "Strategy", "RoundContext", "Cohort"]  # RoundFailed (fedsample.rounds) stays importable from here
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The federation as a strategy's parts see it during a round (:class:`_CheckedProbes`: probe replies checked,
+"""The federation as a strategy's parts see it during a round (:class:`CheckedProbes`: probe replies checked,
 every client asked noted); :class:`~fedsample.rounds.RoundFailed`, raised when nothing usable arrived in a phase of
 the round, is importable from here as before.
 """
@@ -13,15 +13,15 @@ from fedsample import validate
 from fedsample.federation.base import Federation
 from fedsample.federation.faults import lost_to_faults
 from fedsample.messages import ProbeRequest
-from fedsample.rounds import ReplyList, RoundFailed, replies_of
+from fedsample.rounds import ReplyList, replies_of
 
-__all__ = ["RoundFailed"]
+__all__ = ["CheckedProbes"]
 
 
 LOST_PROBE = "; the sampler needs every probed client's statistics, so a lost probe stops the round (docs/reliability.md)"
 
 
-class _CheckedProbes:
+class CheckedProbes:
     """The federation as the strategy's parts see it: probe replies are checked. The samplers that probe need
     every probed client's statistics, so a lost or non-finite probe is an error naming the client (``simulate``
     adds strategy, seed and round; a lost one says why it was lost, a non-finite one that the model usually

@@ -18,7 +18,7 @@ from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
 from fedsample.sampling import adaptive
 from fedsample.strategy.composition import Composition
-from fedsample.strategy.probes import _CheckedProbes
+from fedsample.strategy.probes import CheckedProbes
 
 __all__ = [
     "census_figures", "cohort_facts", "cohort_figures", "describe_round", "drawn_or_none", "inclusion_figures",
@@ -74,7 +74,7 @@ def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> dict:
     run so far and the run's ledger (:func:`~fedsample.privacy.recorder.round_figures`: every call's releases
     are recorded when it returns; aggregating asks nothing). Pure: no random draw, nothing changed."""
     facts: dict[str, Any] = {}
-    if isinstance(ctx.federation, _CheckedProbes):
+    if isinstance(ctx.federation, CheckedProbes):
         facts["clients_contacted"] = ctx.federation.contacted(cohort.ids)
     facts.update(inclusion_figures(s.clients, cohort))
     if ctx.sizes is not None and not ctx.sizes.exact:

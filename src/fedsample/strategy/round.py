@@ -21,7 +21,8 @@ from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
 from fedsample.rounds import Cohort, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.strategy.composition import Composition
-from fedsample.strategy.probes import RoundFailed, _CheckedProbes
+from fedsample.rounds import RoundFailed
+from fedsample.strategy.probes import CheckedProbes
 from fedsample.strategy.record import cohort_facts, describe_round, note_failures, note_uncorrected_faults, unchanged
 from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
@@ -103,7 +104,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
     Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
     valid update arrives the parameters are returned unchanged and the log says so."""
     federation = watch(federation, s, state, round)  # every release checked against the budget and recorded
-    ctx = RoundContext(_CheckedProbes(federation), params, round, seed, state)
+    ctx = RoundContext(CheckedProbes(federation), params, round, seed, state)
     try:
         cohort, lost = select(s, ctx)
     except RoundFailed as why:
