@@ -2,7 +2,8 @@
 
 The round is the whole round on the vectorized federation, as a run's rounds after the first: every client's
 randomized size report, the estimate N~, Bernoulli draws with the steered p = K/N^ on every client (the library
-protocol's default from the second round on, ``FedSamplingData(steer=True)``: about K rows, where round 0's K/N~
+protocol with size reports, ``epsilon=3, M=300``, from the second round on, ``FedSamplingData(steer=True)``;
+the default without reports, the sizes summed in the secure sum, draws about K from the first round: about K rows, where round 0's K/N~
 draws about 2 K here, N~ being floored at the 30,000 clients), the fused one-gradient step over the union of the
 drawn samples (one weighted forward/backward), the Sum aggregation and the server step. The centralized step
 is one forward/backward and SGD update on exactly the rows that round drew, gathered from the pooled data.
