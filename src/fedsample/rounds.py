@@ -281,8 +281,8 @@ class ReplyList(Sequence):
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
         sampler's round, :func:`fedsample.budget.realised_samples`); a reply that took no step counts 0; None where a
         received reply that stepped does not say."""
-        replies = [self[i] for i in self.received_positions().tolist()]
-        counts = [0 if getattr(r, "steps", None) == 0 else getattr(r, "rows_trained", None) for r in replies]
+        replies = [self[i] for i in self.received_positions().tolist()]  # received: TrainReports
+        counts = [0 if r.steps == 0 else r.rows_trained for r in replies]
         if any(c is None for c in counts):
             return None
         return int(sum(c for c in counts if c is not None))

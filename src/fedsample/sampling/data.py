@@ -244,7 +244,7 @@ class FedSamplingData:
         if SUMMED_TOTAL not in ctx.state:
             ids = np.arange(ctx.num_clients, dtype=np.int64)
             replies = ctx.federation.run(SIZE_SUM, ids, SizeSumRequest(float(self.count_noise)), ctx.round)
-            if not getattr(replies, "sealed", False):
+            if not replies.sealed:
                 raise ValueError("FedSamplingData(total_from='secure_sum') needs a secure sum: the clients' sizes may reach the "
                                  "server only summed (build the federation with with_secure_sum; simulate does)")
             answered = replies.received_positions()
