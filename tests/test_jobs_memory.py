@@ -19,6 +19,9 @@ def test_a_workers_peak_counts_its_interpreter_two_copies_of_the_data_and_the_pa
     """Hand-computed: 10 MiB of data, 1000 parameters, 5 stacked clients: base + 2 x 10 MiB + 4 x 1000 x (4 + 3 x 5)."""
     assert worker_peak(10 * 2**20, 1000, 5) == WORKER_BASE + 20 * 2**20 + 76_000
     assert worker_peak(0, 1000) == WORKER_BASE + 28_000  # the loop engine: one client at a time
+    # 1,000 stacked clients of a 50,000-parameter model would be 600 MB; the engine stacks them in chunks of at
+    # most its memory budget (512 MiB), so the worker holds base + 16 x 50,000 + 512 MiB
+    assert worker_peak(0, 50_000, 1000) == WORKER_BASE + 800_000 + 512 * 2**20
 
 
 @pytest.mark.parametrize(("asked", "per", "available", "fit"), [

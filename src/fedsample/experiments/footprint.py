@@ -16,6 +16,7 @@ import numpy as np
 from fedsample import parts
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.choose import expected_cohort
+from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET
 from fedsample.simulation import build_module
 
 __all__ = ["WORKER_BASE", "plan_worker_peak", "stacked_clients", "worker_peak"]
@@ -30,12 +31,14 @@ def dataset_bytes(dataset: Dataset) -> int:
     return sum(int(np.asarray(a).nbytes) for a in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test))
 
 
-def worker_peak(data: int, parameters: int, stacked: float = 1.0) -> float:
+def worker_peak(data: int, parameters: int, stacked: float = 1.0, chunk: float = DEFAULT_MEMORY_BUDGET) -> float:
     """A worker's peak bytes: :data:`WORKER_BASE`, two copies of the ``data`` bytes (the plan it receives,
     unpickled, and the clients' partition of it), and the model's float32 ``parameters`` 4 times (model, gradient,
     the local optimizer's and the server's states) plus 3 times per ``stacked`` client (the vectorized engine's
-    stacked parameters, gradients and updates; 1 for the loop engine)."""
-    return WORKER_BASE + 2.0 * data + 4.0 * parameters * (4.0 + 3.0 * stacked)
+    stacked parameters, gradients and updates; 1 for the loop engine), those at most ``chunk`` bytes: the engine
+    stacks a cohort in chunks that fit its memory budget (:data:`~fedsample.federation.vectorized.DEFAULT_MEMORY_BUDGET`)."""
+    per_client = 4.0 * parameters * 3.0
+    return WORKER_BASE + 2.0 * data + 4.0 * parameters * 4.0 + min(per_client * stacked, max(per_client, chunk))
 
 
 def plan_worker_peak(model: Any, fed: FederatedData, strategies: list[Any], backend: str = "auto") -> float:
