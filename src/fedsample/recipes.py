@@ -298,8 +298,8 @@ def fedsampling(
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "
                          "or protocol='paper'")
     if total_from is None:  # a data= sampler keeps its own; a size-report option asks for the reports
-        total_from = cast(TotalFrom, getattr(data, "total_from", "reports") if data is not None else
-                          chosen["total_from"] if normalize == "drawn" and not reported else "reports")
+        total_from = (data.total_from if isinstance(data, FedSamplingData) else "reports" if data is not None else
+                      chosen["total_from"] if normalize == "drawn" and not reported else "reports")
     if total_from == "secure_sum" and (reported or normalize != "drawn"):
         raise ValueError("fedsampling: total_from='secure_sum' sums the clients' sizes inside the secure sum beside the drawn count "
                          "(normalize='drawn'); it asks no size reports, so epsilon, M, permanent, reuse, average and sizes='exact' "
