@@ -48,13 +48,13 @@ def no_plan(monkeypatch):
 def train_calls(monkeypatch):
     """The clients the train procedure ran for, in call order."""
     calls: list[int] = []
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
 
     def counted(ctx, payload, rng):
         calls.append(ctx.client_id)
         return train(ctx, payload, rng)
 
-    monkeypatch.setitem(fs.client.PROCEDURES, "train", counted)
+    monkeypatch.setitem(fs.client.PROCEDURES, fs.messages.TrainPayload, counted)
     return calls
 
 
@@ -126,7 +126,7 @@ def test_a_rejected_update_is_answered_from_retrained_updates_with_the_same_numb
     """Client 4 sends a NaN update and counts its calls in its own state: the engine does not sum it, the screen
     rejects it, the server's sum over the others is formed from their updates trained again (from the state they
     had before the call: no client's state moves twice), and the run's numbers are those of held updates."""
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
     trained: list[int] = []
 
     def stateful(ctx, payload, rng):
@@ -137,7 +137,7 @@ def test_a_rejected_update_is_answered_from_retrained_updates_with_the_same_numb
             report.update = {k: torch.full_like(v, float("nan")) for k, v in report.update.items()}
         return report
 
-    monkeypatch.setitem(fs.client.PROCEDURES, "train", stateful)
+    monkeypatch.setitem(fs.client.PROCEDURES, fs.messages.TrainPayload, stateful)
     strategy = weighted("uniform")()
     strategy = replace(strategy, clients=fs.sampling.clients.AllClients())  # every client, client 4 included
     sim = fs.federation.simulator.Simulator(fed, mlp, seed=0)

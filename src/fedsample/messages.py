@@ -4,9 +4,11 @@ A leaf module (it imports no other fedsample module but the parameter type): the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
 - server -> client: :class:`SizeQuery`, :class:`SizeSumRequest`, :class:`ProbeRequest`, :class:`TrainPayload`,
-  :class:`HeldRequest`; one
-  payload shared by every asked client, or :class:`PerClient` (one each), read by every federation through
-  :func:`payloads_for`;
+  :class:`TrainHeld`, :class:`HeldRequest`; one request shared by every asked client, or :class:`PerClient` (one
+  each), read by every federation through :func:`payloads_for`. A request's type decides what the client does: each
+  request class declares its :class:`Procedure` (the procedure's name, its random stream, its failure-model phase,
+  whether it trains, computes with the model, or answers an update a secure sum seals), and
+  :data:`fedsample.client.PROCEDURES` maps the type to the client function;
 - client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`, :class:`HeldReport`;
 - on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
   data plan drew) and the :class:`DataWeights` rule it applies to its own data.
@@ -15,7 +17,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Protocol, Sequence
+from typing import Any, ClassVar, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +27,8 @@ from fedsample import checks
 
 __all__ = [
     "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Shared", "SIZE_SUM", "SizeQuery", "SizeSumRequest", "TrainPayload", "TrainReport", "payloads_for",
+    "ProbeRequest", "Procedure", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "procedure_of",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -90,11 +93,36 @@ class DataWeights(Protocol):
 
 
 @dataclass(frozen=True)
+class Procedure:
+    """What a request asks of a client, declared once by the request's class (its ``procedure`` class variable), so
+    that no federation tells requests apart by a name:
+
+    - ``name``: the client procedure's name, as a round's record names a failed client's phase, the privacy ledger a
+      call, and Flower a message type (:mod:`fedsample.flower.codec`);
+    - ``stream``: the purpose of the client's random stream (seed, round, client, purpose) (:mod:`fedsample.rng`);
+    - ``phase``: the failure model's phase (:mod:`fedsample.federation.faults`): whose dropout decides the client;
+    - ``trains``: the client trains locally (a round's local trainings);
+    - ``computes``: the client computes with the model (runs side by side on client threads);
+    - ``update``: the reply carries an update (summed on Ray's actors and a worker pool's shards);
+    - ``sealed``: a secure sum seals the replies (:mod:`fedsample.federation.secure_sum`)."""
+
+    name: str
+    stream: str
+    phase: str
+    trains: bool = False
+    computes: bool = False
+    update: bool = False
+    sealed: bool = False
+
+
+@dataclass(frozen=True)
 class SizeQuery:
     """The server's question about data size: ``exact`` (only when the strategy declares it) or
     ``randomized`` response with budget ``epsilon`` and threshold ``M``. With ``permanent`` (the default)
     each client randomizes once and repeats that answer every round (RAPPOR's memoization), so a run
     reveals what one report reveals; ``permanent=False`` re-draws the answer every round."""
+
+    procedure: ClassVar[Procedure] = Procedure("report_size", stream="report_size", phase="report_size")
 
     mode: Literal["exact", "randomized"]
     epsilon: float | None = None
@@ -109,10 +137,6 @@ class SizeQuery:
         return self.epsilon, self.M
 
 
-#: The count-only client procedure that answers a :class:`SizeSumRequest` (:func:`fedsample.client.sum_sizes`).
-SIZE_SUM = "sum_sizes"
-
-
 @dataclass(frozen=True)
 @checks.constrained(count_noise=checks.NON_NEGATIVE)
 class SizeSumRequest:
@@ -121,7 +145,10 @@ class SizeSumRequest:
     noise, exactly as a round's drawn count does (:mod:`fedsample.federation.secure_sum`,
     :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
     answered, nothing per client. FedSampling's first ratio K/N^ comes from it
-    (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``)."""
+    (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``). Answered by the count-only
+    client procedure :func:`fedsample.client.sum_sizes`."""
+
+    procedure: ClassVar[Procedure] = Procedure("sum_sizes", stream="sum_sizes", phase="sum_sizes", sealed=True)
 
     count_noise: float
 
@@ -147,6 +174,8 @@ class ProbeRequest:
     ``partial=True``: the sampler can do without the clients the failure model loses in this phase (DELTA: they are
     not drawn, and the others' inclusion probabilities carry the share whose probe arrived); their replies stay
     :class:`~fedsample.rounds.Failed` instead of stopping the round. Clients do not read it."""
+
+    procedure: ClassVar[Procedure] = Procedure("probe", stream="probe", phase="probe", computes=True)
 
     params: Params
     gradient: bool = False
@@ -198,12 +227,33 @@ class TrainPayload:
     ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
     whose capabilities read the reply's ``utility`` asks for it)."""
 
+    procedure: ClassVar[Procedure] = Procedure("train", stream="train", phase="train", trains=True, computes=True, update=True, sealed=True)
+
     params: Params
     plan: Any
     solver: Any
     round: int
     noise: Any = None
     utility: bool = False
+
+
+@dataclass(frozen=True)
+class TrainHeld(TrainPayload):
+    """Train as :class:`TrainPayload` asks, but keep the update on the client and answer only its norm
+    (:class:`HeldReport`; :func:`fedsample.client.train_held`): the first phase of a sampler that chooses among clients
+    that have trained (:class:`fedsample.parts.TrainsFirst`). It trains from the ``train`` stream, so a held update is
+    the update the client would have sent, and it is the training phase of the failure model."""
+
+    procedure: ClassVar[Procedure] = Procedure("train_held", stream="train", phase="train", trains=True, computes=True)
+
+    @classmethod
+    def of(cls, payload: TrainPayload) -> "TrainHeld":
+        """The held form of ``payload`` (the same fields)."""
+        return cls(**vars(payload))
+
+    def training(self) -> TrainPayload:
+        """The plain training request with the same fields (what the client trains before it holds the update)."""
+        return TrainPayload(**vars(self))
 
 
 @dataclass
@@ -238,9 +288,12 @@ class HeldReport:
 
 @dataclass(frozen=True)
 class HeldRequest:
-    """Send the update kept by round ``round``'s ``train_held`` (the second phase of a sampler that chooses among
+    """Send the update kept by round ``round``'s :class:`TrainHeld` (the second phase of a sampler that chooses among
     clients that have trained, :class:`fedsample.parts.TrainsFirst`). ``shapes``: the parameters' names and shapes,
-    so that the server checks the reply without sending the parameters again."""
+    so that the server checks the reply without sending the parameters again. The failure model decides it with the
+    training phase (a client that trained and keeps its update sends it when asked)."""
+
+    procedure: ClassVar[Procedure] = Procedure("send_held", stream="send_held", phase="train", update=True, sealed=True)
 
     round: int
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -251,15 +304,24 @@ class HeldRequest:
 
 @dataclass(frozen=True)
 class PerClient:
-    """One payload per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent). Any
-    other payload handed to ``run`` is shared by every asked client."""
+    """One request per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent), all of
+    one type. Any other request handed to ``run`` is shared by every asked client."""
 
     payloads: tuple[Any, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payloads", tuple(self.payloads))
+        if len(set(map(type, self.payloads))) > 1:
+            raise TypeError(f"PerClient holds requests of one type, not {sorted({type(p).__name__ for p in self.payloads})}")
 
     shared = None  # no payload is shared by all
+
+    @property
+    def procedure(self) -> Procedure:
+        """The procedure its requests declare (an empty PerClient declares none: a ValueError)."""
+        if not self.payloads:
+            raise ValueError("an empty PerClient declares no procedure")
+        return procedure_of(self.payloads[0])
 
     def __len__(self) -> int:
         return len(self.payloads)
@@ -282,6 +344,11 @@ class Shared:
 
     shared: Any
 
+    @property
+    def procedure(self) -> Procedure:
+        """The procedure the shared request declares."""
+        return procedure_of(self.shared)
+
     def at(self, position: int) -> Any:
         return self.shared
 
@@ -300,3 +367,13 @@ def payloads_for(payload: Any, count: int) -> PerClient | Shared:
     if isinstance(payload, (list, tuple)):
         raise TypeError("one payload per client is declared as fedsample.messages.PerClient(payloads), not a bare sequence")
     return Shared(payload)
+
+
+def procedure_of(request: Any) -> Procedure:
+    """The :class:`Procedure` a request declares (by its class, or the class it extends); a TypeError naming the
+    object for anything else."""
+    for cls in type(request).__mro__:
+        declared = vars(cls).get("procedure")
+        if isinstance(declared, Procedure):
+            return declared
+    raise TypeError(f"{type(request).__name__} is not a request: a request class declares its procedure (fedsample.messages.Procedure)")

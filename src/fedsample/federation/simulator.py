@@ -29,12 +29,7 @@ from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
-__all__ = ["Simulator", "THREADED_PROCEDURES"]
-
-THREADED_PROCEDURES = ("train", "train_held", "probe")
-"""The procedures that compute with the model, whose calls run side by side with ``client_threads`` > 1 (each a
-client's forward/backward passes, which release the GIL), on one torch thread; the others (size reports,
-sending a held update) compute nothing with it and run one after the other."""
+__all__ = ["Simulator"]
 
 
 class Simulator(Federation):
@@ -112,14 +107,17 @@ class Simulator(Federation):
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
-        """The replies of ``client_ids`` in order. A ``train`` call whose sum the server planned
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+        """The replies of ``client_ids`` in order. The requests that compute with the model (declared
+        ``computes``: training and probes; each a client's forward/backward passes, which release the GIL) run side
+        by side with ``client_threads`` > 1, on one torch thread each; the others (size reports, sending a held
+        update) compute nothing with it and run one after the other. A ``train`` call whose sum the server planned
         (:func:`fedsample.rounds.planned_sum_for`) adds each update into that sum as it arrives and keeps only the
         reports' numbers (:mod:`fedsample.federation.summed`)."""
-        fn = procedures.PROCEDURES[procedure]
-        sent = payloads_for(payload, len(client_ids))
+        sent = payloads_for(request, len(client_ids))
         ids = np.asarray(client_ids).tolist()
-        stream = procedures.stream_of(procedure)
+        procedure = sent.procedure
+        stream = procedure.stream
 
         def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
             k = int(ids[position])
@@ -127,10 +125,11 @@ class Simulator(Federation):
             if module is not None or state is not None:
                 ctx = replace(ctx, module=ctx.module if module is None else module, state=ctx.state if state is None else state)
             with self._torch_random(round, k, stream):
-                return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
+                one = sent.at(position)
+                return procedures.procedure_for(one)(ctx, one, client_rng(self.seed, round, k, stream))
 
-        threaded = self.client_threads > 1 and procedure in THREADED_PROCEDURES  # one client too: on one torch thread
-        plan = planned_sum_for(client_ids) if procedure == "train" else None
+        threaded = self.client_threads > 1 and procedure.computes  # one client too: on one torch thread
+        plan = planned_sum_for(client_ids) if procedure.trains and procedure.update else None  # train
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
         def again(position: int) -> Any:

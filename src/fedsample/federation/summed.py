@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedsample.messages import Params, TrainReport
+from fedsample.messages import Params, TrainPayload, TrainReport
 from fedsample.rounds import Failed, PlannedSum, Replies, add_weighted_, carries_update
 from fedsample.validate import report_problem
 
@@ -67,7 +67,7 @@ class RunningSum:
             return report
         problem = report_problem(report, params, deep=True)
         if problem:
-            self.rejected[position] = Failed(client, "train", problem)
+            self.rejected[position] = Failed(client, TrainPayload.procedure.name, problem)
             return self.rejected[position]
         self.total = add_weighted_(self.total, report.update, self.weights[position])
         self.summed.append(position)

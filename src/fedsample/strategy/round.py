@@ -12,7 +12,7 @@ import numpy as np
 
 from fedsample import parts, validate
 from fedsample.federation.base import Federation
-from fedsample.messages import HeldRequest, PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, TrainHeld, TrainPayload
 from fedsample.missing import response_rate
 from fedsample.parts import Learns, SizeReporting, TrainsFirst
 from fedsample.privacy.noise import for_cohort
@@ -28,7 +28,7 @@ from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
 
 __all__ = [
-    "collect_sizes", "combine_valid", "planned_weights", "restrict", "run_round", "select", "size_policy",
+    "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
     "sizes_of_everyone", "train_then_send",
 ]
 
@@ -37,7 +37,7 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     """Size reports of ``ids``: invalid or missing ones are left out (named in ``failed``); a randomized
     total from the a of n asked that answered is scaled by n/a (docs/reliability.md)."""
     policy = size_policy(s, ctx)
-    replies = ctx.federation.run("report_size", ids, policy.query, ctx.round)
+    replies = ctx.federation.run(ids, policy.query, ctx.round)
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
     kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
     note_failures(ctx, failed)
@@ -123,7 +123,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
         trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
     else:
         with planned_sum(cohort.ids, planned_weights(s, ctx, cohort, lost)):  # an engine may sum the updates as they come
-            replies = replies_of(federation.run("train", cohort.ids, payload, round))
+            replies = replies_of(federation.run(cohort.ids, payload, round))
     if s.secure_sum and not replies.sealed:
         raise ValueError(
             f"{s.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -145,17 +145,24 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
 
 def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
     """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
-    update, replying with its norm (``train_held``); the sampler chooses the cohort from the norms
-    (``select_trained``); only the cohort sends its kept update (``send_held``). Clients whose training failed
+    update, replying with its norm (:class:`~fedsample.messages.TrainHeld`); the sampler chooses the cohort from the
+    norms (``select_trained``); only the cohort sends its kept update (:class:`~fedsample.messages.HeldRequest`). Clients whose training failed
     are named in the round's record and are not candidates. The record states the cost: ``local_trainings``
     (the clients that trained) for ``cohort`` uploads."""
-    held = replies_of(federation.run("train_held", trained.ids, payload, ctx.round))
+    held = replies_of(federation.run(trained.ids, held_form(payload), ctx.round))
     held = validate.screen_held(held, trained.ids)
     note_failures(ctx, held.failures())
     ctx.log["local_trainings"] = len(trained) - len(held.failures())
     cohort = cast(TrainsFirst, s.clients).select_trained(ctx, trained, held)  # trains_first(s.clients): declared
     request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
-    return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
+    return cohort, replies_of(federation.run(cohort.ids, request, ctx.round))
+
+
+def held_form(payload: TrainPayload | PerClient) -> TrainHeld | PerClient:
+    """The training request(s) ``payload`` as :class:`~fedsample.messages.TrainHeld`: train, keep the update, answer its norm."""
+    if isinstance(payload, PerClient):
+        return PerClient(tuple(map(TrainHeld.of, payload)))
+    return TrainHeld.of(payload)
 
 
 def planned_weights(s: Composition, ctx: RoundContext, cohort: Cohort, lost: int = 0) -> np.ndarray | None:
