@@ -16,7 +16,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ from fedsample import checks
 __all__ = [
     "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
-    "procedure_of",
+    "PlannedSum", "planned_for", "procedure_of", "unplanned", "with_plan",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -221,11 +221,28 @@ class ProbeReport:
 
 
 @dataclass(frozen=True)
+class PlannedSum:
+    """The aggregator's declared reduction of a ``train`` call: the weighted sum the server will ask if every asked
+    client's update arrives and passes the screen, ``sum_i weights_i * Delta_i`` over the positions of ``ids``, in
+    order (:func:`fedsample.rounds.weighted_sum`'s arithmetic). It travels in the train request
+    (:attr:`TrainPayload.planned`); an in-process engine that reads it there (:func:`planned_for`) may add each update
+    into that sum as it arrives and drop it, instead of holding the cohort's updates until the server asks; asked
+    anything else, it must still answer (:class:`fedsample.federation.summed.SummedReplies` recomputes the updates it
+    dropped)."""
+
+    ids: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
 class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
     privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
     ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
-    whose capabilities read the reply's ``utility`` asks for it)."""
+    whose capabilities read the reply's ``utility`` asks for it). ``planned``: the sum the server plans to ask of the
+    call's replies (:class:`PlannedSum`, the aggregator's declared reduction), for the engine only; clients do not
+    read it, and a federation that asks other clients than the round's cohort, or sends the request elsewhere, drops
+    it (:func:`unplanned`)."""
 
     procedure: ClassVar[Procedure] = Procedure("train", stream="train", phase="train", trains=True, computes=True, update=True, sealed=True)
 
@@ -235,6 +252,7 @@ class TrainPayload:
     round: int
     noise: Any = None
     utility: bool = False
+    planned: PlannedSum | None = None
 
 
 @dataclass(frozen=True)
@@ -377,3 +395,30 @@ def procedure_of(request: Any) -> Procedure:
         if isinstance(declared, Procedure):
             return declared
     raise TypeError(f"{type(request).__name__} is not a request: a request class declares its procedure (fedsample.messages.Procedure)")
+
+
+def planned_for(sent: PerClient | Shared, client_ids: np.ndarray) -> PlannedSum | None:
+    """The planned sum a train request carries (:attr:`TrainPayload.planned`) where it is a sum over exactly these
+    clients in this order (a sub-cohort of the round's gets none), else None."""
+    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
+    plan = first.planned if isinstance(first, TrainPayload) else None
+    if plan is None or len(plan.ids) != len(client_ids) or not np.array_equal(plan.ids, np.asarray(client_ids)):
+        return None
+    return plan
+
+
+def with_plan(request: Any, plan: PlannedSum | None) -> Any:
+    """``request`` (a train request, or :class:`PerClient` train requests) carrying ``plan`` as its planned sum."""
+    if isinstance(request, PerClient):
+        return PerClient(tuple(replace(p, planned=plan) for p in request))
+    return replace(request, planned=plan)
+
+
+def unplanned(request: Any) -> Any:
+    """``request`` without a planned sum: what a federation sends when it asks other clients than the round's cohort
+    (the failure model's sub-cohort) or sends the request out of this process (workers, Ray actors, Flower nodes).
+    Any other request is returned as it is."""
+    first = request.payloads[0] if isinstance(request, PerClient) and len(request) else request
+    if not isinstance(first, TrainPayload) or first.planned is None:
+        return request
+    return with_plan(request, None)

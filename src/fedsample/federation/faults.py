@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import NoSamples, PerClient, Shared, payloads_for
+from fedsample.messages import NoSamples, PerClient, Shared, payloads_for, unplanned
 from fedsample.rng import CohortRandom
 from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, is_failed, replies_of
 
@@ -130,7 +130,7 @@ class Faulty(Federation):
         if len(live) == 0:
             return Replies([failed[i] for i in range(len(ids))], failed=failed)
         try:
-            got = replies_of(self.inner.run(ids[live], sent.take(live), round))
+            got = replies_of(self.inner.run(ids[live], unplanned(sent.take(live)), round))  # a sub-cohort: no plan
         except FederationLost:
             raise
         except Exception:  # noqa: BLE001
@@ -146,7 +146,7 @@ class Faulty(Federation):
         replies: list[Any] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
-            one = sent.take([i])
+            one = unplanned(sent.take([i]))  # one client: no planned sum of the cohort
             try:
                 replies[i] = self.inner.run(ids[i : i + 1], one, round)[0]
             except FederationLost:

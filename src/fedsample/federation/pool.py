@@ -46,7 +46,7 @@ from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import ClientShard, ShardedReports, in_cohort_order
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
-from fedsample.messages import payloads_for
+from fedsample.messages import payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
 
 __all__ = ["PoolFederation", "PoolFederationFactory", "WorkerLost", "pool_federation", "serve"]
@@ -102,7 +102,7 @@ class PoolFederation(Federation):
 
     def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(request, len(ids))
+        sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
         parts = positions_by_worker(ids, self.owner, self.workers)
         calls = {

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fedsample.messages import payloads_for
+from fedsample.messages import payloads_for, unplanned
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
@@ -120,7 +120,7 @@ class RayFederation(Federation):
 
     def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(request, len(ids))
+        sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
         parts = positions_by_worker(ids, self.owner, self.workers)
         shared = None if sent.shared is None else ray.put(sent.shared)  # serialized once, read by every actor

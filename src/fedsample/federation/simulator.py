@@ -18,13 +18,13 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import checks
-from fedsample.messages import ClientContext, payloads_for
+from fedsample.messages import ClientContext, payloads_for, planned_for
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import torch_threads
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
 from fedsample.federation.summed import RunningSum
-from fedsample.rounds import Replies, ReplyList, planned_sum_for
+from fedsample.rounds import Replies, ReplyList
 from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
@@ -111,8 +111,8 @@ class Simulator(Federation):
         """The replies of ``client_ids`` in order. The requests that compute with the model (declared
         ``computes``: training and probes; each a client's forward/backward passes, which release the GIL) run side
         by side with ``client_threads`` > 1, on one torch thread each; the others (size reports, sending a held
-        update) compute nothing with it and run one after the other. A ``train`` call whose sum the server planned
-        (:func:`fedsample.rounds.planned_sum_for`) adds each update into that sum as it arrives and keeps only the
+        update) compute nothing with it and run one after the other. A ``train`` request that carries the sum the
+        server plans to ask (its ``planned`` sum, :func:`fedsample.messages.planned_for`) adds each update into that sum as it arrives and keeps only the
         reports' numbers (:mod:`fedsample.federation.summed`)."""
         sent = payloads_for(request, len(client_ids))
         ids = np.asarray(client_ids).tolist()
@@ -129,7 +129,7 @@ class Simulator(Federation):
                 return procedures.procedure_for(one)(ctx, one, client_rng(self.seed, round, k, stream))
 
         threaded = self.client_threads > 1 and procedure.computes  # one client too: on one torch thread
-        plan = planned_sum_for(client_ids) if procedure.trains and procedure.update else None  # train
+        plan = planned_for(sent, client_ids)
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
         def again(position: int) -> Any:

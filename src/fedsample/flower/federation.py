@@ -27,7 +27,7 @@ from flwr.serverapp import Grid
 
 from fedsample.federation.base import Federation
 from fedsample.flower.codec import MalformedReply, decode_report, encode_request
-from fedsample.messages import HeldRequest, payloads_for, procedure_of
+from fedsample.messages import HeldRequest, payloads_for, procedure_of, unplanned
 from fedsample.rounds import Failed, Replies
 
 __all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
@@ -72,7 +72,7 @@ class FlowerFederation(Federation):
         ids = [int(k) for k in np.asarray(client_ids)]
         if len(set(ids)) != len(ids):
             raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")
-        sent = payloads_for(request, len(ids))
+        sent = payloads_for(unplanned(request), len(ids))  # every sum is formed here, reply by reply: no planned sum sent
         procedure = sent.procedure
         self.asked[round].append((procedure.name, ids))
         if procedure.trains:

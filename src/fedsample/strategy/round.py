@@ -12,14 +12,14 @@ import numpy as np
 
 from fedsample import parts, validate
 from fedsample.federation.base import Federation
-from fedsample.messages import HeldRequest, PerClient, TrainHeld, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, PlannedSum, TrainHeld, TrainPayload, with_plan
 from fedsample.missing import response_rate
 from fedsample.parts import Learns, SizeReporting, TrainsFirst
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
-from fedsample.rounds import Cohort, Replies, ReplyList, RoundContext, planned_sum, replies_of
+from fedsample.rounds import Cohort, Replies, ReplyList, RoundContext, replies_of
 from fedsample.strategy.composition import Composition
 from fedsample.rounds import RoundFailed
 from fedsample.strategy.probes import CheckedProbes
@@ -122,8 +122,9 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
         # the clients that failed to train are not candidates: they are non-responders
         trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
     else:
-        with planned_sum(cohort.ids, planned_weights(s, ctx, cohort, lost)):  # an engine may sum the updates as they come
-            replies = replies_of(federation.run(cohort.ids, payload, round))
+        weights = planned_weights(s, ctx, cohort, lost)  # the aggregator's declared reduction: an engine may sum as updates come
+        planned = payload if weights is None else with_plan(payload, PlannedSum(cohort.ids, np.asarray(weights, dtype=np.float64)))
+        replies = replies_of(federation.run(cohort.ids, planned, round))
     if s.secure_sum and not replies.sealed:
         raise ValueError(
             f"{s.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -167,8 +168,8 @@ def held_form(payload: TrainPayload | PerClient) -> TrainHeld | PerClient:
 
 def planned_weights(s: Composition, ctx: RoundContext, cohort: Cohort, lost: int = 0) -> np.ndarray | None:
     """The weights the aggregator will give the cohort's updates if every one arrives and passes the screen (its
-    declared ``planned_weights``, at the response rate of a round where the whole cohort answers), declared
-    with the ``train`` call so that an in-process engine may add each update into the sum as it arrives instead
+    declared ``planned_weights``, at the response rate of a round where the whole cohort answers), sent in the
+    train request (:class:`~fedsample.messages.PlannedSum`) so that an in-process engine may add each update into the sum as it arrives instead
     of holding them all (:mod:`fedsample.federation.summed`; any other outcome is still answered exactly). None
     for an aggregator that declares none (FedNova's weights come from the replies), under a secure sum (the
     server never sees the updates), and for a sampler that keeps the clients' updates (``server_learns``
