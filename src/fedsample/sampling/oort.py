@@ -243,7 +243,7 @@ class OortClients(adaptive.Replayed):
         state = self.held(ctx)
         got = replies.received_positions()
         ids = cohort.ids[got]
-        values = np.array([getattr(replies[int(i)], "utility", None) for i in got], dtype=object)
+        values = np.array([replies[int(i)].utility for i in got], dtype=object)  # received: TrainReports
         utility = np.array([0.0 if v is None or not np.isfinite(v) else float(v) for v in values], dtype=np.float64)
         state["utility"][ids] = utility
         state["explored"][ids] = True
