@@ -206,7 +206,8 @@ class OortClients(adaptive.Replayed):
     cutoff: float = 0.95
     staleness: bool = True
     capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
-        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",))
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",),
+        estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
