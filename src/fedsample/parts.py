@@ -42,14 +42,16 @@ from fedsample.messages import ClientContext, LocalSample, Params, PerClient, Si
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
-    from fedsample.rng import CohortRandom
+    import torch
+
+    from fedsample.rng import Blocks, CohortRandom
 
 __all__ = [
-    "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksPlan", "Capabilities", "capabilities_problem",
+    "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksDraw", "BlocksPlan", "Capabilities", "capabilities_problem",
     "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
     "CohortPlan", "CohortPlanCapabilities", "conforms", "CountsDrawn", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
     "DataSamplerCapabilities", "DeclaredPlan", "DeclaredPrivacy", "DeclaredSolver", "describe", "Design", "DesignedClients",
-    "DesignedPlan", "DevicePlan", "drawn_count_noise", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
+    "DesignedPlan", "DeviceDraw", "DevicePlan", "drawn_count_noise", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
     "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
@@ -926,7 +928,7 @@ class BlocksPlan(CohortPlan, Protocol):
     """A cohort plan that declares ``draws_blocks``: ``draw_blocks(blocks, rng)`` is its ``draw_cohort`` over the
     layout an engine keeps from round to round for the same sizes (:class:`~fedsample.rng.Blocks`)."""
 
-    def draw_blocks(self, blocks: Any, rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
+    def draw_blocks(self, blocks: "Blocks", rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @runtime_checkable
@@ -934,7 +936,7 @@ class DevicePlan(CohortPlan, Protocol):
     """A cohort plan that declares ``draws_on_device``: ``draw_cohort_on_device(sizes, rng)`` is its ``draw_cohort``
     with the cohort's arrays on ``rng``'s device (``(member, position)`` as tensors there)."""
 
-    def draw_cohort_on_device(self, sizes: Any, rng: "CohortRandom") -> tuple[Any, Any]: ...
+    def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: "CohortRandom") -> tuple["torch.Tensor", "torch.Tensor"]: ...
 
 
 def offers_problem(part: object, declared: _Capabilities) -> str | None:
@@ -991,7 +993,13 @@ def plan_capabilities(plan: object) -> CohortPlanCapabilities:
     return declared
 
 
-def offered_draws(plan: CohortPlan) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+DeviceDraw = Callable[["np.ndarray | torch.Tensor", "CohortRandom"], tuple["torch.Tensor", "torch.Tensor"]]
+"""A cohort plan's ``draw_cohort_on_device``."""
+BlocksDraw = Callable[["Blocks", "CohortRandom"], tuple[np.ndarray, np.ndarray]]
+"""A cohort plan's ``draw_blocks``."""
+
+
+def offered_draws(plan: CohortPlan) -> tuple[DeviceDraw | None, BlocksDraw | None]:
     """The cohort plan's declared ``draw_cohort_on_device`` and ``draw_blocks`` (None where it does not offer one,
     :func:`plan_capabilities`)."""
     declared = plan_capabilities(plan)
