@@ -22,8 +22,12 @@ frozen record, their ``capabilities`` (:class:`ClientSamplerCapabilities`, :clas
 :class:`AggregatorCapabilities`, :class:`LocalSolverCapabilities`): a field without a default (how the inclusion
 probabilities are known, what the server learns, whether a part divides by them: a default would claim more than
 the part knows) left out or a misspelt field is the dataclass's ``TypeError`` naming it, a value of the wrong kind a
-one-line ``ValueError``; the other fields' defaults only claim less. A leaf module: it imports
-:mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
+one-line ``ValueError``; the other fields' defaults only claim less. An optional method a part offers
+(``estimate_inclusion``, ``expected_trainings``, ``rows_trained``, ``for_cohort``, ``draw_blocks``,
+``draw_cohort_on_device``) is declared by a field of its record too (:class:`UpdatePrivacyCapabilities` for an update
+privacy, :class:`CohortPlanCapabilities` for a cohort plan), and read from it, never probed for: a method the part
+has and does not declare, or declares and lacks, is refused in one line naming the part (:func:`offers_problem`).
+A leaf module: it imports :mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
 """
 
 from __future__ import annotations
