@@ -81,7 +81,7 @@ def timed_phases(clock: PhaseClock) -> Iterator[None]:
     """:data:`PHASES` wrapped by ``clock`` for the ``with`` block, restored after it."""
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in PHASES]
     try:
-        for (owner, name, phase), (_, _, original) in zip(PHASES, saved):
+        for owner, name, phase in PHASES:
             setattr(owner, name, clock.wrap(getattr(owner, name), phase))
         yield
     finally:
