@@ -128,7 +128,7 @@ def record_rate(plans: Sequence[Any]) -> tuple[float | None, str]:
     return q, f"each record kept independently with probability q = {q:.4g} (Poisson sampling over the union of the data)"
 
 
-def hides_draw(noise: Any) -> tuple[bool, str]:
+def hides_draw(noise: object) -> tuple[bool, str]:
     """Whether a reply hides whether and how much the client drew (its step count, loss and drawn count)."""
     if privacy_capabilities(noise).hides_draw:
         return True, ""

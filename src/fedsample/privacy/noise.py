@@ -25,7 +25,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import SplitNoise, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
+from fedsample.parts import SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
 from fedsample.messages import TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
@@ -148,7 +148,7 @@ class PerExampleNoise:
         return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), samples)
 
 
-def for_cohort(noise: Any, size: int) -> Any:
+def for_cohort(noise: UpdatePrivacy | None, size: int) -> UpdatePrivacy | None:
     """The noise a cohort of ``size`` clients is sent: split among them where it declares so
     (``splits_among_cohort``: :meth:`PerExampleNoise.for_cohort`), any other as it is."""
     if noise is not None and privacy_capabilities(noise).splits_among_cohort:
