@@ -38,7 +38,7 @@ from scipy.special import ndtri
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import SizeSumRequest, payloads_for
+from fedsample.messages import HeldRequest, SizeSumRequest, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
@@ -145,7 +145,7 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     side)."""
     if payload is None:
         return replies
-    params = payload.params if hasattr(payload, "params") else validate.like_shapes(payload.shapes)  # a HeldRequest: shapes only
+    params = validate.like_shapes(payload.shapes) if isinstance(payload, HeldRequest) else payload.params  # a HeldRequest: shapes only
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 

@@ -51,7 +51,7 @@ class Request:
 
 def encode_request(client: int, seed: int, round: int, payload: Any) -> RecordDict:
     """The request for one client: header, global parameters (if the payload carries any), pickled rest."""
-    params = getattr(payload, "params", None) if dataclasses.is_dataclass(payload) else None
+    params = payload.params if isinstance(payload, (TrainPayload, ProbeRequest)) else None  # the requests that carry the model
     rest = dataclasses.replace(payload, params=None) if params is not None else payload
     header = ConfigRecord({"procedure": procedure_of(payload).name, "client": int(client), "seed": int(seed), "round": int(round)})
     records: dict[str, Any] = {HEADER: header, PAYLOAD: ConfigRecord({"blob": pickle.dumps(rest)})}

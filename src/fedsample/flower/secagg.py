@@ -58,7 +58,7 @@ from fedsample import checks
 from fedsample.federation.secure_sum import SealedReplies, count_shares, sealed_count
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
-from fedsample.messages import procedure_of
+from fedsample.messages import TrainPayload, procedure_of
 from fedsample.rounds import Failed, carries_update
 from fedsample.training.functional import Params
 
@@ -257,7 +257,7 @@ def sealed_reply(message: Message, request: Any, report: Any) -> Message:
     where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
     they are). A count-only request carries no parameters: the vector is the tally alone."""
     share = count_share_of(message, request)
-    params = getattr(request.payload, "params", None) or {}
+    params = request.payload.params if isinstance(request.payload, TrainPayload) else {}  # a count-only request: none
     vector = sealed_vector(report, params, clipping_range_of(message), share, count_range_of(message))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
@@ -435,7 +435,7 @@ def sealed_train(
     procedure = procedure_of(payloads[0]).name if payloads else ""  # the phase a failed client's record names
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
-    params = (getattr(payloads[0], "params", None) or {}) if payloads else {}
+    params = payloads[0].params if payloads and isinstance(payloads[0], TrainPayload) else {}
     record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
     if len(asked) > settings.max_clients:
