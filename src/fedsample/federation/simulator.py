@@ -117,7 +117,7 @@ class Simulator(Federation):
         sent = payloads_for(request, len(client_ids))
         ids = np.asarray(client_ids).tolist()
         procedure = sent.procedure
-        stream = procedure.stream
+        stream, fn = procedure.stream, procedures.procedure_for(sent.at(0))  # requests of one type: one procedure
 
         def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
             k = int(ids[position])
@@ -125,8 +125,7 @@ class Simulator(Federation):
             if module is not None or state is not None:
                 ctx = replace(ctx, module=ctx.module if module is None else module, state=ctx.state if state is None else state)
             with self._torch_random(round, k, stream):
-                one = sent.at(position)
-                return procedures.procedure_for(one)(ctx, one, client_rng(self.seed, round, k, stream))
+                return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
 
         threaded = self.client_threads > 1 and procedure.computes  # one client too: on one torch thread
         plan = planned_for(sent, client_ids)
