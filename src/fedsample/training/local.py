@@ -318,6 +318,14 @@ def segment_sort(segment: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+def epochs_or_steps(epochs: int | None, steps: int | None, owner: str) -> None:
+    """Refuse local SGD settings that give neither or both of ``epochs`` and ``steps`` (one line)."""
+    if epochs is None and steps is None:
+        checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", owner)
+    if epochs is not None and steps is not None:
+        checks.fail("steps", steps, "None when epochs is given (give exactly one of epochs or steps)", owner)
+
+
 @dataclass(frozen=True)
 @checks.constrained(
     lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
@@ -343,10 +351,7 @@ class LocalSGD(Scheduled):
     lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.epochs is None and self.steps is None:
-            checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
-        if self.epochs is not None and self.steps is not None:
-            checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
+        epochs_or_steps(self.epochs, self.steps, type(self).__name__)
 
     @property
     def capabilities(self) -> LocalSolverCapabilities:
