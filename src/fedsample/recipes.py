@@ -45,8 +45,8 @@ from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Withi
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
 from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, Scaling, StratifiedMean, Sum, WeightedMean
-from fedsample.training.local import EpochSGD, LocalSGD, OneGradient
-from fedsample.training.local_training import BATCH, FLAT, LR_DECAY, MOMENTUM, LocalTraining, fields_of, fold
+from fedsample.training.local import LR_DECAY, MOMENTUM, EpochSGD, LocalSGD, OneGradient
+from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields_of, fold
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 __all__ = [

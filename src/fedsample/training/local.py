@@ -31,7 +31,7 @@ from fedsample.training.random_layers import generator_for, random_layers_of
 
 __all__ = [
     "EpochSGD", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
-    "run_schedule", "sgd_step", "sgd_step_",
+    "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "run_schedule", "sgd_step", "sgd_step_",
 ]
 
 
@@ -318,6 +318,19 @@ def segment_sort(segment: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+#: A heavy-ball momentum: in [0, 1).
+MOMENTUM = checks.reals(0, 1, "[)")
+#: A learning-rate decay per round: in (0, 1].
+LR_DECAY = checks.reals(0, 1, "(]")
+
+#: The local SGD settings' constraints (:class:`LocalSGD`, and the recipes'
+#: :class:`~fedsample.training.local_training.LocalTraining`, whose minibatch also admits "all").
+SGD_SETTINGS: dict[str, checks.Spec] = {
+    "lr": checks.POSITIVE, "epochs": [checks.COUNT, None], "steps": [checks.COUNT, None], "batch_size": [checks.COUNT, None],
+    "momentum": MOMENTUM, "weight_decay": checks.NON_NEGATIVE, "lr_decay": LR_DECAY,
+}
+
+
 def epochs_or_steps(epochs: int | None, steps: int | None, owner: str) -> None:
     """Refuse local SGD settings that give neither or both of ``epochs`` and ``steps`` (one line)."""
     if epochs is None and steps is None:
@@ -327,11 +340,7 @@ def epochs_or_steps(epochs: int | None, steps: int | None, owner: str) -> None:
 
 
 @dataclass(frozen=True)
-@checks.constrained(
-    lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
-    momentum=checks.reals(0, 1, "[)"), weight_decay=checks.NON_NEGATIVE, prox_mu=checks.NON_NEGATIVE,
-    lr_decay=checks.reals(0, 1, "(]"),
-)
+@checks.constrained(**SGD_SETTINGS, prox_mu=checks.NON_NEGATIVE)
 class LocalSGD(Scheduled):
     """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
 

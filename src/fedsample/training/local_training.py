@@ -18,15 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from fedsample import checks
-from fedsample.checks import COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
-from fedsample.training.local import LocalSGD, epochs_or_steps
+from fedsample.checks import COUNT, Options, Param
+from fedsample.training.local import SGD_SETTINGS, LocalSGD, epochs_or_steps
 
-__all__ = ["BATCH", "FLAT", "LR_DECAY", "MOMENTUM", "Batch", "LocalTraining", "fields_of", "fold"]
+__all__ = ["BATCH", "FLAT", "Batch", "LocalTraining", "fields_of", "fold"]
 
-#: A heavy-ball momentum: in [0, 1).
-MOMENTUM = reals(0, 1, "[)")
-#: A learning-rate decay per round: in (0, 1].
-LR_DECAY = reals(0, 1, "(]")
 
 #: A local minibatch: a count, or "all" (None from Python): each client's whole drawn sample as one batch.
 Batch = int | Literal["all"] | None
@@ -35,10 +31,7 @@ BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (eac
 
 
 @dataclass(frozen=True)
-@checks.constrained(
-    lr=POSITIVE, epochs=[COUNT, None], steps=[COUNT, None], batch_size=BATCH, momentum=MOMENTUM,
-    weight_decay=NON_NEGATIVE, lr_decay=LR_DECAY,
-)
+@checks.constrained(**{**SGD_SETTINGS, "batch_size": BATCH})
 class LocalTraining:
     """A client's local SGD (McMahan et al. 2017): ``epochs`` passes or ``steps`` steps (not both; one epoch where
     neither is given) of minibatches of ``batch_size`` rows of its drawn sample ("all" or None: the whole drawn sample as one batch),
