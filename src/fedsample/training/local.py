@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.fused import FusedLinears
 from fedsample.training.random_layers import generator_for, random_layers_of
+from fedsample.training.rules import Rule, Transform, add_decayed_weights, add_proximal, trace
 
 __all__ = [
     "EpochSGD", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
@@ -49,15 +50,31 @@ class LocalResult:
 
 
 @dataclass(frozen=True)
-class SGDStep:
-    """One local step's rule (:func:`sgd_step_`): d = g + weight_decay*w + prox_mu*(w - w_global);
-    b = momentum*b + d; w = w - lr*b. FedSampling's one gradient is this rule with lr = 1 and nothing else: the
-    update of its single step is the weighted gradient itself."""
+class SGDStep(Rule):
+    """One local SGD step's rule (:func:`sgd_step_`): d = g + weight_decay*w + prox_mu*(w - w_global);
+    b = momentum*b + d; w = w - lr*b, i.e. the chain ``add_decayed_weights``, ``add_proximal``, ``trace``
+    (:mod:`fedsample.training.rules`; a zero term is left out). FedSampling's one gradient is this rule with lr = 1
+    and nothing else: the update of its single step is the weighted gradient itself."""
 
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0
+
+    @property
+    def transforms(self) -> tuple[Transform, ...]:
+        chained: list[Transform] = []
+        if self.weight_decay:
+            chained.append(add_decayed_weights(self.weight_decay))
+        if self.prox_mu:
+            chained.append(add_proximal(self.prox_mu))
+        if self.momentum:
+            chained.append(trace(self.momentum))
+        return tuple(chained)
+
+    @property
+    def linear(self) -> bool:
+        return True
 
     @property
     def fusable(self) -> bool:
@@ -69,10 +86,6 @@ class SGDStep:
     def is_gradient(self) -> bool:
         """Whether a single step's update is the weighted gradient itself (lr 1, no weight decay)."""
         return self.lr == 1.0 and not self.weight_decay
-
-    def apply_(self, w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor]) -> None:
-        """:func:`sgd_step_` with this rule (in place; ``anchor`` broadcasts against stacked ``w``)."""
-        sgd_step_(w, g, buf, anchor, self.lr, self.momentum, self.weight_decay, self.prox_mu)
 
     def first_step_(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
         """The update w0 - w1 of one step from the global model w0: lr * (g + weight_decay * w0) (momentum's first
@@ -138,19 +151,10 @@ def sgd_step_(
     w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor],
     lr: float, momentum: float, weight_decay: float, prox_mu: float,
 ) -> None:
-    """One SGD step in place: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b.
-    Zero terms cost nothing; ``w`` and ``buf`` are updated in place (``anchor`` broadcasts against stacked
-    ``w``), ``g`` is left as it is."""
-    d: tuple[torch.Tensor, ...] | list[torch.Tensor] = g
-    if weight_decay:
-        d = torch._foreach_add(d, w, alpha=weight_decay)
-    if prox_mu:
-        d = torch._foreach_add(d, [wi - ai for wi, ai in zip(w, anchor)], alpha=prox_mu)
-    if buf is not None:
-        torch._foreach_mul_(buf, momentum)
-        torch._foreach_add_(buf, d)
-        d = buf
-    torch._foreach_add_(w, d, alpha=-lr)
+    """One SGD step in place (:class:`SGDStep`): d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d;
+    w = w - lr*b. Zero terms cost nothing; ``w`` and ``buf`` (None: no momentum) are updated in place (``anchor``
+    broadcasts against stacked ``w``), ``g`` is left as it is."""
+    SGDStep(lr, momentum if buf is not None else 0.0, weight_decay, prox_mu).apply_(w, g, buf or [], anchor)
 
 
 def sgd_step(
@@ -170,7 +174,7 @@ def sgd_step(
 
 def run_schedule(
     solver: "Scheduled", ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator,
-    rule: SGDStep | None = None,
+    rule: Rule | None = None,
 ) -> LocalResult:
     """One client's local training from its solver's declared arithmetic: the schedule's minibatches in order,
     each step the weighted loss sum_b weight_b * l_b, its gradient and the step ``rule`` (default: the solver's)
@@ -189,9 +193,9 @@ def run_schedule(
     bounds = schedule.batch_starts().tolist()
     steps = len(bounds) - 1
     anchor = list(params.values())
-    single = steps == 1
+    single = steps == 1 and rule.linear
     w = [v.detach().requires_grad_(True) if single else v.detach().clone().requires_grad_(True) for v in anchor]
-    buf = [torch.zeros_like(v) for v in anchor] if rule.momentum and not single else None
+    state = [] if single else rule.init(anchor)
     working = dict(zip(params, w))
     fused = FusedLinears(ctx.module, working) if rule.fusable and not single else None
     trained = list(params)  # the names autograd differentiates and the rule steps (the fused layers leave after step 1)
@@ -208,11 +212,11 @@ def run_schedule(
                 update = dict(zip(params, rule.first_step_(grads, anchor)))
             else:
                 with torch.no_grad():
-                    rule.apply_([working[k] for k in trained], grads, buf, [params[k] for k in trained])
+                    rule.apply_([working[k] for k in trained], grads, state, [params[k] for k in trained], len(losses) + 1)
                     if fused is not None and len(losses) == 0:  # after the first step: fuse the inner layers found
                         trained = _leave_autograd(working, fused.found())
                     elif fused is not None:
-                        fused.step_(working, rule.lr, rule.weight_decay)
+                        fused.step_(working, rule.lr, cast(SGDStep, rule).weight_decay)  # fusable: local SGD's rule
             losses.append(loss.detach())  # no host sync per step (one at the end)
     finally:
         if fused is not None:
@@ -244,7 +248,7 @@ class Scheduled:
     def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
         raise NotImplementedError
 
-    def step_rule(self, round: int) -> SGDStep:
+    def step_rule(self, round: int) -> Rule:
         raise NotImplementedError
 
     def single_step(self, sizes: np.ndarray) -> bool:
@@ -255,7 +259,7 @@ class Scheduled:
         rule = self.step_rule(round)
         steps = np.asarray(steps, dtype=np.int64)
         table = rule.effective_table(int(steps.max()) if steps.size else 0)
-        return table[steps]
+        return None if table is None else table[steps]
 
     @property
     def batched(self) -> bool:

@@ -219,7 +219,7 @@ def train_low_rank(
             b_layer, b0_layer = bias[layer], b0[layer]
             if b_layer is not None and b0_layer is not None:
                 buf = None if bias_m is None else bias_m[layer]
-                rule.apply_([b_layer[:n]], [delta.sum(1)], None if buf is None else [buf[:n]], [b0_layer])
+                rule.apply_([b_layer[:n]], [delta.sum(1)], [] if buf is None else [buf[:n]], [b0_layer])
     stack = LowRankStack(chain, {k: v.detach() for k, v in anchor.items()}, alpha, list(zip(U, V)), bias)
     return stack, losses
 
