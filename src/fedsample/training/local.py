@@ -28,10 +28,10 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.fused import FusedLinears
 from fedsample.training.random_layers import generator_for, random_layers_of
-from fedsample.training.rules import Rule, Transform, add_decayed_weights, add_proximal, trace
+from fedsample.training.rules import Rule, Transform, add_decayed_weights, add_proximal, chain, trace
 
 __all__ = [
-    "EpochSGD", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
+    "EpochSGD", "LocalOptimizer", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
     "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "run_schedule", "sgd_step", "sgd_step_",
 ]
 
@@ -458,6 +458,29 @@ class LocalSGD(Scheduled):
             return self.steps == 1
         largest = int(np.max(sizes)) if len(sizes) else 0
         return self.epochs == 1 and (self.batch_size is None or self.batch_size >= largest)
+
+
+@dataclass(frozen=True)
+class LocalOptimizer(LocalSGD):
+    """Local training whose step is a chain of transformations (:func:`fedsample.training.rules.chain`) instead of
+    SGD's: the minibatches of :class:`LocalSGD` (``epochs`` or ``steps``, ``batch_size``, ``lr * lr_decay ** t``)
+    with w <- w - lr * d, d the gradient through ``transforms`` in order. A local Adam (Kingma & Ba 2015) is
+    ``LocalOptimizer(lr=1e-3, steps=5, transforms=(scale_by_adam(),))``; weight decay and the proximal term are
+    transformations here (``add_decayed_weights``, ``add_proximal``), so ``momentum``, ``weight_decay`` and
+    ``prox_mu`` stay 0. Both engines step it client by client or stacked (its state is each transformation's,
+    per client); FedNova's a_k is tau_k (the rule is not linear in the gradients)."""
+
+    transforms: tuple[Transform, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, value in (("momentum", self.momentum), ("weight_decay", self.weight_decay), ("prox_mu", self.prox_mu)):
+            if value:
+                checks.fail(name, value, "0: give it as a transformation of the chain (trace, add_decayed_weights, "
+                            "add_proximal)", type(self).__name__)
+        super().__post_init__()
+
+    def step_rule(self, round: int) -> Rule:  # type: ignore[override]  # any chain, not only SGD's
+        return chain(*self.transforms, lr=self.learning_rate(round))
 
 
 @dataclass(frozen=True)
