@@ -13,6 +13,7 @@ linearised federation all read that declaration; none repeats it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence, cast
@@ -61,8 +62,8 @@ class SGDStep(Rule):
     weight_decay: float = 0.0
     prox_mu: float = 0.0
 
-    @property
-    def transforms(self) -> tuple[Transform, ...]:
+    @functools.cached_property
+    def transforms(self) -> tuple[Transform, ...]:  # computed once per rule
         chained: list[Transform] = []
         if self.weight_decay:
             chained.append(add_decayed_weights(self.weight_decay))

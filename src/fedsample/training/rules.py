@@ -134,11 +134,11 @@ class Rule:
         """One local step in place: d = g through every transformation, then w <- w - lr * d; ``state`` (from
         :meth:`init`, or its rows of the clients still stepping) is updated in place, ``g`` left as it is."""
         d: Tensors = g
-        at = 0
+        at, n = 0, len(w)
         for t in self.transforms:
-            slots: list[Tensors] = [state[at + i * len(w) : at + (i + 1) * len(w)] for i in range(t.slots)]
+            slots: list[Tensors] = [state[at + i * n : at + (i + 1) * n] for i in range(t.slots)]
             d = t.update(d, w, anchor, slots, step)
-            at += t.slots * len(w)
+            at += t.slots * n
         torch._foreach_add_(w, d, alpha=-self.lr)
 
     def first_step_(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
