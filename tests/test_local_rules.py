@@ -114,6 +114,6 @@ def test_a_local_adam_fedavg_runs_alike_on_the_loop_and_the_vectorized_engine(fe
 
 
 def test_a_chained_solver_refuses_sgds_own_terms_in_one_line():
-    with pytest.raises(checks.ParameterError, match=r"^LocalOptimizer: momentum must be 0: give it as a transformation"):
+    with pytest.raises(checks.ParameterError, match=r"^LocalOptimizer: momentum must be 0 beside transforms: give it as a transformation"):
         LocalOptimizer(momentum=0.9, transforms=(trace(0.9),))
     assert LocalOptimizer(transforms=(trace(0.9),)).step_rule(0).slots == 1

@@ -8,8 +8,9 @@ import pytest
 
 from fedsample import checks, recipes
 from fedsample.experiments.config import parse_config
-from fedsample.training.local import LocalSGD
+from fedsample.training.local import LocalOptimizer, LocalSGD
 from fedsample.training.local_training import FLAT, LocalTraining
+from fedsample.training.rules import add_proximal, scale_by_adam
 
 #: The recipes that take ``local`` (every recipe with local SGD except centralized and isfedavg, whose minibatches
 #: are the pooled K / steps and the plan's per-agent E_k, B_k).
@@ -100,3 +101,17 @@ def test_an_experiment_file_writes_the_flat_keys_or_a_local_table_alike():
     table = HEAD + '[[strategies]]\nrecipe = "fedavg"\n[strategies.local]\nlr = 0.2\nsteps = 4\nmomentum = 0.5\n'
     built = [recipes.recipe(s.recipe, **s.params) for text in (flat, table) for s in parse_config(tomllib.loads(text)).strategies]
     assert built[0].local == built[1].local == LocalSGD(lr=0.2, epochs=None, steps=4, momentum=0.5)
+
+
+def test_a_recipe_takes_a_chain_in_its_local_training():
+    """``local=LocalTraining(transforms=...)``: the recipe's solver steps by that chain (a local Adam), FedProx's mu
+    as its first transformation; SGD's own terms beside a chain are refused in one line."""
+    adam = (scale_by_adam(),)
+    local = recipes.fedavg(local=LocalTraining(lr=1e-3, steps=5, transforms=adam)).local
+    assert local == LocalOptimizer(lr=1e-3, epochs=None, steps=5, transforms=adam)
+    assert local.step_rule(0).slots == 2
+    assert recipes.fedprox(mu=0.1, lr=1e-3, local={"transforms": adam}).local.transforms == (add_proximal(0.1), *adam)
+    with pytest.raises(checks.ParameterError, match=r"^LocalTraining: momentum must be 0 beside transforms"):
+        LocalTraining(momentum=0.9, transforms=adam)
+    with pytest.raises(checks.ParameterError, match=r"^LocalTraining: transforms must be a tuple of transformations"):
+        recipes.fedavg(local={"transforms": list(adam)})

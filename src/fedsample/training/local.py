@@ -33,7 +33,7 @@ from fedsample.training.rules import Rule, Transform, add_decayed_weights, add_p
 
 __all__ = [
     "EpochSGD", "LocalOptimizer", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
-    "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "run_schedule", "sgd_step", "sgd_step_",
+    "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "sgd_terms_left_out", "run_schedule", "sgd_step", "sgd_step_",
 ]
 
 
@@ -461,6 +461,15 @@ class LocalSGD(Scheduled):
         return self.epochs == 1 and (self.batch_size is None or self.batch_size >= largest)
 
 
+def sgd_terms_left_out(owner: str, **terms: float) -> None:
+    """Refuse SGD's own terms (momentum, weight decay, the proximal term) beside a chain of transformations, which
+    states them as its own (``trace``, ``add_decayed_weights``, ``add_proximal``): one line."""
+    for name, value in terms.items():
+        if value:
+            checks.fail(name, value, "0 beside transforms: give it as a transformation of the chain (trace, "
+                        "add_decayed_weights, add_proximal)", owner)
+
+
 @dataclass(frozen=True)
 class LocalOptimizer(LocalSGD):
     """Local training whose step is a chain of transformations (:func:`fedsample.training.rules.chain`) instead of
@@ -474,10 +483,7 @@ class LocalOptimizer(LocalSGD):
     transforms: tuple[Transform, ...] = ()
 
     def __post_init__(self) -> None:
-        for name, value in (("momentum", self.momentum), ("weight_decay", self.weight_decay), ("prox_mu", self.prox_mu)):
-            if value:
-                checks.fail(name, value, "0: give it as a transformation of the chain (trace, add_decayed_weights, "
-                            "add_proximal)", type(self).__name__)
+        sgd_terms_left_out(type(self).__name__, momentum=self.momentum, weight_decay=self.weight_decay, prox_mu=self.prox_mu)
         super().__post_init__()
 
     def step_rule(self, round: int) -> Rule:  # type: ignore[override]  # any chain, not only SGD's

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from fedsample import checks
-from fedsample.checks import COUNT, Options, Param
-from fedsample.training.local import SGD_SETTINGS, LocalSGD, epochs_or_steps
+from fedsample.checks import COUNT, InstanceOf, Options, Param
+from fedsample.training.local import SGD_SETTINGS, LocalOptimizer, LocalSGD, epochs_or_steps, sgd_terms_left_out
+from fedsample.training.rules import Transform, add_proximal
 
 __all__ = ["BATCH", "FLAT", "Batch", "LocalTraining", "fields_of", "fold"]
 
@@ -31,13 +32,16 @@ BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (eac
 
 
 @dataclass(frozen=True)
-@checks.constrained(**{**SGD_SETTINGS, "batch_size": BATCH})
+@checks.constrained(**{**SGD_SETTINGS, "batch_size": BATCH}, transforms=InstanceOf(tuple, "a tuple of transformations (fedsample.training.rules)"))
 class LocalTraining:
     """A client's local SGD (McMahan et al. 2017): ``epochs`` passes or ``steps`` steps (not both; one epoch where
     neither is given) of minibatches of ``batch_size`` rows of its drawn sample ("all" or None: the whole drawn sample as one batch),
     learning rate ``lr * lr_decay ** t`` in round t, heavy-ball ``momentum`` and ``weight_decay``
-    (:class:`~fedsample.training.local.SGDStep`). A method's own term of the local step (FedProx's ``prox_mu``) is
-    the recipe's parameter, not a setting here."""
+    (:class:`~fedsample.training.local.SGDStep`). ``transforms`` (a chain of :mod:`fedsample.training.rules`, e.g.
+    ``(scale_by_adam(),)`` for a local Adam) replaces SGD's direction: the solver is then a
+    :class:`~fedsample.training.local.LocalOptimizer`, and momentum and weight decay are transformations of the chain
+    (``trace``, ``add_decayed_weights``). A method's own term of the local step (FedProx's ``prox_mu``) is the
+    recipe's parameter, not a setting here."""
 
     lr: float = 0.05
     epochs: int | None = None
@@ -46,6 +50,7 @@ class LocalTraining:
     momentum: float = 0.0
     weight_decay: float = 0.0
     lr_decay: float = 1.0
+    transforms: tuple[Transform, ...] = ()
 
     def __post_init__(self) -> None:
         if self.batch_size == "all":
@@ -53,12 +58,20 @@ class LocalTraining:
         if self.epochs is None and self.steps is None:
             object.__setattr__(self, "epochs", 1)
         epochs_or_steps(self.epochs, self.steps, type(self).__name__)
+        if self.transforms:
+            sgd_terms_left_out(type(self).__name__, momentum=self.momentum, weight_decay=self.weight_decay)
 
     def solver(self, prox_mu: float = 0.0) -> LocalSGD:
-        """The local solver these settings declare (with a method's proximal term ``prox_mu``, FedProx's mu)."""
+        """The local solver these settings declare (with a method's proximal term ``prox_mu``, FedProx's mu: the
+        first transformation of a chain)."""
+        batch = None if self.batch_size == "all" else self.batch_size
+        if self.transforms:
+            chained = ((add_proximal(prox_mu),) if prox_mu else ()) + self.transforms
+            return LocalOptimizer(lr=self.lr, epochs=self.epochs, steps=self.steps, batch_size=batch, lr_decay=self.lr_decay,
+                                  transforms=chained)
         return LocalSGD(
-            lr=self.lr, epochs=self.epochs, steps=self.steps, batch_size=None if self.batch_size == "all" else self.batch_size,
-            momentum=self.momentum, weight_decay=self.weight_decay, prox_mu=prox_mu, lr_decay=self.lr_decay,
+            lr=self.lr, epochs=self.epochs, steps=self.steps, batch_size=batch, momentum=self.momentum,
+            weight_decay=self.weight_decay, prox_mu=prox_mu, lr_decay=self.lr_decay,
         )
 
 
@@ -73,7 +86,7 @@ def fields_of(local: LocalTraining | Mapping[str, Any], owner: str) -> dict[str,
     """The settings ``local`` gives: every field of an object, the keys of a mapping (an experiment file's
     ``[strategies.local]`` table), each a field of :class:`LocalTraining`."""
     if isinstance(local, LocalTraining):
-        return dataclasses.asdict(local)
+        return dict(vars(local))  # its fields, the transformations as they are
     if not isinstance(local, Mapping):
         checks.fail("local", local, "a LocalTraining or a mapping of its fields", owner)
     known = [f.name for f in dataclasses.fields(LocalTraining)]

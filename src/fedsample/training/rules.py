@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ class add_decayed_weights:  # noqa: N801 - named as optax names its transformati
     """d + weight_decay * w (an l2 term of the local loss)."""
 
     weight_decay: float
-    slots: int = 0
+    slots: ClassVar[int] = 0
 
     def update(self, d: Tensors, w: Tensors, anchor: Tensors, state: list[Tensors], step: int) -> Tensors:
         return torch._foreach_add(d, w, alpha=self.weight_decay)
@@ -53,7 +53,7 @@ class add_proximal:  # noqa: N801
     """d + mu * (w - w_global): FedProx's proximal gradient (Li et al. 2020)."""
 
     mu: float
-    slots: int = 0
+    slots: ClassVar[int] = 0
 
     def update(self, d: Tensors, w: Tensors, anchor: Tensors, state: list[Tensors], step: int) -> Tensors:
         return torch._foreach_add(d, [wi - ai for wi, ai in zip(w, anchor)], alpha=self.mu)
@@ -64,7 +64,7 @@ class trace:  # noqa: N801
     """Heavy-ball momentum: b <- momentum * b + d, the direction b."""
 
     momentum: float
-    slots: int = 1
+    slots: ClassVar[int] = 1
 
     def update(self, d: Tensors, w: Tensors, anchor: Tensors, state: list[Tensors], step: int) -> Tensors:
         (buf,) = state
@@ -81,7 +81,7 @@ class scale_by_adam:  # noqa: N801
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    slots: int = 2
+    slots: ClassVar[int] = 2
 
     def update(self, d: Tensors, w: Tensors, anchor: Tensors, state: list[Tensors], step: int) -> Tensors:
         m, v = state
