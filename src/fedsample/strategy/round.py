@@ -22,6 +22,7 @@ from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
 from fedsample.rounds import Cohort, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.strategy.composition import Composition
 from fedsample.rounds import RoundFailed
+from fedsample.sampling.clients import is_built_census
 from fedsample.strategy.probes import CheckedProbes
 from fedsample.strategy.record import cohort_facts, describe_round, note_failures, note_uncorrected_faults, unchanged
 from fedsample.training.functional import Params
@@ -85,7 +86,8 @@ def select(s: Composition, ctx: RoundContext) -> tuple[Cohort, int]:
     if s.sizes is not None and s.sizes.scope == "all":
         ctx.sizes = sizes_of_everyone(s, ctx)
     cohort = s.clients.select(ctx)
-    problem = parts.cohort_problem(s.clients, cohort, ctx.num_clients)
+    valid = is_built_census(cohort) and cohort.population == ctx.num_clients  # valid as built: no pass over it
+    problem = None if valid else parts.cohort_problem(s.clients, cohort, ctx.num_clients)
     if problem is not None:
         raise ValueError(problem)
     if s.sizes is not None and s.sizes.scope == "cohort":
