@@ -108,3 +108,18 @@ def test_the_permanent_reports_are_screened_once_and_a_changed_input_recomputes(
     answers = other.run("report_size", census(len(SIZES)).ids, strategy.sizes.query, 0).values
     assert again == [estimate_total(answers, EPSILON, M)] * 2
     assert rounds_estimates(sim, recipes.fedsampling(K=8, epsilon=EPSILON, M=M + 1), 1) != estimates[:1]  # other M
+
+
+def test_clients_contacted_counts_everyone_asked_once_with_or_without_the_census():
+    from fedsample.strategy.probes import CheckedProbes
+
+    fed = federate(blobs(), SIZES)
+    probes = CheckedProbes(VectorizedSimulator(fed, MLP(hidden=4).build((6,), 3), seed=0))
+    query = recipes.fedsampling(K=8, epsilon=EPSILON, M=M).sizes.query
+    assert probes.contacted(np.array([3, 1, 3])) == 2  # nothing asked yet: the cohort's distinct members
+    probes.run("report_size", np.array([0, 1, 5]), query, 0)
+    assert probes.contacted(np.array([1, 2, 7])) == 5  # {0, 1, 5} and {2, 7}
+    probes.run("report_size", np.array([2, 9]), query, 0)
+    assert probes.contacted(np.array([], dtype=np.int64)) == 5
+    probes.run("report_size", census(len(SIZES)).ids, query, 0)  # everyone, as FedSampling asks
+    assert probes.contacted(np.array([4])) == len(SIZES)

@@ -28,7 +28,7 @@ from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 from fedsample.sampling.clamp import clamped
 
-__all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients", "census", "is_built_census"]
+__all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients", "census", "is_built_census", "is_census_ids"]
 
 _CENSUS: dict[int, Cohort] = {}  # the last population's census (one kept: 10^6 clients' arrays are 24 MB)
 
@@ -51,6 +51,12 @@ def is_built_census(cohort: Cohort) -> bool:
     """Whether ``cohort`` is the very object :func:`census` built (ids 0..N-1 ascending, pi_k = 1, m_k = 1, read-only):
     a valid census, known without reading its arrays."""
     return _CENSUS.get(cohort.population) is cohort
+
+
+def is_census_ids(ids: np.ndarray, population: int) -> bool:
+    """Whether ``ids`` is the very (read-only) id array of :func:`census`'s cohort of ``population``: every client, once."""
+    cohort = _CENSUS.get(population)
+    return cohort is not None and ids is cohort.ids
 
 
 @dataclass(frozen=True)
