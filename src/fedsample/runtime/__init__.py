@@ -2,7 +2,8 @@
 
 Lazy submodules (``lazy``), the garbage collector during a run (``heap``), memory checks (``memory``), the device
 and threads (``device``), each warning once per run (``warned``), Flower's and Ray's telemetry switched off
-(``telemetry``) and a run's fingerprint for resuming (``fingerprint``). Every module here is a leaf: none imports
+(``telemetry``), a run's fingerprint for resuming (``fingerprint``) and what a round computed from read-only arrays,
+given again while the same arrays come back (``memo``). Every module here is a leaf: none imports
 the rest of fedsample at import time, so every layer may import them.
 """
 
