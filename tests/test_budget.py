@@ -79,6 +79,58 @@ def test_sealed_and_noised_replies_leave_the_figure_unknown():
         assert "realised_samples" not in run.history[0]
 
 
+@pytest.mark.parametrize("engine", ["loop", "vectorized"])
+def test_a_sealed_arm_records_the_rows_the_simulation_measured(engine):
+    """FedSampling's exact-sizes control keeps its drawn count private (no count, no rows in any reply): the server
+    has no realised figure, and the in-process engine records what it saw its clients draw (``realised_measured``).
+    The same arm with its count released draws the same rows (same seed; the count is not used by the K-normalized
+    step): its released figure is the measured one, round by round, and the parameters are the same."""
+    from dataclasses import replace
+
+    fed = federate(blobs(), [40] * 6)
+    sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
+    released = replace(sealed, data=replace(sealed.data, count_drawn=True))
+    runs = [simulate(s, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, backend=engine) for s in (sealed, released)]
+    assert all("realised_samples" not in r for r in runs[0].history)
+    assert [r["realised_measured"] for r in runs[0].history] == [r["realised_samples"] for r in runs[1].history]
+    assert all("realised_measured" not in r for r in runs[1].history)  # the server knows it: nothing measured beside
+    assert all(np.array_equal(runs[0].params[k], runs[1].params[k]) for k in runs[0].params)
+
+
+def test_a_noised_client_sampler_records_the_rows_the_simulation_measured():
+    """Noised replies withhold their rows trained; the loop engine measures the rows the local steps read, the figure
+    the plain run releases (uniform sampling: the same cohorts; 3 clients of 20, 13, 5 rows, 2 epochs of 8: 76)."""
+    from dataclasses import replace
+
+    from fedsample.privacy import UpdateNoise
+
+    fed = federate(blobs(), SIZES)
+    base = recipes.fedavg(clients_per_round=3, lr=0.1, epochs=2, batch_size=8)
+    noised = simulate(replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0)), federated_data=fed, model=LogisticRegression(),
+                      rounds=2, seed=1, backend="loop")
+    assert [r.get("realised_samples") for r in noised.history] == [None, None]
+    assert [r["realised_measured"] for r in noised.history] == [76.0, 76.0]
+
+
+def test_an_engine_that_cannot_measure_says_so_and_no_part_reads_the_measure():
+    """A worker pool's clients train in other processes: the sealed round's record says ``realised_measured: None``
+    (not measured) rather than nothing. The strategy's own record of a round (what its parts, trackers' inputs and
+    ledger are built from) never holds the measured figure: ``simulate`` adds it after the round."""
+    from fedsample.federation.secure_sum import with_secure_sum
+    from fedsample.federation.simulator import Simulator
+    from fedsample.models import initial_parameters
+    from fedsample.simulation import build_module
+
+    fed = federate(blobs(), [40] * 6)
+    sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
+    pooled = simulate(sealed, federated_data=fed, model=LogisticRegression(), rounds=2, seed=3, backend="vectorized", workers=2)
+    assert [r["realised_measured"] for r in pooled.history] == [None, None]
+    module = build_module(LogisticRegression(), fed)
+    params, state = initial_parameters(module, 0), sealed.init_state(initial_parameters(module, 0))
+    _, log = sealed.round(with_secure_sum(Simulator(fed, module, seed=3), sealed.secure_sum), params, state, 0, seed=3)
+    assert log["updates"] > 0 and "realised_measured" not in log and "realised_samples" not in log
+
+
 def test_fedsampling_with_exact_sizes_realises_K_on_average():
     """S ~ Binomial(N, K/N) + N(0, 5^2) per round: mean K, sd sqrt(K (1 - K/N) + 25) = 8.4 for K = 60, N = 240;
     over 40 rounds the mean's sd is 1.3, and the test allows 4 of them (5.3 samples)."""

@@ -44,6 +44,17 @@ def realised_samples(drawn: float | None, replies: Any) -> float | None:
     return None if rows is None else float(rows)
 
 
+def measured_figure(record: Mapping[str, Any], rows: int | None) -> dict[str, Any]:
+    """What a round's record adds of the simulation's own measurement (:mod:`fedsample.runtime.measured`): where the
+    round trained (``updates``) but the server was told no realised figure (sealed replies: a private drawn count,
+    noised replies), ``{"realised_measured": rows}``, the rows the engine saw its clients train (None: an engine that
+    cannot measure them, as a real deployment cannot); nothing where the server knows the figure or nothing trained.
+    Added by ``simulate`` after the round, so that no strategy part, ledger or sampler reads it."""
+    if not record.get("updates") or record.get("realised_samples") is not None:
+        return {}
+    return {"realised_measured": None if rows is None else float(rows)}
+
+
 def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """``{"mean", "min", "max", "rounds", "clamped_rounds"}`` of the round records' ``realised_samples`` over one
     run (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1); None where no round has one."""
