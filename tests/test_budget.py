@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsample import recipes
-from fedsample.budget import arm_budget, budget_warning, comparison_note, equal_budgets, realised_samples
+from fedsample.budget import arm_budget, budget_summary, budget_warning, comparison_note, equal_budgets, realised_samples
 from fedsample.experiments.report import summary_table
 from fedsample.models import LogisticRegression
 from fedsample.rounds import Failed, Replies
@@ -209,12 +209,63 @@ def test_a_reproduction_row_states_its_realised_budgets():
                                "Centralized": result([0.79, 0.80, 0.81], [2048.0, 2048.0, 2048.0])}}
     values = {"run": experiment_values(document)}
     unequal = comparison_row(Comparison(claim="FedSampling > FedAvg", source="run", better="FedSampling", worse="FedAvg"), values)
-    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False}
+    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False,
+                                   "how": {"better": "released", "worse": "released"}}
     assert "realised: FedSampling 60000, FedAvg 2048 samples per round: unequal budgets" in claim_text(unequal)
     equal = comparison_row(Comparison(claim="Centralized > FedAvg", source="run", better="Centralized", worse="FedAvg"), values)
     assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
-    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: nothing said
-    assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
+    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: it says it predates the record
+    old = comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})
+    assert old["realised"] is None and "realised budgets: not recorded (run predates the record)" in claim_text(old)
+
+
+def test_a_sealed_side_is_compared_on_its_measured_figure_and_the_table_says_so():
+    """A side whose rounds were sealed (no figure released to the server) is compared on the figure the simulation
+    measured, labelled as such; where its engine could not measure it, the label says so and no equality is claimed.
+    The arms' ``budget`` as results.json writes it (:func:`fedsample.budget.arm_budget` of the round records)."""
+    from fedsample.reproduction.claims import UNEQUAL, UNRECORDED, EQUAL, budget_of
+    from fedsample.reproduction.collect import experiment_values
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import claim_text
+
+    def result(accuracy, rounds):
+        return {"final": {"accuracy": {"per_seed": accuracy}}, "best": {}, "budget": arm_budget(rounds)}
+
+    released = [[{"updates": 3, "realised_samples": s} for s in (2040.0, 2056.0)] for _ in range(3)]
+    measured = [[{"updates": 3, "realised_measured": s} for s in (2000.0, 2100.0)] for _ in range(3)]
+    far = [[{"updates": 3, "realised_measured": s} for s in (2900.0, 3100.0)] for _ in range(3)]
+    unmeasured = [[{"updates": 3, "realised_measured": None}] * 2 for _ in range(3)]
+    document = {"strategies": {"Default": result([0.80, 0.81, 0.82], released), "Exact": result([0.79, 0.80, 0.81], measured),
+                               "Far": result([0.70, 0.71, 0.72], far), "Pool": result([0.70, 0.71, 0.72], unmeasured)}}
+    assert document["strategies"]["Exact"]["budget"]["source"] == "measured"
+    assert document["strategies"]["Pool"]["budget"] == {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": 0, "K": None,
+                                                        "source": "not measured", "per_seed": [budget_summary(r) for r in unmeasured]}
+    values = {"run": experiment_values(document)}
+
+    def row(worse):
+        return comparison_row(Comparison(claim=f"Default > {worse}", source="run", better="Default", worse=worse), values)
+
+    equal = row("Exact")
+    assert equal["realised"] == {"better": 2048.0, "worse": 2050.0, "tolerance": 0.10, "equal": True,
+                                 "how": {"better": "released", "worse": "measured"}}
+    text = claim_text(equal)
+    assert ("realised: Default 2048, Exact not released (sealed; measured in simulation: 2050) samples per round: "
+            "equal samples (within 10%, on the figure measured in simulation)") in text
+    assert budget_of(text) == EQUAL
+    unequal = claim_text(row("Far"))  # 3000 against 2048: 19% from their average
+    assert "Far not released (sealed; measured in simulation: 3000)" in unequal and budget_of(unequal) == UNEQUAL
+    blind = row("Pool")
+    assert blind["realised"]["equal"] is False and blind["realised"]["how"]["worse"] == "not measured"
+    assert "Pool not released (sealed; not measured): budgets not compared" in claim_text(blind)
+    assert budget_of(claim_text(blind)) == UNRECORDED
+    from fedsample.experiments.report import budget_cell
+
+    assert budget_cell(document["strategies"]["Exact"]["budget"]) == "2050 [2000–2100] (sealed; measured in simulation)"
+    assert budget_cell(document["strategies"]["Pool"]["budget"]) == "not released (sealed; not measured)"
+    assert comparison_note({"a": document["strategies"]["Default"]["budget"], "b": document["strategies"]["Exact"]["budget"]}) == (
+        "Equal samples: realised means within 10% of their average (a 2048, b 2050 (measured in simulation) samples per round; "
+        "1 sealed arm(s): not released to the server, measured in simulation).")
 
 
 def test_the_presets_spell_a_whole_sample_step_as_all():
