@@ -6,7 +6,8 @@ know the round's realised budget. An in-process engine runs the clients itself a
 trained; it counts them here, on its own side of the door, into a :class:`RowsMeter` that only ``simulate``
 reads, once per round, after the round is done (the record's ``realised_measured``,
 :func:`fedsample.budget.measured_figure`). No strategy part, ledger or sampler reads it, and no reply carries it.
-A worker pool, Ray and Flower do not measure it (a real deployment cannot).
+A worker pool, Ray and Flower do not measure it (a real deployment cannot); a federation passed to ``simulate``
+is measured where it offers ``rows_measured`` (:class:`MeasuresRows`; a wrapper of an in-process engine may pass it on).
 """
 
 from __future__ import annotations
