@@ -280,8 +280,10 @@ class VectorizedSimulator(Simulator):
         solver = payload.solver
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
         if len(drawn.member) == 0:
+            self._meter.add(0)
             return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
+        self._meter.add(procedures.measured_rows(payload.plan, len(drawn.member), int(schedule.entries.sum())))  # never sent
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.reports_count(payload.plan) else None  # the plan asks for it
