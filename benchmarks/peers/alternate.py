@@ -3,11 +3,12 @@ shared machine: each repetition runs every side once, one after the other in its
 ratio to the peer is taken within that repetition (paired), in wall time and in CPU time of the side's process.
 
     python benchmarks/peers/alternate.py [--only cifar] [--threads 2] [--repeat 5] [--rounds 3]
-        [--sides pfl fedsample-auto] [--code DIR ...] [--cifar10 DIR] [--out FILE] [--smoke]
+        [--sides pfl fedsample-auto] [--code DIR ...] [--reference NAME] [--cifar10 DIR] [--out FILE] [--smoke]
 
 ``--code DIR ...``: the fedsample sides run once per checkout given (its ``src`` and ``benchmarks/peers``; default
 this one), named ``fedsample-auto@DIR``: the code before and after a change, alternated with the peer. The peer
-runs from this checkout. Every line carries the load average (``os.getloadavg``) after it. The CPU time of a side
+runs from this checkout. ``--reference NAME``: the runner the ratios divide by (default the peer; e.g.
+``fedsample-auto@DIR`` of the code before a change). Every line carries the load average (``os.getloadavg``) after it. The CPU time of a side
 is its process's (all threads) over the warm rounds; pfl's intra-op threads spin while they wait, which counts
 as CPU time, so its CPU ratio flatters the side that does not spin: read both. Writes ``FILE.json`` and
 ``FILE.md`` (default ``results/alternate-WORKLOAD``; in smoke mode a temporary folder)."""
@@ -76,6 +77,7 @@ def _spread(values: list[float]) -> dict[str, float] | None:
 
 
 def markdown(rows: list[dict[str, Any]], about: dict[str, Any], workload: str, threads: int, peer: str) -> str:
+    """The summary as markdown, machine line first; ratios to ``peer`` (the reference runner)."""
     head = (f"Machine: {about['cpu']}, {about['cores']} cores, torch {about['torch']}; {about['date_utc']} UTC; load average "
             f"{about['load_average']} (start) → {about.get('load_average_end', '?')} (end). Workload {workload}, {threads} "
             f"thread(s); every side once per repetition, ratios to {peer} paired within a repetition.\n\n"
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="warm rounds timed per side run after round 1")
     parser.add_argument("--sides", nargs="+", default=None, help="name prefixes (default: the peer and fedsample-auto)")
     parser.add_argument("--code", nargs="+", type=Path, default=[ROOT], help="checkouts whose fedsample sides run")
+    parser.add_argument("--reference", default=None, help="the runner ratios divide by (default: the peer)")
     parser.add_argument("--cifar10", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
@@ -123,9 +126,10 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(result), flush=True)
             results.append(result)
         about["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
-        rows = summary(results, peer)
+        reference = args.reference or peer
+        rows = summary(results, reference)
         out.parent.mkdir(parents=True, exist_ok=True)
-        text = markdown(rows, about, workload, threads, peer)
+        text = markdown(rows, about, workload, threads, reference)
         out.with_suffix(".md").write_text(text)
         out.with_suffix(".json").write_text(json.dumps({"machine": about, "results": results, "rows": rows}, indent=1))
     print(text)
