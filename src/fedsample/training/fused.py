@@ -18,8 +18,8 @@ delta; found by hooks on the client's first step, which runs unfused). From the 
 leave autograd's inputs and are stepped in place inside the layer's backward: when autograd hands the layer its
 output gradient delta, the backward passes over W once, in blocks of :data:`FUSED_BLOCK_COLUMNS` columns that
 stay in a core's cache, computing each block's share of the input gradient delta W (for the layers below) and
-then stepping that block, where autograd's backward and a separate step would pass over W twice (0.66x the time
-of the two passes for pfl-research's CIFAR-10 CNN, 128 x 12,544 at batch 10, one core: ``benchmarks/README.md``).
+then stepping that block, where autograd's backward and a separate step would pass over W twice (measured in
+``benchmarks/README.md``, issue 41).
 The numbers equal the unfused step's up to float rounding (the product is summed inside one GEMM with the step's
 scaling; tested at a relative 1e-5 after five steps).
 """
