@@ -11,13 +11,14 @@ import dataclasses
 import inspect
 
 import numpy as np
+import torch
 import pytest
 
 import fedsample as fs
 from fedsample import parts
 from fedsample.parts import (
-    AggregatorCapabilities, ClientSamplerCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit,
-    LocalSolverCapabilities, SizeNeed,
+    AggregatorCapabilities, ClientSamplerCapabilities, CohortPlanCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit,
+    LocalSolverCapabilities, SizeNeed, UpdatePrivacyCapabilities,
 )
 from fedsample.rounds import Cohort, RoundContext
 from fedsample.training.aggregate import WeightedMean
@@ -67,6 +68,16 @@ def strategy(clients) -> fs.Strategy:
     (AggregatorCapabilities, dict(weighs_by_inclusion=False, lineaar=True),
      "AggregatorCapabilities.__init__() got an unexpected keyword argument 'lineaar'"),
     (LocalSolverCapabilities, dict(per_examples=True), "LocalSolverCapabilities.__init__() got an unexpected keyword argument 'per_examples'"),
+    # an optional method's declaration, misspelt as the method (issue 39)
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.ESTIMATED, server_learns=(), estimate_inclusion=True),
+     "ClientSamplerCapabilities.__init__() got an unexpected keyword argument 'estimate_inclusion'"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), expected_trainings=True),
+     "ClientSamplerCapabilities.__init__() got an unexpected keyword argument 'expected_trainings'"),
+    (LocalSolverCapabilities, dict(rows_trained=True), "LocalSolverCapabilities.__init__() got an unexpected keyword argument 'rows_trained'"),
+    (UpdatePrivacyCapabilities, dict(hide_draw=True), "UpdatePrivacyCapabilities.__init__() got an unexpected keyword argument 'hide_draw'"),
+    (UpdatePrivacyCapabilities, dict(shares=4), "UpdatePrivacyCapabilities.__init__() got an unexpected keyword argument 'shares'"),
+    (CohortPlanCapabilities, dict(draw_blocks=True), "CohortPlanCapabilities.__init__() got an unexpected keyword argument 'draw_blocks'"),
+    (CohortPlanCapabilities, dict(draws_on_gpu=True), "CohortPlanCapabilities.__init__() got an unexpected keyword argument 'draws_on_gpu'"),
 ])
 def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, message):
     with pytest.raises(TypeError) as refused:
@@ -97,6 +108,17 @@ def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, m
      "AggregatorCapabilities(shared_settings=[('K', 3)]): shared_settings must be a mapping of setting -> value"),
     (LocalSolverCapabilities, dict(minibatch=10**6 + 0.5), "LocalSolverCapabilities(minibatch=1000000.5): minibatch must be a positive int, "
      "or None for the whole drawn sample"),
+    # an optional method's declaration, of the wrong kind (issue 39)
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.ESTIMATED, server_learns=(), estimates_inclusion="yes"),
+     "ClientSamplerCapabilities(estimates_inclusion='yes'): estimates_inclusion must be True or False"),
+    (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), counts_trainings=1),
+     "ClientSamplerCapabilities(counts_trainings=1): counts_trainings must be True or False"),
+    (LocalSolverCapabilities, dict(counts_rows=None), "LocalSolverCapabilities(counts_rows=None): counts_rows must be True or False"),
+    (UpdatePrivacyCapabilities, dict(hides_draw="always"), "UpdatePrivacyCapabilities(hides_draw='always'): hides_draw must be True or False"),
+    (UpdatePrivacyCapabilities, dict(splits_among_cohort=4),
+     "UpdatePrivacyCapabilities(splits_among_cohort=4): splits_among_cohort must be True or False"),
+    (CohortPlanCapabilities, dict(draws_blocks="yes"), "CohortPlanCapabilities(draws_blocks='yes'): draws_blocks must be True or False"),
+    (CohortPlanCapabilities, dict(draws_on_device=0), "CohortPlanCapabilities(draws_on_device=0): draws_on_device must be True or False"),
 ])
 def test_a_value_of_the_wrong_kind_is_refused_in_one_line_naming_the_field(record, fields, message):
     with pytest.raises(ValueError) as refused:
@@ -158,6 +180,37 @@ class RecordOfAnotherKind(Fixed):
     capabilities = DataSamplerCapabilities(weighs_by_inclusion=False)  # type: ignore[assignment]
 
 
+@dataclasses.dataclass(frozen=True)
+class ClaimsReplay(Fixed):
+    """Declares estimate_inclusion, but the method is misspelt."""
+
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.ESTIMATED, server_learns=(), estimates_inclusion=True)
+
+    def estimate_inclusions(self, ctx, draws):
+        return np.ones(ctx.num_clients)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaysUnsaid(Fixed):
+    """Has estimate_inclusion but leaves the declaration out (nothing would read the method)."""
+
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.ESTIMATED, server_learns=())
+
+    def estimate_inclusion(self, ctx, draws):
+        return np.ones(ctx.num_clients)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimsTrainings(Fixed):
+    capabilities = ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=(), counts_trainings=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainsUnsaid(Fixed):
+    def expected_trainings(self, num_clients, sizes=None):
+        return float(num_clients)
+
+
 @pytest.mark.parametrize("part, message", [
     (NoExpectedCohort(), "clients=NoExpectedCohort is not a client sampler: it has no expected_cohort() method"),
     (WrongInProperty(), "clients=WrongInProperty(): ClientSamplerCapabilities(needs_sizes='exact'): needs_sizes must be a SizeNeed"),
@@ -171,6 +224,15 @@ class RecordOfAnotherKind(Fixed):
                  "of Learns, () where the server learns nothing beyond the training replies>)"),
     (RecordOfAnotherKind(), "clients=RecordOfAnotherKind() declares capabilities of type DataSamplerCapabilities: a clients part "
                             "declares a ClientSamplerCapabilities"),
+    # an optional method and its declaration disagree (issue 39)
+    (ClaimsReplay(), "clients=ClaimsReplay() declares estimates_inclusion=True in its ClientSamplerCapabilities but has no "
+                     "estimate_inclusion() method"),
+    (ReplaysUnsaid(), "clients=ReplaysUnsaid() has estimate_inclusion() but its ClientSamplerCapabilities does not declare it: "
+                      "declare estimates_inclusion=True"),
+    (ClaimsTrainings(), "clients=ClaimsTrainings() declares counts_trainings=True in its ClientSamplerCapabilities but has no "
+                        "expected_trainings() method"),
+    (TrainsUnsaid(), "clients=TrainsUnsaid() has expected_trainings() but its ClientSamplerCapabilities does not "
+                     "declare it: declare counts_trainings=True"),
 ])
 def test_a_wrong_declaration_is_refused_at_construction_naming_the_part(part, message):
     with pytest.raises(ValueError) as refused:
@@ -297,3 +359,165 @@ def test_conforms_answers_as_isinstance_for_every_protocol_and_library_part():
 
     assert parts.conforms(SetsItsOwn(), parts.DesignedClients) and isinstance(SetsItsOwn(), parts.DesignedClients)
     assert not parts.conforms(object(), parts.DesignedClients)
+
+
+# --- optional methods are declared: a record field says a part offers each one (issue 39) ----------------------
+
+from fedsample.privacy import amplification, noise as privacy_noise  # noqa: E402
+from fedsample.training.local import LocalSGD  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsUnsaid(LocalSGD):
+    """A solver with rows_trained whose record (the parent's, rebuilt) leaves counts_rows out."""
+
+    @property
+    def capabilities(self) -> LocalSolverCapabilities:
+        return LocalSolverCapabilities(minibatch=self.batch_size, steps=self.steps)
+
+
+class OldStyleNoise:
+    """An update privacy declared the old way: a hides_draw class attribute, which nothing reads any more."""
+
+    noise_multiplier, clipping, hides_draw = 1.0, "client", True
+
+    def private_reply(self, report, payload, rng):
+        return report
+
+
+class SplitsUnsaid(OldStyleNoise):
+    """Has for_cohort and declares nothing: its split would never be asked for."""
+
+    hides_draw = None
+
+    def for_cohort(self, size):
+        return self
+
+
+class ClaimsSplit(SplitsUnsaid):
+    """Declares the split but has no for_cohort: misspelt as for_cohorts."""
+
+    capabilities = UpdatePrivacyCapabilities(hides_draw=True, splits_among_cohort=True)
+    for_cohort = None  # type: ignore[assignment]
+
+    def for_cohorts(self, size):
+        return self
+
+
+@pytest.mark.parametrize("field, part, message", [
+    ("local", RowsUnsaid(lr=0.1, epochs=None, steps=1, batch_size=4), "local=RowsUnsaid(lr=0.1, epochs=None, steps=1, batch_size=4) has rows_trained() "
+                                                          "but its LocalSolverCapabilities does not declare it: declare counts_rows=True"),
+    ("noise", OldStyleNoise(), "noise=OldStyleNoise declares hides_draw as separate attributes, which fedsample no longer reads: "
+                               "declare them in one record, capabilities = fedsample.parts.UpdatePrivacyCapabilities(hides_draw=<True or False>)"),
+    ("noise", SplitsUnsaid(), "noise=SplitsUnsaid has for_cohort() but its UpdatePrivacyCapabilities does not declare it: "
+                              "declare splits_among_cohort=True"),
+    ("noise", ClaimsSplit(), "noise=ClaimsSplit declares splits_among_cohort=True in its UpdatePrivacyCapabilities but has no "
+                             "for_cohort() method"),
+])
+def test_a_solver_or_noise_whose_offers_and_methods_disagree_is_refused(field, part, message):
+    assert parts.capabilities_problem(part, field) == message.split("=", 1)[1]
+    with pytest.raises(ValueError) as refused:
+        dataclasses.replace(strategy(Fixed()), **{field: part})
+    assert str(refused.value) == message
+
+
+class DeclaredNoise(OldStyleNoise):
+    """A user's update privacy declaring its reply hides the draw and its noise is split."""
+
+    hides_draw = None
+    capabilities = UpdatePrivacyCapabilities(hides_draw=True, splits_among_cohort=True)
+
+    def __init__(self, shares=1):
+        self.shares = shares
+
+    def for_cohort(self, size):
+        return DeclaredNoise(shares=size)
+
+
+class PlainNoise(SplitsUnsaid):
+    for_cohort = None  # type: ignore[assignment]
+
+
+def test_what_a_noise_declares_is_what_the_ledger_and_the_round_read():
+    """hides_draw and the split are read from the declaration, for a user's noise as for the library's: a noise that
+    declares nothing shows the draw and is sent whole; one that declares both is split among the cohort."""
+    assert parts.capabilities_problem(DeclaredNoise(), "noise") is None and parts.capabilities_problem(PlainNoise(), "noise") is None
+    assert amplification.hides_draw(DeclaredNoise()) == (True, "")
+    assert amplification.hides_draw(PlainNoise())[0] is False and amplification.hides_draw(None)[0] is False
+    assert privacy_noise.for_cohort(DeclaredNoise(), 7).shares == 7
+    plain = PlainNoise()
+    assert privacy_noise.for_cohort(plain, 7) is plain and privacy_noise.for_cohort(None, 7) is None
+    library = privacy_noise.PerExampleNoise(1.0, 1.0)
+    assert privacy_noise.for_cohort(library, 5).shares == 5 and amplification.hides_draw(library)[0]
+    assert privacy_noise.for_cohort(privacy_noise.UpdateNoise(1.0, 1.0), 5) == privacy_noise.UpdateNoise(1.0, 1.0)
+
+
+def test_what_a_sampler_or_solver_declares_is_what_the_engine_choice_reads():
+    from fedsample.federation.choose import round_work
+    from fedsample.sampling.optimal import OptimalClients
+
+    assert parts.expected_trainings(OptimalClients(m=3), 40) == 40.0 and parts.expected_trainings(Fixed(), 40) == 2.0
+    sizes = np.array([10, 30])
+    assert parts.rows_trained(LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=4), sizes).tolist() == [8.0, 8.0]  # 2 steps of 4 rows
+    assert parts.rows_trained(LocalSGD(lr=0.1, epochs=3), sizes).tolist() == [30.0, 90.0]  # 3 passes
+    assert parts.rows_trained(RunOnly(), sizes).tolist() == [10.0, 30.0]  # declares nothing: one pass
+    row, mlp = torch.zeros(1, 4), torch.nn.Linear(4, 2)  # 8 multiply-adds a row, 3 for forward and backward
+    assert round_work(LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=4), sizes, 5.0, mlp, row) == 3 * 8 * 8.0 * 5
+    assert round_work(RunOnly(), sizes, 5.0, mlp, row) == 3 * 8 * 20.0 * 5
+
+
+class RunOnly:
+    """A user's solver with only run."""
+
+    def run(self, ctx, sample, params, round, rng):
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class BlocksUnsaid:
+    def draw_cohort(self, sizes, rng):
+        raise NotImplementedError
+
+    def draw_blocks(self, blocks, rng):
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimsDevice(BlocksUnsaid):
+    capabilities = CohortPlanCapabilities(draws_blocks=True, draws_on_device=True)
+
+
+def test_a_plan_offers_the_draws_it_declares_and_is_refused_where_they_disagree():
+    from fedsample.sampling.data import AllSamples, BernoulliSamples
+
+    bernoulli, every = BernoulliSamples(0.5), AllSamples()
+    assert parts.offered_draws(bernoulli) == (bernoulli.draw_cohort_on_device, bernoulli.draw_blocks)
+    assert parts.offered_draws(every) == (None, every.draw_blocks)
+    assert parts.plan_capabilities(object()) == CohortPlanCapabilities()  # declares nothing: draw_cohort only
+    with pytest.raises(ValueError) as refused:
+        parts.offered_draws(BlocksUnsaid())
+    assert str(refused.value) == "BlocksUnsaid() has draw_blocks() but its CohortPlanCapabilities does not declare it: declare draws_blocks=True"
+    with pytest.raises(ValueError) as refused:
+        parts.offered_draws(ClaimsDevice())
+    assert str(refused.value) == ("ClaimsDevice() declares draws_on_device=True in its CohortPlanCapabilities but has no "
+                                  "draw_cohort_on_device() method")
+
+
+@pytest.mark.parametrize("field", ["clients", "data", "aggregate", "local", "noise"])
+def test_every_library_part_declares_the_methods_it_offers(field):
+    """Every part of the library, built from its defaults, agrees with its record (none is refused at construction)."""
+    found = [cls() for cls in _library_parts(field) if _defaults_suffice(cls)]
+    if field == "noise":  # no defaults: built with a clip and a multiplier
+        found = [privacy_noise.UpdateNoise(1.0, 1.0), privacy_noise.PerExampleNoise(1.0, 1.0)]
+    assert found
+    assert [(type(p).__name__, parts.capabilities_problem(p, field)) for p in found if parts.capabilities_problem(p, field)] == []
+
+
+def test_every_library_plan_agrees_with_its_declaration():
+    import fedsample.sampling.data as data
+
+    plans = [c for c in vars(data).values() if inspect.isclass(c) and c.__module__ == data.__name__ and hasattr(c, "draw_cohort")]
+    assert len(plans) >= 2
+    for cls in plans:
+        declared = inspect.getattr_static(cls, "capabilities", CohortPlanCapabilities())
+        assert parts.offers_problem(cls, declared) is None, cls

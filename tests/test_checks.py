@@ -293,3 +293,24 @@ def test_the_docs_table_lists_every_alias_and_renamed_name():
     for name, fn in recipes.RECIPES.items():
         for old, new in {**fn.__aliases__, **fn.__renamed__}.items():
             assert any(f"`{new}`" in row[1] and f"`{old}`" in row[3] and f"`{name}`" in row[3] for row in rows), (name, old, new)
+
+
+def test_a_subclass_that_is_not_constrained_has_its_literal_fields_checked_whichever_class_comes_first():
+    """The Literal constraints are looked up per class: building the constrained parent first does not leave a
+    subclass's own Literal field unchecked (it was, when the first instance's class was cached for every class)."""
+
+    @dataclass(frozen=True)
+    @constrained(k=COUNT)
+    class Parent:
+        k: int = 1
+
+    @dataclass(frozen=True)
+    class Child(Parent):
+        mode: Literal["a", "b"] = "a"
+
+    Parent()
+    with pytest.raises(ParameterError, match="Child: mode must be one of 'a' or 'b', got 'c'"):
+        Child(mode="c")
+    with pytest.raises(ParameterError, match="Child: k must be"):
+        Child(k=0)
+    assert Child(mode="b").mode == "b" and Parent(k=2).k == 2

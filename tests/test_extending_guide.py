@@ -98,3 +98,9 @@ def test_each_wrong_declaration_is_refused_in_one_line_naming_the_field_or_the_p
                                        "fedsample.parts.ClientSamplerCapabilities(inclusion_kind=<")
     assert "is not a client sampler: it has no expected_cohort() method" in wrong["no expected_cohort"]
     assert "round 1: OutOfRange(q=0.2) chose client ids outside 0..29: [0, 30]" in wrong["out of range"]
+
+
+def test_the_guide_shows_an_undeclared_offer_refused(guide):
+    """An optional method a sampler has but does not declare (issue 39) is refused naming the sampler and the field."""
+    assert guide["wrong"]["offer not declared"] == ("clients=ReplaysUnsaid(m=4) has estimate_inclusion() but its "
+                                                     "ClientSamplerCapabilities does not declare it: declare estimates_inclusion=True")

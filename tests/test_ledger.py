@@ -25,6 +25,7 @@ from fedsample.privacy.ledger import (  # noqa: E402
     randomized_response, sampled_without_replacement,
 )
 from fedsample.privacy.noise import PerExampleNoise, UpdateNoise  # noqa: E402
+from fedsample.parts import UpdatePrivacyCapabilities  # noqa: E402
 from fedsample.privacy.reports import alpha_for  # noqa: E402
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients  # noqa: E402
 from fedsample.sampling.data import AllSamples, BernoulliSamples, FixedSizeSamples  # noqa: E402
@@ -247,9 +248,9 @@ def release(noise=PerExampleNoise(1.0, 1.0), plans=(BernoulliSamples(Q),), clien
 
 
 class LeakyNoise(UpdateNoise):
-    """A noise part whose replies show the draw (no private reply)."""
+    """A noise part whose replies show the draw (no private reply): it declares so."""
 
-    hides_draw = False
+    capabilities = UpdatePrivacyCapabilities(hides_draw=False)
 
 
 @pytest.mark.parametrize("case, why", [
@@ -421,7 +422,7 @@ def test_noise_shares_add_up_to_the_sums_noise():
     """The shares of m = 4 clients sum to N(0, (sigma C / K)^2): over 4,000 draws the standard deviation of the
     summed noise is sigma C / K within 5%, and its mean 0 within 4 standard errors."""
     noise, K = PerExampleNoise(0.5, 2.0, shares=4), 10
-    payload = argparse.Namespace(solver=OneGradient(K))
+    payload = TrainPayload({"w": torch.zeros(3)}, None, OneGradient(K), 0)  # no plan: no drawn count asked
     zero = TrainReport(update={"w": torch.zeros(3)}, steps=0, loss=0.0)
     sums = np.array([sum(noise.private_reply(zero, payload, np.random.default_rng(1000 * s + c)).update["w"].numpy() for c in range(4))
                      for s in range(4000)])

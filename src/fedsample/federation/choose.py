@@ -112,7 +112,7 @@ def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: 
     conv = next((type(m).__name__ for m in module.modules() if isinstance(m, _CONVOLUTIONS)), None)
     if conv is not None:
         return BackendChoice("loop", f"multi-step local SGD with {conv} on CPU: stacked clients would run grouped convolutions, slower than one client after the other")
-    m = expected_trainings(strategy.clients, len(sizes), sizes)
+    m = parts.expected_trainings(strategy.clients, len(sizes), sizes)
     if m >= STACKED_MIN_CLIENTS:
         return BackendChoice("vectorized", f"multi-step local SGD, no convolutions, ~{m:g} clients per round (>= {STACKED_MIN_CLIENTS}): stacked steps share their overhead")
     return BackendChoice("loop", f"multi-step local SGD, ~{m:g} clients per round (< {STACKED_MIN_CLIENTS}): too few to pay for stacking")
@@ -123,19 +123,14 @@ def _unbatchable(module: nn.Module, sample: torch.Tensor) -> str | None:
     return random_layers.prepare(module, sample[:1], channels_last=False).unbatchable(sample[:1])  # layout: irrelevant here
 
 
-def expected_trainings(sampler: Any, num_clients: int, sizes: np.ndarray | None = None) -> float:
-    """Clients that train per round: the sampler's declared ``expected_trainings`` where more train than send
-    (:class:`fedsample.parts.TrainsFirst`: every available client), else its expected cohort."""
-    declared = getattr(sampler, "expected_trainings", None)
-    return expected_cohort(sampler, num_clients, sizes) if declared is None else float(declared(num_clients, sizes))
-
-
-def expected_cohort(sampler: ClientSampler, num_clients: int, sizes: np.ndarray | None = None) -> float:
-    """Clients per round ``sampler`` is expected to pick: its declared ``expected_cohort(num_clients, sizes)``
-    (``sizes``: the clients' data sizes, which a sampler whose cohort follows from them needs), or every client
-    for a user's sampler that declares none (a foreign object: its method is looked up, not assumed)."""
-    declared = getattr(sampler, "expected_cohort", None)
-    return float(num_clients) if declared is None else float(declared(num_clients, sizes))
+def expected_cohort(sampler: object, num_clients: int, sizes: np.ndarray | None = None) -> float:
+    """Clients per round ``sampler`` is expected to pick: a client sampler's ``expected_cohort(num_clients, sizes)``
+    (``sizes``: the clients' data sizes, which a sampler whose cohort follows from them needs; the strategy checks
+    where it is built that its sampler is one), or every client for an object that is not a
+    :class:`~fedsample.parts.ClientSampler`."""
+    if parts.conforms(sampler, ClientSampler):
+        return float(cast(ClientSampler, sampler).expected_cohort(num_clients, sizes))
+    return float(num_clients)
 
 
 def choose_cores(
@@ -181,7 +176,7 @@ def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:
     def hook(layer: nn.Module, _inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):  # each output element: one multiply-add per weight it reads
             weight = cast(torch.Tensor, layer.weight)
-            per_output = weight.numel() / weight.shape[1 if getattr(layer, "transposed", False) else 0]
+            per_output = weight.numel() / weight.shape[1 if getattr(layer, "transposed", False) else 0]  # torch's convolutions
             total[0] += float(output[:1].numel() * per_output)
 
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, *_CONVOLUTIONS))]
@@ -196,11 +191,10 @@ def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:
 
 def round_work(solver: Any, sizes: np.ndarray, cohort: float, module: nn.Module, sample: torch.Tensor) -> float:
     """Estimated multiply-adds of a round's local training: 3 (forward and backward) x :func:`macs_per_sample` x
-    the rows ``cohort`` clients of the mean size train on (the solver's declared ``rows_trained(sizes)``, else one
-    pass over their data)."""
+    the rows ``cohort`` clients of the mean size train on (:func:`fedsample.parts.rows_trained`: the solver's
+    declared ``rows_trained(sizes)``, else one pass over their data)."""
     sizes = np.asarray(sizes, dtype=np.float64)
-    rows = getattr(solver, "rows_trained", None)
-    per_client = float(np.mean(rows(sizes))) if rows is not None and len(sizes) else float(np.mean(sizes)) if len(sizes) else 0.0
+    per_client = float(np.mean(parts.rows_trained(solver, sizes))) if len(sizes) else 0.0
     return 3.0 * macs_per_sample(module, sample) * per_client * cohort
 
 

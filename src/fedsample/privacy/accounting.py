@@ -16,7 +16,7 @@ Two budgets, kept apart:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fedsample import checks
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # a type only: the accounting is imported without the parts (
 
 __all__ = [
     "DEFAULT_DELTA", "SPEND_KEYS", "advanced_composition", "basic_composition", "gaussian_rdp_epsilon",
-    "gaussian_update_epsilon", "run_spend", "size_report_spend",
+    "gaussian_update_epsilon", "run_spend", "size_report_spend", "SpendsPerReport",
 ]
 
 DEFAULT_DELTA = 1e-5  # the delta' of advanced composition and of the update accountant
@@ -104,16 +104,26 @@ def gaussian_rdp_epsilon(noise_multiplier: float, rounds: int, delta: float = DE
     return rounds * a / (2 * noise_multiplier**2) + math.log(1 / delta) / (a - 1)
 
 
-def run_spend(sizes: Any, noise: UpdatePrivacy | None, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
+@runtime_checkable
+class SpendsPerReport(Protocol):
+    """A size reporting whose answers spend a privacy budget (:class:`fedsample.privacy.sizes.RandomizedSizes`, or
+    a user's own): the answers a client has sent after ``rounds`` rounds, and what they have spent at ``delta``."""
+
+    def reports_after(self, rounds: int) -> int: ...
+
+    def epsilon_spent(self, reports: int, delta: float = DEFAULT_DELTA) -> dict: ...
+
+
+def run_spend(sizes: object, noise: UpdatePrivacy | None, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
     (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
-    ``sizes`` is randomized, and
+    ``sizes`` declares what its answers spend (:class:`SpendsPerReport`), and
     the update's epsilon at ``delta`` (RDP accountant, one Gaussian mechanism per round, no amplification:
     the server knows the cohort) where ``noise`` clips each client's update (:class:`~fedsample.privacy.noise.UpdateNoise`).
     Exact size reports and noiseless updates add no key. The run's ledger (:mod:`fedsample.privacy.ledger`)
     accounts every release together, with the amplification it has earned."""
     spent: dict = {}
-    if getattr(sizes, "epsilon_spent", None) is not None:
+    if isinstance(sizes, SpendsPerReport):  # declared by its methods (once a round: isinstance's cost is nothing here)
         spent.update(sizes.epsilon_spent(sizes.reports_after(rounds), delta))
     if noise is not None and noise.clipping == "client" and noise.noise_multiplier > 0:  # both declared by UpdatePrivacy
         spent["update_epsilon"] = gaussian_update_epsilon(noise.noise_multiplier, rounds, delta)

@@ -69,7 +69,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -78,7 +78,10 @@ from fedsample.privacy.ledger import (
     sampled_without_replacement,
 )
 from fedsample.messages import PerClient, ProbeRequest, SizeSumRequest, payloads_for
-from fedsample.parts import Census, FixedSize, Poisson, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design, reports_count, solver_capabilities
+from fedsample.parts import (
+    Census, FixedSize, Poisson, SplitNoise, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design,
+    privacy_capabilities, reports_count, solver_capabilities,
+)
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
@@ -125,9 +128,9 @@ def record_rate(plans: Sequence[Any]) -> tuple[float | None, str]:
     return q, f"each record kept independently with probability q = {q:.4g} (Poisson sampling over the union of the data)"
 
 
-def hides_draw(noise: Any) -> tuple[bool, str]:
+def hides_draw(noise: object) -> tuple[bool, str]:
     """Whether a reply hides whether and how much the client drew (its step count, loss and drawn count)."""
-    if getattr(noise, "hides_draw", False):
+    if privacy_capabilities(noise).hides_draw:
         return True, ""
     return False, "per-client replies show the server whether the client drew any record (steps, loss)"
 
@@ -352,7 +355,7 @@ def train_release(
     sigma = float(noise.noise_multiplier)
     count_sigma = counted(plans)[1]
     if example:  # the sum's noise: a of the m shares, or one share per visible reply
-        m = max(int(getattr(noise, "shares", 1)), 1)
+        m = max(int(cast(SplitNoise, noise).shares), 1) if privacy_capabilities(noise).splits_among_cohort else 1
         z = sigma * math.sqrt(min(answered, m) / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
         if count_sigma > 0 and z > 0:  # the noised drawn count S is one more coordinate of the same sum
             z = joint_multiplier(z, count_sigma * math.sqrt(min(answered, asked) / asked))

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import drawn_count_noise
-from fedsample.messages import TrainReport
+from fedsample.parts import SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
+from fedsample.messages import TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
 __all__ = ["PerExampleNoise", "UpdateNoise", "for_cohort"]
@@ -63,7 +63,7 @@ class UpdateNoise:
     clip: float
     noise_multiplier: float
     clipping: ClassVar[str] = "client"
-    hides_draw: ClassVar[bool] = True  # private replies: no step count, loss or drawn count
+    capabilities: ClassVar[UpdatePrivacyCapabilities] = UpdatePrivacyCapabilities(hides_draw=True)  # private replies
 
     def clipped(self, update: dict) -> dict:
         """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""
@@ -75,7 +75,7 @@ class UpdateNoise:
         """Clip, then add Gaussian noise of standard deviation noise_multiplier * clip (from the client's rng)."""
         return _gaussian_like(self.clipped(update), self.noise_multiplier * self.clip, rng)
 
-    def private_reply(self, report: TrainReport, payload: Any, rng: "np.random.Generator | ClientRandom") -> TrainReport:
+    def private_reply(self, report: TrainReport, payload: TrainPayload, rng: "np.random.Generator | ClientRandom") -> TrainReport:
         """What the client sends: :meth:`privatize` of its update (a zero update when it drew nothing) as a
         private reply (one step, no loss, no drawn count)."""
         return _private(self.privatize(report.update, rng))
@@ -98,7 +98,7 @@ class PerExampleNoise:
     noise_multiplier: float
     shares: int = 1
     clipping: ClassVar[str] = "example"
-    hides_draw: ClassVar[bool] = True
+    capabilities: ClassVar[UpdatePrivacyCapabilities] = UpdatePrivacyCapabilities(hides_draw=True, splits_among_cohort=True)
 
     def __post_init__(self) -> None:
         checks.positive("clip", self.clip)
@@ -139,17 +139,18 @@ class PerExampleNoise:
             start += v.numel()
         return LocalResult(update=update, steps=1, loss=0.0)
 
-    def private_reply(self, report: TrainReport, payload: Any, rng: "np.random.Generator | ClientRandom") -> TrainReport:
+    def private_reply(self, report: TrainReport, payload: TrainPayload, rng: "np.random.Generator | ClientRandom") -> TrainReport:
         """The client's clipped G_c (zero when it drew nothing) plus its noise share, as a private reply; its drawn
         count goes with it only where the plan puts Gaussian noise on the count's secure sum (``count_noise``; the
         ledger accounts the update and the count as one mechanism), else it is withheld."""
-        plan = getattr(payload, "plan", None)
-        keep = drawn_count_noise(plan) > 0
+        keep = drawn_count_noise(payload.plan) > 0
         samples = (report.samples if report.samples is not None else 0) if keep else None
         return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), samples)
 
 
-def for_cohort(noise: Any, size: int) -> Any:
-    """The noise a cohort of ``size`` clients is sent: :meth:`PerExampleNoise.for_cohort`, any other as it is."""
-    split = getattr(noise, "for_cohort", None)
-    return split(size) if split is not None else noise
+def for_cohort(noise: UpdatePrivacy | None, size: int) -> UpdatePrivacy | None:
+    """The noise a cohort of ``size`` clients is sent: split among them where it declares so
+    (``splits_among_cohort``: :meth:`PerExampleNoise.for_cohort`), any other as it is."""
+    if noise is not None and privacy_capabilities(noise).splits_among_cohort:
+        return cast(SplitNoise, noise).for_cohort(size)
+    return noise

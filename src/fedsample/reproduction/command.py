@@ -169,7 +169,7 @@ def run_options(args: argparse.Namespace, out: Path) -> dict:
     """The runner's options from the command line (``jobs``: independent runs in that many processes;
     ``tracking``: every preset's runs logged to the trackers of ``--track``, stored in OUT/tracking)."""
     options: dict = {"jobs": args.jobs} if args.jobs > 1 else {}
-    if getattr(args, "track", None) is not None:
+    if args.track is not None:  # --track: add_track_argument
         backends = parse_backends(args.track)
         if backends:
             options["tracking"] = TrackingSpec(backends, out / "tracking")

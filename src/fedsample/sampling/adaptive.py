@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedsample.messages import ProbeRequest
+from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.rng import SERVER, generator
 from fedsample.rounds import RoundFailed, is_failed
 from fedsample.sampling.design import Sample
@@ -51,7 +51,7 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
     ids = np.asarray(ids, dtype=np.int64)
     replies = ctx.federation.run("probe", ids, request, ctx.round)
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
-    ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(int(getattr(r, "nbytes", 0)) for r in replies)
+    ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
     return replies
 
 

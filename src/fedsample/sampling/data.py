@@ -16,7 +16,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import SIZE_SUM, ClientContext, LocalSample, SizeSumRequest
-from fedsample.parts import Census, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
+from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
 
@@ -38,6 +38,8 @@ __all__ = [
 @dataclass(frozen=True)
 class AllSamples:
     """Train on every local sample."""
+
+    capabilities: ClassVar[CohortPlanCapabilities] = CohortPlanCapabilities(draws_blocks=True)
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.arange(ctx.size))
@@ -69,6 +71,7 @@ class BernoulliSamples:
     p: float
     report_count: bool = False
     count_noise: float = 0.0
+    capabilities: ClassVar[CohortPlanCapabilities] = CohortPlanCapabilities(draws_blocks=True, draws_on_device=True)
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))

@@ -399,7 +399,7 @@ class DeltaClients:
         return ClientSamplerCapabilities(
             inclusion_kind=InclusionKind.ESTIMATED if reference else InclusionKind.EXACT, assumed_weights=reference,
             server_learns=probed + ((Learns.SIZES,) if sized else ()), needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE,
-            shared_settings={OBJECTIVE: self.objective} | ({M_SETTING: self.m} if reference else {}))
+            shared_settings={OBJECTIVE: self.objective} | ({M_SETTING: self.m} if reference else {}), estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """At most m distinct clients (m draws; sum pi = m for Poisson)."""

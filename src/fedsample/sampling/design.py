@@ -37,6 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fedsample.rng import ClientRandom
+
 __all__ = [
     "Sample",
     "inclusion_probabilities",
@@ -103,9 +105,8 @@ class Sample:
 
 def _check_rng(rng: object, where: str) -> np.random.Generator:
     """A numpy Generator, or the Generator behind a client's stream (``fedsample.rng.ClientRandom.generator``)."""
-    generator = getattr(rng, "generator", None)
-    if isinstance(generator, np.random.Generator):
-        return generator
+    if isinstance(rng, ClientRandom):
+        return rng.generator
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"{where}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
     return rng
@@ -704,6 +705,6 @@ def replay_inclusion(draw: Callable[[np.random.Generator], Any], population: int
     counts = np.zeros(population)
     for _ in range(draws):
         chosen = draw(rng)
-        ids = np.asarray(getattr(chosen, "ids", chosen), dtype=np.int64)
+        ids = np.asarray(chosen.ids if isinstance(chosen, Sample) else chosen, dtype=np.int64)
         counts[np.unique(ids)] += 1
     return counts / draws

@@ -300,7 +300,7 @@ class FedCBSClients(adaptive.Replayed):
     beta: float | None = None
     count_rule: CountRule = "selections"
     capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
-        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["fedcbs"])))
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["fedcbs"])), estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))

@@ -206,7 +206,8 @@ class OortClients(adaptive.Replayed):
     cutoff: float = 0.95
     staleness: bool = True
     capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
-        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",))
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",),
+        estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))
@@ -243,7 +244,7 @@ class OortClients(adaptive.Replayed):
         state = self.held(ctx)
         got = replies.received_positions()
         ids = cohort.ids[got]
-        values = np.array([getattr(replies[int(i)], "utility", None) for i in got], dtype=object)
+        values = np.array([replies[int(i)].utility for i in got], dtype=object)  # received: TrainReports
         utility = np.array([0.0 if v is None or not np.isfinite(v) else float(v) for v in values], dtype=np.float64)
         state["utility"][ids] = utility
         state["explored"][ids] = True

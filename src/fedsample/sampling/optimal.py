@@ -185,7 +185,8 @@ class OptimalClients:
         sized = self.objective == "size"
         return ClientSamplerCapabilities(
             inclusion_kind=InclusionKind.EXACT, server_learns=(Learns.UPDATE_NORMS,) + ((Learns.SIZES,) if sized else ()),
-            needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE, shared_settings={OBJECTIVE: self.objective})
+            needs_sizes=SizeNeed.EXACT_ALL if sized else SizeNeed.NONE, shared_settings={OBJECTIVE: self.objective},
+            counts_trainings=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         """m uploads (sum p = m; fewer when at most m clients have a nonzero update)."""

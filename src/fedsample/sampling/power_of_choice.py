@@ -221,7 +221,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
         return ClientSamplerCapabilities(
             inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS[self.variant])),
             needs_sizes=SizeNeed.EXACT_ALL, reads_replies=("loss",) if self.variant == "rpow-d" else (),
-            limits=(Limit("candidates (d)", self.d, "clients"),))
+            limits=(Limit("candidates (d)", self.d, "clients"),), estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(min(self.m, num_clients))

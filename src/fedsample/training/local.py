@@ -350,8 +350,9 @@ class LocalSGD(Scheduled):
 
     @property
     def capabilities(self) -> LocalSolverCapabilities:
-        """Its minibatch (None: the whole drawn sample) and, where given, its local steps per round."""
-        return LocalSolverCapabilities(minibatch=self.batch_size, steps=self.steps)
+        """Its minibatch (None: the whole drawn sample), where given its local steps per round, and the rows a round
+        trains on (:meth:`rows_trained`)."""
+        return LocalSolverCapabilities(minibatch=self.batch_size, steps=self.steps, counts_rows=True)
 
     def learning_rate(self, round: int) -> float:
         return self.lr * self.lr_decay**round
