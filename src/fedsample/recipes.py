@@ -17,6 +17,7 @@ client and takes neither.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable, Literal, Mapping, cast
 
@@ -44,7 +45,8 @@ from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Withi
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
 from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, Scaling, StratifiedMean, Sum, WeightedMean
-from fedsample.training.local import EpochSGD, LocalSGD, OneGradient
+from fedsample.training.local import LR_DECAY, MOMENTUM, EpochSGD, LocalSGD, OneGradient
+from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields_of, fold
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 __all__ = [
@@ -52,12 +54,9 @@ __all__ = [
     "fedsampling", "fedsampling_naive", "fedstas", "fedsts", "fedyogi", "isfedavg", "iwds", "recipe", "weighted_fedavg",
 ]
 
-MOMENTUM = reals(0, 1, "[)")
-LR_DECAY = reals(0, 1, "(]")
-
-#: A local minibatch: a count, or "all" (None from Python): each client's whole drawn sample as one batch.
-Batch = int | Literal["all"] | None
-BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (each client's whole drawn sample; None from Python)")
+#: FedAvg's local training (McMahan et al. 2017): one epoch of minibatches of 32 at lr 0.05, the default of every
+#: recipe of the FedAvg family and of the published client samplers'.
+FEDAVG_LOCAL = LocalTraining()
 
 #: The recipes' parameter names, one per concept, and what each admits (docs/parameters.md lists them with
 #: their old names and the papers' symbols). A recipe checks every argument it was given against this table.
@@ -105,29 +104,34 @@ def _recipe(
 ) -> Callable[[Callable[..., Strategy]], Callable[..., Strategy]]:
     """A recipe's argument handling (:func:`fedsample.checks.arguments`): ``aliases`` (the papers' symbols) and
     ``renamed`` (old names, refused naming the new one), and every argument checked against :data:`PARAMETERS`
-    (``spec`` overrides an entry for this recipe) and its ``Literal`` annotation."""
+    (``spec`` overrides an entry for this recipe) and its ``Literal`` annotation. A recipe that takes
+    ``local: LocalTraining`` also takes the flat keywords of its settings (:data:`FLAT`, checked against
+    :data:`PARAMETERS`), folded into ``local`` over the signature's default (:func:`_folding`)."""
 
     def decorate(fn: Callable[..., Strategy]) -> Callable[..., Strategy]:
         names = inspect.signature(fn).parameters
         rules = {name: PARAMETERS[name] for name in names if name in PARAMETERS}
-        return checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
+        checked = checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
+        return _folding(checked, names["local"].default) if "local" in names else checked
 
     return decorate
 
 
-def _local_sgd(
-    lr: float, epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, prox_mu: float = 0.0, lr_decay: float = 1.0,
-) -> LocalSGD:
-    return LocalSGD(
-        lr=lr, epochs=None if steps is not None else epochs, steps=steps, batch_size=minibatch(batch_size), momentum=local_momentum,
-        weight_decay=weight_decay, prox_mu=prox_mu, lr_decay=lr_decay,
-    )
+def _folding(fn: Callable[..., Strategy], default: LocalTraining) -> Callable[..., Strategy]:
+    """``fn`` taking, besides ``local``, the flat keywords of :data:`FLAT`: each checked against
+    :data:`PARAMETERS`, then folded with ``local`` into one :class:`LocalTraining` over ``default``
+    (:func:`fedsample.training.local_training.fold`: a setting given both ways is refused in one line).
+    ``fn.__folded__`` lists the flat keywords."""
 
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Strategy:
+        flat = {name: kwargs.pop(name) for name in FLAT if name in kwargs}
+        checks.validate(fn.__name__, flat, {name: PARAMETERS[name] for name in flat})
+        kwargs["local"] = fold(fn.__name__, default, kwargs.get("local"), flat)
+        return fn(**kwargs)
 
-def minibatch(batch_size: Batch) -> int | None:
-    """The solver's minibatch: a count as it is, "all" as None (the whole drawn sample, :class:`LocalSGD`)."""
-    return None if batch_size == "all" else batch_size
+    wrapper.__dict__["__folded__"] = tuple(FLAT)
+    return wrapper
 
 
 ClientSampling = Literal["uniform", "weighted"]
@@ -169,45 +173,35 @@ def _federated(
 
 
 def _fedopt(
-    name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, lr: float,
-    epochs: int | None, steps: int | None, batch_size: Batch, local_momentum: float, weight_decay: float,
-    lr_decay: float, client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0,
-    aggregate: Callable[..., Any] = WeightedMean,
+    name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, local: LocalTraining,
+    client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0, aggregate: Callable[..., Any] = WeightedMean,
 ) -> Strategy:
-    """FedAvg's local SGD (with FedProx's ``prox_mu``) under the server optimizer ``server``."""
-    local = _local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, prox_mu, lr_decay)
-    return _federated(name, local, server, client_sampling, clients_per_round, clients, data, aggregate, samples_per_round)
+    """FedAvg's local SGD ``local`` (with FedProx's ``prox_mu``) under the server optimizer ``server``."""
+    return _federated(name, local.solver(prox_mu), server, client_sampling, clients_per_round, clients, data, aggregate, samples_per_round)
 
 
 @_recipe()
 def fedavg(
-    *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAvg (McMahan et al. 2017): m clients uniformly, local SGD, average weighted by the cohort's
     exact data sizes (collected from the cohort only). ``client_sampling="weighted"`` is
     :func:`weighted_fedavg`."""
     return _fedopt(
-        "fedavg", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, lr=lr,
-        epochs=epochs, steps=steps, batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay,
-        lr_decay=lr_decay, client_sampling=client_sampling, clients=clients, data=data,
+        "fedavg", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, local=local, client_sampling=client_sampling, clients=clients, data=data,
     )
 
 
 @_recipe()
 def weighted_fedavg(
-    *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
     (needs every client's exact size), uniform average over the draws. Same as
     ``fedavg(client_sampling="weighted")``."""
     return fedavg(
-        clients_per_round=clients_per_round, samples_per_round=samples_per_round, lr=lr, epochs=epochs, steps=steps,
-        batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
+        clients_per_round=clients_per_round, samples_per_round=samples_per_round, local=local,
         client_sampling="weighted", server_lr=server_lr, clients=clients, data=data,
     )
 
@@ -351,51 +345,41 @@ def centralized(*, samples_per_round: int = 2048, lr: float = 0.05, steps: int =
 
 @_recipe(aliases={"mu": "prox_mu"})
 def fedprox(
-    *, prox_mu: float = 0.01, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    *, prox_mu: float = 0.01, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedProx (Li et al. 2020): FedAvg whose local objective adds mu/2 * ||w - w_global||^2 (gradient
     mu * (w - w_global) in every local step); ``prox_mu`` is the paper's mu (alias ``mu``). mu = 0 is FedAvg;
     the paper tries mu in {0.001, 0.01, 0.1, 1}."""
     return _fedopt(
-        "fedprox", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, lr=lr,
-        epochs=epochs, steps=steps, batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay,
-        lr_decay=lr_decay, client_sampling=client_sampling, clients=clients, data=data, prox_mu=prox_mu,
+        "fedprox", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, local=local, client_sampling=client_sampling, clients=clients, data=data, prox_mu=prox_mu,
     )
 
 
 @_recipe(aliases={"mu": "prox_mu"})
 def fednova(
-    *, clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, prox_mu: float = 0.0, client_sampling: ClientSampling = "uniform",
+    *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, prox_mu: float = 0.0, client_sampling: ClientSampling = "uniform",
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedNova (Wang et al. 2020): each client's cumulative update divided by its effective number of
     steps a_k, weighted average, rescaled by tau_eff = sum p_k a_k (:class:`FedNova`). Works with local
     momentum (IWDS runs it with ``local_momentum=0.9``) and FedProx's ``prox_mu`` (alias ``mu``)."""
     return _fedopt(
-        "fednova", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, lr=lr,
-        epochs=epochs, steps=steps, batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay,
-        lr_decay=lr_decay, client_sampling=client_sampling, clients=clients, data=data, prox_mu=prox_mu, aggregate=FedNova,
+        "fednova", ServerSGD(server_lr), clients_per_round=clients_per_round, samples_per_round=samples_per_round, local=local, client_sampling=client_sampling, clients=clients, data=data, prox_mu=prox_mu, aggregate=FedNova,
     )
 
 
 @_recipe(renamed={"momentum": "server_momentum"})
 def fedavgm(
     *, server_momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int | None = None,
-    samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- beta*v + Delta, w <- w - server_lr*v
     (``server_momentum`` is beta)."""
     return _fedopt(
         "fedavgm", ServerSGD(server_lr, server_momentum), clients_per_round=clients_per_round,
-        samples_per_round=samples_per_round, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-        local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, client_sampling=client_sampling,
+        samples_per_round=samples_per_round, local=local, client_sampling=client_sampling,
         clients=clients, data=data,
     )
 
@@ -403,17 +387,14 @@ def fedavgm(
 @_recipe()
 def fedadam(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-    clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAdam (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adam on the server without bias
     correction (:class:`~fedsample.training.server.FedAdam`)."""
     return _fedopt(
         "fedadam", FedAdam(server_lr, beta1, beta2, tau), clients_per_round=clients_per_round,
-        samples_per_round=samples_per_round, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-        local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, client_sampling=client_sampling,
+        samples_per_round=samples_per_round, local=local, client_sampling=client_sampling,
         clients=clients, data=data,
     )
 
@@ -421,16 +402,13 @@ def fedadam(
 @_recipe()
 def fedyogi(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-    clients_per_round: int | None = None, samples_per_round: int | None = None, lr: float = 0.05,
-    epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0,
-    weight_decay: float = 0.0, lr_decay: float = 1.0, client_sampling: ClientSampling = "uniform",
+    clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
     clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedYogi (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Yogi on the server."""
     return _fedopt(
         "fedyogi", FedYogi(server_lr, beta1, beta2, tau), clients_per_round=clients_per_round,
-        samples_per_round=samples_per_round, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-        local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, client_sampling=client_sampling,
+        samples_per_round=samples_per_round, local=local, client_sampling=client_sampling,
         clients=clients, data=data,
     )
 
@@ -438,29 +416,30 @@ def fedyogi(
 @_recipe()
 def fedadagrad(
     *, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int | None = None,
-    samples_per_round: int | None = None, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL,
     client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
 ) -> Strategy:
     """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
     the server."""
     return _fedopt(
         "fedadagrad", FedAdagrad(server_lr, beta1, tau), clients_per_round=clients_per_round,
-        samples_per_round=samples_per_round, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-        local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, client_sampling=client_sampling,
+        samples_per_round=samples_per_round, local=local, client_sampling=client_sampling,
         clients=clients, data=data,
     )
 
 
 Aggregation = Literal["unbiased", "paper", "size"]
 
+#: FedSTS's and FedSTaS's local training (Slessor et al. 2025, §3.1): 3 local SGD steps of 128 rows at lr 0.01.
+FEDSTS_LOCAL = LocalTraining(lr=0.01, steps=3, batch_size=128)
+
 
 @_recipe(aliases={"m": "clients_per_round"})
 def fedsts(
     *, H: int = 10, clients_per_round: int | None = None, samples_per_round: int | None = None, dim: int = 9,
-    compression: Compression = "squeeze", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
-    aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
-    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    compression: Compression = "squeeze", local: LocalTraining = FEDSTS_LOCAL, aggregation: Aggregation = "unbiased",
+    spread: Spread = "std", within: Within = "norm", recompute_every: int = 1, server_lr: float = 1.0, clients: Any = None,
+    data: Any = None,
 ) -> Strategy:
     """FedSTS (Gao et al. 2024, as in Slessor et al. 2025, Algorithms 1-2): strata from k-means of the
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
@@ -478,7 +457,7 @@ def fedsts(
     else:
         sizes = ExactSizes(scope="cohort") if aggregation == "size" else None
     return Strategy(
-        clients=clients, sizes=sizes, data=data or FullData(), local=LocalSGD(lr=lr, epochs=None, steps=steps, batch_size=minibatch(batch_size)),
+        clients=clients, sizes=sizes, data=data or FullData(), local=local.solver(),
         aggregate=StratifiedMean(aggregation), server=ServerSGD(server_lr), name="fedsts",
     )
 
@@ -492,7 +471,7 @@ def fedstas(
     *, H: int = 10, clients_per_round: int = 10, samples_per_round: int | None = None,
     samples_fraction: float | None = None, dim: int = 9,
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
-    draw: Literal["bernoulli", "fixed"] = "bernoulli", lr: float = 0.01, steps: int = 3, batch_size: Batch = 128,
+    draw: Literal["bernoulli", "fixed"] = "bernoulli", local: LocalTraining = FEDSTS_LOCAL,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
     server_lr: float = 1.0, clients: Any = None, data: Any = None,
 ) -> Strategy:
@@ -514,8 +493,7 @@ def fedstas(
                     "the two readings of the paper's eta exclude each other", "fedstas", label="samples_fraction (q)")
     eta = _samples_per_round("fedstas", samples_per_round, data, 2048, "eta")
     base = fedsts(
-        H=H, clients_per_round=clients_per_round, dim=dim, compression=compression, lr=lr, steps=steps,
-        batch_size=batch_size, aggregation=aggregation, spread=spread, within=within, recompute_every=recompute_every,
+        H=H, clients_per_round=clients_per_round, dim=dim, compression=compression, local=local, aggregation=aggregation, spread=spread, within=within, recompute_every=recompute_every,
         server_lr=server_lr, clients=clients,
     )
     sizes = _participant_sizes(epsilon, M)
@@ -532,10 +510,15 @@ def _participant_sizes(epsilon: float | Literal["none"] | None, M: int) -> Exact
     return RandomizedSizes(epsilon, M, scope="cohort")
 
 
+def _takes(fn: Callable[..., Strategy]) -> set[str]:
+    """The keywords ``fn`` binds: its parameters and the flat keywords it folds into ``local`` (:func:`_folding`)."""
+    return set(inspect.signature(fn).parameters) | set(getattr(fn, "__folded__", ()))
+
+
 def _accepted(fn: Callable[..., Strategy]) -> set[str]:
-    """The keywords ``fn`` takes: its parameters and its aliases (``clients``/``data`` overrides are objects,
+    """The keywords ``fn`` takes: :func:`_takes` and its aliases (``clients``/``data`` overrides are objects,
     not configuration, and are not listed)."""
-    return (set(inspect.signature(fn).parameters) | set(getattr(fn, "__aliases__", {}))) - {"clients", "data"}
+    return (_takes(fn) | set(getattr(fn, "__aliases__", {}))) - {"clients", "data"}
 
 
 def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callable[..., Strategy]:
@@ -576,6 +559,19 @@ def _set_local_options(strategy: Strategy, options: dict[str, Any]) -> Strategy:
     return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields)) if fields else strategy
 
 
+def _with_options(local: LocalTraining | Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``local`` (given to IWDS for its base recipe) with IWDS's ``options`` (flat keywords:
+    ``local_momentum``, ``lr_decay``) folded in; an option that ``local`` sets to another value is refused in one
+    line (IWDS's paper default lr_decay = 0.992 too: give it in ``local`` or ``lr_decay=None``)."""
+    settings = fields_of(local, "iwds")
+    for name, value in options.items():
+        field = FLAT[name]
+        if field in settings and settings[field] != value:
+            checks.fail(name, value, f"{settings[field]!r} (the {field} of local=) or None: give it once", "iwds")
+        settings[field] = value
+    return settings
+
+
 @_recipe(
     aliases={"rho": "beta_decay"}, renamed={"momentum": "local_momentum"},  # None: the base recipe's value
     local_momentum=[MOMENTUM, None], lr_decay=[LR_DECAY, None], prox_mu=[NON_NEGATIVE, None],
@@ -597,7 +593,7 @@ def iwds(
     is no ``data=``. ``schedule="fixed"`` keeps beta = beta_0 (Imb-Samp; beta_0 = 0 is Uni-Samp).
     """
     fn = _checked(base, base_params, what="base recipe")
-    takes = set(inspect.signature(fn).parameters)
+    takes = _takes(fn)
     if "data" not in takes:
         raise ValueError(f"base recipe {base!r} does not accept a data sampler (data=)")
     if local_momentum is None and base == "fednova":
@@ -605,7 +601,11 @@ def iwds(
     options = {k: v for k, v in {"local_momentum": local_momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
     params: dict[str, Any] = {"clients_per_round": 5} if "clients_per_round" in takes and not {"samples_per_round", "m", "L"} & set(base_params) else {}
     params.update(base_params)
-    params.update({k: v for k, v in options.items() if k in takes})
+    given = {k: v for k, v in options.items() if k in takes}
+    if "local" in base_params:  # the options go into the base's local= (where they agree with it)
+        params["local"] = _with_options(base_params["local"], {k: v for k, v in given.items() if k in FLAT})
+        given = {k: v for k, v in given.items() if k not in FLAT}
+    params.update(given)
     data = IWDSData(beta_m=beta_m, beta_0=beta_0, rho=beta_decay, schedule=schedule)
     if clients is not None:
         params["clients"] = clients
@@ -646,22 +646,17 @@ def isfedavg(
 # --- the published client samplers with the methods their papers define -----------------------------------------
 
 
-def _fedavg_choosing(
-    name: str, clients: Any, *, lr: float, epochs: int | None, steps: int | None, batch_size: Batch,
-    local_momentum: float, weight_decay: float, lr_decay: float, server_lr: float, data: Any,
-) -> Strategy:
+def _fedavg_choosing(name: str, clients: Any, *, local: LocalTraining, server_lr: float, data: Any) -> Strategy:
     """FedAvg (local SGD, the size-weighted mean or the mean over draws, :func:`fedavg`) with the client sampler
     ``clients``: how the published client samplers' papers train and aggregate."""
-    strategy = fedavg(clients=clients, data=data, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                      local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr)
+    strategy = fedavg(clients=clients, data=data, local=local, server_lr=server_lr)
     return dataclasses.replace(strategy, name=name)
 
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def clustered_sampling(
     *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
-    linkage_input: LinkageInput = "embedded", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    linkage_input: LinkageInput = "embedded", local: LocalTraining = FEDAVG_LOCAL,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with clustered sampling (Fraboni et al., ICML 2021): ``clients_per_round`` (the paper's m, alias ``m``)
@@ -670,8 +665,7 @@ def clustered_sampling(
     local SGD, and the paper's aggregation omega_i = draws_i / m (:class:`~fedsample.sampling.clustered.ClusteredClients`;
     the same as ``fedavg(clients=ClusteredClients(...))``)."""
     clients = ClusteredClients(clients_per_round, algorithm, similarity, linkage_input)
-    return _fedavg_choosing("clustered_sampling", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
+    return _fedavg_choosing("clustered_sampling", clients, local=local, server_lr=server_lr, data=data)
 
 
 def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
@@ -684,8 +678,7 @@ def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def optimal_sampling(
     *, clients_per_round: int = 10, rule: Rule = "exact", j_max: int = DEFAULT_J_MAX, objective: Objective = "size",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022): every client trains (local SGD) and keeps its
     update U_k; client k sends it with probability p_k proportional to w_k ||U_k|| capped at 1, sum p = m
@@ -695,7 +688,7 @@ def optimal_sampling(
     aggregate, sizes = _horvitz_thompson(objective)
     return Strategy(
         clients=OptimalClients(clients_per_round, rule, j_max, objective), data=data or FullData(),
-        local=_local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay), aggregate=aggregate,
+        local=local.solver(), aggregate=aggregate,
         server=ServerSGD(server_lr), sizes=sizes, name="optimal_sampling",
     )
 
@@ -703,9 +696,7 @@ def optimal_sampling(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def delta(
     *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
-    objective: Objective = "size", score_weights: ScoreWeights = "objective", lr: float = 0.05, epochs: int | None = 1,
-    steps: int | None = None, batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0,
-    lr_decay: float = 1.0, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
+    objective: Objective = "size", score_weights: ScoreWeights = "objective", local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
 ) -> Strategy:
     """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
     variance), m (``clients_per_round``, alias ``m``) clients are drawn with p_k proportional to
@@ -725,7 +716,7 @@ def delta(
         momentum = server_momentum or 0.0
     return Strategy(
         clients=DeltaClients(clients_per_round, draw, alpha1, alpha2, objective, score_weights), data=data or FullData(),
-        local=_local_sgd(lr, epochs, steps, batch_size, local_momentum, weight_decay, 0.0, lr_decay), aggregate=aggregate,
+        local=local.solver(), aggregate=aggregate,
         server=ServerSGD(server_lr, momentum), sizes=sizes, name=name,
     )
 
@@ -733,8 +724,7 @@ def delta(
 @_recipe(aliases={"m": "clients_per_round", "d": "candidates", "b": "minibatch"}, clients_per_round=COUNT)
 def power_of_choice(
     *, clients_per_round: int = 10, candidates: int = 20, variant: PowerOfChoiceVariant = "pow-d", minibatch: int | None = None,
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with power-of-choice selection (Cho, Wang & Joshi, AISTATS 2022): ``candidates`` (d) clients drawn
     proportionally to their sizes without replacement, the ``clients_per_round`` (m) with the highest loss kept
@@ -742,60 +732,49 @@ def power_of_choice(
     stale training losses), and the paper's plain mean of the m updates; inclusion probabilities estimated, the
     aggregate biased by design (:class:`~fedsample.sampling.power_of_choice.PowerOfChoiceClients`)."""
     clients = PowerOfChoiceClients(clients_per_round, candidates, variant, minibatch)
-    strategy = _fedavg_choosing(variant.replace("-", "_"), clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                                local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr,
-                                data=data)
+    strategy = _fedavg_choosing(variant.replace("-", "_"), clients, local=local, server_lr=server_lr, data=data)
     return dataclasses.replace(strategy, aggregate=WeightedMean("uniform"))
 
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
     *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
-    lr: float = 0.05, epochs: int | None = 1, steps: int | None = None, batch_size: Batch = 32,
-    local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
     class imbalance QCID, the first with the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)) (T_i by ``count_rule``:
     the number of selections, infinite bonus for a never-selected client; :class:`~fedsample.sampling.fedcbs.FedCBSClients`;
     the label histograms are sent in the clear)."""
-    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta, count_rule), lr=lr, epochs=epochs, steps=steps,
-                            batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
-                            server_lr=server_lr, data=data)
+    return _fedavg_choosing("fedcbs", FedCBSClients(clients_per_round, lam, beta, count_rule), local=local, server_lr=server_lr, data=data)
 
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcor(
     *, clients_per_round: int = 10, warmup: int = 10, rank: int = 5, discount: float = 0.9, refit_every: int | None = None,
-    forget: float = 1.0, objective: Objective = "size", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    forget: float = 1.0, objective: Objective = "size", local: LocalTraining = FEDAVG_LOCAL,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with FedCor selection (Tang et al., CVPR 2022): ``warmup`` rounds of m clients at random, then m chosen
     by a Gaussian-process model of the loss changes (``objective`` weights its clients by size or uniformly;
     :class:`~fedsample.sampling.fedcor.FedCorClients`)."""
     clients = FedCorClients(clients_per_round, warmup, rank, discount, refit_every, forget, objective)
-    return _fedavg_choosing("fedcor", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
+    return _fedavg_choosing("fedcor", clients, local=local, server_lr=server_lr, data=data)
 
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def divfl(
-    *, clients_per_round: int = 10, metric: Metric = "l2", lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    *, clients_per_round: int = 10, metric: Metric = "l2", local: LocalTraining = FEDAVG_LOCAL,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with DivFL selection (Balakrishnan et al., ICLR 2022): the m clients of greedy facility location on the
     clients' gradients (:class:`~fedsample.sampling.divfl.DivFLClients`; deterministic: no unbiased estimator)."""
-    return _fedavg_choosing("divfl", DivFLClients(clients_per_round, metric), lr=lr, epochs=epochs, steps=steps,
-                            batch_size=batch_size, local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay,
-                            server_lr=server_lr, data=data)
+    return _fedavg_choosing("divfl", DivFLClients(clients_per_round, metric), local=local, server_lr=server_lr, data=data)
 
 
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def oort(
     *, clients_per_round: int = 10, exploration: float = 0.9, exploration_decay: float = 0.98, exploration_floor: float = 0.2,
-    cutoff: float = 0.95, staleness: bool = True, lr: float = 0.05, epochs: int | None = 1, steps: int | None = None,
-    batch_size: Batch = 32, local_momentum: float = 0.0, weight_decay: float = 0.0, lr_decay: float = 1.0,
+    cutoff: float = 0.95, staleness: bool = True, local: LocalTraining = FEDAVG_LOCAL,
     server_lr: float = 1.0, data: Any = None,
 ) -> Strategy:
     """FedAvg with Oort's selection by statistical utility (Lai et al., OSDI 2021; no system-time model): a fraction
@@ -803,8 +782,7 @@ def oort(
     slots explores, the rest exploit utilities at least ``cutoff`` times the k-th best
     (:class:`~fedsample.sampling.oort.OortClients`)."""
     clients = OortClients(clients_per_round, exploration, exploration_decay, exploration_floor, cutoff, staleness)
-    return _fedavg_choosing("oort", clients, lr=lr, epochs=epochs, steps=steps, batch_size=batch_size,
-                            local_momentum=local_momentum, weight_decay=weight_decay, lr_decay=lr_decay, server_lr=server_lr, data=data)
+    return _fedavg_choosing("oort", clients, local=local, server_lr=server_lr, data=data)
 
 
 #: Every recipe by its name (the ``recipe`` of an experiment file's strategy).

@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
 import torch
@@ -60,6 +60,7 @@ from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, position
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
+from fedsample.training.rules import Rule
 from fedsample.training.lowrank import LinearChain, LowRankStack, linear_chain, train_low_rank
 
 __all__ = ["CohortReports", "DEFAULT_MEMORY_BUDGET", "VectorizedSimulator"]
@@ -284,8 +285,8 @@ class VectorizedSimulator(Simulator):
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.reports_count(payload.plan) else None  # the plan asks for it
         reports: ReplyList
-        if schedule.single_step:
-            reports = self._union_step(ids, drawn, schedule, rule, payload.params, round, norm, counted)
+        if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
+            reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted)
         else:
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted)
         if not parts.reports_rows(payload.plan):  # the plan's drawn count is private: no row count leaves a client
@@ -295,7 +296,7 @@ class VectorizedSimulator(Simulator):
         return reports
 
     def _train_stepped(
-        self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: SGDStep, params: Params,
+        self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: Rule, params: Params,
         round: int, norm: np.ndarray | None, counted: np.ndarray | None,
     ) -> Replies:
         """Multi-step schedules: the clients that step, in groups of similar batch width and step count
@@ -310,9 +311,9 @@ class VectorizedSimulator(Simulator):
         for members in padding_groups(steps, widths):
             B = int(widths[members].max())
             rows_held = int(steps[members].max()) * B
-            low_rank = chain if chain is not None and chain.low_rank_pays(rows_held) else None
-            per_client = (low_rank.client_bytes(rows_held, B, rule.momentum > 0, self._activations(params)) if low_rank is not None
-                          else self._client_bytes(params, B, rule.momentum > 0))
+            low_rank = chain if chain is not None and rule.linear and chain.low_rank_pays(rows_held) else None
+            per_client = (low_rank.client_bytes(rows_held, B, rule.slots > 0, self._activations(params)) if low_rank is not None
+                          else self._client_bytes(params, B, rule.slots))
             chunk = max(1, self.chunk_budget() // per_client)
             for start in range(0, len(members), chunk):
                 part = members[start : start + chunk]
@@ -368,7 +369,7 @@ class VectorizedSimulator(Simulator):
         )
 
     def _stacked_chunk(
-        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: SGDStep, anchor: Params, masks_of_step: Any = None,
+        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: Rule, anchor: Params, masks_of_step: Any = None,
     ) -> tuple[Params, torch.Tensor]:
         """Run the local steps of a chunk of clients with stacked parameters, in place: ``rows_t``/``weights_t``
         (C, S, B) their padded minibatches, ``steps`` (C,) their step counts in decreasing order, so step s runs
@@ -378,14 +379,14 @@ class VectorizedSimulator(Simulator):
         C, S, _ = rows_t.shape
         names, base = list(anchor), [v.detach() for v in anchor.values()]
         w = [v.unsqueeze(0).repeat(C, *([1] * v.dim())) for v in base]
-        buf = [torch.zeros_like(v) for v in w] if rule.momentum else None
+        state = rule.init(w)
         losses = torch.zeros(C, S, dtype=torch.float64, device=self.device)
         for s in range(S):
             n = int(np.count_nonzero(steps > s))  # the clients still stepping: the first n (sorted by steps)
             live = [v[:n] for v in w]
             masks = masks_of_step(s, n) if masks_of_step is not None else {}
             g, loss = self._stacked_gradient(dict(zip(names, live)), self.x[rows_t[:n, s]], self.y[rows_t[:n, s]], weights_t[:n, s], masks)
-            rule.apply_(live, list(g.values()), None if buf is None else [v[:n] for v in buf], base)
+            rule.apply_(live, list(g.values()), [v[:n] for v in state], base, s + 1)
             losses[:n, s] = loss.double()
         return {k: v.neg_().add_(a.unsqueeze(0)) for k, a, v in zip(names, base, w)}, losses  # w0 - w, in place
 
@@ -441,11 +442,12 @@ class VectorizedSimulator(Simulator):
         free = free_memory(self.device)
         return self.memory_budget if free is None else max(1, min(self.memory_budget, free))
 
-    def _client_bytes(self, params: Params, batch: int, momentum: bool) -> int:
-        """Memory one stacked client needs: parameter copies (weights, gradient, step, update, momentum)
-        plus the activations of one minibatch kept for the backward pass."""
+    def _client_bytes(self, params: Params, batch: int, slots: int) -> int:
+        """Memory one stacked client needs: parameter copies (weights, gradient, step, update, and the rule's
+        ``slots`` state tensors: momentum's buffer, Adam's two moments) plus the activations of one minibatch kept
+        for the backward pass."""
         param_bytes = sum(v.numel() * v.element_size() for v in params.values())
-        return param_bytes * (5 + int(momentum)) + batch * self._activations(params)
+        return param_bytes * (5 + slots) + batch * self._activations(params)
 
     def _activations(self, params: Params) -> int:
         """Bytes of one sample's activations kept for the backward pass (with its dropout masks), measured once."""
@@ -508,7 +510,7 @@ class _Union:
         for key, m in self.masks.items():
             padded_masks[key] = torch.zeros((C, B, *m.shape[1:]), dtype=m.dtype)
             padded_masks[key][torch.from_numpy(member), torch.from_numpy(slot)] = m
-        chunk = max(1, sim.chunk_budget() // sim._client_bytes(self.leaves, B, False))
+        chunk = max(1, sim.chunk_budget() // sim._client_bytes(self.leaves, B, 0))
         parts = []
         for start in range(0, C, chunk):
             r = torch.as_tensor(padded_rows[start : start + chunk], device=sim.device)

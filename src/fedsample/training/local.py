@@ -13,9 +13,10 @@ linearised federation all read that declaration; none repeats it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import torch
@@ -28,10 +29,11 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.fused import FusedLinears
 from fedsample.training.random_layers import generator_for, random_layers_of
+from fedsample.training.rules import Rule, Transform, add_decayed_weights, add_proximal, chain, trace
 
 __all__ = [
-    "EpochSGD", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
-    "run_schedule", "sgd_step", "sgd_step_",
+    "EpochSGD", "LocalOptimizer", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
+    "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "sgd_terms_left_out", "run_schedule", "sgd_step", "sgd_step_",
 ]
 
 
@@ -49,15 +51,31 @@ class LocalResult:
 
 
 @dataclass(frozen=True)
-class SGDStep:
-    """One local step's rule (:func:`sgd_step_`): d = g + weight_decay*w + prox_mu*(w - w_global);
-    b = momentum*b + d; w = w - lr*b. FedSampling's one gradient is this rule with lr = 1 and nothing else: the
-    update of its single step is the weighted gradient itself."""
+class SGDStep(Rule):
+    """One local SGD step's rule (:func:`sgd_step_`): d = g + weight_decay*w + prox_mu*(w - w_global);
+    b = momentum*b + d; w = w - lr*b, i.e. the chain ``add_decayed_weights``, ``add_proximal``, ``trace``
+    (:mod:`fedsample.training.rules`; a zero term is left out). FedSampling's one gradient is this rule with lr = 1
+    and nothing else: the update of its single step is the weighted gradient itself."""
 
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0
+
+    @functools.cached_property
+    def transforms(self) -> tuple[Transform, ...]:  # computed once per rule
+        chained: list[Transform] = []
+        if self.weight_decay:
+            chained.append(add_decayed_weights(self.weight_decay))
+        if self.prox_mu:
+            chained.append(add_proximal(self.prox_mu))
+        if self.momentum:
+            chained.append(trace(self.momentum))
+        return tuple(chained)
+
+    @property
+    def linear(self) -> bool:
+        return True
 
     @property
     def fusable(self) -> bool:
@@ -69,10 +87,6 @@ class SGDStep:
     def is_gradient(self) -> bool:
         """Whether a single step's update is the weighted gradient itself (lr 1, no weight decay)."""
         return self.lr == 1.0 and not self.weight_decay
-
-    def apply_(self, w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor]) -> None:
-        """:func:`sgd_step_` with this rule (in place; ``anchor`` broadcasts against stacked ``w``)."""
-        sgd_step_(w, g, buf, anchor, self.lr, self.momentum, self.weight_decay, self.prox_mu)
 
     def first_step_(self, g: list[torch.Tensor], w0: list[torch.Tensor]) -> list[torch.Tensor]:
         """The update w0 - w1 of one step from the global model w0: lr * (g + weight_decay * w0) (momentum's first
@@ -138,19 +152,10 @@ def sgd_step_(
     w: list[torch.Tensor], g: list[torch.Tensor], buf: list[torch.Tensor] | None, anchor: list[torch.Tensor],
     lr: float, momentum: float, weight_decay: float, prox_mu: float,
 ) -> None:
-    """One SGD step in place: d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d; w = w - lr*b.
-    Zero terms cost nothing; ``w`` and ``buf`` are updated in place (``anchor`` broadcasts against stacked
-    ``w``), ``g`` is left as it is."""
-    d: tuple[torch.Tensor, ...] | list[torch.Tensor] = g
-    if weight_decay:
-        d = torch._foreach_add(d, w, alpha=weight_decay)
-    if prox_mu:
-        d = torch._foreach_add(d, [wi - ai for wi, ai in zip(w, anchor)], alpha=prox_mu)
-    if buf is not None:
-        torch._foreach_mul_(buf, momentum)
-        torch._foreach_add_(buf, d)
-        d = buf
-    torch._foreach_add_(w, d, alpha=-lr)
+    """One SGD step in place (:class:`SGDStep`): d = g + weight_decay*w + prox_mu*(w - anchor); b = momentum*b + d;
+    w = w - lr*b. Zero terms cost nothing; ``w`` and ``buf`` (None: no momentum) are updated in place (``anchor``
+    broadcasts against stacked ``w``), ``g`` is left as it is."""
+    SGDStep(lr, momentum if buf is not None else 0.0, weight_decay, prox_mu).apply_(w, g, buf or [], anchor)
 
 
 def sgd_step(
@@ -170,7 +175,7 @@ def sgd_step(
 
 def run_schedule(
     solver: "Scheduled", ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator,
-    rule: SGDStep | None = None,
+    rule: Rule | None = None,
 ) -> LocalResult:
     """One client's local training from its solver's declared arithmetic: the schedule's minibatches in order,
     each step the weighted loss sum_b weight_b * l_b, its gradient and the step ``rule`` (default: the solver's)
@@ -189,11 +194,11 @@ def run_schedule(
     bounds = schedule.batch_starts().tolist()
     steps = len(bounds) - 1
     anchor = list(params.values())
-    single = steps == 1
+    single = steps == 1 and rule.linear
     w = [v.detach().requires_grad_(True) if single else v.detach().clone().requires_grad_(True) for v in anchor]
-    buf = [torch.zeros_like(v) for v in anchor] if rule.momentum and not single else None
+    state = [] if single else rule.init(anchor)
     working = dict(zip(params, w))
-    fused = FusedLinears(ctx.module, working, rule.lr, rule.weight_decay) if rule.fusable and not single else None
+    fused = FusedLinears(ctx.module, working, rule.lr, cast(SGDStep, rule).weight_decay) if rule.fusable and not single else None  # fusable: local SGD's rule
     trained = list(params)  # the names autograd differentiates and the rule steps (the fused layers leave after step 1)
     losses: list[torch.Tensor] = []
     update: Params | None = None
@@ -208,7 +213,7 @@ def run_schedule(
                 update = dict(zip(params, rule.first_step_(grads, anchor)))
             else:
                 with torch.no_grad():
-                    rule.apply_([working[k] for k in trained], grads, buf, [params[k] for k in trained])
+                    rule.apply_([working[k] for k in trained], grads, state, [params[k] for k in trained], len(losses) + 1)
                     if fused is not None and len(losses) == 0:  # after the first step: fuse the inner layers found
                         trained = _leave_autograd(working, fused.found())
                     elif fused is not None:
@@ -244,7 +249,7 @@ class Scheduled:
     def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
         raise NotImplementedError
 
-    def step_rule(self, round: int) -> SGDStep:
+    def step_rule(self, round: int) -> Rule:
         raise NotImplementedError
 
     def single_step(self, sizes: np.ndarray) -> bool:
@@ -255,7 +260,7 @@ class Scheduled:
         rule = self.step_rule(round)
         steps = np.asarray(steps, dtype=np.int64)
         table = rule.effective_table(int(steps.max()) if steps.size else 0)
-        return table[steps]
+        return None if table is None else table[steps]
 
     @property
     def batched(self) -> bool:
@@ -318,12 +323,29 @@ def segment_sort(segment: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+#: A heavy-ball momentum: in [0, 1).
+MOMENTUM = checks.reals(0, 1, "[)")
+#: A learning-rate decay per round: in (0, 1].
+LR_DECAY = checks.reals(0, 1, "(]")
+
+#: The local SGD settings' constraints (:class:`LocalSGD`, and the recipes'
+#: :class:`~fedsample.training.local_training.LocalTraining`, whose minibatch also admits "all").
+SGD_SETTINGS: dict[str, checks.Spec] = {
+    "lr": checks.POSITIVE, "epochs": [checks.COUNT, None], "steps": [checks.COUNT, None], "batch_size": [checks.COUNT, None],
+    "momentum": MOMENTUM, "weight_decay": checks.NON_NEGATIVE, "lr_decay": LR_DECAY,
+}
+
+
+def epochs_or_steps(epochs: int | None, steps: int | None, owner: str) -> None:
+    """Refuse local SGD settings that give neither or both of ``epochs`` and ``steps`` (one line)."""
+    if epochs is None and steps is None:
+        checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", owner)
+    if epochs is not None and steps is not None:
+        checks.fail("steps", steps, "None when epochs is given (give exactly one of epochs or steps)", owner)
+
+
 @dataclass(frozen=True)
-@checks.constrained(
-    lr=checks.POSITIVE, epochs=[checks.COUNT, None], steps=[checks.COUNT, None], batch_size=[checks.COUNT, None],
-    momentum=checks.reals(0, 1, "[)"), weight_decay=checks.NON_NEGATIVE, prox_mu=checks.NON_NEGATIVE,
-    lr_decay=checks.reals(0, 1, "(]"),
-)
+@checks.constrained(**SGD_SETTINGS, prox_mu=checks.NON_NEGATIVE)
 class LocalSGD(Scheduled):
     """Minibatch SGD for ``epochs`` passes or ``steps`` steps over the drawn sample (McMahan et al. 2017).
 
@@ -343,10 +365,7 @@ class LocalSGD(Scheduled):
     lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.epochs is None and self.steps is None:
-            checks.fail("epochs", None, "an integer >= 1 when steps is None (give exactly one of epochs or steps)", type(self).__name__)
-        if self.epochs is not None and self.steps is not None:
-            checks.fail("steps", self.steps, "None when epochs is given (give exactly one of epochs or steps)", type(self).__name__)
+        epochs_or_steps(self.epochs, self.steps, type(self).__name__)
 
     @property
     def capabilities(self) -> LocalSolverCapabilities:
@@ -441,6 +460,35 @@ class LocalSGD(Scheduled):
             return self.steps == 1
         largest = int(np.max(sizes)) if len(sizes) else 0
         return self.epochs == 1 and (self.batch_size is None or self.batch_size >= largest)
+
+
+def sgd_terms_left_out(owner: str, **terms: float) -> None:
+    """Refuse SGD's own terms (momentum, weight decay, the proximal term) beside a chain of transformations, which
+    states them as its own (``trace``, ``add_decayed_weights``, ``add_proximal``): one line."""
+    for name, value in terms.items():
+        if value:
+            checks.fail(name, value, "0 beside transforms: give it as a transformation of the chain (trace, "
+                        "add_decayed_weights, add_proximal)", owner)
+
+
+@dataclass(frozen=True)
+class LocalOptimizer(LocalSGD):
+    """Local training whose step is a chain of transformations (:func:`fedsample.training.rules.chain`) instead of
+    SGD's: the minibatches of :class:`LocalSGD` (``epochs`` or ``steps``, ``batch_size``, ``lr * lr_decay ** t``)
+    with w <- w - lr * d, d the gradient through ``transforms`` in order. A local Adam (Kingma & Ba 2015) is
+    ``LocalOptimizer(lr=1e-3, steps=5, transforms=(scale_by_adam(),))``; weight decay and the proximal term are
+    transformations here (``add_decayed_weights``, ``add_proximal``), so ``momentum``, ``weight_decay`` and
+    ``prox_mu`` stay 0. Both engines step it client by client or stacked (its state is each transformation's,
+    per client); FedNova's a_k is tau_k (the rule is not linear in the gradients)."""
+
+    transforms: tuple[Transform, ...] = ()
+
+    def __post_init__(self) -> None:
+        sgd_terms_left_out(type(self).__name__, momentum=self.momentum, weight_decay=self.weight_decay, prox_mu=self.prox_mu)
+        super().__post_init__()
+
+    def step_rule(self, round: int) -> Rule:  # type: ignore[override]  # any chain, not only SGD's
+        return chain(*self.transforms, lr=self.learning_rate(round))
 
 
 @dataclass(frozen=True)

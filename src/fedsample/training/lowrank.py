@@ -219,7 +219,7 @@ def train_low_rank(
             b_layer, b0_layer = bias[layer], b0[layer]
             if b_layer is not None and b0_layer is not None:
                 buf = None if bias_m is None else bias_m[layer]
-                _bias_step_(b_layer[:n], delta.sum(1), b0_layer, None if buf is None else buf[:n], lr, m, wd, mu)
+                rule.apply_([b_layer[:n]], [delta.sum(1)], [] if buf is None else [buf[:n]], [b0_layer])
     stack = LowRankStack(chain, {k: v.detach() for k, v in anchor.items()}, alpha, list(zip(U, V)), bias)
     return stack, losses
 
@@ -256,16 +256,3 @@ def _forward_backward(
         terms = w * losses_of_outputs(h, y, task)
         deltas = torch.autograd.grad(terms.sum(), probes)
     return list(deltas), inputs, terms.detach()
-
-
-def _bias_step_(b: torch.Tensor, g: torch.Tensor, b0: torch.Tensor, buf: torch.Tensor | None, lr: float, m: float, wd: float, mu: float) -> None:
-    """:func:`fedsample.training.local.sgd_step_` on the clients' biases (stacked, in place)."""
-    d = g
-    if wd:
-        d = d + wd * b
-    if mu:
-        d = d + mu * (b - b0)
-    if buf is not None:
-        buf.mul_(m).add_(d)
-        d = buf
-    b.add_(d, alpha=-lr)
