@@ -30,6 +30,10 @@ class AskedFederation:
             self.trained[round] = [int(k) for k in client_ids]
         return self.inner.run(procedure, client_ids, payload, round)
 
+    def rows_measured(self):
+        """The in-process engine's count of the rows its clients trained (fedsample.runtime.measured)."""
+        return self.inner.rows_measured()
+
 
 def simulate_like(config: AppConfig):
     """``fs.simulate`` on the Flower run's data, model, recipe and seed: (result, clients asked to train)."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsample import recipes
-from fedsample.budget import arm_budget, budget_warning, comparison_note, equal_budgets, realised_samples
+from fedsample.budget import arm_budget, budget_summary, budget_warning, comparison_note, equal_budgets, realised_samples
 from fedsample.experiments.report import summary_table
 from fedsample.models import LogisticRegression
 from fedsample.rounds import Failed, Replies
@@ -77,6 +77,58 @@ def test_sealed_and_noised_replies_leave_the_figure_unknown():
     for strategy in (replace(base, secure_sum=True), replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0))):
         run = simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=1, seed=1)
         assert "realised_samples" not in run.history[0]
+
+
+@pytest.mark.parametrize("engine", ["loop", "vectorized"])
+def test_a_sealed_arm_records_the_rows_the_simulation_measured(engine):
+    """FedSampling's exact-sizes control keeps its drawn count private (no count, no rows in any reply): the server
+    has no realised figure, and the in-process engine records what it saw its clients draw (``realised_measured``).
+    The same arm with its count released draws the same rows (same seed; the count is not used by the K-normalized
+    step): its released figure is the measured one, round by round, and the parameters are the same."""
+    from dataclasses import replace
+
+    fed = federate(blobs(), [40] * 6)
+    sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
+    released = replace(sealed, data=replace(sealed.data, count_drawn=True))
+    runs = [simulate(s, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, backend=engine) for s in (sealed, released)]
+    assert all("realised_samples" not in r for r in runs[0].history)
+    assert [r["realised_measured"] for r in runs[0].history] == [r["realised_samples"] for r in runs[1].history]
+    assert all("realised_measured" not in r for r in runs[1].history)  # the server knows it: nothing measured beside
+    assert all(np.array_equal(runs[0].params[k], runs[1].params[k]) for k in runs[0].params)
+
+
+def test_a_noised_client_sampler_records_the_rows_the_simulation_measured():
+    """Noised replies withhold their rows trained; the loop engine measures the rows the local steps read, the figure
+    the plain run releases (uniform sampling: the same cohorts; 3 clients of 20, 13, 5 rows, 2 epochs of 8: 76)."""
+    from dataclasses import replace
+
+    from fedsample.privacy import UpdateNoise
+
+    fed = federate(blobs(), SIZES)
+    base = recipes.fedavg(clients_per_round=3, lr=0.1, epochs=2, batch_size=8)
+    noised = simulate(replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0)), federated_data=fed, model=LogisticRegression(),
+                      rounds=2, seed=1, backend="loop")
+    assert [r.get("realised_samples") for r in noised.history] == [None, None]
+    assert [r["realised_measured"] for r in noised.history] == [76.0, 76.0]
+
+
+def test_an_engine_that_cannot_measure_says_so_and_no_part_reads_the_measure():
+    """A worker pool's clients train in other processes: the sealed round's record says ``realised_measured: None``
+    (not measured) rather than nothing. The strategy's own record of a round (what its parts, trackers' inputs and
+    ledger are built from) never holds the measured figure: ``simulate`` adds it after the round."""
+    from fedsample.federation.secure_sum import with_secure_sum
+    from fedsample.federation.simulator import Simulator
+    from fedsample.models import initial_parameters
+    from fedsample.simulation import build_module
+
+    fed = federate(blobs(), [40] * 6)
+    sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
+    pooled = simulate(sealed, federated_data=fed, model=LogisticRegression(), rounds=2, seed=3, backend="vectorized", workers=2)
+    assert [r["realised_measured"] for r in pooled.history] == [None, None]
+    module = build_module(LogisticRegression(), fed)
+    params, state = initial_parameters(module, 0), sealed.init_state(initial_parameters(module, 0))
+    _, log = sealed.round(with_secure_sum(Simulator(fed, module, seed=3), sealed.secure_sum), params, state, 0, seed=3)
+    assert log["updates"] > 0 and "realised_measured" not in log and "realised_samples" not in log
 
 
 def test_fedsampling_with_exact_sizes_realises_K_on_average():
@@ -157,12 +209,63 @@ def test_a_reproduction_row_states_its_realised_budgets():
                                "Centralized": result([0.79, 0.80, 0.81], [2048.0, 2048.0, 2048.0])}}
     values = {"run": experiment_values(document)}
     unequal = comparison_row(Comparison(claim="FedSampling > FedAvg", source="run", better="FedSampling", worse="FedAvg"), values)
-    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False}
+    assert unequal["realised"] == {"better": 60000.0, "worse": 2048.0, "tolerance": 0.10, "equal": False,
+                                   "how": {"better": "released", "worse": "released"}}
     assert "realised: FedSampling 60000, FedAvg 2048 samples per round: unequal budgets" in claim_text(unequal)
     equal = comparison_row(Comparison(claim="Centralized > FedAvg", source="run", better="Centralized", worse="FedAvg"), values)
     assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
-    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: nothing said
-    assert comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})["realised"] is None
+    del document["strategies"]["FedAvg"]["budget"]  # a run without the record: it says it predates the record
+    old = comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})
+    assert old["realised"] is None and "realised budgets: not recorded (run predates the record)" in claim_text(old)
+
+
+def test_a_sealed_side_is_compared_on_its_measured_figure_and_the_table_says_so():
+    """A side whose rounds were sealed (no figure released to the server) is compared on the figure the simulation
+    measured, labelled as such; where its engine could not measure it, the label says so and no equality is claimed.
+    The arms' ``budget`` as results.json writes it (:func:`fedsample.budget.arm_budget` of the round records)."""
+    from fedsample.reproduction.claims import UNEQUAL, UNRECORDED, EQUAL, budget_of
+    from fedsample.reproduction.collect import experiment_values
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison
+    from fedsample.reproduction.table import claim_text
+
+    def result(accuracy, rounds):
+        return {"final": {"accuracy": {"per_seed": accuracy}}, "best": {}, "budget": arm_budget(rounds)}
+
+    released = [[{"updates": 3, "realised_samples": s} for s in (2040.0, 2056.0)] for _ in range(3)]
+    measured = [[{"updates": 3, "realised_measured": s} for s in (2000.0, 2100.0)] for _ in range(3)]
+    far = [[{"updates": 3, "realised_measured": s} for s in (2900.0, 3100.0)] for _ in range(3)]
+    unmeasured = [[{"updates": 3, "realised_measured": None}] * 2 for _ in range(3)]
+    document = {"strategies": {"Default": result([0.80, 0.81, 0.82], released), "Exact": result([0.79, 0.80, 0.81], measured),
+                               "Far": result([0.70, 0.71, 0.72], far), "Pool": result([0.70, 0.71, 0.72], unmeasured)}}
+    assert document["strategies"]["Exact"]["budget"]["source"] == "measured"
+    assert document["strategies"]["Pool"]["budget"] == {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": 0, "K": None,
+                                                        "source": "not measured", "per_seed": [budget_summary(r) for r in unmeasured]}
+    values = {"run": experiment_values(document)}
+
+    def row(worse):
+        return comparison_row(Comparison(claim=f"Default > {worse}", source="run", better="Default", worse=worse), values)
+
+    equal = row("Exact")
+    assert equal["realised"] == {"better": 2048.0, "worse": 2050.0, "tolerance": 0.10, "equal": True,
+                                 "how": {"better": "released", "worse": "measured"}}
+    text = claim_text(equal)
+    assert ("realised: Default 2048, Exact not released (sealed; measured in simulation: 2050) samples per round: "
+            "equal samples (within 10%, on the figure measured in simulation)") in text
+    assert budget_of(text) == EQUAL
+    unequal = claim_text(row("Far"))  # 3000 against 2048: 19% from their average
+    assert "Far not released (sealed; measured in simulation: 3000)" in unequal and budget_of(unequal) == UNEQUAL
+    blind = row("Pool")
+    assert blind["realised"]["equal"] is False and blind["realised"]["how"]["worse"] == "not measured"
+    assert "Pool not released (sealed; not measured): budgets not compared" in claim_text(blind)
+    assert budget_of(claim_text(blind)) == UNRECORDED
+    from fedsample.experiments.report import budget_cell
+
+    assert budget_cell(document["strategies"]["Exact"]["budget"]) == "2050 [2000–2100] (sealed; measured in simulation)"
+    assert budget_cell(document["strategies"]["Pool"]["budget"]) == "not released (sealed; not measured)"
+    assert comparison_note({"a": document["strategies"]["Default"]["budget"], "b": document["strategies"]["Exact"]["budget"]}) == (
+        "Equal samples: realised means within 10% of their average (a 2048, b 2050 (measured in simulation) samples per round; "
+        "1 sealed arm(s): not released to the server, measured in simulation).")
 
 
 def test_the_presets_spell_a_whole_sample_step_as_all():

@@ -117,3 +117,13 @@ def test_a_chained_solver_refuses_sgds_own_terms_in_one_line():
     with pytest.raises(checks.ParameterError, match=r"^LocalOptimizer: momentum must be 0 beside transforms: give it as a transformation"):
         LocalOptimizer(momentum=0.9, transforms=(trace(0.9),))
     assert LocalOptimizer(transforms=(trace(0.9),)).step_rule(0).slots == 1
+
+
+def test_diagnose_refuses_a_local_adam_in_one_line(fed):
+    """diagnose measures updates linear in the per-sample gradients: a local Adam is refused by name, not an
+    AttributeError from deep inside the linearised engine."""
+    import fedsample as fs
+
+    strategy = dataclasses.replace(recipes.fedavg(clients_per_round=6), local=ADAM)
+    with pytest.raises(ValueError, match="linear in the per-sample gradients"):
+        fs.diagnose({"adam": strategy}, fed, MLP(hidden=8), rounds=4, seed=1)

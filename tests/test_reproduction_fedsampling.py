@@ -65,4 +65,4 @@ def test_cpu_presets_select_every_lr_on_validation_and_one_step_is_one_step(name
     for strategy in cfg.strategies:
         assert strategy.grid, strategy.display  # every method's (server) lr selected on the validation split
         if strategy.display.endswith("(one step)") or strategy.display.endswith(", one step)"):
-            assert strategy.params["batch_size"] >= 60000  # larger than any client: one full-batch step per round
+            assert strategy.params["batch_size"] == "all"  # each client's whole sample: one full-batch step per round

@@ -44,20 +44,40 @@ def realised_samples(drawn: float | None, replies: Any) -> float | None:
     return None if rows is None else float(rows)
 
 
+def measured_figure(record: Mapping[str, Any], rows: int | None) -> dict[str, Any]:
+    """What a round's record adds of the simulation's own measurement (:mod:`fedsample.runtime.measured`): where the
+    round trained (``updates``) but the server was told no realised figure (sealed replies: a private drawn count,
+    noised replies), ``{"realised_measured": rows}``, the rows the engine saw its clients train (None: an engine that
+    cannot measure them, as a real deployment cannot); nothing where the server knows the figure or nothing trained.
+    Added by ``simulate`` after the round, so that no strategy part, ledger or sampler reads it."""
+    if not record.get("updates") or record.get("realised_samples") is not None:
+        return {}
+    return {"realised_measured": None if rows is None else float(rows)}
+
+
 def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """``{"mean", "min", "max", "rounds", "clamped_rounds"}`` of the round records' ``realised_samples`` over one
-    run (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1); None where no round has one."""
-    values = [float(r["realised_samples"]) for r in history if r.get("realised_samples") is not None]
-    if not values:
-        return None
+    """``{"mean", "min", "max", "rounds", "clamped_rounds", "source"}`` of one run's realised samples per round
+    (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1): the figures the server was told
+    (the records' ``realised_samples``, ``source`` "released"), else those the simulation measured of sealed rounds
+    (``realised_measured``, ``source`` "measured": never told to the server); where the rounds were sealed and not
+    measured (an engine that cannot, :func:`measured_figure`), ``{"mean": None, ..., "source": "not measured"}``;
+    None where no round has either (a run that predates the record)."""
     clamped = sum(1 for r in history if "ratio" in (r.get("clamped") or {}))
-    return {"mean": float(np.mean(values)), "min": min(values), "max": max(values), "rounds": len(values), "clamped_rounds": clamped}
+    released = [float(r["realised_samples"]) for r in history if r.get("realised_samples") is not None]
+    measured = [float(r["realised_measured"]) for r in history if r.get("realised_measured") is not None]
+    values, source = (released, "released") if released else (measured, "measured")
+    if not values:
+        if any("realised_measured" in r for r in history):
+            return {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": clamped, "source": "not measured"}
+        return None
+    return {"mean": float(np.mean(values)), "min": min(values), "max": max(values), "rounds": len(values), "clamped_rounds": clamped,
+            "source": source}
 
 
 def budget_warning(label: str, summary: Mapping[str, Any] | None, K: float | None) -> str | None:
     """The one line saying that an arm did not sample its budget K: K/N~ >= 1 in some round (every row kept), or
     the realised mean outside [0.67 K, 1.5 K] (:data:`BUDGET_RANGE`); None where the arm has no K or stayed inside."""
-    if summary is None or not K:
+    if summary is None or summary["mean"] is None or not K:
         return None
     low, high = BUDGET_RANGE
     ratio = summary["mean"] / K
@@ -81,16 +101,22 @@ def equal_budgets(means: Mapping[str, float], tolerance: float = EQUAL_BUDGET_TO
 def arm_budget(histories: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
     """One arm's realised budget over its seeds (results.json's ``budget``): the mean of the seeds' per-round means,
     the smallest and largest round, the rounds whose K/N~ was capped, FedSampling's K where the rounds carry it,
-    and each seed's :func:`budget_summary`; None where no round of any seed has a figure."""
+    where the figures come from (``source``: "released", "measured" in simulation, or "not measured" where sealed
+    rounds could not be measured: :func:`budget_summary`) and each seed's :func:`budget_summary`; None where no
+    round of any seed has a figure or a sealed mark."""
     seeds = [budget_summary(history) for history in histories]
-    known = [s for s in seeds if s is not None]
+    known = [s for s in seeds if s is not None and s["mean"] is not None]
     if not known:
-        return None
+        sealed = [s for s in seeds if s is not None]
+        return {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": sum(s["clamped_rounds"] for s in sealed), "K": None,
+                "source": "not measured", "per_seed": seeds} if sealed else None
     targets = {r["target_samples"] for history in histories for r in history if r.get("target_samples") is not None}
+    sources = {s["source"] for s in known}
     return {
         "mean": float(np.mean([s["mean"] for s in known])), "min": min(s["min"] for s in known), "max": max(s["max"] for s in known),
         "rounds": sum(s["rounds"] for s in known), "clamped_rounds": sum(s["clamped_rounds"] for s in known),
-        "K": targets.pop() if len(targets) == 1 else None, "per_seed": seeds,
+        "K": targets.pop() if len(targets) == 1 else None, "source": "released" if sources == {"released"} else "measured",
+        "per_seed": seeds,
     }
 
 
@@ -102,12 +128,15 @@ def budget_warnings(arms: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
 
 def comparison_note(arms: Mapping[str, Mapping[str, Any] | None], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> str | None:
     """What a table may say of its arms' budgets: "equal samples" (realised means within ``tolerance`` of their
-    average, :func:`equal_budgets`) or "unequal budgets" with each arm's mean; None where fewer than two arms
+    average, :func:`equal_budgets`) or "unequal budgets" with each arm's mean, the figures the simulation measured
+    of sealed arms (the server was not told them) marked so and used as theirs; None where fewer than two arms
     have a figure."""
-    means = {label: arm["mean"] for label, arm in arms.items() if arm}
+    means = {label: arm["mean"] for label, arm in arms.items() if arm and arm["mean"] is not None}
     if len(means) < 2:
         return None
-    figures = ", ".join(f"{label} {mean:.0f}" for label, mean in means.items())
+    measured = [label for label in means if (arms[label] or {}).get("source") == "measured"]
+    figures = ", ".join(f"{label} {mean:.0f}" + (" (measured in simulation)" if label in measured else "") for label, mean in means.items())
+    figures += " samples per round" + (f"; {len(measured)} sealed arm(s): not released to the server, measured in simulation" if measured else "")
     if equal_budgets(means, tolerance):
-        return f"Equal samples: realised means within {tolerance:.0%} of their average ({figures} samples per round)."
-    return f"Unequal budgets: realised means differ by more than {tolerance:.0%} ({figures} samples per round)."
+        return f"Equal samples: realised means within {tolerance:.0%} of their average ({figures})."
+    return f"Unequal budgets: realised means differ by more than {tolerance:.0%} ({figures})."

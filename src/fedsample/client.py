@@ -19,7 +19,7 @@ from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SIZE_SUM, SizeQuery, SizeSumRequest,
     TrainPayload, TrainReport,
 )
-from fedsample.parts import reports_count, reports_rows
+from fedsample.parts import counts_drawn, reports_count, reports_rows
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -150,21 +150,33 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     that drew no sample sends :func:`empty_report` (noised too)."""
     sample = payload.plan.draw(ctx, rng)
     solve = getattr(payload.noise, "run_solver", None)  # per-example clipping computes the gradient itself
+    rows: int | None = 0  # the rows its local steps read: none where it drew no sample
     if len(sample) == 0:
         report = empty_report(payload.params)
     else:
         result = (solve(payload.solver, ctx, sample, payload.params, payload.round, rng) if solve is not None
                   else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
+        rows = getattr(result, "rows_trained", None)
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
             samples=len(sample) if reports_count(payload.plan) else None,
-            rows_trained=getattr(result, "rows_trained", None) if reports_rows(payload.plan) else None,
+            rows_trained=rows if reports_rows(payload.plan) else None,
         )
         if payload.utility:
             report.utility = float(sample_utility(ctx, sample, payload.params))
+    if ctx.measure is not None:  # the simulation's own count, whatever the reply may carry (fedsample.runtime.measured)
+        ctx.measure(measured_rows(payload.plan, len(sample), rows))
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
         report = payload.noise.private_reply(report, payload, rng)
     return report
+
+
+def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | None:
+    """What an in-process engine measures of one client's train call (:mod:`fedsample.runtime.measured`): the ``drawn``
+    rows where its plan draws the budget's unit (a :class:`~fedsample.parts.CountsDrawn` plan, FedSampling's: the
+    figure the round's ``realised_samples`` reads from a released count), else the rows its local steps read
+    (``rows_trained``, with repeats; None where the solver does not count them)."""
+    return drawn if counts_drawn(plan) else rows_trained
 
 
 def sample_utility(ctx: ClientContext, sample: LocalSample, params: Params) -> float:

@@ -15,7 +15,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Protocol, Sequence
+from typing import Any, Callable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -45,7 +45,9 @@ class ClientContext:
     ``kept``: where a federation that holds the model still (the diagnosis) keeps what the client computes from
     its data and that model alone, so that it is computed once rather than every round (ISFedAvg's per-sample
     gradient norms, :func:`fedsample.sampling.importance.gradient_norms`); None (every other federation): nothing
-    is kept. Unlike ``state`` it changes no result and is never checkpointed."""
+    is kept. Unlike ``state`` it changes no result and is never checkpointed. ``measure``: where an in-process
+    engine measures what its clients train (:mod:`fedsample.runtime.measured`), the rows a train call trained on are
+    told to it here, on the simulation's side of the door (never in the reply); None elsewhere."""
 
     client_id: int
     x: torch.Tensor
@@ -55,6 +57,7 @@ class ClientContext:
     num_classes: int
     state: dict[str, Any] = field(default_factory=dict)
     kept: dict[str, Any] | None = None
+    measure: Callable[[int | None], None] | None = None
 
     @property
     def size(self) -> int:

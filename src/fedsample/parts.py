@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksDraw", "BlocksPlan", "Capabilities", "capabilities_problem",
     "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
-    "CohortPlan", "CohortPlanCapabilities", "conforms", "CountsDrawn", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
+    "CohortPlan", "CohortPlanCapabilities", "conforms", "counts_drawn", "CountsDrawn", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
     "DataSamplerCapabilities", "DeclaredPlan", "DeclaredPrivacy", "DeclaredSolver", "describe", "Design", "DesignedClients",
     "DesignedPlan", "DeviceDraw", "DevicePlan", "drawn_count_noise", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
@@ -703,9 +703,15 @@ class CountsDrawn(DataPlan, Protocol):
     def count_noise(self) -> float: ...
 
 
+def counts_drawn(plan: object) -> bool:
+    """Whether ``plan`` is a :class:`CountsDrawn` plan (FedSampling's), whose drawn count is the round's realised
+    budget, asked for or not."""
+    return conforms(plan, CountsDrawn)
+
+
 def reports_count(plan: object) -> bool:
     """Whether ``plan`` asks each client for its drawn count (:class:`CountsDrawn`)."""
-    return conforms(plan, CountsDrawn) and bool(cast(CountsDrawn, plan).report_count)
+    return counts_drawn(plan) and bool(cast(CountsDrawn, plan).report_count)
 
 
 def reports_rows(plan: object) -> bool:
@@ -713,7 +719,7 @@ def reports_rows(plan: object) -> bool:
     :mod:`fedsample.budget`): not where the plan's drawn count is private (a :class:`CountsDrawn` plan, FedSampling's:
     the count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
     plan asks for the count anyway."""
-    return not conforms(plan, CountsDrawn) or reports_count(plan)
+    return not counts_drawn(plan) or reports_count(plan)
 
 
 def drawn_count_noise(plan: object) -> float:

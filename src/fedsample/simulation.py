@@ -20,12 +20,14 @@ import torch
 from torch import nn
 
 from fedsample import checks
+from fedsample.budget import measured_figure
 from fedsample.callbacks import (
     Callback, Checkpoint, CheckpointError, Diverged, Divergence, Progress, Run, SimulationState, Tracking,
 )
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import blas_on_one_thread, resolve_device, to_device
 from fedsample.runtime.heap import heap_frozen
+from fedsample.runtime.measured import MeasuresRows
 from fedsample.evaluation import evaluate
 from fedsample.federation.base import Federation, FederationFactory, load_client_states_into
 from fedsample.federation.choose import BackendChoice, choose_backend, choose_cores
@@ -229,7 +231,8 @@ def simulate(
         stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
         run = Run(strategy.name, seed, rounds, state, fed, tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint))
-        status = _run_rounds(strategy, run, module, data, ledger, eval_every, where, (*callbacks, Divergence()))
+        meter = opened if isinstance(opened, MeasuresRows) else None  # the unwrapped engine: its count is never sent
+        status = _run_rounds(strategy, run, module, data, ledger, eval_every, where, (*callbacks, Divergence()), meter)
         spent = _ledger_summary(ledger, strategy, seed)
     return SimulationResult(
         history=state.history, params=state.params, strategy=strategy.name, seed=seed, backend=choice.backend, backend_reason=choice.reason,
@@ -295,12 +298,13 @@ def _open_pool(
 
 def _run_rounds(
     strategy: Strategy, run: Run, module: nn.Module, data: FederatedData, ledger: Ledger, eval_every: int, where: torch.device,
-    callbacks: Sequence[Callback],
+    callbacks: Sequence[Callback], meter: MeasuresRows | None = None,
 ) -> str:
     """The rounds ``run.state.round`` to ``run.rounds`` on ``run.federation``, evaluated every ``eval_every`` rounds
     (and after the last), each round's record shown to the ``callbacks`` before it is kept and the kept round after
     (:class:`~fedsample.callbacks.Callback`). Returns the run's status: "ok", or the line of a budget stop (the
-    ``ledger``'s ``max_epsilon``)."""
+    ``ledger``'s ``max_epsilon``). Where the server was told no realised budget, the record gets the ``meter``'s
+    (the in-process engine's) count of the round's rows trained, after the round (:func:`fedsample.budget.measured_figure`)."""
     x_test, y_test = torch.as_tensor(data.dataset.x_test, device=where), torch.as_tensor(data.dataset.y_test, device=where)
     ds, state, seed = data.dataset, run.state, run.seed
     status = "ok"
@@ -318,7 +322,8 @@ def _run_rounds(
                 break
             except (ValueError, ArithmeticError) as error:
                 raise _round_error(error, strategy, seed, t + 1) from None
-            record = {"round": t + 1, **log}
+            measured = meter.rows_measured() if meter is not None else None
+            record = {"round": t + 1, **log, **measured_figure(log, measured)}
             if (t + 1) % eval_every == 0 or t + 1 == run.rounds:
                 record.update(evaluate(module, state.params, x_test, y_test, ds.task, ds.num_classes))
             for callback in callbacks:

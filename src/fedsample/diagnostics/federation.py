@@ -38,6 +38,7 @@ from fedsample.parts import reports_count
 from fedsample.rounds import Replies, ReplyList
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
+from fedsample.training.rules import Rule
 
 __all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
 
@@ -261,10 +262,14 @@ class LinearisedFederation(VectorizedSimulator):
         if not isinstance(solver, ScheduledSolver):
             raise ValueError(f"diagnose measures solvers that declare their schedule and step rule (fedsample.parts."
                              f"ScheduledSolver), not {type(solver).__name__}")
+        rule = solver.step_rule(round)
+        if isinstance(rule, Rule) and not rule.linear:  # a user's own StepRule has SGD's fields: linear
+            raise ValueError(f"diagnose measures updates linear in the per-sample gradients (local SGD's rule), not "
+                             f"{type(rule).__name__}: a chain such as a local Adam is diagnosed by training it")
         drawn, streams = self.draw_cohort(ids[positions], payload.plan, round)
         schedule = solver.schedule(drawn, streams, round)
         steps = schedule.steps()
-        a = solver.step_rule(round).step_weights(steps[schedule.client], schedule.step)
+        a = rule.step_weights(steps[schedule.client], schedule.step)
         norm = solver.norm_steps(steps, round)
         engine_rows = self._rows(ids[positions], drawn, schedule)
         rows = self.data.order[engine_rows]  # the engine's rows -> dataset rows

@@ -37,8 +37,12 @@ def best_metric(result: dict) -> str | None:
 
 
 def budget_cell(budget: dict) -> str:
-    """The realised samples per round: 'mean [min-max]' over the rounds of every seed (:func:`fedsample.budget.arm_budget`)."""
-    return f"{budget['mean']:.0f} [{budget['min']:.0f}–{budget['max']:.0f}]"
+    """The realised samples per round: 'mean [min-max]' over the rounds of every seed (:func:`fedsample.budget.arm_budget`);
+    a sealed arm's figure, not released to the server, is marked as measured in simulation, or said not measured."""
+    if budget["mean"] is None:
+        return "not released (sealed; not measured)"
+    text = f"{budget['mean']:.0f} [{budget['min']:.0f}–{budget['max']:.0f}]"
+    return text + " (sealed; measured in simulation)" if budget.get("source") == "measured" else text
 
 
 def budget_lines(document: dict) -> list[str]:

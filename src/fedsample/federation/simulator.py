@@ -21,6 +21,7 @@ from fedsample import checks
 from fedsample.messages import ClientContext, payloads_for
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import torch_threads
+from fedsample.runtime.measured import RowsMeter
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
 from fedsample.federation.summed import RunningSum
@@ -44,7 +45,8 @@ class Simulator(Federation):
     depend on the order or grouping of clients: the procedure's ``rng``, the dropout masks drawn from it
     (:mod:`fedsample.training.random_layers`) and torch's global generator, reseeded for each call. Each
     client's ``ClientContext.state`` lives here across rounds; :meth:`client_states` and
-    :meth:`load_client_states` move it in and out of checkpoints. The training tensors are kept in client
+    :meth:`load_client_states` move it in and out of checkpoints; :meth:`rows_measured` is what its clients trained,
+    counted here and never sent (:mod:`fedsample.runtime.measured`). The training tensors are kept in client
     order (``x[offsets[k]:offsets[k+1]]`` is client k's data: the dataset's own arrays when the partition is
     already in that order, else one permuted copy made here), so a client's data is a view, never a copy.
 
@@ -80,6 +82,7 @@ class Simulator(Federation):
         self.client_threads = int(client_threads) if side_by_side else 1
         self._threads: ThreadPoolExecutor | None = None
         self._modules: queue.SimpleQueue[nn.Module] = queue.SimpleQueue()
+        self._meter = RowsMeter()  # the rows its clients train, for simulate alone (never sent to the server)
 
     @property
     def num_clients(self) -> int:
@@ -89,8 +92,14 @@ class Simulator(Federation):
         """Client k's data: views of the shared training tensors (rows ``offsets[k]:offsets[k+1]``), no copy."""
         a, b = int(self.data.offsets[k]), int(self.data.offsets[k + 1])
         return ClientContext(
-            k, self.x[a:b], self.y[a:b], self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {})
+            k, self.x[a:b], self.y[a:b], self.train_module, self.task, self.num_classes, state=self._states.setdefault(k, {}),
+            measure=self._meter.add,
         )
+
+    def rows_measured(self) -> int | None:
+        """The rows its clients trained since the last call, as this process saw them train: a simulation's measurement
+        that no reply carries (:mod:`fedsample.runtime.measured`); None where a solver did not count its rows."""
+        return self._meter.take()
 
     def _torch_random(self, round: int, k: int, procedure: str) -> Any:
         """Torch's global generator seeded for client k's call where the model draws from it (random operations

@@ -3,7 +3,8 @@
 The loop is ``fedsample.simulate``'s (strategy rounds, evaluation on the test split every ``eval-every``
 rounds; the federation sealed by a secure sum where the strategy declares one) with the deployment's
 additions: each round's record names the clients that failed, with the phase and reason, and which clients
-were asked to train. Failed replies are the strategy's to handle (left out, corrected for the response rate;
+were asked to train; a round whose replies are sealed (no realised budget told to the server) records
+``realised_measured: null``: a real deployment cannot measure it (:func:`fedsample.budget.measured_figure`). Failed replies are the strategy's to handle (left out, corrected for the response rate;
 a lost probe keeps the global model and says so: docs/reliability.md). A strategy that declares ``secure_sum``
 trains through Flower's SecAgg+ (:mod:`fedsample.flower.secagg`): the ServerApp holds no client's update, and
 the round's record says what the protocol did (``secure_aggregation``).
@@ -23,6 +24,7 @@ from flwr.app import Context
 from flwr.common.logger import log as flower_log
 from flwr.serverapp import Grid, ServerApp
 
+from fedsample.budget import measured_figure
 from fedsample.data import load_dataset
 from fedsample.evaluation import evaluate
 from fedsample.flower.config import AppConfig
@@ -58,7 +60,7 @@ def run_server(grid: Grid, config: AppConfig, run_id: int = 0) -> FlowerRun:
     x_test, y_test = torch.as_tensor(dataset.x_test), torch.as_tensor(dataset.y_test)
     for t in range(config.num_server_rounds):
         params, log = strategy.round(federation, params, state, t, config.seed)
-        record = {"round": t + 1, **log, **round_outcome(federation, t)}
+        record = {"round": t + 1, **log, **round_outcome(federation, t), **measured_figure(log, None)}  # sealed rows: not measurable here
         if (t + 1) % config.eval_every == 0 or t + 1 == config.num_server_rounds:
             record.update(evaluate(module, params, x_test, y_test, dataset.task, dataset.num_classes))
         history.append(record)

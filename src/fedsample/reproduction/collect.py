@@ -38,8 +38,19 @@ def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]
         best = {metric: [best_round(list(h), metric) for h in histories] for metric in final}
     out = {"final": final, "best": best}
     if result.get("budget"):  # each seed's realised samples per round (fedsample.budget.arm_budget), for the budget rule
-        out["budget"] = {"samples": [None if seed is None else seed["mean"] for seed in result["budget"].get("per_seed", [])]}
+        out["budget"] = seed_budgets(result["budget"].get("per_seed", []))
     return out
+
+
+def seed_budgets(seeds: Sequence[Mapping | None]) -> dict[str, list[float | None]]:
+    """Each seed's realised mean by where it comes from: ``samples`` the figures released to the server, ``measured``
+    those the simulation measured of sealed rounds (:func:`fedsample.budget.budget_summary`'s ``source``; a summary
+    without one predates it and is released), ``not_measured`` a seed whose sealed rounds were not measured."""
+    def of(source: str) -> list[float | None]:
+        return [seed["mean"] if seed is not None and seed.get("source", "released") == source else None for seed in seeds]
+
+    return {"samples": of("released"), "measured": of("measured"),
+            "not_measured": [1.0 if seed is not None and seed["mean"] is None else None for seed in seeds]}
 
 
 def experiment_values(document: Mapping) -> Values:

@@ -149,17 +149,29 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
 
 
 def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> dict | None:
-    """Both sides' realised samples per round (mean over seeds) and whether they are equal budgets
-    (:func:`fedsample.budget.equal_budgets`, within :data:`~fedsample.budget.EQUAL_BUDGET_TOLERANCE`); None where a
-    side's runs do not record them."""
-    means = {}
-    for side in (comparison.better, comparison.worse):
-        seeds = [v for v in lookup(values, comparison.source, side, "budget", "samples") or [] if v is not None]
-        if not seeds:
-            return None
-        means[side] = float(np.mean(seeds))
-    return {"better": means[comparison.better], "worse": means[comparison.worse], "tolerance": EQUAL_BUDGET_TOLERANCE,
-            "equal": equal_budgets(means)}
+    """Both sides' realised samples per round (mean over seeds), how each is known (``how``: "released" to the
+    server, "measured" in simulation where the arm's rows are sealed, or "not measured") and whether they are equal
+    budgets (:func:`fedsample.budget.equal_budgets`, within :data:`~fedsample.budget.EQUAL_BUDGET_TOLERANCE`, on the
+    measured figure where none was released; False where a side has none); None where a side's runs predate the record."""
+    better, worse = (side_budget(values, comparison.source, side) for side in (comparison.better, comparison.worse))
+    if better is None or worse is None:
+        return None
+    means = {side: mean for side, mean in ((comparison.better, better[0]), (comparison.worse, worse[0])) if mean is not None}
+    return {"better": better[0], "worse": worse[0], "tolerance": EQUAL_BUDGET_TOLERANCE, "equal": len(means) == 2 and equal_budgets(means),
+            "how": {"better": better[1], "worse": worse[1]}}
+
+
+def side_budget(values: Mapping[str, Values], source: str, side: str) -> tuple[float | None, str] | None:
+    """One side's realised mean over its seeds and how it is known: the figures released to the server, else those
+    measured in simulation (:func:`~fedsample.reproduction.collect.seed_budgets`); ``(None, "not measured")`` where
+    its rounds were sealed and not measured; None where its runs predate the record."""
+    for key, how in (("samples", "released"), ("measured", "measured")):
+        seeds = [v for v in lookup(values, source, side, "budget", key) or [] if v is not None]
+        if seeds:
+            return float(np.mean(seeds)), how
+    if any(v is not None for v in lookup(values, source, side, "budget", "not_measured") or []):
+        return None, "not measured"
+    return None
 
 
 def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple:

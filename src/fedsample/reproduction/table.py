@@ -158,13 +158,27 @@ def claim_text(row: Mapping) -> str:
 
 
 def realised_text(row: Mapping) -> str:
-    """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples, within 10%'; or 'not
-    recorded' where a side's runs do not record their realised samples)."""
+    """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples (within 10%)'); a sealed
+    side's figure, which its server was never told, reads 'B not released (sealed; measured in simulation: 2050)'
+    and the rule is said to use it, or 'not released (sealed; not measured)'; 'realised budgets: not recorded (run
+    predates the record)' where a side's runs have no record of it."""
     realised = row["realised"]
     if realised is None:
-        return "realised budgets: not recorded"
-    verdict = f"equal samples (within {realised['tolerance']:.0%})" if realised["equal"] else "unequal budgets"
-    return f"realised: {row['better']} {realised['better']:.0f}, {row['worse']} {realised['worse']:.0f} samples per round: {verdict}"
+        return "realised budgets: not recorded (run predates the record)"
+    how = realised.get("how", {})
+    sides = ", ".join(f"{row[side]} {side_figure(realised[side], how.get(side, 'released'))}" for side in ("better", "worse"))
+    if realised["better"] is None or realised["worse"] is None:
+        return f"realised: {sides}: budgets not compared"
+    measured = ", on the figure measured in simulation" if "measured" in how.values() else ""
+    verdict = f"equal samples (within {realised['tolerance']:.0%}{measured})" if realised["equal"] else f"unequal budgets{measured.replace(',', '')}"
+    return f"realised: {sides} samples per round: {verdict}"
+
+
+def side_figure(mean: float | None, how: str) -> str:
+    """One side's realised mean as the table prints it, with how it is known (:func:`~.rows.side_budget`)."""
+    if how == "measured":
+        return f"not released (sealed; measured in simulation: {mean:.0f})"
+    return "not released (sealed; not measured)" if mean is None else f"{mean:.0f}"
 
 
 def premise_text(row: Mapping) -> str:

@@ -28,7 +28,35 @@ from fedsample.rounds import Cohort, RoundContext
 from fedsample.sampling import cohort_size, design
 from fedsample.sampling.clamp import clamped
 
-__all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients"]
+__all__ = ["Cohort", "AllClients", "UniformClients", "SizeProportional", "PoissonClients", "census", "is_built_census", "is_census_ids"]
+
+_CENSUS: dict[int, Cohort] = {}  # the last population's census (one kept: 10^6 clients' arrays are 24 MB)
+
+
+def census(population: int) -> Cohort:
+    """Every one of ``population`` clients, once, pi_k = 1 (:class:`AllClients`'s cohort), built once per population
+    and given again while the population is the same: its arrays are read-only (nothing can change them), so what
+    follows from the cohort alone is known without a pass over it (:func:`is_built_census`)."""
+    cohort = _CENSUS.get(population)
+    if cohort is None:
+        ids, inclusion, multiplicity = np.arange(population), np.ones(population), np.ones(population, dtype=np.int64)
+        for array in (ids, inclusion, multiplicity):
+            array.flags.writeable = False
+        _CENSUS.clear()
+        cohort = _CENSUS[population] = Cohort(ids, inclusion, population, multiplicity)
+    return cohort
+
+
+def is_built_census(cohort: Cohort) -> bool:
+    """Whether ``cohort`` is the very object :func:`census` built (ids 0..N-1 ascending, pi_k = 1, m_k = 1, read-only):
+    a valid census, known without reading its arrays."""
+    return _CENSUS.get(cohort.population) is cohort
+
+
+def is_census_ids(ids: np.ndarray, population: int) -> bool:
+    """Whether ``ids`` is the very (read-only) id array of :func:`census`'s cohort of ``population``: every client, once."""
+    cohort = _CENSUS.get(population)
+    return cohort is not None and ids is cohort.ids
 
 
 @dataclass(frozen=True)
@@ -38,8 +66,7 @@ class AllClients:
     capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(inclusion_kind=InclusionKind.EXACT, server_learns=())
 
     def select(self, ctx: RoundContext) -> Cohort:
-        N = ctx.num_clients
-        return Cohort(np.arange(N), np.ones(N), N)
+        return census(ctx.num_clients)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
         return float(num_clients)

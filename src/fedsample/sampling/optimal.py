@@ -34,6 +34,7 @@ from fedsample import checks
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import design
+from fedsample.sampling.clients import census
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE
 
@@ -198,8 +199,7 @@ class OptimalClients:
 
     def select(self, ctx: "RoundContext") -> Cohort:
         """Who trains: every client (pi = 1)."""
-        N = ctx.num_clients
-        return Cohort(np.arange(N), np.ones(N), N)
+        return census(ctx.num_clients)
 
     def probabilities(self, norms: np.ndarray) -> np.ndarray:
         """p_k from the weighted norms u_k = w_k ||U_k||, by ``rule``."""

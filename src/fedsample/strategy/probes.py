@@ -14,6 +14,8 @@ from fedsample.federation.base import Federation
 from fedsample.federation.faults import lost_to_faults
 from fedsample.messages import ProbeRequest
 from fedsample.rounds import ReplyList, replies_of
+from fedsample.runtime.memo import frozen
+from fedsample.sampling.clients import is_census_ids
 
 __all__ = ["CheckedProbes"]
 
@@ -31,7 +33,7 @@ class CheckedProbes:
 
     def __init__(self, inner: Federation) -> None:
         self.inner = inner
-        self._asked: np.ndarray | None = None  # one flag per client, set when the parts ask it anything
+        self._asked: list[np.ndarray] = []  # the ids of every call the parts make (read-only: as they were asked)
 
     @property
     def num_clients(self) -> int:
@@ -39,14 +41,16 @@ class CheckedProbes:
 
     def contacted(self, cohort: np.ndarray) -> int:
         """How many distinct clients the round asked anything: the parts' size queries and probes, and the cohort."""
-        asked = np.zeros(self.num_clients, dtype=bool) if self._asked is None else self._asked.copy()
-        asked[np.asarray(cohort, dtype=np.int64)] = True
-        return int(np.count_nonzero(asked))
+        asked = [*self._asked, np.asarray(cohort, dtype=np.int64)]
+        if any(is_census_ids(ids, self.num_clients) for ids in asked):  # everyone (FedSampling): no pass over them
+            return self.num_clients
+        flags = np.zeros(self.num_clients, dtype=bool)
+        for ids in asked:
+            flags[ids] = True
+        return int(np.count_nonzero(flags))
 
     def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
-        if self._asked is None:
-            self._asked = np.zeros(self.num_clients, dtype=bool)
-        self._asked[np.asarray(client_ids, dtype=np.int64)] = True
+        self._asked.append(frozen(np.asarray(client_ids, dtype=np.int64)))
         replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
         if procedure == "probe":
             partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes

@@ -17,6 +17,7 @@ from fedsample.privacy import accounting
 from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
 from fedsample.sampling import adaptive
+from fedsample.sampling.clients import is_built_census
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import CheckedProbes
 
@@ -153,8 +154,9 @@ def cohort_figures(cohort: Cohort) -> dict[str, float]:
 
 def is_census(cohort: Cohort) -> bool:
     """Every member included with certainty and drawn once (pi_k = 1, m_k = 1: :class:`~fedsample.sampling.clients.AllClients`'s
-    cohorts), its design weights 1 / pi_k (no ``expected_draws``): two comparisons over the cohort."""
-    return (cohort.expected_draws is None and bool(np.all(np.asarray(cohort.inclusion) == 1.0))
+    cohorts), its design weights 1 / pi_k (no ``expected_draws``): two comparisons over the cohort, none for the
+    census :func:`~fedsample.sampling.clients.census` built (read-only)."""
+    return is_built_census(cohort) or (cohort.expected_draws is None and bool(np.all(np.asarray(cohort.inclusion) == 1.0))
             and bool(np.all(np.asarray(cohort.multiplicity) == 1)))
 
 

@@ -19,9 +19,11 @@ from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
-from fedsample.rounds import Cohort, Replies, ReplyList, RoundContext, planned_sum, replies_of
+from fedsample.rounds import Cohort, NumberReplies, Replies, ReplyList, RoundContext, planned_sum, replies_of
 from fedsample.strategy.composition import Composition
 from fedsample.rounds import RoundFailed
+from fedsample.runtime.memo import LastOf
+from fedsample.sampling.clients import census, is_built_census
 from fedsample.strategy.probes import CheckedProbes
 from fedsample.strategy.record import cohort_facts, describe_round, note_failures, note_uncorrected_faults, unchanged
 from fedsample.training.functional import Params
@@ -35,18 +37,35 @@ __all__ = [
 
 def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInfo:
     """Size reports of ``ids``: invalid or missing ones are left out (named in ``failed``); a randomized
-    total from the a of n asked that answered is scaled by n/a (docs/reliability.md)."""
+    total from the a of n asked that answered is scaled by n/a (docs/reliability.md). The same read-only reports of
+    the same read-only ids (an engine's permanent answers, the census's ids: :mod:`fedsample.runtime.memo`) are
+    screened and summed once, the estimate given again while they come back."""
     policy = size_policy(s, ctx)
     replies = ctx.federation.run("report_size", ids, policy.query, ctx.round)
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
-    kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
+    whole = isinstance(replies, NumberReplies) and not replies.failed  # one array, no failure: keyed on it
+    arrays = (replies.values, ids) if whole else ()
+    failed, info = _SCREENED.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
+        screened_estimate(policy, replies, ids, M)
     note_failures(ctx, failed)
-    if len(kept) == 0:
+    if info is None:
         raise RoundFailed("no valid size report arrived")
+    return info
+
+
+_SCREENED: LastOf[tuple[list, SizeInfo | None]] = LastOf()  # the last screened reports (their arrays held)
+
+
+def screened_estimate(policy: SizeReporting, replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[list, SizeInfo | None]:
+    """(the failed size reports, what the server holds of the valid ones: None where none is valid); a randomized
+    total from the a of n asked that answered is scaled by n/a."""
+    kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
+    if len(kept) == 0:
+        return failed, None
     info = policy.summarize(kept, reports)
     if not info.exact and len(kept) < len(ids):
         info = replace(info, total=scaled_total(info.total, len(ids), len(kept)))
-    return info
+    return failed, info
 
 
 def size_policy(s: Composition, ctx: RoundContext) -> SizeReporting:
@@ -66,12 +85,12 @@ def sizes_of_everyone(s: Composition, ctx: RoundContext) -> SizeInfo:
     and the estimate is kept in between; with ``average=A`` the estimate is the mean of the last A
     unclamped estimates, then floored at the number of clients (docs/size-estimate.md). The memo lives in the strategy state (saved with checkpoints)."""
     if not isinstance(s.sizes, RandomizedSizes) or (s.sizes.reuse == 1 and s.sizes.average == 1):
-        return collect_sizes(s, ctx, np.arange(ctx.num_clients))
+        return collect_sizes(s, ctx, census(ctx.num_clients).ids)
     reuse, average = s.sizes.reuse, s.sizes.average
     memo = ctx.state.setdefault("size_estimates", {"asked": None, "totals": [], "info": None})
     if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
         return memo["info"]
-    info = collect_sizes(s, ctx, np.arange(ctx.num_clients))
+    info = collect_sizes(s, ctx, census(ctx.num_clients).ids)
     policy = s.sizes.for_population(ctx.num_clients)
     memo["totals"] = (memo["totals"] + [policy.unclamped_total(info, ctx.num_clients)])[-average:]
     total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
@@ -85,7 +104,8 @@ def select(s: Composition, ctx: RoundContext) -> tuple[Cohort, int]:
     if s.sizes is not None and s.sizes.scope == "all":
         ctx.sizes = sizes_of_everyone(s, ctx)
     cohort = s.clients.select(ctx)
-    problem = parts.cohort_problem(s.clients, cohort, ctx.num_clients)
+    valid = is_built_census(cohort) and cohort.population == ctx.num_clients  # valid as built: no pass over it
+    problem = None if valid else parts.cohort_problem(s.clients, cohort, ctx.num_clients)
     if problem is not None:
         raise ValueError(problem)
     if s.sizes is not None and s.sizes.scope == "cohort":
