@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 # every top-level script (a new one is covered without editing this file), and each suite's entry point
-SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if p.name != "_common.py") + sorted(BENCHMARKS.glob("*/run.py"))
+SCRIPTS = (sorted(p for p in BENCHMARKS.glob("*.py") if p.name != "_common.py") + sorted(BENCHMARKS.glob("*/run.py"))
+           + [BENCHMARKS / "peers" / "alternate.py"])
 TIMEOUT_S = 300  # per script; a smoke run takes seconds, so this only stops a hang
 
 

@@ -41,10 +41,13 @@ def round_updates(monkeypatch, solver: LocalSGD, smallest: int) -> tuple[list, i
     return updates, sum(calls)
 
 
+@pytest.mark.parametrize("block", [fused.FUSED_BLOCK_COLUMNS, 7], ids=["one-block", "blocks-of-7-columns"])
 @pytest.mark.parametrize("solver", [LocalSGD(lr=0.1, epochs=2, batch_size=5), LocalSGD(lr=0.2, epochs=1, batch_size=4, weight_decay=0.01)])
-def test_fused_steps_give_autograds_updates_within_float_rounding(monkeypatch, solver):
+def test_fused_steps_give_autograds_updates_within_float_rounding(monkeypatch, solver, block):
     """Six clients of 7-40 rows, 2-10 steps each: every update within rtol 1e-5 (atol 1e-6) of the unfused
-    loop's, where both inner layers were fused (every step after a client's first fused something)."""
+    loop's, where both inner layers were fused (every step after a client's first fused something), with W
+    stepped in one block or in blocks of 7 columns (the 54-column layer in 8 blocks, the last one short)."""
+    monkeypatch.setattr(fused, "FUSED_BLOCK_COLUMNS", block)
     got, fused_layers = round_updates(monkeypatch, solver, 0)
     reference, none = round_updates(monkeypatch, solver, 2**62)
     assert fused_layers > 0 and none == 0
@@ -68,7 +71,7 @@ def test_only_inner_layers_called_once_are_fused():
         weights = {k: v.detach().clone().requires_grad_(True) for k, v in module.named_parameters()}
         with pytest.MonkeyPatch.context() as m:
             m.setattr(fused, "FUSED_MIN_WEIGHTS", 0)
-            hooks = fused.FusedLinears(module, weights)
+            hooks = fused.FusedLinears(module, weights, 0.1, 0.0)
             torch.func.functional_call(module, weights, (torch.randn(2, 4),))
             assert hooks.found() == expected
             hooks.close()
@@ -83,7 +86,7 @@ def test_a_fused_step_is_the_sgd_step():
     before = {k: v.detach().clone() for k, v in weights.items()}
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fused, "FUSED_MIN_WEIGHTS", 0)
-        hooks = fused.FusedLinears(layer, weights)
+        hooks = fused.FusedLinears(layer, weights, 0.1, 0.5)
         x = torch.randn(4, 3)
         torch.func.functional_call(layer, weights, (x,))
         assert hooks.found() == ["1.weight", "1.bias"]
@@ -94,7 +97,7 @@ def test_a_fused_step_is_the_sgd_step():
         h = (x @ before["0.weight"].T + before["0.bias"]).detach()
         delta = 2 * out.detach()
         with torch.no_grad():
-            hooks.step_(weights, 0.1, 0.5)
+            hooks.step_()
         hooks.close()
     torch.testing.assert_close(weights["1.weight"], before["1.weight"] - 0.1 * (delta.T @ h + 0.5 * before["1.weight"]), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(weights["1.bias"], before["1.bias"] - 0.1 * (delta.sum(0) + 0.5 * before["1.bias"]), rtol=1e-6, atol=1e-7)

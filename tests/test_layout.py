@@ -5,6 +5,7 @@ layout's numbers up to float rounding."""
 
 from __future__ import annotations
 
+import copy
 import numpy as np
 import pytest
 import torch
@@ -51,6 +52,38 @@ def test_layout_keeping_max_pool_falls_back_for_indices_and_unbatched_inputs():
     out, idx = layout.LayoutKeepingMaxPool2d(2, return_indices=True)(x[None])
     ref, ref_idx = nn.MaxPool2d(2, return_indices=True)(x[None])
     assert torch.equal(out, ref) and torch.equal(idx, ref_idx)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels-last"])
+def test_pool_before_relu_gives_the_same_numbers_to_the_bit(channels_last):
+    """Outputs, input gradients and parameter gradients of conv -> ReLU -> max-pool -> linear equal those of the
+    swapped copy, on inputs full of ties, zeros, windows of negatives only, and a NaN."""
+    g = torch.Generator().manual_seed(5)
+    original = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+    with torch.no_grad():  # integer weights: many ties and exact zeros after the convolution
+        for p in original.parameters():
+            p.copy_(torch.randint(-1, 2, p.shape, generator=g).float())
+    swapped = copy.deepcopy(original)
+    assert layout.pool_before_relu(swapped) == 1
+    assert [type(m) for m in swapped][:3] == [nn.Conv2d, nn.MaxPool2d, nn.ReLU]
+    x = torch.randint(-2, 3, (6, 3, 8, 8), generator=g).float()
+    x[5, 0, 2, 3] = float("nan")
+    x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    results = []
+    for model in (original, swapped):
+        xi = x.clone().requires_grad_(True)
+        out = model(xi)
+        grads = torch.autograd.grad(out.nan_to_num().sum() + out[:5].pow(2).sum(), [xi, *model.parameters()])
+        results.append([out, *grads])
+    for a, b in zip(*results):
+        assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def test_pool_before_relu_leaves_hooked_and_other_layers_alone():
+    relu = nn.ReLU()
+    relu.register_forward_hook(lambda *args: None)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), relu, nn.MaxPool2d(2), nn.Tanh(), nn.MaxPool2d(2), nn.ReLU(), nn.AvgPool2d(2))
+    assert layout.pool_before_relu(model) == 0
 
 
 class ViewCNN(nn.Module):
@@ -107,6 +140,8 @@ def test_the_training_copy_trains_channels_last_and_leaves_the_users_model_alone
     assert prepared.module is not module
     assert not module._forward_pre_hooks and all(type(m) is not layout.LayoutKeepingMaxPool2d for m in module.modules())
     assert any(type(m) is layout.LayoutKeepingMaxPool2d for m in prepared.module.modules())
+    kinds = [type(m) for m in prepared.module]
+    assert kinds[3:5] == [layout.LayoutKeepingMaxPool2d, nn.ReLU] and [type(m) for m in module][3:5] == [nn.ReLU, nn.MaxPool2d]
     seen = first_conv_layouts(prepared.module)
     prepared.module(torch.randn(4, 3, 10, 10))
     assert seen == [True]

@@ -61,10 +61,10 @@ def run(strategy, federation, module, choice, source: str, backend: str, threads
     def one_round(t: int) -> None:
         current["params"], _ = strategy.round(with_secure_sum(federation, strategy.secure_sum), current["params"], state, t, 0)
 
-    first, times = timed_rounds(one_round, rounds)
+    first, times, cpu = timed_rounds(one_round, rounds)
     workers = [process_peak_mb(pid) for pid in getattr(federation, "pids", [])]  # a pool's workers hold the clients' rows
     memory = {"peak_rss_mb": peak_rss_mb() + sum(workers), "workers_peak_rss_mb": workers} if workers else {}
-    emit_result(f"fedsample-{backend}", first, times, data=source, threads=threads,
+    emit_result(f"fedsample-{backend}", first, times, cpu, data=source, threads=threads,
                 engine=f"{choice.backend} ({choice.reason})", workers=choice.workers,
                 client_threads=choice.client_threads, **memory)
 

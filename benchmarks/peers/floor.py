@@ -73,8 +73,8 @@ def main(kind: str, path: str, workload: str, threads: int, rounds: int) -> None
         else:
             centralized_pass(module, x, y, cohort, w)
 
-    first, times = timed_rounds(one_round, rounds)
-    emit_result(f"floor-{kind}", first, times, data=source, threads=threads)
+    first, times, cpu = timed_rounds(one_round, rounds)
+    emit_result(f"floor-{kind}", first, times, cpu, data=source, threads=threads)
 
 
 if __name__ == "__main__":

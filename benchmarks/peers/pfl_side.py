@@ -45,13 +45,15 @@ def classification_metrics(self, x: torch.Tensor, y: torch.Tensor, eval: bool = 
 
 
 class RoundClock(TrainingProcessCallback):
-    """Wall time at the end of every central iteration."""
+    """Wall time and this process's CPU time at the end of every central iteration."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.cpu_ends: list[float] = []
 
     def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
         self.ends.append(time.perf_counter())
+        self.cpu_ends.append(time.process_time())
         return False, Metrics()
 
 
@@ -87,7 +89,8 @@ def main(path: str, threads: int, rounds: int, w: Workload = CIFAR) -> None:
                                               local_batch_size=w.batch),
         model_eval_params=NNEvalHyperParams(local_batch_size=10000), callbacks=[clock])
     times = list(np.diff(clock.ends))
-    emit_result("pfl", clock.ends[0] - PROCESS_START, times, data=source, threads=threads, version=pfl.__version__)
+    emit_result("pfl", clock.ends[0] - PROCESS_START, times, list(np.diff(clock.cpu_ends)), data=source, threads=threads,
+                version=pfl.__version__)
 
 
 if __name__ == "__main__":

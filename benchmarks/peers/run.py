@@ -49,15 +49,16 @@ def missing(python: str) -> str | None:
     return f"{python} missing: the peers' virtual environments are made by benchmarks/peers/setup_venvs.sh (or name one in PFL_PYTHON / FLWR_PYTHON)"
 
 
-def side(name: str, python: str, args: list[str], threads: int) -> dict[str, Any]:
-    """Run one side in its own process; its ``RESULT`` line, or the reason it gave none."""
+def side(name: str, python: str, args: list[str], threads: int, root: Path = ROOT) -> dict[str, Any]:
+    """Run one side in its own process; its ``RESULT`` line, or the reason it gave none. ``root``: the checkout
+    whose ``src`` and ``benchmarks/peers`` the side imports (another one to time its code, ``alternate.py --code``)."""
     why = missing(python)
     if why:
         return {"name": name, "error": why}
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "src")])}
+           "PYTHONPATH": os.pathsep.join([str(root / "benchmarks" / "peers"), str(root / "src")])}
     try:
-        out = subprocess.run([python, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=SIDE_TIMEOUT_S)
+        out = subprocess.run([python, *args], capture_output=True, text=True, env=env, cwd=root, timeout=SIDE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"name": name, "error": f"timed out after {SIDE_TIMEOUT_S} s"}
     for line in out.stdout.splitlines():

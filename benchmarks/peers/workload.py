@@ -118,22 +118,26 @@ def peak_rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def timed_rounds(one_round: Callable[[int], object], rounds: int) -> tuple[float, list[float]]:
+def timed_rounds(one_round: Callable[[int], object], rounds: int) -> tuple[float, list[float], list[float]]:
     """Run round 0 (its end, from process start, is the time to the first round), then ``rounds`` warm
-    rounds; returns (time to first round, warm round times), seconds."""
+    rounds; returns (time to first round, warm round times, the warm rounds' CPU time of this process), seconds."""
     one_round(0)
     first = time.perf_counter() - PROCESS_START
-    times = []
+    times, cpu = [], []
     for t in range(1, rounds + 1):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         one_round(t)
         times.append(time.perf_counter() - start)
-    return first, times
+        cpu.append(time.process_time() - start_cpu)
+    return first, times, cpu
 
 
-def emit_result(name: str, first_round_s: float, round_times: list[float], **extra: object) -> None:
+def emit_result(name: str, first_round_s: float, round_times: list[float], round_cpu: list[float] | None = None,
+                **extra: object) -> None:
     """Print the side's one result line, ``RESULT {json}``: median warm round, all warm rounds, time to
-    the first round, peak RSS of this process."""
+    the first round, peak RSS of this process and, where measured, the warm rounds' CPU time of this process (all
+    its threads; a side whose threads spin while they wait counts the spinning too)."""
+    cpu = {"cpu_s_per_round": float(np.median(round_cpu)), "round_cpu_s": round_cpu} if round_cpu else {}
     record = {"name": name, "s_per_round": float(np.median(round_times)), "round_times_s": round_times,
-              "time_to_first_round_s": first_round_s, "peak_rss_mb": peak_rss_mb(), **extra}
+              "time_to_first_round_s": first_round_s, "peak_rss_mb": peak_rss_mb(), **cpu, **extra}
     print("RESULT " + json.dumps(record), flush=True)

@@ -198,7 +198,7 @@ def run_schedule(
     w = [v.detach().requires_grad_(True) if single else v.detach().clone().requires_grad_(True) for v in anchor]
     state = [] if single else rule.init(anchor)
     working = dict(zip(params, w))
-    fused = FusedLinears(ctx.module, working) if rule.fusable and not single else None
+    fused = FusedLinears(ctx.module, working, rule.lr, cast(SGDStep, rule).weight_decay) if rule.fusable and not single else None  # fusable: local SGD's rule
     trained = list(params)  # the names autograd differentiates and the rule steps (the fused layers leave after step 1)
     losses: list[torch.Tensor] = []
     update: Params | None = None
@@ -217,7 +217,7 @@ def run_schedule(
                     if fused is not None and len(losses) == 0:  # after the first step: fuse the inner layers found
                         trained = _leave_autograd(working, fused.found())
                     elif fused is not None:
-                        fused.step_(working, rule.lr, cast(SGDStep, rule).weight_decay)  # fusable: local SGD's rule
+                        fused.step_()
             losses.append(loss.detach())  # no host sync per step (one at the end)
     finally:
         if fused is not None:

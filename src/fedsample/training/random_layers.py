@@ -156,8 +156,8 @@ def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None 
     """The model the engines train: ``module`` itself where nothing changes (no dropout layer, and no channels-last
     training: no convolution on 4-D CPU inputs, or one that :func:`fedsample.training.layout.channels_last_suits`
     refuses), else a copy whose dropout layers are :class:`InjectedDropout` and which, where that probe agrees,
-    takes its inputs in channels-last layout with its max-pools keeping their gradients' layout
-    (:mod:`fedsample.training.layout`); ``sample`` (one input row) gives each dropout layer's per-sample mask shape
+    takes its inputs in channels-last layout with its max-pools keeping their gradients' layout and running before
+    a ReLU that precedes them (:mod:`fedsample.training.layout`); ``sample`` (one input row) gives each dropout layer's per-sample mask shape
     and the inputs' kind. ``channels_last``: None (the rule), or False to keep the layout
     (True trains channels-last where the model is :func:`fedsample.training.layout.convolutional`, unprobed).
     Raises for BatchNorm with running statistics (see the module docstring)."""
@@ -175,6 +175,7 @@ def prepare(module: nn.Module, sample: torch.Tensor, channels_last: bool | None 
         _replace(trained, name, InjectedDropout(name, float(m.p), per_channel))
         layers.append((name, float(m.p), mask_shape))
     if convolutional and (channels_last or layout.channels_last_suits(trained, sample)):  # dropout off here (no masks)
+        layout.pool_before_relu(trained)
         for name, pool in layout.max_pools(trained):
             _replace(trained, name, layout.LayoutKeepingMaxPool2d.like(pool))
         layout.channels_last_inputs(trained)
