@@ -19,7 +19,8 @@ import time
 from _common import arguments, best_of, emit, footer, header, progress, skipped  # (sets the source path and one torch thread)
 
 import fedsample as fs  # noqa: E402
-from fedsample.client import PROCEDURES  # noqa: E402
+from fedsample.client import procedure_for  # noqa: E402
+from fedsample.messages import payloads_for, procedure_of  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.federation.vectorized import VectorizedSimulator  # noqa: E402
 from fedsample.rng import client_rng  # noqa: E402
@@ -45,9 +46,10 @@ class TimedFederation:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, request, round):
         t = time.perf_counter()
-        replies = self.inner.run(procedure, client_ids, payload, round)
+        replies = self.inner.run(client_ids, request, round)
+        procedure = payloads_for(request, len(client_ids)).procedure.name
         self.seconds[procedure] = self.seconds.get(procedure, 0.0) + time.perf_counter() - t
         return replies
 
@@ -110,9 +112,9 @@ class CapturingFederation:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, client_ids, payload, round):
-        replies = self.inner.run(procedure, client_ids, payload, round)
-        self.calls.append((procedure, [int(k) for k in client_ids], payload, replies))
+    def run(self, client_ids, request, round):
+        replies = self.inner.run(client_ids, request, round)
+        self.calls.append(([int(k) for k in client_ids], payloads_for(request, len(client_ids)), replies))
         return replies
 
 
@@ -124,12 +126,12 @@ def codec_seconds(fed, module, strategy) -> float:
     strategy.round(with_secure_sum(capture, strategy.secure_sum), params, strategy.init_state(params), 1, 0)
 
     def round_trip():
-        for procedure, ids, payload, replies in capture.calls:
+        for ids, requests, replies in capture.calls:
             for i, k in enumerate(ids):
-                sent = payload[i] if isinstance(payload, list) else payload
-                encode_request(procedure, k, 0, 1, sent)
+                sent = requests.at(i)
+                encode_request(k, 0, 1, sent)
                 if replies[i] is not None:
-                    decode_report(procedure, encode_report(procedure, replies[i]), sent)
+                    decode_report(encode_report(sent, replies[i]), sent)
 
     return best_of(round_trip, repeats=3)
 
@@ -143,13 +145,13 @@ def node_handler_seconds(fed, module, strategy, n: int) -> float:
     config = AppConfig.from_run_config(settings(n))
 
     def handle_all():
-        for procedure, ids, payload, _ in capture.calls:
+        for ids, requests, _ in capture.calls:
             for i, k in enumerate(ids):
-                sent = payload[i] if isinstance(payload, list) else payload
-                request = decode_request(encode_request(procedure, k, 0, 1, sent))
+                sent = requests.at(i)
+                request = decode_request(encode_request(k, 0, 1, sent))
                 ctx = client_context(config, {"partition-id": k}, {})
-                rng = client_rng(0, 1, k, procedure)
-                encode_report(procedure, PROCEDURES[procedure](ctx, request.payload, rng))
+                rng = client_rng(0, 1, k, procedure_of(sent).stream)
+                encode_report(sent, procedure_for(request.payload)(ctx, request.payload, rng))
 
     return best_of(handle_all, repeats=3)
 

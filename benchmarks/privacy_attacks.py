@@ -54,7 +54,7 @@ def presence(sizes: np.ndarray, p: float, fed, params, rounds: int) -> None:
     arrived = np.zeros(len(sizes))
     for t in range(rounds):
         payload = fs.messages.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t)
-        arrived += [isinstance(r, fs.messages.TrainReport) for r in fed.run("train", ids, payload, t)]
+        arrived += [isinstance(r, fs.messages.TrainReport) for r in fed.run(ids, payload, t)]
     emit("presence (after): min over clients of the arrival rate", float(arrived.min() / rounds))
     emit("presence (after): max over clients of the arrival rate", float(arrived.max() / rounds))
 
@@ -66,7 +66,7 @@ def update_norms(sizes: np.ndarray, p: float, fed, params, rounds: int, noise=No
     counts, norms = [], []
     for t in range(rounds):
         payload = fs.messages.TrainPayload(params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), t, noise)
-        replies = fed.run("train", ids, payload, t)
+        replies = fed.run(ids, payload, t)
         member, _ = fs.sampling.data.BernoulliSamples(p).draw_cohort(sizes, CohortRandom(SEED, t, ids, "train"))  # client side
         counts.extend(np.bincount(member, minlength=len(sizes)).tolist())
         norms.extend(float(torch.sqrt(sum((v.double() ** 2).sum() for v in r.update.values()))) for r in replies)
@@ -76,7 +76,7 @@ def update_norms(sizes: np.ndarray, p: float, fed, params, rounds: int, noise=No
 
 
 def secure_sum_view(fed, params, p: float) -> None:
-    sealed = SecureSum(fed).run("train", np.arange(fed.num_clients), fs.messages.TrainPayload(
+    sealed = SecureSum(fed).run(np.arange(fed.num_clients), fs.messages.TrainPayload(
         params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), 0), 0)
     try:
         sealed[0].update
@@ -101,7 +101,7 @@ def main(smoke: bool) -> None:
     every, drew = update_norms(sizes, p, fed, params, rounds)
     emit("Spearman(drawn count, update norm), plain replies: all / drew >= 1", f"{every:.3f} / {drew:.3f}")
     typical = float(np.median([float(torch.sqrt(sum((v ** 2).sum() for v in r.update.values())))
-                               for r in fed.run("train", np.arange(len(sizes)), fs.messages.TrainPayload(
+                               for r in fed.run(np.arange(len(sizes)), fs.messages.TrainPayload(
                                    params, fs.sampling.data.BernoulliSamples(p), fs.training.local.OneGradient(K), 0), 0) if r.steps]))
     for z in (0.5, 1.0):
         noise = privacy.UpdateNoise(clip=typical, noise_multiplier=z)

@@ -49,7 +49,7 @@ def server_round(sim: VectorizedSimulator, timings: dict[str, list[float]], roun
     ctx = RoundContext(sim, {}, round, 0, {})
     steps = {}
     t0 = time.perf_counter()
-    reports = sim.run("report_size", ids, sizes_part.query, round)
+    reports = sim.run(ids, sizes_part.query, round)
     sync()
     steps["reports"] = time.perf_counter()
     ctx.sizes = sizes_part.summarize(ids, reports)

@@ -39,7 +39,9 @@ def one_round(held: bool, smoke: bool) -> dict[str, float]:
     federation = simulator.Simulator(data, module, seed=0)
     strategy = recipes.fedavg(clients_per_round=clients, steps=STEPS, batch_size=BATCH, lr=0.05)
     if held:
-        simulator.planned_sum_for = lambda ids: None  # no planned sum: the engine holds every update
+        import fedsample.strategy.round as round_steps
+
+        round_steps.planned_weights = lambda s, ctx, cohort, lost=0: None  # no planned sum in the request: the engine holds every update
     start = time.perf_counter()
     strategy.round(federation, params, strategy.init_state(params), 0, 0)
     return {"round_s": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb()}

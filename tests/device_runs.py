@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fedsample.messages import payloads_for
 from fedsample import recipes
 from fedsample.models import MLP
 from fedsample.simulation import make_federation, simulate
@@ -45,9 +46,10 @@ class Recorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.federation, name)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> list[Any]:
+    def run(self, client_ids, payload, round) -> list[Any]:
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         self.calls.append((procedure, round, [int(k) for k in np.asarray(client_ids)]))
-        reports = self.federation.run(procedure, client_ids, payload, round)
+        reports = self.federation.run(client_ids, payload, round)
         if procedure == "report_size":
             self.size_reports.append([int(r) for r in reports])
         return reports

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample.federation.simulator import Simulator
 from fedsample.flower.config import AppConfig
@@ -25,10 +26,11 @@ class AskedFederation:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         if procedure in ("train", "train_held"):
             self.trained[round] = [int(k) for k in client_ids]
-        return self.inner.run(procedure, client_ids, payload, round)
+        return self.inner.run(client_ids, payload, round)
 
     def rows_measured(self):
         """The in-process engine's count of the rows its clients trained (fedsample.runtime.measured)."""

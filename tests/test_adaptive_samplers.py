@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import parts
 from fedsample.client import probe, sample_utility, statistical_utilities
@@ -132,8 +133,8 @@ def test_loss_probes_are_the_same_numbers_on_both_engines(fed, module, minibatch
     params = fs.models.initial_parameters(module, 0)
     ids = np.array([5, 0, 17, 3, 11, 23])
     request = ProbeRequest(params, statistics="loss", minibatch=minibatch)
-    loop = Simulator(fed, module, 3).run("probe", ids, request, 2)
-    vectorized = VectorizedSimulator(fed, module, 3).run("probe", ids, request, 2)
+    loop = Simulator(fed, module, 3).run(ids, request, 2)
+    vectorized = VectorizedSimulator(fed, module, 3).run(ids, request, 2)
     for a, b in zip(loop, vectorized):
         assert a.grad_norm is None and b.grad_norm is None and a.gradient is None
         assert a.loss == pytest.approx(b.loss, rel=1e-6)
@@ -168,7 +169,7 @@ def test_label_probes_send_the_histogram_only_on_both_engines(fed, module):
     ids = np.array([4, 1, 9])
     request = ProbeRequest(params, statistics="labels")
     for engine in (Simulator, VectorizedSimulator):
-        replies = engine(fed, module, 0).run("probe", ids, request, 0)
+        replies = engine(fed, module, 0).run(ids, request, 0)
         for k, r in zip(ids.tolist(), replies):
             assert r.loss is None and r.grad_norm is None
             assert np.array_equal(r.label_counts, np.bincount(fed.dataset.y_train[fed.client_indices(k)], minlength=3))
@@ -225,7 +226,8 @@ class TableFederation:
     def num_clients(self) -> int:
         return len(self.sizes)
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         ids = np.asarray(client_ids)
         if procedure == "report_size":
             return Replies([int(self.sizes[k]) for k in ids])
@@ -382,10 +384,11 @@ class _Recording:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         if procedure == "train":
             self.trained.append([int(k) for k in client_ids])
-        return self.inner.run(procedure, client_ids, payload, round)
+        return self.inner.run(client_ids, payload, round)
 
     def __getattr__(self, name):  # the inner federation's other abilities (client states), where it has them
         return getattr(self.inner, name)

@@ -74,7 +74,7 @@ def test_the_callers_torch_threads_do_not_change_the_numbers_and_come_back(fed, 
 
 def test_clients_really_run_on_several_threads(fed, cnn):
     seen = set()
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
 
     def spy(ctx, payload, rng):
         seen.add(threading.get_ident())
@@ -83,11 +83,11 @@ def test_clients_really_run_on_several_threads(fed, cnn):
     sim = Simulator(fed, cnn, seed=0, client_threads=2)
     strategy = RECIPES["fedavg"]()
     params = fs.models.initial_parameters(cnn, 0)
-    original, fs.client.PROCEDURES["train"] = train, spy
+    original, fs.client.PROCEDURES[fs.messages.TrainPayload] = train, spy
     try:
         strategy.round(sim, params, strategy.init_state(params), 0, 0)
     finally:
-        fs.client.PROCEDURES["train"] = original
+        fs.client.PROCEDURES[fs.messages.TrainPayload] = original
     assert len(seen) == 2 and threading.get_ident() not in seen
 
 
@@ -105,20 +105,20 @@ def test_dropout_masks_are_per_thread():
 def test_a_raising_client_fails_alone_as_in_the_loop(fed, cnn, one_torch_thread):
     """A client whose procedure raises becomes a Failed reply (the failure model asks one by one), the same
     clients and numbers whatever the number of threads and the caller's torch threads."""
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
 
     def flaky(ctx, payload, rng):
         if ctx.client_id % 5 == 0:
             raise RuntimeError("disk full")
         return train(ctx, payload, rng)
 
-    fs.client.PROCEDURES["train"] = flaky
+    fs.client.PROCEDURES[fs.messages.TrainPayload] = flaky
     try:
         alone = run("fedavg", fed, cnn)
         torch.set_num_threads(2)  # the clients asked again one by one run on one torch thread too
         both = run("fedavg", fed, cnn, client_threads=2)
     finally:
-        fs.client.PROCEDURES["train"] = train
+        fs.client.PROCEDURES[fs.messages.TrainPayload] = train
     assert any(h["failed"] for h in alone.history)
     assert_identical(both, alone)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
@@ -32,8 +33,9 @@ class RecordingFederation:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, client_ids, payload, round):
-        reports = self.inner.run(procedure, client_ids, payload, round)
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
+        reports = self.inner.run(client_ids, payload, round)
         self.queries.append((procedure, payload))
         self.returned.append((np.asarray(client_ids), reports))
         return reports

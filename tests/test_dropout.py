@@ -72,11 +72,11 @@ def test_dropout_reports_equal_on_both_engines(make, solver, plan):
     params = initial_parameters(module, 0)
     payload = TrainPayload(params=params, plan=plan, solver=SOLVERS[solver], round=3)
     ids = np.arange(fed.num_clients)
-    loop = Simulator(fed, module, seed=4).run("train", ids, payload, 3)
-    vec = VectorizedSimulator(fed, module, seed=4).run("train", ids, payload, 3)
+    loop = Simulator(fed, module, seed=4).run(ids, payload, 3)
+    vec = VectorizedSimulator(fed, module, seed=4).run(ids, payload, 3)
     reports_match(loop, vec)
     # the masks matter: without dropout (p = 0 everywhere) the updates are different
-    plain = Simulator(fed, _without_dropout(module), seed=4).run("train", ids, payload, 3)
+    plain = Simulator(fed, _without_dropout(module), seed=4).run(ids, payload, 3)
     moved = [float((r.update[k] - q.update[k]).abs().max()) for r, q in zip(loop, plain) if r is not None for k in r.update]
     assert max(moved) > 1e-3
 
@@ -95,10 +95,10 @@ def test_masks_do_not_depend_on_chunking_or_cohort():
     fed = federate(blobs(n=200), SIZES)
     module = dropout_mlp()
     payload = TrainPayload(params=initial_parameters(module, 1), plan=AllSamples(), solver=SOLVERS["sgd_multi_step_momentum"], round=0)
-    one = VectorizedSimulator(fed, module, seed=2, memory_budget=2**40).run("train", np.arange(10), payload, 0)
-    tiny = VectorizedSimulator(fed, module, seed=2, memory_budget=1).run("train", np.arange(10), payload, 0)
+    one = VectorizedSimulator(fed, module, seed=2, memory_budget=2**40).run(np.arange(10), payload, 0)
+    tiny = VectorizedSimulator(fed, module, seed=2, memory_budget=1).run(np.arange(10), payload, 0)
     reports_match(one, tiny)
-    alone = VectorizedSimulator(fed, module, seed=2).run("train", np.array([5]), payload, 0)[0]
+    alone = VectorizedSimulator(fed, module, seed=2).run(np.array([5]), payload, 0)[0]
     close(alone.update, one[5].update, tol=1e-6)
 
 
@@ -106,10 +106,10 @@ def test_same_seed_same_numbers_and_seeds_differ():
     fed = federate(blobs(n=200), SIZES)
     module = dropout_mlp()
     payload = TrainPayload(params=initial_parameters(module, 1), plan=AllSamples(), solver=SOLVERS["sgd_multi_step_momentum"], round=0)
-    a = Simulator(fed, module, seed=7).run("train", np.array([4]), payload, 0)[0]
+    a = Simulator(fed, module, seed=7).run(np.array([4]), payload, 0)[0]
     torch.manual_seed(123)  # the global generator plays no part
-    b = Simulator(fed, module, seed=7).run("train", np.array([4]), payload, 0)[0]
-    c = Simulator(fed, module, seed=8).run("train", np.array([4]), payload, 0)[0]
+    b = Simulator(fed, module, seed=7).run(np.array([4]), payload, 0)[0]
+    c = Simulator(fed, module, seed=8).run(np.array([4]), payload, 0)[0]
     for k in a.update:
         assert torch.equal(a.update[k], b.update[k])
     assert any(not torch.allclose(a.update[k], c.update[k]) for k in a.update)
@@ -147,11 +147,11 @@ def test_batchnorm_without_running_statistics_trains_per_client_on_both_engines(
     for solver in ("sgd_multi_step_momentum", "one_gradient"):
         payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS[solver], round=0)
         ids = np.array([1, 2, 3, 4])  # no minibatch of one sample (batch statistics need two)
-        loop = Simulator(fed, module, seed=0).run("train", ids, payload, 0)
+        loop = Simulator(fed, module, seed=0).run(ids, payload, 0)
         vec = VectorizedSimulator(fed, module, seed=0)
         assert "normalises over the batch" in vec.needs_loop()
-        reports_match(loop, vec.run("train", ids, payload, 0))
-        alone = Simulator(fed, module, seed=0).run("train", ids[2:3], payload, 0)[0]
+        reports_match(loop, vec.run(ids, payload, 0))
+        alone = Simulator(fed, module, seed=0).run(ids[2:3], payload, 0)[0]
         close(alone.update, loop[2].update, tol=0)
 
 
@@ -172,11 +172,11 @@ def test_other_random_ops_are_seeded_per_client_and_engines_agree():
     module = NoisyMLP()
     payload = TrainPayload(params=initial_parameters(module, 0), plan=AllSamples(), solver=SOLVERS["sgd_multi_step_momentum"], round=2)
     ids = np.array([2, 3, 4, 9])
-    loop = Simulator(fed, module, seed=3).run("train", ids, payload, 2)
+    loop = Simulator(fed, module, seed=3).run(ids, payload, 2)
     vec = VectorizedSimulator(fed, module, seed=3)
     assert "outside nn.Dropout" in vec.needs_loop()
-    reports_match(loop, vec.run("train", ids, payload, 2))
-    reordered = Simulator(fed, module, seed=3).run("train", ids[::-1], payload, 2)[::-1]
+    reports_match(loop, vec.run(ids, payload, 2))
+    reordered = Simulator(fed, module, seed=3).run(ids[::-1], payload, 2)[::-1]
     for a, b in zip(loop, reordered):
         close(a.update, b.update, tol=0)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import parts
 from fedsample.messages import HeldReport, ProbeReport
@@ -56,7 +57,8 @@ class Probed:
     def num_clients(self) -> int:
         return len(self.sigma2)
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         assert procedure == "probe" and payload.gradient and payload.per_sample
         return Replies([ProbeReport(0.0, float(np.linalg.norm(self.gradients[k])), gradient=self.gradients[k],
                                     extra={"sigma2": float(self.sigma2[k])}) for k in client_ids])

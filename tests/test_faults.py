@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import ProbeRequest, TrainPayload, payloads_for
 from fedsample import recipes
 from fedsample.federation.faults import FaultModel, Faulty, Straggler, miss_probability
 from fedsample.federation.simulator import Simulator
@@ -19,34 +20,38 @@ from fedsample.training.local import LocalSGD
 from helpers import blobs, federate
 
 
+TRAIN = TrainPayload(params={}, plan=None, solver=None, round=0)  # a training request (the failure model's "train" phase)
+PROBE = ProbeRequest(params={})  # a probe request (its "probe" phase)
+
+
 class Echo:
     """A federation whose clients answer their own id."""
 
     num_clients = 1000
 
-    def run(self, procedure, ids, payload, round):
+    def run(self, ids, payload, round):
         return [int(k) for k in ids]
 
 
 def test_dropout_rate_matches_p_and_decisions_do_not_depend_on_order():
     ids = np.arange(1000)
     fed = Faulty(Echo(), FaultModel(dropout={"train": 0.3}), seed=7)
-    replies = fed.run("train", ids, None, round=3)
+    replies = fed.run(ids, TRAIN, round=3)
     failed = {r.client for r in replies if is_failed(r)}
     # Binomial(1000, 0.3): sd = 14.5; 4 sd
     assert abs(len(failed) - 300) < 58
     shuffled = np.random.default_rng(0).permutation(ids)
-    again = Faulty(Echo(), FaultModel(dropout={"train": 0.3}), seed=7).run("train", shuffled, None, round=3)
+    again = Faulty(Echo(), FaultModel(dropout={"train": 0.3}), seed=7).run(shuffled, TRAIN, round=3)
     assert {r.client for r in again if is_failed(r)} == failed
     assert all(r == k for r, k in zip(replies, ids) if not is_failed(r))
-    other_round = fed.run("train", ids, None, round=4)
+    other_round = fed.run(ids, TRAIN, round=4)
     assert {r.client for r in other_round if is_failed(r)} != failed
-    assert not any(is_failed(r) for r in fed.run("probe", ids, None, round=3))  # no dropout in this phase
+    assert not any(is_failed(r) for r in fed.run(ids, PROBE, round=3))  # no dropout in this phase
 
 
 def test_straggler_miss_rate_is_exp_minus_deadline_over_mean():
     model = FaultModel(straggler=Straggler(deadline=2.0, mean=1.0))
-    replies = Faulty(Echo(), model, seed=1).run("train", np.arange(1000), None, round=0)
+    replies = Faulty(Echo(), model, seed=1).run(np.arange(1000), TRAIN, round=0)
     late = [r for r in replies if is_failed(r)]
     p = math.exp(-2.0)  # 0.135; sd of the count 10.8
     assert abs(len(late) - 1000 * p) < 44 and miss_probability(model, "train") == pytest.approx(p)
@@ -88,11 +93,11 @@ def test_every_client_raising_is_a_bug_and_is_raised():
     class Broken:
         num_clients = 3
 
-        def run(self, procedure, ids, payload, round):
+        def run(self, ids, payload, round):
             raise KeyError("no such procedure")
 
     with pytest.raises(KeyError):
-        Faulty(Broken()).run("train", np.arange(3), None, 0)
+        Faulty(Broken()).run(np.arange(3), TRAIN, 0)
 
 
 @pytest.mark.parametrize("strategy", [recipes.fedavg(clients_per_round=5, lr=0.1, batch_size=8),
@@ -111,7 +116,8 @@ def test_same_seed_fails_the_same_clients_on_both_backends(strategy):
 
 def test_a_round_where_nothing_arrives_leaves_the_parameters_unchanged_and_says_so():
     class Silent(Simulator):
-        def run(self, procedure, ids, payload, round):
+        def run(self, ids, payload, round):
+            procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares
             return [Failed(int(k), procedure, "no network") for k in ids]
 
     fed = federate(blobs(), [40] * 4)

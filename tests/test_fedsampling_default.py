@@ -13,7 +13,7 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.secure_sum import SecureSum, count_shares, noised_count, with_secure_sum
-from fedsample.messages import SizeSumRequest, TrainReport
+from fedsample.messages import SizeSumRequest, TrainPayload, TrainReport
 from fedsample.privacy import amplification, attacks
 from fedsample.privacy.ledger import Accounting, Ledger, epsilon_of, gaussian, mixture_of_gaussians, poisson_sampled
 from fedsample.privacy.noise import PerExampleNoise
@@ -112,15 +112,15 @@ class Counts:
     def num_clients(self):
         return len(self.counts)
 
-    def run(self, procedure, ids, payload, round):
+    def run(self, ids, payload, round):
         replies = [TrainReport(update={"w": torch.ones(2)}, steps=1, loss=0.0, samples=c) for c in self.counts]
         failed = {i: Failed(int(ids[i]), "train", "dropped") for i in self.failed}
         return Replies([failed.get(i, r) for i, r in enumerate(replies)], failed)
 
 
 def summed_count(fed, sigma, round):
-    sealed = SecureSum(fed).run("train", np.arange(fed.num_clients), argparse.Namespace(plan=BernoulliSamples(
-        0.5, report_count=True, count_noise=sigma), params={"w": torch.zeros(2)}), round)
+    sealed = SecureSum(fed).run(np.arange(fed.num_clients), TrainPayload(plan=BernoulliSamples(
+        0.5, report_count=True, count_noise=sigma), params={"w": torch.zeros(2)}, solver=None, round=round), round)
     sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
     return sealed.drawn_total()
 
@@ -266,7 +266,7 @@ def test_the_summed_sizes_release_by_hand():
     assert amplification.size_sum_release(request, 10, 8, Accounting(unit="user", k=3), 0, call).event == gaussian(z / 3)
     assert not amplification.size_sum_release(request, 10, 10, Accounting(unit="user"), 0, call).protected
     assert not amplification.size_sum_release(SizeSumRequest(0.0), 10, 10, Accounting(unit="record"), 0, call).protected
-    assert record.once and amplification.releases("sum_sizes", np.arange(10), request, 0, 0, None, Accounting(unit="record"), 10)[0].event == gaussian(5.0)
+    assert record.once and amplification.releases(np.arange(10), request, 0, 0, None, Accounting(unit="record"), 10)[0].event == gaussian(5.0)
 
 
 def test_a_default_run_records_the_summed_sizes_once_and_their_epsilon():

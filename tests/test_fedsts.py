@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import privacy
 from fedsample.messages import ClientContext, ProbeReport, TrainReport
@@ -37,7 +38,8 @@ class ProbeOnly:
     def num_clients(self) -> int:
         return len(self.vectors)
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         assert procedure == "probe"
         self.requests.append(payload)
         return [ProbeReport(0.0, 0.0, compressed=self.vectors[k]) for k in client_ids]

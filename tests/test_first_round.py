@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample.budget import BUDGET_RANGE
 from fedsample.data.partition import partition
 from fedsample.federation.secure_sum import SecureSum
-from fedsample.messages import SIZE_SUM, SizeSumRequest
+from fedsample.messages import SizeSumRequest
 from fedsample.privacy.size_estimate import best_M, first_round_budget
 from fedsample.rounds import Replies, RoundContext
 
@@ -74,8 +75,9 @@ class Sizes:
     def num_clients(self):
         return len(self.sizes)
 
-    def run(self, procedure, ids, payload, round):
-        assert procedure == SIZE_SUM and isinstance(payload, SizeSumRequest)
+    def run(self, ids, payload, round):
+        procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares
+        assert procedure == "sum_sizes" and isinstance(payload, SizeSumRequest)
         return Replies([int(n) for n in self.sizes[np.asarray(ids)]])
 
 

@@ -13,6 +13,7 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 
 from flwr.app import Error, Message  # noqa: E402
 
+from fedsample.messages import payloads_for  # noqa: E402
 import fedsample as fs  # noqa: E402
 from fedsample.messages import ProbeRequest, SizeQuery  # noqa: E402
 from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
@@ -49,7 +50,7 @@ def local_data(num_clients: int = 8):
 
 def test_each_kind_of_bad_reply_is_a_named_failure_in_the_round_log():
     fed = FlowerFederation(FakeGrid({0: "silent", 1: "error", 2: "malformed"}, 7), {k: k for k in range(7)}, 8, 0, 0.3)
-    replies = fed.run("report_size", np.arange(8), SizeQuery("exact"), round=0)
+    replies = fed.run(np.arange(8), SizeQuery("exact"), round=0)
     data, _ = local_data()
     assert replies[3:7] == [len(data.client_indices(k)) for k in range(3, 7)]
     reasons = {f.client: f.reason for f in replies if isinstance(f, Failed)}
@@ -58,12 +59,12 @@ def test_each_kind_of_bad_reply_is_a_named_failure_in_the_round_log():
     assert reasons[2].startswith("rejected: field 'size'") and reasons[7] == "no node serves this client"
     assert [f.client for f in fed.failures[0]] == [0, 1, 2, 7]
     # the silent client is left out of the rest of the round without another wait
-    again = fed.run("report_size", np.array([0, 3]), SizeQuery("exact"), round=0)
+    again = fed.run(np.array([0, 3]), SizeQuery("exact"), round=0)
     assert again[0].reason.startswith("left out of this round") and again[1] == replies[3]
 
 
 def test_flower_replies_are_a_plain_reply_list_naming_the_failed():
-    replies = federation({0: "silent"}).run("report_size", np.arange(4), SizeQuery("exact"), round=0)
+    replies = federation({0: "silent"}).run(np.arange(4), SizeQuery("exact"), round=0)
     assert type(replies) is Replies and list(replies.failed) == [0] and replies.failures() == [replies[0]]
     numbers = replies.numbers()
     assert np.isnan(numbers[0]) and numbers[1:].tolist() == list(replies[1:])
@@ -77,8 +78,9 @@ def test_a_nan_update_is_rejected_and_never_averaged_in():
     got, log = strategy.round(with_secure_sum(flower), params, strategy.init_state(params), 0, seed=0)
 
     class WithoutClient4(Simulator):
-        def run(self, procedure, client_ids, payload, round):
-            replies = super().run(procedure, client_ids, payload, round)
+        def run(self, client_ids, payload, round):
+            procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
+            replies = super().run(client_ids, payload, round)
             return [Failed(4, "train", "rejected") if (procedure == "train" and k == 4) else r for k, r in zip(client_ids, replies)]
 
     expected, reference_log = strategy.round(with_secure_sum(WithoutClient4(data, module, 0)), params, strategy.init_state(params), 0, seed=0)
@@ -96,7 +98,7 @@ def test_a_silent_node_is_left_out_of_sizes_and_a_lost_probe_names_it():
     samplers that probe need every probed client's statistics)."""
     _, module = local_data()
     params = fs.models.initial_parameters(module, 0)
-    sizes = federation({0: "silent"}).run("report_size", np.arange(4), SizeQuery("exact"), round=0)
+    sizes = federation({0: "silent"}).run(np.arange(4), SizeQuery("exact"), round=0)
     assert isinstance(sizes[0], Failed) and not any(isinstance(r, Failed) for r in sizes[1:])
     strategy = fs.recipes.fedsts(H=2, m=3, dim=3, lr=0.1)
     with pytest.raises(ValueError, match="client 0's probe is unusable"):
@@ -113,7 +115,7 @@ def test_run_config_errors_are_one_line_naming_the_key():
 
 def test_a_client_asked_twice_in_one_call_is_refused():
     with pytest.raises(ValueError, match="repeats"):
-        federation({}).run("report_size", np.array([1, 1]), SizeQuery("exact"), round=0)
+        federation({}).run(np.array([1, 1]), SizeQuery("exact"), round=0)
 
 
 class Clock:
@@ -166,7 +168,7 @@ def test_a_reply_that_arrived_while_a_pull_blocked_past_the_deadline_is_not_call
     clock = Clock()
     monkeypatch.setattr(flower_federation, "time", clock)
     fed = FlowerFederation(CutUploadGrid(clock), {0: 0, 1: 1}, 2, seed=0, timeout=60.0)
-    replies = fed.run("report_size", np.array([0, 1]), SizeQuery("exact"), round=0)
+    replies = fed.run(np.array([0, 1]), SizeQuery("exact"), round=0)
     assert replies[1] == len(local_data(num_clients=2)[0].client_indices(1))
     assert isinstance(replies[0], Failed) and "objects are unavailable" in replies[0].reason
     assert clock.now >= 185.0  # the pull did block past the 60 s deadline

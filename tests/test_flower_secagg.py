@@ -35,6 +35,7 @@ from flwr.common.secure_aggregation.quantization import dequantize, quantize  # 
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
+from fedsample.messages import payloads_for  # noqa: E402
 import fedsample as fs  # noqa: E402
 from fedsample.checks import ParameterError  # noqa: E402
 from fedsample.federation.secure_sum import COUNT_NOISE_PURPOSE, SIZE_NOISE_PURPOSE, count_shares, with_secure_sum  # noqa: E402
@@ -82,8 +83,9 @@ class WithoutClients(Simulator):
         super().__init__(data, module, 0)
         self.gone = set(gone)
 
-    def run(self, procedure, client_ids, payload, round):
-        replies = super().run(procedure, client_ids, payload, round)
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
+        replies = super().run(client_ids, payload, round)
         return [Failed(k, "train", "gone") if procedure == "train" and k in self.gone else r for k, r in zip(client_ids, replies)]
 
 

@@ -36,7 +36,7 @@ def round_updates(monkeypatch, solver: LocalSGD, smallest: int) -> tuple[list, i
     module = models.PflCNN(channels=(4, 6), hidden=8).build((3, 10, 10), 3)
     payload = TrainPayload(params=initial_parameters(module, 0), plan=AllSamples(), solver=solver, round=0)
     sim = Simulator(fed, module, seed=2)
-    updates = [r.update for r in sim.run("train", np.arange(fed.num_clients), payload, 0)]
+    updates = [r.update for r in sim.run(np.arange(fed.num_clients), payload, 0)]
     assert not any(m._forward_hooks for m in sim.train_module.modules())  # the hooks are removed after each client
     return updates, sum(calls)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 from fedsample import recipes
 import dataclasses
 
@@ -123,7 +124,7 @@ def test_plans_carry_each_agents_epochs_batches_and_scale():
     sim = Simulator(fed, linear_module(), seed=0)
     sent = []
     run = sim.run
-    sim.run = lambda proc, ids, payload, rnd: (sent.append((ids, payload)) if proc == "train" else None) or run(proc, ids, payload, rnd)
+    sim.run = lambda ids, payload, rnd: (sent.append((ids, payload)) if payloads_for(payload, len(ids)).procedure.name == "train" else None) or run(ids, payload, rnd)
     st = recipes.isfedavg(L=2, lr=0.1, epochs=(1, 2, 3, 4, 5, 1), batch_size=(3, 1, 2, 4, 2, 5), update="approx")
     w = as_params(np.zeros(2))
     st.round(sim, w, st.init_state(w), 0, 0)

@@ -11,6 +11,7 @@ import torch
 
 from helpers import blobs, federate
 
+from fedsample.messages import payloads_for
 from fedsample import models, recipes
 from fedsample.messages import ClientContext
 from fedsample.data.types import Dataset, FederatedData
@@ -83,10 +84,11 @@ class RecordingSimulator(Simulator):
         super().__init__(*args, **kwargs)
         self.plans: list[tuple[int, object]] = []
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         if procedure == "train":
             self.plans.append((round, payload.plan))
-        return super().run(procedure, client_ids, payload, round)
+        return super().run(client_ids, payload, round)
 
 
 def _skewed_federation() -> FederatedData:

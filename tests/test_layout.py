@@ -157,12 +157,12 @@ def test_channels_last_training_agrees_with_the_contiguous_layout(monkeypatch):
     ids = np.arange(fed.num_clients)
     fast = Simulator(fed, module, seed=2)
     seen = first_conv_layouts(fast.train_module)
-    updates = [r.update for r in fast.run("train", ids, payload, 0)]
+    updates = [r.update for r in fast.run(ids, payload, 0)]
     assert seen and all(seen)
     monkeypatch.setattr(random_layers, "prepare", lambda m, s: real_prepare(m, s, channels_last=False))
     plain = Simulator(fed, module, seed=2)
     seen = first_conv_layouts(plain.train_module)
-    reference = [r.update for r in plain.run("train", ids, payload, 0)]
+    reference = [r.update for r in plain.run(ids, payload, 0)]
     assert seen and not any(seen)
     for u, r in zip(updates, reference):
         for k in r:

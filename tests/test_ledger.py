@@ -16,6 +16,7 @@ from scipy.stats import binom, multinomial
 
 pytest.importorskip("dp_accounting")
 
+from fedsample.messages import payloads_for  # noqa: E402
 import fedsample as fs  # noqa: E402
 from fedsample.federation.secure_sum import with_secure_sum  # noqa: E402
 from fedsample.messages import ClientContext, SizeQuery, TrainPayload, TrainReport  # noqa: E402
@@ -445,9 +446,10 @@ class Counting:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, ids, payload, round):
+    def run(self, ids, payload, round):
+        procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares
         self.trains += procedure == "train"
-        return self.inner.run(procedure, ids, payload, round)
+        return self.inner.run(ids, payload, round)
 
 
 def test_the_budget_refuses_a_release_before_it_is_sent():
@@ -643,7 +645,8 @@ class _Answers:
     def __init__(self, lost=()):
         self.lost = set(lost)
 
-    def run(self, procedure, client_ids, payload, round):
+    def run(self, client_ids, payload, round):
+        procedure = payloads_for(payload, len(client_ids)).procedure.name  # the name the request's type declares
         from fedsample.rounds import Failed, Replies
 
         failed = {i: Failed(int(k), procedure, "lost") for i, k in enumerate(client_ids) if int(k) in self.lost}
@@ -661,9 +664,9 @@ def test_the_ledger_records_a_calls_releases_as_who_answered_makes_them(lost):
     plan = BernoulliSamples(0.5, report_count=True, count_noise=5.0)
     payload = TrainPayload(params={}, plan=plan, solver=OneGradient(4), round=0)
     ledger, ids = Ledger(Accounting(unit="record")), np.arange(8)
-    replies = Recorded(_Answers(lost), strategy, ledger, 0).run("train", ids, payload, 0)
+    replies = Recorded(_Answers(lost), strategy, ledger, 0).run(ids, payload, 0)
     answered = 8 - len(lost)
-    expected = amplification.releases("train", ids, payload, 0, 0, strategy, ledger.accounting, 8, replies=replies)
+    expected = amplification.releases(ids, payload, 0, 0, strategy, ledger.accounting, 8, replies=replies)
     assert ledger.releases == expected
     count = next(r for r in ledger.releases if r.what == "drawn count S")
     assert count.unamplified == gaussian(5.0 * math.sqrt(answered / 8))

@@ -84,9 +84,9 @@ def test_a_local_adam_gives_the_same_updates_on_the_loop_and_stacked(fed, monkey
     stacked = []
     chunk = VectorizedSimulator._stacked_chunk
     monkeypatch.setattr(VectorizedSimulator, "_stacked_chunk", lambda self, *a, **k: stacked.append(a[3]) or chunk(self, *a, **k))
-    loop = Simulator(fed, module, seed=5).run("train", ids, payload, 1)
-    vec = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 1)
-    sgd = Simulator(fed, module, seed=5).run("train", ids, dataclasses.replace(payload, solver=LocalSGD(lr=0.01, epochs=None, steps=4, batch_size=2)), 1)
+    loop = Simulator(fed, module, seed=5).run(ids, payload, 1)
+    vec = VectorizedSimulator(fed, module, seed=5).run(ids, payload, 1)
+    sgd = Simulator(fed, module, seed=5).run(ids, dataclasses.replace(payload, solver=LocalSGD(lr=0.01, epochs=None, steps=4, batch_size=2)), 1)
     assert stacked and all(rule.slots == 2 for rule in stacked)  # Adam's rule, on stacked parameters
     for r, v, s in zip(loop, vec, sgd):
         assert r.steps == v.steps == s.steps == (4 if r.steps else 0)

@@ -124,8 +124,8 @@ def test_low_rank_cohorts_give_the_loops_reports_and_sums(fed, model, solver, pl
     params = initial_parameters(module, 0)
     payload = TrainPayload(params=params, plan=plan, solver=SOLVERS[solver], round=1)
     ids = np.arange(len(SMALL))
-    loop = Simulator(fed, module, seed=5).run("train", ids, payload, 1)
-    vec = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 1)
+    loop = Simulator(fed, module, seed=5).run(ids, payload, 1)
+    vec = VectorizedSimulator(fed, module, seed=5).run(ids, payload, 1)
     assert isinstance(vec, SteppedReports) and vec.held  # trained in low-rank form
     for r, v in zip(loop, vec):
         assert r.steps == v.steps
@@ -147,9 +147,9 @@ def test_low_rank_chunks_and_groups_do_not_change_the_numbers():
     params = initial_parameters(module, 0)
     payload = TrainPayload(params=params, plan=AllSamples(), solver=LocalSGD(lr=0.05, epochs=1, batch_size=2, momentum=0.5), round=0)
     ids = np.arange(len(sizes))
-    loop = Simulator(fed, module, seed=1).run("train", ids, payload, 0)
+    loop = Simulator(fed, module, seed=1).run(ids, payload, 0)
     for budget in (2**40, 1):
-        vec = VectorizedSimulator(fed, module, seed=1, memory_budget=budget).run("train", ids, payload, 0)
+        vec = VectorizedSimulator(fed, module, seed=1, memory_budget=budget).run(ids, payload, 0)
         assert vec.held and vec._where[3, 0] < 0 and vec._where[0, 0] >= 0  # client 3 (200 steps) stacked, client 0 low-rank
         for r, v in zip(loop, vec):
             assert r.steps == v.steps

@@ -33,7 +33,7 @@ class Constant:
 
     num_clients = N
 
-    def run(self, procedure, ids, payload, round):
+    def run(self, ids, payload, round):
         return [TrainReport({"w": torch.tensor([VALUES[k]], dtype=torch.float64)}, steps=1, loss=0.0) for k in ids]
 
 

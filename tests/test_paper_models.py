@@ -149,7 +149,7 @@ def test_loop_and_vectorized_engines_give_the_same_reports(name, solver, plan):
     ids = np.arange(fed.num_clients)
     vectorized = VectorizedSimulator(fed, module, seed=4)
     assert vectorized.needs_loop() is None  # batched for real, not through the loop
-    reports_match(Simulator(fed, module, seed=4).run("train", ids, payload, 2), vectorized.run("train", ids, payload, 2))
+    reports_match(Simulator(fed, module, seed=4).run(ids, payload, 2), vectorized.run(ids, payload, 2))
 
 
 @pytest.mark.parametrize("name", ["textcnn", "transformer", "vgg9"])
@@ -159,8 +159,8 @@ def test_dropout_masks_are_applied(name):
     module = spec.build(fed.dataset.input_shape, fed.dataset.num_classes)
     still = dataclasses.replace(spec, dropout=0.0).build(fed.dataset.input_shape, fed.dataset.num_classes)
     payload = TrainPayload(params=initial_parameters(module, 0), plan=AllSamples(), solver=SOLVERS["sgd_multi_step_momentum"], round=0)
-    with_dropout = VectorizedSimulator(fed, module, seed=1).run("train", np.array([3]), payload, 0)[0]
-    without = VectorizedSimulator(fed, still, seed=1).run("train", np.array([3]), payload, 0)[0]
+    with_dropout = VectorizedSimulator(fed, module, seed=1).run(np.array([3]), payload, 0)[0]
+    without = VectorizedSimulator(fed, still, seed=1).run(np.array([3]), payload, 0)[0]
     assert max(float((with_dropout.update[k] - without.update[k]).abs().max()) for k in payload.params) > 1e-4
 
 

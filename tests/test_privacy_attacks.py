@@ -56,7 +56,7 @@ def test_engines_send_permanent_reports_by_default(backend):
     ids = np.arange(len(SIZES))
     for permanent in (True, False):
         query = SizeQuery("randomized", 3.0, 10, permanent)
-        got = np.array([fed.run("report_size", ids, query, t) for t in range(4)])
+        got = np.array([fed.run(ids, query, t) for t in range(4)])
         assert np.array_equal(got, attacks.size_reports_over_rounds(SIZES, 3.0, 10, 4, permanent))
         assert (np.ptp(got, axis=0).max() == 0) == permanent
 
@@ -122,7 +122,7 @@ def test_reply_presence_is_independent_of_size(backend):
     ids = np.arange(len(SIZES))
     arrived, drew = np.zeros(len(SIZES)), np.zeros(len(SIZES))
     for t in range(30):
-        replies = fed.run("train", ids, dataclasses.replace(payload, round=t), t)
+        replies = fed.run(ids, dataclasses.replace(payload, round=t), t)
         assert len(replies) == len(ids)
         for k, r in enumerate(replies):
             arrived[k] += isinstance(r, TrainReport) and {n: tuple(v.shape) for n, v in r.update.items()} == {n: tuple(v.shape) for n, v in params.items()}
@@ -279,7 +279,7 @@ def test_secure_sum_reveals_one_sum_and_refuses_fednova():
     inner, module = federation("loop")
     fed = SecureSum(inner)
     params = fs.models.initial_parameters(module, 0)
-    sealed = fed.run("train", np.arange(5), TrainPayload(params, BernoulliSamples(0.5), OneGradient(10), 0), 0)
+    sealed = fed.run(np.arange(5), TrainPayload(params, BernoulliSamples(0.5), OneGradient(10), 0), 0)
     assert len(sealed) == 5 and list(sealed.received_positions()) == [0, 1, 2, 3, 4]
     with pytest.raises(AttributeError, match="not visible"):
         sealed[0].update

@@ -114,8 +114,8 @@ def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, r
 
     payload = TrainPayload(initial_parameters(module, 2), AllSamples(), LocalSGD(lr=0.1, epochs=2, batch_size=3, momentum=0.5), 1)
     ids = np.array([5, 0, 17, 3, 3, 22, 8])  # both actors, a repeated client
-    got = ray_fed.run("train", ids, payload, 1)
-    want = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 1)
+    got = ray_fed.run(ids, payload, 1)
+    want = VectorizedSimulator(fed, module, seed=5).run(ids, payload, 1)
     assert [r is None for r in got] == [r is None for r in want]
     for a, b in zip(got, want):
         assert (a.steps, a.norm_steps) == (b.steps, pytest.approx(b.norm_steps)) and a.loss == pytest.approx(b.loss, rel=1e-6)
@@ -261,9 +261,9 @@ def test_ray_answers_reply_lists_whose_fused_sum_equals_the_plain_one(fed, modul
     from fedsample.training.local import OneGradient
 
     ids = np.arange(fed.num_clients)
-    sizes = ray_fed.run("report_size", ids, SizeQuery("exact"), 0)
+    sizes = ray_fed.run(ids, SizeQuery("exact"), 0)
     assert isinstance(sizes, NumberReplies) and sizes.values.tolist() == SIZES
-    got = ray_fed.run("train", ids, TrainPayload(initial_parameters(module, 1), BernoulliSamples(0.5), OneGradient(20), 0), 0)
+    got = ray_fed.run(ids, TrainPayload(initial_parameters(module, 1), BernoulliSamples(0.5), OneGradient(20), 0), 0)
     assert isinstance(got, ShardedReports) and got.fused
     plain = Replies(list(got))
     received = got.received_positions()

@@ -51,7 +51,7 @@ def test_fused_cohort_reports_answer_like_the_plain_arithmetic(fed, module):
     """The vectorized engine's one-gradient cohort (one backward pass) against the same replies read one by one:
     received positions, a weighted sum, the summed loss and count, the drawn total."""
     ids = np.arange(fed.num_clients)
-    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module, counted=True), 2)
+    fused = VectorizedSimulator(fed, module, seed=3).run(ids, one_gradient_payload(module, counted=True), 2)
     assert isinstance(fused, CohortReports) and fused.fused and not fused.sealed
     plain = Replies(list(fused))
     assert not plain.fused
@@ -66,7 +66,7 @@ def test_fused_cohort_reports_answer_like_the_plain_arithmetic(fed, module):
 
 def test_the_loop_engines_replies_are_a_plain_reply_list(fed, module):
     ids = np.array([4, 1, 7])
-    got = Simulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module), 2)
+    got = Simulator(fed, module, seed=3).run(ids, one_gradient_payload(module), 2)
     assert type(got) is Replies and got.failed == {} and got.received_positions().tolist() == [0, 2]
     assert got.summed_loss() == (got[0].loss + got[2].loss, 2)
     with pytest.raises(ValueError, match="drawn-sample count"):  # the plan did not ask for it
@@ -94,7 +94,7 @@ def test_size_reports_through_the_failure_model_are_validated_alike(fed, module,
     sim = fs.simulation.make_federation(backend, fed, module, seed=3)
     faulty = Faulty(sim, FaultModel(dropout={"report_size": 0.3}), seed=1)
     ids = np.arange(fed.num_clients)
-    got = faulty.run("report_size", ids, SizeQuery("exact"), 0)
+    got = faulty.run(ids, SizeQuery("exact"), 0)
     assert isinstance(got, ReplyList) and got.failed
     kept, reports, failed = fs.validate.screen_sizes(got, ids, None)
     assert sorted(kept.tolist() + [f.client for f in failed]) == ids.tolist()
@@ -106,7 +106,7 @@ def test_the_failure_model_keeps_a_fused_sum_fused_with_its_positions_mapped(fed
     the fused sum over cohort positions equals the plain sum of the same replies."""
     ids = np.arange(fed.num_clients)
     faulty = Faulty(VectorizedSimulator(fed, module, seed=3), FaultModel(dropout={"train": 0.4}), seed=2)
-    got = faulty.run("train", ids, one_gradient_payload(module), 2)
+    got = faulty.run(ids, one_gradient_payload(module), 2)
     assert isinstance(got, Widened) and got.fused and got.failed
     plain = Replies(list(got))
     received = got.received_positions()
@@ -119,7 +119,7 @@ def test_the_failure_model_keeps_a_fused_sum_fused_with_its_positions_mapped(fed
 
 def test_rejecting_keeps_the_fused_abilities_and_leaves_the_rejected_out(fed, module):
     ids = np.arange(fed.num_clients)
-    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, one_gradient_payload(module), 2)
+    fused = VectorizedSimulator(fed, module, seed=3).run(ids, one_gradient_payload(module), 2)
     victim = int(fused.received_positions()[0])
     rejected = fused.rejecting({victim: Failed(victim, "train", "test")})
     assert type(rejected) is CohortReports and rejected.fused and fused.failed == {}  # the original is untouched
@@ -137,7 +137,7 @@ def test_a_one_gradient_cohort_builds_a_report_only_when_one_is_read(fed, module
     object exists; a report read is built once (the same object every time) with the numbers the arrays hold."""
     ids = np.arange(fed.num_clients)
     payload = one_gradient_payload(module, counted=True)
-    fused = VectorizedSimulator(fed, module, seed=3).run("train", ids, payload, 2)
+    fused = VectorizedSimulator(fed, module, seed=3).run(ids, payload, 2)
     received = fused.received_positions()
     loss, count = fused.summed_loss()
     drawn = fused.drawn_total()
@@ -165,7 +165,7 @@ def test_the_shallow_screen_reads_the_one_gradient_reports_it_cannot_vouch_for()
     module = torch.nn.Sequential(_Sqrt(), torch.nn.Linear(x.shape[1], ds.num_classes))
     ids = np.arange(bad.num_clients)
     payload = TrainPayload(initial_parameters(module, 1), AllSamples(), OneGradient(5), 2)
-    fused = VectorizedSimulator(bad, module, seed=3).run("train", ids, payload, 2)
+    fused = VectorizedSimulator(bad, module, seed=3).run(ids, payload, 2)
     assert type(fused) is CohortReports and fused.suspect_positions().tolist() == [2]
     screened = fs.validate.screen_updates(fused, ids, payload.params)
     plain = fs.validate.screen_updates(Replies(list(fused)), ids, payload.params, deep=False)
@@ -210,7 +210,7 @@ def test_per_client_payloads_reach_their_clients_through_the_failure_model(fed, 
     payloads = PerClient([TrainPayload(params, AllSamples(), LocalSGD(lr=0.1, epochs=None, steps=k + 1, batch_size=1), 0)
                           for k in ids.tolist()])
     sim = fs.simulation.make_federation(backend, fed, module, seed=3)
-    got = Faulty(sim, FaultModel(dropout={"train": 0.5}), seed=4).run("train", ids, payloads, 0)
+    got = Faulty(sim, FaultModel(dropout={"train": 0.5}), seed=4).run(ids, payloads, 0)
     assert got.failed and len(got.failed) < len(ids)
     for position in got.received_positions().tolist():
         assert got[position].steps == ids[position] + 1
@@ -268,7 +268,7 @@ def test_wrappers_declare_the_client_states_of_what_they_wrap(fed, module):
     class Stateless:
         num_clients = 3
 
-        def run(self, procedure, ids, payload, round):
+        def run(self, ids, payload, round):
             return [0] * len(ids)
 
     assert not isinstance(Stateless(), KeepsClientStates) and client_states_of(Faulty(Stateless())) == {}

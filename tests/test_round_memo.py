@@ -100,12 +100,12 @@ def test_the_permanent_reports_are_screened_once_and_a_changed_input_recomputes(
     estimates = rounds_estimates(sim, strategy, 4)
     # round 0's answers are the engine's fresh array; from round 1 on its kept read-only copy: screened once more
     assert len(screened) == 2
-    answers = sim.run("report_size", census(len(SIZES)).ids, strategy.sizes.query, 0).values
+    answers = sim.run(census(len(SIZES)).ids, strategy.sizes.query, 0).values
     assert estimates == [estimate_total(answers, EPSILON, M)] * 4  # N~ of the permanent reports, every round
     other = VectorizedSimulator(fed, module, seed=1)  # another run: other reports, other arrays: computed again
     again = rounds_estimates(other, strategy, 2)
     assert len(screened) == 4
-    answers = other.run("report_size", census(len(SIZES)).ids, strategy.sizes.query, 0).values
+    answers = other.run(census(len(SIZES)).ids, strategy.sizes.query, 0).values
     assert again == [estimate_total(answers, EPSILON, M)] * 2
     assert rounds_estimates(sim, recipes.fedsampling(K=8, epsilon=EPSILON, M=M + 1), 1) != estimates[:1]  # other M
 
@@ -117,9 +117,9 @@ def test_clients_contacted_counts_everyone_asked_once_with_or_without_the_census
     probes = CheckedProbes(VectorizedSimulator(fed, MLP(hidden=4).build((6,), 3), seed=0))
     query = recipes.fedsampling(K=8, epsilon=EPSILON, M=M).sizes.query
     assert probes.contacted(np.array([3, 1, 3])) == 2  # nothing asked yet: the cohort's distinct members
-    probes.run("report_size", np.array([0, 1, 5]), query, 0)
+    probes.run(np.array([0, 1, 5]), query, 0)
     assert probes.contacted(np.array([1, 2, 7])) == 5  # {0, 1, 5} and {2, 7}
-    probes.run("report_size", np.array([2, 9]), query, 0)
+    probes.run(np.array([2, 9]), query, 0)
     assert probes.contacted(np.array([], dtype=np.int64)) == 5
-    probes.run("report_size", census(len(SIZES)).ids, query, 0)  # everyone, as FedSampling asks
+    probes.run(census(len(SIZES)).ids, query, 0)  # everyone, as FedSampling asks
     assert probes.contacted(np.array([4])) == len(SIZES)

@@ -54,9 +54,9 @@ def test_the_engine_on_shards_reproduces_every_client_report():
     st = fs.recipes.fedavg(clients_per_round=7, epochs=2, batch_size=2, lr=0.1)
     payload = TrainPayload(params=params, plan=AllSamples(), solver=st.local, round=2)
     ids = np.arange(fed.num_clients)
-    want = whole.run("train", ids, payload, 2)
+    want = whole.run(ids, payload, 2)
     for k in ids:
-        got = shards[owner[k]].run("train", np.array([k]), payload, 2)[0]
+        got = shards[owner[k]].run(np.array([k]), payload, 2)[0]
         if want[k] is None:
             assert got is None
             continue

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import privacy
 from fedsample.privacy import size_estimate
@@ -97,9 +98,10 @@ class CountingFederation:
     def num_clients(self):
         return self.inner.num_clients
 
-    def run(self, procedure, ids, payload, round):
+    def run(self, ids, payload, round):
+        procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares
         self.size_queries += procedure == "report_size"
-        return self.inner.run(procedure, ids, payload, round)
+        return self.inner.run(ids, payload, round)
 
 
 def run_rounds(strategy, rounds, backend="vectorized"):

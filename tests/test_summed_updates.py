@@ -16,7 +16,8 @@ import torch
 
 import fedsample as fs
 from fedsample.federation.summed import SummedReplies, SummedReport
-from fedsample.federation.faults import FaultModel
+from fedsample.federation.faults import FaultModel, Faulty
+from fedsample.federation.simulator import Simulator
 from fedsample.models import MLP
 from fedsample.strategy import round as round_steps
 from fedsample.training.aggregate import WeightedMean
@@ -48,13 +49,13 @@ def no_plan(monkeypatch):
 def train_calls(monkeypatch):
     """The clients the train procedure ran for, in call order."""
     calls: list[int] = []
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
 
     def counted(ctx, payload, rng):
         calls.append(ctx.client_id)
         return train(ctx, payload, rng)
 
-    monkeypatch.setitem(fs.client.PROCEDURES, "train", counted)
+    monkeypatch.setitem(fs.client.PROCEDURES, fs.messages.TrainPayload, counted)
     return calls
 
 
@@ -126,7 +127,7 @@ def test_a_rejected_update_is_answered_from_retrained_updates_with_the_same_numb
     """Client 4 sends a NaN update and counts its calls in its own state: the engine does not sum it, the screen
     rejects it, the server's sum over the others is formed from their updates trained again (from the state they
     had before the call: no client's state moves twice), and the run's numbers are those of held updates."""
-    train = fs.client.PROCEDURES["train"]
+    train = fs.client.PROCEDURES[fs.messages.TrainPayload]
     trained: list[int] = []
 
     def stateful(ctx, payload, rng):
@@ -137,7 +138,7 @@ def test_a_rejected_update_is_answered_from_retrained_updates_with_the_same_numb
             report.update = {k: torch.full_like(v, float("nan")) for k, v in report.update.items()}
         return report
 
-    monkeypatch.setitem(fs.client.PROCEDURES, "train", stateful)
+    monkeypatch.setitem(fs.client.PROCEDURES, fs.messages.TrainPayload, stateful)
     strategy = weighted("uniform")()
     strategy = replace(strategy, clients=fs.sampling.clients.AllClients())  # every client, client 4 included
     sim = fs.federation.simulator.Simulator(fed, mlp, seed=0)
@@ -173,3 +174,53 @@ def test_a_round_without_binomial_amplification_does_not_import_scipy_stats(tmp_
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+class Asked:
+    """A federation that records the requests it is asked and answers with the engine it wraps."""
+
+    def __init__(self, inner):
+        self.inner, self.requests = inner, []
+
+    @property
+    def num_clients(self):
+        return self.inner.num_clients
+
+    def run(self, client_ids, request, round):
+        self.requests.append((np.asarray(client_ids).copy(), request))
+        return self.inner.run(client_ids, request, round)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_the_aggregators_planned_sum_travels_in_the_train_request_and_a_sub_cohort_gets_none(fed, mlp, dropout):
+    """The round sends the aggregator's declared reduction in the train request itself (no hidden context): the whole
+    cohort's ids in order and the aggregator's weights. The failure model asks a sub-cohort when clients drop out, and
+    then drops the plan explicitly: the engine under it receives no planned sum."""
+    strategy = fs.recipes.fedavg(clients_per_round=8, lr=0.1, batch_size=4)
+    engine = Asked(Simulator(fed, mlp, seed=0))
+    faulty = Faulty(engine, FaultModel(dropout={"train": dropout}), seed=1)
+    params = fs.models.initial_parameters(mlp, 0)
+    state = strategy.init_state(params)
+    outer = Asked(faulty)
+    strategy.round(outer, params, state, 0, seed=0)
+    ids, request = next((i, r) for i, r in outer.requests if isinstance(r, fs.messages.TrainPayload))
+    plan = request.planned
+    assert plan is not None and np.array_equal(plan.ids, ids) and plan.weights.shape == (len(ids),)
+    np.testing.assert_allclose(plan.weights.sum(), 1.0)  # FedAvg's uniform mean over the whole cohort, declared up front
+    inner_ids, inner_request = next((i, r) for i, r in engine.requests if isinstance(r, fs.messages.TrainPayload))
+    if dropout == 0:  # nobody dropped out: the engine gets the request as the round sent it
+        assert np.array_equal(inner_ids, ids) and inner_request.planned is plan
+    else:  # some dropped out (this seed loses clients): the sub-cohort's request carries no plan
+        assert len(inner_ids) < len(ids) and inner_request.planned is None
+
+
+def test_unplanned_drops_the_plan_of_every_per_client_request_and_leaves_other_requests_alone():
+    plan = fs.messages.PlannedSum(np.arange(2), np.full(2, 0.5))
+    train = fs.messages.TrainPayload(params={}, plan=None, solver=None, round=0)
+    each = fs.messages.with_plan(fs.messages.PerClient((train, train)), plan)
+    assert [p.planned for p in each] == [plan, plan]
+    assert [p.planned for p in fs.messages.unplanned(each)] == [None, None]
+    probe = fs.messages.ProbeRequest(params={})
+    assert fs.messages.unplanned(probe) is probe and fs.messages.unplanned(train) is train
+    sent = fs.messages.payloads_for(fs.messages.with_plan(train, plan), 2)
+    assert fs.messages.planned_for(sent, np.arange(2)) is plan and fs.messages.planned_for(sent, np.array([1, 0])) is None

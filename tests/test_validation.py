@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsample.messages import payloads_for
 from fedsample import privacy, recipes, validate
 from fedsample.messages import TrainReport
 from fedsample.federation.simulator import Simulator
@@ -195,8 +196,9 @@ def test_params_unchanged_when_every_update_is_invalid():
     module = LogisticRegression().build(fed.dataset.input_shape, fed.dataset.num_classes)
 
     class AllNaN(Simulator):
-        def run(self, procedure, ids, payload, round):
-            got = super().run(procedure, ids, payload, round)
+        def run(self, ids, payload, round):
+            procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares
+            got = super().run(ids, payload, round)
             if procedure != "train":
                 return got
             return [TrainReport({k: v * np.nan for k, v in r.update.items()}, r.steps, r.loss) for r in got]

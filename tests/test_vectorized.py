@@ -88,15 +88,15 @@ def test_train_reports_match_loop(fed, setup, solver, plan):
     module, params = setup
     ids = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     payload = TrainPayload(params=params, plan=PLANS[plan], solver=SOLVERS[solver], round=2)
-    loop = Simulator(fed, module, seed=5).run("train", ids, payload, 2)
-    vec = VectorizedSimulator(fed, module, seed=5).run("train", ids, payload, 2)
+    loop = Simulator(fed, module, seed=5).run(ids, payload, 2)
+    vec = VectorizedSimulator(fed, module, seed=5).run(ids, payload, 2)
     assert_reports_match(loop, vec)
 
 
 def test_heterogeneous_steps_are_taken(fed, setup):
     module, params = setup
     payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS["sgd_momentum_prox"], round=0)
-    vec = VectorizedSimulator(fed, module, seed=1).run("train", np.arange(10), payload, 0)
+    vec = VectorizedSimulator(fed, module, seed=1).run(np.arange(10), payload, 0)
     steps = [r.steps if r else 0 for r in vec]
     assert steps == [int(np.ceil(n / 8)) for n in SIZES]
 
@@ -107,8 +107,8 @@ def test_short_client_unaffected_by_longer_clients(fed, setup):
     module, params = setup
     payload = TrainPayload(params=params, plan=AllSamples(), solver=SOLVERS["sgd_momentum_prox"], round=0)
     sim = VectorizedSimulator(fed, module, seed=1)
-    together = sim.run("train", np.array([0, 5, 4]), payload, 0)[0]
-    alone = sim.run("train", np.array([0]), payload, 0)[0]
+    together = sim.run(np.array([0, 5, 4]), payload, 0)[0]
+    alone = sim.run(np.array([0]), payload, 0)[0]
     assert together.steps == alone.steps == 1
     assert_params_close(together.update, alone.update, tol=1e-6)
 
@@ -117,8 +117,8 @@ def test_short_client_unaffected_by_longer_clients(fed, setup):
 def test_chunking_matches_one_chunk(fed, setup, solver):
     module, params = setup
     payload = TrainPayload(params=params, plan=BernoulliSamples(0.8), solver=SOLVERS[solver], round=1)
-    one = VectorizedSimulator(fed, module, seed=3, memory_budget=2**40).run("train", np.arange(10), payload, 1)
-    tiny = VectorizedSimulator(fed, module, seed=3, memory_budget=1).run("train", np.arange(10), payload, 1)
+    one = VectorizedSimulator(fed, module, seed=3, memory_budget=2**40).run(np.arange(10), payload, 1)
+    tiny = VectorizedSimulator(fed, module, seed=3, memory_budget=1).run(np.arange(10), payload, 1)
     assert_reports_match(one, tiny)
 
 
@@ -126,8 +126,8 @@ def test_size_reports_identical(fed, setup):
     module, _ = setup
     ids = np.array([0, 1, 2, 3, 4, 5, 6, 7, 9])  # client 8 holds nothing and cannot report
     for query in (SizeQuery("randomized", 1.0, 10), SizeQuery("exact")):
-        loop = np.array(Simulator(fed, module, seed=9).run("report_size", ids, query, 4))
-        vec = np.asarray(VectorizedSimulator(fed, module, seed=9).run("report_size", ids, query, 4))
+        loop = np.array(Simulator(fed, module, seed=9).run(ids, query, 4))
+        vec = np.asarray(VectorizedSimulator(fed, module, seed=9).run(ids, query, 4))
         np.testing.assert_array_equal(loop, vec)
 
 
@@ -141,8 +141,8 @@ def test_kept_permanent_reports_are_the_ones_each_client_draws_alone(fed, setup)
             (fewer, SizeQuery("randomized", 1.0, 10), 4), (ids, SizeQuery("randomized", 2.0, 10), 5),
             (ids, SizeQuery("randomized", 2.0, 10, permanent=False), 6), (ids, SizeQuery("randomized", 2.0, 10), 7)]
     for who, query, round in asks:
-        np.testing.assert_array_equal(np.asarray(vec.run("report_size", who, query, round)),
-                                      np.array(loop.run("report_size", who, query, round)))
+        np.testing.assert_array_equal(np.asarray(vec.run(who, query, round)),
+                                      np.array(loop.run(who, query, round)))
     assert vec._permanent is not None and vec._permanent[0][-1] == (2.0, 10)
 
 
@@ -150,7 +150,7 @@ def test_fused_sum_equals_sum_of_client_gradients(fed, setup):
     """The one-backward union gradient equals the sum of each client's own G_c."""
     module, params = setup
     payload = TrainPayload(params=params, plan=BernoulliSamples(0.7), solver=OneGradient(K=50), round=0)
-    reports = VectorizedSimulator(fed, module, seed=0).run("train", np.arange(10), payload, 0)
+    reports = VectorizedSimulator(fed, module, seed=0).run(np.arange(10), payload, 0)
     got = [i for i, r in enumerate(reports) if r is not None]
     fused = reports.weighted_update_sum(np.array(got), np.ones(len(got)))
     explicit = {k: sum(reports[i].update[k] for i in got) for k in fused}
@@ -277,7 +277,7 @@ def test_a_federation_is_freed_with_its_last_reference(fed, setup, solver):
     gc.disable()
     try:
         sim = VectorizedSimulator(fed, module, seed=5)
-        reports = sim.run("train", np.arange(10), payload, 0)
+        reports = sim.run(np.arange(10), payload, 0)
         assert all(reports[int(i)].update is not None for i in reports.received_positions())
         assert reports.weighted_update_sum(reports.received_positions(), np.ones(len(reports.received_positions()))) is not None
         gone = weakref.ref(sim)

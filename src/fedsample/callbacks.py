@@ -21,6 +21,7 @@ import torch
 
 from fedsample import checks, validate
 from fedsample.federation.base import Federation, client_states_of
+from fedsample.messages import TrainPayload
 from fedsample.runtime.fingerprint import differences
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
@@ -187,7 +188,7 @@ def divergence(record: dict, params: Params) -> str | None:
         value = record.get(key)
         if isinstance(value, float) and not math.isfinite(value):
             return f"the {'training' if key == 'train_loss' else 'test'} loss became {value}"
-    reasons = [f["reason"] for f in record.get("failed", []) if f.get("phase") == "train"]
+    reasons = [f["reason"] for f in record.get("failed", []) if f.get("phase") == TrainPayload.procedure.name]
     if reasons and record.get("updates") == 0 and all(r.startswith("non-finite") for r in reasons):
         return f"every client's update was non-finite ({reasons[0]})"
     return None

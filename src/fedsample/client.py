@@ -1,8 +1,9 @@
 """Client procedures: the only code that reads a client's data.
 
-Each procedure is a plain function ``(ctx, payload, rng) -> report``. ``ctx`` holds one client's data and
-the model; ``payload`` is what the server sent; ``rng`` is derived from (seed, round, client, procedure):
-a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
+Each procedure is a plain function ``(ctx, request, rng) -> report``, chosen by the request's type
+(:data:`PROCEDURES`, :func:`procedure_for`). ``ctx`` holds one client's data and the model; ``request`` is what the
+server sent; ``rng`` is derived from (seed, round, client, purpose), the purpose the request declares
+(:class:`fedsample.messages.Procedure`'s ``stream``): a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
 A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
 strategy asked for exact sizes, or through :func:`sum_sizes`, into a secure sum that adds Gaussian noise. Every asked client answers ``train`` with a report of the same shape (a zero
 update when its plan drew nothing), so whether a reply arrives says nothing about its data.
@@ -16,8 +17,8 @@ import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SIZE_SUM, SizeQuery, SizeSumRequest,
-    TrainPayload, TrainReport,
+    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, SizeSumRequest,
+    TrainHeld, TrainPayload, TrainReport,
 )
 from fedsample.parts import counts_drawn, reports_count, reports_rows
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
@@ -28,8 +29,8 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "HELD", "PROCEDURES", "SEALED_PROCEDURES", "SIZE_SUM", "UPDATE_PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
-    "probe", "probe_rows", "report_size", "sample_utility", "send_held", "statistical_utilities", "stream_of", "sum_sizes", "train",
+    "HELD", "PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
+    "probe", "probe_rows", "procedure_for", "report_size", "sample_utility", "send_held", "statistical_utilities", "sum_sizes", "train",
     "train_held", "update_norm", "weighted_second_moment",
 ]
 
@@ -219,7 +220,7 @@ def hold(ctx: ClientContext, report: TrainReport | None, round: int) -> HeldRepo
     return HeldReport(update_norm(report))
 
 
-def train_held(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> HeldReport:
+def train_held(ctx: ClientContext, payload: TrainHeld, rng: np.random.Generator) -> HeldReport:
     """:func:`train`, but the report stays with the client (:func:`hold`): the server receives the update's norm
     and, if it chooses this client, the update itself (:func:`send_held`)."""
     return hold(ctx, train(ctx, payload, rng), payload.round)
@@ -233,16 +234,15 @@ def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator
     return held["report"]
 
 
-def stream_of(procedure: str) -> str:
-    """The purpose of a procedure's random stream, (seed, round, client, purpose): ``train_held`` trains exactly as
-    ``train`` does, from the same stream, so a held update is the update the client would have sent."""
-    return "train" if procedure == "train_held" else procedure
+#: The client procedure that answers each request type (a subclass of a request answers as its base does).
+PROCEDURES: dict[type[Any], Callable[..., Any]] = {
+    SizeQuery: report_size, SizeSumRequest: sum_sizes, ProbeRequest: probe, TrainPayload: train, TrainHeld: train_held, HeldRequest: send_held,
+}
 
 
-#: The client procedures a federation runs, by the name the server asks for.
-PROCEDURES: dict[str, Callable[..., Any]] = {"report_size": report_size, SIZE_SUM: sum_sizes, "probe": probe, "train": train,
-                                             "train_held": train_held, "send_held": send_held}
-UPDATE_PROCEDURES = ("train", "send_held")
-"""The procedures whose replies carry updates (sealed by a secure sum, summed on Ray's actors)."""
-SEALED_PROCEDURES = (*UPDATE_PROCEDURES, SIZE_SUM)
-"""The procedures whose replies a secure sum seals (:class:`fedsample.federation.secure_sum.SecureSum`)."""
+def procedure_for(request: Any) -> Callable[..., Any]:
+    """The client procedure that answers ``request``: its class's in :data:`PROCEDURES`, or its nearest base's."""
+    for cls in type(request).__mro__:
+        if cls in PROCEDURES:
+            return PROCEDURES[cls]
+    raise TypeError(f"no client procedure answers a {type(request).__name__}")

@@ -4,9 +4,11 @@ A leaf module (it imports no other fedsample module but the parameter type): the
 client procedures (:mod:`fedsample.client`), the engines and the federations all speak these types.
 
 - server -> client: :class:`SizeQuery`, :class:`SizeSumRequest`, :class:`ProbeRequest`, :class:`TrainPayload`,
-  :class:`HeldRequest`; one
-  payload shared by every asked client, or :class:`PerClient` (one each), read by every federation through
-  :func:`payloads_for`;
+  :class:`TrainHeld`, :class:`HeldRequest`; one request shared by every asked client, or :class:`PerClient` (one
+  each), read by every federation through :func:`payloads_for`. A request's type decides what the client does: each
+  request class declares its :class:`Procedure` (the procedure's name, its random stream, its failure-model phase,
+  whether it trains, computes with the model, or answers an update a secure sum seals), and
+  :data:`fedsample.client.PROCEDURES` maps the type to the client function;
 - client -> server: an ``int`` size report, :class:`ProbeReport`, :class:`TrainReport`, :class:`HeldReport`;
 - on the client only: :class:`ClientContext` (its data, the model, its own state), :class:`LocalSample` (what its
   data plan drew) and the :class:`DataWeights` rule it applies to its own data.
@@ -14,8 +16,8 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Protocol, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +27,8 @@ from fedsample import checks
 
 __all__ = [
     "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Shared", "SIZE_SUM", "SizeQuery", "SizeSumRequest", "TrainPayload", "TrainReport", "payloads_for",
+    "ProbeRequest", "Procedure", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "PlannedSum", "planned_for", "procedure_of", "unplanned", "with_plan",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -93,11 +96,36 @@ class DataWeights(Protocol):
 
 
 @dataclass(frozen=True)
+class Procedure:
+    """What a request asks of a client, declared once by the request's class (its ``procedure`` class variable), so
+    that no federation tells requests apart by a name:
+
+    - ``name``: the client procedure's name, as a round's record names a failed client's phase, the privacy ledger a
+      call, and Flower a message type (:mod:`fedsample.flower.codec`);
+    - ``stream``: the purpose of the client's random stream (seed, round, client, purpose) (:mod:`fedsample.rng`);
+    - ``phase``: the failure model's phase (:mod:`fedsample.federation.faults`): whose dropout decides the client;
+    - ``trains``: the client trains locally (a round's local trainings);
+    - ``computes``: the client computes with the model (runs side by side on client threads);
+    - ``update``: the reply carries an update (summed on Ray's actors and a worker pool's shards);
+    - ``sealed``: a secure sum seals the replies (:mod:`fedsample.federation.secure_sum`)."""
+
+    name: str
+    stream: str
+    phase: str
+    trains: bool = False
+    computes: bool = False
+    update: bool = False
+    sealed: bool = False
+
+
+@dataclass(frozen=True)
 class SizeQuery:
     """The server's question about data size: ``exact`` (only when the strategy declares it) or
     ``randomized`` response with budget ``epsilon`` and threshold ``M``. With ``permanent`` (the default)
     each client randomizes once and repeats that answer every round (RAPPOR's memoization), so a run
     reveals what one report reveals; ``permanent=False`` re-draws the answer every round."""
+
+    procedure: ClassVar[Procedure] = Procedure("report_size", stream="report_size", phase="report_size")
 
     mode: Literal["exact", "randomized"]
     epsilon: float | None = None
@@ -112,10 +140,6 @@ class SizeQuery:
         return self.epsilon, self.M
 
 
-#: The count-only client procedure that answers a :class:`SizeSumRequest` (:func:`fedsample.client.sum_sizes`).
-SIZE_SUM = "sum_sizes"
-
-
 @dataclass(frozen=True)
 @checks.constrained(count_noise=checks.NON_NEGATIVE)
 class SizeSumRequest:
@@ -124,7 +148,10 @@ class SizeSumRequest:
     noise, exactly as a round's drawn count does (:mod:`fedsample.federation.secure_sum`,
     :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
     answered, nothing per client. FedSampling's first ratio K/N^ comes from it
-    (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``)."""
+    (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``). Answered by the count-only
+    client procedure :func:`fedsample.client.sum_sizes`."""
+
+    procedure: ClassVar[Procedure] = Procedure("sum_sizes", stream="sum_sizes", phase="sum_sizes", sealed=True)
 
     count_noise: float
 
@@ -150,6 +177,8 @@ class ProbeRequest:
     ``partial=True``: the sampler can do without the clients the failure model loses in this phase (DELTA: they are
     not drawn, and the others' inclusion probabilities carry the share whose probe arrived); their replies stay
     :class:`~fedsample.rounds.Failed` instead of stopping the round. Clients do not read it."""
+
+    procedure: ClassVar[Procedure] = Procedure("probe", stream="probe", phase="probe", computes=True)
 
     params: Params
     gradient: bool = False
@@ -195,11 +224,30 @@ class ProbeReport:
 
 
 @dataclass(frozen=True)
+class PlannedSum:
+    """The aggregator's declared reduction of a ``train`` call: the weighted sum the server will ask if every asked
+    client's update arrives and passes the screen, ``sum_i weights_i * Delta_i`` over the positions of ``ids``, in
+    order (:func:`fedsample.rounds.weighted_sum`'s arithmetic). It travels in the train request
+    (:attr:`TrainPayload.planned`); an in-process engine that reads it there (:func:`planned_for`) may add each update
+    into that sum as it arrives and drop it, instead of holding the cohort's updates until the server asks; asked
+    anything else, it must still answer (:class:`fedsample.federation.summed.SummedReplies` recomputes the updates it
+    dropped)."""
+
+    ids: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
 class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
     privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
     ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
-    whose capabilities read the reply's ``utility`` asks for it)."""
+    whose capabilities read the reply's ``utility`` asks for it). ``planned``: the sum the server plans to ask of the
+    call's replies (:class:`PlannedSum`, the aggregator's declared reduction), for the engine only; clients do not
+    read it, and a federation that asks other clients than the round's cohort, or sends the request elsewhere, drops
+    it (:func:`unplanned`)."""
+
+    procedure: ClassVar[Procedure] = Procedure("train", stream="train", phase="train", trains=True, computes=True, update=True, sealed=True)
 
     params: Params
     plan: Any
@@ -207,6 +255,26 @@ class TrainPayload:
     round: int
     noise: Any = None
     utility: bool = False
+    planned: PlannedSum | None = None
+
+
+@dataclass(frozen=True)
+class TrainHeld(TrainPayload):
+    """Train as :class:`TrainPayload` asks, but keep the update on the client and answer only its norm
+    (:class:`HeldReport`; :func:`fedsample.client.train_held`): the first phase of a sampler that chooses among clients
+    that have trained (:class:`fedsample.parts.TrainsFirst`). It trains from the ``train`` stream, so a held update is
+    the update the client would have sent, and it is the training phase of the failure model."""
+
+    procedure: ClassVar[Procedure] = Procedure("train_held", stream="train", phase="train", trains=True, computes=True)
+
+    @classmethod
+    def of(cls, payload: TrainPayload) -> "TrainHeld":
+        """The held form of ``payload`` (the same fields)."""
+        return cls(**vars(payload))
+
+    def training(self) -> TrainPayload:
+        """The plain training request with the same fields (what the client trains before it holds the update)."""
+        return TrainPayload(**vars(self))
 
 
 @dataclass
@@ -241,9 +309,12 @@ class HeldReport:
 
 @dataclass(frozen=True)
 class HeldRequest:
-    """Send the update kept by round ``round``'s ``train_held`` (the second phase of a sampler that chooses among
+    """Send the update kept by round ``round``'s :class:`TrainHeld` (the second phase of a sampler that chooses among
     clients that have trained, :class:`fedsample.parts.TrainsFirst`). ``shapes``: the parameters' names and shapes,
-    so that the server checks the reply without sending the parameters again."""
+    so that the server checks the reply without sending the parameters again. The failure model decides it with the
+    training phase (a client that trained and keeps its update sends it when asked)."""
+
+    procedure: ClassVar[Procedure] = Procedure("send_held", stream="send_held", phase="train", update=True, sealed=True)
 
     round: int
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -254,15 +325,24 @@ class HeldRequest:
 
 @dataclass(frozen=True)
 class PerClient:
-    """One payload per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent). Any
-    other payload handed to ``run`` is shared by every asked client."""
+    """One request per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent), all of
+    one type. Any other request handed to ``run`` is shared by every asked client."""
 
     payloads: tuple[Any, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payloads", tuple(self.payloads))
+        if len(set(map(type, self.payloads))) > 1:
+            raise TypeError(f"PerClient holds requests of one type, not {sorted({type(p).__name__ for p in self.payloads})}")
 
     shared = None  # no payload is shared by all
+
+    @property
+    def procedure(self) -> Procedure:
+        """The procedure its requests declare (an empty PerClient declares none: a ValueError)."""
+        if not self.payloads:
+            raise ValueError("an empty PerClient declares no procedure")
+        return procedure_of(self.payloads[0])
 
     def __len__(self) -> int:
         return len(self.payloads)
@@ -285,6 +365,11 @@ class Shared:
 
     shared: Any
 
+    @property
+    def procedure(self) -> Procedure:
+        """The procedure the shared request declares."""
+        return procedure_of(self.shared)
+
     def at(self, position: int) -> Any:
         return self.shared
 
@@ -303,3 +388,40 @@ def payloads_for(payload: Any, count: int) -> PerClient | Shared:
     if isinstance(payload, (list, tuple)):
         raise TypeError("one payload per client is declared as fedsample.messages.PerClient(payloads), not a bare sequence")
     return Shared(payload)
+
+
+def procedure_of(request: Any) -> Procedure:
+    """The :class:`Procedure` a request declares (by its class, or the class it extends); a TypeError naming the
+    object for anything else."""
+    for cls in type(request).__mro__:
+        declared = vars(cls).get("procedure")
+        if isinstance(declared, Procedure):
+            return declared
+    raise TypeError(f"{type(request).__name__} is not a request: a request class declares its procedure (fedsample.messages.Procedure)")
+
+
+def planned_for(sent: PerClient | Shared, client_ids: np.ndarray) -> PlannedSum | None:
+    """The planned sum a train request carries (:attr:`TrainPayload.planned`) where it is a sum over exactly these
+    clients in this order (a sub-cohort of the round's gets none), else None."""
+    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
+    plan = first.planned if isinstance(first, TrainPayload) else None
+    if plan is None or len(plan.ids) != len(client_ids) or not np.array_equal(plan.ids, np.asarray(client_ids)):
+        return None
+    return plan
+
+
+def with_plan(request: Any, plan: PlannedSum | None) -> Any:
+    """``request`` (a train request, or :class:`PerClient` train requests) carrying ``plan`` as its planned sum."""
+    if isinstance(request, PerClient):
+        return PerClient(tuple(replace(p, planned=plan) for p in request))
+    return replace(request, planned=plan)
+
+
+def unplanned(request: Any) -> Any:
+    """``request`` without a planned sum: what a federation sends when it asks other clients than the round's cohort
+    (the failure model's sub-cohort) or sends the request out of this process (workers, Ray actors, Flower nodes).
+    Any other request is returned as it is."""
+    first = request.payloads[0] if isinstance(request, PerClient) and len(request) else request
+    if not isinstance(first, TrainPayload) or first.planned is None:
+        return request
+    return with_plan(request, None)

@@ -677,7 +677,7 @@ class ObservesReplies(Protocol):
 class TrainsFirst(ClientSampler, Protocol):
     """A sampler that chooses among clients that have already trained (optimal client sampling, Chen et al. 2022).
     ``select(ctx)`` returns who trains (every available client, pi = 1); each of them trains, keeps its update and
-    sends only its norm (the procedure ``train_held``); ``select_trained(ctx, trained, held)`` returns the cohort
+    sends only its norm (a :class:`~fedsample.messages.TrainHeld` request); ``select_trained(ctx, trained, held)`` returns the cohort
     whose updates the server then receives (``send_held``), with their inclusion probabilities. The other updates
     never leave their clients. The round record states the cost: ``local_trainings`` for ``cohort`` uploads."""
 

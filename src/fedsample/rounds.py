@@ -3,7 +3,7 @@
 A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages`, so that sampling/,
 training/ and the federations use these types without importing :mod:`fedsample.strategy`.
 
-A federation answers ``run(procedure, ids, payload, round)`` with a :class:`ReplyList`: one reply per asked
+A federation answers ``run(ids, request, round)`` with a :class:`ReplyList`: one reply per asked
 client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
 raised, or sent something the server rejected; a failed client is left out of that round and named in the
 round's record. :class:`ReplyList` is the one protocol for what the server may ask of a round's replies (the
@@ -15,9 +15,7 @@ its own way (the vectorized engine's one backward pass, Ray's partial sums on th
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -28,8 +26,8 @@ from fedsample.messages import Params
 from fedsample.rng import SERVER, generator
 
 __all__ = [
-    "Cohort", "Failed", "FederationLost", "NumberReplies", "PlannedSum", "Replies", "ReplyList", "RoundContext", "Widened",
-    "add_weighted_", "carries_update", "failed_positions", "is_failed", "planned_sum", "planned_sum_for", "position_index", "replies_of",
+    "Cohort", "Failed", "FederationLost", "NumberReplies", "Replies", "ReplyList", "RoundContext", "Widened",
+    "add_weighted_", "carries_update", "failed_positions", "is_failed", "position_index", "replies_of",
     "weighted_sum",
 ]
 
@@ -97,40 +95,6 @@ def add_weighted_(total: Params | None, update: Params, weight: float) -> Params
     for k, acc in total.items():
         acc.add_(update[k], alpha=weight)
     return total
-
-
-@dataclass(frozen=True)
-class PlannedSum:
-    """The weighted sum the server will ask of a ``train`` call if every asked client's update arrives and passes
-    the screen: ``sum_i weights_i * Delta_i`` over the positions of ``ids``, in order (:func:`weighted_sum`'s
-    arithmetic). An engine that sees it (:func:`planned_sum_for`) may add each update into that sum as it arrives
-    and drop it, instead of holding the cohort's updates until the server asks; asked anything else, it must still
-    answer (:class:`fedsample.federation.summed.SummedReplies` recomputes the updates it dropped)."""
-
-    ids: np.ndarray
-    weights: np.ndarray
-
-
-_PLANNED: ContextVar[PlannedSum | None] = ContextVar("fedsample_planned_sum", default=None)
-
-
-@contextmanager
-def planned_sum(ids: np.ndarray, weights: np.ndarray | None) -> Iterator[None]:
-    """Declare, for the ``train`` call made in the block, the sum the server plans to ask (None: no plan)."""
-    token = _PLANNED.set(None if weights is None else PlannedSum(np.asarray(ids), np.asarray(weights, dtype=np.float64)))
-    try:
-        yield
-    finally:
-        _PLANNED.reset(token)
-
-
-def planned_sum_for(ids: np.ndarray) -> PlannedSum | None:
-    """The planned sum of a call on exactly these clients in this order (a wrapper that asks fewer, e.g. the failure
-    model leaving out dropped clients, gets none)."""
-    plan = _PLANNED.get()
-    if plan is None or len(plan.ids) != len(ids) or not np.array_equal(plan.ids, np.asarray(ids)):
-        return None
-    return plan
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.messages import HeldReport, ProbeReport, SizeQuery, TrainHeld, TrainPayload, TrainReport
 from fedsample.rounds import Failed, NumberReplies, ReplyList, is_failed, replies_of
 
 __all__ = ["ProbeProblem", "params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
@@ -90,7 +90,7 @@ def screen_updates(replies: Sequence[Any] | ReplyList, ids: np.ndarray, params: 
         problem = "duplicate reply" if id(reply) in seen else report_problem(reply, params, deep)
         seen.add(id(reply))
         if problem:
-            rejected[i] = Failed(int(ids[i]), "train", problem)
+            rejected[i] = Failed(int(ids[i]), TrainPayload.procedure.name, problem)
     return replies.rejecting(rejected) if rejected else replies
 
 
@@ -122,7 +122,7 @@ def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tupl
     with np.errstate(invalid="ignore"):
         good = np.isfinite(values) & (values == np.round(values)) & (values >= low) & (values <= high)
     good[np.fromiter(lost, dtype=np.int64, count=len(lost))] = False
-    failed = [lost[i] if i in lost else Failed(int(ids[i]), "report_size", size_problem(values[i], M) or "invalid")
+    failed = [lost[i] if i in lost else Failed(int(ids[i]), SizeQuery.procedure.name, size_problem(values[i], M) or "invalid")
               for i in np.flatnonzero(~good).tolist()]
     return ids[good], values[good].astype(np.int64), failed
 
@@ -148,7 +148,7 @@ def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | N
             kept.append(k)
             values.append(int(reply))
         else:
-            failed.append(reply if is_failed(reply) else Failed(k, "report_size", problem))
+            failed.append(reply if is_failed(reply) else Failed(k, SizeQuery.procedure.name, problem))
     return np.asarray(kept, dtype=np.int64), np.asarray(values, dtype=np.int64), failed
 
 
@@ -198,7 +198,7 @@ def screen_held(replies: Sequence[Any] | ReplyList, ids: np.ndarray) -> ReplyLis
     replies = replies_of(replies)
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} update norms for {len(ids)} clients")
-    rejected = {i: Failed(int(ids[i]), "train_held", problem) for i, r in enumerate(replies)
+    rejected = {i: Failed(int(ids[i]), TrainHeld.procedure.name, problem) for i, r in enumerate(replies)
                 if i not in replies.failed and (problem := held_problem(r))}
     return replies.rejecting(rejected) if rejected else replies
 

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from fedsample.client import statistical_utilities, update_norm
-from fedsample.messages import ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import (
+    ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
+)
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
@@ -165,22 +167,23 @@ class LinearisedFederation(VectorizedSimulator):
         done, self.cost = self.cost, RoundCost()
         return done
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         self.cost.contacted.update(ids.tolist())
-        sent = payloads_for(payload, len(ids))
+        sent = payloads_for(request, len(ids))
+        asked = sent.at(0)
         replies: ReplyList
-        if procedure == "probe" and sent.shared is not None and sent.shared.minibatch is None:
+        if isinstance(sent.shared, ProbeRequest) and sent.shared.minibatch is None:
             replies = self._cached_probes(ids, sent.shared, round)
-        elif procedure == "train_held":  # every client trains; its update and rows stay on its side until sent
+        elif isinstance(asked, TrainHeld):  # every client trains; its update and rows stay on its side until sent
             reports = self.train(ids, sent, round, sent_up=False)
             self._held = {k: (round, *reports.terms_of(c)) for c, k in enumerate(ids.tolist())}
             replies = Replies([HeldReport(update_norm(reports[c])) for c in range(len(ids))], failed={})
-        elif procedure == "send_held":
-            replies = self._send_held(ids, payload)
+        elif isinstance(asked, HeldRequest):
+            replies = self._send_held(ids, asked)
         else:
-            replies = super().run(procedure, ids, payload, round)
-        self.cost.bytes_up += self._reply_bytes(procedure, payload, replies)
+            replies = super().run(ids, request, round)
+        self.cost.bytes_up += self._reply_bytes(asked, replies)
         return replies
 
     def _send_held(self, ids: np.ndarray, request: HeldRequest) -> LinearReports:
@@ -200,12 +203,13 @@ class LinearisedFederation(VectorizedSimulator):
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
 
-    def _reply_bytes(self, procedure: str, payload: Any, replies: ReplyList) -> int:
-        if procedure == "report_size":
+    def _reply_bytes(self, asked: Any, replies: ReplyList) -> int:
+        """The bytes the replies to ``asked`` send up (updates are counted where they are sent)."""
+        if isinstance(asked, SizeQuery):
             return SIZE_REPORT_BYTES * len(replies)
-        if procedure == "train_held":
+        if isinstance(asked, TrainHeld):
             return NORM_BYTES * len(replies)
-        if procedure == "probe":
+        if isinstance(asked, ProbeRequest):
             self.cost.probes += len(replies)
             return sum(r.nbytes for r in replies)  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate
         return 0
@@ -217,7 +221,7 @@ class LinearisedFederation(VectorizedSimulator):
                request.statistics)
         missing = np.array([k for k in ids.tolist() if (k, key) not in self._probes], dtype=np.int64)
         if len(missing):
-            for k, reply in zip(missing.tolist(), super().run("probe", missing, request, round)):
+            for k, reply in zip(missing.tolist(), super().run(missing, request, round)):
                 self._probes[(k, key)] = reply
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 

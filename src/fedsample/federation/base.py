@@ -1,4 +1,4 @@
-"""The one verb a strategy uses (run this procedure on these clients with these payloads), the one optional
+"""The one verb a strategy uses (run this request on these clients: its type says which client procedure answers it), the one optional
 ability a federation may declare (its clients keep state between rounds), and the factory a federation that
 needs its own setup is passed as (e.g. Ray's workers: :func:`fedsample.federation.ray.ray_federation`)."""
 
@@ -26,9 +26,10 @@ class Federation(Protocol):
     @property
     def num_clients(self) -> int: ...
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
-        """Run ``procedure`` on each client in ``client_ids`` with ``payload`` (shared by all, or one each as a
-        :class:`fedsample.messages.PerClient`, read through :func:`fedsample.messages.payloads_for`) and return
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+        """Ask each client in ``client_ids`` ``request`` (shared by all, or one each as a
+        :class:`fedsample.messages.PerClient`, read through :func:`fedsample.messages.payloads_for`; the request's
+        type declares the client procedure that answers it, :class:`fedsample.messages.Procedure`) and return
         the replies in the same order as a :class:`~fedsample.rounds.ReplyList`: every asked client's report (a
         client whose plan drew nothing sends an empty one), or :class:`fedsample.rounds.Failed` where a client
         did not answer or was rejected."""

@@ -23,21 +23,21 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import NoSamples, PerClient, Shared, payloads_for
+from fedsample.messages import NoSamples, PerClient, Shared, payloads_for, unplanned
 from fedsample.rng import CohortRandom
 from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, is_failed, replies_of
 
 __all__ = ["DROPPED", "FaultModel", "Faulty", "STRAGGLED", "Straggler", "lost_to_faults", "miss_probability", "with_faults"]
 
 PHASES = ("report_size", "probe", "train")
+"""The phases a dropout probability may name: the phase each request declares (:class:`fedsample.messages.Procedure`;
+a :class:`~fedsample.messages.TrainHeld` and a :class:`~fedsample.messages.HeldRequest` are both a training phase, so
+one client's decision is the same in both: a client that trained and keeps its update sends it when asked)."""
 DROPPED = "dropped out"
 """The reason a :class:`~fedsample.rounds.Failed` reply gives when the client dropped out in its phase."""
 STRAGGLED = "straggler: "
 """How the reason of a straggler's :class:`~fedsample.rounds.Failed` reply begins (its response time and the
 deadline follow)."""
-PHASE_OF = {"train_held": "train", "send_held": "train"}
-"""The phase of the procedures of a sampler that chooses among trained clients: both are its training phase, and
-one client's decision is the same in both (a client that trained and keeps its update sends it when asked)."""
 
 
 @dataclass(frozen=True)
@@ -111,13 +111,14 @@ class Faulty(Federation):
     def load_client_states(self, states: dict[int, dict]) -> None:
         load_client_states_into(self.inner, states)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(payload, len(ids))
-        reasons = self.model.decide(PHASE_OF.get(procedure, procedure), ids, self.seed, round)
+        sent = payloads_for(request, len(ids))
+        procedure = sent.procedure.name
+        reasons = self.model.decide(sent.procedure.phase, ids, self.seed, round)
         if not reasons:  # nobody fails by the model: the inner answer as it is (its fused paths intact)
             try:
-                return replies_of(self.inner.run(procedure, ids, payload, round))
+                return replies_of(self.inner.run(ids, request, round))
             except FederationLost:
                 raise
             except Exception:  # noqa: BLE001 - a client raised: find which, one at a time
@@ -129,7 +130,7 @@ class Faulty(Federation):
         if len(live) == 0:
             return Replies([failed[i] for i in range(len(ids))], failed=failed)
         try:
-            got = replies_of(self.inner.run(procedure, ids[live], sent.take(live), round))
+            got = replies_of(self.inner.run(ids[live], unplanned(sent.take(live)), round))  # a sub-cohort: no plan
         except FederationLost:
             raise
         except Exception:  # noqa: BLE001
@@ -145,9 +146,9 @@ class Faulty(Federation):
         replies: list[Any] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
-            one = sent.take([i])
+            one = unplanned(sent.take([i]))  # one client: no planned sum of the cohort
             try:
-                replies[i] = self.inner.run(procedure, ids[i : i + 1], one, round)[0]
+                replies[i] = self.inner.run(ids[i : i + 1], one, round)[0]
             except FederationLost:
                 raise
             except Exception as error:  # noqa: BLE001

@@ -46,7 +46,7 @@ from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import ClientShard, ShardedReports, in_cohort_order
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
-from fedsample.messages import payloads_for
+from fedsample.messages import payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
 
 __all__ = ["PoolFederation", "PoolFederationFactory", "WorkerLost", "pool_federation", "serve"]
@@ -100,17 +100,17 @@ class PoolFederation(Federation):
         """The worker processes' ids (to read their memory, say)."""
         return [p.pid for p in self._procs]
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(payload, len(ids))
+        sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
         parts = positions_by_worker(ids, self.owner, self.workers)
         calls = {
-            w: ("run", procedure, as_range(ids[p]), sent.take(p) if sent.shared is None else sent.shared, round)
+            w: ("run", as_range(ids[p]), sent.take(p) if sent.shared is None else sent.shared, round)
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if procedure == "train":
+        if sent.procedure.update:  # the updates stay on the workers (ClientShard.run)
             nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))

@@ -3,7 +3,7 @@
 ``simulate(..., federation=ray_federation(workers=4))`` (:func:`ray_federation`, a
 :class:`~fedsample.federation.base.FederationFactory`) opens a Ray session (the one already running, the
 cluster at ``address``, or a local Ray with one CPU per worker) and a :class:`RayFederation` for the run, and
-stops both at its end. :class:`RayFederation` implements the one verb ``run(procedure, ids, payload, round)``
+stops both at its end. :class:`RayFederation` implements the one verb ``run(ids, request, round)``
 by splitting the asked clients over ``workers`` actors. Each actor is a :class:`~fedsample.federation.sharded.ClientShard`
 (the worker's side every federation over workers shares, :mod:`fedsample.federation.sharded`): it receives its
 clients' training rows once, at start (:func:`fedsample.federation.shards.shard_of`), and runs the vectorized engine
@@ -34,8 +34,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fedsample.client import UPDATE_PROCEDURES
-from fedsample.messages import payloads_for
+from fedsample.messages import payloads_for, unplanned
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
@@ -119,18 +118,18 @@ class RayFederation(Federation):
     def num_clients(self) -> int:
         return self.data.num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(payload, len(ids))
+        sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
         parts = positions_by_worker(ids, self.owner, self.workers)
         shared = None if sent.shared is None else ray.put(sent.shared)  # serialized once, read by every actor
         calls = {
-            w: ("run", procedure, as_range(ids[p]), sent.take(p) if shared is None else shared, round)
+            w: ("run", as_range(ids[p]), sent.take(p) if shared is None else shared, round)
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if procedure in UPDATE_PROCEDURES:
+        if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
             nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
             return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))

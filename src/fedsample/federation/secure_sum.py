@@ -37,9 +37,8 @@ from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.client import SEALED_PROCEDURES
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import SIZE_SUM, SizeSumRequest, payloads_for
+from fedsample.messages import HeldRequest, SizeSumRequest, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
@@ -76,12 +75,14 @@ class SecureSum(Federation):
     def load_client_states(self, states: dict[int, dict]) -> None:
         load_client_states_into(self.inner, states)
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
-        replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
-        if procedure not in SEALED_PROCEDURES:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+        replies = replies_of(self.inner.run(client_ids, request, round))
+        sent = payloads_for(request, len(client_ids))
+        if not sent.procedure.sealed:
             return replies
-        first = payloads_for(payload, len(client_ids)).at(0) if len(client_ids) else None
-        replies = size_counts(replies, client_ids) if procedure == SIZE_SUM else client_side_check(replies, client_ids, first)
+        first = sent.at(0) if len(client_ids) else None
+        summing_sizes = sent.procedure == SizeSumRequest.procedure
+        replies = size_counts(replies, client_ids) if summing_sizes else client_side_check(replies, client_ids, first)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
         self._counted.clear()
         self._calls += 1
@@ -144,7 +145,7 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     side)."""
     if payload is None:
         return replies
-    params = payload.params if hasattr(payload, "params") else validate.like_shapes(payload.shapes)  # a HeldRequest: shapes only
+    params = validate.like_shapes(payload.shapes) if isinstance(payload, HeldRequest) else payload.params  # a HeldRequest: shapes only
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
@@ -228,7 +229,7 @@ def size_counts(replies: ReplyList, client_ids: np.ndarray) -> SizeCounts:
     checked: list[Any] = []
     for k, reply in zip(np.asarray(client_ids).tolist(), replies):
         problem = None if is_failed(reply) else validate.size_problem(reply, None)
-        checked.append(Failed(int(k), SIZE_SUM, problem) if problem else reply)
+        checked.append(Failed(int(k), SizeSumRequest.procedure.name, problem) if problem else reply)
     return SizeCounts(checked)
 
 

@@ -21,10 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 from torch import nn
 
-from fedsample.client import UPDATE_PROCEDURES
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
-from fedsample.messages import TrainReport
+from fedsample.messages import TrainReport, payloads_for
 from fedsample.rounds import NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
@@ -50,13 +49,13 @@ class ClientShard:
             self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
         self._held: tuple[int, ReplyList] = (-1, Replies())
 
-    def run(self, procedure: str, ids: np.ndarray | range, payload: Any, round: int, token: int) -> Any:
-        """The engine's answer for ``ids``; for ``train`` and ``send_held`` (the procedures whose replies carry
-        updates), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
+    def run(self, ids: np.ndarray | range, request: Any, round: int, token: int) -> Any:
+        """The engine's answer for ``ids``; for a request whose replies carry updates (``train``, ``send_held``:
+        declared ``update``), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
         if isinstance(ids, range):
             ids = np.arange(ids.start, ids.stop, ids.step, dtype=np.int64)
-        reports = self.sim.run(procedure, ids, payload, round)
-        if procedure not in UPDATE_PROCEDURES:
+        reports = self.sim.run(ids, request, round)
+        if not payloads_for(request, len(ids)).procedure.update:
             return reports
         self._held = (token, reports)
         return summarize_reports(reports)

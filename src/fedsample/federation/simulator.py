@@ -18,24 +18,19 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import checks
-from fedsample.messages import ClientContext, payloads_for
+from fedsample.messages import ClientContext, payloads_for, planned_for
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import torch_threads
 from fedsample.runtime.measured import RowsMeter
 from fedsample.federation.base import Federation
 from fedsample.rng import client_rng
 from fedsample.federation.summed import RunningSum
-from fedsample.rounds import Replies, ReplyList, planned_sum_for
+from fedsample.rounds import Replies, ReplyList
 from fedsample.models import check_inputs
 from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
-__all__ = ["Simulator", "THREADED_PROCEDURES"]
-
-THREADED_PROCEDURES = ("train", "train_held", "probe")
-"""The procedures that compute with the model, whose calls run side by side with ``client_threads`` > 1 (each a
-client's forward/backward passes, which release the GIL), on one torch thread; the others (size reports,
-sending a held update) compute nothing with it and run one after the other."""
+__all__ = ["Simulator"]
 
 
 class Simulator(Federation):
@@ -121,14 +116,17 @@ class Simulator(Federation):
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
-        """The replies of ``client_ids`` in order. A ``train`` call whose sum the server planned
-        (:func:`fedsample.rounds.planned_sum_for`) adds each update into that sum as it arrives and keeps only the
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+        """The replies of ``client_ids`` in order. The requests that compute with the model (declared
+        ``computes``: training and probes; each a client's forward/backward passes, which release the GIL) run side
+        by side with ``client_threads`` > 1, on one torch thread each; the others (size reports, sending a held
+        update) compute nothing with it and run one after the other. A ``train`` request that carries the sum the
+        server plans to ask (its ``planned`` sum, :func:`fedsample.messages.planned_for`) adds each update into that sum as it arrives and keeps only the
         reports' numbers (:mod:`fedsample.federation.summed`)."""
-        fn = procedures.PROCEDURES[procedure]
-        sent = payloads_for(payload, len(client_ids))
+        sent = payloads_for(request, len(client_ids))
         ids = np.asarray(client_ids).tolist()
-        stream = procedures.stream_of(procedure)
+        procedure = sent.procedure
+        stream, fn = procedure.stream, procedures.procedure_for(sent.at(0))  # requests of one type: one procedure
 
         def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
             k = int(ids[position])
@@ -138,8 +136,8 @@ class Simulator(Federation):
             with self._torch_random(round, k, stream):
                 return fn(ctx, sent.at(position), client_rng(self.seed, round, k, stream))
 
-        threaded = self.client_threads > 1 and procedure in THREADED_PROCEDURES  # one client too: on one torch thread
-        plan = planned_sum_for(client_ids) if procedure == "train" else None
+        threaded = self.client_threads > 1 and procedure.computes  # one client too: on one torch thread
+        plan = planned_for(sent, client_ids)
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
         def again(position: int) -> Any:

@@ -2,7 +2,8 @@
 
 A round of 50 CNN clients otherwise holds 50 updates (about 310 MB for pfl-research's CIFAR-10 model) until the
 aggregator asks for their weighted sum. Where the strategy declares the sum it will ask if every update arrives
-(:class:`fedsample.rounds.PlannedSum`: a linear aggregator's weights, known before training), the loop engine adds
+(:class:`fedsample.messages.PlannedSum` in the train request: a linear aggregator's weights, known before training),
+the loop engine adds
 each update into that sum as it arrives, in cohort order and with :func:`fedsample.rounds.weighted_sum`'s
 arithmetic, and keeps only the report's numbers (steps, loss, ...): the round holds one parameter-sized sum.
 
@@ -25,8 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedsample.messages import Params, TrainReport
-from fedsample.rounds import Failed, PlannedSum, Replies, add_weighted_, carries_update
+from fedsample.messages import Params, PlannedSum, TrainPayload, TrainReport
+from fedsample.rounds import Failed, Replies, add_weighted_, carries_update
 from fedsample.validate import report_problem
 
 __all__ = ["RunningSum", "SummedReplies", "SummedReport"]
@@ -67,7 +68,7 @@ class RunningSum:
             return report
         problem = report_problem(report, params, deep=True)
         if problem:
-            self.rejected[position] = Failed(client, "train", problem)
+            self.rejected[position] = Failed(client, TrainPayload.procedure.name, problem)
             return self.rejected[position]
         self.total = add_weighted_(self.total, report.update, self.weights[position])
         self.summed.append(position)

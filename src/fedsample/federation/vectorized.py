@@ -48,7 +48,7 @@ from torch import nn
 
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for
 from fedsample import client as procedures
 from fedsample.client import empty_report, statistical_utilities
 from fedsample.data.types import FederatedData
@@ -68,6 +68,8 @@ __all__ = ["CohortReports", "DEFAULT_MEMORY_BUDGET", "VectorizedSimulator"]
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
 """Bytes for one chunk's stacked parameters, gradients and activations."""
+TRAIN_STREAM = TrainPayload.procedure.stream
+"""The loop's training stream's purpose, (seed, round, client, purpose), from which the engine draws each client's sample."""
 
 
 class VectorizedSimulator(Simulator):
@@ -96,18 +98,18 @@ class VectorizedSimulator(Simulator):
 
     # --- the verb ----------------------------------------------------------------------------------
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
-        sent = payloads_for(payload, len(ids))
-        if procedure == "report_size" and sent.shared is not None:
+        sent = payloads_for(request, len(ids))
+        if isinstance(sent.shared, SizeQuery):
             return self.report_sizes(ids, sent.shared, round)
-        if procedure == "probe" and sent.shared is not None and sent.shared.statistics in ("loss", "labels"):
+        if isinstance(sent.shared, ProbeRequest) and sent.shared.statistics in ("loss", "labels"):
             return self.probe_cohort(ids, sent.shared, round)
-        if procedure == "train":
+        if isinstance(sent.at(0), TrainHeld):  # trained as ``train`` trains, the reports kept on the clients' side
+            return self.hold(ids, self.train(ids, _training(sent), round), round)
+        if isinstance(sent.at(0), TrainPayload):
             return self.train(ids, sent, round)
-        if procedure == "train_held":
-            return self.hold(ids, self.train(ids, sent, round), round)
-        return super().run(procedure, ids, payload, round)
+        return super().run(ids, request, round)
 
     def hold(self, ids: np.ndarray, reports: ReplyList, round: int) -> Replies:
         """The cohort's batched training reports kept on the clients' side (each client's ``ctx.state``, as the
@@ -165,7 +167,7 @@ class VectorizedSimulator(Simulator):
         if minibatch is None or not np.any(sizes > minibatch):
             return member, position
         big = sizes > minibatch
-        u = CohortRandom(self.seed, round, ids[big], "probe", self._draw_device).ragged(sizes[big])
+        u = CohortRandom(self.seed, round, ids[big], ProbeRequest.procedure.stream, self._draw_device).ragged(sizes[big])
         keep = ~big[member]  # small clients keep every row
         order = np.flatnonzero(big[member])[np.lexsort((u, member[big[member]]))]  # by member, then by uniform
         firsts = np.cumsum(sizes[big]) - sizes[big]
@@ -200,7 +202,7 @@ class VectorizedSimulator(Simulator):
         self._unions.clear()
         payloads = list(sent) if isinstance(sent, PerClient) else [sent.shared]
         if any(p.noise is not None for p in payloads) or self.needs_loop() is not None:
-            return super().run("train", ids, _as_sent(sent), round)
+            return super().run(ids, _as_sent(sent), round)
         if sent.shared is not None:  # one payload for all: one group
             return self._train_group(ids, sent.shared, sent.shared, round)
         reports: list[Any] = [None] * len(ids)
@@ -221,7 +223,7 @@ class VectorizedSimulator(Simulator):
         """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
-            return super().run("train", ids, payloads, round)  # a solver the engine cannot batch: the reference loop
+            return super().run(ids, payloads, round)  # a solver the engine cannot batch: the reference loop
         return self._train_scheduled(ids, payload, round)
 
     def needs_loop(self) -> str | None:
@@ -242,9 +244,9 @@ class VectorizedSimulator(Simulator):
         else client by client."""
         sizes = self.sizes[ids]
         if isinstance(plan, parts.CohortPlan):
-            member, position = self._cohort_draw(plan, sizes, CohortRandom(self.seed, round, ids, "train", self._draw_device))
-            return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, "train", plan.stream_reads(sizes))
-        rngs = [client_rng(self.seed, round, int(k), "train") for k in ids]
+            member, position = self._cohort_draw(plan, sizes, CohortRandom(self.seed, round, ids, TRAIN_STREAM, self._draw_device))
+            return DrawnCohort.flat(member, position, len(ids)), CohortStreams(self.seed, round, ids, TRAIN_STREAM, plan.stream_reads(sizes))
+        rngs = [client_rng(self.seed, round, int(k), TRAIN_STREAM) for k in ids]
         return DrawnCohort.of([plan.draw(self.context(int(k)), rng) for k, rng in zip(ids, rngs)]), rngs
 
     def blocks(self, sizes: np.ndarray) -> Blocks:
@@ -847,6 +849,13 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
 def _as_sent(sent: PerClient | Shared) -> Any:
     """The payload as ``run`` takes it: the shared one, or the :class:`PerClient` itself."""
     return sent.shared if sent.shared is not None else sent
+
+
+def _training(sent: PerClient | Shared) -> PerClient | Shared:
+    """The held requests of ``sent`` as the plain training requests they train by (:meth:`TrainHeld.training`)."""
+    if isinstance(sent, PerClient):
+        return PerClient(tuple(p.training() for p in sent))
+    return Shared(sent.shared.training())
 
 
 def _group_key(part: Any) -> Any:

@@ -1,8 +1,10 @@
 """Client procedures as Flower records: what the server sends and what a node may answer.
 
-A request is one ``RecordDict``: a ``ConfigRecord`` ``"fedsample"`` (procedure, client id, seed, round) with
-the payload's global parameters in an ``ArrayRecord`` ``"params"`` and the rest of the payload (size query,
-data plan, local solver: fedsample dataclasses) pickled in ``"payload"``. A node runs the code its
+A request is one ``RecordDict``: a ``ConfigRecord`` ``"fedsample"`` (the procedure's name, client id, seed, round)
+with the request's global parameters in an ``ArrayRecord`` ``"params"`` and the rest of the request (size query,
+data plan, local solver: fedsample dataclasses, its type among them) pickled in ``"payload"``. The procedure's name
+is the one the request's type declares (:class:`fedsample.messages.Procedure`), written here and in the message
+type, for the node's handler and the logs; what a node runs and how a reply is read follow the request's type. A node runs the code its
 SuperLink's app ships, so it already trusts the server; the server trusts no node: replies are typed
 records (integers, floats, arrays) read back field by field, never unpickled, and :class:`MalformedReply`
 names the first thing wrong (a missing field, a wrong shape, a non-finite number).
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import HeldReport, ProbeReport, TrainReport
+from fedsample.messages import HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, procedure_of
 from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
@@ -35,9 +37,9 @@ class MalformedReply(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What a node reads from a request message."""
+    """What a node reads from a request message: the client it is for, the seed and round of its streams, and the
+    request itself."""
 
-    procedure: str
     client: int
     seed: int
     round: int
@@ -47,11 +49,11 @@ class Request:
 # --- server -> node ----------------------------------------------------------------------------------
 
 
-def encode_request(procedure: str, client: int, seed: int, round: int, payload: Any) -> RecordDict:
+def encode_request(client: int, seed: int, round: int, payload: Any) -> RecordDict:
     """The request for one client: header, global parameters (if the payload carries any), pickled rest."""
-    params = getattr(payload, "params", None) if dataclasses.is_dataclass(payload) else None
+    params = payload.params if isinstance(payload, (TrainPayload, ProbeRequest)) else None  # the requests that carry the model
     rest = dataclasses.replace(payload, params=None) if params is not None else payload
-    header = ConfigRecord({"procedure": procedure, "client": int(client), "seed": int(seed), "round": int(round)})
+    header = ConfigRecord({"procedure": procedure_of(payload).name, "client": int(client), "seed": int(seed), "round": int(round)})
     records: dict[str, Any] = {HEADER: header, PAYLOAD: ConfigRecord({"blob": pickle.dumps(rest)})}
     if params is not None:
         records[PARAMS] = arrays_of(params)
@@ -65,7 +67,7 @@ def decode_request(content: RecordDict) -> Request:
     payload = pickle.loads(pickled["blob"])  # from the server the node serves
     if PARAMS in content.array_records:
         payload = dataclasses.replace(payload, params=params_of(content.array_records[PARAMS]))
-    return Request(str(header["procedure"]), int(header["client"]), int(header["seed"]), int(header["round"]), payload)
+    return Request(int(header["client"]), int(header["seed"]), int(header["round"]), payload)
 
 
 def arrays_of(params: Params) -> ArrayRecord:
@@ -81,18 +83,19 @@ def params_of(record: ArrayRecord) -> Params:
 # --- node -> server ----------------------------------------------------------------------------------
 
 
-def encode_report(procedure: str, report: Any) -> RecordDict:
-    """A report as typed records: an integer size, a probe's statistics, an update's norm (``train_held``) or a
-    training update (``train``, ``send_held``)."""
-    if procedure == "report_size":
+def encode_report(request: Any, report: Any) -> RecordDict:
+    """The report to ``request`` as typed records: an integer size, a probe's statistics, an update's norm
+    (:class:`~fedsample.messages.TrainHeld`) or a training update (:class:`~fedsample.messages.TrainPayload`,
+    :class:`~fedsample.messages.HeldRequest`)."""
+    if isinstance(request, SizeQuery):
         return RecordDict({REPORT: ConfigRecord({"size": int(report)})})
     if report is None:  # a client that drew no sample sends nothing
         return RecordDict({REPORT: ConfigRecord({"empty": True})})
-    if procedure == "probe":
+    if isinstance(request, ProbeRequest):
         return _encode_probe(report)
-    if procedure == "train_held":
+    if isinstance(request, TrainHeld):
         return RecordDict({REPORT: MetricRecord({"norm": float(report.norm)})})
-    if procedure in ("train", "send_held"):
+    if isinstance(request, (TrainPayload, HeldRequest)):
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
@@ -103,7 +106,7 @@ def encode_report(procedure: str, report: Any) -> RecordDict:
         if report.rows_trained is not None:  # the rows its steps read (the realised budget)
             metrics["rows_trained"] = int(report.rows_trained)
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
-    raise ValueError(f"unknown procedure {procedure!r}")
+    raise ValueError(f"no report encoding for a {type(request).__name__}")
 
 
 def _encode_probe(report: ProbeReport) -> RecordDict:
@@ -117,28 +120,28 @@ def _encode_probe(report: ProbeReport) -> RecordDict:
     return RecordDict(records)
 
 
-def decode_report(procedure: str, content: RecordDict, payload: Any) -> Any:
-    """Read and check one reply to ``procedure`` sent with ``payload``; :class:`MalformedReply` if it is wrong."""
+def decode_report(content: RecordDict, request: Any) -> Any:
+    """Read and check one reply to ``request``; :class:`MalformedReply` if it is wrong."""
     try:
         record = content[REPORT]
     except KeyError:
         raise MalformedReply("no 'report' record") from None
-    if procedure == "report_size":
+    if isinstance(request, SizeQuery):
         return _size(record)
     if isinstance(record, ConfigRecord) and record.get("empty") is True:
         return None
-    if procedure == "probe":
-        return _probe(record, content, payload)
-    if procedure == "train":
-        return _train(record, content, payload.params)
-    if procedure == "train_held":
+    if isinstance(request, ProbeRequest):
+        return _probe(record, content, request)
+    if isinstance(request, TrainHeld):
         norm = _finite("norm", float(_field(record, "norm", (int, float))))
         if norm < 0:
             raise MalformedReply(f"negative update norm {norm}")
         return HeldReport(norm)
-    if procedure == "send_held":  # the update kept from train_held: checked against the shapes the request names
-        return _train(record, content, like_shapes(payload.shapes))
-    raise MalformedReply(f"unknown procedure {procedure!r}")
+    if isinstance(request, TrainPayload):
+        return _train(record, content, request.params)
+    if isinstance(request, HeldRequest):  # the update kept from TrainHeld: checked against the shapes the request names
+        return _train(record, content, like_shapes(request.shapes))
+    raise MalformedReply(f"no report is expected for a {type(request).__name__}")
 
 
 def _field(record: Any, name: str, kind: type | tuple[type, ...]) -> Any:
@@ -161,10 +164,10 @@ def _size(record: Any) -> int:
     return size
 
 
-def _probe(record: Any, content: RecordDict, request: Any) -> ProbeReport:
+def _probe(record: Any, content: RecordDict, request: ProbeRequest) -> ProbeReport:
     """A probe reply with the statistics ``request`` asked for (``statistics``: the loss and gradient norm, the loss,
     or the label histogram only)."""
-    asked = getattr(request, "statistics", "gradient")
+    asked = request.statistics
     loss = None if asked == "labels" else _finite("loss", float(_field(record, "loss", (int, float))))
     grad_norm = _finite("grad_norm", float(_field(record, "grad_norm", (int, float)))) if asked == "gradient" else None
     extra = {k.removeprefix("extra."): _finite(k, float(v)) for k, v in record.items() if k.startswith("extra.")}

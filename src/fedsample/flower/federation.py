@@ -1,6 +1,6 @@
-"""``FlowerFederation``: fedsample's one verb, ``run(procedure, ids, payload, round)``, over Flower messages.
+"""``FlowerFederation``: fedsample's one verb, ``run(ids, request, round)``, over Flower messages.
 
-Each asked client gets one message (``query.<procedure>``) on the node that serves it; replies are
+Each asked client gets one message (``query.<procedure>``, the name its request's type declares) on the node that serves it; replies are
 collected until all are in or the round's timeout passes. A client without a node, without a reply in
 time, with an error reply or with a malformed one (:mod:`fedsample.flower.codec`: wrong fields, shapes,
 non-finite numbers) gets :class:`fedsample.rounds.Failed` in its slot, and the failure is kept in
@@ -27,7 +27,7 @@ from flwr.serverapp import Grid
 
 from fedsample.federation.base import Federation
 from fedsample.flower.codec import MalformedReply, decode_report, encode_request
-from fedsample.messages import SIZE_SUM, payloads_for
+from fedsample.messages import HeldRequest, payloads_for, procedure_of, unplanned
 from fedsample.rounds import Failed, Replies
 
 __all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
@@ -57,7 +57,8 @@ class FlowerFederation(Federation):
         self.seed = seed
         self.timeout = timeout
         self.failures: dict[int, list[Failed]] = defaultdict(list)
-        self.asked: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)
+        self.asked: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)  # round -> (procedure's name, clients asked)
+        self.trained: dict[int, list[int]] = {}  # round -> the clients last asked to train
         self.left_out: dict[int, dict[int, str]] = defaultdict(dict)  # round -> {client: why}
         self.secure = secure
         self.secure_rounds: dict[int, dict] = {}  # round -> what the secure aggregation did (for the round's record)
@@ -67,21 +68,25 @@ class FlowerFederation(Federation):
     def num_clients(self) -> int:
         return self._num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Replies:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> Replies:
         ids = [int(k) for k in np.asarray(client_ids)]
         if len(set(ids)) != len(ids):
             raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")
-        sent = payloads_for(payload, len(ids))
-        self.asked[round].append((procedure, ids))
+        sent = payloads_for(unplanned(request), len(ids))  # every sum is formed here, reply by reply: no planned sum sent
+        procedure = sent.procedure
+        self.asked[round].append((procedure.name, ids))
+        if procedure.trains:
+            self.trained[round] = ids
         payloads = [sent.at(i) for i in range(len(ids))]
-        if procedure in ("train", SIZE_SUM) and self.secure is not None:  # sealed by SecAgg+ (fedsample.flower.secagg)
-            return self.secure.train(self, ids, payloads, round, procedure)
+        # sealed by SecAgg+ (fedsample.flower.secagg): a train or count-only request; a kept update is sent as it is
+        if self.secure is not None and procedure.sealed and not isinstance(sent.at(0), HeldRequest):
+            return self.secure.train(self, ids, payloads, round)
         reachable = self._reachable(ids, round)
-        replies: list[Any] = [Failed(k, procedure, reachable.get(k) or "") for k in ids]
-        messages = {i: self._message(procedure, k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
+        replies: list[Any] = [Failed(k, procedure.name, reachable.get(k) or "") for k in ids]
+        messages = {i: self._message(k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
         answers = exchange(self.grid, list(messages.values()), self.timeout)
         for i, message in messages.items():
-            replies[i] = self._read(procedure, ids[i], payloads[i], answers.get(id(message)))
+            replies[i] = self._read(ids[i], payloads[i], answers.get(id(message)))
             if id(message) not in answers:
                 self.left_out[round][ids[i]] = replies[i].reason
         failed = [r for r in replies if isinstance(r, Failed)]
@@ -104,18 +109,19 @@ class FlowerFederation(Federation):
                 why[k] = None
         return why
 
-    def _message(self, procedure: str, client: int, payload: Any, round: int) -> Message:
-        content = encode_request(procedure, client, self.seed, round, payload)
-        return Message(content, dst_node_id=self.nodes[client], message_type=f"query.{procedure}", group_id=str(round))
+    def _message(self, client: int, payload: Any, round: int) -> Message:
+        content = encode_request(client, self.seed, round, payload)
+        return Message(content, dst_node_id=self.nodes[client], message_type=f"query.{procedure_of(payload).name}", group_id=str(round))
 
-    def _read(self, procedure: str, client: int, payload: Any, reply: Message | None) -> Any:
+    def _read(self, client: int, payload: Any, reply: Message | None) -> Any:
         """The report in ``reply``, or :class:`Failed` with the reason it cannot be used."""
+        procedure = procedure_of(payload).name
         if reply is None:
             return Failed(client, procedure, f"no reply within {self.timeout:g} s")
         if reply.has_error():
             return Failed(client, procedure, f"error reply: {reply.error.reason}")
         try:
-            return decode_report(procedure, reply.content, payload)
+            return decode_report(reply.content, payload)
         except MalformedReply as error:
             return Failed(client, procedure, f"rejected: {error}")
 

@@ -14,7 +14,7 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from fedsample import client as procedures
-from fedsample.messages import ClientContext
+from fedsample.messages import ClientContext, procedure_of
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
 from fedsample.data.types import Dataset, FederatedData
@@ -109,8 +109,8 @@ def answer(message: Message, context: Context, settings: Mapping[str, Any]) -> t
         raise WrongClient(f"this node serves client {client_id(context.node_config)}, not {request.client}")
     state = load_state(context)
     ctx = client_context(config, context.node_config, state)
-    rng = client_rng(request.seed, request.round, request.client, procedures.stream_of(request.procedure))
-    report = procedures.PROCEDURES[request.procedure](ctx, request.payload, rng)
+    rng = client_rng(request.seed, request.round, request.client, procedure_of(request.payload).stream)
+    report = procedures.procedure_for(request.payload)(ctx, request.payload, rng)
     save_state(context, ctx.state)
     return request, report
 
@@ -119,7 +119,7 @@ def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Me
     """A ``query.<procedure>`` message's answer: the report as typed records, or an error reply with the reason."""
     try:
         request, report = answer(message, context, settings)
-        return Message(encode_report(request.procedure, report), reply_to=message)
+        return Message(encode_report(request.payload, report), reply_to=message)
     except WrongClient as error:
         return Message(Error(BAD_REQUEST, str(error)), reply_to=message)
     except Exception as error:  # the node answers with the reason; the server records the client as failed
@@ -148,7 +148,7 @@ def client_app(settings: Mapping[str, Any] | None = None, mods: Sequence[Any] | 
     settings, mods = dict(settings or {}), list(mods or [])
     app = ClientApp()
     app.query("identify", mods=mods)(identify)
-    for name in procedures.PROCEDURES:
-        app.query(name, mods=mods)(lambda message, context: serve(message, context, settings))
+    for request_type in procedures.PROCEDURES:
+        app.query(request_type.procedure.name, mods=mods)(lambda message, context: serve(message, context, settings))
     app.train(mods=[secaggplus_mod, client_check, *mods])(lambda message, context: serve_sealed(message, context, settings))
     return app

@@ -58,6 +58,7 @@ from fedsample import checks
 from fedsample.federation.secure_sum import SealedReplies, count_shares, sealed_count
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
+from fedsample.messages import TrainPayload, procedure_of
 from fedsample.rounds import Failed, carries_update
 from fedsample.training.functional import Params
 
@@ -143,9 +144,10 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int, procedure: str = "train") -> SealedReplies:
-        """``federation.run("train", ...)`` (or the count-only ``sum_sizes``) under SecAgg+: :func:`sealed_train`."""
-        return sealed_train(federation, self, ids, payloads, round, procedure)
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> SealedReplies:
+        """``federation.run`` of a training request (or the count-only :class:`~fedsample.messages.SizeSumRequest`)
+        under SecAgg+: :func:`sealed_train`."""
+        return sealed_train(federation, self, ids, payloads, round)
 
 
 # --- a client's vector -----------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def sealed_reply(message: Message, request: Any, report: Any) -> Message:
     where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
     they are). A count-only request carries no parameters: the vector is the tally alone."""
     share = count_share_of(message, request)
-    params = getattr(request.payload, "params", None) or {}
+    params = request.payload.params if isinstance(request.payload, TrainPayload) else {}  # a count-only request: none
     vector = sealed_vector(report, params, clipping_range_of(message), share, count_range_of(message))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
@@ -420,19 +422,20 @@ class _Sums:
 
 
 def sealed_train(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int, procedure: str = "train"
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int,
 ) -> SealedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :class:`SealedReplies`), and every client left out of the sum is
     :class:`Failed` with the stage at which it dropped out (or why it was not asked), in the round's failures and
     record (``federation.secure_rounds``). FedSampling's noise on the drawn count (``count_noise``) is added on
-    the clients, in shares sealed into the sum (:func:`count_share_of`). ``procedure="sum_sizes"``: the count-only
+    the clients, in shares sealed into the sum (:func:`count_share_of`). A count-only
     request (:class:`~fedsample.messages.SizeSumRequest`), each client's vector its tally alone (no parameters), the
     summed count its size plus its noise share."""
     reachable = federation._reachable(ids, round)
+    procedure = procedure_of(payloads[0]).name if payloads else ""  # the phase a failed client's record names
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
-    params = (getattr(payloads[0], "params", None) or {}) if payloads else {}
+    params = payloads[0].params if payloads and isinstance(payloads[0], TrainPayload) else {}
     record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
     if len(asked) > settings.max_clients:
@@ -440,7 +443,7 @@ def sealed_train(
     elif len(asked) < 2:
         why = "SecAgg+ needs at least two clients that can answer"
     else:
-        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record, procedure)
+        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record)
     included = set(record.pop("summed_nodes", ()))
     missed = record.pop("missed", {})
     for node, i in asked.items():
@@ -461,12 +464,12 @@ def sealed_train(
 
 def _run_protocol(
     federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
-    params: Params, round: int, record: dict, procedure: str = "train",
+    params: Params, round: int, record: dict,
 ) -> tuple[SummedCohort | None, str]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
     requests = {}
     for node, i in asked.items():
-        request = encode_request(procedure, ids[i], federation.seed, round, payloads[i])
+        request = encode_request(ids[i], federation.seed, round, payloads[i])
         request.config_records[SEALED] = ConfigRecord({"clipping_range": float(settings.clipping_range),
                                                        "count_range": float(settings.count_range), "asked": len(ids)})
         requests[node] = request

@@ -83,9 +83,8 @@ def secure_aggregation(config: AppConfig) -> SecAggPlus:
 def round_outcome(federation: FlowerFederation, round: int) -> dict[str, Any]:
     """Who was asked to train in ``round`` (``train``, or ``train_held`` where every client trains before the server
     chooses whose update it receives) and which clients failed (phase, reason)."""
-    trained = [ids for procedure, ids in federation.asked.get(round, []) if procedure in ("train", "train_held")]
     failed = [dataclasses.asdict(f) for f in federation.failures.get(round, [])]
-    outcome = {"train_clients": trained[-1] if trained else [], "failed": failed}
+    outcome = {"train_clients": federation.trained.get(round, []), "failed": failed}
     if round in federation.secure_rounds:
         outcome["secure_aggregation"] = federation.secure_rounds[round]
     return outcome

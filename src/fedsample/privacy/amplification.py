@@ -77,7 +77,7 @@ from fedsample.privacy.ledger import (
     ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
-from fedsample.messages import PerClient, ProbeRequest, SizeSumRequest, payloads_for
+from fedsample.messages import HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, payloads_for
 from fedsample.parts import (
     Census, FixedSize, Poisson, SplitNoise, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design,
     privacy_capabilities, reports_count, solver_capabilities,
@@ -207,35 +207,37 @@ def joint_multiplier(z_update: float, z_count: float) -> float:
 
 
 def releases(
-    procedure: str, ids: np.ndarray, payload: Any, round: int, ordinal: int, strategy: Any, accounting: Accounting,
+    ids: np.ndarray, request: Any, round: int, ordinal: int, strategy: Any, accounting: Accounting,
     population: int, replies: Sequence[Any] | None = None,
 ) -> list[Release]:
-    """The releases of one federation call (``ordinal``: its position in the round). ``replies``: None before
-    the call (every asked client assumed to answer, for the budget check), the replies after it."""
+    """The releases of one federation call (``ordinal``: its position in the round), by the request's type.
+    ``replies``: None before the call (every asked client assumed to answer, for the budget check), the replies
+    after it."""
+    sent = payloads_for(request, len(ids))
+    procedure = sent.procedure.name
     call = (int(round), procedure, int(ordinal))
-    if procedure == "report_size":
-        return [size_report_release(payload, round, call)]
-    if procedure == "probe":
-        return [probe_release(payload, round, call)]
-    if isinstance(payload, SizeSumRequest):  # the count-only sum_sizes call
+    first = sent.at(0)
+    if isinstance(first, SizeQuery):
+        return [size_report_release(first, round, call)]
+    if isinstance(first, ProbeRequest):
+        return [probe_release(first, round, call)]
+    if isinstance(first, SizeSumRequest):  # the count-only sum_sizes call
         answered = len(ids) if replies is None else answered_count(replies)
-        return [size_sum_release(payload, len(ids), answered, accounting, round, call)]
-    if procedure in ("train", "train_held"):
-        sent = payloads_for(payload, len(ids))
-        first = sent.shared if sent.shared is not None else sent.at(0)
+        return [size_sum_release(first, len(ids), answered, accounting, round, call)]
+    if isinstance(first, TrainPayload):
         plans = [p.plan for p in sent] if isinstance(sent, PerClient) else [sent.shared.plan]
         asked = len(ids)
         answered = asked if replies is None else answered_count(replies)
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
         if first.utility:  # Oort's statistical utility rides along, in the clear
             release = replace(release, what=release.what + ", statistical utilities")
-        if procedure == "train_held":
+        if isinstance(first, TrainHeld):
             return [held_release(release, round)]
         out = [release]
         if counted(plans)[0] and first.noise is None:
             out.append(drawn_count_release(plans, asked, answered, strategy, accounting, round, call))
         return out
-    if procedure == "send_held":
+    if isinstance(first, HeldRequest):
         return [sent_held_release(strategy.noise, bool(strategy.secure_sum), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 

@@ -149,7 +149,7 @@ def ledger_epsilons(
     from fedsample.privacy.ledger import Accounting, Ledger
     from fedsample.privacy.noise import PerExampleNoise, UpdateNoise
     from fedsample.privacy.amplification import size_report_release
-    from fedsample.messages import SizeQuery
+    from fedsample.messages import SizeQuery, TrainPayload
     from fedsample.sampling.clients import AllClients
     from fedsample.sampling.data import AllSamples, BernoulliSamples
 
@@ -170,8 +170,8 @@ def ledger_epsilons(
     for label, noise in (modes.values() if clipping == "both" else [modes[clipping]]):
         ledger = Ledger(accounting)
         if size_report is not None:
-            ledger.add([size_report_release(SizeQuery("randomized", size_report[0], size_report[1]), 0, (0, "report_size", 0))])
-        ledger.add([train_release(noise, [plan], 1, 1, strategy, accounting, 1, t, (t, "train", 1)) for t in range(rounds)])
+            ledger.add([size_report_release(SizeQuery("randomized", size_report[0], size_report[1]), 0, (0, SizeQuery.procedure.name, 0))])
+        ledger.add([train_release(noise, [plan], 1, 1, strategy, accounting, 1, t, (t, TrainPayload.procedure.name, 1)) for t in range(rounds)])
         out.append((label, ledger.summary()))
     return out
 

@@ -53,7 +53,7 @@ class Recorded:
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> Any:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> Any:
         """``inner.run``, its releases checked before (every asked client assumed to answer) and recorded after,
         as who answered makes them: a call's releases depend on its replies only through how many answered
         (:func:`~fedsample.privacy.amplification.releases`), so where every asked client answered they are the
@@ -61,12 +61,12 @@ class Recorded:
         ordinal, self._calls = self._calls, self._calls + 1
         ids = np.asarray(client_ids)
         accounting, population = self.ledger.accounting, self.inner.num_clients
-        assumed = releases(procedure, ids, payload, round, ordinal, self.strategy, accounting, population)
+        assumed = releases(ids, request, round, ordinal, self.strategy, accounting, population)
         self.ledger.check(assumed)
-        replies = self.inner.run(procedure, client_ids, payload, round)
+        replies = self.inner.run(client_ids, request, round)
         # under a secure sum the replies are sealed, a client whose own check rejected its reply already counted as
         # failed (fedsample.federation.secure_sum.client_side_check): the ledger sees who actually entered the sum
         if answered_count(replies) != len(ids):
-            assumed = releases(procedure, ids, payload, round, ordinal, self.strategy, accounting, population, replies=replies)
+            assumed = releases(ids, request, round, ordinal, self.strategy, accounting, population, replies=replies)
         warn_unprotected(self.ledger.add(assumed))
         return replies

@@ -159,4 +159,4 @@ def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, 
 def report_cell(query: SizeQuery, round: int) -> tuple[int, str]:
     """The (round, purpose) cell whose client streams draw randomized size reports: the round's own cell,
     or one fixed cell for every round when the reports are permanent."""
-    return (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (int(round), "report_size")
+    return (PERMANENT_ROUND, PERMANENT_REPORT) if query.permanent else (int(round), SizeQuery.procedure.stream)

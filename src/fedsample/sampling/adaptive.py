@@ -49,7 +49,7 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
     probe replies: clients asked, one reply each) and ``sampler_probe_bytes`` (what the replies sent up,
     :attr:`~fedsample.messages.ProbeReport.nbytes`; a lost probe, asked with ``partial=True``, sent nothing)."""
     ids = np.asarray(ids, dtype=np.int64)
-    replies = ctx.federation.run("probe", ids, request, ctx.round)
+    replies = ctx.federation.run(ids, request, ctx.round)
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
     ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
     return replies

@@ -15,7 +15,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.messages import SIZE_SUM, ClientContext, LocalSample, SizeSumRequest
+from fedsample.messages import ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
@@ -246,7 +246,7 @@ class FedSamplingData:
         answering clients' sizes scaled by asked / a, floored at the number of clients."""
         if SUMMED_TOTAL not in ctx.state:
             ids = np.arange(ctx.num_clients, dtype=np.int64)
-            replies = ctx.federation.run(SIZE_SUM, ids, SizeSumRequest(float(self.count_noise)), ctx.round)
+            replies = ctx.federation.run(ids, SizeSumRequest(float(self.count_noise)), ctx.round)
             if not replies.sealed:
                 raise ValueError("FedSamplingData(total_from='secure_sum') needs a secure sum: the clients' sizes may reach the "
                                  "server only summed (build the federation with with_secure_sum; simulate does)")

@@ -317,7 +317,7 @@ def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule,
     :func:`~fedsample.sampling.adaptive.arrived_or_failed`; every probe lost fails the round where the sampler
     ``needs_one``)."""
     request = ProbeRequest(params=params, per_sample=True, data_weights=rule, partial=True)
-    reports = ctx.federation.run("probe", ids, request, ctx.round)
+    reports = ctx.federation.run(ids, request, ctx.round)
     arrived = adaptive.arrived_or_failed(ctx, reports, adaptive.NOT_DRAWN, needs_one)
     moments = [r.extra["weighted_second_moment"] if got else np.nan for r, got in zip(reports, arrived)]
     return np.array(moments, dtype=np.float64), np.array([r.grad_norm if got else np.nan for r, got in zip(reports, arrived)])

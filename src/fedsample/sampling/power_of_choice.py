@@ -283,7 +283,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
         if self.variant == "rpow-d":
             return PowerOfChoiceState(sizes, self.stale(ctx).copy())
         everyone = np.arange(ctx.num_clients)
-        replies = ctx.federation.run("probe", everyone, self.request(ctx.params), ctx.round)
+        replies = ctx.federation.run(everyone, self.request(ctx.params), ctx.round)
         return PowerOfChoiceState(sizes, np.array([r.loss for r in replies], dtype=np.float64))
 
     def replay(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:

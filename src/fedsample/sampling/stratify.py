@@ -183,7 +183,7 @@ class StratifiedClients:
         request = ProbeRequest(
             params=ctx.params, compression=self.compression, dim=self.dim, projection_seed=projection_seed(ctx.seed), partial=True,
         )
-        reports = ctx.federation.run("probe", ids, request, ctx.round)
+        reports = ctx.federation.run(ids, request, ctx.round)
         arrived = adaptive.arrived_or_failed(ctx, reports, LOST_PROBE)
         return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r, got in zip(reports, arrived) if got])
 

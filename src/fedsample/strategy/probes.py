@@ -49,11 +49,11 @@ class CheckedProbes:
             flags[ids] = True
         return int(np.count_nonzero(flags))
 
-    def run(self, procedure: str, client_ids: np.ndarray, payload: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
         self._asked.append(frozen(np.asarray(client_ids, dtype=np.int64)))
-        replies = replies_of(self.inner.run(procedure, client_ids, payload, round))
-        if procedure == "probe":
-            partial = isinstance(payload, ProbeRequest) and payload.partial  # the sampler does without lost probes
+        replies = replies_of(self.inner.run(client_ids, request, round))
+        if isinstance(request, ProbeRequest):
+            partial = request.partial  # the sampler does without lost probes
             for k, reply in zip(np.asarray(client_ids).tolist(), replies):
                 if partial and lost_to_faults(reply):
                     continue

@@ -12,14 +12,14 @@ import numpy as np
 
 from fedsample import parts, validate
 from fedsample.federation.base import Federation
-from fedsample.messages import HeldRequest, PerClient, TrainPayload
+from fedsample.messages import HeldRequest, PerClient, PlannedSum, TrainHeld, TrainPayload, with_plan
 from fedsample.missing import response_rate
 from fedsample.parts import Learns, SizeReporting, TrainsFirst
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
-from fedsample.rounds import Cohort, NumberReplies, Replies, ReplyList, RoundContext, planned_sum, replies_of
+from fedsample.rounds import Cohort, NumberReplies, Replies, ReplyList, RoundContext, replies_of
 from fedsample.strategy.composition import Composition
 from fedsample.rounds import RoundFailed
 from fedsample.runtime.memo import LastOf
@@ -30,7 +30,7 @@ from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
 
 __all__ = [
-    "collect_sizes", "combine_valid", "planned_weights", "restrict", "run_round", "select", "size_policy",
+    "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
     "sizes_of_everyone", "train_then_send",
 ]
 
@@ -41,7 +41,7 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     the same read-only ids (an engine's permanent answers, the census's ids: :mod:`fedsample.runtime.memo`) are
     screened and summed once, the estimate given again while they come back."""
     policy = size_policy(s, ctx)
-    replies = ctx.federation.run("report_size", ids, policy.query, ctx.round)
+    replies = ctx.federation.run(ids, policy.query, ctx.round)
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
     whole = isinstance(replies, NumberReplies) and not replies.failed  # one array, no failure: keyed on it
     arrays = (replies.values, ids) if whole else ()
@@ -142,8 +142,9 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
         # the clients that failed to train are not candidates: they are non-responders
         trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
     else:
-        with planned_sum(cohort.ids, planned_weights(s, ctx, cohort, lost)):  # an engine may sum the updates as they come
-            replies = replies_of(federation.run("train", cohort.ids, payload, round))
+        weights = planned_weights(s, ctx, cohort, lost)  # the aggregator's declared reduction: an engine may sum as updates come
+        planned = payload if weights is None else with_plan(payload, PlannedSum(cohort.ids, np.asarray(weights, dtype=np.float64)))
+        replies = replies_of(federation.run(cohort.ids, planned, round))
     if s.secure_sum and not replies.sealed:
         raise ValueError(
             f"{s.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -165,23 +166,30 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
 
 def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
     """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
-    update, replying with its norm (``train_held``); the sampler chooses the cohort from the norms
-    (``select_trained``); only the cohort sends its kept update (``send_held``). Clients whose training failed
+    update, replying with its norm (:class:`~fedsample.messages.TrainHeld`); the sampler chooses the cohort from the
+    norms (``select_trained``); only the cohort sends its kept update (:class:`~fedsample.messages.HeldRequest`). Clients whose training failed
     are named in the round's record and are not candidates. The record states the cost: ``local_trainings``
     (the clients that trained) for ``cohort`` uploads."""
-    held = replies_of(federation.run("train_held", trained.ids, payload, ctx.round))
+    held = replies_of(federation.run(trained.ids, held_form(payload), ctx.round))
     held = validate.screen_held(held, trained.ids)
     note_failures(ctx, held.failures())
     ctx.log["local_trainings"] = len(trained) - len(held.failures())
     cohort = cast(TrainsFirst, s.clients).select_trained(ctx, trained, held)  # trains_first(s.clients): declared
     request = HeldRequest(ctx.round, validate.shapes_of(ctx.params))
-    return cohort, replies_of(federation.run("send_held", cohort.ids, request, ctx.round))
+    return cohort, replies_of(federation.run(cohort.ids, request, ctx.round))
+
+
+def held_form(payload: TrainPayload | PerClient) -> TrainHeld | PerClient:
+    """The training request(s) ``payload`` as :class:`~fedsample.messages.TrainHeld`: train, keep the update, answer its norm."""
+    if isinstance(payload, PerClient):
+        return PerClient(tuple(map(TrainHeld.of, payload)))
+    return TrainHeld.of(payload)
 
 
 def planned_weights(s: Composition, ctx: RoundContext, cohort: Cohort, lost: int = 0) -> np.ndarray | None:
     """The weights the aggregator will give the cohort's updates if every one arrives and passes the screen (its
-    declared ``planned_weights``, at the response rate of a round where the whole cohort answers), declared
-    with the ``train`` call so that an in-process engine may add each update into the sum as it arrives instead
+    declared ``planned_weights``, at the response rate of a round where the whole cohort answers), sent in the
+    train request (:class:`~fedsample.messages.PlannedSum`) so that an in-process engine may add each update into the sum as it arrives instead
     of holding them all (:mod:`fedsample.federation.summed`; any other outcome is still answered exactly). None
     for an aggregator that declares none (FedNova's weights come from the replies), under a secure sum (the
     server never sees the updates), and for a sampler that keeps the clients' updates (``server_learns``
