@@ -263,7 +263,7 @@ class VectorizedSimulator(Simulator):
         kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host, over the kept
         layout where the plan offers that (``draw_blocks``), or from the sizes. The same numbers every way (the
         streams' bits are the same on every device)."""
-        on_device, over_blocks = getattr(plan, "draw_cohort_on_device", None), getattr(plan, "draw_blocks", None)
+        on_device, over_blocks = parts.offered_draws(plan)
         if rng.device is not None and on_device is not None:
             member, position = on_device(self.blocks(sizes).on(rng.device), rng)
             return member.cpu().numpy(), position.cpu().numpy()
