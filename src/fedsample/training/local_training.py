@@ -76,7 +76,7 @@ class LocalTraining:
 
 
 #: The flat keywords of the recipes and the field of :class:`LocalTraining` each one sets.
-FLAT = {
+FLAT: dict[str, str] = {
     "lr": "lr", "epochs": "epochs", "steps": "steps", "batch_size": "batch_size", "local_momentum": "momentum",
     "weight_decay": "weight_decay", "lr_decay": "lr_decay",
 }
