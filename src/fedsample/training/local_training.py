@@ -30,9 +30,11 @@ Batch = int | Literal["all"] | None
 #: What a minibatch size admits (:data:`Batch`).
 BATCH = Param(COUNT, Options("all"), None, words="an integer >= 1, or 'all' (each client's whole drawn sample; None from Python)")
 
+_SETTINGS = {**SGD_SETTINGS, "batch_size": BATCH}  # a name, not a literal in the decorator: sphinx parses the module
+
 
 @dataclass(frozen=True)
-@checks.constrained(**{**SGD_SETTINGS, "batch_size": BATCH}, transforms=InstanceOf(tuple, "a tuple of transformations (fedsample.training.rules)"))
+@checks.constrained(**_SETTINGS, transforms=InstanceOf(tuple, "a tuple of transformations (fedsample.training.rules)"))
 class LocalTraining:
     """A client's local SGD (McMahan et al. 2017): ``epochs`` passes or ``steps`` steps (not both; one epoch where
     neither is given) of minibatches of ``batch_size`` rows of its drawn sample ("all" or None: the whole drawn sample as one batch),
@@ -75,11 +77,11 @@ class LocalTraining:
         )
 
 
-#: The flat keywords of the recipes and the field of :class:`LocalTraining` each one sets.
 FLAT: dict[str, str] = {
     "lr": "lr", "epochs": "epochs", "steps": "steps", "batch_size": "batch_size", "local_momentum": "momentum",
     "weight_decay": "weight_decay", "lr_decay": "lr_decay",
 }
+"""The flat keywords of the recipes and the field of :class:`LocalTraining` each one sets."""
 
 
 def fields_of(local: LocalTraining | Mapping[str, Any], owner: str) -> dict[str, Any]:
