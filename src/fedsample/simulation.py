@@ -13,7 +13,7 @@ import functools
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence, TypeVar, cast
+from typing import Any, Callable, Literal, Protocol, Sequence, TypeVar, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.runtime.fingerprint import run_fingerprint
 from fedsample.models import initial_parameters
-from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger
+from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger, Summary
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
@@ -48,6 +48,18 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: A round's record: the round log's figures (numbers, strings, lists, per-part dicts) and the evaluation's.
+Record = dict[str, Any]
+
+
+class BuildsModule(Protocol):
+    """A model spec (:mod:`fedsample.models`, or a user's own): makes the module for the data's shape and classes."""
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module: ...
+
+
+#: What ``simulate`` trains: a ready module, or a spec it builds for the data.
+Model = nn.Module | BuildsModule
 
 
 @dataclass
@@ -60,26 +72,26 @@ class SimulationResult:
     (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release); ``warnings`` each kind of warning the run
     raised, shown once, with its count (:meth:`fedsample.runtime.warned.Warned.record`)."""
 
-    history: list[dict]
+    history: list[Record]
     params: Params
     strategy: str
     seed: int
     backend: str = ""
     backend_reason: str = ""
     status: str = "ok"
-    privacy: dict = field(default_factory=dict)
+    privacy: Summary = field(default_factory=lambda: Summary())
     workers: int = 1
     client_threads: int = 1
-    warnings: list[dict] = field(default_factory=list)
+    warnings: list[dict[str, object]] = field(default_factory=list)
 
     @property
-    def final(self) -> dict:
+    def final(self) -> Record:
         """The metrics of the last evaluated round."""
         evaluated = [h for h in self.history if "loss" in h]
         return evaluated[-1] if evaluated else {}
 
 
-def build_module(model: Any, data: FederatedData) -> nn.Module:
+def build_module(model: Model, data: FederatedData) -> nn.Module:
     """A model spec (with ``build``) or a ready module."""
     if isinstance(model, nn.Module):
         return model
@@ -169,7 +181,7 @@ def _earlier_keywords(fn: F) -> F:
 def simulate(
     strategy: Strategy,
     federated_data: FederatedData,
-    model: Any,
+    model: Model,
     rounds: int,
     *,
     seed: int = 0,
@@ -240,7 +252,7 @@ def simulate(
     )
 
 
-def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
+def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> Summary:
     """The ledger's summary with every release; where it cannot be computed, the trained run is kept: ``{"error":
     line}`` instead, and one warning line saying what could not be computed."""
     try:
@@ -337,8 +349,8 @@ def _run_rounds(
 
 def tracked_config(
     strategy: Strategy, data: FederatedData, seed: int, rounds: int, eval_every: int, choice: BackendChoice, device: torch.device,
-    fingerprint: dict,
-) -> dict:
+    fingerprint: dict[str, str],
+) -> dict[str, object]:
     """What the trackers record of a run: the strategy (name and full spec), seed, rounds, evaluation period,
     failure model, model, dataset (name, digest of data and partition, number of clients), engine, device and
     fedsample's version (the run's fingerprint, :func:`fedsample.runtime.fingerprint.run_fingerprint`, and more)."""
@@ -362,7 +374,7 @@ def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) ->
     return type(error)(message) if type(error) in (ValueError, ArithmeticError) else ValueError(message)
 
 
-def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerprint: dict, device: torch.device) -> SimulationState:
+def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerprint: dict[str, str], device: torch.device) -> SimulationState:
     """A fresh state: the seed's initial parameters, created on the CPU (the same numbers on every device) and moved
     to ``device``."""
     params = to_device(initial_parameters(module, seed), device)
@@ -370,7 +382,7 @@ def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerpri
     return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
 
 
-def _attach_ledger(state: SimulationState, accounting: Accounting, data: FederatedData, checkpoint: Any) -> Ledger:
+def _attach_ledger(state: SimulationState, accounting: Accounting, data: FederatedData, checkpoint: object) -> Ledger:
     """The run's privacy ledger in the strategy state: a new one, or the checkpoint's continued under
     ``accounting`` (same unit, k and threat model); with user-level ``k``, every client must hold at most k records."""
     if accounting.unit == "user" and accounting.k is not None:
@@ -388,7 +400,7 @@ def _attach_ledger(state: SimulationState, accounting: Accounting, data: Federat
     return ledger
 
 
-def _without_ledger(state: dict) -> dict:
+def _without_ledger(state: dict[str, Any]) -> dict[str, Any]:
     """A copy of the strategy state without the ledger (put back when the budget stops a round midway)."""
     return copy.deepcopy({k: v for k, v in state.items() if k != LEDGER_KEY})
 

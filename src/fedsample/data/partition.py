@@ -328,7 +328,7 @@ def partition(dataset: Dataset, scheme: Any, seed: int = 0) -> FederatedData:
         raise ValueError(f"partition {scheme!r}: dataset {dataset.name!r} has no training samples")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A27]))
     if hasattr(scheme, "build"):
-        fed = scheme.build(dataset, rng)
+        fed: FederatedData = scheme.build(dataset, rng)
     else:
         fed = FederatedData.from_client_indices(dataset, scheme.assign(dataset, rng), scheme=repr(scheme))
     check_partition(f"partition {fed.scheme} of dataset {dataset.name!r}", fed.order, fed.offsets, dataset.num_train)

@@ -163,7 +163,7 @@ class StrategyConfig(_WithParams):
 
     @field_validator("grid")
     @classmethod
-    def _one_parameter(cls, grid: dict | None) -> dict | None:
+    def _one_parameter(cls, grid: dict[str, list[GridValue]] | None) -> dict[str, list[GridValue]] | None:
         """A grid names one recipe parameter and at least two distinct values (a list of one is not a search)."""
         if grid is None:
             return None
@@ -360,7 +360,7 @@ def _one_line(error: ValidationError, source: str) -> str:
     return f"{source}: {'.'.join(loc) or '(top level)'}: {message}"
 
 
-def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+def parse_config(data: object, source: str = "config") -> ExperimentConfig:
     """The experiment in ``data`` (a parsed TOML table); a ``ConfigError`` line naming ``source`` and the key otherwise."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")

@@ -74,7 +74,7 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from fedsample.privacy.ledger import (
-    ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
+    ADD_REMOVE, REPLACE, Accounting, Call, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
 from fedsample.messages import HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, payloads_for
@@ -250,7 +250,7 @@ def answered_count(replies: Sequence[Any]) -> int:
     return sum(1 for r in replies if not is_failed(r))
 
 
-def size_report_release(query: Any, round: int, call: tuple) -> Release:
+def size_report_release(query: Any, round: int, call: Call) -> Release:
     """Exact sizes (unprotected) or each client's randomized response, once per run when permanent."""
     if query.mode == "exact":
         return Release(round, "exact sizes", None, None, None, reason="exact sizes carry no noise", call=call)
@@ -263,7 +263,7 @@ def size_report_release(query: Any, round: int, call: tuple) -> Release:
     return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
 
 
-def size_sum_release(request: SizeSumRequest, asked: int, answered: int, accounting: Accounting, round: int, call: tuple) -> Release:
+def size_sum_release(request: SizeSumRequest, asked: int, answered: int, accounting: Accounting, round: int, call: Call) -> Release:
     """The clients' sizes summed inside the secure sum (``sum_sizes``): the total N plus the noise shares of the a of m
     asked clients that answered, N(0, sigma^2 a / m). One record moves N by at most 1, so at record level a Gaussian
     mechanism of multiplier z = sigma sqrt(a/m), with no amplification (every record is counted); a user of at most k
@@ -285,7 +285,7 @@ def size_sum_release(request: SizeSumRequest, asked: int, answered: int, account
                    f"{noise}, {moves}; not amplified: every record is counted", once=once, call=call)
 
 
-def probe_release(request: ProbeRequest, round: int, call: tuple) -> Release:
+def probe_release(request: ProbeRequest, round: int, call: Call) -> Release:
     """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
     if request.statistics == "labels":
         return Release(round, "probe: label histogram", None, None, None, reason="probe statistics carry no noise", call=call)
@@ -321,7 +321,7 @@ def held_release(trained: Release, round: int) -> Release:
     return replace(trained, what="every client's noised update (its norm now; the update itself if chosen)", once=held_once(round))
 
 
-def sent_held_release(noise: Any, secure: bool, round: int, call: tuple) -> Release:
+def sent_held_release(noise: Any, secure: bool, round: int, call: Call) -> Release:
     """``send_held``: the chosen clients' kept updates, or their secure sum (no noise: unprotected; noised: the
     round's :func:`held_release`, not counted again)."""
     if noise is None:
@@ -345,7 +345,7 @@ def warn_unprotected(recorded: Sequence[Release]) -> None:
 
 def train_release(
     noise: Any, plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, population: int,
-    round: int, call: tuple,
+    round: int, call: Call,
 ) -> Release:
     """The training replies (or their secure sum) of one round, with the amplification the conditions allow."""
     secure = bool(strategy.secure_sum)
@@ -412,7 +412,7 @@ def train_release(
 
 
 def drawn_count_release(
-    plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, round: int, call: tuple,
+    plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, round: int, call: Call,
 ) -> Release:
     """The summed drawn count S of one round (FedSampling's self-normalized update) where the updates carry no
     noise: unprotected when exact; with noise sigma_S, a Gaussian mechanism of multiplier sigma_S sqrt(a/m) per

@@ -27,7 +27,7 @@ from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 
 if TYPE_CHECKING:
-    from fedsample.privacy.ledger import Method, Unit
+    from fedsample.privacy.ledger import Method, Summary, Unit
 
 __all__ = ["add_parser", "command_privacy", "ledger_epsilons", "report", "report_memory"]
 
@@ -140,7 +140,7 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
 def ledger_epsilons(
     rounds: int, sigma: float, rate: float, unit: Unit, k: int | None, delta: float, method: Method,
     size_report: tuple[float, int] | None = None, clipping: str = "both",
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, Summary]]:
     """Per clipping mode (``clipping``: ``"example"``, ``"client"`` or ``"both"``), the ledger's summary after
     ``rounds`` rounds of FedSampling's training release (every client asked, secure sum, noise of multiplier
     ``sigma`` on the sum, records kept with probability ``rate``), after one permanent size report

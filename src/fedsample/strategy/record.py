@@ -20,6 +20,7 @@ from fedsample.sampling import adaptive
 from fedsample.sampling.clients import is_built_census
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import CheckedProbes
+from fedsample.runtime.records import Record
 
 __all__ = [
     "census_figures", "cohort_facts", "cohort_figures", "describe_round", "drawn_or_none", "inclusion_figures",
@@ -33,7 +34,7 @@ def note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     ctx.log["dropped"] = len(ctx.log["failed"])
 
 
-def unchanged(ctx: RoundContext, why: str) -> dict:
+def unchanged(ctx: RoundContext, why: str) -> Record:
     """The record of a round that leaves the parameters unchanged, and ``why`` (``params_unchanged``)."""
     ctx.log.setdefault("failed", [])
     ctx.log.setdefault("dropped", len(ctx.log["failed"]))
@@ -42,7 +43,7 @@ def unchanged(ctx: RoundContext, why: str) -> dict:
     return ctx.log
 
 
-def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: dict | None = None) -> dict:
+def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: Record | None = None) -> Record:
     """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
     replies' summed loss and count: all a secure sum reveals), then the cohort's facts and the privacy spent
     (:meth:`cohort_facts`, given or computed here)."""
@@ -68,7 +69,7 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     return log
 
 
-def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> dict:
+def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> Record:
     """What the round's record says once the round's calls are made, whatever the replies hold: how many
     clients the round asked anything (``clients_contacted``: size queries, probes, training), the cohort's
     inclusion probabilities (or how they are known), the size estimate, the size reports' privacy spend over the
