@@ -9,11 +9,10 @@ derives, and the client-held states of the federation) is one :class:`~fedsample
 from __future__ import annotations
 
 import copy
-import functools
 import warnings
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Protocol, Sequence, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from torch import nn
 from fedsample import checks
 from fedsample.budget import measured_figure
 from fedsample.callbacks import (
-    Callback, Checkpoint, CheckpointError, Diverged, Divergence, Progress, Run, SimulationState, Tracking,
+    Callback, Checkpoint, CheckpointError, Diverged, Divergence, Run, SimulationState,
 )
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import blas_on_one_thread, resolve_device, to_device
@@ -44,10 +43,9 @@ from fedsample.runtime.warned import once_per_kind
 
 __all__ = [
     "Backend", "CheckpointError", "Diverged", "Engine", "SimulationResult", "SimulationState", "build_module",
-    "folded_keywords", "make_federation", "resolve_backend", "simulate",
+    "EARLIER_KEYWORDS", "make_federation", "resolve_backend", "simulate",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
 #: A round's record: the round log's figures (numbers, strings, lists, per-part dicts) and the evaluation's.
 Record = dict[str, Any]
 
@@ -142,42 +140,17 @@ class Engine:
                              f"ray_federation(workers=2)), got {self.federation!r}")
 
 
-ENGINE_KEYWORDS = ("backend", "federation", "device", "workers", "client_threads", "memory_budget")
-"""``simulate``'s keywords before :class:`Engine` grouped them; still accepted, folded into ``engine``."""
+EARLIER_KEYWORDS = {
+    **{name: f"engine=Engine({name}=...)" for name in ("backend", "federation", "device", "workers", "client_threads", "memory_budget")},
+    "trackers": "callbacks=[Tracking(trackers)]", "checkpoint": "callbacks=[Checkpoint(path)]",
+    "checkpoint_every": "callbacks=[Checkpoint(path, every=...)]", "resume": "callbacks=[Checkpoint(path, resume=True)]",
+    "progress": "callbacks=[Progress(report)]", "data": "federated_data",
+}
+"""``simulate``'s keywords before :class:`Engine` and the callbacks grouped them, each refused with one line
+naming its spelling now (a ``TypeError``)."""
 
 
-def folded_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``simulate``'s keywords with the earlier ones folded into its option objects: the :data:`ENGINE_KEYWORDS` into
-    ``engine``, ``trackers``, ``checkpoint`` (with ``checkpoint_every`` and ``resume``) and ``progress`` into
-    callbacks (:class:`~fedsample.callbacks.Tracking`, :class:`~fedsample.callbacks.Checkpoint`,
-    :class:`~fedsample.callbacks.Progress`, in that order, after the given ones)."""
-    kwargs = dict(kwargs)
-    engine = {k: kwargs.pop(k) for k in ENGINE_KEYWORDS if k in kwargs}
-    if engine:
-        kwargs["engine"] = replace(kwargs.get("engine") or Engine(), **engine)
-    callbacks: list[Callback] = list(kwargs.get("callbacks") or ())
-    trackers, progress = kwargs.pop("trackers", None), kwargs.pop("progress", None)
-    path, every, resume = kwargs.pop("checkpoint", None), kwargs.pop("checkpoint_every", 0), kwargs.pop("resume", False)
-    callbacks += [Tracking(trackers)] if trackers else []
-    callbacks += [Checkpoint(path, every, resume)] if path else []
-    callbacks += [Progress(progress)] if progress else []
-    if callbacks:
-        kwargs["callbacks"] = tuple(callbacks)
-    return kwargs
-
-
-def _earlier_keywords(fn: F) -> F:
-    """``fn`` accepting ``simulate``'s earlier keywords too (:func:`folded_keywords`)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **folded_keywords(kwargs))
-
-    return cast(F, wrapper)
-
-
-@_earlier_keywords
-@checks.arguments(renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT)
+@checks.arguments(renamed=EARLIER_KEYWORDS, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT)
 def simulate(
     strategy: Strategy,
     federated_data: FederatedData,
@@ -204,8 +177,8 @@ def simulate(
     :class:`~fedsample.callbacks.Progress`; every run ends with :class:`~fedsample.callbacks.Divergence`: a run
     whose parameters, loss or every update become non-finite raises :class:`~fedsample.callbacks.Diverged`.
     The earlier keywords (``backend``, ``federation``, ``device``, ``workers``, ``client_threads``,
-    ``memory_budget``, ``trackers``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``progress``) are still
-    accepted and folded into these (:func:`folded_keywords`).
+    ``memory_budget``, ``trackers``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``progress``, ``data``) are
+    refused, each with one line naming its spelling now (:data:`EARLIER_KEYWORDS`).
 
     ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
     or without it a client whose procedure raises is left out of its round (docs/reliability.md). A resumed run

@@ -40,7 +40,7 @@ from fedsample.rounds import FederationLost
 from fedsample.experiments.validation import validation_metrics
 from fedsample.callbacks import Checkpoint, Diverged, Tracking
 from fedsample.callbacks import Progress as RoundsDone
-from fedsample.simulation import Backend, Engine, build_module, folded_keywords, simulate
+from fedsample.simulation import Backend, Engine, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["RunSettings", "checkpoint_path", "folder_name", "jobs_that_fit", "run_jobs"]
@@ -57,7 +57,7 @@ class RunSettings:
     checkpoint_every: int = 10
     backend: Backend = "auto"
     device: str = "cpu"
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # further Engine settings (federation, workers, ...)
     tracking: TrackingSpec | None = None
 
 
@@ -119,8 +119,8 @@ def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[in
         result = simulate(
             plan.variants[job.label][job.key], federated_data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
             eval_every=config.eval_every, faults=plan.faults, privacy=accounting(config),
-            **folded_keywords({"engine": Engine(backend=settings.backend, device=settings.device), "callbacks": callbacks,
-                               **settings.options}),  # options: further engine settings (federation, workers, ...)
+            engine=Engine(backend=settings.backend, device=settings.device, **settings.options),  # options: further Engine settings
+            callbacks=callbacks,
         )
     except Diverged as error:
         return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))

@@ -93,7 +93,7 @@ def run_plan(
 ) -> dict[Job, Outcome]:
     """Run every strategy (every grid value) for every seed; ``progress(run label, round)`` is called after
     each round. A run that diverges is contained: ``on_failure(one line)`` is called, its outcome holds a
-    :class:`Failure`, and the other runs still go on. ``options`` are further ``simulate`` arguments (e.g.
+    :class:`Failure`, and the other runs still go on. ``options`` are further :class:`~fedsample.simulation.Engine` settings (e.g.
     ``federation=ray_federation(workers=4)``: :func:`fedsample.federation.ray.ray_federation`, which each run
     opens and closes); ``device`` overrides the experiment's ``device`` (default ``"cpu"``); ``jobs > 1`` runs
     the independent runs in that many processes with ``threads`` torch threads each (default 1), with the
