@@ -12,7 +12,7 @@ import copy
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -39,15 +39,17 @@ from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger, Summary
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
+from fedsample.runtime.records import Record, State
 from fedsample.runtime.warned import once_per_kind
+
+if TYPE_CHECKING:
+    from fedsample.federation.vectorized import VectorizedSimulator
 
 __all__ = [
     "Backend", "CheckpointError", "Diverged", "Engine", "SimulationResult", "SimulationState", "build_module",
     "EARLIER_KEYWORDS", "make_federation", "resolve_backend", "simulate",
 ]
 
-#: A round's record: the round log's figures (numbers, strings, lists, per-part dicts) and the evaluation's.
-Record = dict[str, Any]
 
 
 class BuildsModule(Protocol):
@@ -373,7 +375,7 @@ def _attach_ledger(state: SimulationState, accounting: Accounting, data: Federat
     return ledger
 
 
-def _without_ledger(state: dict[str, Any]) -> dict[str, Any]:
+def _without_ledger(state: State) -> State:
     """A copy of the strategy state without the ledger (put back when the budget stops a round midway)."""
     return copy.deepcopy({k: v for k, v in state.items() if k != LEDGER_KEY})
 
@@ -422,7 +424,7 @@ def _asked_cores(engine: BackendChoice, workers: int, client_threads: int, devic
 def make_federation(
     backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu",
     client_threads: int = 1,
-) -> Any:
+) -> Simulator | VectorizedSimulator:
     """The in-process federation named by ``backend`` (``"loop"`` or ``"vectorized"``), its training data
     moved to ``device`` once (``module`` must already live there); the loop trains ``client_threads`` clients side
     by side."""

@@ -28,9 +28,10 @@ from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
-from fedsample.simulation import Diverged, build_module, simulate
+from fedsample.simulation import Diverged, Model, build_module, simulate
 from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import RoundContext
+from fedsample.runtime.records import Record
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 from fedsample.validate import shapes_of
@@ -91,7 +92,7 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     sampler = strategy.clients
     kind = parts.inclusion_kind(sampler)
     kinds = [log.get("inclusion", kind.value) for log in draws.logs]
-    out: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias,
+    out: Record = {"inclusion": kind.value, "bias": kind.bias,
                            "rounds_by_kind": {k.value: kinds.count(k.value) for k in parts.InclusionKind if k.value in kinds},
                            "server_learns": [v.value for v in parts.server_learns(sampler)], "trains_first": parts.trains_first(sampler),
                            "probes": float(np.mean([log.get("sampler_probes", 0) for log in draws.logs])),
@@ -129,7 +130,7 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dic
 
 
 def diagnose(
-    strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
+    strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Model, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
     memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
     faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None, check_rounds: int = 0,
@@ -184,7 +185,7 @@ class _Work:
 
     strategies: dict[str, Strategy]
     data: FederatedData
-    model: Any
+    model: Model
     module: torch.nn.Module
     params: Params
     basis: GradientBasis
@@ -219,7 +220,7 @@ def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None
     return result, draws, status
 
 
-def run_check(strategy: Strategy, data: FederatedData, model: Any, rounds: int, seed: int, faults: FaultModel | None) -> str:
+def run_check(strategy: Strategy, data: FederatedData, model: Model, rounds: int, seed: int, faults: FaultModel | None) -> str:
     """The strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the automatic
     backend): "ok", or why it diverged."""
     try:

@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -42,6 +42,10 @@ from fedsample.callbacks import Checkpoint, Diverged, Tracking
 from fedsample.callbacks import Progress as RoundsDone
 from fedsample.simulation import Backend, Engine, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
+
+if TYPE_CHECKING:
+    from fedsample.experiments.config import ExperimentConfig
+    from fedsample.privacy.ledger import Accounting
 
 __all__ = ["RunSettings", "checkpoint_path", "folder_name", "jobs_that_fit", "run_jobs"]
 
@@ -132,7 +136,7 @@ def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[in
     return Outcome(result, validation_metrics(module, result.params, validation, fed.dataset))
 
 
-def accounting(config: Any) -> Any:
+def accounting(config: ExperimentConfig) -> Accounting:
     """The runs' privacy accounting: the config's ``[privacy]`` table, or the default."""
     from fedsample.privacy.ledger import Accounting
 

@@ -191,7 +191,7 @@ def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, l
     return results, extras
 
 
-def finite_or_none(value: Any) -> Any:
+def finite_or_none(value: object) -> object:
     """JSON-safe numbers: non-finite floats become None, recursively through dicts and lists."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -233,7 +233,8 @@ def summarize(
                         if isinstance(run, SimulationResult) else None for run in runs],
             **(extras or {}).get(label, {}),
         }
-    return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})
+    document = {"config": config.model_dump(mode="json"), "strategies": strategies}
+    return {key: finite_or_none(value) for key, value in document.items()}
 
 
 def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:

@@ -11,7 +11,7 @@ are exact).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
 LOST_PROBES_KEY = "sampler_lost_probes_instead"
 
 
-def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
+def probes_arrived(ctx: "RoundContext", reports: "ReplyList") -> np.ndarray:
     """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
     the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
     arrived = np.array([not is_failed(r) for r in reports], dtype=bool)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
@@ -48,7 +47,7 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     replies' summed loss and count: all a secure sum reveals), then the cohort's facts and the privacy spent
     (:meth:`cohort_facts`, given or computed here)."""
     note_failures(ctx, reports.failures())
-    log: dict[str, Any] = {"cohort": len(cohort)}
+    log: Record = {"cohort": len(cohort)}
     loss_sum, log["updates"] = reports.summed_loss()
     if log["updates"] and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
         log["train_loss"] = loss_sum / log["updates"]
@@ -75,7 +74,7 @@ def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> Record:
     inclusion probabilities (or how they are known), the size estimate, the size reports' privacy spend over the
     run so far and the run's ledger (:func:`~fedsample.privacy.recorder.round_figures`: every call's releases
     are recorded when it returns; aggregating asks nothing). Pure: no random draw, nothing changed."""
-    facts: dict[str, Any] = {}
+    facts: Record = {}
     if isinstance(ctx.federation, CheckedProbes):
         facts["clients_contacted"] = ctx.federation.contacted(cohort.ids)
     facts.update(inclusion_figures(s.clients, cohort))
@@ -109,7 +108,7 @@ def drawn_or_none(reports: ReplyList) -> int | None:
         return None
 
 
-def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> Record:
     """What the round record says of the cohort's inclusion probabilities, by how the sampler knows them
     (:class:`~fedsample.parts.InclusionKind`): exact ones, their figures (:func:`cohort_figures`); estimated ones,
     ``inclusion: "estimated"`` and that the aggregate is biased by design (with the figures of the weights the
@@ -120,7 +119,7 @@ def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
     if kind is InclusionKind.EXACT:  # named where the sampler is not always exact (FedCor's random warm-up rounds)
         named = parts.inclusion_kind(sampler) is not InclusionKind.EXACT
         return {**({"inclusion": kind.value} if named else {}), **cohort_figures(cohort)}
-    figures: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias}
+    figures: Record = {"inclusion": kind.value, "bias": kind.bias}
     if kind is InclusionKind.ESTIMATED and cohort.expected_draws is not None and len(cohort):
         figures["design_weight_total"] = float(np.sum(cohort.design_weights()))  # of the assumed weights
     return figures
