@@ -88,9 +88,23 @@ class KindSpent(TypedDict):
     num_releases: int
 
 
-class Summary(TypedDict, total=False):
-    """:meth:`Ledger.summary`: the settings, epsilon with and without amplification (one relation: at the top level;
-    several: ``by_relation``), the unprotected releases and why, the latest amplification decision."""
+class RelationSpent(TypedDict, total=False):
+    """One neighbouring relation's epsilon with and without amplification (None: no accountant installed), as
+    :meth:`Ledger.summary` gives it (every key present)."""
+
+    epsilon: float | None
+    delta: float
+    num_releases: int
+    accounting_method: str
+    optimal_order: float | None
+    epsilon_without_amplification: float | None
+    neighboring_relation: Relation
+
+
+class Summary(RelationSpent, total=False):
+    """:meth:`Ledger.summary`: the settings, epsilon with and without amplification (one relation: its
+    :class:`RelationSpent` at the top level; several: ``by_relation``, and ``epsilon`` None), the unprotected releases
+    and why, the latest amplification decision."""
 
     unit: Unit
     threat_model: Threat
@@ -102,30 +116,11 @@ class Summary(TypedDict, total=False):
     unprotected: list[str]
     unprotected_why: dict[str, str]
     amplification: str
-    epsilon: float | None
-    delta: float
-    num_releases: int
-    accounting_method: str
-    optimal_order: float | None
-    epsilon_without_amplification: float | None
-    neighboring_relation: Relation
-    by_relation: dict[Relation, "RelationSpent"]
+    by_relation: dict[Relation, RelationSpent]
     note: str
     releases: list[JSONObject]
     by_release: dict[str, KindSpent]
     error: str  #: a run's summary that could not be computed: only this line (simulate keeps the trained run)
-
-
-class RelationSpent(TypedDict):
-    """One neighbouring relation's epsilon in a :class:`Summary` (None: no accountant installed)."""
-
-    epsilon: float | None
-    delta: float
-    num_releases: int
-    accounting_method: str
-    optimal_order: float | None
-    epsilon_without_amplification: float | None
-    neighboring_relation: Relation
 
 
 THREATS = {
