@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 
 import numpy as np
 
-from fedsample.messages import ClientContext, LocalSample, Params, PerClient, SizeQuery
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, SizeQuery
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ __all__ = [
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
     "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
-    "privacy_capabilities", "RECORDS", "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "rows_trained",
+    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
@@ -592,14 +592,18 @@ class UpdatePrivacyCapabilities(_Capabilities):
     """What an update privacy declares (its ``capabilities``, all optional; a part that declares none claims
     neither): ``hides_draw`` (its reply says nothing of whether and how much the client drew: no step count, loss
     or drawn count, :meth:`fedsample.privacy.noise.UpdateNoise.private_reply`; the ledger's amplification by data
-    sampling needs it) and ``splits_among_cohort`` (its noise is added in equal shares by the cohort: it offers
-    ``for_cohort(size)`` and carries its ``shares``, :class:`SplitNoise`; by default every reply carries all of it)."""
+    sampling needs it), ``splits_among_cohort`` (its noise is added in equal shares by the cohort: it offers
+    ``for_cohort(size)`` and carries its ``shares``, :class:`SplitNoise`; by default every reply carries all of it)
+    and ``runs_solver`` (it computes the update itself, per-example clipping: it offers
+    ``run_solver(solver, ctx, sample, params, round, rng)``, :class:`RunsSolver`, which the client runs in the place
+    of the solver's ``run``; by default the solver runs)."""
 
     hides_draw: bool = False
     splits_among_cohort: bool = False
+    runs_solver: bool = False
 
     def offered(self) -> dict[str, tuple[str, bool]]:
-        return {"splits_among_cohort": ("for_cohort", self.splits_among_cohort)}
+        return {"splits_among_cohort": ("for_cohort", self.splits_among_cohort), "runs_solver": ("run_solver", self.runs_solver)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -766,11 +770,12 @@ class ObservesDrawn(Protocol):
 
 @runtime_checkable
 class LocalSolver(Protocol):
-    """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
-    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way.
-    A solver may declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
+    """What a chosen client computes on its drawn sample: ``run`` returns one :class:`~fedsample.messages.LocalResult`
+    (the update, a descent direction; the steps taken; the mean loss; FedNova's ``norm_steps`` and the
+    ``rows_trained``, each None where the solver does not say). The loop runs any solver this way. A solver may
+    declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult: ...
 
 
 @runtime_checkable
@@ -864,10 +869,9 @@ class UpdatePrivacy(Protocol):
     """What every client does to its reply before sending it (:mod:`fedsample.privacy.noise`: clipping and Gaussian
     noise on the whole update, :class:`~fedsample.privacy.noise.UpdateNoise`, or per example,
     :class:`~fedsample.privacy.noise.PerExampleNoise`); ``noise_multiplier`` is what the privacy ledger composes and
-    ``clipping`` ("client" or "example") says which unit is clipped. A part that clips per example also computes the
-    gradient itself (``run_solver``, in the place of the solver's ``run``). It may declare ``capabilities``
+    ``clipping`` ("client" or "example") says which unit is clipped. It may declare ``capabilities``
     (:class:`UpdatePrivacyCapabilities`: whether its reply hides the draw, whether its noise is split among the
-    cohort)."""
+    cohort, whether it computes the gradient itself, :class:`RunsSolver`, as per-example clipping does)."""
 
     @property
     def noise_multiplier(self) -> float: ...
@@ -923,6 +927,16 @@ class SplitNoise(UpdatePrivacy, Protocol):
     def shares(self) -> int: ...
 
     def for_cohort(self, size: int) -> "SplitNoise": ...
+
+
+@runtime_checkable
+class RunsSolver(UpdatePrivacy, Protocol):
+    """An update privacy that declares ``runs_solver``: ``run_solver(solver, ctx, sample, params, round, rng)``
+    computes the client's update itself (per-example clipping needs each example's gradient), in the place of
+    ``solver.run``, and returns the same :class:`~fedsample.messages.LocalResult`."""
+
+    def run_solver(self, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
+                   rng: np.random.Generator) -> LocalResult: ...
 
 
 @runtime_checkable
