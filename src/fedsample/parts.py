@@ -27,7 +27,7 @@ one-line ``ValueError``; the other fields' defaults only claim less. An optional
 ``draw_cohort_on_device``) is declared by a field of its record too (:class:`UpdatePrivacyCapabilities` for an update
 privacy, :class:`CohortPlanCapabilities` for a cohort plan), and read from it, never probed for: a method the part
 has and does not declare, or declares and lacks, is refused in one line naming the part (:func:`offers_problem`).
-A leaf module: it imports :mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
+A leaf module: it imports :mod:`fedsample.rounds`, :mod:`fedsample.messages` and :mod:`fedsample.checks` only.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 
 import numpy as np
 
+from fedsample import checks
 from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, SizeQuery
 from fedsample.rounds import Cohort, RoundContext
 
@@ -481,11 +482,11 @@ class _Capabilities:
         return {}
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            ok, wanted = (_is_flag, "True or False") if f.type == "bool" else _WANTED[f.name]
+        flags = {f.name for f in dataclasses.fields(self) if f.type == "bool"}
+        for name, value in checks.declared_values(self).items():
+            ok, wanted = (_is_flag, "True or False") if name in flags else _WANTED[name]
             if not ok(value):
-                raise ValueError(f"{type(self).__name__}({f.name}={value!r}): {f.name} must be {wanted}")
+                raise ValueError(f"{type(self).__name__}({name}={value!r}): {name} must be {wanted}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1140,11 +1141,11 @@ def describe(part: Any) -> str:
         return "None"
     if not dataclasses.is_dataclass(part) or isinstance(part, type):
         return type(part).__name__
-    shown = []
+    shown, values = [], checks.declared_values(part)
     for f in dataclasses.fields(part):
         if not f.repr:
             continue
-        value = getattr(part, f.name)
+        value = values[f.name]
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
         )
