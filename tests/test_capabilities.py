@@ -106,6 +106,8 @@ def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, m
     (AggregatorCapabilities, dict(weighs_by_inclusion=1), "AggregatorCapabilities(weighs_by_inclusion=1): weighs_by_inclusion must be True or False"),
     (AggregatorCapabilities, dict(weighs_by_inclusion=False, linear="yes"),
      "AggregatorCapabilities(linear='yes'): linear must be True, False or None (not known)"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=False, normalizes_steps="fednova"),
+     "AggregatorCapabilities(normalizes_steps='fednova'): normalizes_steps must be True or False"),
     (AggregatorCapabilities, dict(weighs_by_inclusion=False, shared_settings=[("K", 3)]),
      "AggregatorCapabilities(shared_settings=[('K', 3)]): shared_settings must be a mapping of setting -> value"),
     (LocalSolverCapabilities, dict(minibatch=10**6 + 0.5), "LocalSolverCapabilities(minibatch=1000000.5): minibatch must be a positive int, "

@@ -416,10 +416,15 @@ class BatchSchedule:
 
 class StepRule(Protocol):
     """A local step's arithmetic (:class:`fedsample.training.local.SGDStep`): with minibatch gradient g,
-    d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b."""
+    d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b. ``linear``: whether
+    its update is linear in the gradients (SGD's is; a chain with Adam's moments is not), which FedNova's a_k and the
+    engines' linear forms need."""
 
     @property
     def lr(self) -> float: ...
+
+    @property
+    def linear(self) -> bool: ...
 
     @property
     def momentum(self) -> float: ...
@@ -556,8 +561,10 @@ class AggregatorCapabilities(_Capabilities):
     divide by the cohort's inclusion probabilities or expected draws). Optional: ``needs_sizes``; ``linear`` (a
     weighted sum of the updates whose weights are known before the updates are: what a secure sum and the engines'
     fused sums compute; None: not known); ``needs_strata``; ``needs_drawn_count``; ``needs_step_counts`` (its
-    weights need each client's step count, which a noised reply withholds); ``equal_weights`` (every received
-    update weighs the same: what per-example noise shares are calibrated for) and ``shared_settings``."""
+    weights need each client's step count, which a noised reply withholds); ``normalizes_steps`` (it divides each
+    update by the client's effective step count a_k, FedNova's, known only for a local rule linear in the
+    gradients); ``equal_weights`` (every received update weighs the same: what per-example noise shares are
+    calibrated for) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
@@ -565,6 +572,7 @@ class AggregatorCapabilities(_Capabilities):
     needs_strata: bool = False
     needs_drawn_count: bool = False
     needs_step_counts: bool = False
+    normalizes_steps: bool = False
     equal_weights: bool = False
     shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 

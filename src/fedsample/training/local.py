@@ -466,7 +466,8 @@ class LocalOptimizer(LocalSGD):
     ``LocalOptimizer(lr=1e-3, steps=5, transforms=(scale_by_adam(),))``; weight decay and the proximal term are
     transformations here (``add_decayed_weights``, ``add_proximal``), so ``momentum``, ``weight_decay`` and
     ``prox_mu`` stay 0. Both engines step it client by client or stacked (its state is each transformation's,
-    per client); FedNova's a_k is tau_k (the rule is not linear in the gradients)."""
+    per client). FedNova refuses it (its a_k is derived for a rule linear in the gradients only:
+    :func:`fedsample.strategy.rules.steps_normalize_under_a_linear_rule`)."""
 
     transforms: tuple[Transform, ...] = ()
 
