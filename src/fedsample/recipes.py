@@ -51,7 +51,7 @@ from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 __all__ = [
-    "KEYWORDS", "Keywords", "PARAMETERS", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
+    "KEYWORDS", "Keywords", "PARAMETERS", "PROTOCOLS", "ProtocolChoices", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
     "fedsampling", "fedsampling_naive", "fedstas", "fedsts", "fedyogi", "isfedavg", "iwds", "recipe", "weighted_fedavg",
 ]
 

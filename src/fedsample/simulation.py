@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from fedsample.federation.vectorized import VectorizedSimulator
 
 __all__ = [
-    "Backend", "CheckpointError", "Diverged", "Engine", "SimulationResult", "SimulationState", "build_module",
-    "EARLIER_KEYWORDS", "make_federation", "resolve_backend", "simulate",
+    "Backend", "BuildsModule", "CheckpointError", "Diverged", "EARLIER_KEYWORDS", "Engine", "Model", "SimulationResult",
+    "SimulationState", "build_module", "make_federation", "resolve_backend", "simulate",
 ]
 
 

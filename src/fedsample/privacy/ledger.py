@@ -55,8 +55,8 @@ from fedsample.privacy.accounting import DEFAULT_DELTA
 from fedsample.runtime.records import JSON, JSONObject
 
 __all__ = [
-    "Accounting", "BudgetExceeded", "Ledger", "PLD_DISCRETIZATION", "Release", "epsilon_of", "flower_spent",
-    "gaussian", "mixture_of_gaussians", "poisson_sampled", "randomized_response", "sampled_without_replacement",
+    "Accounting", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "PLD_DISCRETIZATION", "RelationSpent", "Release",
+    "Spent", "Summary", "epsilon_of", "flower_spent", "gaussian", "mixture_of_gaussians", "poisson_sampled", "randomized_response", "sampled_without_replacement",
 ]
 
 Unit = Literal["record", "user"]
