@@ -282,7 +282,7 @@ def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024, 
     index = {c: i for i, c in enumerate(classes)}
     y_tr = np.fromiter((index[c] for c in cats_tr), dtype=np.int64, count=len(cats_tr))
     y_te = np.fromiter((index[c] for c in cats_te), dtype=np.int64, count=len(cats_te))
-    meta: dict[str, Any] = {"source": str(path), "classes": classes}
+    meta: Meta = {"source": str(path), "classes": classes}
     if representation == "tokens":
         vocabulary = build_vocabulary(texts_tr, vocab_size)
         x_tr, x_te = encode_tokens(texts_tr, vocabulary, seq_len), encode_tokens(texts_te, vocabulary, seq_len)

@@ -27,6 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
@@ -242,7 +243,7 @@ def interrupts_blocked_in_children() -> Iterator[None]:
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # started inside the block it would unblock SIGINT here (it blocks its own)
-    caught: list[Any] = []
+    caught: list[FrameType | None] = []
     handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:

@@ -272,7 +272,7 @@ def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = 
     with outputs.written_together(out, names) as folder:  # moves the names still listed when the block ends
         (folder / "results.json").write_text(text)
         (folder / "privacy.json").write_text(ledgers)
-        steps: list[tuple[tuple[str, ...], Callable[[], Any]]] = [
+        steps: list[tuple[tuple[str, ...], Callable[[], object]]] = [
             (("summary.md",), lambda: (folder / "summary.md").write_text(summary_table(document))),
             (("curves.png",), lambda: plot_curves(document, folder / "curves.png")),
             (("partition.png", "partition_stats.json"),
@@ -283,7 +283,7 @@ def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = 
                 names[:] = [name for name in names if name not in files]
 
 
-def after_training(step: Callable[[], Any], files: tuple[str, ...]) -> bool:
+def after_training(step: Callable[[], object], files: tuple[str, ...]) -> bool:
     """Run one step that follows the trained results (a table, a plot): True when it worked, else one warning line
     naming the files it could not write (the results are written all the same)."""
     try:
