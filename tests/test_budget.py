@@ -242,7 +242,7 @@ def test_a_reproduction_row_states_its_realised_budgets():
     assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
     del document["strategies"]["FedAvg"]["budget"]  # a run without the record: it says it predates the record
     old = comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})
-    assert old["realised"] is None and "realised budgets: not recorded (an older run, or a study whose runner does not record them)" in claim_text(old)
+    assert old["realised"] is None and "realised budgets: not recorded (a run older than the record)" in claim_text(old)
 
 
 def test_a_sealed_side_is_compared_on_its_measured_figure_and_the_table_says_so():
