@@ -435,6 +435,12 @@ class StepRule(Protocol):
     @property
     def prox_mu(self) -> float: ...
 
+    @property
+    def is_gradient(self) -> bool:
+        """Whether a single step's update is the weighted gradient itself (lr 1, no weight decay): the vectorized
+        engine's one-gradient cohort."""
+        ...
+
     def step_weights(self, total: np.ndarray, step: np.ndarray) -> np.ndarray:
         """a_t: the weight of step ``step``'s gradient in the first-order update of a client taking ``total`` steps."""
         ...
