@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Iterator, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -48,9 +48,11 @@ from torch import nn
 
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import (
+    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics,
+)
 from fedsample import client as procedures
-from fedsample.client import empty_report, statistical_utilities
+from fedsample.client import empty_report
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import free_memory
 from fedsample.runtime.memo import frozen
@@ -119,8 +121,7 @@ class VectorizedSimulator(Simulator):
             report = reports[position]
             kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
                 update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
-                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None),
-                rows_trained=getattr(report, "rows_trained", None))
+                samples=report.samples, rows_trained=report.rows_trained, statistics=report.statistics)
             held.append(procedures.hold(self.context(k), kept, round))
         return Replies(held, failed={})
 
@@ -188,13 +189,15 @@ class VectorizedSimulator(Simulator):
                 out.append(per_sample_losses(self.train_module, params, self.x[r], self.y[r], self.task).double().cpu().numpy())
         return np.concatenate(out + [np.zeros(0)])
 
-    def add_utilities(self, reports: ReplyList, ids: np.ndarray, drawn: DrawnCohort, params: Params) -> None:
-        """Oort's statistical utility of each member that took a step (:func:`fedsample.client.statistical_utilities`
-        over its drawn rows at the received ``params``), added to its report as the client adds it."""
+    def add_statistics(
+        self, reports: ReplyList, ids: np.ndarray, drawn: DrawnCohort, params: Params, statistics: tuple[ReplyStatistic, ...]
+    ) -> None:
+        """The reply ``statistics`` of each member that took a step (:func:`fedsample.messages.reply_statistics` of
+        the cohort's drawn rows at the received ``params``), added to its report as the client adds them."""
         losses = self.sample_losses(params, self.data.offsets[ids[drawn.member]] + drawn.position)
-        utility = statistical_utilities(losses, drawn.member, len(ids))
+        values = reply_statistics(statistics, losses, drawn.member, len(ids))
         for c in reports.received_positions().tolist():
-            reports[c].utility = float(utility[c])
+            reports[c].statistics = {name: float(v[c]) for name, v in values.items()}
 
     def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> ReplyList:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
@@ -296,8 +299,8 @@ class VectorizedSimulator(Simulator):
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted)
         if not parts.reports_rows(payload.plan):  # the plan's drawn count is private: no row count leaves a client
             _withhold_rows(reports)
-        if payload.utility:  # Oort's statistical utility, as the client adds it to its report
-            self.add_utilities(reports, ids, drawn, payload.params)
+        if payload.statistics:  # e.g. Oort's statistical utility, as the client adds it to its report
+            self.add_statistics(reports, ids, drawn, payload.params, payload.statistics)
         return reports
 
     def _train_stepped(
@@ -817,6 +820,7 @@ class _DeferredReport(TrainReport):
     def __init__(self, owner: "_CohortUpdates | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
+        self.statistics: Mapping[str, float] = {}
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read

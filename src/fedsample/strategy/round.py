@@ -131,9 +131,9 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
         return params, unchanged(ctx, str(why))
     plan = s.data.plan(ctx, cohort)
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-    utility = "utility" in s.clients.capabilities.reads_replies  # Oort asks each client for its statistical utility
+    statistics = parts.reply_statistics_read(s.clients)  # e.g. Oort asks each client for its statistical utility
     payload_for = lambda p: TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)),  # noqa: E731
-                                         utility=utility)
+                                         statistics=statistics)
     payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
     trained_rate = 1.0
     if parts.trains_first(s.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
