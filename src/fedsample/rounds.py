@@ -311,6 +311,18 @@ class NumberReplies(ReplyList):
     def received_positions(self) -> np.ndarray:
         return self.without_failed(np.arange(len(self), dtype=np.int64))
 
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> None:
+        """Numbers carry no update."""
+        return None
+
+    def summed_loss(self) -> tuple[float, int]:
+        """Numbers carry no loss: (0.0, 0)."""
+        return 0.0, 0
+
+    def drawn_total(self) -> int:
+        """The received numbers, summed (the sizes of a ``sum_sizes`` call, the secure sum's count)."""
+        return int(np.sum(np.asarray(self.values, dtype=np.int64)[self.received_positions()]))
+
     def numbers(self) -> np.ndarray:
         values = self.values.astype(np.float64)
         values[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = np.nan
