@@ -27,7 +27,7 @@ from fedsample.messages import TrainReport, payloads_for
 from fedsample.rounds import NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
-__all__ = ["ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
+__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
 
 
 # --- the worker's side -------------------------------------------------------------------------------------
@@ -98,6 +98,10 @@ def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray, list[
     rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
     return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5), [r.statistics for r in got]
+
+
+#: The summary of a worker none of whose clients was asked (:func:`summarize_reports` of no report).
+NO_SUMMARY: tuple[np.ndarray, np.ndarray, list[Mapping[str, float]]] = (np.zeros(0, np.int64), np.zeros((0, 5)), [])
 
 
 def _or_nan(value: float | None) -> float:
