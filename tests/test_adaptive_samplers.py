@@ -22,7 +22,7 @@ import torch
 from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import parts
-from fedsample.client import probe, sample_statistics
+from fedsample.client import sample_statistics
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.messages import LocalSample, ProbeReport, ProbeRequest
