@@ -16,6 +16,8 @@ import pytest
 
 import fedsample as fs
 from fedsample import parts
+from fedsample.client import local_result
+from fedsample.messages import LocalResult
 from fedsample.parts import (
     AggregatorCapabilities, ClientSamplerCapabilities, CohortPlanCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit,
     LocalSolverCapabilities, SizeNeed, UpdatePrivacyCapabilities,
@@ -105,6 +107,8 @@ def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, m
     (AggregatorCapabilities, dict(weighs_by_inclusion=1), "AggregatorCapabilities(weighs_by_inclusion=1): weighs_by_inclusion must be True or False"),
     (AggregatorCapabilities, dict(weighs_by_inclusion=False, linear="yes"),
      "AggregatorCapabilities(linear='yes'): linear must be True, False or None (not known)"),
+    (AggregatorCapabilities, dict(weighs_by_inclusion=False, normalizes_steps="fednova"),
+     "AggregatorCapabilities(normalizes_steps='fednova'): normalizes_steps must be True or False"),
     (AggregatorCapabilities, dict(weighs_by_inclusion=False, shared_settings=[("K", 3)]),
      "AggregatorCapabilities(shared_settings=[('K', 3)]): shared_settings must be a mapping of setting -> value"),
     (LocalSolverCapabilities, dict(minibatch=10**6 + 0.5), "LocalSolverCapabilities(minibatch=1000000.5): minibatch must be a positive int, "
@@ -118,6 +122,8 @@ def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, m
     (UpdatePrivacyCapabilities, dict(hides_draw="always"), "UpdatePrivacyCapabilities(hides_draw='always'): hides_draw must be True or False"),
     (UpdatePrivacyCapabilities, dict(splits_among_cohort=4),
      "UpdatePrivacyCapabilities(splits_among_cohort=4): splits_among_cohort must be True or False"),
+    (UpdatePrivacyCapabilities, dict(runs_solver="example"),
+     "UpdatePrivacyCapabilities(runs_solver='example'): runs_solver must be True or False"),
     (CohortPlanCapabilities, dict(draws_blocks="yes"), "CohortPlanCapabilities(draws_blocks='yes'): draws_blocks must be True or False"),
     (CohortPlanCapabilities, dict(draws_on_device=0), "CohortPlanCapabilities(draws_on_device=0): draws_on_device must be True or False"),
 ])
@@ -405,6 +411,25 @@ class ClaimsSplit(SplitsUnsaid):
         return self
 
 
+class SolvesUnsaid(OldStyleNoise):
+    """Computes the update itself (run_solver) and declares nothing: the client would run the solver instead."""
+
+    hides_draw = None
+
+    def run_solver(self, solver, ctx, sample, params, round, rng):
+        return solver.run(ctx, sample, params, round, rng)
+
+
+class ClaimsSolver(OldStyleNoise):
+    """Declares runs_solver but has no run_solver: misspelt as solve."""
+
+    hides_draw = None
+    capabilities = UpdatePrivacyCapabilities(runs_solver=True)
+
+    def solve(self, solver, ctx, sample, params, round, rng):
+        return solver.run(ctx, sample, params, round, rng)
+
+
 @pytest.mark.parametrize("field, part, message", [
     ("local", RowsUnsaid(lr=0.1, epochs=None, steps=1, batch_size=4), "local=RowsUnsaid(lr=0.1, epochs=None, steps=1, batch_size=4) has rows_trained() "
                                                           "but its LocalSolverCapabilities does not declare it: declare counts_rows=True"),
@@ -414,12 +439,47 @@ class ClaimsSplit(SplitsUnsaid):
                               "declare splits_among_cohort=True"),
     ("noise", ClaimsSplit(), "noise=ClaimsSplit declares splits_among_cohort=True in its UpdatePrivacyCapabilities but has no "
                              "for_cohort() method"),
+    ("noise", SolvesUnsaid(), "noise=SolvesUnsaid has run_solver() but its UpdatePrivacyCapabilities does not declare it: "
+                              "declare runs_solver=True"),
+    ("noise", ClaimsSolver(), "noise=ClaimsSolver declares runs_solver=True in its UpdatePrivacyCapabilities but has no "
+                              "run_solver() method"),
 ])
 def test_a_solver_or_noise_whose_offers_and_methods_disagree_is_refused(field, part, message):
     assert parts.capabilities_problem(part, field) == message.split("=", 1)[1]
     with pytest.raises(ValueError) as refused:
         dataclasses.replace(strategy(Fixed()), **{field: part})
     assert str(refused.value) == message
+
+
+class TupleSolver:
+    """A user's solver whose run returns a tuple instead of a LocalResult."""
+
+    def run(self, ctx, sample, params, round, rng):
+        return ({}, 1, 0.0)
+
+
+class DeclaredSolverNoise(OldStyleNoise):
+    """A user's update privacy declaring it computes the update itself: its run_solver runs, the solver's run does not."""
+
+    hides_draw = None
+    capabilities = UpdatePrivacyCapabilities(runs_solver=True)
+
+    def run_solver(self, solver, ctx, sample, params, round, rng):
+        return LocalResult(update=params, steps=3, loss=0.5, norm_steps=2.5, rows_trained=7)
+
+
+def test_the_client_runs_what_the_noise_declares_and_refuses_a_result_that_is_not_a_local_result():
+    """run_solver runs only where runs_solver is declared; a run that returns anything but a LocalResult is refused
+    in one line naming the part (its rows and FedNova's a_k are read from the declared fields, never probed)."""
+    params = {"w": torch.ones(2)}
+    got = local_result(DeclaredSolverNoise(), TupleSolver(), None, None, params, 0, None)
+    assert (got.steps, got.norm_steps, got.rows_trained) == (3, 2.5, 7)
+    with pytest.raises(TypeError) as refused:
+        local_result(PlainNoise(), TupleSolver(), None, None, params, 0, None)  # declares nothing: the solver runs
+    assert str(refused.value) == "TupleSolver.run returned a tuple: a local solver returns a fedsample.messages.LocalResult"
+    with pytest.raises(TypeError) as refused:
+        local_result(None, TupleSolver(), None, None, params, 0, None)
+    assert "TupleSolver.run returned a tuple" in str(refused.value)
 
 
 class DeclaredNoise(OldStyleNoise):

@@ -50,7 +50,8 @@ from typing import Literal
 import numpy as np
 
 from fedsample.checks import (
-    BOOLEAN, COUNT, Options, Param, ParameterError, arguments, check, constrained, integers, reals, requirement,
+    BOOLEAN, COUNT, Options, Param, ParameterError, arguments, check, constrained, declared_values, inherited_rules, integers, reals,
+    requirement,
 )
 
 
@@ -157,6 +158,17 @@ def test_constrained_checks_fields_literals_then_the_own_rules():
         _Child(extra=-1)
     with pytest.raises(ValueError, match="own rule"):  # the parent's own rule runs for the child too
         _Child(k=6, by="size")
+
+
+def test_declared_values_reads_a_dataclass_fields_in_order_or_by_name_and_rules_are_inherited_from_a_registry():
+    child = _Child(k=2, rate=0.5, by="size", extra=3.0)
+    assert declared_values(child) == {"k": 2, "rate": 0.5, "by": "size", "extra": 3.0}
+    assert list(declared_values(child)) == ["k", "rate", "by", "extra"]  # the declared order
+    assert declared_values(child, ("extra", "k")) == {"extra": 3.0, "k": 2}
+    with pytest.raises(TypeError):  # not a dataclass: no declared fields
+        declared_values(object())
+    assert set(inherited_rules(_Child)) == {"k", "rate", "extra"} and set(inherited_rules(_Part)) == {"k", "rate"}
+    assert inherited_rules(int) == {}
 
 
 @arguments(aliases={"K": "samples_per_round"}, renamed={"lr": "server_lr"}, samples_per_round=COUNT)

@@ -123,6 +123,28 @@ def test_text_models_refuse_float_inputs_and_ids_beyond_the_vocabulary():
         VectorizedSimulator(federate(floats, SIZES), SMALL["textcnn"][0].build((SEQ,), 2), seed=0)
 
 
+def test_a_users_text_model_declares_its_embedding_by_deriving_from_token_model():
+    """The check reads the declared embedding of a TokenModel (the library's text models, or a user's deriving from
+    it); a model that merely has an attribute called tokens is not probed."""
+    from fedsample.models.text import TokenModel, check_token_ids
+
+    class Declared(TokenModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = nn.Embedding(5, 2)
+
+    class Undeclared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = nn.Embedding(5, 2)
+
+    ids = torch.tensor([[1, 7]])
+    with pytest.raises(ValueError, match="token id 7 >= the model's vocab_size 5"):
+        check_token_ids(Declared(), ids)
+    check_token_ids(Undeclared(), ids)  # not declared: nothing to check
+    assert isinstance(SMALL["textcnn"][0].build((SEQ,), 2), TokenModel) and isinstance(SMALL["transformer"][0].build((SEQ,), 2), TokenModel)
+
+
 SOLVERS = {
     "sgd_multi_step_momentum": LocalSGD(lr=0.1, epochs=2, batch_size=4, momentum=0.9, weight_decay=1e-3, prox_mu=0.1),
     "sgd_single_step": LocalSGD(lr=0.1, epochs=None, steps=1, batch_size=None),

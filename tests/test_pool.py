@@ -214,3 +214,14 @@ def test_auto_reads_read_only_training_rows_without_a_warning():
         warnings.simplefilter("error")
         choice = resolve_backend("auto", fs.recipes.fedavg(clients_per_round=4, epochs=1, batch_size=8, lr=0.1), data, model, None, "cpu")
     assert choice.backend in ("loop", "vectorized")
+
+
+def test_a_worker_answers_every_procedure_of_its_client_shard_from_one_table():
+    """The worker's dispatch table (pool.procedures) names each public method of ClientShard, bound to the shard."""
+    from fedsample.federation.pool import procedures
+    from fedsample.federation.sharded import ClientShard
+
+    shard = ClientShard.__new__(ClientShard)  # the table binds methods; nothing runs
+    table = procedures(shard)
+    assert set(table) == {name for name in vars(ClientShard) if not name.startswith("_")}
+    assert all(fn.__self__ is shard and fn.__name__ == name for name, fn in table.items())

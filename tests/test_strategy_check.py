@@ -143,6 +143,35 @@ def test_secure_sum_refuses_an_aggregator_that_is_not_linear():
     dataclasses.replace(recipes.fedavg(), secure_sum=True)  # a linear aggregator is fine
 
 
+def test_fednova_refuses_a_local_rule_that_is_not_linear_naming_the_rule():
+    """FedNova's a_k (Wang et al. 2020) is derived for SGD's rule only (momentum, proximal term, weight decay): a local
+    Adam is refused at construction naming its rule, read from the aggregator's declaration (normalizes_steps), so a
+    user's aggregator declaring it is held to the same rule; SGD with momentum and a proximal term is not refused."""
+    from fedsample.parts import AggregatorCapabilities
+    from fedsample.training.local import LocalOptimizer
+    from fedsample.training.rules import scale_by_adam
+
+    adam = LocalOptimizer(lr=1e-3, epochs=None, steps=5, transforms=(scale_by_adam(),))
+    message = error_of(clients=UniformClients(3), local=adam, aggregate=FedNova("uniform"))
+    assert message == (
+        f"FedNova(by='uniform') divides each update by its effective step count a_k, which Wang et al. (2020) derive only for a local "
+        f"rule linear in the gradients, but {describe(adam)} steps by {describe(adam.step_rule(0))}, which is not: use "
+        "LocalSGD (momentum, prox_mu, weight_decay) or another aggregator")
+    assert "steps by Chain(lr=0.001, steps=(scale_by_adam(beta1=0.9" in message
+
+    @dataclasses.dataclass(frozen=True)
+    class Normalized(WeightedMean):
+        @property
+        def capabilities(self) -> AggregatorCapabilities:
+            return dataclasses.replace(super().capabilities, normalizes_steps=True)
+
+    refused(error_of(clients=UniformClients(3), local=adam, aggregate=Normalized("uniform")), "Normalized()", "scale_by_adam")
+    Strategy(clients=UniformClients(3), local=adam, aggregate=WeightedMean("uniform"))  # FedAvg's weights need no a_k
+    Strategy(clients=UniformClients(3), local=LocalSGD(lr=0.1, momentum=0.9, prox_mu=0.01), aggregate=FedNova("uniform"))
+    Strategy(clients=UniformClients(3), local=OneGradient(4), aggregate=FedNova("uniform"))  # one step of lr 1: linear
+    assert recipes.recipe("iwds", base="fednova").aggregate == FedNova()
+
+
 def test_the_self_normalized_sum_needs_a_data_sampler_that_sends_drawn_counts():
     """Failed mid-run before: 'normalize=drawn needs each client's drawn count'."""
     message = error_of(clients=AllClients(), data=FedSamplingData(10), local=OneGradient(10), aggregate=DrawnNormalizedSum(10),
@@ -247,7 +276,7 @@ def test_every_rule_has_a_docstring_and_a_test_here():
     source = open(__file__).read()
     for rule in RULES:
         assert rule.__doc__
-    assert len(RULES) == 10 and len(re.findall(r"^def test_", source, re.M)) >= len(RULES)
+    assert len(RULES) == 11 and len(re.findall(r"^def test_", source, re.M)) >= len(RULES)
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,8 +68,7 @@ class HalvedSGD(LocalSGD):
 
     def run(self, ctx, sample, params, round, rng):
         result = super().run(ctx, sample, params, round, rng)
-        result.update = {k: 0.5 * v for k, v in result.update.items()}
-        return result
+        return dataclasses.replace(result, update={k: 0.5 * v for k, v in result.update.items()})
 
 
 SOLVERS = {

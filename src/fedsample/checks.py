@@ -31,6 +31,7 @@ import math
 import numbers
 import types
 import typing
+import weakref
 from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence, TypeVar, Union, cast
 
 import numpy as np
@@ -321,6 +322,23 @@ def _literal_specs(owner: Any, names: Iterable[str]) -> dict[str, Spec]:
 C = TypeVar("C", bound=type)
 
 
+def declared_values(obj: Any, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """The values of a dataclass's declared fields, by name: all of ``obj``'s fields in their declared order, or
+    those in ``names``. The one place fedsample reads its own dataclasses' fields by name (capabilities records,
+    :func:`constrained`'s rules, a part's description, model specs, the Flower app's settings)."""
+    wanted = [f.name for f in dataclasses.fields(obj)] if names is None else names
+    return {name: getattr(obj, name) for name in wanted}
+
+
+_RULES: weakref.WeakKeyDictionary[type, dict[str, Spec]] = weakref.WeakKeyDictionary()
+"""Each :func:`constrained` class's rules (its own and those it inherits), by class."""
+
+
+def inherited_rules(cls: type) -> dict[str, Spec]:
+    """The rules of the nearest :func:`constrained` class ``cls`` derives from (none: {})."""
+    return next((_RULES[base] for base in cls.__mro__ if base in _RULES), {})
+
+
 def constrained(**spec: Spec) -> Callable[[C], C]:
     """Class decorator (under ``@dataclass``): the fields named in ``spec`` and the ``Literal``-typed fields are
     checked, in that order, before the class's own ``__post_init__`` runs; the owner in messages is the class
@@ -328,8 +346,9 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
     declared rules (for docs and for callers that reuse them)."""
 
     def decorate(cls: C) -> C:
-        rules = {**getattr(cls, "__constraints__", {}), **spec}
+        rules = {**inherited_rules(cls), **spec}
         own = cls.__dict__.get("__post_init__")
+        parent = next((base.__dict__["__post_init__"] for base in cls.__mro__[1:] if "__post_init__" in base.__dict__), None)
         literals: dict[type, dict[str, Spec]] = {}  # per class: a subclass that is not constrained has fields of its own
 
         def __post_init__(self: Any) -> None:
@@ -337,15 +356,13 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
             if kind not in literals:
                 names = [f.name for f in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
                 literals[kind] = {k: v for k, v in _literal_specs(kind, names).items() if k not in rules}
-            values = {name: getattr(self, name) for name in (*rules, *literals[kind])}  # declared fields, by name
-            validate(kind.__name__, values, {**rules, **literals[kind]})
+            validate(kind.__name__, declared_values(self, (*rules, *literals[kind])), {**rules, **literals[kind]})
             if own is not None:
                 own(self)
-            else:
-                parent = getattr(super(cls, self), "__post_init__", None)
-                if parent is not None:
-                    parent()
+            elif parent is not None:  # the nearest parent's, as a dataclass runs it
+                parent(self)
 
+        _RULES[cls] = rules
         cls.__constraints__ = rules  # type: ignore[attr-defined]  # the attributes this decorator adds to the class
         cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
         return cls

@@ -11,16 +11,16 @@ update when its plan drew nothing), so whether a reply arrives says nothing abou
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic, SizeQuery,
-    SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics,
+    ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic,
+    SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics,
 )
-from fedsample.parts import counts_drawn, reports_count, reports_rows
+from fedsample.parts import LocalSolver, RunsSolver, counts_drawn, describe, privacy_capabilities, reports_count, reports_rows
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -149,16 +149,14 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     Gaussian noise, replying with a private reply (:mod:`fedsample.privacy.noise`). Every client replies; one
     that drew no sample sends :func:`empty_report` (noised too)."""
     sample = payload.plan.draw(ctx, rng)
-    solve = getattr(payload.noise, "run_solver", None)  # per-example clipping computes the gradient itself
     rows: int | None = 0  # the rows its local steps read: none where it drew no sample
     if len(sample) == 0:
         report = empty_report(payload.params)
     else:
-        result = (solve(payload.solver, ctx, sample, payload.params, payload.round, rng) if solve is not None
-                  else payload.solver.run(ctx, sample, payload.params, payload.round, rng))
-        rows = getattr(result, "rows_trained", None)
+        result = local_result(payload.noise, payload.solver, ctx, sample, payload.params, payload.round, rng)
+        rows = result.rows_trained
         report = TrainReport(
-            update=result.update, steps=result.steps, loss=result.loss, norm_steps=getattr(result, "norm_steps", None),
+            update=result.update, steps=result.steps, loss=result.loss, norm_steps=result.norm_steps,
             samples=len(sample) if reports_count(payload.plan) else None,
             rows_trained=rows if reports_rows(payload.plan) else None,
         )
@@ -169,6 +167,19 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
         report = payload.noise.private_reply(report, payload, rng)
     return report
+
+
+def local_result(noise: object, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
+                 rng: np.random.Generator) -> LocalResult:
+    """What a client's local training returns: the update privacy's ``run_solver`` where it declares ``runs_solver``
+    (:class:`RunsSolver`), else the solver's ``run``; anything but a :class:`~fedsample.messages.LocalResult` is
+    refused in one line naming the part."""
+    runs = noise is not None and privacy_capabilities(noise).runs_solver
+    result = cast(RunsSolver, noise).run_solver(solver, ctx, sample, params, round, rng) if runs else solver.run(ctx, sample, params, round, rng)
+    if not isinstance(result, LocalResult):
+        part = describe(noise) + ".run_solver" if runs else describe(solver) + ".run"
+        raise TypeError(f"{part} returned a {type(result).__name__}: a local solver returns a fedsample.messages.LocalResult")
+    return result
 
 
 def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | None:

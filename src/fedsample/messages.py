@@ -26,7 +26,7 @@ from torch import nn
 from fedsample import checks
 
 __all__ = [
-    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
 ]
@@ -307,6 +307,20 @@ class TrainHeld(TrainPayload):
     def training(self) -> TrainPayload:
         """The plain training request with the same fields (what the client trains before it holds the update)."""
         return TrainPayload(**vars(self))
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    """What a local solver's ``run`` returns (:class:`fedsample.parts.LocalSolver`): the pseudo-gradient, the local
+    steps taken (tau_k), the mean loss where the solver knows it, FedNova's effective number of steps ||a_k||_1
+    (Wang et al. 2020; None: a_k = tau_k), and the rows the steps read, with repeats (``rows_trained``: the sum of
+    the minibatches' widths; None where not counted)."""
+
+    update: Params
+    steps: int
+    loss: float
+    norm_steps: float | None = None
+    rows_trained: int | None = None
 
 
 @dataclass

@@ -27,7 +27,7 @@ one-line ``ValueError``; the other fields' defaults only claim less. An optional
 ``draw_cohort_on_device``) is declared by a field of its record too (:class:`UpdatePrivacyCapabilities` for an update
 privacy, :class:`CohortPlanCapabilities` for a cohort plan), and read from it, never probed for: a method the part
 has and does not declare, or declares and lacks, is refused in one line naming the part (:func:`offers_problem`).
-A leaf module: it imports :mod:`fedsample.rounds` and :mod:`fedsample.messages` only.
+A leaf module: it imports :mod:`fedsample.rounds`, :mod:`fedsample.messages` and :mod:`fedsample.checks` only.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 
 import numpy as np
 
-from fedsample.messages import ClientContext, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery
+from fedsample import checks
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ __all__ = [
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
     "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
-    "privacy_capabilities", "RECORDS", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_count", "REQUIRED", "rows_trained",
+    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_count", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
@@ -415,10 +416,15 @@ class BatchSchedule:
 
 class StepRule(Protocol):
     """A local step's arithmetic (:class:`fedsample.training.local.SGDStep`): with minibatch gradient g,
-    d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b."""
+    d = g + weight_decay * w + prox_mu * (w - w_global); b = momentum * b + d; w = w - lr * b. ``linear``: whether
+    its update is linear in the gradients (SGD's is; a chain with Adam's moments is not), which FedNova's a_k and the
+    engines' linear forms need."""
 
     @property
     def lr(self) -> float: ...
+
+    @property
+    def linear(self) -> bool: ...
 
     @property
     def momentum(self) -> float: ...
@@ -488,11 +494,11 @@ class _Capabilities:
         return {}
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            ok, wanted = (_is_flag, "True or False") if f.type == "bool" else _WANTED[f.name]
+        flags = {f.name for f in dataclasses.fields(self) if f.type == "bool"}
+        for name, value in checks.declared_values(self).items():
+            ok, wanted = (_is_flag, "True or False") if name in flags else _WANTED[name]
             if not ok(value):
-                raise ValueError(f"{type(self).__name__}({f.name}={value!r}): {f.name} must be {wanted}")
+                raise ValueError(f"{type(self).__name__}({name}={value!r}): {name} must be {wanted}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -562,8 +568,10 @@ class AggregatorCapabilities(_Capabilities):
     divide by the cohort's inclusion probabilities or expected draws). Optional: ``needs_sizes``; ``linear`` (a
     weighted sum of the updates whose weights are known before the updates are: what a secure sum and the engines'
     fused sums compute; None: not known); ``needs_strata``; ``needs_drawn_count``; ``needs_step_counts`` (its
-    weights need each client's step count, which a noised reply withholds); ``equal_weights`` (every received
-    update weighs the same: what per-example noise shares are calibrated for) and ``shared_settings``."""
+    weights need each client's step count, which a noised reply withholds); ``normalizes_steps`` (it divides each
+    update by the client's effective step count a_k, FedNova's, known only for a local rule linear in the
+    gradients); ``equal_weights`` (every received update weighs the same: what per-example noise shares are
+    calibrated for) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
@@ -571,6 +579,7 @@ class AggregatorCapabilities(_Capabilities):
     needs_strata: bool = False
     needs_drawn_count: bool = False
     needs_step_counts: bool = False
+    normalizes_steps: bool = False
     equal_weights: bool = False
     shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -599,14 +608,18 @@ class UpdatePrivacyCapabilities(_Capabilities):
     """What an update privacy declares (its ``capabilities``, all optional; a part that declares none claims
     neither): ``hides_draw`` (its reply says nothing of whether and how much the client drew: no step count, loss
     or drawn count, :meth:`fedsample.privacy.noise.UpdateNoise.private_reply`; the ledger's amplification by data
-    sampling needs it) and ``splits_among_cohort`` (its noise is added in equal shares by the cohort: it offers
-    ``for_cohort(size)`` and carries its ``shares``, :class:`SplitNoise`; by default every reply carries all of it)."""
+    sampling needs it), ``splits_among_cohort`` (its noise is added in equal shares by the cohort: it offers
+    ``for_cohort(size)`` and carries its ``shares``, :class:`SplitNoise`; by default every reply carries all of it)
+    and ``runs_solver`` (it computes the update itself, per-example clipping: it offers
+    ``run_solver(solver, ctx, sample, params, round, rng)``, :class:`RunsSolver`, which the client runs in the place
+    of the solver's ``run``; by default the solver runs)."""
 
     hides_draw: bool = False
     splits_among_cohort: bool = False
+    runs_solver: bool = False
 
     def offered(self) -> dict[str, tuple[str, bool]]:
-        return {"splits_among_cohort": ("for_cohort", self.splits_among_cohort)}
+        return {"splits_among_cohort": ("for_cohort", self.splits_among_cohort), "runs_solver": ("run_solver", self.runs_solver)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -773,11 +786,12 @@ class ObservesDrawn(Protocol):
 
 @runtime_checkable
 class LocalSolver(Protocol):
-    """What a chosen client computes on its drawn sample: ``run`` returns the update (a descent direction), the
-    steps taken, the mean loss and, optionally, FedNova's ``norm_steps``. The loop runs any solver this way.
-    A solver may declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
+    """What a chosen client computes on its drawn sample: ``run`` returns one :class:`~fedsample.messages.LocalResult`
+    (the update, a descent direction; the steps taken; the mean loss; FedNova's ``norm_steps`` and the
+    ``rows_trained``, each None where the solver does not say). The loop runs any solver this way. A solver may
+    declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> Any: ...
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult: ...
 
 
 @runtime_checkable
@@ -871,10 +885,9 @@ class UpdatePrivacy(Protocol):
     """What every client does to its reply before sending it (:mod:`fedsample.privacy.noise`: clipping and Gaussian
     noise on the whole update, :class:`~fedsample.privacy.noise.UpdateNoise`, or per example,
     :class:`~fedsample.privacy.noise.PerExampleNoise`); ``noise_multiplier`` is what the privacy ledger composes and
-    ``clipping`` ("client" or "example") says which unit is clipped. A part that clips per example also computes the
-    gradient itself (``run_solver``, in the place of the solver's ``run``). It may declare ``capabilities``
+    ``clipping`` ("client" or "example") says which unit is clipped. It may declare ``capabilities``
     (:class:`UpdatePrivacyCapabilities`: whether its reply hides the draw, whether its noise is split among the
-    cohort)."""
+    cohort, whether it computes the gradient itself, :class:`RunsSolver`, as per-example clipping does)."""
 
     @property
     def noise_multiplier(self) -> float: ...
@@ -930,6 +943,16 @@ class SplitNoise(UpdatePrivacy, Protocol):
     def shares(self) -> int: ...
 
     def for_cohort(self, size: int) -> "SplitNoise": ...
+
+
+@runtime_checkable
+class RunsSolver(UpdatePrivacy, Protocol):
+    """An update privacy that declares ``runs_solver``: ``run_solver(solver, ctx, sample, params, round, rng)``
+    computes the client's update itself (per-example clipping needs each example's gradient), in the place of
+    ``solver.run``, and returns the same :class:`~fedsample.messages.LocalResult`."""
+
+    def run_solver(self, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
+                   rng: np.random.Generator) -> LocalResult: ...
 
 
 @runtime_checkable
@@ -1140,11 +1163,11 @@ def describe(part: Any) -> str:
         return "None"
     if not dataclasses.is_dataclass(part) or isinstance(part, type):
         return type(part).__name__
-    shown = []
+    shown, values = [], checks.declared_values(part)
     for f in dataclasses.fields(part):
         if not f.repr:
             continue
-        value = getattr(part, f.name)
+        value = values[f.name]
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
         )

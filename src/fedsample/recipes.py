@@ -50,7 +50,7 @@ from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 __all__ = [
-    "PARAMETERS", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
+    "KEYWORDS", "Keywords", "PARAMETERS", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
     "fedsampling", "fedsampling_naive", "fedstas", "fedsts", "fedyogi", "isfedavg", "iwds", "recipe", "weighted_fedavg",
 ]
 
@@ -99,6 +99,21 @@ PARAMETERS: dict[str, checks.Spec] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Keywords:
+    """The keywords a recipe takes beyond its signature's parameters: ``aliases`` (a paper's symbol -> its
+    parameter), ``renamed`` (an old name -> its new name, refused naming it) and ``folded`` (the flat keywords of
+    :data:`FLAT` it folds into ``local``, :func:`_folding`; () for a recipe without ``local``)."""
+
+    aliases: Mapping[str, str]
+    renamed: Mapping[str, str]
+    folded: tuple[str, ...]
+
+
+KEYWORDS: dict[Callable[..., Strategy], Keywords] = {}
+"""Every recipe's :class:`Keywords`, registered by :func:`_recipe`."""
+
+
 def _recipe(
     aliases: Mapping[str, str] | None = None, renamed: Mapping[str, str] | None = None, **spec: checks.Spec
 ) -> Callable[[Callable[..., Strategy]], Callable[..., Strategy]]:
@@ -106,13 +121,17 @@ def _recipe(
     ``renamed`` (old names, refused naming the new one), and every argument checked against :data:`PARAMETERS`
     (``spec`` overrides an entry for this recipe) and its ``Literal`` annotation. A recipe that takes
     ``local: LocalTraining`` also takes the flat keywords of its settings (:data:`FLAT`, checked against
-    :data:`PARAMETERS`), folded into ``local`` over the signature's default (:func:`_folding`)."""
+    :data:`PARAMETERS`), folded into ``local`` over the signature's default (:func:`_folding`). The recipe's
+    :class:`Keywords` are registered in :data:`KEYWORDS`."""
 
     def decorate(fn: Callable[..., Strategy]) -> Callable[..., Strategy]:
         names = inspect.signature(fn).parameters
         rules = {name: PARAMETERS[name] for name in names if name in PARAMETERS}
         checked = checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
-        return _folding(checked, names["local"].default) if "local" in names else checked
+        folds = "local" in names
+        built = _folding(checked, names["local"].default) if folds else checked
+        KEYWORDS[built] = Keywords(dict(aliases or {}), dict(renamed or {}), tuple(FLAT) if folds else ())
+        return built
 
     return decorate
 
@@ -120,8 +139,7 @@ def _recipe(
 def _folding(fn: Callable[..., Strategy], default: LocalTraining) -> Callable[..., Strategy]:
     """``fn`` taking, besides ``local``, the flat keywords of :data:`FLAT`: each checked against
     :data:`PARAMETERS`, then folded with ``local`` into one :class:`LocalTraining` over ``default``
-    (:func:`fedsample.training.local_training.fold`: a setting given both ways is refused in one line).
-    ``fn.__folded__`` lists the flat keywords."""
+    (:func:`fedsample.training.local_training.fold`: a setting given both ways is refused in one line)."""
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Strategy:
@@ -130,7 +148,6 @@ def _folding(fn: Callable[..., Strategy], default: LocalTraining) -> Callable[..
         kwargs["local"] = fold(fn.__name__, default, kwargs.get("local"), flat)
         return fn(**kwargs)
 
-    wrapper.__dict__["__folded__"] = tuple(FLAT)
     return wrapper
 
 
@@ -512,13 +529,13 @@ def _participant_sizes(epsilon: float | Literal["none"] | None, M: int) -> Exact
 
 def _takes(fn: Callable[..., Strategy]) -> set[str]:
     """The keywords ``fn`` binds: its parameters and the flat keywords it folds into ``local`` (:func:`_folding`)."""
-    return set(inspect.signature(fn).parameters) | set(getattr(fn, "__folded__", ()))
+    return set(inspect.signature(fn).parameters) | set(KEYWORDS[fn].folded)
 
 
 def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     """The keywords ``fn`` takes: :func:`_takes` and its aliases (``clients``/``data`` overrides are objects,
     not configuration, and are not listed)."""
-    return (_takes(fn) | set(getattr(fn, "__aliases__", {}))) - {"clients", "data"}
+    return (_takes(fn) | set(KEYWORDS[fn].aliases)) - {"clients", "data"}
 
 
 def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callable[..., Strategy]:
@@ -527,7 +544,7 @@ def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callabl
     if name not in RECIPES:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
-    accepted = _accepted(fn) | set(getattr(fn, "__renamed__", {}))
+    accepted = _accepted(fn) | set(KEYWORDS[fn].renamed)
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ValueError(f"{what} {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(_accepted(fn)))}")

@@ -33,7 +33,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ from fedsample.federation.shards import as_range, assign_clients, positions_by_w
 from fedsample.messages import payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
 
-__all__ = ["PoolFederation", "PoolFederationFactory", "WorkerLost", "pool_federation", "serve"]
+__all__ = ["PoolFederation", "PoolFederationFactory", "WorkerLost", "pool_federation", "procedures", "serve"]
 
 PIECE_BYTES = 16 * 2**20
 """The most bytes of training rows gathered at once while a worker's shard is sent."""
@@ -228,7 +228,7 @@ def serve(fd: int) -> None:
         use_threads(start["threads"])
         held = [_receive_rows(conn, start["rows"], shape, dtype) for shape, dtype in start["shapes"]]
         shard = shard_holding(start["skeleton"], held[0], held[1], start["offsets"])
-        worker = ClientShard(shard, start["module"], start["seed"], start["memory_budget"], start["engine"])
+        answers = procedures(ClientShard(shard, start["module"], start["seed"], start["memory_budget"], start["engine"]))
         freeze_heap()  # torch's, the rows' and the engine's objects out of every collection (fedsample.runtime.heap)
     except (EOFError, OSError):
         return
@@ -245,10 +245,19 @@ def serve(fd: int) -> None:
             return
         name, args = message
         try:
-            answer = ("ok", getattr(worker, name)(*args))
+            if name not in answers:
+                raise AttributeError(f"a pool worker has no procedure {name!r}; it answers {', '.join(answers)}")
+            answer = ("ok", answers[name](*args))
         except BaseException as error:  # noqa: BLE001 - said to the server, which raises it
             answer = ("error", _line(error))
         conn.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def procedures(worker: ClientShard) -> dict[str, Callable[..., Any]]:
+    """What a pool worker answers, by the name the server calls it by (:meth:`PoolFederation._ask`): its
+    :class:`~fedsample.federation.sharded.ClientShard`'s procedures."""
+    return {"run": worker.run, "weighted_update_sum": worker.weighted_update_sum, "updates": worker.updates,
+            "held_rows": worker.held_rows, "client_states": worker.client_states, "load_client_states": worker.load_client_states}
 
 
 def _receive_rows(conn: Connection, rows: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:

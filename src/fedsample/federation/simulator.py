@@ -164,7 +164,7 @@ class Simulator(Federation):
             self._threads = ThreadPoolExecutor(self.client_threads, thread_name_prefix="fedsample-client")
             weakref.finalize(self, self._threads.shutdown, wait=False)
             for _ in range(self.client_threads):
-                self._modules.put(copy.deepcopy(self.train_module))
+                self._modules.put(random_layers.attach(copy.deepcopy(self.random)))  # a copy of the module, attached
 
         def with_a_module(position: int) -> Any:
             torch.set_num_threads(1)  # in this thread too (OpenMP keeps a thread count per thread)

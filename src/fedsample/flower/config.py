@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from fedsample import checks
+
 __all__ = ["AppConfig", "DEFAULT_OUT"]
 
 DEFAULT_OUT = "~/fedsample-runs/flower/{run_id}"
@@ -74,7 +76,7 @@ class AppConfig:
 
     def json(self) -> str:
         """A stable string of the settings (a cache key for node data)."""
-        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
+        return json.dumps(checks.declared_values(self), sort_keys=True)
 
 
 def out_folder(out: str, run_id: int) -> Path | None:

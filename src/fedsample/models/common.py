@@ -26,16 +26,18 @@ NORMS = ("group", "none")
 NORM = checks.Param(checks.Options(*NORMS), words=f"one of {', '.join(map(repr, NORMS))}")
 
 
-def as_tuple(spec: Any, *names: str) -> None:
-    """Make each (already checked) ``spec.<name>`` a tuple, in place on a frozen dataclass (a TOML file gives
-    lists, a single value means one layer)."""
-    for name in names:
-        value = getattr(spec, name)
-        object.__setattr__(spec, name, tuple(value) if isinstance(value, (list, tuple)) else (value,))
+def as_tuple(spec: Any, *names: str) -> dict[str, tuple]:
+    """Make each (already checked) field ``spec.<name>`` a tuple, in place on a frozen dataclass (a TOML file gives
+    lists, a single value means one layer); the tuples, by name."""
+    tuples = {name: tuple(value) if isinstance(value, (list, tuple)) else (value,)
+              for name, value in checks.declared_values(spec, names).items()}
+    for name, value in tuples.items():
+        object.__setattr__(spec, name, value)
+    return tuples
 
 
 def pair(spec: Any, name: str) -> None:
     """``spec.<name>`` holds exactly two values (as a tuple)."""
-    as_tuple(spec, name)
-    if len(getattr(spec, name)) != 2:
-        checks.fail(name, getattr(spec, name), "two values", type(spec).__name__)
+    value = as_tuple(spec, name)[name]
+    if len(value) != 2:
+        checks.fail(name, value, "two values", type(spec).__name__)

@@ -18,7 +18,7 @@ from torch import nn
 from fedsample import checks
 from fedsample.models.common import DROPOUT, WIDTHS, as_tuple, outputs
 
-__all__ = ["TextCNN", "Transformer", "check_token_ids"]
+__all__ = ["TextCNN", "TokenModel", "Transformer", "check_token_ids"]
 
 VOCABULARY = checks.integers(2)
 
@@ -35,12 +35,19 @@ def token_shape(spec: object, input_shape: tuple[int, ...], shortest: int = 1) -
     return input_shape[0]
 
 
+class TokenModel(nn.Module):
+    """A model that reads int64 token ids through its declared embedding ``tokens`` (:class:`TextCNN`'s and
+    :class:`Transformer`'s modules; a user's text model derives from it to have its inputs checked)."""
+
+    tokens: nn.Embedding
+
+
 def check_token_ids(module: nn.Module, x: torch.Tensor) -> None:
-    """For a model with a token embedding (``module.tokens``): ``x`` must be integer ids below its vocabulary
-    size (else one ``ValueError`` line naming the remedy). Other models: nothing to check."""
-    tokens = getattr(module, "tokens", None)
-    if not isinstance(tokens, nn.Embedding):
+    """For a :class:`TokenModel`: ``x`` must be integer ids below its vocabulary size (else one ``ValueError`` line
+    naming the remedy). Other models: nothing to check."""
+    if not isinstance(module, TokenModel):
         return
+    tokens = module.tokens
     if x.dtype.is_floating_point or x.dtype == torch.bool:
         raise ValueError(f"{type(module).__name__} takes int64 token ids, got {x.dtype} inputs; load the text with representation='tokens'")
     if len(x) and int(x.max()) >= tokens.num_embeddings:
@@ -57,7 +64,7 @@ def embed(tokens: nn.Embedding, x: torch.Tensor) -> torch.Tensor:
     return tokens(x) * (x != PAD).unsqueeze(-1).to(tokens.weight.dtype)
 
 
-class TextCNNNet(nn.Module):
+class TextCNNNet(TokenModel):
     """The Text-CNN module: see :class:`TextCNN`."""
 
     def __init__(self, vocab_size: int, dim: int, widths: tuple[int, ...], filters: int, dropout: float, classes: int) -> None:
@@ -129,7 +136,7 @@ class EncoderLayer(nn.Module):
         return h + self.drop2(self.ff(self.norm2(h)))
 
 
-class TransformerNet(nn.Module):
+class TransformerNet(TokenModel):
     """The Transformer classifier module: see :class:`Transformer`."""
 
     def __init__(self, vocab_size: int, seq_len: int, dim: int, heads: int, layers: int, hidden: int, dropout: float, classes: int) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.parts import SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
-from fedsample.messages import TrainPayload, TrainReport
+from fedsample.messages import LocalResult, TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
 __all__ = ["PerExampleNoise", "UpdateNoise", "for_cohort"]
@@ -98,7 +98,7 @@ class PerExampleNoise:
     noise_multiplier: float
     shares: int = 1
     clipping: ClassVar[str] = "example"
-    capabilities: ClassVar[UpdatePrivacyCapabilities] = UpdatePrivacyCapabilities(hides_draw=True, splits_among_cohort=True)
+    capabilities: ClassVar[UpdatePrivacyCapabilities] = UpdatePrivacyCapabilities(hides_draw=True, splits_among_cohort=True, runs_solver=True)
 
     def __post_init__(self) -> None:
         checks.positive("clip", self.clip)
@@ -113,13 +113,13 @@ class PerExampleNoise:
         """One client's noise standard deviation: noise_multiplier * C / (K * sqrt(shares))."""
         return self.noise_multiplier * self.clip / (K * math.sqrt(self.shares))
 
-    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: dict, round: int, rng: Any) -> Any:
+    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: dict, round: int, rng: Any) -> LocalResult:
         """G_c = (1/K) sum_s scale_s * clip_C(g_s) over the drawn sample (per-sample gradients at the global model,
         :func:`fedsample.training.functional.per_sample_gradients`), in the place of ``solver.run``."""
         import torch
 
         from fedsample.training.functional import per_sample_gradients
-        from fedsample.training.local import LocalResult, OneGradient
+        from fedsample.training.local import OneGradient
         from fedsample.training.random_layers import random_layers_of
 
         if not (isinstance(solver, OneGradient) and solver.K):

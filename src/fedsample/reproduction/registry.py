@@ -1,5 +1,5 @@
-"""The papers that can be reproduced: every module of :mod:`fedsample.reproduction.papers` that defines
-``PAPER`` (found with pkgutil, so a new paper is one new module), and what each names (presets, studies)."""
+"""The papers that can be reproduced: every module of :mod:`fedsample.reproduction.papers`, each of which declares
+its ``PAPER`` (found with pkgutil, so a new paper is one new module), and what each names (presets, studies)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ PROFILES = ("cpu", "cuda")
 
 
 def papers(package: str | None = None) -> dict[str, Paper]:
-    """``{paper name: Paper}`` for every module of ``package`` (default :data:`PACKAGE`) defining ``PAPER``."""
+    """``{paper name: Paper}`` of every module of ``package`` (default :data:`PACKAGE`): each module is one paper and
+    declares it as ``PAPER`` (one that declares something else is refused in one line naming it)."""
     root = importlib.import_module(package or PACKAGE)
     found = {}
     for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{root.__name__}.{info.name}")
-        paper = getattr(module, "PAPER", None)
-        if isinstance(paper, Paper):
-            found[paper.name] = paper
+        paper = module.PAPER
+        if not isinstance(paper, Paper):
+            raise TypeError(f"{module.__name__}.PAPER is a {type(paper).__name__}: a paper module declares a "
+                            "fedsample.reproduction.spec.Paper")
+        found[paper.name] = paper
     return found
 
 

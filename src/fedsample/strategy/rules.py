@@ -5,7 +5,7 @@ that disagree and what to do.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from fedsample import parts
 from fedsample.parts import InclusionKind, SizeNeed, SizeReporting
@@ -14,7 +14,7 @@ from fedsample.strategy.composition import Composition
 __all__ = [
     "RULES", "drawn_count_is_sent", "drawn_counts_are_sealed", "inclusion_weights_need_known_probabilities",
     "parts_implement_their_kind", "sampler_replies_are_readable", "schedule_has_a_learning_rate",
-    "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need",
+    "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need", "steps_normalize_under_a_linear_rule",
     "strata_come_from_the_sampler",
 ]
 
@@ -149,6 +149,22 @@ def sampler_replies_are_readable(s: Composition) -> str | None:
     return None
 
 
+def steps_normalize_under_a_linear_rule(s: Composition) -> str | None:
+    """An aggregator that divides each update by its effective step count a_k (``normalizes_steps``: FedNova) needs a
+    local rule for which Wang et al. (2020, Eq. 7 and §5) give a_k: one linear in the gradients (SGD with momentum, a
+    proximal term, weight decay). A solver whose declared step rule is not (a chain with Adam's moments, say) is
+    refused: its a_k = tau_k would be a guess the paper does not make. A solver without a declared step rule reports
+    its own a_k (``LocalResult.norm_steps``)."""
+    if not s.aggregate.capabilities.normalizes_steps or not parts.conforms(s.local, parts.ScheduledSolver):
+        return None
+    rule = cast(parts.ScheduledSolver, s.local).step_rule(0)
+    if rule.linear:
+        return None
+    return (f"{parts.describe(s.aggregate)} divides each update by its effective step count a_k, which Wang et al. (2020) "
+            f"derive only for a local rule linear in the gradients, but {parts.describe(s.local)} steps by "
+            f"{parts.describe(rule)}, which is not: use LocalSGD (momentum, prox_mu, weight_decay) or another aggregator")
+
+
 def schedule_has_a_learning_rate(s: Composition) -> str | None:
     """A learning-rate schedule scales the server optimizer's ``lr``."""
     if s.schedule is not None and not hasattr(s.server, "lr"):
@@ -159,6 +175,6 @@ def schedule_has_a_learning_rate(s: Composition) -> str | None:
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
     drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
-    sampler_replies_are_readable, schedule_has_a_learning_rate,
+    sampler_replies_are_readable, steps_normalize_under_a_linear_rule, schedule_has_a_learning_rate,
 )
 """What :meth:`fedsample.strategy.Strategy.check` enforces, in order."""

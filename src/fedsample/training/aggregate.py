@@ -239,10 +239,12 @@ class FedNova:
 
     @property
     def capabilities(self) -> AggregatorCapabilities:
-        """Not linear: its weights tau_eff p_k / a_k need each client's a_k, which comes with its update; the sizes
-        and settings of its weighting (:class:`WeightedMean`)."""
+        """Not linear: its weights tau_eff p_k / a_k need each client's a_k, which comes with its update (and is
+        known only for a local rule linear in the gradients: ``normalizes_steps``); the sizes and settings of its
+        weighting (:class:`WeightedMean`)."""
         return AggregatorCapabilities(weighs_by_inclusion=self.by in BY_INCLUSION, linear=False, needs_step_counts=True,
-                                      needs_sizes=_weighting_needs(self.by), shared_settings=_weighting_settings(self.by))
+                                      normalizes_steps=True, needs_sizes=_weighting_needs(self.by),
+                                      shared_settings=_weighting_settings(self.by))
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         def weights(positions: np.ndarray, got: Sequence["TrainReport"]) -> np.ndarray:

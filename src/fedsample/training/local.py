@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedsample import checks
-from fedsample.messages import ClientContext, LocalSample
+from fedsample.messages import ClientContext, LocalResult, LocalSample
 from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver, LocalSolverCapabilities
 from fedsample.rng import CohortStreams, counter_positions, stream_uniforms
 from fedsample.training.dtypes import float_dtype
@@ -35,19 +35,6 @@ __all__ = [
     "EpochSGD", "LocalOptimizer", "LocalResult", "LocalSGD", "LocalSolver", "OneGradient", "SGDStep", "Scheduled", "effective_steps",
     "LR_DECAY", "MOMENTUM", "SGD_SETTINGS", "epochs_or_steps", "sgd_terms_left_out", "run_schedule", "sgd_step", "sgd_step_",
 ]
-
-
-@dataclass
-class LocalResult:
-    """The pseudo-gradient, the local steps taken (tau_k), the mean loss, where the solver knows it,
-    FedNova's effective number of steps ||a_k||_1 (Wang et al. 2020; None: a_k = tau_k), and the rows the steps
-    read, with repeats (``rows_trained``: the sum of the minibatches' widths; None where not counted)."""
-
-    update: Params
-    steps: int
-    loss: float
-    norm_steps: float | None = None
-    rows_trained: int | None = None
 
 
 @dataclass(frozen=True)
@@ -479,7 +466,8 @@ class LocalOptimizer(LocalSGD):
     ``LocalOptimizer(lr=1e-3, steps=5, transforms=(scale_by_adam(),))``; weight decay and the proximal term are
     transformations here (``add_decayed_weights``, ``add_proximal``), so ``momentum``, ``weight_decay`` and
     ``prox_mu`` stay 0. Both engines step it client by client or stacked (its state is each transformation's,
-    per client); FedNova's a_k is tau_k (the rule is not linear in the gradients)."""
+    per client). FedNova refuses it (its a_k is derived for a rule linear in the gradients only:
+    :func:`fedsample.strategy.rules.steps_normalize_under_a_linear_rule`)."""
 
     transforms: tuple[Transform, ...] = ()
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -233,15 +234,20 @@ def injected(masks: Masks | None) -> Iterator[None]:
         _ACTIVE.masks = previous
 
 
+_ATTACHED: weakref.WeakKeyDictionary[nn.Module, RandomLayers] = weakref.WeakKeyDictionary()
+"""Each training module with injected dropout layers and its :class:`RandomLayers` (:func:`attach`)."""
+
+
 def random_layers_of(module: nn.Module) -> RandomLayers | None:
-    """The :class:`RandomLayers` a training copy was prepared with (None for a model without dropout)."""
-    return getattr(module, "_fedsample_random_layers", None)
+    """The :class:`RandomLayers` a training module was attached with (None for a model without dropout)."""
+    return _ATTACHED.get(module)
 
 
 def attach(layers: RandomLayers) -> nn.Module:
-    """The training module, marked so that solvers find its dropout layers from ``ctx.module``."""
+    """The training module, registered so that solvers find its dropout layers from ``ctx.module``. A copy of it is
+    registered by attaching a copy of ``layers`` (``attach(copy.deepcopy(layers))``, whose module is the copy)."""
     if layers.layers:
-        object.__setattr__(layers.module, "_fedsample_random_layers", layers)
+        _ATTACHED[layers.module] = layers
     return layers.module
 
 

@@ -146,7 +146,8 @@ class Rule:
         raise NotImplementedError(f"{type(self).__name__} is not linear: its first step is taken as any other")
 
     def effective_table(self, top: int) -> np.ndarray | None:
-        """FedNova's ||a||_1 for 0..top steps; None where the rule is not linear (a_k = tau_k)."""
+        """FedNova's ||a||_1 for 0..top steps; None where the rule is not linear (FedNova refuses such a rule:
+        :func:`fedsample.strategy.rules.steps_normalize_under_a_linear_rule`)."""
         return None
 
 

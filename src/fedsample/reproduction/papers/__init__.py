@@ -1,4 +1,4 @@
-"""One module per paper, each defining ``PAPER`` (a :class:`fedsample.reproduction.spec.Paper`)."""
+"""One module per paper, each declaring ``PAPER`` (a :class:`fedsample.reproduction.spec.Paper`); nothing else lives here."""
 
 from fedsample.runtime import lazy
 
