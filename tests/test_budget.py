@@ -142,6 +142,32 @@ def test_fedsampling_with_exact_sizes_realises_K_on_average():
     assert budget_warning("fedsampling", arm_budget([run.history]), 60) is None
 
 
+@pytest.mark.parametrize("protocol, warns", [("exact sizes", False), ("paper, M = 5", True)])
+def test_a_sealed_arm_outside_the_band_warns_with_its_measured_figure(protocol, warns):
+    """Sealed FedSampling arms keep their drawn count private, yet K is a public setting: every round records
+    ``target_samples``, so the warning reads the figure the simulation measured, labelled so, in the terminal's and
+    summary.md's lines (:func:`~fedsample.experiments.report.budget_lines`). 6 clients of 40 rows (N = 240), K = 60:
+    the exact-sizes control draws about 60 (inside [0.67 K, 1.5 K]: no line); the paper protocol with reports clipped
+    at M = 5 estimates N~ near 30, so K/N~ > 1 keeps all 240 rows (4.00 K) and says so."""
+    from fedsample.experiments.report import budget_lines
+
+    fed = federate(blobs(), [40] * 6)
+    sealed = recipes.fedsampling(K=60, protocol="paper", M=5) if warns else recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
+    run = simulate(sealed, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3)
+    assert all(r["target_samples"] == 60 and "realised_samples" not in r for r in run.history)
+    arm = arm_budget([run.history])
+    assert arm["source"] == "measured" and arm["K"] == 60
+    document = {"config": {"name": "t", "rounds": 4, "seeds": [0]},
+                "strategies": {"sealed": {"final": {}, "best": {}, "budget": arm}}}
+    lines, text = budget_lines(document), summary_table(document).replace("\\", "")
+    if not warns:
+        assert 0.67 * 60 <= arm["mean"] <= 1.5 * 60 and budget_warning("sealed", arm, 60) is None and lines == []
+        return
+    line = budget_warning("sealed", arm, 60)
+    assert line.startswith("sealed: realised 240 samples per round (sealed: measured in simulation, not released to the server) (4.00 K")
+    assert "K/N~ >= 1 in 4 of 4 rounds" in line and lines == [line] and line in text
+
+
 def test_the_warning_says_when_K_is_not_sampled():
     inside = {"mean": 1.2 * 2048, "min": 2000, "max": 2600, "rounds": 10, "clamped_rounds": 0}
     assert budget_warning("a", inside, 2048) is None
@@ -216,7 +242,7 @@ def test_a_reproduction_row_states_its_realised_budgets():
     assert equal["realised"]["equal"] and "equal samples (within 10%)" in claim_text(equal)
     del document["strategies"]["FedAvg"]["budget"]  # a run without the record: it says it predates the record
     old = comparison_row(Comparison(claim="x", source="run", better="FedSampling", worse="FedAvg"), {"run": experiment_values(document)})
-    assert old["realised"] is None and "realised budgets: not recorded (an older run, or a study whose runner does not record them)" in claim_text(old)
+    assert old["realised"] is None and "realised budgets: not recorded (a run older than the record)" in claim_text(old)
 
 
 def test_a_sealed_side_is_compared_on_its_measured_figure_and_the_table_says_so():

@@ -1,6 +1,7 @@
 """ISFedAvg's §V-A study (fedsample.reproduction.isfedavg_msd): the batched systematic sampler's inclusion
 frequencies, the unbiasedness of one round of the numpy Algorithm 1 (Monte Carlo, 4 standard errors), the
-variance-bound gain by hand, and the study's output shape on a tiny problem."""
+variance-bound gain by hand, the study's output shape on a tiny problem, and its realised budget (rows trained per
+round, read by the tables through the same path as an experiment's)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,56 @@ def test_tiny_study_output(tmp_path):
     assert all(np.isfinite(v["msd_db"][0]) for k, v in out.items() if k != m.BOUND)
     curves = json.loads((tmp_path / "isfedavg-regression.json").read_text())["msd_db"]
     assert len(curves[m.VARIANTS["exact"]]) == 30
+    assert "budget" not in out[m.BOUND]
+    for label in m.VARIANTS.values():
+        budget = out[label]["budget"]
+        assert budget["source"] == "released" and budget["rounds"] == 30 * 2 and len(budget["per_seed"]) == 1
+        assert 0 < budget["min"] <= budget["mean"] <= budget["max"]
+
+
+def test_rows_trained_per_round_is_the_chosen_agents_sum_of_epochs_times_batch():
+    """Uniform sampling picks each agent with probability L / K, so a round trains L mean_k(E_k B_k) rows in
+    expectation; 300 rounds x 40 repetitions of the paper's heterogeneity (E_k in [1, 5], B_k in [1, 10]) must land
+    within 4 standard errors (rounds taken as independent; systematic sampling within a round only lowers the
+    spread). One round by hand: the drawn points counted equal the chosen agents' E_k B_k."""
+    problem = m.paper_problem(3, num_agents=40, points=12)
+    L = 4
+    _, samples = m.run_variant(problem, "uniform", rounds=300, reps=40, L=L, mu=0.01, seed=3)
+    expected = L * np.mean(problem.epochs * problem.batch)
+    assert abs(samples.mean() - expected) <= 4 * samples.std() / np.sqrt(samples.size), (samples.mean(), expected)
+    rng = np.random.default_rng(0)
+    agents = np.array([[0, 5, 9], [1, 2, 3]])
+    w, uniform = np.zeros((2, problem.w_opt.size)), np.full((2, 3, problem.N), 1.0 / problem.N)
+    _, drawn = m.local_training(problem, w, agents, np.full((2, 3), 3 / problem.K), uniform, 0.01, False, rng)
+    by_hand = (problem.epochs * problem.batch)[agents].sum(axis=1)
+    np.testing.assert_array_equal(m.rows_trained(drawn), by_hand)
+
+
+def test_the_study_budget_reaches_the_comparison_rows_like_an_experiments(tmp_path):
+    """The study's ``budget`` goes through command.run_study's study.json and collect.study_values to the row's
+    realised budgets and the equal-budget rule, as an experiment's results.json does; the figures are the study's."""
+    from types import SimpleNamespace
+
+    from fedsample.budget import equal_budgets
+    from fedsample.reproduction.command import run_study
+    from fedsample.reproduction.rows import comparison_row
+    from fedsample.reproduction.spec import Comparison, Study
+    from fedsample.reproduction.table import claim_text
+
+    def tiny(device, seeds, out):
+        return m.msd_study(seeds, rounds=20, steady=10, reps=2, num_agents=10, points=6, L=3, mu=0.05, out=out)
+
+    _, values = run_study(Study("tiny", tiny, cost="~1 s"), SimpleNamespace(out=tmp_path, seeds=[0, 1], device="cpu"),
+                          SimpleNamespace(resume=False))
+    uniform, exact = m.VARIANTS["uniform"], m.VARIANTS["exact"]
+    stored = json.loads((tmp_path / "tiny" / "study.json").read_text())["values"]
+    means = {label: [s["mean"] for s in stored[label]["budget"]["per_seed"]] for label in (uniform, exact)}
+    assert values[uniform]["budget"]["samples"] == means[uniform] and "budget" not in values[uniform]["final"]
+    row = comparison_row(Comparison("IS beats uniform", "tiny", exact, uniform, metric="msd_db", paired=True), {"tiny": values})
+    realised = {label: float(np.mean(means[label])) for label in (uniform, exact)}
+    assert row["realised"] == {"better": realised[exact], "worse": realised[uniform], "tolerance": 0.10,
+                               "equal": equal_budgets(realised), "how": {"better": "released", "worse": "released"}}
+    assert f"realised: {exact} {realised[exact]:.0f}, {uniform} {realised[uniform]:.0f} samples per round" in claim_text(row)
 
 
 def test_paper_rows_name_the_study_labels_and_preset():

@@ -76,7 +76,8 @@ def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
 
 def budget_warning(label: str, summary: Mapping[str, Any] | None, K: float | None) -> str | None:
     """The one line saying that an arm did not sample its budget K: K/N~ >= 1 in some round (every row kept), or
-    the realised mean outside [0.67 K, 1.5 K] (:data:`BUDGET_RANGE`); None where the arm has no K or stayed inside."""
+    the realised mean outside [0.67 K, 1.5 K] (:data:`BUDGET_RANGE`); None where the arm has no K or stayed inside.
+    A sealed arm's figure (``source`` "measured": the server was not told it) is said to be measured in simulation."""
     if summary is None or summary["mean"] is None or not K:
         return None
     low, high = BUDGET_RANGE
@@ -85,7 +86,8 @@ def budget_warning(label: str, summary: Mapping[str, Any] | None, K: float | Non
     if not clamped and low <= ratio <= high:
         return None
     why = f"K/N~ >= 1 in {clamped} of {summary['rounds']} rounds (every row kept)" if clamped else f"outside [{low} K, {high} K]"
-    return (f"{label}: realised {summary['mean']:.0f} samples per round ({ratio:.2f} K, range {summary['min']:.0f}-"
+    measured = " (sealed: measured in simulation, not released to the server)" if summary.get("source") == "measured" else ""
+    return (f"{label}: realised {summary['mean']:.0f} samples per round{measured} ({ratio:.2f} K, range {summary['min']:.0f}-"
             f"{summary['max']:.0f}) against K = {K:g}: {why}")
 
 

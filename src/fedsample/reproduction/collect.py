@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fedsample.experiments.stats import best_round
 
@@ -36,10 +36,16 @@ def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]
     else:
         histories = result.get("history", [])
         best = {metric: [best_round(list(h), metric) for h in histories] for metric in final}
-    out = {"final": final, "best": best}
-    if result.get("budget"):  # each seed's realised samples per round (fedsample.budget.arm_budget), for the budget rule
-        out["budget"] = seed_budgets(result["budget"].get("per_seed", []))
-    return out
+    return with_budget({"final": final, "best": best}, result)
+
+
+def with_budget(values: dict[str, dict[str, list[float | None]]], result: Mapping) -> dict[str, dict[str, list[float | None]]]:
+    """``values`` with each seed's realised samples per round (``budget``: :func:`seed_budgets`) where the arm's
+    result (an experiment's results.json strategy, a study's label) carries its :func:`fedsample.budget.arm_budget`,
+    for the budget rule."""
+    if result.get("budget"):
+        values["budget"] = seed_budgets(result["budget"].get("per_seed", []))
+    return values
 
 
 def seed_budgets(seeds: Sequence[Mapping | None]) -> dict[str, list[float | None]]:
@@ -63,12 +69,13 @@ def read_experiment(folder: Path) -> Values:
     return experiment_values(json.loads((folder / "results.json").read_text()))
 
 
-def study_values(measured: Mapping[str, Mapping[str, Sequence[float | None]]]) -> Values:
-    """A study's ``{label: {metric: [per seed]}}``: one measurement, used as both "final" and "best"."""
+def study_values(measured: Mapping[str, Mapping[str, Any]]) -> Values:
+    """A study's ``{label: {metric: [per seed]}}``: one measurement, used as both "final" and "best"; a label's
+    ``budget`` (:func:`fedsample.budget.arm_budget`) is read as an experiment's is (:func:`with_budget`)."""
     out: Values = {}
     for label, metrics in measured.items():
-        values = {metric: [None if v is None else float(v) for v in seq] for metric, seq in metrics.items()}
-        out[str(label)] = {"final": values, "best": {m: list(v) for m, v in values.items()}}
+        values = {metric: [None if v is None else float(v) for v in seq] for metric, seq in metrics.items() if metric != "budget"}
+        out[str(label)] = with_budget({"final": values, "best": {m: list(v) for m, v in values.items()}}, metrics)
     return out
 
 

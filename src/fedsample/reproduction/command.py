@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from fedsample import outputs
 from fedsample.experiments import runner
@@ -204,7 +204,7 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     folder.mkdir(exist_ok=True)
     start = time.perf_counter()
     measured = study.run(sel.device, seeds, folder)
-    document = {"seeds": seeds, "device": sel.device, "values": {k: {m: list(v) for m, v in d.items()} for k, d in measured.items()}}
+    document = {"seeds": seeds, "device": sel.device, "values": {k: {m: v if isinstance(v, Mapping) else list(v) for m, v in d.items()} for k, d in measured.items()}}
     outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
     record_wall_time(folder, time.perf_counter() - start)
     return "ran", study_values(document["values"])

@@ -21,16 +21,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fedsample.budget import arm_budget
 from fedsample.data.synthetic import isfedavg_regression
 from fedsample.sampling.importance import agent_scores, data_variability, paper_alpha, paper_heterogeneity
 
 __all__ = [
     "BOUND", "Problem", "VARIANTS", "bound_gain_db", "capped_inclusion", "importance_probabilities", "local_training",
-    "msd_study", "normalize_rows", "paper_problem", "run_study", "sample_gradients", "systematic_rows",
+    "msd_study", "normalize_rows", "paper_problem", "rows_trained", "run_study", "run_variant", "sample_gradients", "systematic_rows",
 ]
 
 VARIANTS = {
@@ -214,9 +215,15 @@ def refresh_cheap(problem: Problem, state: State, w_prev: np.ndarray, agents: np
     state.data_p[rows, agents] = np.where(hit, mass * norms / np.where(share > 0, share, 1.0), data_p)
 
 
-def run_variant(problem: Problem, variant: str, rounds: int, reps: int, L: int, mu: float, seed: int) -> np.ndarray:
-    """Algorithm 1 for ``reps`` independent repetitions; returns the MSD ||w_i - w°||^2 per round and
-    repetition (rounds, reps), from w_0 = 0."""
+def rows_trained(drawn: np.ndarray) -> np.ndarray:
+    """The rows each repetition's agents trained this round, with repeats (sum over the chosen agents of
+    E_k B_k), from :func:`local_training`'s drawn points (R, L, E_max, B_max; -1: none): (R,)."""
+    return np.sum(drawn >= 0, axis=(1, 2, 3))
+
+
+def run_variant(problem: Problem, variant: str, rounds: int, reps: int, L: int, mu: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 1 for ``reps`` independent repetitions, from w_0 = 0; returns the MSD ||w_i - w°||^2 and the
+    rows trained (:func:`rows_trained`), each per round and repetition (rounds, reps)."""
     rng = np.random.default_rng([seed, list(VARIANTS).index(variant)])
     K, N = problem.K, problem.N
     state = State(np.zeros((reps, problem.w_opt.size)), np.full((reps, K), 1.0 / K), np.full((reps, K, N), 1.0 / N))
@@ -224,7 +231,7 @@ def run_variant(problem: Problem, variant: str, rounds: int, reps: int, L: int, 
     if variant == "exact":
         data_opt, agent_opt = importance_probabilities(problem, problem.w_opt[None, :])
         exact = (agent_opt[0], data_opt[0])
-    msd = np.empty((rounds, reps))
+    msd, samples = np.empty((rounds, reps)), np.empty((rounds, reps))
     rows = np.arange(reps)[:, None]
     for i in range(rounds):
         agent_p, data_p = round_probabilities(problem, variant, state, exact)
@@ -235,7 +242,8 @@ def run_variant(problem: Problem, variant: str, rounds: int, reps: int, L: int, 
             refresh_cheap(problem, state, state.w, agents, drawn)
         state.w = local.mean(axis=1)  # Eq. 9
         msd[i] = np.sum((state.w - problem.w_opt) ** 2, axis=1)
-    return msd
+        samples[i] = rows_trained(drawn)
+    return msd, samples
 
 
 def bound_gain_db(problem: Problem) -> float:
@@ -255,26 +263,38 @@ def to_db(msd: np.ndarray) -> np.ndarray:
     return 10.0 * np.log10(msd)
 
 
+def round_records(samples: np.ndarray) -> list[dict[str, float]]:
+    """One seed's rows trained (rounds, reps) as the round records :func:`fedsample.budget.arm_budget` reads, each
+    repetition's iteration one round: ``{"realised_samples": rows}``."""
+    return [{"realised_samples": float(x)} for x in samples.T.ravel()]
+
+
 def msd_study(seeds: Sequence[int], rounds: int = 600, steady: int = 300, reps: int = 10, L: int = 6, mu: float = 0.01,
-              num_agents: int = 300, points: int = 100, out: Path | None = None) -> dict[str, dict[str, list[float]]]:
+              num_agents: int = 300, points: int = 100, out: Path | None = None) -> dict[str, dict[str, Any]]:
     """Per seed (a fresh problem and ``reps`` repetitions): the steady-state MSD in dB (the mean MSD over the
     last ``steady`` rounds and the repetitions) per variant, each variant's gain over uniform sampling
-    in dB, and under ``BOUND`` the gain the variance bound allows (:func:`bound_gain_db`). With ``out``, the mean MSD curve per variant (dB per round, averaged over repetitions and seeds)
+    in dB, and under ``BOUND`` the gain the variance bound allows (:func:`bound_gain_db`); each variant's realised
+    budget under ``"budget"`` (:func:`fedsample.budget.arm_budget` of its rows trained per round, :func:`rows_trained`).
+    With ``out``, the mean MSD curve per variant (dB per round, averaged over repetitions and seeds)
     goes to ``out/isfedavg-regression.json``."""
-    results: dict[str, dict[str, list[float]]] = {label: {"msd_db": [], "gain_db": []} for label in VARIANTS.values()}
+    results: dict[str, dict[str, Any]] = {label: {"msd_db": [], "gain_db": []} for label in VARIANTS.values()}
     results[BOUND] = {"gain_db": []}
     curves: dict[str, list[np.ndarray]] = {label: [] for label in VARIANTS.values()}
+    histories: dict[str, list[list[dict[str, float]]]] = {label: [] for label in VARIANTS.values()}
     for seed in seeds:
         problem = paper_problem(int(seed), num_agents, points)
         steady_db = {}
         for variant, label in VARIANTS.items():
-            msd = run_variant(problem, variant, rounds, reps, L, mu, int(seed))
+            msd, samples = run_variant(problem, variant, rounds, reps, L, mu, int(seed))
             steady_db[label] = float(to_db(msd[-steady:].mean()))
             curves[label].append(msd.mean(axis=1))
+            histories[label].append(round_records(samples))
         results[BOUND]["gain_db"].append(bound_gain_db(problem))
         for label, value in steady_db.items():
             results[label]["msd_db"].append(value)
             results[label]["gain_db"].append(steady_db[VARIANTS["uniform"]] - value)
+    for label, seed_histories in histories.items():
+        results[label]["budget"] = arm_budget(seed_histories)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         curve = {label: to_db(np.mean(c, axis=0)).round(3).tolist() for label, c in curves.items()}
@@ -283,6 +303,6 @@ def msd_study(seeds: Sequence[int], rounds: int = 600, steady: int = 300, reps: 
     return results
 
 
-def run_study(device: str, seeds: Sequence[int], out: Path) -> Mapping[str, Mapping[str, Sequence[float]]]:
+def run_study(device: str, seeds: Sequence[int], out: Path) -> Mapping[str, Mapping[str, Any]]:
     """The :class:`fedsample.reproduction.spec.Study` entry point (numpy on the CPU whatever ``device``)."""
     return msd_study(seeds, out=Path(out))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from fedsample.experiments.stats import LOWER_IS_BETTER  # smaller is better for these metrics, larger for the rest
 
@@ -103,8 +103,9 @@ def with_seeds_needed(comparisons: Sequence[Comparison], needed: Mapping[tuple[s
     return tuple(replace(c, seeds_needed=needed.get((c.source, c.better, c.worse), c.seeds_needed)) for c in comparisons)
 
 
-# run(device, seeds, out) -> {label: {metric: [one value per seed]}}
-StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, Mapping[str, Sequence[float]]]]
+# run(device, seeds, out) -> {label: {metric: [one value per seed], and optionally "budget": the arm's realised
+# budget as results.json records it (fedsample.budget.arm_budget)}}
+StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)

@@ -160,11 +160,11 @@ def claim_text(row: Mapping) -> str:
 def realised_text(row: Mapping) -> str:
     """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples (within 10%)'); a sealed
     side's figure, which its server was never told, reads 'B not released (sealed; measured in simulation: 2050)'
-    and the rule is said to use it, or 'not released (sealed; not measured)'; 'realised budgets: not recorded (an
-    older run, or a study whose runner does not record them)' where a side's runs have no record of it."""
+    and the rule is said to use it, or 'not released (sealed; not measured)'; 'realised budgets: not recorded (a run
+    older than the record)' where a side's runs have no record of it."""
     realised = row["realised"]
     if realised is None:
-        return "realised budgets: not recorded (an older run, or a study whose runner does not record them)"
+        return "realised budgets: not recorded (a run older than the record)"
     how = realised.get("how", {})
     sides = ", ".join(f"{row[side]} {side_figure(realised[side], how.get(side, 'released'))}" for side in ("better", "worse"))
     if realised["better"] is None or realised["worse"] is None:

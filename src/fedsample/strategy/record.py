@@ -60,9 +60,9 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         realised = realised_samples(drawn, reports)
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
-            budget = s.data.capabilities.budget
-            if budget is not None:  # the budget it is held to (FedSampling's K)
-                log["target_samples"] = budget
+        budget = s.data.capabilities.budget
+        if budget is not None:  # the budget it is held to (FedSampling's K): a public setting, recorded on sealed rounds too
+            log["target_samples"] = budget
     log["answered"] = len(cohort) - len(reports.failures())
     log.update(cohort_facts(s, ctx, cohort) if facts is None else facts)
     return log
