@@ -1,10 +1,12 @@
 """Reply statistics are plug-ins (fedsample.messages.ReplyStatistic): a statistic written outside the library (here
 the mean loss of what a client drew) is computed by every client from its drawn sample at the received parameters,
 the same number on the loop engine and batched on the vectorized engine, carried by the worker pool and the Flower
-codec as it is, refused where it is not a declared statistic, and withheld by noised replies."""
+codec as it is, refused where it is not a declared statistic, withheld by noised replies; a sampler that reads it
+refuses a secure sum and noise, and the ledger names it as released in the clear."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -139,3 +141,43 @@ def test_flower_carries_a_statistic_as_a_checked_metric():
     content[REPORT]["statistic.mean_loss"] = math.nan
     with pytest.raises(MalformedReply, match="non-finite statistic.mean_loss"):
         decode_report(content, sent)
+
+
+@dataclass(frozen=True)
+class MeanLossOort(OortClients):
+    """Oort's selection reading a user's statistic beside its utility (as a researcher's variant would declare it)."""
+
+    capabilities = dataclasses.replace(OortClients.capabilities, reads_replies=(STATISTICAL_UTILITY, MeanLoss()))
+
+
+@dataclass(frozen=True)
+class ReadsMeanLossOnly(OortClients):
+    """A sampler whose only read of the replies is the user's statistic."""
+
+    capabilities = dataclasses.replace(OortClients.capabilities, reads_replies=(MeanLoss(),))
+
+
+def test_a_secure_sum_and_noised_replies_refuse_a_sampler_that_reads_a_statistic():
+    from fedsample.privacy.sizes import ExactSizes
+    from fedsample.strategy import Strategy
+    from fedsample.training.aggregate import WeightedMean
+
+    for settings, names in ((dict(sizes=ExactSizes(), secure_sum=True), ("mean_loss", "secure_sum=True")),
+                            (dict(noise=UpdateNoise(1.0, 1.0)), ("mean_loss", "UpdateNoise"))):
+        with pytest.raises(ValueError) as refused:
+            Strategy(clients=ReadsMeanLossOnly(m=3), aggregate=WeightedMean("uniform"), **settings)
+        assert all(name in str(refused.value) for name in ("ReadsMeanLossOnly(m=3", *names)), str(refused.value)
+    Strategy(clients=ReadsMeanLossOnly(m=3), aggregate=WeightedMean("uniform"))  # readable replies: accepted
+
+
+def test_the_ledger_names_each_statistic_released_in_the_clear(fed, module):
+    from fedsample.privacy.amplification import releases
+    from fedsample.privacy.ledger import Accounting
+    from fedsample.strategy import Strategy
+    from fedsample.training.aggregate import WeightedMean
+
+    strategy = Strategy(clients=MeanLossOort(m=3), aggregate=WeightedMean("uniform"))
+    params = fs.models.initial_parameters(module, 0)
+    payload = TrainPayload(params, AllSamples(), OneGradient(K=10), round=0, statistics=(STATISTICAL_UTILITY, MeanLoss()))
+    (release,) = releases(np.arange(3), payload, 0, 0, strategy, Accounting(), len(SIZES))
+    assert release.what.endswith(", statistical utilities, mean losses")
