@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from fedsample.data.types import FederatedData
 
-__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "Seeded", "Wraps", "client_states_of", "load_client_states_into"]
+__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "client_states_of", "load_client_states_into"]
 
 
 class Federation(Protocol):
@@ -49,21 +49,6 @@ class KeepsClientStates(Protocol):
     def load_client_states(self, states: dict[int, dict]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty)."""
         ...
-
-
-@runtime_checkable
-class Seeded(Protocol):
-    """A federation that keeps the run's seed (every engine: its clients' streams derive from it)."""
-
-    seed: int
-
-
-@runtime_checkable
-class Wraps(Protocol):
-    """A federation that wraps another (the failure model, a secure sum, the server's probe check, the ledger's
-    recorder): ``inner`` answers the calls it passes on."""
-
-    inner: Any
 
 
 def client_states_of(federation: Any) -> dict[int, dict]:

@@ -37,7 +37,7 @@ from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.federation.base import Federation, Seeded, Wraps, client_states_of, load_client_states_into
+from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import HeldRequest, SizeSumRequest, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, is_failed, replies_of
@@ -119,16 +119,16 @@ class SecureSum(Federation):
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
-        """The run's seed, from the federations inside (every engine keeps it, :class:`~fedsample.federation.base.Seeded`;
-        wrappers are looked through by their ``inner``, :class:`~fedsample.federation.base.Wraps`): the clients' noise
-        shares derive from it."""
+        """The run's seed, from the federations inside (every engine keeps it; wrappers are looked through by their
+        ``inner``): the clients' noise shares derive from it."""
         federation: Any = self.inner
         for _ in range(16):
-            if isinstance(federation, Seeded) and federation.seed is not None:
-                return int(federation.seed)
-            if not isinstance(federation, Wraps):
+            seed = getattr(federation, "seed", None)
+            if seed is not None:
+                return int(seed)
+            federation = getattr(federation, "inner", None)
+            if federation is None:
                 break
-            federation = federation.inner
         raise ValueError("secure sum: noise on the drawn count needs the run's seed, which this federation does not keep")
 
 
