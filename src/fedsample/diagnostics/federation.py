@@ -14,8 +14,8 @@ left out).
 Size reports and probes are the real procedures (the vectorized engine's, with the same counter-based
 streams); probes of all of a client's data at the fixed model do not depend on the round and are computed once per
 client and request. Each client's reported loss is its schedule's loss at the fixed model (the weighted per-sample
-losses of each step, averaged over its steps) and, where the payload asks for them, its reply statistics (Oort's
-statistical utility) over what it drew: the samplers that rank clients by the losses of their training replies (rpow-d, Oort) see them.
+losses of each step, averaged over its steps) and, where the payload asks for them, its reply statistics over
+what it drew: the samplers that rank clients by the losses of their training replies (rpow-d, Oort) see them.
 ``train_held`` (a sampler that chooses among trained clients) linearises every client's update and keeps it on the
 client's side; ``send_held`` returns the chosen ones, and only those count as updates, bytes and drawn rows.
 """

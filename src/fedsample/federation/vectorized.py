@@ -298,7 +298,7 @@ class VectorizedSimulator(Simulator):
             reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted, sends_rows)
         else:
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted, sends_rows)
-        if payload.statistics:  # e.g. Oort's statistical utility, as the client adds it to its report
+        if payload.statistics:  # the reply statistics a sampler reads, as each client adds them to its report
             self.add_statistics(reports, ids, drawn, payload.params, payload.statistics)
         return reports
 

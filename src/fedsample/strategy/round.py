@@ -135,7 +135,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
         return params, unchanged(ctx, str(why))
     plan = s.data.plan(ctx, cohort)
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-    statistics = parts.reply_statistics_read(s.clients)  # e.g. Oort asks each client for its statistical utility
+    statistics = parts.reply_statistics_read(s.clients)  # what the sampler reads of each reply, asked of every client
     payload_for = lambda p: TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)),  # noqa: E731
                                          statistics=statistics)
     payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
