@@ -25,6 +25,7 @@ from fedsample import privacy
 
 from fedsample.privacy import size_estimate
 from fedsample.data.partition import LogNormalSizes
+from fedsample.simulation import Engine
 
 CLIENTS, MEAN, SIGMA, EPSILON, K = 30_000, 2.0, 4.0, 3.0, 2048
 
@@ -115,7 +116,7 @@ def accuracy(rounds: int, seeds: list[int], lr: float, smoke: bool = False) -> N
         for seed in seeds:
             fed = partition(ds, LogNormalSizes(MEAN, SIGMA), seed=seed)
             strategy = fs.recipes.fedsampling(K=k, epsilon=EPSILON, server_lr=lr, **options)
-            result = fs.simulation.simulate(strategy, fed, model, rounds, seed=seed, eval_every=rounds, backend="vectorized")
+            result = fs.simulation.simulate(strategy, fed, model, rounds, seed=seed, eval_every=rounds, engine=Engine(backend="vectorized"))
             accs.append(result.history[-1]["accuracy"])
             steps += [h["ratio"] * ds.num_train / k for h in result.history]
         cells = " | ".join(f"{a:.3f}" for a in accs)

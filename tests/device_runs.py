@@ -13,6 +13,7 @@ from fedsample.models import MLP
 from fedsample.simulation import make_federation, simulate
 from fedsample.strategy import Strategy
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [4, 3, 7, 12, 20, 33, 2, 9, 5, 15]
 
@@ -82,5 +83,5 @@ def recorded_run(
     if setup is not None:
         setup(federation)
     recorder = Recorder(federation)
-    result = simulate(strategy, fed, module, rounds=rounds, seed=5, eval_every=rounds, federation=recorder, device=device)
+    result = simulate(strategy, fed, module, rounds=rounds, seed=5, eval_every=rounds, engine=Engine(federation=recorder, device=device))
     return result, recorder

@@ -13,6 +13,7 @@ import fedsample as fs
 from fedsample.federation.simulator import Simulator
 from fedsample.flower.config import AppConfig
 from fedsample.flower.node import scheme_for
+from fedsample.simulation import Engine
 
 
 class AskedFederation:
@@ -45,8 +46,9 @@ def simulate_like(config: AppConfig):
     module = fs.models.model_from_name(config.model, **config.model_args).build(dataset.input_shape, dataset.num_classes)
     federation = AskedFederation(Simulator(fed, module, config.seed))
     strategy = fs.recipes.recipe(config.recipe, **config.recipe_args)
-    result = fs.simulate(strategy, fed, module, rounds=config.num_server_rounds, seed=config.seed,
-                         eval_every=config.eval_every, federation=federation)
+    result = fs.simulate(
+        strategy, fed, module, rounds=config.num_server_rounds, seed=config.seed, eval_every=config.eval_every, engine=Engine(federation=federation),
+    )
     return result, federation.trained
 
 

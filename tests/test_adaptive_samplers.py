@@ -41,6 +41,8 @@ from fedsample.training.aggregate import FedNova, Sum, WeightedMean
 from fedsample.training.local import LocalSGD, OneGradient
 from fedsample.training.server import FedAdam, ServerSGD
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
+from fedsample.simulation import Engine
 
 Z = 4.5
 SIZES = [int(s) for s in np.random.default_rng(1).integers(1, 14, size=24)]
@@ -415,7 +417,7 @@ def test_the_loop_and_the_vectorized_engine_choose_the_same_clients_and_give_the
     runs = {}
     for backend in ("loop", "vectorized"):
         federation = _Recording((Simulator if backend == "loop" else VectorizedSimulator)(fed, module, 3))
-        result = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=9, seed=3, federation=federation)
+        result = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=9, seed=3, engine=Engine(federation=federation))
         runs[backend] = (result, federation.trained)
     assert runs["loop"][1] == runs["vectorized"][1]
     assert_same_run(runs["vectorized"][0], runs["loop"][0])
@@ -429,13 +431,14 @@ def test_the_loop_and_the_vectorized_engine_choose_the_same_clients_and_give_the
 
 @pytest.mark.parametrize("name", list(SAMPLERS))
 def test_a_resumed_run_ends_with_the_numbers_of_an_uninterrupted_one(name, fed, module, tmp_path):
-    full = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=4, backend="vectorized")
+    full = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=4, engine=Engine(backend="vectorized"))
     path = tmp_path / "state.pt"
-    fs.simulate(strategy(name), federated_data=fed, model=module, rounds=5, seed=4, backend="vectorized", checkpoint=path)
+    fs.simulate(strategy(name), federated_data=fed, model=module, rounds=5, seed=4, engine=Engine(backend="vectorized"), callbacks=[Checkpoint(path)])
     if name not in ("pow-d", "cpow-d"):  # the others keep server-held state, in the checkpoint
         assert adaptive.STATE_KEY in SimulationState.load(path).state
-    resumed = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=4, backend="vectorized",
-                          checkpoint=path, resume=True)
+    resumed = fs.simulate(
+        strategy(name), federated_data=fed, model=module, rounds=8, seed=4, engine=Engine(backend="vectorized"), callbacks=[Checkpoint(path, resume=True)],
+    )
     assert_same_run(resumed, full, exact=True)
 
 
@@ -455,7 +458,7 @@ def test_each_sampler_runs_with_each_sensible_aggregator_and_server_optimizer(na
         from fedsample.sampling.data import FixedRatio
 
         parts["data"] = FixedRatio(0.5)
-    result = fs.simulate(strategy(name, **parts), federated_data=fed, model=module, rounds=3, seed=0, backend="vectorized")
+    result = fs.simulate(strategy(name, **parts), federated_data=fed, model=module, rounds=3, seed=0, engine=Engine(backend="vectorized"))
     assert len(result.history) == 3 and all(np.isfinite(v).all() for v in (p.numpy() for p in result.params.values()))
     assert result.history[-1]["updates"] > 0
 
@@ -499,7 +502,7 @@ def test_flower_gives_the_loops_numbers(name, monkeypatch):
     runs = []
     for federation in (FlowerFederation(FakeGrid({}, 8), {k: k for k in range(8)}, 8, seed=0, timeout=30.0), Simulator(data, model, 0)):
         recorded = _Recording(federation)
-        runs.append((fs.simulate(strategy(name), federated_data=data, model=model, rounds=7, seed=0, federation=recorded),
+        runs.append((fs.simulate(strategy(name), federated_data=data, model=model, rounds=7, seed=0, engine=Engine(federation=recorded)),
                      recorded.trained))
     assert runs[0][1] == runs[1][1]
     assert_same_run(runs[0][0], runs[1][0])

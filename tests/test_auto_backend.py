@@ -16,6 +16,7 @@ from fedsample.models import CNN, MLP, PflCNN
 from fedsample.sampling.clients import AllClients, PoissonClients, UniformClients
 from fedsample.simulation import simulate
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = np.array([5, 40, 12, 30])
 ROW = torch.zeros(1, 6)
@@ -76,7 +77,7 @@ def test_simulate_defaults_to_auto_records_the_choice_and_matches_the_named_engi
                          (lambda: recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=4), "loop")):
         auto = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=3)
         assert auto.backend == engine and auto.backend_reason
-        named = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=3, backend=engine)
+        named = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=3, engine=Engine(backend=engine))
         assert named.backend_reason == "asked for"
         for k in auto.params:
             assert torch.equal(auto.params[k], named.params[k])

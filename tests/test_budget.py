@@ -14,6 +14,7 @@ from fedsample.models import LogisticRegression
 from fedsample.rounds import Failed, Replies
 from fedsample.simulation import simulate
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 
 class Reply:
@@ -51,7 +52,7 @@ def test_a_client_sampler_records_the_rows_its_steps_read(solver, engine):
     local, rows = SOLVERS[solver]
     fed = federate(blobs(), SIZES)
     run = simulate(recipes.fedavg(clients_per_round=3, lr=0.1, **local), federated_data=fed, model=LogisticRegression(),
-                   rounds=2, seed=1, **ENGINES[engine])
+                   rounds=2, seed=1, engine=Engine(**ENGINES[engine]))
     assert [r["realised_samples"] for r in run.history] == [rows, rows]
 
 
@@ -59,8 +60,9 @@ def test_a_drawn_sample_smaller_than_the_batch_counts_what_was_drawn():
     """IWDS keeps a client's data with its own probabilities: the rows trained follow the drawn sample, not n_k, and
     the loop and the vectorized engine count the same rows."""
     fed = federate(blobs(), [40] * 6)
-    runs = [simulate(recipes.iwds(clients_per_round=3, lr=0.1, steps=2, batch_size=64), federated_data=fed,
-                     model=LogisticRegression(), rounds=3, seed=2, backend=b).history for b in ("loop", "vectorized")]
+    runs = [simulate(
+        recipes.iwds(clients_per_round=3, lr=0.1, steps=2, batch_size=64), federated_data=fed, model=LogisticRegression(), rounds=3, seed=2, engine=Engine(backend=b),
+    ).history for b in ("loop", "vectorized")]
     assert [r["realised_samples"] for r in runs[0]] == [r["realised_samples"] for r in runs[1]]
     assert all(r["realised_samples"] <= 2 * 3 * 40 for r in runs[0])
 
@@ -90,7 +92,7 @@ def test_a_sealed_arm_records_the_rows_the_simulation_measured(engine):
     fed = federate(blobs(), [40] * 6)
     sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
     released = replace(sealed, data=replace(sealed.data, count_drawn=True))
-    runs = [simulate(s, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, backend=engine) for s in (sealed, released)]
+    runs = [simulate(s, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, engine=Engine(backend=engine)) for s in (sealed, released)]
     assert all("realised_samples" not in r for r in runs[0].history)
     assert [r["realised_measured"] for r in runs[0].history] == [r["realised_samples"] for r in runs[1].history]
     assert all("realised_measured" not in r for r in runs[1].history)  # the server knows it: nothing measured beside
@@ -106,8 +108,9 @@ def test_a_noised_client_sampler_records_the_rows_the_simulation_measured():
 
     fed = federate(blobs(), SIZES)
     base = recipes.fedavg(clients_per_round=3, lr=0.1, epochs=2, batch_size=8)
-    noised = simulate(replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0)), federated_data=fed, model=LogisticRegression(),
-                      rounds=2, seed=1, backend="loop")
+    noised = simulate(
+        replace(base, noise=UpdateNoise(clip=1.0, noise_multiplier=1.0)), federated_data=fed, model=LogisticRegression(), rounds=2, seed=1, engine=Engine(backend="loop"),
+    )
     assert [r.get("realised_samples") for r in noised.history] == [None, None]
     assert [r["realised_measured"] for r in noised.history] == [76.0, 76.0]
 
@@ -123,7 +126,7 @@ def test_an_engine_that_cannot_measure_says_so_and_no_part_reads_the_measure():
 
     fed = federate(blobs(), [40] * 6)
     sealed = recipes.fedsampling(K=60, epsilon=3.0, sizes="exact", normalize="K")
-    pooled = simulate(sealed, federated_data=fed, model=LogisticRegression(), rounds=2, seed=3, backend="vectorized", workers=2)
+    pooled = simulate(sealed, federated_data=fed, model=LogisticRegression(), rounds=2, seed=3, engine=Engine(backend="vectorized", workers=2))
     assert [r["realised_measured"] for r in pooled.history] == [None, None]
     module = build_module(LogisticRegression(), fed)
     params, state = initial_parameters(module, 0), sealed.init_state(initial_parameters(module, 0))

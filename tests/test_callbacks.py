@@ -1,15 +1,14 @@
-"""simulate as an engine run plus callbacks: at most 10 parameters, the earlier keywords folded into the option
-objects with the same numbers, each callback told of every round in order, and a failed run ending every begun
+"""simulate as an engine run plus callbacks: at most 10 parameters, the earlier keywords refused in one line naming
+the option objects' spelling, each callback told of every round in order, and a failed run ending every begun
 callback as failed."""
 
 import inspect
 
-import numpy as np
 import pytest
 
 import fedsample as fs
 from fedsample.callbacks import Callback, Checkpoint, Diverged, Progress
-from fedsample.simulation import Engine, folded_keywords, simulate
+from fedsample.simulation import Engine, simulate
 from helpers import blobs, federate
 
 SIZES = [3, 5, 8, 2, 6, 4]
@@ -47,28 +46,36 @@ def test_simulate_takes_at_most_ten_parameters():
     assert len(inspect.signature(simulate).parameters) <= 10
 
 
-def test_the_earlier_keywords_give_the_numbers_of_the_option_objects(fed, tmp_path):
-    seen_old, seen_new = [], []
-    old = simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=3, seed=4, backend="loop", memory_budget=10**6,
-                   checkpoint=tmp_path / "old.pt", checkpoint_every=2, progress=seen_old.append)
-    new = simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=3, seed=4,
-                   engine=Engine(backend="loop", memory_budget=10**6),
-                   callbacks=[Checkpoint(tmp_path / "new.pt", every=2), Progress(seen_new.append)])
-    assert old.history == new.history and old.backend == new.backend == "loop"
-    for key in old.params:
-        np.testing.assert_array_equal(old.params[key].numpy(), new.params[key].numpy())
-    assert seen_old == seen_new == [1, 2, 3]
-    assert (tmp_path / "old.pt").exists() and (tmp_path / "new.pt").exists()
+EARLIER = {  # an earlier keyword, its value, and what the refusal names
+    "backend": ("loop", r"engine=Engine\(backend=\.\.\.\)"), "federation": (None, r"engine=Engine\(federation=\.\.\.\)"),
+    "device": ("cpu", r"engine=Engine\(device=\.\.\.\)"), "workers": (2, r"engine=Engine\(workers=\.\.\.\)"),
+    "client_threads": (2, r"engine=Engine\(client_threads=\.\.\.\)"),
+    "memory_budget": (10**6, r"engine=Engine\(memory_budget=\.\.\.\)"),
+    "trackers": ([], r"callbacks=\[Tracking\(trackers\)\]"), "checkpoint": ("x.pt", r"callbacks=\[Checkpoint\(path\)\]"),
+    "checkpoint_every": (2, r"callbacks=\[Checkpoint\(path, every=\.\.\.\)\]"),
+    "resume": (True, r"callbacks=\[Checkpoint\(path, resume=True\)\]"), "progress": (print, r"callbacks=\[Progress\(report\)\]"),
+}
 
 
-def test_folding_keeps_the_given_options_and_adds_the_callbacks_after_them():
-    journal = Journal()
-    folded = folded_keywords({"engine": Engine(device="cpu"), "backend": "loop", "callbacks": [journal],
-                              "checkpoint": "x.pt", "resume": True, "progress": print, "seed": 3})
-    assert folded["engine"] == Engine(backend="loop", device="cpu") and folded["seed"] == 3
-    assert folded["callbacks"][0] is journal
-    assert folded["callbacks"][1] == Checkpoint("x.pt", 0, True) and folded["callbacks"][2] == Progress(print)
-    assert folded_keywords({"seed": 1}) == {"seed": 1}
+@pytest.mark.parametrize("keyword", sorted(EARLIER))
+def test_an_earlier_keyword_is_refused_in_one_line_naming_its_spelling_now(fed, keyword, tmp_path):
+    value, spelling = EARLIER[keyword]
+    with pytest.raises(TypeError, match=f"^simulate: {keyword} was renamed {spelling}$") as refused:
+        simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=1, **{keyword: value})
+    assert "\n" not in str(refusal := refused.value) and refusal.name == keyword
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_data_is_refused_naming_federated_data(fed):
+    with pytest.raises(TypeError, match="^simulate: data was renamed federated_data$"):
+        simulate(fedavg(), data=fed, model=fs.models.LogisticRegression(), rounds=1)
+
+
+def test_the_option_objects_are_the_one_way_in(fed, tmp_path):
+    seen = []
+    run = simulate(fedavg(), fed, fs.models.LogisticRegression(), rounds=3, seed=4, engine=Engine(backend="loop", memory_budget=10**6),
+                   callbacks=[Checkpoint(tmp_path / "run.pt", every=2), Progress(seen.append)])
+    assert run.backend == "loop" and seen == [1, 2, 3] and (tmp_path / "run.pt").exists()
 
 
 def test_each_callback_sees_every_record_before_it_is_kept_then_the_kept_round(fed):

@@ -284,7 +284,7 @@ def test_a_right_declaration_is_accepted():
 def test_a_cohort_out_of_range_is_refused_naming_the_sampler(part, message):
     fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
-        fs.simulate(strategy(part), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, backend="loop")
+        fs.simulate(strategy(part), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(backend="loop"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,8 +294,9 @@ class Estimated(Fixed):
 
 def test_estimated_probabilities_may_be_nan():
     fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
-    run = fs.simulate(strategy(Estimated(pi=(np.nan, np.nan))), federated_data=fed, model=fs.models.LogisticRegression(),
-                      rounds=1, backend="loop")
+    run = fs.simulate(
+        strategy(Estimated(pi=(np.nan, np.nan))), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(backend="loop"),
+    )
     assert run.history[0]["cohort"] == 2 and run.history[0]["inclusion"] == "estimated"
 
 
@@ -309,7 +310,7 @@ class DeclaredByProperty(Fixed):
 def test_a_sampler_that_declares_them_runs():
     fed = federate(blobs(n=60, d=4, classes=2), [10] * 6)
     for sampler, kind in ((DeclaredByProperty(pi=(1.0, 1.0)), "exact"), (dataclasses.replace(Estimated(), pi=(np.nan, np.nan)), "estimated")):
-        run = fs.simulate(strategy(sampler), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, backend="loop")
+        run = fs.simulate(strategy(sampler), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(backend="loop"))
         assert run.history[0]["cohort"] == 2 and run.history[0].get("inclusion", "exact") == kind
 
 
@@ -372,6 +373,7 @@ def test_conforms_answers_as_isinstance_for_every_protocol_and_library_part():
 
 from fedsample.privacy import amplification, noise as privacy_noise  # noqa: E402
 from fedsample.training.local import LocalSGD  # noqa: E402
+from fedsample.simulation import Engine  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

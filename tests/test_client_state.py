@@ -9,6 +9,7 @@ import fedsample as fs
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [5, 9, 4, 12, 7, 3]
 
@@ -50,10 +51,10 @@ def test_a_reused_federation_starts_a_fresh_run_with_empty_client_states(fed):
     model = fs.models.LogisticRegression()
     module = model.build(fed.dataset.input_shape, fed.dataset.num_classes)
     reused = Simulator(fed, module, seed=1)
-    fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, federation=reused)
+    fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, engine=Engine(federation=reused))
     assert reused.client_states()  # the first run left client states behind
-    again = fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, federation=reused)
-    fresh = fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, backend="loop")
+    again = fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, engine=Engine(federation=reused))
+    fresh = fs.simulate(strategy(), federated_data=fed, model=module, rounds=3, seed=1, engine=Engine(backend="loop"))
     assert again.history == fresh.history
     for k in fresh.params:
         assert torch.equal(again.params[k], fresh.params[k])

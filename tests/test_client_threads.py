@@ -17,6 +17,7 @@ from fedsample.federation.simulator import Simulator
 from fedsample.models import MLP, PflCNN
 from fedsample.training import random_layers
 from helpers import federate
+from fedsample.simulation import Engine
 
 ROUNDS = 2
 SIZES = [int(s) for s in np.random.default_rng(2).integers(4, 30, size=16)]
@@ -42,8 +43,8 @@ RECIPES = {
 }
 
 
-def run(recipe, fed, module, **options):
-    return fs.simulate(RECIPES[recipe](), federated_data=fed, model=module, rounds=ROUNDS, seed=7, backend="loop", **options)
+def run(recipe, fed, module, **engine):
+    return fs.simulate(RECIPES[recipe](), federated_data=fed, model=module, rounds=ROUNDS, seed=7, engine=Engine(backend="loop", **engine))
 
 
 def assert_identical(got, want):
@@ -140,9 +141,9 @@ def test_random_operations_outside_dropout_run_one_client_at_a_time(fed, one_tor
 def test_client_threads_are_for_the_loop_in_this_process(fed, cnn):
     for options in ({"backend": "vectorized", "client_threads": 2}, {"backend": "loop", "client_threads": 2, "workers": 2}):
         with pytest.raises(ValueError, match="client_threads=2"):
-            fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, **options)
+            fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, engine=Engine(**options))
     with pytest.raises(ValueError, match="client_threads"):
-        fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, backend="loop", client_threads=0)
+        fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=cnn, rounds=1, engine=Engine(backend="loop", client_threads=0))
     from fedsample.simulation import resolve_backend
 
     with pytest.raises(ValueError, match="device 'cuda'"):  # checked before any device is touched
@@ -186,7 +187,7 @@ def test_auto_picks_client_threads_for_a_heavy_loop_cohort_and_records_them(fed)
     try:
         got = fs.simulate(strategy, federated_data=fed, model=heavy, rounds=1, seed=3)
         torch.set_num_threads(1)
-        want = fs.simulate(strategy, federated_data=fed, model=heavy, rounds=1, seed=3, backend="loop")
+        want = fs.simulate(strategy, federated_data=fed, model=heavy, rounds=1, seed=3, engine=Engine(backend="loop"))
     finally:
         torch.set_num_threads(before)
     assert (got.backend, got.workers, got.client_threads) == ("loop", 1, 2), got.backend_reason

@@ -32,6 +32,7 @@ from fedsample.training.aggregate import FedNova, WeightedMean
 from fedsample.training.server import FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
 
 FAMILY = ["fedavg", "weighted_fedavg", "fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
 CLIENT_SAMPLERS = {
@@ -190,8 +191,8 @@ def test_resume_from_checkpoint_keeps_server_state(fed, name, tmp_path):
     st = recipes.recipe(name, clients_per_round=3, batch_size=8)
     whole = simulate(st, fed, LogisticRegression(), rounds=3, seed=2)
     ckpt = tmp_path / "state.pt"
-    simulate(st, fed, LogisticRegression(), rounds=2, seed=2, checkpoint=ckpt)
-    resumed = simulate(st, fed, LogisticRegression(), rounds=3, seed=2, checkpoint=ckpt, resume=True)
+    simulate(st, fed, LogisticRegression(), rounds=2, seed=2, callbacks=[Checkpoint(ckpt)])
+    resumed = simulate(st, fed, LogisticRegression(), rounds=3, seed=2, callbacks=[Checkpoint(ckpt, resume=True)])
     for k in whole.params:
         assert torch.equal(whole.params[k], resumed.params[k])
 

@@ -16,6 +16,8 @@ from fedsample.models import MLP
 from fedsample.simulation import SimulationState, make_federation, simulate
 from device_runs import SMALL, recorded_run
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
+from fedsample.simulation import Engine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -113,7 +115,7 @@ def test_data_and_model_live_on_the_gpu():
     federation = make_federation("vectorized", fed, module, seed=0, device="cuda")
     assert federation.x.device.type == "cuda" and federation.y.device.type == "cuda"
     assert 0 < federation.chunk_budget() <= federation.memory_budget
-    result = simulate(SMALL["fedadam"](), fed, module, rounds=1, seed=0, federation=federation, device="cuda")
+    result = simulate(SMALL["fedadam"](), fed, module, rounds=1, seed=0, engine=Engine(federation=federation, device="cuda"))
     assert all(v.device.type == "cuda" for v in result.params.values())
 
 
@@ -121,11 +123,11 @@ def test_data_and_model_live_on_the_gpu():
 def test_checkpoint_moves_between_devices(tmp_path, first, second):
     fed = federate(blobs(n=200), [20] * 10)
     path = tmp_path / "run.pt"
-    whole = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, device="cpu")
-    simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=3, checkpoint=path, device=first)
+    whole = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, engine=Engine(device="cpu"))
+    simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=3, engine=Engine(device=first), callbacks=[Checkpoint(path)])
     saved = SimulationState.load(path, device=second)
     assert all(t.device.type == second for t in saved.params.values())
-    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, checkpoint=path, resume=True, device=second)
+    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, engine=Engine(device=second), callbacks=[Checkpoint(path, resume=True)])
     assert [h["cohort"] for h in resumed.history] == [h["cohort"] for h in whole.history]
     for k in whole.params:
         torch.testing.assert_close(resumed.params[k].cpu(), whole.params[k], rtol=1e-4, atol=1e-4)
@@ -133,7 +135,7 @@ def test_checkpoint_moves_between_devices(tmp_path, first, second):
 
 def test_a_missing_gpu_index_is_one_clear_error():
     with pytest.raises(ValueError, match="CUDA device"):
-        simulate(SMALL["fedavg"](), federate(blobs(n=60), [6] * 10), MLP(hidden=4), rounds=1, device=f"cuda:{torch.cuda.device_count()}")
+        simulate(SMALL["fedavg"](), federate(blobs(n=60), [6] * 10), MLP(hidden=4), rounds=1, engine=Engine(device=f"cuda:{torch.cuda.device_count()}"))
 
 
 def test_cli_runs_on_the_gpu(tmp_path):
@@ -158,7 +160,7 @@ def test_paper_models_same_run_on_cpu_and_gpu(name, backend):
     try:
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
             for device in ("cpu", "cuda"):
-                runs[device] = simulate(SMALL["fedavg"](), fed, spec, rounds=2, seed=1, eval_every=2, backend=backend, device=device)
+                runs[device] = simulate(SMALL["fedavg"](), fed, spec, rounds=2, seed=1, eval_every=2, engine=Engine(backend=backend, device=device))
     finally:
         torch.set_float32_matmul_precision(matmul)
     assert_same_run(runs["cpu"], runs["cuda"])

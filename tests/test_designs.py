@@ -29,6 +29,7 @@ from fedsample.sampling.clients import AllClients, PoissonClients, UniformClient
 from fedsample.sampling.data import AllSamples, BernoulliSamples  # noqa: E402
 from fedsample.training.aggregate import WeightedMean  # noqa: E402
 from helpers import blobs, federate  # noqa: E402
+from fedsample.simulation import Engine  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +102,9 @@ def test_in_a_run_the_user_sampler_spends_the_epsilon_of_poisson_clients():
     def epsilons(clients):
         strategy = dataclasses.replace(base, clients=clients, aggregate=WeightedMean(by="uniform"), sizes=None,
                                        noise=UpdateNoise(clip=1.0, noise_multiplier=1.0))
-        last = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1,
-                           backend="loop", privacy=Accounting(threat="released")).history[-1]
+        last = fs.simulate(
+            strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, privacy=Accounting(threat="released"), engine=Engine(backend="loop"),
+        ).history[-1]
         return last["privacy_epsilon"], last["privacy_epsilon_no_amplification"]
 
     ours, users = epsilons(PoissonClients(q=0.3)), epsilons(DeclaredCoinClients(0.3))

@@ -17,6 +17,8 @@ from fedsample.models import MLP
 from fedsample.simulation import SimulationState, simulate
 from device_runs import SMALL, recorded_run
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
+from fedsample.simulation import Engine
 
 
 @pytest.fixture
@@ -132,7 +134,7 @@ def test_engine_draws_on_the_device_path_are_the_host_draws(name):
 
 def test_auto_without_gpu_gives_the_cpu_numbers(no_cuda):
     fed = federate(blobs(n=200), [20] * 10)
-    make = lambda device: simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=1, device=device)  # noqa: E731
+    make = lambda device: simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=1, engine=Engine(device=device))  # noqa: E731
     cpu, auto = make("cpu"), make("auto")
     assert cpu.history == auto.history
     assert all(torch.equal(cpu.params[k], auto.params[k]) for k in cpu.params)
@@ -146,11 +148,11 @@ def test_checkpoint_loads_onto_the_asked_device_and_resumes(tmp_path):
     fed = federate(blobs(n=200), [20] * 10)
     path = tmp_path / "run.pt"
     whole = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3)
-    simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=3, checkpoint=path)
+    simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=2, seed=3, callbacks=[Checkpoint(path)])
     saved = SimulationState.load(path, device="cpu")
     tensors = [*saved.params.values(), *saved.state["server"]["m"].values(), *saved.state["server"]["v"].values()]
     assert tensors and all(t.device.type == "cpu" for t in tensors)
-    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, checkpoint=path, resume=True, device="cpu")
+    resumed = simulate(SMALL["fedadam"](), fed, MLP(hidden=8), rounds=4, seed=3, engine=Engine(device="cpu"), callbacks=[Checkpoint(path, resume=True)])
     assert resumed.history == whole.history
     for k in whole.params:
         assert torch.equal(resumed.params[k], whole.params[k])

@@ -21,6 +21,7 @@ from fedsample.simulation import simulate
 from fedsample.training.local import LocalSGD, OneGradient
 from fedsample.training.random_layers import RandomLayers, client_generator, kept_units
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [1, 3, 7, 12, 20, 33, 2, 9, 0, 15]
 
@@ -122,7 +123,7 @@ def test_same_seed_same_numbers_and_seeds_differ():
 def test_simulate_with_dropout_agrees_across_backends_and_evaluates_without_dropout(make):
     fed = federate(blobs(n=200), [n or 4 for n in SIZES])
     module = dropout_mlp()
-    runs = {b: simulate(make(), fed, module, rounds=3, seed=1, eval_every=3, backend=b) for b in ("loop", "vectorized")}
+    runs = {b: simulate(make(), fed, module, rounds=3, seed=1, eval_every=3, engine=Engine(backend=b)) for b in ("loop", "vectorized")}
     close(runs["loop"].params, runs["vectorized"].params, tol=1e-4)
     x, y = torch.as_tensor(fed.dataset.x_test), torch.as_tensor(fed.dataset.y_test)
     again = evaluate(module, runs["loop"].params, x, y, "classification", 3)

@@ -8,6 +8,7 @@ from fedsample import recipes
 from fedsample.models import LogisticRegression
 from fedsample.simulation import Diverged, simulate
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 PROBING = {
     "fedsts": lambda: recipes.fedsts(H=2, m=2, dim=3, lr=0.1),
@@ -23,7 +24,7 @@ PROBING = {
 def test_an_empty_client_is_named_not_blamed_on_training(name, backend):
     fed = federate(blobs(), [40, 40, 40, 0, 40])
     with pytest.raises(ValueError) as error:
-        simulate(PROBING[name](), federated_data=fed, model=LogisticRegression(), rounds=1, seed=0, backend=backend)
+        simulate(PROBING[name](), federated_data=fed, model=LogisticRegression(), rounds=1, seed=0, engine=Engine(backend=backend))
     message = str(error.value)
     assert not isinstance(error.value, Diverged) and "learning rate" not in message, message
     assert "client 3" in message and "no samples" in message, message

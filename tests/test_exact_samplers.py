@@ -36,6 +36,8 @@ from fedsample.simulation import SimulationState
 from fedsample.strategy import Strategy
 from fedsample.training.aggregate import WeightedMean
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint, Progress
+from fedsample.simulation import Engine
 
 Z = 4.5
 SIZES = np.array([40, 30, 20, 10, 5, 5, 60, 12, 8, 25, 3, 2])
@@ -255,7 +257,7 @@ def same_run(a, b) -> None:
 def test_both_engines_give_the_same_rounds(name, fed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
-        runs = [fs.simulate(RECIPES[name](), fed, fs.models.MLP(hidden=8), rounds=4, seed=5, backend=b) for b in ("loop", "vectorized")]
+        runs = [fs.simulate(RECIPES[name](), fed, fs.models.MLP(hidden=8), rounds=4, seed=5, engine=Engine(backend=b)) for b in ("loop", "vectorized")]
     same_run(*runs)
     record = runs[0].history[-1]
     assert record["cohort"] >= 1
@@ -284,14 +286,15 @@ def test_a_resumed_run_gives_the_uninterrupted_numbers(name, fed, tmp_path):
                 raise Killed
 
         with pytest.raises(Killed):
-            fs.simulate(RECIPES[name](), fed, model, rounds=6, seed=4, eval_every=3, checkpoint=path, checkpoint_every=2,
-                        progress=kill_at_round_5)
+            fs.simulate(
+                RECIPES[name](), fed, model, rounds=6, seed=4, eval_every=3, callbacks=[Checkpoint(path, every=2), Progress(kill_at_round_5)],
+            )
         saved = SimulationState.load(path)
         assert saved.round == 4
         if name == "clustered_similarity":  # the server-held updates are in the checkpoint
             assert saved.state["clustered"]["seen"].any()
         assert all("held_update" not in s for s in saved.client_states.values())  # a round's held update is not state
-        resumed = fs.simulate(RECIPES[name](), fed, model, rounds=6, seed=4, eval_every=3, checkpoint=path, checkpoint_every=2, resume=True)
+        resumed = fs.simulate(RECIPES[name](), fed, model, rounds=6, seed=4, eval_every=3, callbacks=[Checkpoint(path, every=2, resume=True)])
     assert resumed.history == full.history
     for k in full.params:
         assert torch.equal(resumed.params[k], full.params[k])
@@ -319,8 +322,8 @@ def test_a_secure_sum_seals_the_chosen_updates_and_gives_the_same_numbers(fed):
     plain = fs.recipes.optimal_sampling(clients_per_round=5, **SMALL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
-        a = fs.simulate(plain, fed, fs.models.MLP(hidden=8), rounds=3, seed=2, backend="loop")
-        b = fs.simulate(dataclasses.replace(plain, secure_sum=True), fed, fs.models.MLP(hidden=8), rounds=3, seed=2, backend="loop")
+        a = fs.simulate(plain, fed, fs.models.MLP(hidden=8), rounds=3, seed=2, engine=Engine(backend="loop"))
+        b = fs.simulate(dataclasses.replace(plain, secure_sum=True), fed, fs.models.MLP(hidden=8), rounds=3, seed=2, engine=Engine(backend="loop"))
     for k in a.params:
         torch.testing.assert_close(a.params[k], b.params[k], rtol=1e-5, atol=1e-6)
     assert "update sum" in " ".join(b.history[-1]["privacy_unprotected"])

@@ -18,6 +18,7 @@ from fedsample.simulation import simulate
 from fedsample.strategy import Strategy
 from fedsample.training.local import LocalSGD
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 
 TRAIN = TrainPayload(params={}, plan=None, solver=None, round=0)  # a training request (the failure model's "train" phase)
@@ -82,7 +83,7 @@ def test_a_raising_client_is_left_out_and_named(backend):
     base = recipes.fedavg(clients_per_round=6, lr=0.1, batch_size=8)
     strategy = Strategy(clients=base.clients, data=base.data, local=RaisesOn(lr=0.1, batch_size=8),
                         aggregate=base.aggregate, server=base.server, sizes=base.sizes)
-    result = simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=2, seed=0, backend=backend)
+    result = simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=2, seed=0, engine=Engine(backend=backend))
     for record in result.history:
         assert record["failed"] == [{"client": 2, "phase": "train", "reason": "raised RuntimeError: disk full"}]
         assert record["dropped"] == 1 and record["updates"] == 5
@@ -105,7 +106,7 @@ def test_every_client_raising_is_a_bug_and_is_raised():
 def test_same_seed_fails_the_same_clients_on_both_backends(strategy):
     fed = federate(blobs(), [30, 50, 20, 40, 60, 40])
     faults = FaultModel(dropout={"report_size": 0.3, "train": 0.3})
-    runs = {b: simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, backend=b, faults=faults)
+    runs = {b: simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=4, seed=3, faults=faults, engine=Engine(backend=b))
             for b in ("loop", "vectorized")}
     failed = [[tuple(f.values()) for f in r.get("failed", [])] for r in runs["loop"].history]
     assert failed == [[tuple(f.values()) for f in r.get("failed", [])] for r in runs["vectorized"].history]
@@ -141,7 +142,7 @@ def test_every_recipe_completes_its_rounds_under_faults_alike_on_both_backends(n
     fed = federate(blobs(n=400), [20, 40, 30, 50, 60, 25, 35, 45, 55, 40])
     strategy = recipes.recipe(name, **RECIPE_PARAMS.get(name, dict(clients_per_round=4)))
     faults = FaultModel(dropout={"report_size": 0.3, "train": 0.3}, straggler=Straggler(3.0))
-    runs = [simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=2, seed=1, backend=b, faults=faults)
+    runs = [simulate(strategy, federated_data=fed, model=LogisticRegression(), rounds=2, seed=1, faults=faults, engine=Engine(backend=b))
             for b in ("loop", "vectorized")]
     assert [r["dropped"] for r in runs[0].history] == [r["dropped"] for r in runs[1].history]
     assert runs[0].final["accuracy"] == pytest.approx(runs[1].final["accuracy"], abs=1e-6)

@@ -14,6 +14,7 @@ import torch
 
 import fedsample as fs
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 # per round: (N~, clients that sent an update, the record's "samples"), seed 3, 40 clients, K = 60, eps = 3, M = 50,
 # unsteered (steer=False: the ratio K/N~ every round, as main at 79e3957 drew it)
@@ -29,7 +30,7 @@ def run(backend: str) -> fs.simulation.SimulationResult:
     sizes = [int(s) for s in np.random.default_rng(1).integers(1, 40, size=40)]
     fed = federate(blobs(n=2000, d=6, classes=3, seed=0), sizes)
     strategy = fs.recipes.fedsampling(K=60, epsilon=3.0, M=50, server_lr=0.5, steer=False)
-    return fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=4, seed=3, backend=backend)
+    return fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=4, seed=3, engine=Engine(backend=backend))
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from fedsample.strategy import RoundContext
 from fedsample.training.aggregate import StratifiedMean, WeightedMean
 
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
 
 
 class ProbeOnly:
@@ -424,6 +425,6 @@ def test_resume_keeps_the_strata_and_ends_like_an_uninterrupted_run(tmp_path):
     model = LogisticRegression()
     full = fs.simulate(strategy, fed, model, rounds=5, seed=4, eval_every=5)
     ckpt = tmp_path / "run.pt"
-    fs.simulate(strategy, fed, model, rounds=3, seed=4, eval_every=5, checkpoint=ckpt)
-    resumed = fs.simulate(strategy, fed, model, rounds=5, seed=4, eval_every=5, checkpoint=ckpt, resume=True)
+    fs.simulate(strategy, fed, model, rounds=3, seed=4, eval_every=5, callbacks=[Checkpoint(ckpt)])
+    resumed = fs.simulate(strategy, fed, model, rounds=5, seed=4, eval_every=5, callbacks=[Checkpoint(ckpt, resume=True)])
     assert resumed.history[-1] == full.history[-1]

@@ -22,6 +22,7 @@ from fedsample.runtime.fingerprint import digest
 from fedsample.privacy import Accounting, PerExampleNoise, UpdateNoise
 from fedsample.sampling.clients import PoissonClients, UniformClients
 from fedsample.training.aggregate import WeightedMean
+from fedsample.simulation import Engine
 from helpers import blobs, federate
 
 FILE = Path(__file__).with_name("fingerprints.json")
@@ -100,8 +101,8 @@ def fingerprint(name: str, engine: str) -> str:
 def run_digest(name: str, **engine: object) -> str:
     """The digest of recipe ``name``'s run on the engine (or federation) that ``engine``'s simulation options name."""
     fed = federate(blobs(n=240, d=6, classes=3, seed=0), SIZES)
-    options = {**engine, **OPTIONS.get(name, {})}
-    result = fs.simulate(RUNS[name](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=3, **options)
+    result = fs.simulate(RUNS[name](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=3,
+                         engine=Engine(**engine), **OPTIONS.get(name, {}))
     params = [result.params[k].detach().cpu().numpy() for k in sorted(result.params)]
     return digest(json.dumps(exact(result.history), sort_keys=True), *params)
 

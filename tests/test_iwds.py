@@ -19,6 +19,7 @@ from fedsample.federation.simulator import Simulator
 from fedsample.sampling import iwds
 from fedsample.simulation import simulate
 from fedsample.training.local import LocalSGD
+from fedsample.simulation import Engine
 
 
 def test_class_weights_are_inverse_effective_numbers():
@@ -104,7 +105,7 @@ def test_beta_follows_schedule_through_sent_plans():
     st = recipes.iwds(beta_m=0.9, beta_0=0.999, rho=0.5, clients_per_round=2, lr=0.05, batch_size=16)
     module = models.LogisticRegression().build(fed.dataset.input_shape, 3)
     sim = RecordingSimulator(fed, module, seed=0)
-    res = simulate(st, fed, module, rounds=5, seed=0, federation=sim)
+    res = simulate(st, fed, module, rounds=5, seed=0, engine=Engine(federation=sim))
     rounds = [r for r, _ in sim.plans]
     assert rounds == [0, 1, 2, 3, 4]
     for t, plan in sim.plans:

@@ -34,6 +34,7 @@ from fedsample.simulation import CheckpointError, make_federation  # noqa: E402
 from fedsample.training.local import OneGradient  # noqa: E402
 from helpers import blobs, federate  # noqa: E402
 from test_door import SIZES  # noqa: E402
+from fedsample.callbacks import Checkpoint  # noqa: E402
 
 DELTA = 1e-5
 Q = 64 / 1500  # the issue's figure: ten rounds at q = 64/1,500, sigma = 1
@@ -471,14 +472,14 @@ def test_the_budget_stops_a_run_and_resume_continues_the_same_ledger(tmp_path):
     model, strategy, ck = fs.models.LogisticRegression(), noised_fedsampling(), tmp_path / "run.pt"
     full = fs.simulate(strategy, fed, model, rounds=5, seed=0, privacy=Accounting(unit="record"))
     cap = (full.history[1]["privacy_epsilon"] + full.history[2]["privacy_epsilon"]) / 2
-    stopped = fs.simulate(strategy, fed, model, rounds=5, seed=0, checkpoint=ck, privacy=Accounting(unit="record", max_epsilon=cap))
+    stopped = fs.simulate(strategy, fed, model, rounds=5, seed=0, privacy=Accounting(unit="record", max_epsilon=cap), callbacks=[Checkpoint(ck)])
     assert len(stopped.history) == 2 and stopped.status.startswith("fedsampling, seed 0: privacy budget: round 3's update sum")
     assert stopped.privacy["num_releases"] == 3 and stopped.privacy["epsilon"] <= cap
-    again = fs.simulate(strategy, fed, model, rounds=5, seed=0, checkpoint=ck, resume=True, privacy=Accounting(unit="record", max_epsilon=cap))
+    again = fs.simulate(strategy, fed, model, rounds=5, seed=0, privacy=Accounting(unit="record", max_epsilon=cap), callbacks=[Checkpoint(ck, resume=True)])
     assert len(again.history) == 2 and again.status == stopped.status  # the same budget: nothing more is sent
     with pytest.raises(CheckpointError, match="unit, k differ"):
-        fs.simulate(strategy, fed, model, rounds=5, seed=0, checkpoint=ck, resume=True, privacy=Accounting(unit="user", k=50))
-    resumed = fs.simulate(strategy, fed, model, rounds=5, seed=0, checkpoint=ck, resume=True, privacy=Accounting(unit="record", max_epsilon=100.0))
+        fs.simulate(strategy, fed, model, rounds=5, seed=0, privacy=Accounting(unit="user", k=50), callbacks=[Checkpoint(ck, resume=True)])
+    resumed = fs.simulate(strategy, fed, model, rounds=5, seed=0, privacy=Accounting(unit="record", max_epsilon=100.0), callbacks=[Checkpoint(ck, resume=True)])
     assert resumed.status == "ok" and resumed.history == full.history
     assert resumed.privacy["releases"] == full.privacy["releases"]  # the repeated round is not counted twice
     for k in full.params:

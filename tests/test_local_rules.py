@@ -18,6 +18,7 @@ from fedsample.simulation import simulate
 from fedsample.training.local import LocalOptimizer, LocalSGD, SGDStep
 from fedsample.training.rules import add_decayed_weights, chain, scale_by_adam, trace
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [1, 3, 7, 12, 2, 9, 0, 5, 4, 6, 2, 2]  # 0 to 6 steps at batch 2: the stack shrinks step by step
 
@@ -103,7 +104,7 @@ def test_a_local_adam_fedavg_runs_alike_on_the_loop_and_the_vectorized_engine(fe
     cohort, which the vectorized engine stacks, as Adam's step is not linear in the gradient)."""
     strategy = dataclasses.replace(recipes.fedavg(clients_per_round=6), local=dataclasses.replace(ADAM, steps=steps))
     model = MLP(hidden=8)
-    runs = {b: simulate(strategy, fed, model, rounds=3, seed=2, backend=b) for b in ("loop", "vectorized")}
+    runs = {b: simulate(strategy, fed, model, rounds=3, seed=2, engine=Engine(backend=b)) for b in ("loop", "vectorized")}
     loop, vec = runs["loop"], runs["vectorized"]
     assert len(loop.history) == len(vec.history) == 3
     for a, b in zip(loop.history, vec.history):

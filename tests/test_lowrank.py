@@ -21,6 +21,7 @@ from fedsample.simulation import simulate
 from fedsample.training.local import LocalSGD, minibatch_schedule
 from fedsample.training.lowrank import linear_chain
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SMALL = [1, 3, 7, 12, 2, 9, 0, 5, 4, 6, 2, 2]  # small clients: 0 to 6 steps at batch 2
 D = 40  # input width: wide enough for the low-rank form to pay (rows x (in + out) < in x out)
@@ -188,6 +189,6 @@ RECIPES = {
 def test_simulate_with_low_rank_cohorts_matches_the_loop(fed, name):
     sizes = [n or 3 for n in SMALL]
     data = federate(blobs(n=400, d=D, classes=5), sizes)
-    runs = {b: simulate(RECIPES[name](), data, MLP(hidden=32), rounds=3, seed=2, eval_every=3, backend=b) for b in ("loop", "vectorized")}
+    runs = {b: simulate(RECIPES[name](), data, MLP(hidden=32), rounds=3, seed=2, eval_every=3, engine=Engine(backend=b)) for b in ("loop", "vectorized")}
     assert_close(runs["loop"].params, runs["vectorized"].params, tol=1e-4)
     assert runs["vectorized"].history[-1]["train_loss"] == pytest.approx(runs["loop"].history[-1]["train_loss"], rel=1e-4)

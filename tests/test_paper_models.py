@@ -21,6 +21,7 @@ from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.simulation import simulate
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import federate
+from fedsample.simulation import Engine
 
 SIZES = [3, 9, 1, 14, 0, 6, 11]
 VOCAB, SEQ = 12, 6
@@ -192,7 +193,7 @@ def test_fedavg_on_tokens_same_run_on_both_backends_and_learns(name):
     fed = federate(data(n=200, test=100), [20] * 10)
     module = spec.build(fed.dataset.input_shape, 2)
     runs = {
-        b: simulate(recipes.fedavg(clients_per_round=10, lr=0.3, batch_size=8, epochs=1), fed, module, rounds=8, seed=1, eval_every=8, backend=b)
+        b: simulate(recipes.fedavg(clients_per_round=10, lr=0.3, batch_size=8, epochs=1), fed, module, rounds=8, seed=1, eval_every=8, engine=Engine(backend=b))
         for b in ("loop", "vectorized")
     }
     for k in runs["loop"].params:

@@ -30,6 +30,7 @@ from fedsample.strategy import Strategy
 from fedsample.training.aggregate import DrawnNormalizedSum, WeightedMean
 from fedsample.training.local import EpochSGD, LocalSGD, OneGradient, SGDStep, run_schedule
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [1, 3, 7, 12, 20, 33, 2, 9, 0, 15]
 
@@ -100,7 +101,7 @@ def test_a_custom_solver_written_against_the_protocol_runs_batched_and_equals_th
     runs = {}
     for backend in ("vectorized", "loop"):
         Blocks.runs.clear()
-        runs[backend] = simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=4, eval_every=2, backend=backend)
+        runs[backend] = simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=4, eval_every=2, engine=Engine(backend=backend))
         assert (len(Blocks.runs) > 0) == (backend == "loop")
     assert_params_close(runs["vectorized"].params, runs["loop"].params)
     assert runs["vectorized"].history[-1]["train_loss"] == pytest.approx(runs["loop"].history[-1]["train_loss"], rel=1e-5)
@@ -110,7 +111,7 @@ def test_a_solver_without_the_declared_interface_runs_through_the_loop_on_both_e
     solver = HalvedSGD()
     assert not parts.batched(solver)
     strategy = Strategy(clients=UniformClients(5), local=solver)
-    got = {b: simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=1, eval_every=2, backend=b) for b in ("vectorized", "loop")}
+    got = {b: simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=1, eval_every=2, engine=Engine(backend=b)) for b in ("vectorized", "loop")}
     for k in got["loop"].params:
         assert torch.equal(got["vectorized"].params[k], got["loop"].params[k])
     choice = choose_backend(strategy, np.array(SIZES), MLP(hidden=8).build((6,), 3), torch.zeros(1, 6))
@@ -171,7 +172,7 @@ def test_the_vectorized_stacked_path_sends_the_drawn_counts_a_plan_asks_for(fed)
     """The self-normalized sum under multi-step local SGD (the stacked path had no drawn counts): equal engines."""
     strategy = Strategy(clients=AllClients(), data=FedSamplingData(40, count_drawn=True), local=LocalSGD(lr=0.1, steps=2, epochs=None, batch_size=4),
                         aggregate=DrawnNormalizedSum(40), sizes=ExactSizes(), secure_sum=True)
-    runs = {b: simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=0, eval_every=2, backend=b) for b in ("vectorized", "loop")}
+    runs = {b: simulate(strategy, fed, MLP(hidden=8), rounds=2, seed=0, eval_every=2, engine=Engine(backend=b)) for b in ("vectorized", "loop")}
     assert_params_close(runs["vectorized"].params, runs["loop"].params, tol=2e-5)
 
 

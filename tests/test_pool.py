@@ -14,6 +14,8 @@ from fedsample.federation.choose import BackendChoice, choose_cores, macs_per_sa
 from fedsample.federation.pool import PoolFederation, WorkerLost, pool_federation
 from fedsample.models import CNN, MLP, PflCNN
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint, Progress
+from fedsample.simulation import Engine
 
 ROUNDS = 3
 SIZES = [int(s) for s in np.random.default_rng(1).integers(1, 14, size=24)]
@@ -64,15 +66,15 @@ def assert_same_run(got, want, exact=False):
 
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_every_number_of_workers_gives_the_single_process_numbers(name, fed, module, pools):
-    alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
+    alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(backend="vectorized"))
     for workers, pool in pools.items():
-        got = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, federation=pool)
+        got = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(federation=pool))
         assert_same_run(got, alone, exact=False)
 
 
 def test_one_worker_is_the_single_process_engine_bit_for_bit(fed, module, pools):
-    alone = fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
-    got = fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, federation=pools[1])
+    alone = fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(backend="vectorized"))
+    got = fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(federation=pools[1]))
     assert_same_run(got, alone, exact=True)
 
 
@@ -87,7 +89,7 @@ def test_each_worker_holds_only_its_clients_rows(fed, pools):
 
 def test_client_state_lives_on_the_workers_and_round_trips(fed, module, pools):
     pool = pools[2]
-    fs.simulate(RECIPES["isfedavg"](), federated_data=fed, model=module, rounds=2, seed=5, federation=pool)
+    fs.simulate(RECIPES["isfedavg"](), federated_data=fed, model=module, rounds=2, seed=5, engine=Engine(federation=pool))
     states = pool.client_states()
     assert {int(pool.owner[k]) for k in states} == {0, 1}
     pool.load_client_states({})
@@ -100,15 +102,15 @@ def test_client_state_lives_on_the_workers_and_round_trips(fed, module, pools):
 
 def test_simulate_workers_opens_a_pool_of_the_loop_engine_and_records_it(fed, module):
     make = RECIPES["fednova_momentum"]
-    got = fs.simulate(make(), federated_data=fed, model=module, rounds=2, seed=3, backend="loop", workers=2)
-    want = fs.simulate(make(), federated_data=fed, model=module, rounds=2, seed=3, backend="loop")
+    got = fs.simulate(make(), federated_data=fed, model=module, rounds=2, seed=3, engine=Engine(backend="loop", workers=2))
+    want = fs.simulate(make(), federated_data=fed, model=module, rounds=2, seed=3, engine=Engine(backend="loop"))
     assert (got.backend, got.workers, want.workers) == ("loop", 2, 1) and "2 worker processes" in got.backend_reason
     assert_same_run(got, want)
 
 
 def test_a_killed_worker_is_one_line_and_resume_gives_the_uninterrupted_numbers(fed, module, pools, tmp_path):
     strategy = RECIPES["isfedavg"]  # clients hold state: resume restores it on the workers
-    uninterrupted = fs.simulate(strategy(), federated_data=fed, model=module, rounds=4, seed=5, federation=pools[2])
+    uninterrupted = fs.simulate(strategy(), federated_data=fed, model=module, rounds=4, seed=5, engine=Engine(federation=pools[2]))
     checkpoint = tmp_path / "run.pt"
     doomed = PoolFederation(fed, module, seed=5, workers=2)
 
@@ -119,12 +121,14 @@ def test_a_killed_worker_is_one_line_and_resume_gives_the_uninterrupted_numbers(
 
     try:
         with pytest.raises(WorkerLost, match="pool worker 1 is gone.*--resume"):
-            fs.simulate(strategy(), federated_data=fed, model=module, rounds=4, seed=5, federation=doomed,
-                        checkpoint=checkpoint, checkpoint_every=1, progress=kill_after_round_2)
+            fs.simulate(
+                strategy(), federated_data=fed, model=module, rounds=4, seed=5, engine=Engine(federation=doomed), callbacks=[Checkpoint(checkpoint, every=1), Progress(kill_after_round_2)],
+            )
     finally:
         doomed.close()
-    resumed = fs.simulate(strategy(), federated_data=fed, model=module, rounds=4, seed=5, federation=pools[2],
-                          checkpoint=checkpoint, resume=True)
+    resumed = fs.simulate(
+        strategy(), federated_data=fed, model=module, rounds=4, seed=5, engine=Engine(federation=pools[2]), callbacks=[Checkpoint(checkpoint, resume=True)],
+    )
     assert_same_run(resumed, uninterrupted, exact=True)
 
 
@@ -143,7 +147,7 @@ def test_bad_pool_settings_are_refused(fed, module):
         with pool_federation(2).open(fed, module, 0, device="cuda"):
             pass
     with pytest.raises(ValueError, match="workers"):
-        fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=1, workers=0)
+        fs.simulate(RECIPES["fedavg"](), federated_data=fed, model=module, rounds=1, engine=Engine(workers=0))
 
 
 # --- the auto rule: threads or a pool ---------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from fedsample.federation.ray import (  # noqa: E402
     CONNECT_TIMEOUT_S, RayFederation, ShardLost, check_reachable, ray_federation, ray_session,
 )
 from helpers import blobs, federate  # noqa: E402
+from fedsample.callbacks import Checkpoint, Progress  # noqa: E402
+from fedsample.simulation import Engine  # noqa: E402
 
 ROUNDS = 4
 SIZES = [int(s) for s in np.random.default_rng(1).integers(1, 14, size=24)]
@@ -84,8 +86,8 @@ def assert_same_run(got, want, exact=False):
 
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_ray_gives_the_vectorized_engines_numbers(name, fed, module, ray_fed):
-    on_ray = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, federation=ray_fed)
-    alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, backend="vectorized")
+    on_ray = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(federation=ray_fed))
+    alone = fs.simulate(RECIPES[name](), federated_data=fed, model=module, rounds=ROUNDS, seed=5, engine=Engine(backend="vectorized"))
     assert_same_run(on_ray, alone)
     assert on_ray.history[0]["cohort"] > 2  # clients of both actors took part
 
@@ -99,8 +101,8 @@ def test_ray_gives_the_vectorized_engines_numbers_for_the_adaptive_samplers(name
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fs.privacy.amplification.PrivacyWarning)  # every probe is an unprotected release
-        on_ray = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, federation=ray_fed)
-        alone = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, backend="vectorized")
+        on_ray = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, engine=Engine(federation=ray_fed))
+        alone = fs.simulate(strategy(name), federated_data=fed, model=module, rounds=8, seed=5, engine=Engine(backend="vectorized"))
     assert_same_run(on_ray, alone)
 
 
@@ -124,7 +126,7 @@ def test_each_clients_report_and_update_can_be_read_on_the_server(fed, module, r
 
 
 def test_client_state_lives_on_the_actors_and_round_trips(fed, module, ray_fed):
-    fs.simulate(RECIPES["isfedavg"](), federated_data=fed, model=module, rounds=2, seed=5, federation=ray_fed)
+    fs.simulate(RECIPES["isfedavg"](), federated_data=fed, model=module, rounds=2, seed=5, engine=Engine(federation=ray_fed))
     states = ray_fed.client_states()
     assert states and all(ray_fed.owner[k] in (0, 1) for k in states)
     assert {int(ray_fed.owner[k]) for k in states} == {0, 1}  # held on both actors
@@ -145,7 +147,7 @@ def test_only_actor_sums_cross_the_network_for_linear_aggregators(fed, local_ray
     federation = RayFederation(fed, module, seed=5, workers=2, count_bytes=True)
     try:
         strategy = fs.recipes.fedavg(clients_per_round=16, epochs=1, batch_size=4, lr=0.1)
-        fs.simulate(strategy, federated_data=fed, model=module, rounds=1, seed=5, federation=federation)
+        fs.simulate(strategy, federated_data=fed, model=module, rounds=1, seed=5, engine=Engine(federation=federation))
     finally:
         federation.close()
     received, sent = federation.traffic["received"], federation.traffic["sent"]
@@ -164,7 +166,7 @@ def test_a_secure_summed_fedsampling_round_sends_no_per_client_array(local_ray):
     param_bytes = sum(v.numel() * v.element_size() for v in module.state_dict().values())
     federation = RayFederation(many, module, seed=5, workers=2, count_bytes=True)
     try:
-        fs.simulate(fs.recipes.fedsampling(K=64, M=5, server_lr=0.5), federated_data=many, model=module, rounds=1, seed=5, federation=federation)
+        fs.simulate(fs.recipes.fedsampling(K=64, M=5, server_lr=0.5), federated_data=many, model=module, rounds=1, seed=5, engine=Engine(federation=federation))
     finally:
         federation.close()
     assert federation.traffic["sent"] < 2 * param_bytes + 20_000
@@ -173,7 +175,7 @@ def test_a_secure_summed_fedsampling_round_sends_no_per_client_array(local_ray):
 
 def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numbers(fed, module, ray_fed, tmp_path):
     strategy = RECIPES["isfedavg"]  # its clients hold state (Eq. 53 weights): resume must restore it on the actors
-    uninterrupted = fs.simulate(strategy(), federated_data=fed, model=module, rounds=6, seed=5, federation=ray_fed)
+    uninterrupted = fs.simulate(strategy(), federated_data=fed, model=module, rounds=6, seed=5, engine=Engine(federation=ray_fed))
     checkpoint = tmp_path / "run.pt"
     doomed = RayFederation(fed, module, seed=5, workers=2)
 
@@ -182,26 +184,27 @@ def test_a_killed_actor_resumed_from_the_checkpoint_gives_the_uninterrupted_numb
             ray.kill(doomed.actors[1], no_restart=True)
 
     with pytest.raises(ShardLost, match="--resume"):
-        fs.simulate(strategy(), federated_data=fed, model=module, rounds=6, seed=5, federation=doomed,
-                    checkpoint=checkpoint, checkpoint_every=1, progress=kill_after_round_3)
+        fs.simulate(
+            strategy(), federated_data=fed, model=module, rounds=6, seed=5, engine=Engine(federation=doomed), callbacks=[Checkpoint(checkpoint, every=1), Progress(kill_after_round_3)],
+        )
     doomed.close()
     saved = fs.simulation.SimulationState.load(checkpoint)
     assert saved.round == 3 and saved.client_states  # the actors' client states are in the checkpoint
-    resumed = _run_on_fresh_actors(strategy(), fed, module, rounds=6, checkpoint=checkpoint, resume=True, checkpoint_every=1)
+    resumed = _run_on_fresh_actors(strategy(), fed, module, rounds=6, callbacks=[Checkpoint(checkpoint, every=1, resume=True)])
     assert_same_run(resumed, uninterrupted, exact=True)
 
 
 def _run_on_fresh_actors(strategy, fed, module, rounds, **kwargs):
     federation = RayFederation(fed, module, seed=5, workers=2)
     try:
-        return fs.simulate(strategy, federated_data=fed, model=module, rounds=rounds, seed=5, federation=federation, **kwargs)
+        return fs.simulate(strategy, federated_data=fed, model=module, rounds=rounds, seed=5, **kwargs, engine=Engine(federation=federation))
     finally:
         federation.close()
 
 
 def test_simulate_federation_ray_uses_the_running_ray(fed, local_ray):
     st = lambda: fs.recipes.fedavg(clients_per_round=6, epochs=1, batch_size=4, lr=0.1)  # noqa: E731
-    got = fs.simulate(st(), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=ray_federation(workers=2))
+    got = fs.simulate(st(), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, engine=Engine(federation=ray_federation(workers=2)))
     want = fs.simulate(st(), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1)
     assert_same_run(got, want)
     assert ray.is_initialized()  # the session this test found is left running

@@ -16,6 +16,7 @@ import fedsample as fs  # noqa: E402
 from fedsample.cli import main  # noqa: E402
 from fedsample.federation.ray import RayFederation, ray_session  # noqa: E402
 from helpers import blobs, federate  # noqa: E402
+from fedsample.simulation import Engine  # noqa: E402
 
 
 def wait_for_nodes(count: int, timeout: float = 120.0) -> list[dict]:
@@ -60,7 +61,7 @@ def test_two_rounds_on_a_two_node_cluster(tmp_path, capsys):
         federation = RayFederation(fed, module, seed=3, workers=2)  # 1 CPU per node: one actor on each
         try:
             assert len(set(federation.nodes)) == 2
-            on_cluster = fs.simulate(strategy(), federated_data=fed, model=module, rounds=2, seed=3, federation=federation)
+            on_cluster = fs.simulate(strategy(), federated_data=fed, model=module, rounds=2, seed=3, engine=Engine(federation=federation))
         finally:
             federation.close()
         code = main(["run", str(config), "--ray-address", address, "--workers", "2", "--out", str(tmp_path / "run"), "--quiet"])

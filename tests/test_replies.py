@@ -23,6 +23,8 @@ from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, Widened,
 from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
+from fedsample.callbacks import Progress
+from fedsample.simulation import Engine
 
 SIZES = [5, 0, 7, 3, 9, 4, 6, 2, 8, 5]
 
@@ -295,8 +297,8 @@ class LoopFactory(FederationFactory):
 def test_simulate_opens_a_federation_factory_for_the_run_and_closes_it_also_on_error(fed):
     strategy = fs.recipes.fedavg(clients_per_round=4, lr=0.1, batch_size=4)
     factory = LoopFactory()
-    got = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory)
-    want = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, backend="loop")
+    got = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, engine=Engine(federation=factory))
+    want = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, engine=Engine(backend="loop"))
     assert factory.events == ["open", "close"] and got.history == want.history
     assert (got.backend, got.backend_reason) == ("given", "a federation was passed")
 
@@ -304,11 +306,12 @@ def test_simulate_opens_a_federation_factory_for_the_run_and_closes_it_also_on_e
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, federation=factory, progress=stop)
+        fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, engine=Engine(federation=factory), callbacks=[Progress(stop)])
     assert factory.events == ["open", "close"] * 2
 
 
 def test_a_backend_name_as_federation_is_one_line_naming_the_factory(fed):
     with pytest.raises(ValueError, match=r"federation must be a federation or a federation factory .*ray_federation.*'ray'"):
-        fs.simulate(fs.recipes.fedavg(clients_per_round=2), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1,
-                    federation="ray")
+        fs.simulate(
+            fs.recipes.fedavg(clients_per_round=2), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(federation="ray"),
+        )

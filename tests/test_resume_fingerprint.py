@@ -12,6 +12,7 @@ from fedsample import recipes
 from fedsample.cli import main
 from fedsample.experiments.runner import checkpoint_path
 from fedsample.models import LogisticRegression, MLP
+from fedsample.callbacks import Checkpoint
 from fedsample.simulation import CheckpointError, simulate
 from helpers import blobs, federate
 
@@ -19,9 +20,9 @@ FED = federate(blobs(), [40] * 6)
 STRATEGY = recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8)
 
 
-def run(tmp_path, rounds=2, resume=True, **changes):
-    settings = dict(strategy=STRATEGY, federated_data=FED, model=LogisticRegression(), rounds=rounds, seed=0,
-                    checkpoint=tmp_path / "c.pt", checkpoint_every=1, resume=resume)
+def run(tmp_path, rounds=2, resume=True, checkpoint="c.pt", **changes):
+    callbacks = [Checkpoint(tmp_path / checkpoint, every=1, resume=resume)] if checkpoint else []
+    settings = dict(strategy=STRATEGY, federated_data=FED, model=LogisticRegression(), rounds=rounds, seed=0, callbacks=callbacks)
     settings.update(changes)
     return simulate(**settings)
 

@@ -9,6 +9,7 @@ import fedsample as fs
 from fedsample.simulation import SimulationState
 from fedsample.training.functional import weighted_loss_fn
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint, Progress
 
 SIZES = [1, 1, 2, 3, 5, 8, 13, 21, 34, 2, 1, 4, 6, 9, 30]
 
@@ -67,11 +68,13 @@ def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        fs.simulate(RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3,
-                    checkpoint=path, checkpoint_every=2, progress=kill_at_round_5)
+        fs.simulate(
+            RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3, callbacks=[Checkpoint(path, every=2), Progress(kill_at_round_5)],
+        )
     assert SimulationState.load(path).round == 4  # the last checkpoint before the kill
-    resumed = fs.simulate(RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3,
-                          checkpoint=path, checkpoint_every=2, resume=True)
+    resumed = fs.simulate(
+        RESUMABLE[name](), federated_data=fed, model=model, rounds=9, seed=4, eval_every=3, callbacks=[Checkpoint(path, every=2, resume=True)],
+    )
     assert resumed.history == full.history
     for k in full.params:
         assert torch.equal(resumed.params[k], full.params[k])
@@ -80,7 +83,7 @@ def test_kill_and_resume_gives_identical_numbers(fed, name, tmp_path):
 def test_checkpoint_keeps_client_held_state_apart_from_the_strategy_state(fed, tmp_path):
     """ISFedAvg's Eq. 53 data weights are saved as the clients' own states, not in the strategy's state."""
     path = tmp_path / "state.pt"
-    fs.simulate(CLIENT_STATEFUL["isfedavg_cheap"](), federated_data=fed, model=fs.models.MLP(hidden=8), rounds=3, seed=4, checkpoint=path)
+    fs.simulate(CLIENT_STATEFUL["isfedavg_cheap"](), federated_data=fed, model=fs.models.MLP(hidden=8), rounds=3, seed=4, callbacks=[Checkpoint(path)])
     saved = SimulationState.load(path)
     assert "data_weights" not in saved.state["isfedavg"]
     assert 0 < len(saved.client_states) <= 12  # at most L = 4 participants a round
@@ -90,10 +93,11 @@ def test_checkpoint_keeps_client_held_state_apart_from_the_strategy_state(fed, t
 
 def test_resume_refuses_another_runs_checkpoint(fed, tmp_path):
     path = tmp_path / "state.pt"
-    fs.simulate(STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0, checkpoint=path)
+    fs.simulate(STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0, callbacks=[Checkpoint(path)])
     with pytest.raises(ValueError, match="another run"):
-        fs.simulate(STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1,
-                    checkpoint=path, resume=True)
+        fs.simulate(
+            STRATEGIES["fedavg"](), federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=1, callbacks=[Checkpoint(path, resume=True)],
+        )
 
 
 def test_fedsampling_round_matches_its_equation(fed):

@@ -22,6 +22,7 @@ from fedsample.training.schedule import Schedule, scheduled_step
 from fedsample.training.server import FedAdam, ServerSGD
 
 from helpers import blobs, federate
+from fedsample.callbacks import Checkpoint
 
 
 def config(**changes) -> dict:
@@ -85,8 +86,8 @@ def test_resume_mid_schedule_equals_an_uninterrupted_run(tmp_path):
     fed = federate(blobs(), [40] * 6)
     strategy = _fedavg(Schedule("step", every=2, gamma=0.5))
     whole = simulate(strategy, fed, model=_logreg(), rounds=5, seed=3)
-    simulate(strategy, fed, model=_logreg(), rounds=3, seed=3, checkpoint=tmp_path / "c.pt", checkpoint_every=1)
-    resumed = simulate(strategy, fed, model=_logreg(), rounds=5, seed=3, checkpoint=tmp_path / "c.pt", resume=True)
+    simulate(strategy, fed, model=_logreg(), rounds=3, seed=3, callbacks=[Checkpoint(tmp_path / "c.pt", every=1)])
+    resumed = simulate(strategy, fed, model=_logreg(), rounds=5, seed=3, callbacks=[Checkpoint(tmp_path / "c.pt", resume=True)])
     for k in whole.params:
         assert torch.equal(whole.params[k], resumed.params[k])
     assert resumed.history == whole.history

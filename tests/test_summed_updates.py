@@ -22,6 +22,7 @@ from fedsample.models import MLP
 from fedsample.strategy import round as round_steps
 from fedsample.training.aggregate import WeightedMean
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [int(s) for s in np.random.default_rng(3).integers(3, 20, size=20)]
 ROUNDS = 3
@@ -73,8 +74,8 @@ STRATEGIES = {
 }
 
 
-def run(strategy, fed, module, **options):
-    return fs.simulate(strategy, federated_data=fed, model=module, rounds=ROUNDS, seed=11, backend="loop", **options)
+def run(strategy, fed, module, faults=None, **engine):
+    return fs.simulate(strategy, federated_data=fed, model=module, rounds=ROUNDS, seed=11, faults=faults, engine=Engine(backend="loop", **engine))
 
 
 def assert_identical(got, want):
@@ -142,13 +143,13 @@ def test_a_rejected_update_is_answered_from_retrained_updates_with_the_same_numb
     strategy = weighted("uniform")()
     strategy = replace(strategy, clients=fs.sampling.clients.AllClients())  # every client, client 4 included
     sim = fs.federation.simulator.Simulator(fed, mlp, seed=0)
-    got = fs.simulate(strategy, federated_data=fed, model=mlp, rounds=2, seed=11, federation=sim)
+    got = fs.simulate(strategy, federated_data=fed, model=mlp, rounds=2, seed=11, engine=Engine(federation=sim))
     assert [[f["client"] for f in h["failed"]] for h in got.history] == [[4], [4]]
     assert len(trained) == 2 * (20 + 19)  # each round: everyone once, then the 19 valid updates again
     assert sim.client_states()[0]["calls"] == 2 and sim.client_states()[4]["calls"] == 2
     no_plan()
     held = fs.federation.simulator.Simulator(fed, mlp, seed=0)
-    assert_identical(got, fs.simulate(strategy, federated_data=fed, model=mlp, rounds=2, seed=11, federation=held))
+    assert_identical(got, fs.simulate(strategy, federated_data=fed, model=mlp, rounds=2, seed=11, engine=Engine(federation=held)))
     assert held.client_states() == sim.client_states()
 
 

@@ -23,6 +23,7 @@ from fedsample.strategy import Strategy, cohort_figures, is_census
 from fedsample.tracking.base import MissingExtra, Tracker, TrackerGroup, flat_config, numeric_metrics
 from fedsample.tracking.jsonl import JsonlTracker, read_jsonl
 from fedsample.tracking.setup import TrackingSpec, parse_backends
+from fedsample.callbacks import Checkpoint, Progress, Tracking
 
 SPEC = importlib.util.find_spec
 INSTALLED = {name: SPEC(name) is not None for name in ("tensorboard", "mlflow", "wandb")}
@@ -236,9 +237,9 @@ def tracked(tmp_path_factory, digits):
     spec = TrackingSpec(AVAILABLE, folder)
     strategy = fs.recipes.fedavg(clients_per_round=4, steps=1)
     run = dict(federated_data=digits, model=fs.models.LogisticRegression(), rounds=ROUNDS, seed=0, eval_every=2)
-    ok = fs.simulate(strategy, **run, trackers=[spec.open("tiny", "ok", "tiny/ok")])  # one group of every tracker
+    ok = fs.simulate(strategy, **run, callbacks=[Tracking([spec.open("tiny", "ok", "tiny/ok")])])  # one group of every tracker
     with pytest.raises(Stop):  # the trackers one by one
-        fs.simulate(strategy, **run, progress=stop_after_round_2, trackers=spec.trackers("tiny", "failed", "tiny/failed"))
+        fs.simulate(strategy, **run, callbacks=[Tracking(spec.trackers("tiny", "failed", "tiny/failed")), Progress(stop_after_round_2)])
     files = [folder / "table.md", folder / "picture.png"]
     files[0].write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
     import matplotlib.pyplot as plt
@@ -273,10 +274,11 @@ def test_jsonl_holds_config_every_round_and_the_end(tracked):
 def stopped_then_resumed(tmp_path, digits, make_trackers) -> list[dict]:
     """4 rounds checkpointed every 2, stopped after round 3 (logged), resumed: the history of the whole run."""
     strategy = fs.recipes.fedavg(clients_per_round=4, steps=1)
-    run = dict(federated_data=digits, model=fs.models.LogisticRegression(), rounds=4, seed=0, checkpoint=tmp_path / "state.pt", checkpoint_every=2)
+    run = dict(federated_data=digits, model=fs.models.LogisticRegression(), rounds=4, seed=0)
+    path = tmp_path / "state.pt"
     with pytest.raises(Stop):
-        fs.simulate(strategy, **run, progress=lambda t: stop_after_round_2(t - 1), trackers=make_trackers())
-    return fs.simulate(strategy, **run, resume=True, trackers=make_trackers()).history
+        fs.simulate(strategy, **run, callbacks=[Tracking(make_trackers()), Checkpoint(path, every=2), Progress(lambda t: stop_after_round_2(t - 1))])
+    return fs.simulate(strategy, **run, callbacks=[Tracking(make_trackers()), Checkpoint(path, every=2, resume=True)]).history
 
 
 def test_jsonl_resume_drops_the_rounds_after_the_checkpoint(tmp_path, digits):
@@ -295,8 +297,9 @@ def test_jsonl_resume_drops_the_rounds_after_the_checkpoint(tmp_path, digits):
     assert [e["step"] for e in metrics] == [1, 2, 3, 4] and [e["status"] for e in lines if e["event"] == "end"] == ["failed", "finished"]
     assert {"event": "resume", "step": 2} == {k: v for k, v in lines[-4].items() if k != "time"}
     assert [e["metrics"] for e in metrics] == [numeric_metrics(r) for r in history]
-    again = fs.simulate(fs.recipes.fedavg(clients_per_round=4, steps=1), digits, fs.models.LogisticRegression(), rounds=4, seed=0,
-                        checkpoint=tmp_path / "state.pt", resume=True, trackers=[JsonlTracker(path)])
+    again = fs.simulate(
+        fs.recipes.fedavg(clients_per_round=4, steps=1), digits, fs.models.LogisticRegression(), rounds=4, seed=0, callbacks=[Tracking([JsonlTracker(path)]), Checkpoint(tmp_path / "state.pt", resume=True)],
+    )
     assert len(again.history) == 4 and read_jsonl(path) == lines  # a finished run resumed: no round to track, no new run
 
 

@@ -13,6 +13,7 @@ from fedsample.models import LogisticRegression, initial_parameters
 from fedsample.rounds import Failed, is_failed
 from fedsample.simulation import simulate
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 PARAMS = {"w": torch.zeros(3, 2), "b": torch.zeros(3)}
 
@@ -143,7 +144,7 @@ def test_a_nan_client_never_poisons_the_model(backend, name):
     non-finite aggregate triggers the per-client check, which rejects the poisoned client."""
     strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, server_lr=0.5) if name == "fedsampling" else recipes.fedavg(
         clients_per_round=6, lr=0.1, batch_size=8)
-    result = simulate(strategy, federated_data=poisoned(3), model=LogisticRegression(), rounds=3, seed=0, backend=backend)
+    result = simulate(strategy, federated_data=poisoned(3), model=LogisticRegression(), rounds=3, seed=0, engine=Engine(backend=backend))
     assert all(torch.isfinite(v).all() for v in result.params.values())
     for record in result.history:
         bad = [f for f in record["failed"] if f["phase"] == "train"]
@@ -153,7 +154,7 @@ def test_a_nan_client_never_poisons_the_model(backend, name):
 
 def test_fused_and_loop_paths_reject_the_same_client_and_agree():
     strategy = recipes.fedsampling(K=60, epsilon=3.0, M=50, server_lr=0.5)
-    runs = [simulate(strategy, federated_data=poisoned(1), model=LogisticRegression(), rounds=2, seed=1, backend=b) for b in ("loop", "vectorized")]
+    runs = [simulate(strategy, federated_data=poisoned(1), model=LogisticRegression(), rounds=2, seed=1, engine=Engine(backend=b)) for b in ("loop", "vectorized")]
     for k, v in runs[0].params.items():
         torch.testing.assert_close(v, runs[1].params[k], rtol=1e-4, atol=1e-5)
 

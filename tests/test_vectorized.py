@@ -21,6 +21,7 @@ from fedsample.strategy import Strategy
 from fedsample.training.aggregate import Sum, WeightedMean
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
+from fedsample.simulation import Engine
 
 SIZES = [1, 3, 7, 12, 20, 33, 2, 9, 0, 15]  # heterogeneous: 1 to 5 local steps at batch 8, one empty client
 
@@ -185,7 +186,7 @@ STRATEGIES = {
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_simulate_backends_agree(name):
     fed = federate(blobs(n=200), [n or 4 for n in SIZES])  # every client can report a size
-    runs = {b: simulate(STRATEGIES[name](), fed, MLP(hidden=8), rounds=3, seed=2, eval_every=3, backend=b) for b in ("loop", "vectorized")}
+    runs = {b: simulate(STRATEGIES[name](), fed, MLP(hidden=8), rounds=3, seed=2, eval_every=3, engine=Engine(backend=b)) for b in ("loop", "vectorized")}
     assert_params_close(runs["loop"].params, runs["vectorized"].params, tol=1e-4)
     assert runs["loop"].history[-1]["updates"] == runs["vectorized"].history[-1]["updates"]
     assert runs["vectorized"].history[-1]["train_loss"] == pytest.approx(runs["loop"].history[-1]["train_loss"], rel=1e-4)
@@ -193,17 +194,17 @@ def test_simulate_backends_agree(name):
 
 def test_unknown_backend_rejected(fed):
     with pytest.raises(ValueError, match="backend"):
-        simulate(recipes.fedavg(), fed, MLP(hidden=4), rounds=1, backend="gpu-magic")
+        simulate(recipes.fedavg(), fed, MLP(hidden=4), rounds=1, engine=Engine(backend="gpu-magic"))
 
 
 def test_simulate_memory_budget_setting_does_not_change_numbers():
     fed = federate(blobs(n=200), [n or 4 for n in SIZES])
     make = lambda: recipes.fedavg(clients_per_round=6, lr=0.1, batch_size=4, epochs=2)
-    small = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=0, memory_budget=1)
+    small = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=0, engine=Engine(memory_budget=1))
     default = simulate(make(), fed, MLP(hidden=8), rounds=2, seed=0)
     assert_params_close(small.params, default.params, tol=1e-5)
     with pytest.raises(ValueError, match="memory_budget"):
-        simulate(make(), fed, MLP(hidden=8), rounds=1, memory_budget=-5)
+        simulate(make(), fed, MLP(hidden=8), rounds=1, engine=Engine(memory_budget=-5))
 
 
 def test_fedsampling_rounds_with_the_draws_on_a_device_equal_the_host_draws(setup):

@@ -10,6 +10,7 @@ import fedsample as fs
 from fedsample.privacy.amplification import PrivacyWarning
 from fedsample.runtime.warned import once_per_kind
 from helpers import blobs, federate
+from fedsample.callbacks import Progress
 
 ROUNDS = 7
 
@@ -20,8 +21,9 @@ def fed():
 
 
 def run(fed, progress):
-    return fs.simulate(fs.recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), federated_data=fed,
-                       model=fs.models.LogisticRegression(), rounds=ROUNDS, seed=0, progress=progress)
+    return fs.simulate(
+        fs.recipes.fedavg(clients_per_round=3, lr=0.1, batch_size=8), federated_data=fed, model=fs.models.LogisticRegression(), rounds=ROUNDS, seed=0, callbacks=[Progress(progress)],
+    )
 
 
 def test_a_warning_every_round_is_shown_once_counted_and_recorded(fed, capsys):

@@ -23,6 +23,7 @@ from fedsample import checks, validate
 from fedsample.federation.base import Federation, client_states_of
 from fedsample.messages import TrainPayload
 from fedsample.runtime.fingerprint import differences
+from fedsample.runtime.records import Record, State
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 
@@ -41,10 +42,10 @@ class SimulationState:
     seed: int
     round: int
     params: Params
-    state: dict
-    history: list[dict] = field(default_factory=list)
-    client_states: dict = field(default_factory=dict)
-    fingerprint: dict = field(default_factory=dict)
+    state: State
+    history: list[Record] = field(default_factory=list)
+    client_states: dict[int, State] = field(default_factory=dict)
+    fingerprint: dict[str, str] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         """Write atomically: a temporary file in the same folder, then a rename."""
@@ -84,7 +85,7 @@ class Run:
     rounds: int
     state: SimulationState
     federation: Federation
-    config: dict
+    config: dict[str, object]
 
 
 class Callback:
@@ -93,7 +94,7 @@ class Callback:
     def begin(self, run: Run) -> None:
         """The run is about to play its rounds (``run.state.round`` are done: a resumed run's)."""
 
-    def on_record(self, run: Run, record: dict) -> None:
+    def on_record(self, run: Run, record: Record) -> None:
         """Round ``record["round"]``'s record, before it is kept: raising here stops the run."""
 
     def after_round(self, run: Run) -> None:
@@ -119,7 +120,7 @@ class Tracking(Callback):
         self.group = TrackerGroup(self.trackers if run.state.round < run.rounds else ())
         self.group.start(run.config, resumed_at=run.state.round)
 
-    def on_record(self, run: Run, record: dict) -> None:
+    def on_record(self, run: Run, record: Record) -> None:
         self.group.log_dict(numeric_metrics(record), step=record["round"])
 
     def end(self, run: Run, failed: bool) -> None:
@@ -140,7 +141,7 @@ class Checkpoint(Callback):
         checks.validate("simulate", {"checkpoint_every": self.every, "resume": self.resume},
                         {"checkpoint_every": checks.integers(0), "resume": checks.BOOLEAN})
 
-    def resumed(self, key: str, fingerprint: dict, rounds: int, device: torch.device) -> SimulationState | None:
+    def resumed(self, key: str, fingerprint: dict[str, str], rounds: int, device: torch.device) -> SimulationState | None:
         """The saved state (on ``device``) if resuming and one is saved: only the run that wrote it (its ``key``
         and ``fingerprint``), and only forward (at most ``rounds`` done); otherwise :class:`CheckpointError`."""
         path = Path(self.path)
@@ -180,7 +181,7 @@ class Progress(Callback):
         self.report(run.state.round)
 
 
-def divergence(record: dict, params: Params) -> str | None:
+def divergence(record: Record, params: Params) -> str | None:
     """Why a round's outcome shows divergence: non-finite parameters, loss, or every update non-finite."""
     if not validate.params_finite(params):
         return "the parameters became non-finite"
@@ -199,7 +200,7 @@ class Divergence(Callback):
     """A round whose parameters, loss or every update became non-finite (:func:`divergence`) stops the run with
     :class:`Diverged`, one line naming strategy, seed and round (every run has it, after the caller's callbacks)."""
 
-    def on_record(self, run: Run, record: dict) -> None:
+    def on_record(self, run: Run, record: Record) -> None:
         why = divergence(record, run.state.params)
         if why:
             raise Diverged(f"{run.name}, seed {run.seed}, round {record['round']}: {why}; likely cause: a learning rate too high")

@@ -24,7 +24,7 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> float:
 
 
 @torch.no_grad()
-def evaluate(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int = 4096) -> dict:
+def evaluate(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int = 4096) -> dict[str, float]:
     """Test metrics with the module in eval mode (dropout off), its training flag restored afterwards."""
     was_training = module.training
     module.eval()
@@ -34,7 +34,7 @@ def evaluate(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
         module.train(was_training)
 
 
-def _metrics(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int) -> dict:
+def _metrics(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, task: str, num_classes: int, batch: int) -> dict[str, float]:
     """Each test batch goes forward once: its outputs give both the losses and the predicted labels."""
     losses, preds = [], []
     for start in range(0, len(y), batch):

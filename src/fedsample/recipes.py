@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Literal, Mapping, cast
+from typing import Any, Callable, Literal, Mapping, TypedDict, cast
 
 from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
-from fedsample.parts import SizeNeed
+from fedsample.parts import Aggregator, ClientSampler, DataSampler, ServerOptimizer, SizeNeed
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
@@ -44,13 +44,14 @@ from fedsample.sampling.optimal import DEFAULT_J_MAX, Objective, OptimalClients,
 from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Within
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
+from fedsample.messages import Params
 from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, Scaling, StratifiedMean, Sum, WeightedMean
 from fedsample.training.local import LR_DECAY, MOMENTUM, EpochSGD, LocalSGD, OneGradient
 from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields_of, fold
 from fedsample.training.server import SERVER_LR, FedAdagrad, FedAdam, FedYogi, ServerSGD
 
 __all__ = [
-    "KEYWORDS", "Keywords", "PARAMETERS", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
+    "KEYWORDS", "Keywords", "PARAMETERS", "PROTOCOLS", "ProtocolChoices", "RECIPES", "centralized", "fedadagrad", "fedadam", "fedavg", "fedavgm", "fednova", "fedprox",
     "fedsampling", "fedsampling_naive", "fedstas", "fedsts", "fedyogi", "isfedavg", "iwds", "recipe", "weighted_fedavg",
 ]
 
@@ -142,7 +143,7 @@ def _folding(fn: Callable[..., Strategy], default: LocalTraining) -> Callable[..
     (:func:`fedsample.training.local_training.fold`: a setting given both ways is refused in one line)."""
 
     @functools.wraps(fn)
-    def wrapper(**kwargs: Any) -> Strategy:
+    def wrapper(**kwargs: object) -> Strategy:
         flat = {name: kwargs.pop(name) for name in FLAT if name in kwargs}
         checks.validate(fn.__name__, flat, {name: PARAMETERS[name] for name in flat})
         kwargs["local"] = fold(fn.__name__, default, kwargs.get("local"), flat)
@@ -155,8 +156,8 @@ ClientSampling = Literal["uniform", "weighted"]
 
 
 def _federated(
-    name: str, local: LocalSGD, server: Any, client_sampling: ClientSampling, clients_per_round: int | None,
-    clients: Any = None, data: Any = None, aggregate: Callable[..., Any] = WeightedMean,
+    name: str, local: LocalSGD, server: ServerOptimizer, client_sampling: ClientSampling, clients_per_round: int | None,
+    clients: ClientSampler | None = None, data: DataSampler | None = None, aggregate: Callable[..., Aggregator] = WeightedMean,
     samples_per_round: int | None = None,
 ) -> Strategy:
     """The FedAvg family's common construction (FedAvg, FedProx, FedNova, FedAvgM, FedAdam, FedYogi,
@@ -190,8 +191,8 @@ def _federated(
 
 
 def _fedopt(
-    name: str, server: Any, *, clients_per_round: int | None, samples_per_round: int | None, local: LocalTraining,
-    client_sampling: ClientSampling, clients: Any, data: Any, prox_mu: float = 0.0, aggregate: Callable[..., Any] = WeightedMean,
+    name: str, server: ServerOptimizer, *, clients_per_round: int | None, samples_per_round: int | None, local: LocalTraining,
+    client_sampling: ClientSampling, clients: ClientSampler | None, data: DataSampler | None, prox_mu: float = 0.0, aggregate: Callable[..., Aggregator] = WeightedMean,
 ) -> Strategy:
     """FedAvg's local SGD ``local`` (with FedProx's ``prox_mu``) under the server optimizer ``server``."""
     return _federated(name, local.solver(prox_mu), server, client_sampling, clients_per_round, clients, data, aggregate, samples_per_round)
@@ -200,7 +201,7 @@ def _fedopt(
 @_recipe()
 def fedavg(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
-    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    server_lr: float = 1.0, clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg (McMahan et al. 2017): m clients uniformly, local SGD, average weighted by the cohort's
     exact data sizes (collected from the cohort only). ``client_sampling="weighted"`` is
@@ -212,7 +213,7 @@ def fedavg(
 
 @_recipe()
 def weighted_fedavg(
-    *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """Size-weighted client sampling (Li et al. 2019): m draws with replacement with p_k = n_k/n
     (needs every client's exact size), uniform average over the draws. Same as
@@ -223,7 +224,7 @@ def weighted_fedavg(
     )
 
 
-def _samples_per_round(owner: str, given: int | None, data: Any, default: int, symbol: str) -> int:
+def _samples_per_round(owner: str, given: int | None, data: DataSampler | None, default: int, symbol: str) -> int:
     """K, given once: the recipe's ``samples_per_round``, or the K that a ``data=`` sampler already carries
     (FedSampling's K, FedSTaS's eta), or ``default``; a given value that disagrees with the sampler's is one
     error line (the recipe never builds parts that disagree on K)."""
@@ -239,8 +240,19 @@ Protocol = Literal["library", "paper"]
 #: The size reports' epsilon where FedSampling asks for reports without naming it (the paper's eps = 3, Qi et al. 2023 §4.1).
 REPORT_EPSILON = 3.0
 
+class ProtocolChoices(TypedDict):
+    """What a FedSampling protocol sets when the caller leaves the option out (``fedsampling``'s options of these names)."""
+
+    total_from: TotalFrom
+    permanent: bool
+    normalize: Literal["K", "drawn"]
+    M: int | Literal["rmse"]
+    count_noise: float
+    steer: bool
+
+
 #: What each FedSampling protocol sets when the caller leaves the option out (``fedsampling(protocol=...)``).
-PROTOCOLS: dict[str, dict[str, Any]] = {
+PROTOCOLS: dict[Protocol, ProtocolChoices] = {
     # the total N from the clients' sizes summed inside the secure sum with Gaussian noise (no size reports), the
     # self-normalized update (the step no longer scales with N/N~), the summed drawn count noised; with size reports
     # (an option of them given): permanent ones (a run costs epsilon once), M minimizing the estimate's RMSE, and the
@@ -261,7 +273,7 @@ def fedsampling(
     permanent: bool | None = None, secure_sum: bool = True, reuse: int = 1, average: int = 1,
     normalize: Literal["K", "drawn"] | None = None, count_noise: float | None = None,
     size_prior: tuple[float, float] = (2.0, 4.0), steer: bool | None = None, total_from: TotalFrom | None = None,
-    clients: Any = None, data: Any = None,
+    clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedSampling (Qi et al. 2023, Algorithm 1): all clients send epsilon-LDP size reports, the server
     estimates N~ (Eq. 2), each sample is kept with probability K/N~, each client sends
@@ -335,7 +347,7 @@ def fedsampling(
 
 
 @_recipe(renamed={"lr": "server_lr"})
-def fedsampling_naive(*, ratio: float = 0.01, server_lr: float = 0.05, clients: Any = None, data: Any = None) -> Strategy:
+def fedsampling_naive(*, ratio: float = 0.01, server_lr: float = 0.05, clients: ClientSampler | None = None, data: DataSampler | None = None) -> Strategy:
     """The naive fixed-ratio method of Qi et al. 2023, §3.3: each sample kept with probability r, each
     client sends its local mean gradient, the server averages them uniformly and steps by ``server_lr`` (biased
     on purpose: the unbiased weighting would need the sampled counts, which leak sizes)."""
@@ -363,7 +375,7 @@ def centralized(*, samples_per_round: int = 2048, lr: float = 0.05, steps: int =
 @_recipe(aliases={"mu": "prox_mu"})
 def fedprox(
     *, prox_mu: float = 0.01, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
-    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    server_lr: float = 1.0, clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedProx (Li et al. 2020): FedAvg whose local objective adds mu/2 * ||w - w_global||^2 (gradient
     mu * (w - w_global) in every local step); ``prox_mu`` is the paper's mu (alias ``mu``). mu = 0 is FedAvg;
@@ -376,7 +388,7 @@ def fedprox(
 @_recipe(aliases={"mu": "prox_mu"})
 def fednova(
     *, clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, prox_mu: float = 0.0, client_sampling: ClientSampling = "uniform",
-    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    server_lr: float = 1.0, clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedNova (Wang et al. 2020): each client's cumulative update divided by its effective number of
     steps a_k, weighted average, rescaled by tau_eff = sum p_k a_k (:class:`FedNova`). Works with local
@@ -390,7 +402,7 @@ def fednova(
 def fedavgm(
     *, server_momentum: float = 0.9, server_lr: float = 1.0, clients_per_round: int | None = None,
     samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL,
-    client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
+    client_sampling: ClientSampling = "uniform", clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvgM (Hsu et al. 2019): FedAvg with server momentum v <- beta*v + Delta, w <- w - server_lr*v
     (``server_momentum`` is beta)."""
@@ -405,7 +417,7 @@ def fedavgm(
 def fedadam(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
-    clients: Any = None, data: Any = None,
+    clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAdam (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adam on the server without bias
     correction (:class:`~fedsample.training.server.FedAdam`)."""
@@ -420,7 +432,7 @@ def fedadam(
 def fedyogi(
     *, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
     clients_per_round: int | None = None, samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL, client_sampling: ClientSampling = "uniform",
-    clients: Any = None, data: Any = None,
+    clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedYogi (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Yogi on the server."""
     return _fedopt(
@@ -434,7 +446,7 @@ def fedyogi(
 def fedadagrad(
     *, server_lr: float = 0.01, beta1: float = 0.9, tau: float = 1e-3, clients_per_round: int | None = None,
     samples_per_round: int | None = None, local: LocalTraining = FEDAVG_LOCAL,
-    client_sampling: ClientSampling = "uniform", clients: Any = None, data: Any = None,
+    client_sampling: ClientSampling = "uniform", clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAdagrad (Reddi et al. 2021, Algorithm 2): FedAvg's local training, Adagrad with first moment on
     the server."""
@@ -455,8 +467,8 @@ FEDSTS_LOCAL = LocalTraining(lr=0.01, steps=3, batch_size=128)
 def fedsts(
     *, H: int = 10, clients_per_round: int | None = None, samples_per_round: int | None = None, dim: int = 9,
     compression: Compression = "squeeze", local: LocalTraining = FEDSTS_LOCAL, aggregation: Aggregation = "unbiased",
-    spread: Spread = "std", within: Within = "norm", recompute_every: int = 1, server_lr: float = 1.0, clients: Any = None,
-    data: Any = None,
+    spread: Spread = "std", within: Within = "norm", recompute_every: int = 1, server_lr: float = 1.0, clients: ClientSampler | None = None,
+    data: DataSampler | None = None,
 ) -> Strategy:
     """FedSTS (Gao et al. 2024, as in Slessor et al. 2025, Algorithms 1-2): strata from k-means of the
     clients' compressed gradients, Neyman allocation, within-stratum sampling with pi proportional to
@@ -490,7 +502,7 @@ def fedstas(
     compression: Compression = "squeeze", epsilon: float | Literal["none"] | None = 3.0, M: int = 100,
     draw: Literal["bernoulli", "fixed"] = "bernoulli", local: LocalTraining = FEDSTS_LOCAL,
     aggregation: Aggregation = "unbiased", spread: Spread = "std", within: Within = "norm", recompute_every: int = 1,
-    server_lr: float = 1.0, clients: Any = None, data: Any = None,
+    server_lr: float = 1.0, clients: ClientSampler | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """FedSTaS (Slessor et al. 2025, Algorithm 2): FedSTS's client level, then the participants send
     epsilon-LDP size reports (Eq. 7), the server estimates their total n~ (Eq. 8) and each participant
@@ -538,7 +550,7 @@ def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     return (_takes(fn) | set(KEYWORDS[fn].aliases)) - {"clients", "data"}
 
 
-def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callable[..., Strategy]:
+def _checked(name: str, params: Mapping[str, object], what: str = "recipe") -> Callable[..., Strategy]:
     """The registered recipe ``name``, after checking that it takes every parameter in ``params`` (a renamed
     one is refused by the recipe itself, naming its new name)."""
     if name not in RECIPES:
@@ -551,7 +563,7 @@ def _checked(name: str, params: dict[str, Any], what: str = "recipe") -> Callabl
     return fn
 
 
-def recipe(name: str, **params: Any) -> Strategy:
+def recipe(name: str, **params: object) -> Strategy:
     """Build a recipe by name; unknown names and parameters give one clear error (a recipe over a base
     recipe, which takes ``**base_params``, checks the base's parameters itself)."""
     fn = RECIPES.get(name)
@@ -566,7 +578,7 @@ def recipe(name: str, **params: Any) -> Strategy:
 LOCAL_OPTIONS = {"local_momentum": "momentum", "lr_decay": "lr_decay", "prox_mu": "prox_mu"}
 
 
-def _set_local_options(strategy: Strategy, options: dict[str, Any]) -> Strategy:
+def _set_local_options(strategy: Strategy, options: Mapping[str, float]) -> Strategy:
     """``strategy`` with ``options`` (recipe names: local_momentum, lr_decay, prox_mu) set on its local solver."""
     fields = {LOCAL_OPTIONS[k]: v for k, v in options.items()}
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]
@@ -576,7 +588,7 @@ def _set_local_options(strategy: Strategy, options: dict[str, Any]) -> Strategy:
     return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields)) if fields else strategy
 
 
-def _with_options(local: LocalTraining | Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+def _with_options(local: object, options: Mapping[str, float]) -> dict[str, object]:
     """The settings of ``local`` (given to IWDS for its base recipe) with IWDS's ``options`` (flat keywords:
     ``local_momentum``, ``lr_decay``) folded in; an option that ``local`` sets to another value is refused in one
     line (IWDS's paper default lr_decay = 0.992 too: give it in ``local`` or ``lr_decay=None``)."""
@@ -596,7 +608,7 @@ def _with_options(local: LocalTraining | Mapping[str, Any], options: Mapping[str
 def iwds(
     *, beta_m: float = 0.98, beta_0: float = 0.9999, beta_decay: float = 0.992, schedule: Literal["decay", "fixed"] = "decay",
     base: str = "fedavg", local_momentum: float | None = None, lr_decay: float | None = 0.992, prox_mu: float | None = None,
-    clients: Any = None, **base_params: Any,
+    clients: ClientSampler | None = None, **base_params: object,
 ) -> Strategy:
     """IWDS (Tang et al. 2021): the base recipe ``base`` (fedavg, fedprox, fednova, ... any recipe taking
     ``data=``) with IWDS's label-weighted data sampler (:class:`fedsample.sampling.iwds.IWDSData`);
@@ -616,7 +628,7 @@ def iwds(
     if local_momentum is None and base == "fednova":
         local_momentum = 0.9
     options = {k: v for k, v in {"local_momentum": local_momentum, "lr_decay": lr_decay, "prox_mu": prox_mu}.items() if v is not None}
-    params: dict[str, Any] = {"clients_per_round": 5} if "clients_per_round" in takes and not {"samples_per_round", "m", "L"} & set(base_params) else {}
+    params: dict[str, object] = {"clients_per_round": 5} if "clients_per_round" in takes and not {"samples_per_round", "m", "L"} & set(base_params) else {}
     params.update(base_params)
     given = {k: v for k, v in options.items() if k in takes}
     if "local" in base_params:  # the options go into the base's local= (where they agree with it)
@@ -636,9 +648,9 @@ def iwds(
 )
 def isfedavg(
     *, clients_per_round: int = 6, lr: float = 0.01, epochs: int | tuple[int, ...] = 1, batch_size: int | tuple[int, ...] = 1,
-    alpha: float | tuple[float, ...] | None = None, update: isx.Update = "approx", reference: Any = None,
-    scaling: Scaling = "step", floor: float | None = None, l2: float = 0.0, server_lr: float = 1.0, clients: Any = None,
-    data: Any = None,
+    alpha: float | tuple[float, ...] | None = None, update: isx.Update = "approx", reference: Params | None = None,
+    scaling: Scaling = "step", floor: float | None = None, l2: float = 0.0, server_lr: float = 1.0, clients: ClientSampler | None = None,
+    data: DataSampler | None = None,
 ) -> Strategy:
     """ISFedAvg (Rizk, Vlaski & Sayed 2022, Algorithm 1): L of K agents (``clients_per_round``, alias ``L``) by
     systematic sampling with p_k ∝ sqrt(sigma^2_{s,k} + alpha_k ||grad P_k||^2) (Lemma 7; sigma^2_{s,k} of Eq. 23
@@ -663,7 +675,7 @@ def isfedavg(
 # --- the published client samplers with the methods their papers define -----------------------------------------
 
 
-def _fedavg_choosing(name: str, clients: Any, *, local: LocalTraining, server_lr: float, data: Any) -> Strategy:
+def _fedavg_choosing(name: str, clients: ClientSampler, *, local: LocalTraining, server_lr: float, data: DataSampler | None) -> Strategy:
     """FedAvg (local SGD, the size-weighted mean or the mean over draws, :func:`fedavg`) with the client sampler
     ``clients``: how the published client samplers' papers train and aggregate."""
     strategy = fedavg(clients=clients, data=data, local=local, server_lr=server_lr)
@@ -674,7 +686,7 @@ def _fedavg_choosing(name: str, clients: Any, *, local: LocalTraining, server_lr
 def clustered_sampling(
     *, clients_per_round: int = 10, algorithm: Algorithm = "size", similarity: Similarity = "arccos",
     linkage_input: LinkageInput = "embedded", local: LocalTraining = FEDAVG_LOCAL,
-    server_lr: float = 1.0, data: Any = None,
+    server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with clustered sampling (Fraboni et al., ICML 2021): ``clients_per_round`` (the paper's m, alias ``m``)
     draws, one from each of m distributions built from every client's exact size (``algorithm="size"``: Algorithm 1)
@@ -695,7 +707,7 @@ def _horvitz_thompson(objective: str) -> tuple[WeightedMean, ExactSizes | None]:
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def optimal_sampling(
     *, clients_per_round: int = 10, rule: Rule = "exact", j_max: int = DEFAULT_J_MAX, objective: Objective = "size",
-    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """Optimal client sampling (Chen, Horvath & Richtarik, TMLR 2022): every client trains (local SGD) and keeps its
     update U_k; client k sends it with probability p_k proportional to w_k ||U_k|| capped at 1, sum p = m
@@ -713,7 +725,7 @@ def optimal_sampling(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def delta(
     *, clients_per_round: int = 10, draw: Draw = "with_replacement", alpha1: float = 1.0, alpha2: float = 1.0,
-    objective: Objective = "size", score_weights: ScoreWeights = "objective", local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, server_momentum: float | None = None, data: Any = None,
+    objective: Objective = "size", score_weights: ScoreWeights = "objective", local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, server_momentum: float | None = None, data: DataSampler | None = None,
 ) -> Strategy:
     """DELTA (Wang et al., NeurIPS 2023): every client is probed at the global model (its gradient and gradient
     variance), m (``clients_per_round``, alias ``m``) clients are drawn with p_k proportional to
@@ -725,7 +737,7 @@ def delta(
     server momentum 0.2 (``server_momentum``; 0 for the other draws), biased (docs/samplers.md)."""
     name = "delta" if draw == "with_replacement" else f"delta_{draw}"
     if draw == "reference":
-        aggregate: Any = ReferenceMean(clients_per_round)
+        aggregate: Aggregator = ReferenceMean(clients_per_round)
         sizes: ExactSizes | None = ExactSizes(scope="all")
         momentum = REFERENCE_SERVER_MOMENTUM if server_momentum is None else server_momentum
     else:
@@ -741,7 +753,7 @@ def delta(
 @_recipe(aliases={"m": "clients_per_round", "d": "candidates", "b": "minibatch"}, clients_per_round=COUNT)
 def power_of_choice(
     *, clients_per_round: int = 10, candidates: int = 20, variant: PowerOfChoiceVariant = "pow-d", minibatch: int | None = None,
-    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with power-of-choice selection (Cho, Wang & Joshi, AISTATS 2022): ``candidates`` (d) clients drawn
     proportionally to their sizes without replacement, the ``clients_per_round`` (m) with the highest loss kept
@@ -756,7 +768,7 @@ def power_of_choice(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def fedcbs(
     *, clients_per_round: int = 10, lam: float = 1.0, beta: float | None = None, count_rule: CountRule = "selections",
-    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: Any = None,
+    local: LocalTraining = FEDAVG_LOCAL, server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with Fed-CBS selection (Zhang et al., ICML 2023): m clients drawn one at a time to lower the cohort's
     class imbalance QCID, the first with the exploration bonus ``lam`` sqrt(3 ln t / (2 T_i)) (T_i by ``count_rule``:
@@ -769,7 +781,7 @@ def fedcbs(
 def fedcor(
     *, clients_per_round: int = 10, warmup: int = 10, rank: int = 5, discount: float = 0.9, refit_every: int | None = None,
     forget: float = 1.0, objective: Objective = "size", local: LocalTraining = FEDAVG_LOCAL,
-    server_lr: float = 1.0, data: Any = None,
+    server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with FedCor selection (Tang et al., CVPR 2022): ``warmup`` rounds of m clients at random, then m chosen
     by a Gaussian-process model of the loss changes (``objective`` weights its clients by size or uniformly;
@@ -781,7 +793,7 @@ def fedcor(
 @_recipe(aliases={"m": "clients_per_round"}, clients_per_round=COUNT)
 def divfl(
     *, clients_per_round: int = 10, metric: Metric = "l2", local: LocalTraining = FEDAVG_LOCAL,
-    server_lr: float = 1.0, data: Any = None,
+    server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with DivFL selection (Balakrishnan et al., ICLR 2022): the m clients of greedy facility location on the
     clients' gradients (:class:`~fedsample.sampling.divfl.DivFLClients`; deterministic: no unbiased estimator)."""
@@ -792,7 +804,7 @@ def divfl(
 def oort(
     *, clients_per_round: int = 10, exploration: float = 0.9, exploration_decay: float = 0.98, exploration_floor: float = 0.2,
     cutoff: float = 0.95, staleness: bool = True, local: LocalTraining = FEDAVG_LOCAL,
-    server_lr: float = 1.0, data: Any = None,
+    server_lr: float = 1.0, data: DataSampler | None = None,
 ) -> Strategy:
     """FedAvg with Oort's selection by statistical utility (Lai et al., OSDI 2021; no system-time model): a fraction
     ``exploration`` (Oort's epsilon, times ``exploration_decay`` each round, at least ``exploration_floor``) of the m

@@ -450,7 +450,7 @@ class CohortRandom:
         return stream_uniforms_torch(self.streams[owner], within)
 
 
-class CohortStreams(Sequence):
+class CohortStreams(Sequence[ClientRandom]):
     """The ``rng`` of each client of a cohort in one (seed, round, purpose) cell, each positioned after the
     ``positions[c]`` draws its client has already read: ``streams[c]`` is client c's :class:`ClientRandom`, built on
     first use, and :meth:`cohort` the same streams for one vectorized pass (:class:`CohortRandom`, reading from
@@ -478,16 +478,17 @@ class CohortStreams(Sequence):
         return CohortRandom(self.seed, self.round, self.clients, self.purpose, device)
 
 
-def counter_positions(streams: Sequence) -> tuple[np.ndarray, np.ndarray] | None:
+def counter_positions(streams: Sequence[object]) -> tuple[np.ndarray, np.ndarray] | None:
     """(uint64 state, next position) of each stream of ``streams`` (a :class:`CohortStreams` or a sequence of
     :class:`ClientRandom`), so that the next draws of every client are one :func:`stream_uniforms` pass; None
     when a stream is not counter-based (a plain numpy Generator)."""
     if isinstance(streams, CohortStreams):
         return streams.states(), streams.positions
-    if not all(type(r) is ClientRandom for r in streams):
+    clients = [r for r in streams if type(r) is ClientRandom]
+    if len(clients) != len(streams):
         return None
-    states = np.fromiter((r.stream for r in streams), dtype=np.uint64, count=len(streams))
-    return states, np.fromiter((r.position for r in streams), dtype=np.int64, count=len(streams))
+    states = np.fromiter((r.stream for r in clients), dtype=np.uint64, count=len(clients))
+    return states, np.fromiter((r.position for r in clients), dtype=np.int64, count=len(clients))
 
 
 def client_rng(seed: int, round: int, client: int, purpose: str = "") -> ClientRandom:

@@ -9,11 +9,10 @@ derives, and the client-held states of the federation) is one :class:`~fedsample
 from __future__ import annotations
 
 import copy
-import functools
 import warnings
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from torch import nn
 from fedsample import checks
 from fedsample.budget import measured_figure
 from fedsample.callbacks import (
-    Callback, Checkpoint, CheckpointError, Diverged, Divergence, Progress, Run, SimulationState, Tracking,
+    Callback, Checkpoint, CheckpointError, Diverged, Divergence, Run, SimulationState,
 )
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import blas_on_one_thread, resolve_device, to_device
@@ -36,18 +35,31 @@ from fedsample.federation.secure_sum import with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.runtime.fingerprint import run_fingerprint
 from fedsample.models import initial_parameters
-from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger
+from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger, Summary
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
+from fedsample.runtime.records import Record, State
 from fedsample.runtime.warned import once_per_kind
 
+if TYPE_CHECKING:
+    from fedsample.federation.vectorized import VectorizedSimulator
+
 __all__ = [
-    "Backend", "CheckpointError", "Diverged", "Engine", "SimulationResult", "SimulationState", "build_module",
-    "folded_keywords", "make_federation", "resolve_backend", "simulate",
+    "Backend", "BuildsModule", "CheckpointError", "Diverged", "EARLIER_KEYWORDS", "Engine", "Model", "SimulationResult",
+    "SimulationState", "build_module", "make_federation", "resolve_backend", "simulate",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BuildsModule(Protocol):
+    """A model spec (:mod:`fedsample.models`, or a user's own): makes the module for the data's shape and classes."""
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module: ...
+
+
+#: What ``simulate`` trains: a ready module, or a spec it builds for the data.
+Model = nn.Module | BuildsModule
 
 
 @dataclass
@@ -60,26 +72,26 @@ class SimulationResult:
     (:meth:`fedsample.privacy.ledger.Ledger.summary` with every release); ``warnings`` each kind of warning the run
     raised, shown once, with its count (:meth:`fedsample.runtime.warned.Warned.record`)."""
 
-    history: list[dict]
+    history: list[Record]
     params: Params
     strategy: str
     seed: int
     backend: str = ""
     backend_reason: str = ""
     status: str = "ok"
-    privacy: dict = field(default_factory=dict)
+    privacy: Summary = field(default_factory=lambda: Summary())
     workers: int = 1
     client_threads: int = 1
-    warnings: list[dict] = field(default_factory=list)
+    warnings: list[dict[str, object]] = field(default_factory=list)
 
     @property
-    def final(self) -> dict:
+    def final(self) -> Record:
         """The metrics of the last evaluated round."""
         evaluated = [h for h in self.history if "loss" in h]
         return evaluated[-1] if evaluated else {}
 
 
-def build_module(model: Any, data: FederatedData) -> nn.Module:
+def build_module(model: Model, data: FederatedData) -> nn.Module:
     """A model spec (with ``build``) or a ready module."""
     if isinstance(model, nn.Module):
         return model
@@ -130,46 +142,21 @@ class Engine:
                              f"ray_federation(workers=2)), got {self.federation!r}")
 
 
-ENGINE_KEYWORDS = ("backend", "federation", "device", "workers", "client_threads", "memory_budget")
-"""``simulate``'s keywords before :class:`Engine` grouped them; still accepted, folded into ``engine``."""
+EARLIER_KEYWORDS = {
+    **{name: f"engine=Engine({name}=...)" for name in ("backend", "federation", "device", "workers", "client_threads", "memory_budget")},
+    "trackers": "callbacks=[Tracking(trackers)]", "checkpoint": "callbacks=[Checkpoint(path)]",
+    "checkpoint_every": "callbacks=[Checkpoint(path, every=...)]", "resume": "callbacks=[Checkpoint(path, resume=True)]",
+    "progress": "callbacks=[Progress(report)]", "data": "federated_data",
+}
+"""``simulate``'s keywords before :class:`Engine` and the callbacks grouped them, each refused with one line
+naming its spelling now (a ``TypeError``)."""
 
 
-def folded_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``simulate``'s keywords with the earlier ones folded into its option objects: the :data:`ENGINE_KEYWORDS` into
-    ``engine``, ``trackers``, ``checkpoint`` (with ``checkpoint_every`` and ``resume``) and ``progress`` into
-    callbacks (:class:`~fedsample.callbacks.Tracking`, :class:`~fedsample.callbacks.Checkpoint`,
-    :class:`~fedsample.callbacks.Progress`, in that order, after the given ones)."""
-    kwargs = dict(kwargs)
-    engine = {k: kwargs.pop(k) for k in ENGINE_KEYWORDS if k in kwargs}
-    if engine:
-        kwargs["engine"] = replace(kwargs.get("engine") or Engine(), **engine)
-    callbacks: list[Callback] = list(kwargs.get("callbacks") or ())
-    trackers, progress = kwargs.pop("trackers", None), kwargs.pop("progress", None)
-    path, every, resume = kwargs.pop("checkpoint", None), kwargs.pop("checkpoint_every", 0), kwargs.pop("resume", False)
-    callbacks += [Tracking(trackers)] if trackers else []
-    callbacks += [Checkpoint(path, every, resume)] if path else []
-    callbacks += [Progress(progress)] if progress else []
-    if callbacks:
-        kwargs["callbacks"] = tuple(callbacks)
-    return kwargs
-
-
-def _earlier_keywords(fn: F) -> F:
-    """``fn`` accepting ``simulate``'s earlier keywords too (:func:`folded_keywords`)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **folded_keywords(kwargs))
-
-    return cast(F, wrapper)
-
-
-@_earlier_keywords
-@checks.arguments(renamed={"data": "federated_data"}, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT)
+@checks.arguments(renamed=EARLIER_KEYWORDS, rounds=checks.COUNT, seed=checks.SEED, eval_every=checks.COUNT)
 def simulate(
     strategy: Strategy,
     federated_data: FederatedData,
-    model: Any,
+    model: Model,
     rounds: int,
     *,
     seed: int = 0,
@@ -192,8 +179,8 @@ def simulate(
     :class:`~fedsample.callbacks.Progress`; every run ends with :class:`~fedsample.callbacks.Divergence`: a run
     whose parameters, loss or every update become non-finite raises :class:`~fedsample.callbacks.Diverged`.
     The earlier keywords (``backend``, ``federation``, ``device``, ``workers``, ``client_threads``,
-    ``memory_budget``, ``trackers``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``progress``) are still
-    accepted and folded into these (:func:`folded_keywords`).
+    ``memory_budget``, ``trackers``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``progress``, ``data``) are
+    refused, each with one line naming its spelling now (:data:`EARLIER_KEYWORDS`).
 
     ``faults`` (:class:`~fedsample.federation.faults.FaultModel`) makes clients drop out or straggle; with
     or without it a client whose procedure raises is left out of its round (docs/reliability.md). A resumed run
@@ -240,7 +227,7 @@ def simulate(
     )
 
 
-def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> dict:
+def _ledger_summary(ledger: Ledger, strategy: Strategy, seed: int) -> Summary:
     """The ledger's summary with every release; where it cannot be computed, the trained run is kept: ``{"error":
     line}`` instead, and one warning line saying what could not be computed."""
     try:
@@ -337,8 +324,8 @@ def _run_rounds(
 
 def tracked_config(
     strategy: Strategy, data: FederatedData, seed: int, rounds: int, eval_every: int, choice: BackendChoice, device: torch.device,
-    fingerprint: dict,
-) -> dict:
+    fingerprint: dict[str, str],
+) -> dict[str, object]:
     """What the trackers record of a run: the strategy (name and full spec), seed, rounds, evaluation period,
     failure model, model, dataset (name, digest of data and partition, number of clients), engine, device and
     fedsample's version (the run's fingerprint, :func:`fedsample.runtime.fingerprint.run_fingerprint`, and more)."""
@@ -362,7 +349,7 @@ def _round_error(error: Exception, strategy: Strategy, seed: int, round: int) ->
     return type(error)(message) if type(error) in (ValueError, ArithmeticError) else ValueError(message)
 
 
-def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerprint: dict, device: torch.device) -> SimulationState:
+def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerprint: dict[str, str], device: torch.device) -> SimulationState:
     """A fresh state: the seed's initial parameters, created on the CPU (the same numbers on every device) and moved
     to ``device``."""
     params = to_device(initial_parameters(module, seed), device)
@@ -370,7 +357,7 @@ def _start(strategy: Strategy, module: nn.Module, seed: int, key: str, fingerpri
     return SimulationState(key=key, seed=seed, round=0, params=params, state=state, fingerprint=fingerprint)
 
 
-def _attach_ledger(state: SimulationState, accounting: Accounting, data: FederatedData, checkpoint: Any) -> Ledger:
+def _attach_ledger(state: SimulationState, accounting: Accounting, data: FederatedData, checkpoint: object) -> Ledger:
     """The run's privacy ledger in the strategy state: a new one, or the checkpoint's continued under
     ``accounting`` (same unit, k and threat model); with user-level ``k``, every client must hold at most k records."""
     if accounting.unit == "user" and accounting.k is not None:
@@ -388,7 +375,7 @@ def _attach_ledger(state: SimulationState, accounting: Accounting, data: Federat
     return ledger
 
 
-def _without_ledger(state: dict) -> dict:
+def _without_ledger(state: State) -> State:
     """A copy of the strategy state without the ledger (put back when the budget stops a round midway)."""
     return copy.deepcopy({k: v for k, v in state.items() if k != LEDGER_KEY})
 
@@ -437,7 +424,7 @@ def _asked_cores(engine: BackendChoice, workers: int, client_threads: int, devic
 def make_federation(
     backend: str, data: FederatedData, module: nn.Module, seed: int, memory_budget: int | None = None, device: torch.device | str = "cpu",
     client_threads: int = 1,
-) -> Any:
+) -> Simulator | VectorizedSimulator:
     """The in-process federation named by ``backend`` (``"loop"`` or ``"vectorized"``), its training data
     moved to ``device`` once (``module`` must already live there); the loop trains ``client_threads`` clients side
     by side."""

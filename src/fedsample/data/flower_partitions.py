@@ -21,6 +21,7 @@ import numpy as np
 
 from fedsample.data.hf import COLUMN_PREFIX, EXTRA, from_hf, hf_datasets
 from fedsample.data.types import Dataset, FederatedData, Task
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["FlowerScheme", "ROW_ID", "from_flwr", "with_row_ids"]
 
@@ -159,7 +160,7 @@ class FlowerScheme:
     one drawn from the partition seed, so every fedsample seed partitions afresh, reproducibly."""
 
     name: str
-    params: dict = field(default_factory=dict)
+    params: JSONObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         known = row_partitioners()
@@ -173,9 +174,10 @@ class FlowerScheme:
 
     @property
     def partitioner_class(self) -> type:
-        return getattr(flwr_partitioners(), self.name)
+        partitioner: type = getattr(flwr_partitioners(), self.name)
+        return partitioner
 
-    def make(self, params: dict) -> Any:
+    def make(self, params: JSONObject) -> Any:
         try:
             return self.partitioner_class(**params)
         except _FLOWER_ERRORS as error:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedsample.data.types import Dataset, Task
+from fedsample.data.types import Dataset, Meta, Task
 
 __all__ = ["COLUMN_PREFIX", "EXTRA", "from_hf", "hf_datasets", "load_hf"]
 from fedsample.runtime.telemetry import quiet_flower
@@ -156,7 +156,7 @@ def feature_array(ds: Any, columns: Sequence[str], split: str = "train") -> np.n
 # --- labels ---------------------------------------------------------------------------------------------
 
 
-def class_labels(train_values: np.ndarray, test_values: np.ndarray, feature: Any, column: str) -> tuple[np.ndarray, np.ndarray, int, dict]:
+def class_labels(train_values: np.ndarray, test_values: np.ndarray, feature: Any, column: str) -> tuple[np.ndarray, np.ndarray, int, Meta]:
     """Class ids 0..C−1 of the train and test labels, C and the label meta. A ClassLabel keeps its ids and
     names; integers, bools and strings map to ids in sorted order of the values found in either split
     (``meta["label_values"]`` keeps the values, ``meta["label_names"]`` their text)."""
@@ -292,7 +292,7 @@ def from_hf(dataset: Any, features: str | Sequence[str] | None = None, label: st
         kept_test = _kept(test_ds, [c for c in rest if c in test_ds.column_names], datasets)
         if x_test.shape[1:] != x.shape[1:]:
             raise ValueError(f"test: features of shape {x_test.shape[1:]}, the training features {x.shape[1:]}")
-    meta: dict = {"source": "hf", "features": list(columns), "label_column": label}
+    meta: Meta = {"source": "hf", "features": list(columns), "label_column": label}
     if task == "classification":
         y, y_test, num_classes, label_meta = class_labels(y_raw, y_test_raw, train.features[label], label)
         meta.update(label_meta)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -19,9 +19,23 @@ from fedsample.data.checks import check_partition, listed
 from fedsample.data.types import Dataset, FederatedData
 
 __all__ = [
-    "Dirichlet", "IID", "LocalLongTail", "LogNormalSizes", "Natural", "Shards", "apportion", "capped_shares",
+    "AssignsRows", "BuildsPartition", "Dirichlet", "IID", "LocalLongTail", "LogNormalSizes", "Natural", "Shards", "apportion", "capped_shares",
     "partition",
 ]
+
+
+@runtime_checkable
+class AssignsRows(Protocol):
+    """A partition scheme that gives each client's row indices (:class:`IID`, :class:`Dirichlet`, ... or a user's own)."""
+
+    def assign(self, dataset: Dataset, rng: np.random.Generator) -> Sequence[np.ndarray]: ...
+
+
+@runtime_checkable
+class BuildsPartition(Protocol):
+    """A partition scheme that builds the federated data itself (:class:`Natural`, a Flower Datasets partitioner)."""
+
+    def build(self, dataset: Dataset, rng: np.random.Generator) -> FederatedData: ...
 
 
 def apportion(weights: np.ndarray, total: int, minimum: int = 0) -> np.ndarray:
@@ -316,18 +330,18 @@ class Natural:
         return FederatedData(dataset, fed.order, fed.offsets, scheme=fed.scheme, user_ids=users)
 
 
-def partition(dataset: Dataset, scheme: Any, seed: int = 0) -> FederatedData:
+def partition(dataset: Dataset, scheme: AssignsRows | BuildsPartition, seed: int = 0) -> FederatedData:
     """Divide ``dataset``'s training split among clients according to ``scheme``.
 
     The result is checked (:func:`~fedsample.data.checks.check_partition`): every row at most once, no
     client without samples; a scheme that breaks this (a user's own ``assign``) is one ValueError naming
     the rows or clients."""
-    if not (hasattr(scheme, "assign") or hasattr(scheme, "build")):
+    if not isinstance(scheme, (AssignsRows, BuildsPartition)):  # a user's own scheme declares one of the two
         raise TypeError(f"unknown partition scheme {scheme!r}; expected IID, Dirichlet, Shards, LogNormalSizes, LocalLongTail or Natural")
     if dataset.num_train == 0:
         raise ValueError(f"partition {scheme!r}: dataset {dataset.name!r} has no training samples")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A27]))
-    if hasattr(scheme, "build"):
+    if isinstance(scheme, BuildsPartition):
         fed = scheme.build(dataset, rng)
     else:
         fed = FederatedData.from_client_indices(dataset, scheme.assign(dataset, rng), scheme=repr(scheme))

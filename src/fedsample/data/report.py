@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
-from fedsample.data.partition import IID, Dirichlet, LocalLongTail, LogNormalSizes, Natural, Shards
+from fedsample.data.partition import IID, AssignsRows, BuildsPartition, Dirichlet, LocalLongTail, LogNormalSizes, Natural, Shards
 from fedsample.data.stats import partition_stats
 from fedsample.data.types import FederatedData
 from fedsample.outputs import Marker, written_results
@@ -27,7 +25,7 @@ SCHEMES = {
 """The partition schemes by their name in experiment files and on the command line."""
 
 
-def _coerce(scheme: str, name: str, kind: str, value: Any) -> Any:
+def _coerce(scheme: str, name: str, kind: str, value: object) -> object:
     """Turn a command-line string into the field's type; other values pass through."""
     if not isinstance(value, str) or kind.startswith("str"):
         return value
@@ -48,7 +46,7 @@ def _coerce(scheme: str, name: str, kind: str, value: Any) -> Any:
     return value
 
 
-def make_scheme(name: str, **params: Any) -> Any:
+def make_scheme(name: str, **params: object) -> AssignsRows | BuildsPartition:
     """Build a partition scheme from its name (iid, dirichlet, shards, lognormal, llt, natural) and its
     parameters; string values (from a command line) are converted to the parameter's type."""
     key = name.strip().lower()
@@ -65,7 +63,8 @@ def make_scheme(name: str, **params: Any) -> Any:
     if missing:
         raise ValueError(f"scheme {key!r}: missing parameter(s) {', '.join(missing)} (all: {', '.join(fields)})")
     values = {p: _coerce(key, p, str(fields[p].type), v) for p, v in params.items()}
-    return cls(**values)
+    scheme: AssignsRows | BuildsPartition = cls(**values)
+    return scheme
 
 
 def _subset(sizes: np.ndarray, limit: int) -> tuple[np.ndarray, str]:

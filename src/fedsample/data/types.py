@@ -7,14 +7,19 @@ an offsets array (client ``k`` owns ``order[offsets[k]:offsets[k+1]]``), never a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence, TypeAlias
 
 import numpy as np
 
 from fedsample.data.checks import check_indices, check_split
 from fedsample.data.stats import partition_stats
+from fedsample.runtime.records import JSONObject
 
-__all__ = ["Dataset", "FederatedData", "Task"]
+__all__ = ["Dataset", "FederatedData", "Meta", "Task"]
+
+#: What a loader knows beside the arrays, by name: per-row columns (numpy arrays: client ids, feature scales) and
+#: JSON values (the source, label names).
+Meta: TypeAlias = dict[str, Any]
 
 Task = Literal["classification", "regression"]
 """What a dataset's labels are: classes (integers) or real values."""
@@ -39,7 +44,7 @@ class Dataset:
     y_test: np.ndarray
     num_classes: int
     task: Task = "classification"
-    meta: dict = field(default_factory=dict, compare=False)
+    meta: Meta = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.x_train) != len(self.y_train):
@@ -138,7 +143,7 @@ class FederatedData:
         labels = np.asarray(self.dataset.y_train, dtype=np.int64)[self.order]
         return np.bincount(clients * c + labels, minlength=self.num_clients * c).reshape(self.num_clients, c)
 
-    def stats(self) -> dict:
+    def stats(self) -> JSONObject:
         """JSON-able statistics: client sizes, per-client label counts, an imbalance summary."""
         return partition_stats(self)
 

@@ -28,9 +28,10 @@ from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel
 from fedsample.diagnostics.gradients import DEFAULT_MEMORY_BUDGET, DEFAULT_SKETCH_DIM, GradientBasis, gradient_basis
 from fedsample.models import initial_parameters
-from fedsample.simulation import Diverged, build_module, simulate
+from fedsample.simulation import Diverged, Model, build_module, simulate
 from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import RoundContext
+from fedsample.runtime.records import Record
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 from fedsample.validate import shapes_of
@@ -44,16 +45,16 @@ class Diagnosis:
     and the raw ``draws``; ``basis`` describes the gradient basis, ``g_norm`` is ||g*||; ``run_check[label]``: "ok" or
     why the strategy diverged in its first rounds of a run (:func:`run_check`; empty without ``check_rounds``)."""
 
-    results: dict[str, dict]
+    results: dict[str, Record]
     draws: dict[str, Draws] = field(repr=False)
-    basis: dict
+    basis: Record
     g_norm: float
     rounds: int
     seed: int
     data: FederatedData = field(repr=False)
     run_check: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Record:
         return {"rounds": self.rounds, "seed": self.seed, "basis": self.basis, "g_star_norm": self.g_norm,
                 "clients": self.data.num_clients, "samples": int(len(self.data.order)), "strategies": self.results}
 
@@ -66,7 +67,7 @@ def _strategies(strategy: Strategy | Mapping[str, Strategy]) -> dict[str, Strate
     return dict(strategy)
 
 
-def cost_summary(draws: Draws) -> dict:
+def cost_summary(draws: Draws) -> Record:
     """Per-round means of samples drawn, clients contacted, updates received, bytes sent up, local trainings (more
     than the updates where the sampler chooses among trained clients) and probes answered."""
     out = {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
@@ -76,7 +77,7 @@ def cost_summary(draws: Draws) -> dict:
     return out
 
 
-def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation, params: Params, seed: int, first_round: int) -> dict:
+def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation, params: Params, seed: int, first_round: int) -> Record:
     """What the client sampler declares and what its draws show: how its inclusion probabilities are known
     (``inclusion``, and ``bias`` where the aggregate cannot be unbiased: biased by design, or no unbiased estimator),
     the number of drawn rounds of each kind (``rounds_by_kind``: FedCor's random warm-up rounds are exact), what the
@@ -91,7 +92,7 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     sampler = strategy.clients
     kind = parts.inclusion_kind(sampler)
     kinds = [log.get("inclusion", kind.value) for log in draws.logs]
-    out: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias,
+    out: Record = {"inclusion": kind.value, "bias": kind.bias,
                            "rounds_by_kind": {k.value: kinds.count(k.value) for k in parts.InclusionKind if k.value in kinds},
                            "server_learns": [v.value for v in parts.server_learns(sampler)], "trains_first": parts.trains_first(sampler),
                            "probes": float(np.mean([log.get("sampler_probes", 0) for log in draws.logs])),
@@ -111,7 +112,7 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     return out
 
 
-def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dict | None:
+def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> Record | None:
     """For randomized size reports: epsilon per round, alpha, the standard error of Ñ (Eq. 2; the clipped
     total is what it estimates) in theory and across the draws."""
     sizes = strategy.sizes
@@ -129,9 +130,9 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> dic
 
 
 def diagnose(
-    strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Any, params: Params | None = None,
+    strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Model, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, dict], None] | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, Record], None] | None = None,
     faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None, check_rounds: int = 0,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
@@ -184,7 +185,7 @@ class _Work:
 
     strategies: dict[str, Strategy]
     data: FederatedData
-    model: Any
+    model: Model
     module: torch.nn.Module
     params: Params
     basis: GradientBasis
@@ -196,7 +197,7 @@ class _Work:
     check_rounds: int = 0
 
 
-def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[dict, Draws, str | None]:
+def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[Record, Draws, str | None]:
     """One strategy's draws and what they show (the per-strategy entry of :func:`diagnose`), and its run check
     (:func:`run_check`; None without ``check_rounds``). Its warnings start afresh (``warnings.catch_warnings``
     resets the registry of warnings already shown at a place), so how many reach ``warnings.showwarning`` does not
@@ -219,7 +220,7 @@ def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None
     return result, draws, status
 
 
-def run_check(strategy: Strategy, data: FederatedData, model: Any, rounds: int, seed: int, faults: FaultModel | None) -> str:
+def run_check(strategy: Strategy, data: FederatedData, model: Model, rounds: int, seed: int, faults: FaultModel | None) -> str:
     """The strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (its failure model, the automatic
     backend): "ok", or why it diverged."""
     try:
@@ -229,17 +230,18 @@ def run_check(strategy: Strategy, data: FederatedData, model: Any, rounds: int, 
     return "ok"
 
 
-def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws, str | None]]]:
+def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[Record, Draws, str | None]]]:
     one = None if advance is None else (lambda: advance(1))
     for label in work.strategies:
         yield label, measure_strategy(work, label, one)
 
 
+Raised = tuple[type[Warning], str, str, int]  #: a warning a worker raised: category, message, file, line
 _FORKED: dict[str, Any] = {}  # the work and the progress queue a forked worker inherits
 PROGRESS_EVERY = 10  #: draws a worker makes between two progress messages
 
 
-def _in_worker(label: str) -> tuple[str, dict, Draws, str | None, list[tuple]]:
+def _in_worker(label: str) -> tuple[str, Record, Draws, str | None, list[Raised]]:
     """Measure ``label`` in a forked worker: its result, draws, run check and the warnings it raised (category,
     message, filename, line), which the filters in force let through."""
     work, queue = _FORKED["work"], _FORKED["queue"]
@@ -252,7 +254,7 @@ def _in_worker(label: str) -> tuple[str, dict, Draws, str | None, list[tuple]]:
             queue.put(made)
             made = 0
 
-    raised: list[tuple] = []
+    raised: list[Raised] = []
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: raised.append(
             (category, str(message), filename, lineno))
@@ -261,7 +263,7 @@ def _in_worker(label: str) -> tuple[str, dict, Draws, str | None, list[tuple]]:
     return label, result, draws, status, raised
 
 
-def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[dict, Draws, str | None]]]:
+def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[Record, Draws, str | None]]]:
     """The strategies measured in ``jobs`` forked workers, yielded in their order (each as soon as it and those
     before it are done, so the output and the warnings' order do not depend on the number of workers); their draws'
     progress goes to ``advance`` and their warnings to ``warnings.showwarning``."""

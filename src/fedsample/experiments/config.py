@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedsample import checks
 from fedsample.tracking.setup import BACKENDS
+
+if TYPE_CHECKING:
+    from fedsample.federation.faults import FaultModel, Straggler
+    from fedsample.training.schedule import Schedule
 
 __all__ = [
     "ConfigError", "DatasetConfig", "ExperimentConfig", "FaultsConfig", "HFDatasetOptions", "MlflowConfig",
@@ -45,7 +49,7 @@ class _WithParams(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, Any]:  # the table's values, checked by the loader or partitioner they go to
         return dict(self.model_extra or {})
 
 
@@ -126,7 +130,7 @@ class ScheduleConfig(_Strict):
     gamma: float = 1.0
     rounds: int | None = None
 
-    def build(self, rounds: int = 1) -> Any:
+    def build(self, rounds: int = 1) -> Schedule:
         """The :class:`~fedsample.training.schedule.Schedule` (``rounds``: the cosine's length when not given)."""
         from fedsample.training.schedule import Kind, Schedule
 
@@ -163,7 +167,7 @@ class StrategyConfig(_WithParams):
 
     @field_validator("grid")
     @classmethod
-    def _one_parameter(cls, grid: dict | None) -> dict | None:
+    def _one_parameter(cls, grid: dict[str, list[GridValue]] | None) -> dict[str, list[GridValue]] | None:
         """A grid names one recipe parameter and at least two distinct values (a list of one is not a search)."""
         if grid is None:
             return None
@@ -192,7 +196,7 @@ class StragglerConfig(_Strict):
     deadline: float
     mean: float = 1.0
 
-    def build(self) -> Any:
+    def build(self) -> Straggler:
         from fedsample.federation.faults import Straggler
 
         return Straggler(self.deadline, self.mean)
@@ -210,7 +214,7 @@ class FaultsConfig(_Strict):
     dropout: dict[str, float] = Field(default_factory=dict)
     straggler: StragglerConfig | None = None
 
-    def build(self) -> Any:
+    def build(self) -> FaultModel:
         from fedsample.federation.faults import FaultModel
 
         return FaultModel(dropout=dict(self.dropout), straggler=self.straggler.build() if self.straggler else None)
@@ -360,7 +364,7 @@ def _one_line(error: ValidationError, source: str) -> str:
     return f"{source}: {'.'.join(loc) or '(top level)'}: {message}"
 
 
-def parse_config(data: dict, source: str = "config") -> ExperimentConfig:
+def parse_config(data: object, source: str = "config") -> ExperimentConfig:
     """The experiment in ``data`` (a parsed TOML table); a ``ConfigError`` line naming ``source`` and the key otherwise."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")

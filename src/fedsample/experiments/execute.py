@@ -27,7 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -40,8 +41,12 @@ from fedsample.rounds import FederationLost
 from fedsample.experiments.validation import validation_metrics
 from fedsample.callbacks import Checkpoint, Diverged, Tracking
 from fedsample.callbacks import Progress as RoundsDone
-from fedsample.simulation import Backend, Engine, build_module, folded_keywords, simulate
+from fedsample.simulation import Backend, Engine, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
+
+if TYPE_CHECKING:
+    from fedsample.experiments.config import ExperimentConfig
+    from fedsample.privacy.ledger import Accounting
 
 __all__ = ["RunSettings", "checkpoint_path", "folder_name", "jobs_that_fit", "run_jobs"]
 
@@ -57,7 +62,7 @@ class RunSettings:
     checkpoint_every: int = 10
     backend: Backend = "auto"
     device: str = "cpu"
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # further Engine settings (federation, workers, ...)
     tracking: TrackingSpec | None = None
 
 
@@ -119,8 +124,8 @@ def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[in
         result = simulate(
             plan.variants[job.label][job.key], federated_data=fed, model=plan.model, rounds=config.rounds, seed=job.seed,
             eval_every=config.eval_every, faults=plan.faults, privacy=accounting(config),
-            **folded_keywords({"engine": Engine(backend=settings.backend, device=settings.device), "callbacks": callbacks,
-                               **settings.options}),  # options: further engine settings (federation, workers, ...)
+            engine=Engine(backend=settings.backend, device=settings.device, **settings.options),  # options: further Engine settings
+            callbacks=callbacks,
         )
     except Diverged as error:
         return Outcome(Failure(job.seed, f"{name!r} diverged: {error}"))
@@ -132,7 +137,7 @@ def _run_job(plan: Plan, job: Job, settings: RunSettings, progress: Callable[[in
     return Outcome(result, validation_metrics(module, result.params, validation, fed.dataset))
 
 
-def accounting(config: Any) -> Any:
+def accounting(config: ExperimentConfig) -> Accounting:
     """The runs' privacy accounting: the config's ``[privacy]`` table, or the default."""
     from fedsample.privacy.ledger import Accounting
 
@@ -238,7 +243,7 @@ def interrupts_blocked_in_children() -> Iterator[None]:
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # started inside the block it would unblock SIGINT here (it blocks its own)
-    caught: list[Any] = []
+    caught: list[FrameType | None] = []
     handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:

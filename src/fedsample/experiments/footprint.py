@@ -17,7 +17,8 @@ from fedsample import parts
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.federation.choose import expected_cohort
 from fedsample.federation.vectorized import DEFAULT_MEMORY_BUDGET
-from fedsample.simulation import build_module
+from fedsample.simulation import Model, build_module
+from fedsample.strategy import Strategy
 
 __all__ = ["WORKER_BASE", "plan_worker_peak", "stacked_clients", "worker_peak"]
 
@@ -41,7 +42,7 @@ def worker_peak(data: int, parameters: int, stacked: float = 1.0, chunk: float =
     return WORKER_BASE + 2.0 * data + 4.0 * parameters * 4.0 + min(per_client * stacked, max(per_client, chunk))
 
 
-def plan_worker_peak(model: Any, fed: FederatedData, strategies: list[Any], backend: str = "auto") -> float:
+def plan_worker_peak(model: Model, fed: FederatedData, strategies: list[Strategy], backend: str = "auto") -> float:
     """:func:`worker_peak` of a worker that runs ``strategies`` on ``fed`` with ``model``: the largest expected
     cohort of any strategy that stacks its clients (:func:`stacked_clients`) unless the engine is the loop
     (``backend="auto"`` may stack)."""

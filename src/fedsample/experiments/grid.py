@@ -4,8 +4,6 @@ lowest, for regression)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fedsample.experiments.config import StrategyConfig
 
 __all__ = ["run_label", "select", "variants"]
@@ -14,12 +12,12 @@ SELECTED_BY = "final-round validation accuracy, mean over seeds (highest)"
 SELECTED_BY_LOSS = "final-round validation loss, mean over seeds (lowest)"
 
 
-def value_key(value: Any) -> str:
+def value_key(value: object) -> str:
     """The value as results.json names it (e.g. "0.05")."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def variants(strategy: StrategyConfig) -> dict[str, dict[str, Any]]:
+def variants(strategy: StrategyConfig) -> dict[str, dict[str, object]]:
     """The recipe parameters of each run of a strategy, by value key ("" for a strategy without a grid)."""
     if not strategy.grid:
         return {"": strategy.params}

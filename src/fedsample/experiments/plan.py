@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 from fedsample import checks
 from fedsample.data import load_dataset, make_scheme, partition
+from fedsample.data.partition import AssignsRows, BuildsPartition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, DatasetConfig, ExperimentConfig, PartitionConfig, StrategyConfig
@@ -17,7 +18,7 @@ from fedsample.experiments.validation import Validation, carve_validation
 from fedsample.federation.faults import FaultModel
 from fedsample.models import model_from_name
 from fedsample.recipes import recipe
-from fedsample.simulation import SimulationResult
+from fedsample.simulation import Model, SimulationResult
 from fedsample.strategy import Strategy
 
 __all__ = [
@@ -32,8 +33,8 @@ class Plan:
 
     config: ExperimentConfig
     dataset: Dataset
-    scheme: Any
-    model: Any
+    scheme: AssignsRows | BuildsPartition
+    model: Model
     strategies: dict[str, Strategy]
     faults: FaultModel | None = None
     federations: dict[int, FederatedData] = field(default_factory=dict)
@@ -102,11 +103,12 @@ class Outcome:
 #: What building a part from the file's values raises for bad values. The dataset loaders and partition
 #: schemes (fedsample.data) do not check every value's type with the toolkit yet: a list where a number belongs
 #: fails in a comparison there, so a TypeError while building them from the file is the file's too.
+T = TypeVar("T")
 USER_ERRORS = (ValueError, FileNotFoundError, OverflowError)
 DATA_ERRORS = (*USER_ERRORS, TypeError, ImportError)
 
 
-def _built(what: str, build: Callable[[], Any], errors: tuple[type[Exception], ...] = USER_ERRORS) -> Any:
+def _built(what: str, build: Callable[[], T], errors: tuple[type[Exception], ...] = USER_ERRORS) -> T:
     try:
         return build()
     except errors as error:
@@ -138,7 +140,7 @@ def build_dataset(config: DatasetConfig) -> Dataset:
     return load_dataset(config.name, **config.params)
 
 
-def build_scheme(config: PartitionConfig) -> Any:
+def build_scheme(config: PartitionConfig) -> AssignsRows | BuildsPartition:
     """A fedsample partition scheme by name, or ``flwr:NAME``: a Flower Datasets partitioner."""
     if config.scheme.startswith("flwr:"):
         from fedsample.data.flower_partitions import FlowerScheme

@@ -93,7 +93,7 @@ def run_plan(
 ) -> dict[Job, Outcome]:
     """Run every strategy (every grid value) for every seed; ``progress(run label, round)`` is called after
     each round. A run that diverges is contained: ``on_failure(one line)`` is called, its outcome holds a
-    :class:`Failure`, and the other runs still go on. ``options`` are further ``simulate`` arguments (e.g.
+    :class:`Failure`, and the other runs still go on. ``options`` are further :class:`~fedsample.simulation.Engine` settings (e.g.
     ``federation=ray_federation(workers=4)``: :func:`fedsample.federation.ray.ray_federation`, which each run
     opens and closes); ``device`` overrides the experiment's ``device`` (default ``"cpu"``); ``jobs > 1`` runs
     the independent runs in that many processes with ``threads`` torch threads each (default 1), with the
@@ -191,7 +191,7 @@ def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, l
     return results, extras
 
 
-def finite_or_none(value: Any) -> Any:
+def finite_or_none(value: object) -> object:
     """JSON-safe numbers: non-finite floats become None, recursively through dicts and lists."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -233,7 +233,8 @@ def summarize(
                         if isinstance(run, SimulationResult) else None for run in runs],
             **(extras or {}).get(label, {}),
         }
-    return finite_or_none({"config": config.model_dump(mode="json"), "strategies": strategies})
+    document = {"config": config.model_dump(mode="json"), "strategies": strategies}
+    return {key: finite_or_none(value) for key, value in document.items()}
 
 
 def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
@@ -271,7 +272,7 @@ def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = 
     with outputs.written_together(out, names) as folder:  # moves the names still listed when the block ends
         (folder / "results.json").write_text(text)
         (folder / "privacy.json").write_text(ledgers)
-        steps: list[tuple[tuple[str, ...], Callable[[], Any]]] = [
+        steps: list[tuple[tuple[str, ...], Callable[[], object]]] = [
             (("summary.md",), lambda: (folder / "summary.md").write_text(summary_table(document))),
             (("curves.png",), lambda: plot_curves(document, folder / "curves.png")),
             (("partition.png", "partition_stats.json"),
@@ -282,7 +283,7 @@ def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = 
                 names[:] = [name for name in names if name not in files]
 
 
-def after_training(step: Callable[[], Any], files: tuple[str, ...]) -> bool:
+def after_training(step: Callable[[], object], files: tuple[str, ...]) -> bool:
     """Run one step that follows the trained results (a table, a plot): True when it worked, else one warning line
     naming the files it could not write (the results are written all the same)."""
     try:

@@ -64,7 +64,7 @@ def load_client_states_into(federation: Any, states: dict[int, dict]) -> None:
 
 class FederationFactory(ABC):
     """A federation that starts with the run: its workers receive the clients' data and the model, and it has
-    its own setup and teardown (e.g. a Ray session and actors). ``simulate(..., federation=factory)`` opens it
+    its own setup and teardown (e.g. a Ray session and actors). ``simulate(..., engine=Engine(federation=factory))`` opens it
     once the run's state is ready and closes it at the end, also on error; everything else about the run (the
     failure model, a strategy's secure sum, checkpoints) is the same as for any federation."""
 

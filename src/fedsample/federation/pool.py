@@ -1,6 +1,6 @@
 """A simulation over a pool of local worker processes: every core, without Ray.
 
-``simulate(..., workers=2)`` (or ``backend="auto"`` where its rule picks it, :mod:`fedsample.federation.choose`)
+``simulate(..., engine=Engine(workers=2))`` (or ``backend="auto"`` where its rule picks it, :mod:`fedsample.federation.choose`)
 trains the clients on a :class:`PoolFederation`: ``workers`` processes of this machine, each with ``threads``
 torch threads, each holding the clients ``k mod workers`` (:mod:`fedsample.federation.shards`, the split the Ray
 federation uses) and running an in-process engine (``"vectorized"`` or ``"loop"``) on its share of every call

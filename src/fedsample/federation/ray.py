@@ -1,6 +1,6 @@
 """One simulation over a pool of Ray actors (the optional extra ``fedsample[ray]``; the core never imports this).
 
-``simulate(..., federation=ray_federation(workers=4))`` (:func:`ray_federation`, a
+``simulate(..., engine=Engine(federation=ray_federation(workers=4)))`` (:func:`ray_federation`, a
 :class:`~fedsample.federation.base.FederationFactory`) opens a Ray session (the one already running, the
 cluster at ``address``, or a local Ray with one CPU per worker) and a :class:`RayFederation` for the run, and
 stops both at its end. :class:`RayFederation` implements the one verb ``run(ids, request, round)``
@@ -20,8 +20,8 @@ Reading a report's ``update`` (aggregators that need each client's update) fetch
 
 Client-held state (ISFedAvg's Eq. 53 weights) lives on the actor holding the client; :meth:`client_states`
 and :meth:`load_client_states` gather and restore it for checkpoints. An actor that dies makes the call raise
-:class:`ShardLost`; ``simulate(..., resume=True)`` (``fedsample run --resume``) on a fresh federation continues
-from the last checkpoint with the numbers of an uninterrupted run.
+:class:`ShardLost`; ``simulate(..., callbacks=[Checkpoint(path, resume=True)])`` (``fedsample run --resume``) on a
+fresh federation continues from the last checkpoint with the numbers of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -297,8 +297,8 @@ class RayFederationFactory(FederationFactory):
 def ray_federation(
     workers: int = 2, address: str | None = None, cpus_per_worker: float = 1, gpus_per_worker: float = 0
 ) -> RayFederationFactory:
-    """The clients of a ``simulate`` run split over ``workers`` Ray actors: ``simulate(..., federation=
-    ray_federation(workers=4))`` on a local Ray started and stopped for the run, ``address="auto"`` or
+    """The clients of a ``simulate`` run split over ``workers`` Ray actors: ``simulate(..., engine=Engine(
+    federation=ray_federation(workers=4)))`` on a local Ray started and stopped for the run, ``address="auto"`` or
     ``"HOST:PORT"`` on a cluster, or the Ray your program already started (left running); the same numbers as
     the single-process engine (docs/ray.md)."""
     return RayFederationFactory(workers, address, cpus_per_worker, gpus_per_worker)

@@ -50,7 +50,7 @@ def advanced_composition(epsilon: float, k: int, delta: float = DEFAULT_DELTA) -
     return epsilon * math.sqrt(2 * k * math.log(1 / delta)) + k * epsilon * math.expm1(epsilon)
 
 
-def size_report_spend(epsilon: float, reports: int, permanent: bool, delta: float = DEFAULT_DELTA) -> dict:
+def size_report_spend(epsilon: float, reports: int, permanent: bool, delta: float = DEFAULT_DELTA) -> dict[str, float]:
     """One client's size-report budget after sending ``reports`` answers.
 
     Returns ``{"size_reports", "size_epsilon", "size_epsilon_advanced", "size_delta"}``: the number of
@@ -111,10 +111,10 @@ class SpendsPerReport(Protocol):
 
     def reports_after(self, rounds: int) -> int: ...
 
-    def epsilon_spent(self, reports: int, delta: float = DEFAULT_DELTA) -> dict: ...
+    def epsilon_spent(self, reports: int, delta: float = DEFAULT_DELTA) -> dict[str, float]: ...
 
 
-def run_spend(sizes: object, noise: UpdatePrivacy | None, rounds: int, delta: float = DEFAULT_DELTA) -> dict:
+def run_spend(sizes: object, noise: UpdatePrivacy | None, rounds: int, delta: float = DEFAULT_DELTA) -> dict[str, float]:
     """The most any one client has spent after ``rounds`` rounds, for a round log: the size reports' budget
     (a client asked every round, or every ``reuse`` rounds, the worst case for cohort-scoped reports) where
     ``sizes`` declares what its answers spend (:class:`SpendsPerReport`), and
@@ -122,7 +122,7 @@ def run_spend(sizes: object, noise: UpdatePrivacy | None, rounds: int, delta: fl
     the server knows the cohort) where ``noise`` clips each client's update (:class:`~fedsample.privacy.noise.UpdateNoise`).
     Exact size reports and noiseless updates add no key. The run's ledger (:mod:`fedsample.privacy.ledger`)
     accounts every release together, with the amplification it has earned."""
-    spent: dict = {}
+    spent: dict[str, float] = {}
     if isinstance(sizes, SpendsPerReport):  # declared by its methods (once a round: isinstance's cost is nothing here)
         spent.update(sizes.epsilon_spent(sizes.reports_after(rounds), delta))
     if noise is not None and noise.clipping == "client" and noise.noise_multiplier > 0:  # both declared by UpdatePrivacy

@@ -69,26 +69,49 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Sequence, cast
+from typing import Protocol, Sequence, cast
 
 import numpy as np
 
 from fedsample.privacy.ledger import (
-    ADD_REMOVE, REPLACE, Accounting, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
+    ADD_REMOVE, REPLACE, Accounting, Call, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
 from fedsample.messages import HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, payloads_for
 from fedsample.parts import (
-    Census, FixedSize, Poisson, SplitNoise, WithReplacement, client_sampling_design, drawn_count_noise, plan_sampling_design,
-    privacy_capabilities, reports_count, solver_capabilities,
+    Aggregator, Census, ClientSampler, DataSampler, FixedSize, LocalSolver, Poisson, SplitNoise, UpdatePrivacy, WithReplacement,
+    client_sampling_design, drawn_count_noise, plan_sampling_design, privacy_capabilities, reports_count, solver_capabilities,
 )
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
-    "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw",
+    "Accounted", "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw",
     "joint_multiplier", "record_rate", "releases", "size_sum_release", "warn_unprotected",
 ]
+
+
+class Accounted(Protocol):
+    """What the accounting reads of a strategy (:class:`~fedsample.strategy.composition.Composition` has it): its
+    client sampler, data sampler, local solver, aggregator, update noise and whether replies are summed securely."""
+
+    @property
+    def clients(self) -> ClientSampler: ...
+
+    @property
+    def data(self) -> DataSampler: ...
+
+    @property
+    def local(self) -> LocalSolver: ...
+
+    @property
+    def aggregate(self) -> Aggregator: ...
+
+    @property
+    def noise(self) -> UpdatePrivacy | None: ...
+
+    @property
+    def secure_sum(self) -> bool: ...
 
 
 class PrivacyWarning(UserWarning):
@@ -110,7 +133,7 @@ class ClientDesign:
 # --- the conditions --------------------------------------------------------------------------------------
 
 
-def record_rate(plans: Sequence[Any]) -> tuple[float | None, str]:
+def record_rate(plans: Sequence[object]) -> tuple[float | None, str]:
     """The one probability with which every record is kept independently (Poisson sampling over the union of
     the data), or None and why not: read from each plan's declared design (:func:`fedsample.parts.plan_sampling_design`)."""
     designs = [plan_sampling_design(p) for p in plans]
@@ -135,7 +158,7 @@ def hides_draw(noise: object) -> tuple[bool, str]:
     return False, "per-client replies show the server whether the client drew any record (steps, loss)"
 
 
-def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
+def client_design(clients: ClientSampler, threat: str, population: int) -> ClientDesign:
     """The client sampler's amplification under ``threat``, from the design it declares
     (:func:`fedsample.parts.client_sampling_design`): data-independent exact inclusion probabilities and an
     adversary that does not see the cohort."""
@@ -159,7 +182,7 @@ def client_design(clients: Any, threat: str, population: int) -> ClientDesign:
     return ClientDesign("none", design.reason)
 
 
-def check_mechanism(strategy: Any, accounting: Accounting) -> None:
+def check_mechanism(strategy: Accounted, accounting: Accounting) -> None:
     """The combinations the accounting cannot describe, refused with one line naming the part."""
     noise = strategy.noise
     if noise is None:
@@ -181,7 +204,7 @@ def check_mechanism(strategy: Any, accounting: Accounting) -> None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
 
 
-def counts_noised_in_the_sum(strategy: Any) -> bool:
+def counts_noised_in_the_sum(strategy: Accounted) -> bool:
     """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
     summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
     noise = strategy.noise
@@ -189,7 +212,7 @@ def counts_noised_in_the_sum(strategy: Any) -> bool:
             and strategy.data.capabilities.count_noise > 0)
 
 
-def counted(plans: Sequence[Any]) -> tuple[bool, float]:
+def counted(plans: Sequence[object]) -> tuple[bool, float]:
     """Whether the plans ask each client for its drawn count (summed in the secure sum), and the Gaussian noise's
     standard deviation sigma_S on that sum (0: the exact count)."""
     asked = any(reports_count(p) for p in plans)
@@ -207,8 +230,8 @@ def joint_multiplier(z_update: float, z_count: float) -> float:
 
 
 def releases(
-    ids: np.ndarray, request: Any, round: int, ordinal: int, strategy: Any, accounting: Accounting,
-    population: int, replies: Sequence[Any] | None = None,
+    ids: np.ndarray, request: object, round: int, ordinal: int, strategy: Accounted, accounting: Accounting,
+    population: int, replies: Sequence[object] | None = None,
 ) -> list[Release]:
     """The releases of one federation call (``ordinal``: its position in the round), by the request's type.
     ``replies``: None before the call (every asked client assumed to answer, for the budget check), the replies
@@ -242,7 +265,7 @@ def releases(
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
 
 
-def answered_count(replies: Sequence[Any]) -> int:
+def answered_count(replies: Sequence[object]) -> int:
     """How many replies are not :class:`~fedsample.rounds.Failed`: from a reply list's ``failed`` map (no pass over
     a cohort of 10^5 sealed replies), else reply by reply."""
     if isinstance(replies, ReplyList):
@@ -250,20 +273,21 @@ def answered_count(replies: Sequence[Any]) -> int:
     return sum(1 for r in replies if not is_failed(r))
 
 
-def size_report_release(query: Any, round: int, call: tuple) -> Release:
+def size_report_release(query: SizeQuery, round: int, call: Call) -> Release:
     """Exact sizes (unprotected) or each client's randomized response, once per run when permanent."""
     if query.mode == "exact":
         return Release(round, "exact sizes", None, None, None, reason="exact sizes carry no noise", call=call)
-    noise = noise_for(query.epsilon, query.M)
-    once = f"size reports (epsilon={query.epsilon:g}, M={query.M}, permanent)" if query.permanent else ""
+    epsilon, M = query.randomization
+    noise = noise_for(epsilon, M)
+    once = f"size reports (epsilon={epsilon:g}, M={M}, permanent)" if query.permanent else ""
     if noise == 0.0:  # e^-epsilon underflows: every client reports its true size
         return Release(round, "size reports", None, None, None, once=once, call=call,
-                       reason=f"randomized response with epsilon={query.epsilon:g} adds no noise (the true size is always reported)")
-    event = randomized_response(noise, query.M - 1)
+                       reason=f"randomized response with epsilon={epsilon:g} adds no noise (the true size is always reported)")
+    event = randomized_response(noise, M - 1)
     return Release(round, "size reports", event, event, None, reason="randomized response (Qi et al. 2023, Eq. 1)", once=once, call=call)
 
 
-def size_sum_release(request: SizeSumRequest, asked: int, answered: int, accounting: Accounting, round: int, call: tuple) -> Release:
+def size_sum_release(request: SizeSumRequest, asked: int, answered: int, accounting: Accounting, round: int, call: Call) -> Release:
     """The clients' sizes summed inside the secure sum (``sum_sizes``): the total N plus the noise shares of the a of m
     asked clients that answered, N(0, sigma^2 a / m). One record moves N by at most 1, so at record level a Gaussian
     mechanism of multiplier z = sigma sqrt(a/m), with no amplification (every record is counted); a user of at most k
@@ -285,7 +309,7 @@ def size_sum_release(request: SizeSumRequest, asked: int, answered: int, account
                    f"{noise}, {moves}; not amplified: every record is counted", once=once, call=call)
 
 
-def probe_release(request: ProbeRequest, round: int, call: tuple) -> Release:
+def probe_release(request: ProbeRequest, round: int, call: Call) -> Release:
     """A probe's statistics, sent in the clear: an unprotected release (:func:`warn_unprotected` warns)."""
     if request.statistics == "labels":
         return Release(round, "probe: label histogram", None, None, None, reason="probe statistics carry no noise", call=call)
@@ -321,7 +345,7 @@ def held_release(trained: Release, round: int) -> Release:
     return replace(trained, what="every client's noised update (its norm now; the update itself if chosen)", once=held_once(round))
 
 
-def sent_held_release(noise: Any, secure: bool, round: int, call: tuple) -> Release:
+def sent_held_release(noise: UpdatePrivacy | None, secure: bool, round: int, call: Call) -> Release:
     """``send_held``: the chosen clients' kept updates, or their secure sum (no noise: unprotected; noised: the
     round's :func:`held_release`, not counted again)."""
     if noise is None:
@@ -344,8 +368,9 @@ def warn_unprotected(recorded: Sequence[Release]) -> None:
 
 
 def train_release(
-    noise: Any, plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, population: int,
-    round: int, call: tuple,
+    noise: UpdatePrivacy | None, plans: Sequence[object], asked: int, answered: int, strategy: Accounted, accounting: Accounting,
+    population: int,
+    round: int, call: Call,
 ) -> Release:
     """The training replies (or their secure sum) of one round, with the amplification the conditions allow."""
     secure = bool(strategy.secure_sum)
@@ -412,7 +437,7 @@ def train_release(
 
 
 def drawn_count_release(
-    plans: Sequence[Any], asked: int, answered: int, strategy: Any, accounting: Accounting, round: int, call: tuple,
+    plans: Sequence[object], asked: int, answered: int, strategy: Accounted, accounting: Accounting, round: int, call: Call,
 ) -> Release:
     """The summed drawn count S of one round (FedSampling's self-normalized update) where the updates carry no
     noise: unprotected when exact; with noise sigma_S, a Gaussian mechanism of multiplier sigma_S sqrt(a/m) per

@@ -27,7 +27,8 @@ from fedsample.privacy import accounting, attacks
 from fedsample.privacy.reports import alpha_for, clip_size, estimator_variance, privacy_audit
 
 if TYPE_CHECKING:
-    from fedsample.privacy.ledger import Method, Unit
+    from fedsample.parts import UpdatePrivacy
+    from fedsample.privacy.ledger import Method, Summary, Unit
 
 __all__ = ["add_parser", "command_privacy", "ledger_epsilons", "report", "report_memory"]
 
@@ -140,7 +141,7 @@ def report(epsilon: float, M: int, rounds: int, sizes: np.ndarray, delta: float,
 def ledger_epsilons(
     rounds: int, sigma: float, rate: float, unit: Unit, k: int | None, delta: float, method: Method,
     size_report: tuple[float, int] | None = None, clipping: str = "both",
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, Summary]]:
     """Per clipping mode (``clipping``: ``"example"``, ``"client"`` or ``"both"``), the ledger's summary after
     ``rounds`` rounds of FedSampling's training release (every client asked, secure sum, noise of multiplier
     ``sigma`` on the sum, records kept with probability ``rate``), after one permanent size report
@@ -164,7 +165,7 @@ def ledger_epsilons(
     accounting = Accounting(unit=unit, k=k, delta=delta, method=method)
     strategy = argparse.Namespace(clients=AllClients(), secure_sum=True)
     plan = BernoulliSamples(rate) if rate < 1 else AllSamples()
-    modes = {"example": ("per-example clipping, noise on the sum", PerExampleNoise(1.0, sigma)),
+    modes: dict[str, tuple[str, UpdatePrivacy]] = {"example": ("per-example clipping, noise on the sum", PerExampleNoise(1.0, sigma)),
              "client": ("per-client update clipping", UpdateNoise(1.0, sigma))}
     out = []
     for label, noise in (modes.values() if clipping == "both" else [modes[clipping]]):

@@ -48,14 +48,15 @@ import logging
 import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Iterator, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence, TypedDict
 
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
+from fedsample.runtime.records import JSON, JSONObject
 
 __all__ = [
-    "Accounting", "BudgetExceeded", "Ledger", "PLD_DISCRETIZATION", "Release", "epsilon_of", "flower_spent",
-    "gaussian", "mixture_of_gaussians", "poisson_sampled", "randomized_response", "sampled_without_replacement",
+    "Accounting", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "PLD_DISCRETIZATION", "RelationSpent", "Release",
+    "Spent", "Summary", "epsilon_of", "flower_spent", "gaussian", "mixture_of_gaussians", "poisson_sampled", "randomized_response", "sampled_without_replacement",
 ]
 
 Unit = Literal["record", "user"]
@@ -65,6 +66,63 @@ Method = Literal["pld", "rdp"]
 ADD_REMOVE: Relation = "add-or-remove-one"
 REPLACE: Relation = "replace-one"
 PLD_DISCRETIZATION = 1e-3  #: dp-accounting's value_discretization_interval: pessimistic rounding, an upper bound
+Call = tuple[int | str, ...]  #: (round, procedure, position in the round[, which of its releases]) of one call
+Event = JSONObject  #: a dp-accounting ``DpEvent`` as a plain dict: ``class_name`` and its arguments (JSON)
+
+
+class Spent(TypedDict):
+    """epsilon at ``delta`` of some releases composed: Flower's ``PrivacySpent`` fields (``optimal_order``: RDP only)."""
+
+    epsilon: float
+    delta: float
+    num_releases: int
+    accounting_method: str
+    optimal_order: float | None
+
+
+class KindSpent(TypedDict):
+    """One kind of protected release on its own (:meth:`Ledger.spent_by_kind`; None: no accountant installed)."""
+
+    epsilon: float | None
+    epsilon_without_amplification: float | None
+    num_releases: int
+
+
+class RelationSpent(TypedDict, total=False):
+    """One neighbouring relation's epsilon with and without amplification (None: no accountant installed), as
+    :meth:`Ledger.summary` gives it (every key present)."""
+
+    epsilon: float | None
+    delta: float
+    num_releases: int
+    accounting_method: str
+    optimal_order: float | None
+    epsilon_without_amplification: float | None
+    neighboring_relation: Relation
+
+
+class Summary(RelationSpent, total=False):
+    """:meth:`Ledger.summary`: the settings, epsilon with and without amplification (one relation: its
+    :class:`RelationSpent` at the top level; several: ``by_relation``, and ``epsilon`` None), the unprotected releases
+    and why, the latest amplification decision."""
+
+    unit: Unit
+    threat_model: Threat
+    threat: str
+    target_delta: float
+    max_epsilon: float | None
+    k: int | None
+    sampling_method: str | list[str]
+    unprotected: list[str]
+    unprotected_why: dict[str, str]
+    amplification: str
+    by_relation: dict[Relation, RelationSpent]
+    note: str
+    releases: list[JSONObject]
+    by_release: dict[str, KindSpent]
+    error: str  #: a run's summary that could not be computed: only this line (simulate keeps the trained run)
+
+
 THREATS = {
     "server": "the server's view: every message it receives (size reports, probes, replies or their secure sum) and "
               "who was asked and answered",
@@ -75,29 +133,29 @@ THREATS = {
 # --- events: dp-accounting's DpEvent classes, written as plain dicts (JSON; no import until epsilon is asked) --
 
 
-def gaussian(noise_multiplier: float) -> dict:
+def gaussian(noise_multiplier: float) -> Event:
     """``GaussianDpEvent``: Gaussian noise of ``noise_multiplier`` times the sensitivity."""
     return {"class_name": "GaussianDpEvent", "noise_multiplier": float(noise_multiplier)}
 
 
-def poisson_sampled(rate: float, event: dict) -> dict:
+def poisson_sampled(rate: float, event: Event) -> Event:
     """``PoissonSampledDpEvent``: ``event`` on a sample that holds each unit independently with probability ``rate``."""
     return {"class_name": "PoissonSampledDpEvent", "sampling_probability": float(rate), "event": event}
 
 
-def sampled_without_replacement(population: int, size: int, event: dict) -> dict:
+def sampled_without_replacement(population: int, size: int, event: Event) -> Event:
     """``SampledWithoutReplacementDpEvent``: ``event`` on ``size`` of ``population`` units drawn uniformly."""
     return {"class_name": "SampledWithoutReplacementDpEvent", "source_dataset_size": int(population), "sample_size": int(size), "event": event}
 
 
-def mixture_of_gaussians(noise_multiplier: float, sensitivities: Sequence[float], probabilities: Sequence[float]) -> dict:
+def mixture_of_gaussians(noise_multiplier: float, sensitivities: Sequence[float], probabilities: Sequence[float]) -> Event:
     """``MixtureOfGaussiansDpEvent``: N(0, z^2) against sum_i p_i N(c_i, z^2) (the unit moves the output by
     c_i with probability p_i)."""
     return {"class_name": "MixtureOfGaussiansDpEvent", "standard_deviation": float(noise_multiplier),
             "sensitivities": [float(c) for c in sensitivities], "sampling_probs": [float(p) for p in probabilities]}
 
 
-def randomized_response(noise_parameter: float, buckets: int) -> dict:
+def randomized_response(noise_parameter: float, buckets: int) -> Event:
     """``RandomizedResponseDpEvent``: the true bucket with probability 1 - p, else one of ``buckets`` uniformly."""
     return {"class_name": "RandomizedResponseDpEvent", "noise_parameter": float(noise_parameter), "num_buckets": int(buckets)}
 
@@ -134,7 +192,7 @@ class Accounting:
             raise ValueError(f"threat must be 'server' or 'released', got {self.threat!r}")
         checks.positive("max_epsilon", self.max_epsilon, optional=True)
 
-    def shaping(self) -> dict:
+    def shaping(self) -> dict[str, str | int | None]:
         """The settings that decide which events a release makes (unit, k, threat); delta, method and the
         budget only change what is computed from them."""
         return {"unit": self.unit, "k": self.k, "threat": self.threat}
@@ -154,21 +212,21 @@ class Release:
 
     round: int
     what: str
-    event: dict | None
-    unamplified: dict | None
+    event: Event | None
+    unamplified: Event | None
     relation: Relation | None
     sampling: str = "no-amplification"
     reason: str = ""
     once: str = ""
-    call: tuple | None = None
+    call: Call | None = None
 
     @property
     def protected(self) -> bool:
         return self.event is not None
 
-    def record(self) -> dict:
+    def record(self) -> JSONObject:
         """The release as JSON (privacy.json)."""
-        out = asdict(self)
+        out: JSONObject = asdict(self)
         out["call"] = list(self.call) if self.call is not None else None
         return out
 
@@ -194,14 +252,14 @@ PLD_ONLY = {"MixtureOfGaussiansDpEvent"}
 RDP_ONLY = {"SampledWithoutReplacementDpEvent"}
 
 
-def _names(event: dict) -> set[str]:
+def _names(event: Event) -> set[str]:
     inner = event.get("event")
-    return {event["class_name"]} | (_names(inner) if isinstance(inner, dict) else set())
+    return {str(event["class_name"])} | (_names(inner) if isinstance(inner, dict) else set())
 
 
-def method_for(events: Iterable[dict], asked: Method) -> Method:
+def method_for(events: Sequence[Event], asked: Method) -> Method:
     """The accountant that can compose ``events``: ``asked`` unless an event needs the other one."""
-    names = set().union(*(_names(e) for e in events)) if events else set()
+    names: set[str] = set().union(*(_names(e) for e in events)) if events else set()
     if names & PLD_ONLY and names & RDP_ONLY:
         raise ValueError("a mixture of Gaussians (PLD only) and sampling without replacement (RDP only) in one relation: "
                          "dp-accounting 0.6 composes them in no accountant")
@@ -212,7 +270,7 @@ def method_for(events: Iterable[dict], asked: Method) -> Method:
     return asked
 
 
-def _pld(event: dict) -> Any:
+def _pld(event: Event) -> Any:
     """The privacy-loss distribution of one event (sensitivity 1 in the event's units), built once per distinct
     event in a process (a run with permanent size reports repeats one q every round; a mixture of many
     Gaussians takes long to build)."""
@@ -241,11 +299,11 @@ def _pld_of(key: str) -> Any:
     raise ValueError(f"the PLD accountant has no {name} here")
 
 
-def _dp_event(event: dict) -> Any:
+def _dp_event(event: Event) -> Any:
     """The dp-accounting object of an event dict."""
     dpa = _dp_accounting()
-    values = {k: (_dp_event(v) if k == "event" else v) for k, v in event.items() if k != "class_name"}
-    return getattr(dpa, event["class_name"])(**values)
+    values = {k: (_dp_event(v) if k == "event" and isinstance(v, dict) else v) for k, v in event.items() if k != "class_name"}
+    return getattr(dpa, str(event["class_name"]))(**values)
 
 
 @contextmanager
@@ -261,13 +319,13 @@ def _quiet_absl() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _rdp(event: dict, relation: Relation) -> Any:
+def _rdp(event: Event, relation: Relation) -> Any:
     """The RDP curve of one event at dp-accounting's default orders."""
     with _quiet_absl():
         return _rdp_curve(event, relation)
 
 
-def _rdp_curve(event: dict, relation: Relation) -> Any:
+def _rdp_curve(event: Event, relation: Relation) -> Any:
     dpa = _dp_accounting()
     rel = dpa.NeighboringRelation
     if event["class_name"] == "RandomizedResponseDpEvent" and event["num_buckets"] == 1:  # one possible answer
@@ -281,12 +339,12 @@ def _rdp_curve(event: dict, relation: Relation) -> Any:
     return accountant.compose(_dp_event(event)).rdp
 
 
-def epsilon_of(events: Sequence[dict], delta: float, method: Method = "pld", relation: Relation = ADD_REMOVE) -> dict:
+def epsilon_of(events: Sequence[Event], delta: float, method: Method = "pld", relation: Relation = ADD_REMOVE) -> Spent:
     """epsilon at ``delta`` of the events composed in order: ``{"epsilon", "delta", "num_releases",
     "accounting_method", "optimal_order"}`` (Flower's ``PrivacySpent`` fields; the optimal order for RDP only)."""
     used = method_for(events, method)
     if not events:
-        return {"epsilon": 0.0, "delta": delta, "num_releases": 0, "accounting_method": used, "optimal_order": None}
+        return _spent(0.0, delta, 0, used)
     if used == "pld":
         composed = _pld(events[0])
         for event in events[1:]:
@@ -295,12 +353,12 @@ def epsilon_of(events: Sequence[dict], delta: float, method: Method = "pld", rel
     return _rdp_spent(sum(_rdp(e, relation) for e in events), delta, len(events))
 
 
-def _spent(epsilon: float, delta: float, count: int, method: str, order: float | None = None) -> dict:
+def _spent(epsilon: float, delta: float, count: int, method: str, order: float | None = None) -> Spent:
     return {"epsilon": float(epsilon), "delta": float(delta), "num_releases": int(count), "accounting_method": method,
             "optimal_order": order}
 
 
-def _rdp_spent(rdp: Any, delta: float, count: int) -> dict:
+def _rdp_spent(rdp: Any, delta: float, count: int) -> Spent:
     dpa = _dp_accounting()
     orders = dpa.rdp.RdpAccountant().orders
     epsilon, order = dpa.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
@@ -318,13 +376,13 @@ class Ledger:
     releases: list[Release] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._cache: dict = {}  # (relation, amplified, method) -> (events composed, their PLD or RDP curve): not saved
+        self._cache: dict[tuple[Relation, bool, Method], tuple[int, Any]] = {}  # (relation, amplified, method) -> (events composed, their PLD or RDP curve): not saved
         self._seen = {key for r in self.releases for key in _keys(r)}  # once keys and calls already counted
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         return {"accounting": self.accounting, "releases": self.releases}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.accounting, self.releases = state["accounting"], state["releases"]
         self.__post_init__()
 
@@ -384,13 +442,13 @@ class Ledger:
                 reasons.setdefault(r.what, r.reason)
         return reasons
 
-    def spent(self, amplified: bool = True, extra: Sequence[Release] = ()) -> dict[Relation, dict]:
+    def spent(self, amplified: bool = True, extra: Sequence[Release] = ()) -> dict[Relation, Spent]:
         """Per relation, Flower's ``PrivacySpent`` fields at the accounting's delta, over the recorded releases
         (plus ``extra``, not recorded): infinite epsilon when any release was unprotected."""
         delta = self.accounting.delta
-        out = {}
+        out: dict[Relation, Spent] = {}
         for relation in self.relations(extra):
-            def events_of(releases: Sequence[Release], relation: Relation = relation) -> list[dict]:
+            def events_of(releases: Sequence[Release], relation: Relation = relation) -> list[Event]:
                 chosen = [(r.event if amplified else r.unamplified) for r in releases if r.protected and r.relation in (relation, None)]
                 return [e for e in chosen if e is not None]
 
@@ -401,7 +459,7 @@ class Ledger:
                 out[relation] = self._composed(relation, amplified, recorded + added, len(recorded))
         return out
 
-    def _composed(self, relation: Relation, amplified: bool, events: list[dict], recorded: int) -> dict:
+    def _composed(self, relation: Relation, amplified: bool, events: list[Event], recorded: int) -> Spent:
         """epsilon of ``events`` composed in order, reusing the composition of the first ``recorded`` (cached:
         one composition per new release, the same sequence of operations however often it is asked)."""
         method = method_for(events, self.accounting.method)
@@ -423,45 +481,49 @@ class Ledger:
 
     # --- reports ---
 
-    def summary(self, releases: bool = False) -> dict:
+    def summary(self, releases: bool = False) -> Summary:
         """The ledger for a round log, ``results.json`` and ``privacy.json``: settings (unit, threat model, target
         delta, budget), per relation epsilon with and without amplification, the unprotected releases and why, and the
         latest amplification decision; with ``releases`` every release. Without the ``privacy`` extra an epsilon
         that needs the accountant is None, and ``accounting_method`` says why."""
         a = self.accounting
-        try:
-            with_amp, without = self.spent(True), self.spent(False)
-        except ImportError as missing:
-            unknown = {**_spent(math.nan, a.delta, len(self.releases), f"unavailable: {missing}"), "epsilon": None}
-            with_amp = without = {rel: unknown for rel in self.relations()}
-        groups = {
-            rel: {**with_amp[rel], "epsilon_without_amplification": without[rel]["epsilon"], "neighboring_relation": rel}
-            for rel in with_amp
-        }
+        groups = self._by_relation()
         sampling = list(dict.fromkeys(r.sampling for r in self.releases if r.protected and r.relation is not None))
-        out: dict[str, Any] = {
+        settings: Summary = {
             "unit": a.unit, "threat_model": a.threat, "threat": THREATS[a.threat], "target_delta": a.delta,
             "max_epsilon": a.max_epsilon, "k": a.k, "sampling_method": sampling[0] if len(sampling) == 1 else sampling,
             "unprotected": self.unprotected(), "unprotected_why": self.unprotected_reasons(), "amplification": self.latest_reason(),
         }
         if len(groups) == 1:
             (only,) = groups.values()
-            out.update(only)
+            out: Summary = {**settings, **only}
         else:
-            out.update(epsilon=None, by_relation=groups, note=(
+            out = {**settings, "epsilon": None, "by_relation": groups, "note": (
                 "releases under different neighbouring relations are not composed together: each relation's epsilon covers "
-                "only its own releases (and the size reports)"))
+                "only its own releases (and the size reports)")}
         if releases:
             out["releases"] = [r.record() for r in self.releases]
             out["by_release"] = self.spent_by_kind()
         return out
 
-    def spent_by_kind(self) -> dict[str, dict]:
+    def _by_relation(self) -> dict[Relation, RelationSpent]:
+        """Per relation, epsilon with and without amplification (None without the ``privacy`` extra, and
+        ``accounting_method`` says why)."""
+        try:
+            with_amp, without = self.spent(True), self.spent(False)
+        except ImportError as missing:
+            unknown = _spent(math.nan, self.accounting.delta, len(self.releases), f"unavailable: {missing}")
+            return {rel: {**unknown, "epsilon": None, "epsilon_without_amplification": None, "neighboring_relation": rel}
+                    for rel in self.relations()}
+        return {rel: {**with_amp[rel], "epsilon_without_amplification": without[rel]["epsilon"], "neighboring_relation": rel}
+                for rel in with_amp}
+
+    def spent_by_kind(self) -> dict[str, KindSpent]:
         """Each kind of protected release on its own (e.g. the size reports, FedSampling's noised drawn count S):
         ``{what: {"epsilon", "epsilon_without_amplification", "num_releases"}}`` at the accounting's delta, its
         events composed in order under their relation (the size reports' under add/remove). What a release costs
         alone; the run's epsilon is the composition of all of them (None where a release is unprotected)."""
-        a, out = self.accounting, {}
+        a, out = self.accounting, dict[str, KindSpent]()
         for what in dict.fromkeys(r.what for r in self.releases if r.protected):
             chosen = [r for r in self.releases if r.protected and r.what == what]
             relation = next((r.relation for r in chosen if r.relation is not None), ADD_REMOVE)
@@ -483,12 +545,12 @@ class Ledger:
                 return r.reason
         return ""
 
-    def round_figures(self) -> dict:
+    def round_figures(self) -> JSONObject:
         """The round log's keys: ``privacy_epsilon`` (None: unbounded, or given per relation), ``privacy_epsilon_no_amplification``,
         ``privacy_delta``, ``privacy_unit``, ``privacy_relation``, ``privacy_threat``, ``privacy_method``,
         ``privacy_amplification`` and, where something was released unprotected, ``privacy_unprotected``."""
         s = self.summary()
-        out = {
+        out: JSONObject = {
             "privacy_epsilon": _bounded(s["epsilon"]), "privacy_epsilon_no_amplification": _bounded(s.get("epsilon_without_amplification")),
             "privacy_delta": s["target_delta"], "privacy_unit": s["unit"], "privacy_threat": s["threat_model"],
             "privacy_relation": s.get("neighboring_relation", "mixed"), "privacy_method": s.get("accounting_method", "mixed"),
@@ -497,17 +559,17 @@ class Ledger:
         if "by_relation" in s:
             out.update({f"privacy_epsilon[{rel}]": _bounded(g["epsilon"]) for rel, g in s["by_relation"].items()})
         if s["unprotected"]:
-            out["privacy_unprotected"] = s["unprotected"]
+            out["privacy_unprotected"] = list[JSON](s["unprotected"])
         return out
 
     # --- checkpoints ---
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> JSONObject:
         """JSON-able state: the settings and the releases."""
         return {"accounting": asdict(self.accounting), "releases": [r.record() for r in self.releases]}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "Ledger":
+    def from_state_dict(cls, state: dict[str, Any]) -> "Ledger":
         names = {f.name for f in fields(Release)}
         releases = []
         for r in state["releases"]:
@@ -526,7 +588,7 @@ class Ledger:
         return Ledger(accounting, list(self.releases))
 
 
-def _keys(release: Release) -> list[tuple]:
+def _keys(release: Release) -> list[tuple[str, object]]:
     """What makes a release the same as one already counted: its ``once`` key, its call."""
     return ([("once", release.once)] if release.once else []) + ([("call", tuple(release.call))] if release.call is not None else [])
 
@@ -536,10 +598,11 @@ def _bounded(epsilon: float | None) -> float | None:
     return None if epsilon is None or math.isinf(epsilon) else epsilon
 
 
-FLOWER_SPENT = ("epsilon", "delta", "num_releases", "accounting_method", "optimal_order")
+FLOWER_SPENT: tuple[Literal["epsilon", "delta", "num_releases", "accounting_method", "optimal_order"], ...] = (
+    "epsilon", "delta", "num_releases", "accounting_method", "optimal_order")
 
 
-def flower_spent(summary: dict) -> dict:
+def flower_spent(summary: Summary) -> dict[str, object]:
     """The arguments of Flower's ``PrivacySpent`` (``flwr.supercore.privacy_accounting``, flwr >= 1.41) from a
     one-relation summary: ``PrivacySpent(**flower_spent(summary))`` (flwr is imported only in fedsample.flower)."""
     return {name: summary[name] for name in FLOWER_SPENT}

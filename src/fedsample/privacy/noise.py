@@ -26,24 +26,24 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.parts import SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
-from fedsample.messages import LocalResult, TrainPayload, TrainReport
+from fedsample.messages import LocalResult, Params, TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
 __all__ = ["PerExampleNoise", "UpdateNoise", "for_cohort"]
 
 
-def _gaussian_like(update: dict, sigma: float, rng: "np.random.Generator | ClientRandom") -> dict:
+def _gaussian_like(update: Params, sigma: float, rng: "np.random.Generator | ClientRandom") -> Params:
     """N(0, sigma^2) in every coordinate, from the client's rng, tensor by tensor in the update's order."""
     import torch
 
-    out = {}
+    out: Params = {}
     for k, v in update.items():
         noise = rng.normal(0.0, 1.0, size=tuple(v.shape)) if sigma > 0 else np.zeros(tuple(v.shape))
         out[k] = v + torch.as_tensor(sigma * noise, dtype=v.dtype, device=v.device)
     return out
 
 
-def _private(update: dict, samples: int | None = None) -> TrainReport:
+def _private(update: Params, samples: int | None = None) -> TrainReport:
     """The reply of a noised client: its noised update, one step, no loss, no rows trained (the realised budget of a
     noised client sampler is unknown) and no drawn count (``samples``: the
     count, only where it goes into a secure sum that noises it, :meth:`PerExampleNoise.private_reply`)."""
@@ -65,13 +65,13 @@ class UpdateNoise:
     clipping: ClassVar[str] = "client"
     capabilities: ClassVar[UpdatePrivacyCapabilities] = UpdatePrivacyCapabilities(hides_draw=True)  # private replies
 
-    def clipped(self, update: dict) -> dict:
+    def clipped(self, update: Params) -> Params:
         """The update scaled by min(1, clip / ||update||_2) (the norm over all tensors together)."""
         norm = math.sqrt(sum(float((v.double() ** 2).sum()) for v in update.values()))
         factor = min(1.0, self.clip / norm) if norm > 0 else 1.0
         return {k: v * factor for k, v in update.items()}
 
-    def privatize(self, update: dict, rng: "np.random.Generator | ClientRandom") -> dict:
+    def privatize(self, update: Params, rng: "np.random.Generator | ClientRandom") -> Params:
         """Clip, then add Gaussian noise of standard deviation noise_multiplier * clip (from the client's rng)."""
         return _gaussian_like(self.clipped(update), self.noise_multiplier * self.clip, rng)
 
@@ -113,7 +113,7 @@ class PerExampleNoise:
         """One client's noise standard deviation: noise_multiplier * C / (K * sqrt(shares))."""
         return self.noise_multiplier * self.clip / (K * math.sqrt(self.shares))
 
-    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: dict, round: int, rng: Any) -> LocalResult:
+    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: Params, round: int, rng: Any) -> LocalResult:
         """G_c = (1/K) sum_s scale_s * clip_C(g_s) over the drawn sample (per-sample gradients at the global model,
         :func:`fedsample.training.functional.per_sample_gradients`), in the place of ``solver.run``."""
         import torch

@@ -11,7 +11,7 @@ true total N only when no client holds M or more samples (the paper's Eq. 7 glos
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from fedsample.messages import SizeQuery
 from fedsample.rng import ClientRandom, CohortRandom, uniform_integers
 
 __all__ = [
-    "PERMANENT_REPORT", "PERMANENT_ROUND", "alpha_for", "clip_size", "estimate_total", "estimator_variance", "privacy_audit",
+    "Audit", "PERMANENT_REPORT", "PERMANENT_ROUND", "alpha_for", "clip_size", "estimate_total", "estimator_variance", "privacy_audit",
     "randomized_response", "report_cell", "response_distribution", "validate_reports",
 ]
 
@@ -132,14 +132,25 @@ def estimator_variance(sizes: np.ndarray, epsilon: float, M: int) -> float:
     return float(np.sum(second - first**2) / alpha**2)
 
 
-def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, sizes: Sequence[int] = (1,)) -> dict:
+class Audit(TypedDict):
+    """:func:`privacy_audit`'s answer: epsilon, its bound e^epsilon, the largest observed ratio, the pair of true sizes
+    and the report where it was observed (None: no pair)."""
+
+    epsilon: float
+    bound: float
+    max_ratio: float
+    pair: tuple[int, int] | None
+    y: int | None
+
+
+def privacy_audit(epsilon: float, M: int, draws: int, rng: np.random.Generator, sizes: Sequence[int] = (1,)) -> Audit:
     """Monte Carlo privacy audit: for each pair of true sizes, the largest empirical ratio
     P^(report = y | n) / P^(report = y | n') over outputs y, to compare with e^epsilon (Definition 3.2).
 
     Returns ``{"epsilon": eps, "bound": e^eps, "max_ratio": observed, "pair": (n, n'), "y": y}``.
     """
     sizes = list(sizes) if len(sizes) > 1 else [1, M - 1]
-    counts = {}
+    counts: dict[int, np.ndarray] = {}
     for n in sizes:
         reports = randomized_response(np.full(draws, n), epsilon, M, rng)
         counts[n] = np.bincount(reports, minlength=M)[1:] / draws

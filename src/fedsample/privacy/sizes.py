@@ -131,7 +131,7 @@ class RandomizedSizes:
         """Size queries a client has answered after ``rounds`` rounds: one every ``reuse`` rounds."""
         return -(-int(rounds) // self.reuse)
 
-    def epsilon_spent(self, reports: int, delta: float = accounting.DEFAULT_DELTA) -> dict:
+    def epsilon_spent(self, reports: int, delta: float = accounting.DEFAULT_DELTA) -> dict[str, float]:
         """What one client has spent after sending ``reports`` answers (:func:`fedsample.privacy.accounting.size_report_spend`)."""
         return accounting.size_report_spend(self.epsilon, reports, self.permanent, delta)
 

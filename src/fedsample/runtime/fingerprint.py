@@ -1,7 +1,7 @@
 """Fingerprints of a run: everything that determines its numbers, so that a resume never mixes runs.
 
-A checkpoint stores the fingerprint of the run that wrote it; ``simulate(..., resume=True)`` compares it
-field by field with the run being resumed and refuses, naming the fields that differ.
+A checkpoint stores the fingerprint of the run that wrote it; ``simulate(..., callbacks=[Checkpoint(path,
+resume=True)])`` compares it field by field with the run being resumed and refuses, naming the fields that differ.
 """
 
 from __future__ import annotations

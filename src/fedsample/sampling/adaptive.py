@@ -11,7 +11,7 @@ are exact).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.rng import SERVER, generator
 from fedsample.rounds import RoundFailed, is_failed
 from fedsample.sampling.design import Sample
+from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
@@ -39,9 +40,10 @@ def replay_rng(seed: int, round: int) -> np.random.Generator:
     return generator(seed, round, SERVER, REPLAY_PURPOSE)
 
 
-def sampler_state(ctx: "RoundContext") -> dict:
+def sampler_state(ctx: "RoundContext") -> State:
     """The sampler's server-held state: a dict in the strategy state, kept across rounds and saved in checkpoints."""
-    return ctx.state.setdefault(STATE_KEY, {})
+    state: State = ctx.state.setdefault(STATE_KEY, {})
+    return state
 
 
 def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "ReplyList":
@@ -49,7 +51,7 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
     probe replies: clients asked, one reply each) and ``sampler_probe_bytes`` (what the replies sent up,
     :attr:`~fedsample.messages.ProbeReport.nbytes`; a lost probe, asked with ``partial=True``, sent nothing)."""
     ids = np.asarray(ids, dtype=np.int64)
-    replies = ctx.federation.run(ids, request, ctx.round)
+    replies: ReplyList = ctx.federation.run(ids, request, ctx.round)
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
     ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
     return replies
@@ -59,7 +61,7 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
 LOST_PROBES_KEY = "sampler_lost_probes_instead"
 
 
-def probes_arrived(ctx: "RoundContext", reports: Any) -> np.ndarray:
+def probes_arrived(ctx: "RoundContext", reports: "ReplyList") -> np.ndarray:
     """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
     the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
     arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
@@ -125,4 +127,5 @@ class Replayed:
     def estimate_inclusion(self, ctx: "RoundContext", draws: int = 1000) -> np.ndarray:
         """Every client's inclusion frequency over ``draws`` replays of round ``ctx.round``'s selection from the state
         the run has reached (``ctx.state``; standard error sqrt(pi (1 - pi) / draws))."""
-        return self.replay(self.frozen_state(ctx), draws, seed=ctx.seed, round=ctx.round)  # type: ignore[attr-defined]
+        inclusion: np.ndarray = self.replay(self.frozen_state(ctx), draws, seed=ctx.seed, round=ctx.round)  # type: ignore[attr-defined]
+        return inclusion

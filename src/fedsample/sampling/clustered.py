@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from fedsample import checks
+from fedsample.messages import Params
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import design
@@ -354,7 +355,7 @@ def similarity_labels(updates: np.ndarray, seen: np.ndarray, p: np.ndarray, m: i
     return labels
 
 
-def _flat(update: dict) -> np.ndarray:
+def _flat(update: Params) -> np.ndarray:
     """An update as one float32 vector (the parameters in their order)."""
     return torch.cat([v.detach().reshape(-1).float().cpu() for v in update.values()]).numpy()
 

@@ -19,6 +19,7 @@ from fedsample.messages import ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
+from fedsample.runtime.records import Record, State
 
 if TYPE_CHECKING:
     import torch
@@ -150,7 +151,7 @@ class FixedRatio:
         return BernoulliSamples(self.ratio)
 
 
-def sampling_ratio(K: int, total_estimate: float, log: dict | None = None) -> float:
+def sampling_ratio(K: int, total_estimate: float, log: Record | None = None) -> float:
     """FedSampling's per-sample keep probability K / N~, capped at 1 (§3.2): N~ is an estimate and can fall below
     K. With the round's ``log`` a cap is recorded there (``clamped: {"ratio": K/N~}``, :mod:`fedsample.sampling.clamp`)."""
     checks.check("K", K, checks.POSITIVE, owner="sampling_ratio")
@@ -257,15 +258,16 @@ class FedSamplingData:
             ctx.state[SUMMED_TOTAL] = float(replies.drawn_total()) * len(ids) / len(answered)
         return max(float(ctx.state[SUMMED_TOTAL]), float(ctx.num_clients))
 
-    def steered_total(self, state: dict, num_clients: int) -> float | None:
+    def steered_total(self, state: State, num_clients: int) -> float | None:
         """N^ = mean over the past rounds of S~_t / p_t, floored at the number of clients (each holds a sample, as
         N~ is floored); None before the first drawn count or without ``steer``."""
         memo = state.get(STEERED_TOTAL) if self.steer else None
         if not memo or memo["rounds"] == 0:
             return None
-        return max(memo["sum"] / memo["rounds"], float(num_clients))
+        total: float = max(memo["sum"] / memo["rounds"], float(num_clients))
+        return total
 
-    def observe_drawn(self, state: dict, drawn: float, ratio: float) -> None:
+    def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""
         if self.steer and ratio > 0:
             memo = state.setdefault(STEERED_TOTAL, {"sum": 0.0, "rounds": 0})

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -689,7 +689,7 @@ def successive_sampling_inclusion(p: np.ndarray, n: int) -> np.ndarray:
     return probs @ members
 
 
-def replay_inclusion(draw: Callable[[np.random.Generator], Any], population: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+def replay_inclusion(draw: Callable[[np.random.Generator], Sample | np.ndarray], population: int, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Monte Carlo inclusion frequencies of a selection procedure: run ``draw(rng)`` (returning a
     :class:`Sample` or an array of ids) ``draws`` times from frozen inputs and count, for each of the
     ``population`` units, the fraction of runs that include it. Each frequency has standard error

@@ -29,6 +29,7 @@ from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
+from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -158,7 +159,7 @@ class DivFLClients:
             self.refresh(ctx, state, ids)
         return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
 
-    def refresh(self, ctx: "RoundContext", state: dict, ids: np.ndarray) -> None:
+    def refresh(self, ctx: "RoundContext", state: State, ids: np.ndarray) -> None:
         """Probe the full-data gradients of ``ids`` at the global model (one row each, float32 as sent) into the
         server's gradients and their dissimilarities (the refreshed rows recomputed); a client whose probe was lost
         keeps its stale gradient, or stays without one (``state["known"]``)."""

@@ -40,6 +40,7 @@ from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Si
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
+from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -257,7 +258,7 @@ class FedCorClients:
         state["alpha"][ids] *= self.discount
         return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
 
-    def record_losses(self, ctx: "RoundContext", state: dict) -> None:
+    def record_losses(self, ctx: "RoundContext", state: State) -> None:
         """Probe every client's loss where due (a random round, or the round after one) and keep the change since the
         previous round's probe when that round was random."""
         state.setdefault("changes", [])

@@ -72,6 +72,7 @@ from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort
 from fedsample.training.aggregate import Scaling
 from fedsample.training.functional import Params, per_sample_gradients, same_params
+from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -193,8 +194,9 @@ def _finite_nonnegative(values: object, name: str) -> np.ndarray:
     return arr
 
 
-def _state(ctx: "RoundContext") -> dict:
-    return ctx.state.setdefault(STATE_KEY, {})
+def _state(ctx: "RoundContext") -> State:
+    state: State = ctx.state.setdefault(STATE_KEY, {})
+    return state
 
 
 # --- the data plan (runs on the client) -----------------------------------------------------------

@@ -28,6 +28,7 @@ from fedsample.strategy.probes import CheckedProbes as _CheckedProbes  # noqa: F
 from fedsample.strategy.record import cohort_figures, is_census  # noqa: F401 - importable from here, as before the split
 from fedsample.strategy.rules import RULES
 from fedsample.training.functional import Params
+from fedsample.runtime.records import Record, State
 
 __all__ = ["RULES", "Strategy", "RoundContext", "Cohort"]  # RoundFailed (fedsample.rounds) stays importable from here
 
@@ -85,10 +86,10 @@ class Strategy(Composition):
 
     # --- the round (fedsample.strategy.round) and its record (fedsample.strategy.record) ------------------------
 
-    def init_state(self, params: Params) -> dict:
+    def init_state(self, params: Params) -> State:
         return {"server": self.server.init_state(params)}
 
-    def round(self, federation: Federation, params: Params, state: dict, round: int, seed: int) -> tuple[Params, dict]:
+    def round(self, federation: Federation, params: Params, state: State, round: int, seed: int) -> tuple[Params, Record]:
         """Run round ``round`` (:func:`fedsample.strategy.round.run_round`); returns the new global parameters and
         the round's log (state is updated)."""
         return _round.run_round(self, federation, params, state, round, seed)
@@ -110,6 +111,6 @@ class Strategy(Composition):
         (:func:`fedsample.strategy.round.planned_weights`)."""
         return _round.planned_weights(self, ctx, cohort, lost)
 
-    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: dict | None = None) -> dict:
+    def describe_round(self, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: Record | None = None) -> Record:
         """The round's record (:func:`fedsample.strategy.record.describe_round`)."""
         return record.describe_round(self, ctx, cohort, reports, facts)

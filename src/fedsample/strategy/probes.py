@@ -5,8 +5,6 @@ the round, is importable from here as before.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fedsample import validate
@@ -49,7 +47,7 @@ class CheckedProbes:
             flags[ids] = True
         return int(np.count_nonzero(flags))
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         self._asked.append(frozen(np.asarray(client_ids, dtype=np.int64)))
         replies = replies_of(self.inner.run(client_ids, request, round))
         if isinstance(request, ProbeRequest):

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from fedsample.sampling import adaptive
 from fedsample.sampling.clients import is_built_census
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import CheckedProbes
+from fedsample.runtime.records import Record
 
 __all__ = [
     "census_figures", "cohort_facts", "cohort_figures", "describe_round", "drawn_or_none", "inclusion_figures",
@@ -33,7 +33,7 @@ def note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     ctx.log["dropped"] = len(ctx.log["failed"])
 
 
-def unchanged(ctx: RoundContext, why: str) -> dict:
+def unchanged(ctx: RoundContext, why: str) -> Record:
     """The record of a round that leaves the parameters unchanged, and ``why`` (``params_unchanged``)."""
     ctx.log.setdefault("failed", [])
     ctx.log.setdefault("dropped", len(ctx.log["failed"]))
@@ -42,12 +42,12 @@ def unchanged(ctx: RoundContext, why: str) -> dict:
     return ctx.log
 
 
-def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: dict | None = None) -> dict:
+def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: Record | None = None) -> Record:
     """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
     replies' summed loss and count: all a secure sum reveals), then the cohort's facts and the privacy spent
     (:meth:`cohort_facts`, given or computed here)."""
     note_failures(ctx, reports.failures())
-    log: dict[str, Any] = {"cohort": len(cohort)}
+    log: Record = {"cohort": len(cohort)}
     loss_sum, log["updates"] = reports.summed_loss()
     if log["updates"] and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
         log["train_loss"] = loss_sum / log["updates"]
@@ -68,13 +68,13 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     return log
 
 
-def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> dict:
+def cohort_facts(s: Composition, ctx: RoundContext, cohort: Cohort) -> Record:
     """What the round's record says once the round's calls are made, whatever the replies hold: how many
     clients the round asked anything (``clients_contacted``: size queries, probes, training), the cohort's
     inclusion probabilities (or how they are known), the size estimate, the size reports' privacy spend over the
     run so far and the run's ledger (:func:`~fedsample.privacy.recorder.round_figures`: every call's releases
     are recorded when it returns; aggregating asks nothing). Pure: no random draw, nothing changed."""
-    facts: dict[str, Any] = {}
+    facts: Record = {}
     if isinstance(ctx.federation, CheckedProbes):
         facts["clients_contacted"] = ctx.federation.contacted(cohort.ids)
     facts.update(inclusion_figures(s.clients, cohort))
@@ -108,7 +108,7 @@ def drawn_or_none(reports: ReplyList) -> int | None:
         return None
 
 
-def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
+def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> Record:
     """What the round record says of the cohort's inclusion probabilities, by how the sampler knows them
     (:class:`~fedsample.parts.InclusionKind`): exact ones, their figures (:func:`cohort_figures`); estimated ones,
     ``inclusion: "estimated"`` and that the aggregate is biased by design (with the figures of the weights the
@@ -119,7 +119,7 @@ def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> dict[str, Any]:
     if kind is InclusionKind.EXACT:  # named where the sampler is not always exact (FedCor's random warm-up rounds)
         named = parts.inclusion_kind(sampler) is not InclusionKind.EXACT
         return {**({"inclusion": kind.value} if named else {}), **cohort_figures(cohort)}
-    figures: dict[str, Any] = {"inclusion": kind.value, "bias": kind.bias}
+    figures: Record = {"inclusion": kind.value, "bias": kind.bias}
     if kind is InclusionKind.ESTIMATED and cohort.expected_draws is not None and len(cohort):
         figures["design_weight_total"] = float(np.sum(cohort.design_weights()))  # of the assumed weights
     return figures

@@ -19,7 +19,7 @@ from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
-from fedsample.rounds import Cohort, NumberReplies, Replies, ReplyList, RoundContext, replies_of
+from fedsample.rounds import Cohort, Failed, NumberReplies, Replies, ReplyList, RoundContext, replies_of
 from fedsample.strategy.composition import Composition
 from fedsample.rounds import RoundFailed
 from fedsample.runtime.memo import LastOf
@@ -28,6 +28,7 @@ from fedsample.strategy.probes import CheckedProbes
 from fedsample.strategy.record import cohort_facts, describe_round, note_failures, note_uncorrected_faults, unchanged
 from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
+from fedsample.runtime.records import Record, State
 
 __all__ = [
     "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
@@ -46,7 +47,7 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
     whole = isinstance(replies, NumberReplies) and not replies.failed  # one array, no failure: keyed on it
     arrays = (replies.values, ids) if whole else ()
-    memo: LastOf[tuple[list, SizeInfo | None]] = ctx.state.setdefault(SCREENED, LastOf())  # the last screened reports
+    memo: LastOf[tuple[list[Failed], SizeInfo | None]] = ctx.state.setdefault(SCREENED, LastOf())  # the last screened reports
     failed, info = memo.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
         screened_estimate(policy, replies, ids, M)
     note_failures(ctx, failed)
@@ -60,7 +61,7 @@ SCREENED = "screened_sizes"
 (:class:`~fedsample.runtime.memo.LastOf`, their arrays held while the run's state is)."""
 
 
-def screened_estimate(policy: SizeReporting, replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[list, SizeInfo | None]:
+def screened_estimate(policy: SizeReporting, replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[list[Failed], SizeInfo | None]:
     """(the failed size reports, what the server holds of the valid ones: None where none is valid); a randomized
     total from the a of n asked that answered is scaled by n/a."""
     kept, reports, failed = validate.screen_sizes(replies, np.asarray(ids), M)
@@ -93,13 +94,15 @@ def sizes_of_everyone(s: Composition, ctx: RoundContext) -> SizeInfo:
     reuse, average = s.sizes.reuse, s.sizes.average
     memo = ctx.state.setdefault("size_estimates", {"asked": None, "totals": [], "info": None})
     if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
-        return memo["info"]
+        held: SizeInfo = memo["info"]
+        return held
     info = collect_sizes(s, ctx, census(ctx.num_clients).ids)
     policy = s.sizes.for_population(ctx.num_clients)
     memo["totals"] = (memo["totals"] + [policy.unclamped_total(info, ctx.num_clients)])[-average:]
     total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
-    memo.update(asked=ctx.round, info=replace(info, total=total))
-    return memo["info"]
+    info = replace(info, total=total)
+    memo.update(asked=ctx.round, info=info)
+    return info
 
 
 def select(s: Composition, ctx: RoundContext) -> tuple[Cohort, int]:
@@ -122,7 +125,7 @@ def select(s: Composition, ctx: RoundContext) -> tuple[Cohort, int]:
     return cohort, 0
 
 
-def run_round(s: Composition, federation: Federation, params: Params, state: dict, round: int, seed: int) -> tuple[Params, dict]:
+def run_round(s: Composition, federation: Federation, params: Params, state: State, round: int, seed: int) -> tuple[Params, Record]:
     """Run round ``round``; returns the new global parameters and the round's log (state is updated).
 
     Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
@@ -136,8 +139,10 @@ def run_round(s: Composition, federation: Federation, params: Params, state: dic
     plan = s.data.plan(ctx, cohort)
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
     statistics = parts.reply_statistics_read(s.clients)  # what the sampler reads of each reply, asked of every client
-    payload_for = lambda p: TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)),  # noqa: E731
-                                         statistics=statistics)
+
+    def payload_for(p: object) -> TrainPayload:
+        return TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)), statistics=statistics)
+
     payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
     trained_rate = 1.0
     if parts.trains_first(s.clients):  # everyone trains and keeps its update; the sampler picks whose it receives

@@ -5,7 +5,7 @@ that disagree and what to do.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from fedsample import parts
 from fedsample.parts import InclusionKind, SizeNeed, SizeReporting
@@ -64,7 +64,7 @@ def _what_sizes_give(sizes: SizeReporting | None, need: SizeNeed) -> str:
 def shared_settings_agree(s: Composition) -> str | None:
     """Parts that carry the same setting give it the same value (``shared_settings``: e.g. FedSampling's K in the
     data sampler, the solver and the aggregator; ISFedAvg's scaling in its data sampler and aggregator)."""
-    first: dict[str, tuple[Any, Any]] = {}
+    first: dict[str, tuple[object, object]] = {}
     declared = ((s.clients, s.clients.capabilities), (s.data, s.data.capabilities), (s.local, parts.solver_capabilities(s.local)),
                 (s.aggregate, s.aggregate.capabilities))
     for part, capabilities in declared:

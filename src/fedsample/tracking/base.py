@@ -11,7 +11,8 @@ import importlib.util
 import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from types import TracebackType
+from typing import Iterable, Mapping, Sequence, SupportsFloat, TypeGuard
 
 __all__ = ["EXTRAS", "MissingExtra", "Tracker", "TrackerGroup", "flat_config", "numeric_metrics", "require"]
 
@@ -38,7 +39,7 @@ def require(backend: str) -> None:
         raise MissingExtra(f"the {backend} tracker needs the '{needed[1]}' extra: pip install 'fedsample[{needed[1]}]'")
 
 
-def numeric_metrics(record: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+def numeric_metrics(record: Mapping[str, object], prefix: str = "") -> dict[str, float]:
     """The numbers of a round's record, by name: ints and floats (non-finite ones kept), booleans as 0/1,
     nested dicts flattened to ``outer/inner``; strings, lists (e.g. ``failed``, whose count is ``dropped``)
     and None are left out, and so is ``round`` (it is the step)."""
@@ -54,7 +55,7 @@ def numeric_metrics(record: Mapping[str, Any], prefix: str = "") -> dict[str, fl
     return out
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[SupportsFloat]:
     """A real number: int, float, bool, or a numpy scalar of such a type (told without importing numpy)."""
     if isinstance(value, (int, float)):
         return True
@@ -62,11 +63,11 @@ def is_number(value: Any) -> bool:
     return dtype is not None and getattr(value, "ndim", 1) == 0 and dtype.kind in "biuf"
 
 
-def flat_config(config: Mapping[str, Any] | list | tuple, prefix: str = "") -> dict[str, Any]:
+def flat_config(config: Mapping[str, object] | Sequence[object], prefix: str = "") -> dict[str, object]:
     """A nested config as ``{"a.b.0.c": value}`` (dicts and lists flattened with dots), for trackers whose
     parameters are flat (MLflow)."""
-    out: dict[str, Any] = {}
-    items: Iterable[tuple[Any, Any]] = config.items() if isinstance(config, Mapping) else enumerate(config)
+    out: dict[str, object] = {}
+    items: Iterable[tuple[object, object]] = config.items() if isinstance(config, Mapping) else enumerate(config)
     for key, value in items:
         name = f"{prefix}{key}"
         if isinstance(value, (Mapping, list, tuple)) and len(value):
@@ -88,7 +89,7 @@ class Tracker(ABC):
         self.started = False
         self.closed = False
 
-    def start(self, config: Mapping[str, Any], resumed_at: int = 0) -> None:
+    def start(self, config: Mapping[str, object], resumed_at: int = 0) -> None:
         """Open the run and record ``config``; ``resumed_at`` > 0: the run continues after that step (a resumed
         simulation), and steps after it that a crashed attempt logged are dropped or replaced where the
         backend allows it (docs/tracking.md)."""
@@ -131,7 +132,7 @@ class Tracker(ABC):
     def __enter__(self) -> "Tracker":
         return self
 
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None) -> None:
         self.close(failed=kind is not None)
 
     def _close_quietly(self) -> None:
@@ -146,7 +147,7 @@ class Tracker(ABC):
             raise RuntimeError(f"the {self.backend} run {state}")
 
     @abstractmethod
-    def _open(self, config: dict, resumed_at: int) -> None: ...
+    def _open(self, config: dict[str, object], resumed_at: int) -> None: ...
 
     @abstractmethod
     def _write(self, metrics: dict[str, float], step: int) -> None: ...
@@ -165,7 +166,7 @@ class TrackerGroup(Tracker):
 
     backend = "group"
 
-    def __init__(self, trackers: Iterable[Tracker] = (), config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, trackers: Iterable[Tracker] = (), config: Mapping[str, object] | None = None) -> None:
         super().__init__()
         self.trackers = list(trackers)
         self.config = dict(config or {})
@@ -173,7 +174,7 @@ class TrackerGroup(Tracker):
     def __len__(self) -> int:
         return len(self.trackers)
 
-    def _open(self, config: dict, resumed_at: int) -> None:
+    def _open(self, config: dict[str, object], resumed_at: int) -> None:
         for tracker in self.trackers:  # a member that fails to start: the started ones are closed as failed
             tracker.start({**self.config, **config}, resumed_at)
 

@@ -14,7 +14,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from fedsample.tracking.base import Tracker
 
@@ -37,7 +37,7 @@ class JsonlTracker(Tracker):
         self.path = Path(path)
         self._file: IO[str] | None = None
 
-    def _open(self, config: dict, resumed_at: int) -> None:
+    def _open(self, config: dict[str, object], resumed_at: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resumed_at and self.path.exists():
             _drop_steps_after(self.path, resumed_at)
@@ -61,7 +61,7 @@ class JsonlTracker(Tracker):
             self._file.close()
             self._file = None
 
-    def _line(self, entry: dict[str, Any]) -> None:
+    def _line(self, entry: dict[str, object]) -> None:
         assert self._file is not None
         self._file.write(json.dumps({"event": entry.pop("event"), "time": time.time(), **entry}, allow_nan=False, default=str) + "\n")
 

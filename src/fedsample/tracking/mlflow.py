@@ -104,7 +104,7 @@ class MlflowTracker(Tracker):
         artifacts = (self.folder.resolve() / "artifacts").as_uri() if self.folder is not None else None
         return experiment_id(self._client, self.experiment, artifacts)
 
-    def _open(self, config: dict, resumed_at: int) -> None:
+    def _open(self, config: dict[str, object], resumed_at: int) -> None:
         experiment = self.prepare()
         run = self._latest_run(experiment) if resumed_at else None
         if run is not None:
@@ -124,7 +124,7 @@ class MlflowTracker(Tracker):
         )
         return runs[0] if runs else None
 
-    def _log_params(self, config: dict) -> None:
+    def _log_params(self, config: dict[str, object]) -> None:
         from mlflow.entities import Param
 
         params = [Param(mlflow_key(key), str(value)[:PARAM_VALUE_LIMIT]) for key, value in flat_config(config).items()]

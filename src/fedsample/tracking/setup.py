@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from fedsample.tracking.base import EXTRAS, Tracker, TrackerGroup, require
 
@@ -93,7 +93,7 @@ class TrackingSpec:
         folder = None if self.mlflow_uri else self.folder / "mlflow"
         return MlflowTracker(experiment, run, folder=folder, tracking_uri=self.mlflow_uri)
 
-    def open(self, experiment: str, run: str, path: str, config: Mapping[str, Any] | None = None) -> TrackerGroup:
+    def open(self, experiment: str, run: str, path: str, config: Mapping[str, object] | None = None) -> TrackerGroup:
         """The run's trackers as one, ``config`` added to what ``start`` records (not yet started)."""
         return TrackerGroup(self.trackers(experiment, run, path), config={"experiment": experiment, "run": run, **(config or {})})
 
@@ -102,7 +102,7 @@ class TrackingSpec:
         if "mlflow" in self.backends:
             self._mlflow(experiment, "").prepare()
 
-    def log_files(self, experiment: str, run: str, path: str, files: list[Path], config: Mapping[str, Any] | None = None) -> None:
+    def log_files(self, experiment: str, run: str, path: str, files: list[Path], config: Mapping[str, object] | None = None) -> None:
         """A run that records files only (a command's tables and pictures: ``diagnose``, ``reproduce``, an
         experiment's summary)."""
         with self.open(experiment, run, path, config) as group:

@@ -35,7 +35,7 @@ class TensorBoardTracker(Tracker):
         self.flush_secs = flush_secs
         self._writer: Any = None
 
-    def _open(self, config: dict, resumed_at: int) -> None:
+    def _open(self, config: dict[str, object], resumed_at: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self._writer = SummaryWriter(str(self.log_dir), purge_step=resumed_at + 1 if resumed_at else None, flush_secs=self.flush_secs)

@@ -56,7 +56,7 @@ class WandbTracker(Tracker):
         self.mode, self.entity = mode, entity
         self.run: Any = None
 
-    def _open(self, config: dict, resumed_at: int) -> None:
+    def _open(self, config: dict[str, object], resumed_at: int) -> None:
         if self.mode != "online":  # W&B's own usage telemetry probes its server even for an offline run
             os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         import wandb

@@ -78,7 +78,7 @@ def _weighting_needs(by: str) -> SizeNeed:
     return {"size": SizeNeed.COHORT, "size_inverse_inclusion": SizeNeed.EXACT_ALL}.get(by, SizeNeed.NONE)
 
 
-def _weighting_settings(by: str) -> Mapping[str, Any]:
+def _weighting_settings(by: str) -> Mapping[str, object]:
     """The objective a Horvitz-Thompson weighting targets (a sampler built on it must agree); none for the others."""
     return {OBJECTIVE: "size" if by == "size_inverse_inclusion" else "uniform"} if by in BY_INCLUSION else {}
 

@@ -84,7 +84,7 @@ FLAT: dict[str, str] = {
 """The flat keywords of the recipes and the field of :class:`LocalTraining` each one sets."""
 
 
-def fields_of(local: LocalTraining | Mapping[str, Any], owner: str) -> dict[str, Any]:
+def fields_of(local: object, owner: str) -> dict[str, object]:
     """The settings ``local`` gives: every field of an object, the keys of a mapping (an experiment file's
     ``[strategies.local]`` table), each a field of :class:`LocalTraining`."""
     if isinstance(local, LocalTraining):
@@ -99,14 +99,14 @@ def fields_of(local: LocalTraining | Mapping[str, Any], owner: str) -> dict[str,
 
 
 def fold(
-    owner: str, default: LocalTraining, local: LocalTraining | Mapping[str, Any] | None, flat: Mapping[str, Any]
+    owner: str, default: LocalTraining, local: object, flat: Mapping[str, object]
 ) -> LocalTraining:
     """The recipe ``owner``'s local training: its ``default`` with the settings of ``local`` and the ``flat``
     keywords (:data:`FLAT`) over it. A setting given both flat and in ``local`` is refused in one line. As the
     flat keywords always did, ``steps`` given replaces ``epochs`` (and ``epochs`` given alone replaces a
     default's ``steps``)."""
     given = {} if local is None else fields_of(local, owner)
-    changes = {FLAT[k]: v for k, v in flat.items()}
+    changes: dict[str, Any] = {FLAT[k]: v for k, v in flat.items()}  # the caller's values: LocalTraining checks each
     for name, field in FLAT.items():
         if name in flat and field in given:
             checks.fail(name, flat[name], f"given once: in local= or flat, not both (local= has {field} = {given[field]!r})", owner)
