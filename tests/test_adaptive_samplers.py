@@ -22,7 +22,7 @@ import torch
 from fedsample.messages import payloads_for
 import fedsample as fs
 from fedsample import parts
-from fedsample.client import probe, sample_utility, statistical_utilities
+from fedsample.client import sample_statistics
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.messages import LocalSample, ProbeReport, ProbeRequest
@@ -33,7 +33,7 @@ from fedsample.sampling import adaptive, fedcbs, oort, power_of_choice
 from fedsample.sampling.divfl import DivFLClients
 from fedsample.sampling.fedcbs import FedCBSClients
 from fedsample.sampling.fedcor import FedCorClients
-from fedsample.sampling.oort import OortClients
+from fedsample.sampling.oort import STATISTICAL_UTILITY, OortClients, statistical_utilities
 from fedsample.sampling.power_of_choice import PowerOfChoiceClients
 from fedsample.simulation import SimulationState
 from fedsample.strategy import Strategy
@@ -189,6 +189,11 @@ def test_the_ledger_names_what_each_new_probe_releases():
         ProbeRequest({}, statistics="loss", gradient=True)
 
 
+def sample_utility(ctx, sample, params) -> float:
+    """Oort's statistical utility of ``sample`` as the client adds it to its training reply."""
+    return sample_statistics(ctx, sample, params, (STATISTICAL_UTILITY,))[STATISTICAL_UTILITY.name]
+
+
 def test_statistical_utility_is_size_times_root_mean_squared_loss():
     losses = np.array([1.0, 3.0, 2.0, 2.0, 0.5])
     member = np.array([0, 0, 2, 2, 2])
@@ -271,7 +276,7 @@ def warm_state(sampler, federation, rounds: int, observe: bool = False) -> dict:
         if observe:
             from fedsample.messages import TrainReport
 
-            replies = Replies([TrainReport({}, 1, float(rng.gamma(2.0)), utility=float(rng.gamma(2.0, 5.0))) for _ in cohort.ids])
+            replies = Replies([TrainReport({}, 1, float(rng.gamma(2.0)), statistics={"utility": float(rng.gamma(2.0, 5.0))}) for _ in cohort.ids])
             sampler.observe(ctx, cohort, replies)
     return state
 

@@ -97,7 +97,8 @@ def test_a_misspelt_or_missing_field_is_a_type_error_naming_it(record, fields, m
     (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), draws_carry_sizes="yes"),
      "ClientSamplerCapabilities(draws_carry_sizes='yes'): draws_carry_sizes must be True or False"),
     (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), reads_replies=("losses",)),
-     "ClientSamplerCapabilities(reads_replies=('losses',)): reads_replies must be a tuple of update, loss, utility"),
+     "ClientSamplerCapabilities(reads_replies=('losses',)): reads_replies must be a tuple of update, loss or reply statistics "
+     "(fedsample.messages.ReplyStatistic)"),
     (ClientSamplerCapabilities, dict(inclusion_kind=InclusionKind.EXACT, server_learns=(), limits=(3,)),
      "ClientSamplerCapabilities(limits=(3,)): limits must be a tuple of Limit"),
     (DataSamplerCapabilities, dict(weighs_by_inclusion=False, needs_sizes="exact"),

@@ -185,7 +185,7 @@ def test_aggregator_inputs_hold_message_content_only(backend, recipe):
         held = [list(reports), getattr(reports, "source", None)]
         assert integer_arrays(held, skip=(Simulator,)) == []
         for r in reports:
-            assert set(vars(r)) <= {"update", "steps", "loss", "norm_steps", "samples", "rows_trained", "utility", "_owner", "_position"}
+            assert set(vars(r)) <= {"update", "steps", "loss", "norm_steps", "samples", "rows_trained", "statistics", "_owner", "_position"}
             assert getattr(r, "samples", None) is None  # a drawn count is sent only for a secure sum
             assert getattr(r, "rows_trained", None) is None  # nor the rows trained, which would tell the same count
             assert r.steps in (0, 1) and isinstance(r.loss, float)

@@ -56,7 +56,7 @@ class Fixed:
 
     def update(self, k: int, scale: float = 1.0) -> TrainReport:
         return TrainReport({"w": torch.tensor(scale * self.updates[k], dtype=torch.float64)}, steps=1,
-                           loss=float(LOSSES[k]), utility=float(LOSSES[k] * SIZES[k]))
+                           loss=float(LOSSES[k]), statistics={"utility": float(LOSSES[k] * SIZES[k])})
 
     def run(self, ids, payload, round):
         procedure = payloads_for(payload, len(ids)).procedure.name  # the name the request's type declares

@@ -17,20 +17,19 @@ import numpy as np
 import torch
 
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, SizeQuery, SizeSumRequest,
-    TrainHeld, TrainPayload, TrainReport,
+    ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic,
+    SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics,
 )
 from fedsample.parts import LocalSolver, RunsSolver, counts_drawn, describe, privacy_capabilities, reports_count, reports_rows
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
-from fedsample.sampling.oort import statistical_utility
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
     "HELD", "PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
-    "probe", "probe_rows", "procedure_for", "report_size", "sample_utility", "send_held", "statistical_utilities", "sum_sizes", "train",
+    "probe", "probe_rows", "procedure_for", "report_size", "sample_statistics", "send_held", "sum_sizes", "train",
     "train_held", "update_norm", "weighted_second_moment",
 ]
 
@@ -161,8 +160,8 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
             samples=len(sample) if reports_count(payload.plan) else None,
             rows_trained=rows if reports_rows(payload.plan) else None,
         )
-        if payload.utility:
-            report.utility = float(sample_utility(ctx, sample, payload.params))
+        if payload.statistics:
+            report.statistics = sample_statistics(ctx, sample, payload.params, payload.statistics)
     if ctx.measure is not None:  # the simulation's own count, whatever the reply may carry (fedsample.runtime.measured)
         ctx.measure(measured_rows(payload.plan, len(sample), rows))
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
@@ -191,23 +190,14 @@ def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | N
     return drawn if counts_drawn(plan) else rows_trained
 
 
-def sample_utility(ctx: ClientContext, sample: LocalSample, params: Params) -> float:
-    """Oort's statistical utility of the client's drawn sample B at the received parameters
-    (:func:`statistical_utilities` of one client)."""
+def sample_statistics(ctx: ClientContext, sample: LocalSample, params: Params, statistics: tuple[ReplyStatistic, ...]) -> dict[str, float]:
+    """The value of each of ``statistics`` (:class:`~fedsample.messages.ReplyStatistic`) for the client's drawn
+    sample, from its per-sample losses at the received parameters (the client as a cohort of one)."""
     rows = torch.as_tensor(np.asarray(sample.indices, dtype=np.int64), device=ctx.x.device)
     with torch.no_grad():
         losses = per_sample_losses(ctx.module, params, ctx.x[rows], ctx.y[rows], ctx.task)
-    return float(statistical_utilities(losses.double().cpu().numpy(), np.zeros(len(sample), dtype=np.int64), 1)[0])
-
-
-def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
-    """Oort's statistical utility U_c = |B_c| sqrt((1/|B_c|) sum_{s in B_c} loss_s^2) of each of ``clients`` members
-    (Lai et al. 2021, Sec. 4.2; :func:`fedsample.sampling.oort.statistical_utility`) from the per-sample ``losses`` of
-    their drawn samples, ``member[s]`` the member of sample s; 0 for a member that drew nothing. The losses are taken at
-    the parameters the client received (Oort collects them during local training)."""
-    counts = np.bincount(member, minlength=clients).astype(np.float64)
-    squares = np.bincount(member, weights=np.asarray(losses, dtype=np.float64) ** 2, minlength=clients)
-    return statistical_utility(counts, squares / np.maximum(counts, 1.0))
+    values = reply_statistics(statistics, losses.double().cpu().numpy(), np.zeros(len(sample), dtype=np.int64), 1)
+    return {name: float(v[0]) for name, v in values.items()}
 
 
 # --- training that waits for the server's choice (optimal client sampling) -----------------------------------

@@ -17,7 +17,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Iterator, Literal, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -27,8 +27,8 @@ from fedsample import checks
 
 __all__ = [
     "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Procedure", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
-    "PlannedSum", "planned_for", "procedure_of", "unplanned", "with_plan",
+    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -237,12 +237,44 @@ class PlannedSum:
     weights: np.ndarray
 
 
+@runtime_checkable
+class ReplyStatistic(Protocol):
+    """A number each client adds to its training reply, computed from the per-sample losses of the sample its plan
+    drew, at the parameters it received (e.g. Oort's statistical utility,
+    :class:`fedsample.sampling.oort.StatisticalUtility`). A client sampler that reads it declares it in its
+    capabilities' ``reads_replies``; the train request names it (:attr:`TrainPayload.statistics`) and every engine
+    adds ``of_cohort``'s value to each report's :attr:`TrainReport.statistics` under ``name``: a client by itself
+    (one member), a batched engine for its whole cohort at once, the same float. It must be picklable (it travels in
+    the request) and its value finite."""
+
+    @property
+    def name(self) -> str:
+        """The key of the value in :attr:`TrainReport.statistics` (and of the Flower reply's metric)."""
+        ...
+
+    @property
+    def released(self) -> str:
+        """What the privacy ledger records the cohort's values as (e.g. ``"statistical utilities"``)."""
+        ...
+
+    def of_cohort(self, losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
+        """One value per member of a cohort of ``clients`` from the per-sample ``losses`` (float64) of their drawn
+        samples, ``member[s]`` the member of sample s (a member that drew nothing has no entry)."""
+        ...
+
+
+def reply_statistics(statistics: Sequence[ReplyStatistic], losses: np.ndarray, member: np.ndarray, clients: int) -> dict[str, np.ndarray]:
+    """Each statistic's values for a cohort of ``clients`` (:meth:`ReplyStatistic.of_cohort`), by name; a single
+    client is the cohort of one (``member`` all zeros)."""
+    return {s.name: s.of_cohort(losses, member, clients) for s in statistics}
+
+
 @dataclass(frozen=True)
 class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
     privacy (clipping and Gaussian noise, :class:`fedsample.privacy.noise.UpdateNoise`) the client applies;
-    ``utility``: the client adds Oort's statistical utility of its drawn sample to its report (a client sampler
-    whose capabilities read the reply's ``utility`` asks for it). ``planned``: the sum the server plans to ask of the
+    ``statistics``: the :class:`ReplyStatistic` s each client adds to its report (those a client sampler's
+    capabilities read, ``reads_replies``). ``planned``: the sum the server plans to ask of the
     call's replies (:class:`PlannedSum`, the aggregator's declared reduction), for the engine only; clients do not
     read it, and a federation that asks other clients than the round's cohort, or sends the request elsewhere, drops
     it (:func:`unplanned`)."""
@@ -254,7 +286,7 @@ class TrainPayload:
     solver: Any
     round: int
     noise: Any = None
-    utility: bool = False
+    statistics: tuple[ReplyStatistic, ...] = ()
     planned: PlannedSum | None = None
 
 
@@ -297,9 +329,9 @@ class TrainReport:
     where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), and the
     number of local samples it drew (``samples``: only when the plan asks for it, ``report_count``, which the
     self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
-    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and, only when the payload asks for it
-    (``utility``), Oort's statistical utility |B| sqrt(mean_{s in B} loss_s^2) of its drawn sample B at the received
-    parameters (:func:`fedsample.client.statistical_utilities`). ``rows_trained``: the rows its local steps read,
+    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and ``statistics``: the value of each
+    :class:`ReplyStatistic` the payload asks for, by name (empty otherwise; a reply that took no step carries none,
+    and a noised reply withholds them). ``rows_trained``: the rows its local steps read,
     with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
     :func:`fedsample.budget.realised_samples`); None where the solver does not say, and in a noised reply, which
     withholds it like the loss and the steps."""
@@ -309,8 +341,8 @@ class TrainReport:
     loss: float
     norm_steps: float | None = None
     samples: int | None = None
-    utility: float | None = None
     rows_trained: int | None = None
+    statistics: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, SizeQuery
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery
 from fedsample.rounds import Cohort, RoundContext
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ __all__ = [
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
     "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
-    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reports_count", "REQUIRED", "rows_trained",
+    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_count", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
@@ -448,8 +448,14 @@ class StepRule(Protocol):
 
 # --- what each part declares: one frozen record per kind of part -------------------------------------------------
 
-REPLY_FIELDS = ("update", "loss", "utility")
-"""The fields of a training reply a client sampler may declare it reads (``reads_replies``)."""
+REPLY_FIELDS = ("update", "loss")
+"""The fields of a training reply a client sampler may declare it reads (``reads_replies``), besides the
+statistics it asks every client to add (:class:`~fedsample.messages.ReplyStatistic`)."""
+
+
+def _reply_read(value: object) -> bool:
+    """Whether ``value`` is a reply field a sampler may read: one of :data:`REPLY_FIELDS` or a reply statistic."""
+    return value in REPLY_FIELDS if isinstance(value, str) else isinstance(value, ReplyStatistic)
 
 
 def _is_flag(value: object) -> bool:
@@ -468,7 +474,8 @@ _WANTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "server_learns": (lambda v: isinstance(v, tuple) and all(isinstance(x, Learns) for x in v),
                       "a tuple of Learns, () where the server learns nothing beyond the training replies"),
     "needs_sizes": (lambda v: isinstance(v, SizeNeed), "a SizeNeed"),
-    "reads_replies": (lambda v: isinstance(v, tuple) and all(x in REPLY_FIELDS for x in v), f"a tuple of {', '.join(REPLY_FIELDS)}"),
+    "reads_replies": (lambda v: isinstance(v, tuple) and all(map(_reply_read, v)),
+                      f"a tuple of {', '.join(REPLY_FIELDS)} or reply statistics (fedsample.messages.ReplyStatistic)"),
     "limits": (lambda v: isinstance(v, tuple) and all(isinstance(x, Limit) for x in v), "a tuple of Limit"),
     "shared_settings": (lambda v: isinstance(v, Mapping), "a mapping of setting -> value"),
     "linear": (lambda v: v is None or isinstance(v, bool), "True, False or None (not known)"),
@@ -510,9 +517,9 @@ class ClientSamplerCapabilities(_Capabilities):
     - ``assumed_weights``: an estimated sampler whose cohorts carry the weights its method assumes
       (``expected_draws``: the DELTA reference implementation's m p_k), so an aggregator that divides by them runs
       (biased, as the round record says);
-    - ``reads_replies``: the fields of each client's training reply its ``observe`` reads (``update``, ``loss``,
-      ``utility``: then a secure sum is refused, and noise where it reads more than the update; a sampler that
-      reads ``utility`` has every client add Oort's statistical utility to its reply);
+    - ``reads_replies``: what its ``observe`` reads of each client's training reply (``update``, ``loss``, or a
+      :class:`~fedsample.messages.ReplyStatistic`, which every client then adds to its reply, e.g. Oort's
+      statistical utility): then a secure sum is refused, and noise where it reads more than the update;
     - ``draws_carry_sizes``: E[draws of k] is proportional to n_k (MD and clustered sampling), so a uniform mean
       over the draws is unbiased for FedAvg's size-weighted objective;
     - ``stratified``: its cohorts carry ``strata`` and ``info["stratum_sizes"]``/``["allocation"]``;
@@ -531,7 +538,7 @@ class ClientSamplerCapabilities(_Capabilities):
     needs_sizes: SizeNeed = SizeNeed.NONE
     limits: tuple[Limit, ...] = ()
     assumed_weights: bool = False
-    reads_replies: tuple[str, ...] = ()
+    reads_replies: tuple[str | ReplyStatistic, ...] = ()
     draws_carry_sizes: bool = False
     stratified: bool = False
     estimates_inclusion: bool = False
@@ -1104,9 +1111,16 @@ def inclusion_kind(sampler: ClientSampler, cohort: Cohort | None = None) -> Incl
 
 
 def replies_read(sampler: ClientSampler) -> tuple[str, ...]:
-    """The fields of each client's training reply that ``sampler`` keeps (declared ``reads_replies``: ``update``,
-    ``loss``, ``utility``; none by default): a secure sum hides them, noised replies withhold all but the update."""
-    return sampler.capabilities.reads_replies
+    """The names of the fields of each client's training reply that ``sampler`` keeps (declared ``reads_replies``:
+    ``update``, ``loss``, a reply statistic's name; none by default): a secure sum hides them, noised replies
+    withhold all but the update."""
+    return tuple(x if isinstance(x, str) else x.name for x in sampler.capabilities.reads_replies)
+
+
+def reply_statistics_read(sampler: ClientSampler) -> tuple[ReplyStatistic, ...]:
+    """The reply statistics ``sampler`` reads (declared in ``reads_replies``): what the train request asks every
+    client to add to its reply (:attr:`fedsample.messages.TrainPayload.statistics`)."""
+    return tuple(x for x in sampler.capabilities.reads_replies if not isinstance(x, str))
 
 
 def server_learns(sampler: ClientSampler) -> tuple[Learns, ...]:

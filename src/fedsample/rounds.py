@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from fedsample.messages import Params
+from fedsample.messages import Params, TrainReport
 from fedsample.rng import SERVER, generator
 
 __all__ = [
@@ -62,8 +62,9 @@ def is_failed(reply: Any) -> bool:
 
 
 def carries_update(reply: Any) -> bool:
-    """A reply from at least one local step (not :class:`Failed`, not None, not an empty reply)."""
-    return reply is not None and reply.__class__ is not Failed and getattr(reply, "steps", 1) != 0  # < 0: screened, rejected
+    """A reply from at least one local step (not :class:`Failed`, not None, not an empty training reply: a training
+    report with 0 steps; any other reply, a size report or a sealed one, carries what it carries)."""
+    return reply is not None and reply.__class__ is not Failed and (not isinstance(reply, TrainReport) or reply.steps != 0)
 
 
 def failed_positions(replies: Iterable[Any]) -> dict[int, Failed]:
@@ -309,6 +310,18 @@ class NumberReplies(ReplyList):
 
     def received_positions(self) -> np.ndarray:
         return self.without_failed(np.arange(len(self), dtype=np.int64))
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> None:
+        """Numbers carry no update."""
+        return None
+
+    def summed_loss(self) -> tuple[float, int]:
+        """Numbers carry no loss: (0.0, 0)."""
+        return 0.0, 0
+
+    def drawn_total(self) -> int:
+        """The received numbers, summed (the sizes of a ``sum_sizes`` call, the secure sum's count)."""
+        return int(np.sum(np.asarray(self.values, dtype=np.int64)[self.received_positions()]))
 
     def numbers(self) -> np.ndarray:
         values = self.values.astype(np.float64)

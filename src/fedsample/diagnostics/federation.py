@@ -14,7 +14,7 @@ left out).
 Size reports and probes are the real procedures (the vectorized engine's, with the same counter-based
 streams); probes of all of a client's data at the fixed model do not depend on the round and are computed once per
 client and request. Each client's reported loss is its schedule's loss at the fixed model (the weighted per-sample
-losses of each step, averaged over its steps) and, where the payload asks for it, its statistical utility (Oort) over
+losses of each step, averaged over its steps) and, where the payload asks for them, its reply statistics over
 what it drew: the samplers that rank clients by the losses of their training replies (rpow-d, Oort) see them.
 ``train_held`` (a sampler that chooses among trained clients) linearises every client's update and keeps it on the
 client's side; ``send_held`` returns the chosen ones, and only those count as updates, bytes and drawn rows.
@@ -23,14 +23,15 @@ client's side; ``send_held`` returns the chosen ones, and only those count as up
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-from fedsample.client import statistical_utilities, update_norm
+from fedsample.client import update_norm
 from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
+    reply_statistics,
 )
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
@@ -72,7 +73,7 @@ class LinearReports(Replies):
     fused = True
 
     def __init__(self, updates: ClientUpdates, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
-                 steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, utilities: np.ndarray | None = None,
+                 steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, statistics: dict[str, np.ndarray] | None = None,
                  counts: np.ndarray | None = None) -> None:
         super().__init__([None] * clients, failed={})
         self.updates, self.basis, self.rows, self.member, self.coef = updates, updates.basis, rows, member, coef
@@ -82,8 +83,7 @@ class LinearReports(Replies):
         self._cuts = cuts
         for c in self._received.tolist():
             self[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]), float(losses[c]))
-            if utilities is not None:
-                self[c].utility = float(utilities[c])
+            self[c].statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
 
     def received_positions(self) -> np.ndarray:
         return self.without_failed(self._received)
@@ -128,6 +128,7 @@ class _LinearReport(TrainReport):
     def __init__(self, owner: LinearReports, position: int, steps: int, norm_steps: float, loss: float) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps = steps, loss, norm_steps  # the loss at the fixed model
+        self.statistics: Mapping[str, float] = {}
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -237,18 +238,21 @@ class LinearisedFederation(VectorizedSimulator):
             parts = [self._terms(ids, np.asarray(positions), sent.at(positions[0]), round) for positions in groups.values()]
         else:
             parts = [self._terms(ids, np.arange(len(ids)), sent.shared, round)]
-        rows, member, coef, steps, norm, loss, utility = (np.concatenate([p[j] for p in parts]) for j in range(7))
+        rows, member, coef, steps, norm, loss = (np.concatenate([p[j] for p in parts]) for j in range(6))
         order = np.argsort(member, kind="stable")
-        taken, effective, losses, utilities = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids)), np.zeros(len(ids)), np.zeros(len(ids))
+        taken, effective, losses = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids)), np.zeros(len(ids))
         everyone = np.concatenate([p[7] for p in parts])
-        taken[everyone], effective[everyone], losses[everyone], utilities[everyone] = steps, norm, loss, utility
-        asks = sent.shared.utility if sent.shared is not None else any(sent.at(i).utility for i in range(len(ids)))
+        taken[everyone], effective[everyone], losses[everyone] = steps, norm, loss
+        statistics: dict[str, np.ndarray] = {}
+        for p in parts:  # each group's reply statistics, where its payload asks for them (0 for a member asked none)
+            for name, values in p[6].items():
+                statistics.setdefault(name, np.zeros(len(ids)))[p[7]] = values
         counts = None
         if all(p[8] is not None for p in parts):  # every plan asks for the drawn counts
             counts = np.zeros(len(ids), dtype=np.int64)
             counts[everyone] = np.concatenate([p[8] for p in parts])
         reports = LinearReports(self.updates, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
-                                utilities if asks else None, counts)
+                                statistics, counts)
         self.cost.trainings += len(reports.received_positions())
         if sent_up:
             self.cost.rows.append(rows)
@@ -258,7 +262,7 @@ class LinearisedFederation(VectorizedSimulator):
 
     def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:
         """(dataset rows, cohort member, coefficient) of every schedule entry of the clients at ``positions``, and
-        their steps tau_k, a_k, losses and statistical utilities (0 where the payload does not ask), then ``positions``:
+        their steps tau_k, a_k and losses, the reply statistics the payload asks for (by name), then ``positions``:
         the coefficient of a row used in step t is a_t * weight (the solver's declared schedule and step rule,
         :meth:`~fedsample.training.local.SGDStep.step_weights`); a client's loss is the mean over its steps of
         sum_b weight_b * loss_b at the fixed model, times the schedule's ``loss_scale``."""
@@ -279,13 +283,13 @@ class LinearisedFederation(VectorizedSimulator):
         rows = self.data.order[engine_rows]  # the engine's rows -> dataset rows
         weighted = np.bincount(schedule.client, weights=schedule.weight * self.sample_losses(payload.params, engine_rows), minlength=len(positions))
         loss = weighted / np.maximum(steps, 1) * (1.0 if schedule.loss_scale is None else schedule.loss_scale)
-        utility = np.zeros(len(positions))
-        if payload.utility and len(drawn.member):
+        statistics: dict[str, np.ndarray] = {}
+        if payload.statistics:
             drawn_rows = self.data.offsets[ids[positions][drawn.member]] + drawn.position
-            utility = statistical_utilities(self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
+            statistics = reply_statistics(payload.statistics, self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
         counts = np.asarray(drawn.counts, dtype=np.int64) if reports_count(payload.plan) else None
         return (rows, positions[schedule.client], a * schedule.weight, steps,
-                steps.astype(np.float64) if norm is None else norm, loss, utility, positions, counts)
+                steps.astype(np.float64) if norm is None else norm, loss, statistics, positions, counts)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

@@ -44,7 +44,7 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.federation.sharded import ClientShard, ShardedReports, in_cohort_order
+from fedsample.federation.sharded import NO_SUMMARY, ClientShard, ShardedReports, in_cohort_order
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
 from fedsample.messages import payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
@@ -111,8 +111,7 @@ class PoolFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the workers (ClientShard.run)
-            nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
-            return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
+            return ShardedReports(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict]:

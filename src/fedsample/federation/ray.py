@@ -40,7 +40,7 @@ from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
-    ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
+    NO_SUMMARY, ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
 )
 from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
@@ -130,8 +130,7 @@ class RayFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
-            nothing = (np.zeros(0, np.int64), np.zeros((0, 4)))
-            return ShardedReports(self, self._token, parts, [answers.get(w, nothing) for w in range(self.workers)], len(ids))
+            return ShardedReports(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict]:

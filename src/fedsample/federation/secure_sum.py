@@ -40,11 +40,11 @@ from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import HeldRequest, SizeSumRequest, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
-from fedsample.rounds import Failed, Replies, ReplyList, is_failed, replies_of
+from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
 
 __all__ = [
-    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedReplies", "SecureSum", "SizeCounts", "count_shares", "noised_count", "sealed_count",
+    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedReplies", "SecureSum", "count_shares", "noised_count", "sealed_count",
     "with_secure_sum",
 ]
 
@@ -208,29 +208,21 @@ def summed_samples(replies: ReplyList) -> int | None:
         return None
 
 
-class SizeCounts(Replies):
-    """The clients' sizes of a ``sum_sizes`` call as the secure sum holds them (on the clients' side): no update, and
-    their sum as the count (:meth:`drawn_total`)."""
-
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
-        return None
-
-    def summed_loss(self) -> tuple[float, int]:
-        return 0.0, 0
-
-    def drawn_total(self) -> int:
-        """The answered clients' sizes, summed."""
-        return int(sum(int(r) for i, r in enumerate(self) if i not in self.failed))
-
-
-def size_counts(replies: ReplyList, client_ids: np.ndarray) -> SizeCounts:
-    """The ``sum_sizes`` replies, each checked by its client before it enters the sum (a size that is not a
-    non-negative integer is not sent: the client counts as failed, :func:`fedsample.validate.size_problem`)."""
-    checked: list[Any] = []
-    for k, reply in zip(np.asarray(client_ids).tolist(), replies):
+def size_counts(replies: ReplyList, client_ids: np.ndarray) -> NumberReplies:
+    """The ``sum_sizes`` replies as the secure sum holds them (on the clients' side): one array of sizes, no update,
+    their sum as the count (:meth:`~fedsample.rounds.NumberReplies.drawn_total`). Each is checked by its client
+    before it enters the sum (a size that is not a non-negative integer is not sent: the client counts as failed,
+    :func:`fedsample.validate.size_problem`)."""
+    sizes, failed = np.zeros(len(replies), dtype=np.int64), {}
+    for i, (k, reply) in enumerate(zip(np.asarray(client_ids).tolist(), replies)):
         problem = None if is_failed(reply) else validate.size_problem(reply, None)
-        checked.append(Failed(int(k), SizeSumRequest.procedure.name, problem) if problem else reply)
-    return SizeCounts(checked)
+        if is_failed(reply):
+            failed[i] = reply
+        elif problem:
+            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, problem)
+        else:
+            sizes[i] = int(reply)
+    return NumberReplies(sizes, failed)
 
 
 class _Sealed:

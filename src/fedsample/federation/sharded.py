@@ -16,7 +16,7 @@ named worker (``calls``: worker -> ``(method, *args)``) and return the answers b
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 from torch import nn
@@ -27,7 +27,7 @@ from fedsample.messages import TrainReport, payloads_for
 from fedsample.rounds import NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
-__all__ = ["ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
+__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
 
 
 # --- the worker's side -------------------------------------------------------------------------------------
@@ -88,15 +88,20 @@ class ClientShard:
         return self._held[1]
 
 
-def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray]:
-    """What the server needs of a train call besides the updates: the positions of the received reports and
-    one row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, Oort's statistical utility or NaN, rows trained or
-    NaN) per received report; replies that carry no update (empty: no step taken) are not summarized and cost nothing."""
+def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray, list[Mapping[str, float]]]:
+    """What the server needs of a train call besides the updates: the positions of the received reports, one
+    row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, rows trained or NaN) per received report, and each
+    one's reply statistics (:attr:`fedsample.messages.TrainReport.statistics`); replies that carry no update (empty:
+    no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
     got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(r.utility), _or_nan(r.rows_trained))
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 6)
+    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5), [r.statistics for r in got]
+
+
+#: The summary of a worker none of whose clients was asked (:func:`summarize_reports` of no report).
+NO_SUMMARY: tuple[np.ndarray, np.ndarray, list[Mapping[str, float]]] = (np.zeros(0, np.int64), np.zeros((0, 5)), [])
 
 
 def _or_nan(value: float | None) -> float:
@@ -116,10 +121,10 @@ class RemoteReport(TrainReport):
     """A client's train report whose update stays on its worker until read."""
 
     def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
-                 samples: int | None = None, utility: float | None = None, rows_trained: int | None = None) -> None:
+                 samples: int | None = None, rows_trained: int | None = None, statistics: Mapping[str, float] | None = None) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples, self.utility = steps, loss, norm_steps, samples, utility
-        self.rows_trained = rows_trained
+        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
+        self.rows_trained, self.statistics = rows_trained, {} if statistics is None else statistics
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -142,13 +147,12 @@ class ShardedReports(Replies):
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
         self._local = np.zeros(size, dtype=np.int64)
-        for w, (positions, (got, table)) in enumerate(zip(parts, summaries)):
+        for w, (positions, (got, table, statistics)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, drawn, utility, trained) in zip(positions[got].tolist(), table.tolist()):
+            for j, (steps, loss, norm, drawn, trained), stats in zip(positions[got].tolist(), table.tolist(), statistics):
                 self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(utility) else utility,
-                                       None if np.isnan(trained) else int(trained))
-        self._received = np.sort(np.concatenate([p[got] for p, (got, _) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
+                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(trained) else int(trained), stats)
+        self._received = np.sort(np.concatenate([p[got] for p, (got, *_) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received_positions(self) -> np.ndarray:
         return self.without_failed(self._received)

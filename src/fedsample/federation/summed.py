@@ -40,7 +40,7 @@ class SummedReport(TrainReport):
     def __init__(self, recompute: Callable[[], Params], report: TrainReport) -> None:
         self._recompute = recompute
         self.steps, self.loss, self.norm_steps = report.steps, report.loss, report.norm_steps
-        self.samples, self.utility, self.rows_trained = report.samples, report.utility, report.rows_trained
+        self.samples, self.rows_trained, self.statistics = report.samples, report.rows_trained, report.statistics
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, recomputed when read

@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Iterator, Sequence, cast
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -48,9 +48,11 @@ from torch import nn
 
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
-from fedsample.messages import PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import (
+    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics,
+)
 from fedsample import client as procedures
-from fedsample.client import empty_report, statistical_utilities
+from fedsample.client import empty_report
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import free_memory
 from fedsample.runtime.memo import frozen
@@ -119,8 +121,7 @@ class VectorizedSimulator(Simulator):
             report = reports[position]
             kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
                 update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
-                samples=getattr(report, "samples", None), utility=getattr(report, "utility", None),
-                rows_trained=getattr(report, "rows_trained", None))
+                samples=report.samples, rows_trained=report.rows_trained, statistics=report.statistics)
             held.append(procedures.hold(self.context(k), kept, round))
         return Replies(held, failed={})
 
@@ -188,13 +189,15 @@ class VectorizedSimulator(Simulator):
                 out.append(per_sample_losses(self.train_module, params, self.x[r], self.y[r], self.task).double().cpu().numpy())
         return np.concatenate(out + [np.zeros(0)])
 
-    def add_utilities(self, reports: ReplyList, ids: np.ndarray, drawn: DrawnCohort, params: Params) -> None:
-        """Oort's statistical utility of each member that took a step (:func:`fedsample.client.statistical_utilities`
-        over its drawn rows at the received ``params``), added to its report as the client adds it."""
+    def add_statistics(
+        self, reports: ReplyList, ids: np.ndarray, drawn: DrawnCohort, params: Params, statistics: tuple[ReplyStatistic, ...]
+    ) -> None:
+        """The reply ``statistics`` of each member that took a step (:func:`fedsample.messages.reply_statistics` of
+        the cohort's drawn rows at the received ``params``), added to its report as the client adds them."""
         losses = self.sample_losses(params, self.data.offsets[ids[drawn.member]] + drawn.position)
-        utility = statistical_utilities(losses, drawn.member, len(ids))
+        values = reply_statistics(statistics, losses, drawn.member, len(ids))
         for c in reports.received_positions().tolist():
-            reports[c].utility = float(utility[c])
+            reports[c].statistics = {name: float(v[c]) for name, v in values.items()}
 
     def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> ReplyList:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
@@ -289,28 +292,27 @@ class VectorizedSimulator(Simulator):
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = drawn.counts if parts.reports_count(payload.plan) else None  # the plan asks for it
+        sends_rows = parts.reports_rows(payload.plan)  # False: the plan's drawn count is private, no row count leaves a client
         reports: ReplyList
         if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
-            reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted)
+            reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted, sends_rows)
         else:
-            reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted)
-        if not parts.reports_rows(payload.plan):  # the plan's drawn count is private: no row count leaves a client
-            _withhold_rows(reports)
-        if payload.utility:  # Oort's statistical utility, as the client adds it to its report
-            self.add_utilities(reports, ids, drawn, payload.params)
+            reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted, sends_rows)
+        if payload.statistics:  # the reply statistics a sampler reads, as each client adds them to its report
+            self.add_statistics(reports, ids, drawn, payload.params, payload.statistics)
         return reports
 
     def _train_stepped(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: Rule, params: Params,
-        round: int, norm: np.ndarray | None, counted: np.ndarray | None,
+        round: int, norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
     ) -> Replies:
-        """Multi-step schedules: the clients that step, in groups of similar batch width and step count
+        """Multi-step schedules (``counted``: the drawn counts the replies carry, None where none; ``sends_rows``:
+        whether they carry the rows trained): the clients that step, in groups of similar batch width and step count
         (:func:`padding_groups`: padding stays under 2x), each group in chunks under the memory budget, each chunk
         stacked by decreasing steps so that step s runs only the clients still stepping. A chunk runs in low-rank
         form (:mod:`fedsample.training.lowrank`: no model per client) where the model is a chain of linear
         layers and the clients are small enough for it to pay, else with stacked parameters (:meth:`_stacked_chunk`)."""
-        reports = SteppedReports([empty_report(params)] * len(ids), failed={})
-        reports._took_step = steps > 0
+        reports = SteppedReports([empty_report(params)] * len(ids), steps > 0)
         widths = batch_widths(schedule, len(ids))
         chain = self._linear_chain(params)
         for members in padding_groups(steps, widths):
@@ -342,7 +344,7 @@ class VectorizedSimulator(Simulator):
                         update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss)
                     report.norm_steps = None if norm is None else float(norm[c])
                     report.samples = None if counted is None else int(counted[c])
-                    report.rows_trained = int(schedule.entries[c])
+                    report.rows_trained = int(schedule.entries[c]) if sends_rows else None
                     reports[c] = report
         return reports if reports.held else Replies(list(reports), failed={})
 
@@ -355,7 +357,7 @@ class VectorizedSimulator(Simulator):
 
     def _union_step(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, rule: SGDStep, params: Params, round: int,
-        norm: np.ndarray | None, counted: np.ndarray | None,
+        norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
     ) -> "CohortReports":
         """Every client takes (at most) one step from the global parameters w0, so its update is linear in its
         weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step_`; FedSampling's
@@ -371,6 +373,7 @@ class VectorizedSimulator(Simulator):
         return CohortReports.one_gradient(
             self, params, self._rows(ids, drawn, schedule), member, schedule.weight, counts, schedule.loss_scale,
             step=rule.lr, decay=rule.weight_decay, masks=masks, norm_steps=norm, samples=counted,
+            rows_trained=counts if sends_rows else None,
         )
 
     def _stacked_chunk(
@@ -473,15 +476,6 @@ class _Rows:
         return self.stack[int(self.where[j])]
 
 
-def _withhold_rows(reports: ReplyList) -> None:
-    """Drop the rows trained from a cohort's replies (as :func:`fedsample.client.train` does for a private draw)."""
-    if isinstance(reports, CohortReports):
-        reports._rows_trained = None
-        return
-    for report in reports:
-        report.rows_trained = None
-
-
 class _Union:
     """The federation's side of a batched cohort: the drawn rows, their cohort members and weights, and the
     per-sample weighted losses at w0 (with their graph). Never handed to the strategy. It keeps no reference to
@@ -553,13 +547,15 @@ class CohortReports(ReplyList):
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
         counts: np.ndarray, loss_scale: np.ndarray | None, step: float = 1.0, decay: float = 0.0,
         masks: random_layers.Masks | None = None, norm_steps: np.ndarray | None = None, samples: np.ndarray | None = None,
+        rows_trained: np.ndarray | None = None,
     ) -> "CohortReports":
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
         ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
         loss times ``norm_c / max(counts_c, 1)`` with ``norm_c = loss_scale_c * max(counts_c, 1)`` (one-gradient: the
         schedule's ``loss_scale``) or, where ``loss_scale`` is None, the weighted loss itself (a local SGD step's
         minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``;
-        ``norm_steps``, ``samples``: each client's FedNova a_k and drawn count where its report carries them.
+        ``norm_steps``, ``samples``, ``rows_trained``: each client's FedNova a_k, drawn count and rows trained where its
+        report carries them.
         A client without rows gets :func:`~fedsample.client.empty_report`."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.as_tensor(rows, device=sim.device)
@@ -570,7 +566,7 @@ class CohortReports(ReplyList):
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         reports = cls.__new__(cls)
         reports.failed, reports._made, reports._empty = {}, {}, _EmptyReply(params)
-        reports._norm_steps, reports._samples, reports._rows_trained = norm_steps, samples, counts
+        reports._norm_steps, reports._samples, reports._rows_trained = norm_steps, samples, rows_trained
         reports._source = _CohortUpdates(sim, len(sim._unions), len(counts), step, decay)
         reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
         reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
@@ -728,20 +724,22 @@ class SteppedReports(Replies):
     the clients trained with stacked parameters. Holds message content only."""
 
     fused = True
-    _took_step: np.ndarray  # one flag per cohort position: the client took a step (set by the engine)
+
+    def __init__(self, reports: list[Any], took_step: np.ndarray) -> None:
+        super().__init__(reports, failed={})
+        self._took_step = took_step  # one flag per cohort position: the client took a step
+        self._held: list[LowRankStack] = []  # the chunks' factors, in the order they were kept
+        self._where = np.full((len(self), 2), -1, dtype=np.int64)  # cohort position -> (stack, row); -1: not held
 
     def hold(self, positions: np.ndarray, stack: LowRankStack) -> None:
         """Keep ``stack``, whose row j is the client at cohort position ``positions[j]``; returns None (its
         clients' updates are read through :meth:`update_of`)."""
-        if not hasattr(self, "_held"):
-            self._held: list[LowRankStack] = []
-            self._where = np.full((len(self), 2), -1, dtype=np.int64)  # cohort position -> (stack, row)
         self._where[positions] = np.stack([np.full(len(positions), len(self._held)), np.arange(len(positions))], 1)
         self._held.append(stack)
 
     @property
     def held(self) -> bool:
-        return bool(getattr(self, "_held", None))
+        return bool(self._held)
 
     def received_positions(self) -> np.ndarray:
         return self.without_failed(np.flatnonzero(self._took_step))
@@ -817,6 +815,7 @@ class _DeferredReport(TrainReport):
     def __init__(self, owner: "_CohortUpdates | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
+        self.statistics: Mapping[str, float] = {}
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read

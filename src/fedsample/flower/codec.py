@@ -29,6 +29,7 @@ __all__ = ["MalformedReply", "decode_report", "decode_request", "encode_report",
 
 HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"
 REPORT, ARRAYS = "report", "arrays"
+STATISTIC = "statistic."  #: the prefix of a reply statistic's metric (fedsample.messages.ReplyStatistic)
 
 
 class MalformedReply(ValueError):
@@ -99,12 +100,11 @@ def encode_report(request: Any, report: Any) -> RecordDict:
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
-        if report.utility is not None:  # only when the payload asks (Oort's statistical utility)
-            metrics["utility"] = float(report.utility)
         if report.samples is not None:  # only when the plan asks (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
         if report.rows_trained is not None:  # the rows its steps read (the realised budget)
             metrics["rows_trained"] = int(report.rows_trained)
+        metrics.update({STATISTIC + name: float(v) for name, v in report.statistics.items()})  # those the payload asks
         return RecordDict({REPORT: MetricRecord(metrics), ARRAYS: arrays_of(report.update)})
     raise ValueError(f"no report encoding for a {type(request).__name__}")
 
@@ -192,14 +192,12 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
     samples = record.get("samples")
     if samples is not None and (_field(record, "samples", int) < 0):
         raise MalformedReply(f"negative drawn-sample count {samples}")
-    utility = record.get("utility")
-    if utility is not None:
-        utility = _finite("utility", float(_field(record, "utility", (int, float))))
     rows_trained = record.get("rows_trained")
     if rows_trained is not None and (_field(record, "rows_trained", int) < 0):
         raise MalformedReply(f"negative count of rows trained {rows_trained}")
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, utility=utility,
-                       rows_trained=rows_trained)
+    statistics = {k.removeprefix(STATISTIC): _finite(k, float(_field(record, k, (int, float)))) for k in record if k.startswith(STATISTIC)}
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, rows_trained=rows_trained,
+                       statistics=statistics)
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

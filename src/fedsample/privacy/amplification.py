@@ -252,8 +252,8 @@ def releases(
         asked = len(ids)
         answered = asked if replies is None else answered_count(replies)
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)
-        if first.utility:  # Oort's statistical utility rides along, in the clear
-            release = replace(release, what=release.what + ", statistical utilities")
+        if first.statistics:  # the reply statistics a sampler reads ride along, in the clear
+            release = replace(release, what=release.what + "".join(f", {s.released}" for s in first.statistics))
         if isinstance(first, TrainHeld):
             return [held_release(release, round)]
         out = [release]

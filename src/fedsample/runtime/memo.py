@@ -34,10 +34,15 @@ def frozen(array: np.ndarray) -> np.ndarray:
 
 class LastOf(Generic[T]):
     """The value last computed from some arrays and settings, given again for the same (identical, unchangeable)
-    arrays and equal settings; computed afresh otherwise (and kept where its arrays are unchangeable)."""
+    arrays and equal settings; computed afresh otherwise (and kept where its arrays are unchangeable). It lives in
+    the state of the run that uses it; a copy or a pickle of it (a checkpoint of that state) is an empty memo, since
+    what it holds is only a saving of time, never part of a result."""
 
     def __init__(self) -> None:
         self._last: tuple[tuple[np.ndarray, ...], Hashable, Any] | None = None  # one tuple: replaced at once
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return LastOf, ()
 
     def get(self, arrays: Sequence[np.ndarray], settings: Hashable, compute: Callable[[], T]) -> T:
         last, arrays = self._last, tuple(arrays)

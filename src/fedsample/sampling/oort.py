@@ -44,6 +44,9 @@ __all__ = [
     "OortState",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
+    "STATISTICAL_UTILITY",
+    "StatisticalUtility",
+    "statistical_utilities",
     "statistical_utility",
     "staleness_bonus",
     "exploration_rate",
@@ -69,6 +72,33 @@ def statistical_utility(batch_sizes: np.ndarray, mean_squared_losses: np.ndarray
     if B.shape != L2.shape:
         raise ValueError(f"{where}: batch_sizes and mean_squared_losses differ in length ({B.size} vs {L2.size})")
     return B * np.sqrt(L2)
+
+
+def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
+    """Oort's statistical utility U_c = |B_c| sqrt((1/|B_c|) sum_{s in B_c} loss_s^2) of each of ``clients`` members
+    (Lai et al. 2021, Sec. 4.2; :func:`statistical_utility`) from the per-sample ``losses`` of their drawn samples,
+    ``member[s]`` the member of sample s; 0 for a member that drew nothing. The losses are taken at the parameters
+    the client received (Oort collects them during local training)."""
+    counts = np.bincount(member, minlength=clients).astype(np.float64)
+    squares = np.bincount(member, weights=np.asarray(losses, dtype=np.float64) ** 2, minlength=clients)
+    return statistical_utility(counts, squares / np.maximum(counts, 1.0))
+
+
+@dataclass(frozen=True)
+class StatisticalUtility:
+    """Oort's statistical utility as a reply statistic (:class:`fedsample.messages.ReplyStatistic`): each client
+    adds |B| sqrt(mean_{s in B} loss_s^2) of its drawn sample B at the received parameters to its training reply
+    under ``utility`` (:func:`statistical_utilities`); :class:`OortClients` reads it."""
+
+    name: str = "utility"
+    released: str = "statistical utilities"
+
+    def of_cohort(self, losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
+        return statistical_utilities(losses, member, clients)
+
+
+#: The statistic :class:`OortClients` declares it reads (``reads_replies``).
+STATISTICAL_UTILITY = StatisticalUtility()
 
 
 def staleness_bonus(last_round: np.ndarray, round: int) -> np.ndarray:
@@ -191,8 +221,9 @@ class OortClients(adaptive.Replayed):
     Each round :func:`oort_select`: a fraction epsilon of the m slots (``epsilon``, times ``decay`` every round, at
     least ``floor``: :func:`exploration_rate`) goes to clients never explored, the rest to explored clients whose
     utility is at least ``cutoff`` times the k-th best, drawn proportionally to utility. A client's utility is the
-    statistical utility |B_i| sqrt(mean_{s in B_i} loss_s^2) it reports with its training reply (the payload asks
-    for it: its capabilities read the reply's ``utility``; the losses at the model it received, on what it drew), plus the staleness bonus
+    statistical utility |B_i| sqrt(mean_{s in B_i} loss_s^2) it reports with its training reply (its capabilities read
+    the :data:`STATISTICAL_UTILITY` statistic, so the payload asks every client for it; the losses at the model it
+    received, on what it drew), plus the staleness bonus
     sqrt(0.1 log R / L_i) with ``staleness`` (:func:`staleness_bonus`). Server-held state (in checkpoints): the
     utilities, who was explored, the round of each client's last participation.
 
@@ -206,7 +237,7 @@ class OortClients(adaptive.Replayed):
     cutoff: float = 0.95
     staleness: bool = True
     capabilities: ClassVar[ClientSamplerCapabilities] = ClientSamplerCapabilities(
-        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=("utility",),
+        inclusion_kind=InclusionKind.ESTIMATED, server_learns=tuple(map(Learns, SERVER_LEARNS["oort"])), reads_replies=(STATISTICAL_UTILITY,),
         estimates_inclusion=True)
 
     def expected_cohort(self, num_clients: int, sizes: np.ndarray | None = None) -> float:
@@ -244,7 +275,8 @@ class OortClients(adaptive.Replayed):
         state = self.held(ctx)
         got = replies.received_positions()
         ids = cohort.ids[got]
-        values = np.array([replies[int(i)].utility for i in got], dtype=object)  # received: TrainReports
+        name = STATISTICAL_UTILITY.name
+        values = np.array([replies[int(i)].statistics.get(name) for i in got], dtype=object)  # received: TrainReports
         utility = np.array([0.0 if v is None or not np.isfinite(v) else float(v) for v in values], dtype=np.float64)
         state["utility"][ids] = utility
         state["explored"][ids] = True

@@ -40,13 +40,15 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     """Size reports of ``ids``: invalid or missing ones are left out (named in ``failed``); a randomized
     total from the a of n asked that answered is scaled by n/a (docs/reliability.md). The same read-only reports of
     the same read-only ids (an engine's permanent answers, the census's ids: :mod:`fedsample.runtime.memo`) are
-    screened and summed once, the estimate given again while they come back."""
+    screened and summed once, the estimate given again while they come back (the memo is the run's: in its state,
+    :data:`SCREENED`, never saved with it)."""
     policy = size_policy(s, ctx)
     replies = ctx.federation.run(ids, policy.query, ctx.round)
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
     whole = isinstance(replies, NumberReplies) and not replies.failed  # one array, no failure: keyed on it
     arrays = (replies.values, ids) if whole else ()
-    failed, info = _SCREENED.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
+    memo: LastOf[tuple[list[Failed], SizeInfo | None]] = ctx.state.setdefault(SCREENED, LastOf())  # the last screened reports
+    failed, info = memo.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
         screened_estimate(policy, replies, ids, M)
     note_failures(ctx, failed)
     if info is None:
@@ -54,7 +56,9 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     return info
 
 
-_SCREENED: LastOf[tuple[list[Failed], SizeInfo | None]] = LastOf()  # the last screened reports (their arrays held)
+SCREENED = "screened_sizes"
+"""The key of the run's state under which :func:`collect_sizes` keeps its memo of the last screened size reports
+(:class:`~fedsample.runtime.memo.LastOf`, their arrays held while the run's state is)."""
 
 
 def screened_estimate(policy: SizeReporting, replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[list[Failed], SizeInfo | None]:
@@ -134,10 +138,10 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
         return params, unchanged(ctx, str(why))
     plan = s.data.plan(ctx, cohort)
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
-    utility = "utility" in s.clients.capabilities.reads_replies  # Oort asks each client for its statistical utility
+    statistics = parts.reply_statistics_read(s.clients)  # what the sampler reads of each reply, asked of every client
 
     def payload_for(p: object) -> TrainPayload:
-        return TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)), utility=utility)
+        return TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)), statistics=statistics)
 
     payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
     trained_rate = 1.0
