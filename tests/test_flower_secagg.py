@@ -342,7 +342,7 @@ def client_vectors(round, counts, sigma, asked, setting=SETTING):
         "clipping_range": setting.clipping_range, "count_range": setting.count_range, "asked": asked}}))
     plan = fs.sampling.data.BernoulliSamples(0.5, report_count=True, count_noise=sigma)
     for k, count in enumerate(counts):
-        request = argparse.Namespace(seed=11, round=round, client=k, payload=argparse.Namespace(plan=plan, params=params))
+        request = argparse.Namespace(seed=11, round=round, client=k, payload=fs.messages.TrainPayload(params=params, plan=plan, solver=None, round=round))
         report = argparse.Namespace(update={"w": torch.ones(2)}, steps=1, loss=0.5, samples=count)
         vectors.append(sealed_vector(report, params, setting.clipping_range, count_share_of(message, request), setting.count_range))
     return vectors

@@ -38,7 +38,7 @@ from scipy.special import ndtri
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import HeldRequest, SizeSumRequest, payloads_for
+from fedsample.messages import HeldRequest, SizeSumRequest, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
@@ -118,18 +118,20 @@ class SecureSum(Federation):
             drawn = count_plus_shares(exact, answered_shares(shares, replies))
         return (total, *replies.summed_loss(), drawn)
 
+    @property
+    def seed(self) -> int:
+        """The run's seed: the wrapped federation's, read when asked (a federation that keeps none fails only
+        where a noise share needs it)."""
+        return self.inner.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        raise AttributeError("a secure sum's seed is the wrapped federation's")
+
     def noise_seed(self) -> int:
-        """The run's seed, from the federations inside (every engine keeps it; wrappers are looked through by their
-        ``inner``): the clients' noise shares derive from it."""
-        federation: Any = self.inner
-        for _ in range(16):
-            seed = getattr(federation, "seed", None)
-            if seed is not None:
-                return int(seed)
-            federation = getattr(federation, "inner", None)
-            if federation is None:
-                break
-        raise ValueError("secure sum: noise on the drawn count needs the run's seed, which this federation does not keep")
+        """The run's seed, the wrapped federation's (every engine declares it,
+        :class:`~fedsample.federation.base.Federation`): the clients' noise shares derive from it."""
+        return int(self.seed)
 
 
 def with_secure_sum(federation: Federation, on: bool = True) -> Federation:
@@ -156,7 +158,7 @@ def sealed_count(payload: Any) -> tuple[bool, float, str]:
     asks for them (:data:`COUNT_NOISE_PURPOSE`)."""
     if isinstance(payload, SizeSumRequest):
         return True, float(payload.count_noise), SIZE_NOISE_PURPOSE
-    plan = getattr(payload, "plan", None)
+    plan = payload.plan if isinstance(payload, TrainPayload) else None  # a HeldRequest sends a kept update: no new draw
     return payload is not None and reports_count(plan), drawn_count_noise(plan), COUNT_NOISE_PURPOSE
 
 

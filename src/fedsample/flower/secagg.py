@@ -181,7 +181,7 @@ def sealed_samples(report: Any) -> int | None:
     report says it drew (None where not reported)."""
     if is_size(report):
         return int(report)
-    return getattr(report, "samples", None) if report is not None else None
+    return report.samples if report is not None else None  # a TrainReport (its field is None where not asked)
 
 
 def flag_clipped(vector: list[np.ndarray], clipping_range: float) -> list[np.ndarray]:
