@@ -21,10 +21,7 @@ __all__ = ["Federation", "FederationFactory", "KeepsClientStates", "client_state
 
 
 class Federation(Protocol):
-    """How client procedures are executed (in-process simulators, Ray, Flower). Strategies see only this.
-    ``seed``: the run's seed, from which the clients' random streams derive (a wrapper gives its inner one's)."""
-
-    seed: int
+    """How client procedures are executed (in-process simulators, Ray, Flower). Strategies see only this."""
 
     @property
     def num_clients(self) -> int: ...

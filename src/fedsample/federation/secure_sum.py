@@ -118,20 +118,18 @@ class SecureSum(Federation):
             drawn = count_plus_shares(exact, answered_shares(shares, replies))
         return (total, *replies.summed_loss(), drawn)
 
-    @property
-    def seed(self) -> int:
-        """The run's seed: the wrapped federation's, read when asked (a federation that keeps none fails only
-        where a noise share needs it)."""
-        return self.inner.seed
-
-    @seed.setter
-    def seed(self, value: int) -> None:
-        raise AttributeError("a secure sum's seed is the wrapped federation's")
-
     def noise_seed(self) -> int:
-        """The run's seed, the wrapped federation's (every engine declares it,
-        :class:`~fedsample.federation.base.Federation`): the clients' noise shares derive from it."""
-        return int(self.seed)
+        """The run's seed, from the federations inside (every engine keeps it; wrappers, a user's included, are looked
+        through by their ``inner``): the clients' noise shares derive from it."""
+        federation: Any = self.inner
+        for _ in range(16):
+            seed = getattr(federation, "seed", None)  # a user's wrapper need not declare it (the Federation protocol does not)
+            if seed is not None:
+                return int(seed)
+            federation = getattr(federation, "inner", None)
+            if federation is None:
+                break
+        raise ValueError("secure sum: noise on the drawn count needs the run's seed, which this federation does not keep")
 
 
 def with_secure_sum(federation: Federation, on: bool = True) -> Federation:

@@ -64,7 +64,6 @@ class Recorded:
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-
     def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         """``inner.run``, its releases checked before (every asked client assumed to answer) and recorded after,
         as who answered makes them: a call's releases depend on its replies only through how many answered

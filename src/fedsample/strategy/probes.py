@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedsample import validate
+from fedsample.federation.base import Federation
 from fedsample.federation.faults import lost_to_faults
-from fedsample.privacy.recorder import Answers
 from fedsample.messages import ProbeRequest
 from fedsample.rounds import ReplyList, replies_of
 from fedsample.runtime.memo import frozen
@@ -29,7 +29,7 @@ class CheckedProbes:
     ones as :class:`~fedsample.rounds.Failed` replies (:func:`fedsample.sampling.adaptive.probe_partial`). It also notes every client
     the parts ask (:meth:`contacted`)."""
 
-    def __init__(self, inner: Answers) -> None:
+    def __init__(self, inner: Federation) -> None:
         self.inner = inner
         self._asked: list[np.ndarray] = []  # the ids of every call the parts make (read-only: as they were asked)
 

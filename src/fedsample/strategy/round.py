@@ -16,7 +16,7 @@ from fedsample.messages import HeldRequest, PerClient, PlannedSum, TrainHeld, Tr
 from fedsample.missing import response_rate
 from fedsample.parts import Learns, SizeReporting, TrainsFirst
 from fedsample.privacy.noise import for_cohort
-from fedsample.privacy.recorder import Answers, watch
+from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
 from fedsample.privacy.sizes import RandomizedSizes, SizeInfo
 from fedsample.rounds import Cohort, Failed, NumberReplies, Replies, ReplyList, RoundContext, replies_of
@@ -130,8 +130,8 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
 
     Failed and invalid replies are left out and named in the log (``failed``, ``dropped``); when no
     valid update arrives the parameters are returned unchanged and the log says so."""
-    watched = watch(federation, s, state, round)  # every release checked against the budget and recorded
-    ctx = RoundContext(CheckedProbes(watched), params, round, seed, state)
+    federation = watch(federation, s, state, round)  # every release checked against the budget and recorded
+    ctx = RoundContext(CheckedProbes(federation), params, round, seed, state)
     try:
         cohort, lost = select(s, ctx)
     except RoundFailed as why:
@@ -147,13 +147,13 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
     trained_rate = 1.0
     if parts.trains_first(s.clients):  # everyone trains and keeps its update; the sampler picks whose it receives
         asked = len(cohort)  # not those left out for a lost size report: w_k = 0, outside the target (the reporters')
-        cohort, replies = train_then_send(s, watched, ctx, cohort, payload)
+        cohort, replies = train_then_send(s, federation, ctx, cohort, payload)
         # the clients that failed to train are not candidates: they are non-responders
         trained_rate, lost = response_rate(asked, ctx.log["local_trainings"]), 0
     else:
         weights = planned_weights(s, ctx, cohort, lost)  # the aggregator's declared reduction: an engine may sum as updates come
         planned = payload if weights is None else with_plan(payload, PlannedSum(cohort.ids, np.asarray(weights, dtype=np.float64)))
-        replies = replies_of(watched.run(cohort.ids, planned, round))
+        replies = replies_of(federation.run(cohort.ids, planned, round))
     if s.secure_sum and not replies.sealed:
         raise ValueError(
             f"{s.name} declares secure_sum but the federation answered readable updates: build it with "
@@ -173,7 +173,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
     return params, ctx.log
 
 
-def train_then_send(s: Composition, federation: Answers, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
+def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
     """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
     update, replying with its norm (:class:`~fedsample.messages.TrainHeld`); the sampler chooses the cohort from the
     norms (``select_trained``); only the cohort sends its kept update (:class:`~fedsample.messages.HeldRequest`). Clients whose training failed
