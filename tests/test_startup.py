@@ -25,7 +25,7 @@ ds = Dataset("tiny", x[:60], y[:60], x[60:], y[60:], 3)
 fed = FederatedData.from_client_indices(ds, [np.arange(i, i + 6) for i in range(0, 60, 6)])
 for backend in ("loop", "vectorized"):
     for strategy in (fs.recipes.fedavg(clients_per_round=3), fs.recipes.fedsampling(K=20, M=10)):
-        fs.simulate(strategy, fed, fs.models.MLP(hidden=4), rounds=1, backend=backend)
+        fs.simulate(strategy, fed, fs.models.MLP(hidden=4), rounds=1, engine=fs.simulation.Engine(backend=backend))
 print(",".join(sorted(m for m in ("sklearn", "matplotlib", "flwr", "ray", "torch._dynamo", "pandas") if m in sys.modules)))
 """
 
