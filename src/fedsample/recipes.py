@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Literal, Mapping, TypedDict, cast
+from typing import Callable, Literal, Mapping, TypedDict, cast
 
 from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
@@ -584,8 +584,12 @@ def _set_local_options(strategy: Strategy, options: Mapping[str, float]) -> Stra
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]
     if missing:
         raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
-    local: Any = strategy.local  # a dataclass solver (hasattr above)
-    return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields)) if fields else strategy
+    local = strategy.local
+    if not fields:
+        return strategy
+    if not dataclasses.is_dataclass(local) or isinstance(local, type):
+        raise TypeError(f"the local solver {type(local).__name__} is not a dataclass: its options cannot be set")
+    return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields))
 
 
 def _with_options(local: object, options: Mapping[str, float]) -> dict[str, object]:

@@ -279,7 +279,7 @@ class ClientRandom:
             self._generator = generator(self.seed, self.round, self.client, self.purpose)
         return self._generator
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the numpy Generator's method or attribute
         return getattr(self.generator, name)
 
 
@@ -294,7 +294,7 @@ class Blocks:
     def __init__(self, counts: np.ndarray) -> None:
         self.counts = np.array(counts, dtype=np.int64)  # our own copy, read-only
         self.counts.flags.writeable = False
-        self._on_device: "tuple[Any, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
+        self._on_device: "tuple[torch.device | str, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
 
     def __len__(self) -> int:
         return len(self.counts)
