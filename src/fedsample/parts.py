@@ -1158,8 +1158,9 @@ def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | N
     return None
 
 
-def batched(solver: object) -> bool:
-    """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort."""
+def batched(solver: object) -> TypeGuard[ScheduledSolver]:
+    """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort (a :class:`ScheduledSolver`
+    that declares ``batched``)."""
     return conforms(solver, ScheduledSolver) and bool(cast(ScheduledSolver, solver).batched)
 
 
