@@ -224,7 +224,7 @@ def simulate(
         warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.runtime.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         opened, choice = _open_engine(stack, engine, choice, data, module, seed, where)
-        fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum)
+        fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum, seed)
         stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
         run = Run(strategy.name, seed, rounds, state, fed, tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from fedsample.data.types import FederatedData
 
-__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "client_states_of", "load_client_states_into"]
+__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "KeepsSeed", "client_states_of", "load_client_states_into"]
 
 
 class Federation(Protocol):
@@ -49,6 +49,16 @@ class KeepsClientStates(Protocol):
     def load_client_states(self, states: dict[int, dict]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty)."""
         ...
+
+
+@runtime_checkable
+class KeepsSeed(Protocol):
+    """The declaration of a federation that keeps the run's seed, the first coordinate of its clients' (seed, round,
+    client, purpose) cells (every engine of fedsample's: a :class:`~fedsample.federation.secure_sum.SecureSum` around
+    one draws the clients' noise shares from it where no seed is given)."""
+
+    @property
+    def seed(self) -> int: ...
 
 
 def client_states_of(federation: object) -> dict[int, dict]:
