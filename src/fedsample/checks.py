@@ -17,7 +17,8 @@ Where the rules are declared:
   named);
 - a function (the recipes, ``simulate``): ``@arguments(owner, aliases=..., renamed=..., name=constraint, ...)``
   checks the given arguments (and ``Literal``-typed ones), maps a documented alias to its canonical name
-  (refusing both at once) and refuses a renamed keyword with one line naming the new one;
+  (refusing both at once) and refuses a renamed keyword with one line naming the new one (:func:`renames` answers
+  which a function takes);
 - anything else: :func:`check` one value, :func:`validate` a mapping, :func:`fail` for a rule that ties several
   values together (still the one template).
 """
@@ -41,8 +42,8 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "Constraint", "Each", "InstanceOf", "Interval", "Options",
-    "Param", "ParameterError", "arguments", "check", "constrained", "count", "fail", "in_interval", "integers",
-    "message", "non_negative", "positive", "reals", "requirement", "validate",
+    "Param", "ParameterError", "Renames", "arguments", "check", "constrained", "count", "fail", "in_interval", "inherited_rules",
+    "integers", "message", "non_negative", "positive", "reals", "renames", "requirement", "validate",
 ]
 
 
@@ -346,8 +347,8 @@ def inherited_rules(cls: type) -> dict[str, Spec]:
 def constrained(**spec: Spec) -> Callable[[C], C]:
     """Class decorator (under ``@dataclass``): the fields named in ``spec`` and the ``Literal``-typed fields are
     checked, in that order, before the class's own ``__post_init__`` runs; the owner in messages is the class
-    name. Constraints are inherited by subclasses that are constrained too. ``cls.__constraints__`` holds the
-    declared rules (for docs and for callers that reuse them)."""
+    name. Constraints are inherited by subclasses that are constrained too; :func:`inherited_rules` answers a class's
+    rules (for docs and for callers that reuse them)."""
 
     def decorate(cls: C) -> C:
         rules = {**inherited_rules(cls), **spec}
@@ -367,14 +368,32 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
                 parent(self)
 
         _RULES[cls] = rules
-        cls.__constraints__ = rules  # type: ignore[attr-defined]  # the attributes this decorator adds to the class
-        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]  # the method this decorator gives the class
         return cls
 
     return decorate
 
 
 F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclasses.dataclass(frozen=True)
+class Renames:
+    """The keywords a function takes beside its parameters' names (:func:`arguments`): ``aliases`` (a documented
+    alias -> its canonical parameter, the papers' symbols) and ``renamed`` (an old name -> its new name, refused
+    naming it)."""
+
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+_RENAMES: weakref.WeakKeyDictionary[Callable[..., object], Renames] = weakref.WeakKeyDictionary()
+"""Each :func:`arguments` function's :class:`Renames`, by the function it returns."""
+
+
+def renames(fn: Callable[..., object]) -> Renames:
+    """The aliases and renamed keywords that ``fn``'s :func:`arguments` declares (none: an empty :class:`Renames`)."""
+    return _RENAMES.get(fn, Renames())
 
 
 def arguments(
@@ -385,8 +404,9 @@ def arguments(
     aliases) are mapped to their canonical keyword, and giving both is one line; a ``renamed`` keyword is
     refused with one line naming its new name; then every given argument named in ``spec``, and every given
     ``Literal``-typed one, is checked. The owner in messages is ``owner`` (default: the function's name); an
-    argument given under an alias is named as given. ``fn.__aliases__`` and ``fn.__renamed__`` are kept."""
-    aliases, renamed = dict(aliases or {}), dict(renamed or {})
+    argument given under an alias is named as given. :func:`renames` answers them for the returned function."""
+    declared = Renames(dict(aliases or {}), dict(renamed or {}))
+    aliases, renamed = declared.aliases, declared.renamed
 
     def decorate(fn: F) -> F:
         who = owner or fn.__name__
@@ -420,7 +440,7 @@ def arguments(
                     fail(given_as.get(name, name), bound[name], requirement(rule), who, None if name in given_as else label)
             return fn(*args, **kwargs)
 
-        wrapper.__dict__.update(__aliases__=aliases, __renamed__=renamed)
+        _RENAMES[wrapper] = declared
         return cast(F, wrapper)
 
     return decorate

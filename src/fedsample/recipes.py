@@ -102,12 +102,12 @@ PARAMETERS: dict[str, checks.Spec] = {
 
 @dataclasses.dataclass(frozen=True)
 class Keywords:
-    """The keywords a recipe takes beyond its signature's parameters: ``aliases`` (a paper's symbol -> its
-    parameter), ``renamed`` (an old name -> its new name, refused naming it) and ``folded`` (the flat keywords of
-    :data:`FLAT` it folds into ``local``, :func:`_folding`; () for a recipe without ``local``)."""
+    """The keywords a recipe takes beyond its signature's parameters: those its argument handling declares
+    (``declared``: the aliases, a paper's symbol -> its parameter, and the renamed names, an old name -> its new
+    name, refused naming it; :func:`fedsample.checks.renames`) and ``folded`` (the flat keywords of :data:`FLAT` it
+    folds into ``local``, :func:`_folding`; () for a recipe without ``local``)."""
 
-    aliases: Mapping[str, str]
-    renamed: Mapping[str, str]
+    declared: checks.Renames
     folded: tuple[str, ...]
 
 
@@ -131,7 +131,7 @@ def _recipe(
         checked = checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
         folds = "local" in names
         built = _folding(checked, names["local"].default) if folds else checked
-        KEYWORDS[built] = Keywords(dict(aliases or {}), dict(renamed or {}), tuple(FLAT) if folds else ())
+        KEYWORDS[built] = Keywords(checks.renames(checked), tuple(FLAT) if folds else ())
         return built
 
     return decorate
@@ -547,7 +547,7 @@ def _takes(fn: Callable[..., Strategy]) -> set[str]:
 def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     """The keywords ``fn`` takes: :func:`_takes` and its aliases (``clients``/``data`` overrides are objects,
     not configuration, and are not listed)."""
-    return (_takes(fn) | set(KEYWORDS[fn].aliases)) - {"clients", "data"}
+    return (_takes(fn) | set(KEYWORDS[fn].declared.aliases)) - {"clients", "data"}
 
 
 def _checked(name: str, params: Mapping[str, object], what: str = "recipe") -> Callable[..., Strategy]:
@@ -556,7 +556,7 @@ def _checked(name: str, params: Mapping[str, object], what: str = "recipe") -> C
     if name not in RECIPES:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
-    accepted = _accepted(fn) | set(KEYWORDS[fn].renamed)
+    accepted = _accepted(fn) | set(KEYWORDS[fn].declared.renamed)
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ValueError(f"{what} {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(_accepted(fn)))}")
