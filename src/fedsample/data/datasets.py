@@ -48,7 +48,7 @@ def load_breast_cancer() -> Dataset:
     std[std == 0] = 1.0
 
     def scale(x: np.ndarray) -> np.ndarray:
-        return ((x - mean) / std).astype(np.float32)
+        return np.asarray((x - mean) / std, dtype=np.float32)
 
     return Dataset("breast_cancer", scale(ds.x_train), ds.y_train, scale(ds.x_test), ds.y_test, 2,
                    meta={"feature_mean": mean, "feature_std": std})
