@@ -64,7 +64,9 @@ class SecureSum(Federation):
 
     def __init__(self, inner: Federation, seed: int | None = None) -> None:
         self.inner = inner
-        self.seed = int(seed) if seed is not None else int(inner.seed) if isinstance(inner, KeepsSeed) else None
+        if seed is None and isinstance(inner, KeepsSeed):
+            seed = inner.seed  # the seed the federation inside declares (a wrapper of the user's may hold None)
+        self.seed = None if seed is None else int(seed)
         self._pending: dict[int, ReplyList] = {}
         self._counted: dict[int, tuple[int, np.ndarray | None] | None] = {}  # (clients asked, their noise shares
         # where the plan noises the count) where the plan asks for drawn counts
