@@ -19,7 +19,7 @@ from fedsample.budget import arm_budget
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
 from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
-from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
+from fedsample.experiments.plan import (  # the runner's public names (__all__)
     Failure, Job, Outcome, Plan, check_data_fits, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
@@ -30,7 +30,8 @@ from fedsample.runtime.warned import Warned, once_per_kind
 
 __all__ = [
     "METRICS", "check_output_folder", "check_run_settings", "checkpoint_path", "failures", "finite_or_none", "run_experiment",
-    "run_plan", "summarize", "tracking_spec",
+    "run_plan", "summarize", "tracking_spec", "folder_name",
+    "Failure", "Job", "Outcome", "Plan", "check_data_fits", "fault_model", "only_strategies", "prepare", "restricted",
 ]
 
 METRICS = ("accuracy", "macro_f1", "loss")

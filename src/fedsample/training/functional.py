@@ -10,7 +10,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from fedsample.messages import Params
+from fedsample.messages import Params as Params  # re-exported: the parameters these functions take
 from fedsample.training.random_layers import Masks, injected
 
 __all__ = [
