@@ -44,7 +44,7 @@ def weighted_loss_fn(module: nn.Module, task: str) -> Callable[..., torch.Tensor
     return loss
 
 
-def weighted_gradient(module: nn.Module, task: str) -> Callable:
+def weighted_gradient(module: nn.Module, task: str) -> Callable[..., tuple[Params, torch.Tensor]]:
     """``(params, x, y, w) -> (gradient dict, weighted loss)`` of :func:`weighted_loss_fn`, by reverse-mode
     autograd through ``functional_call``: the fastest form for one client at a time."""
     loss_fn = weighted_loss_fn(module, task)

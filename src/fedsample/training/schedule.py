@@ -51,7 +51,7 @@ class Schedule:
         return 1.0
 
 
-def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
     """The server optimizer's step of round ``round`` with its learning rate times the schedule's factor.
     A factor of 0 (the end of a cosine schedule) leaves the parameters unchanged; the optimizer's state
     (momentum, moments) still advances, as it would with a learning rate of 0."""
