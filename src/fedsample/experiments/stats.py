@@ -28,7 +28,7 @@ def best_round(history: list[dict[str, Any]], metric: str) -> float | None:
     """The oracle: the best value of ``metric`` over the evaluated rounds on the test set (max, or min for a
     loss), picked by looking at the test metric itself, so an optimistic bound and not a result; None if
     never measured."""
-    values = [h[metric] for h in history if h.get(metric) is not None]
+    values: list[float] = [h[metric] for h in history if h.get(metric) is not None]
     if not values:
         return None
     return min(values) if metric in LOWER_IS_BETTER else max(values)

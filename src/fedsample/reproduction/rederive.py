@@ -217,12 +217,13 @@ def rederive(text: str, registered: Mapping[str, Paper] | None = None) -> str:
     """Every stored section of ``text`` with its Comparison verdicts re-derived."""
     known = papers() if registered is None else registered
 
-    def section(match: re.Match) -> str:
+    def section(match: re.Match[str]) -> str:
+        whole: str = match[0]
         paper = known.get(match["paper"])
         if paper is None:
-            return match[0]
+            return whole
         body = rederive_section(paper, oracle_labels(match["body"]))
-        return match[0].replace(match["body"], body)
+        return whole.replace(match["body"], body)
 
     return SECTION.sub(section, text)
 

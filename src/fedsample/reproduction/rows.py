@@ -122,7 +122,7 @@ def read_verdict(row: Mapping[str, Any]) -> str:
     (:func:`~.multiplicity.holm_verdict`), then "inconclusive (t: ...; rank test: ...)" where the rank check
     disagrees (:func:`~.multiplicity.second_look`), and "not comparable" where the premise's test is reversed
     (read from its own adjusted p)."""
-    t_verdict = row["t_verdict"]
+    t_verdict: str = row["t_verdict"]
     if row.get("p") is None:
         return t_verdict
     verdict = second_look(holm_verdict(t_verdict, row.get("p_holm"), ONE_SIDED), row.get("rank_verdict"))
@@ -174,7 +174,7 @@ def side_budget(values: Mapping[str, Values], source: str, side: str) -> tuple[f
     return None
 
 
-def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple:
+def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple[Stats | None, Stats | None, list[tuple[float, float]] | None]:
     """Both sides' Stats in display units and, for a paired comparison, their per-seed pairs."""
     scale = display_scale(comparison.metric)
     a = measured(values, comparison.source, first, comparison.which, comparison.metric, scale)
@@ -203,11 +203,12 @@ def decisive_p(row: Mapping[str, Any]) -> float | None:
     """The p value a row's verdict is decided by: for a tie the smaller of TOST's ("holds") and that of
     "differs" (``p_differs``), else the smaller one-sided p (the claimed direction's, or the reversed one's,
     1 - p)."""
-    p = row.get("p")
+    p: float | None = row.get("p")
     if p is None:
         return None
     if row.get("tie"):
-        return p if row.get("p_differs") is None else min(p, row["p_differs"])
+        differs: float | None = row.get("p_differs")
+        return p if differs is None else min(p, differs)
     return min(p, 1.0 - p)
 
 

@@ -57,7 +57,9 @@ def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: P
     (momentum, moments) still advances, as it would with a learning rate of 0."""
     factor = 1.0 if schedule is None else schedule.factor(round)
     if factor == 1.0:
-        return server.step(params, delta, state)
+        stepped: tuple[Params, dict[str, Any]] = server.step(params, delta, state)
+        return stepped
     if factor == 0.0:
         return params, server.step(params, delta, state)[1]
-    return dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)
+    stepped = dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)
+    return stepped
