@@ -25,7 +25,7 @@ from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import NoSamples, PerClient, Shared, payloads_for, unplanned
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, is_failed, replies_of
+from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, is_failed, replies_of
 
 __all__ = ["DROPPED", "FaultModel", "Faulty", "STRAGGLED", "Straggler", "lost_to_faults", "miss_probability", "with_faults"]
 
@@ -137,7 +137,7 @@ class Faulty(Federation):
             return self._one_by_one(procedure, ids, live, sent, round, failed)
         if len(got) != len(live):
             raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
-        return Widened(got, live, len(ids), failed)
+        return got.widened(live, len(ids), failed)
 
     def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, sent: PerClient | Shared, round: int,
                     failed: dict[int, Failed]) -> Replies:
