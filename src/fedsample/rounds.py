@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex
 
 import numpy as np
 import torch
@@ -57,18 +57,18 @@ class RoundFailed(Exception):
     """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
 
 
-def is_failed(reply: Any) -> bool:
+def is_failed(reply: object) -> bool:
     """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
     return reply.__class__ is Failed
 
 
-def carries_update(reply: Any) -> bool:
+def carries_update(reply: object) -> bool:
     """A reply from at least one local step (not :class:`Failed`, not None, not an empty training reply: a training
     report with 0 steps; any other reply, a size report or a sealed one, carries what it carries)."""
     return reply is not None and reply.__class__ is not Failed and (not isinstance(reply, TrainReport) or reply.steps != 0)
 
 
-def failed_positions(replies: Iterable[Any]) -> dict[int, Failed]:
+def failed_positions(replies: Iterable[object]) -> dict[int, Failed]:
     """Position -> reply for the :class:`Failed` replies; a C-level scan of the reply types comes first, so a
     large cohort without failures costs no Python loop."""
     replies = list(replies) if not isinstance(replies, list) else replies
@@ -145,7 +145,7 @@ class RoundContext:
     response-rate adjustment of docs/reliability.md)."""
 
     federation: Any
-    params: Any
+    params: Params
     round: int
     seed: int
     state: dict
@@ -284,13 +284,13 @@ def update_sum_of(reply: Callable[[int], Any], failed: Mapping[int, Failed], pos
     return weighted_sum((reply(i).update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
 
 
-def loss_of(reply: Callable[[int], Any], received: np.ndarray) -> tuple[float, int]:
+def loss_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[float, int]:
     """(sum of the losses of the ``received`` replies, how many), in cohort order."""
     got = [reply(i) for i in received.tolist()]
     return float(sum(r.loss for r in got)), len(got)
 
 
-def drawn_of(reply: Callable[[int], Any], received: np.ndarray) -> int:
+def drawn_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int:
     """sum_c |S_c| over the ``received`` replies' ``samples`` fields; a ValueError when one does not carry it."""
     counts = [reply(i).samples for i in received.tolist()]  # received: TrainReports
     if any(c is None for c in counts):
@@ -298,7 +298,7 @@ def drawn_of(reply: Callable[[int], Any], received: np.ndarray) -> int:
     return int(sum(c for c in counts if c is not None))
 
 
-def rows_of(reply: Callable[[int], Any], received: np.ndarray) -> int | None:
+def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | None:
     """The rows the ``received`` replies' local steps read, summed (0 for a reply that took no step); None where one
     that stepped does not say."""
     got = [reply(i) for i in received.tolist()]  # received: TrainReports
@@ -550,7 +550,7 @@ class FusedReplies(ReplyList):
         return FusedReplies(self.backing, self._rejected, live if self.live is None else live[self.live], size, unasked)
 
 
-def position_index(position: Any, size: int) -> int:
+def position_index(position: SupportsIndex, size: int) -> int:
     """A sequence index: negative ones count from the end; out of range is an IndexError."""
     i = int(position)
     i = i + size if i < 0 else i
