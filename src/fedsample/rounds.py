@@ -27,7 +27,7 @@ from fedsample.messages import Params, TrainReport
 from fedsample.rng import SERVER, generator
 
 __all__ = [
-    "Cohort", "Failed", "FederationLost", "FusedReplies", "HeldReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList",
+    "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
     "RoundContext", "add_weighted_", "carries_update", "drawn_of", "failed_positions", "is_failed", "loss_of", "position_index",
     "replies_of", "rows_of", "update_sum_of", "weighted_sum", "without",
 ]
@@ -422,7 +422,7 @@ class ReplyBacking(Protocol):
         ...
 
 
-class HeldReplies:
+class ReplyObjects:
     """A backing that holds its reply objects in ``self.replies`` (a list): the abilities an engine does not fuse,
     computed reply by reply as :class:`Replies` computes them (an engine's backing overrides what it fuses)."""
 

@@ -38,7 +38,7 @@ from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import reports_count
-from fedsample.rounds import Failed, FusedReplies, HeldReplies, Replies, ReplyList, drawn_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, drawn_of
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
@@ -64,7 +64,7 @@ class RoundCost:
     probes: int = 0
 
 
-class LinearCohort(HeldReplies):
+class LinearCohort(ReplyObjects):
     """The backing (:class:`~fedsample.rounds.ReplyBacking`) of one cohort's train reports, each client's update a
     combination of per-sample gradients; a linear aggregator's ``sum_k w_k Delta_k`` is one sum (a fused sum, like
     the vectorized engine's): of the clients' kept updates (:class:`~fedsample.diagnostics.gradients.ClientUpdates`)

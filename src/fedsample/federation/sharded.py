@@ -24,7 +24,7 @@ from torch import nn
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
 from fedsample.messages import TrainReport, payloads_for
-from fedsample.rounds import Failed, FusedReplies, HeldReplies, NumberReplies, Replies, ReplyList
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
 __all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "compact_weights", "in_cohort_order", "sharded_replies",
@@ -135,7 +135,7 @@ class RemoteReport(TrainReport):
         return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its worker)"
 
 
-class ShardedUpdates(HeldReplies):
+class ShardedUpdates(ReplyObjects):
     """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a ``train`` call's reports over the workers: light
     reports (:class:`RemoteReport`) whose received positions come with the summaries and whose weighted sum is
     fused (one partial sum per worker, added here); the other abilities are the reports', one by one."""

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from fedsample.messages import Params, PlannedSum, TrainPayload, TrainReport
-from fedsample.rounds import Failed, FusedReplies, HeldReplies, add_weighted_, carries_update, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, add_weighted_, carries_update, update_sum_of
 from fedsample.validate import report_problem
 
 __all__ = ["RunningSum", "SummedReport", "SummedUpdates"]
@@ -79,7 +79,7 @@ class RunningSum:
         return FusedReplies(SummedUpdates(reports, self), failed=dict(self.rejected))
 
 
-class SummedUpdates(HeldReplies):
+class SummedUpdates(ReplyObjects):
     """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a ``train`` call's replies whose updates were summed
     as they arrived (:class:`RunningSum`): every update was checked on arrival (no suspects for the server's screen),
     and the sum is what the server asks; the other abilities are the replies', one by one."""

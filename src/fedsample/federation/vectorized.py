@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, HeldReplies, NumberReplies, Replies, ReplyList, drawn_of, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, drawn_of, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -698,7 +698,7 @@ def _scaled_where_stepped(per_client: np.ndarray, loss_scale: np.ndarray, counts
     return out
 
 
-class SteppedCohort(HeldReplies):
+class SteppedCohort(ReplyObjects):
     """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a multi-step cohort's reports: a list of one
     fixed-shape report per client, some of whose updates are held in low-rank form
     (:class:`~fedsample.training.lowrank.LowRankStack`, one per chunk) and formed only when read. Its weighted sum is
