@@ -316,3 +316,49 @@ def test_a_backend_name_as_federation_is_one_line_naming_the_factory(fed):
         fs.simulate(
             fs.recipes.fedavg(clients_per_round=2), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(federation="ray"),
         )
+
+
+def test_there_are_three_reply_list_kinds():
+    """Every engine's answer is one of three kinds (issue 39): the plain list, numbers as one array, and a fused list
+    over an engine's backing; no other class in fedsample implements the reply-list protocol."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(fs.__path__, "fedsample."):
+        with contextlib.suppress(ImportError):  # an optional extra not installed
+            importlib.import_module(info.name)
+
+    def below(cls):
+        return {cls} | {d for sub in cls.__subclasses__() for d in below(sub)}
+
+    kinds = {c for c in below(ReplyList) if c.__module__.startswith("fedsample.") and c is not ReplyList}
+    assert kinds == {Replies, NumberReplies, FusedReplies}
+
+
+class _Listed(fs.rounds.ReplyObjects):
+    def __init__(self, replies):
+        self.replies = replies
+
+
+def test_widening_twice_and_rejecting_map_positions_like_the_plain_list():
+    """A fused list widened into a cohort, then into a larger one, and a rejection made at an outer position: each
+    answer equals the plain list's holding the same replies at the same positions."""
+    reports = [TrainReport({"w": torch.tensor([float(k + 1)])}, 1, 0.25 * k, samples=k + 2) for k in range(4)]
+    reports[2] = TrainReport({"w": torch.zeros(1)}, 0, 0.0)  # an empty reply: no step
+    first = FusedReplies(_Listed(reports)).widened(np.array([0, 2, 3, 5]), 6, {1: Failed(1, "train", "a"), 4: Failed(4, "train", "b")})
+    twice = first.widened(np.array([1, 2, 3, 4, 6, 7]), 8, {0: Failed(10, "train", "c"), 5: Failed(15, "train", "d")})
+    # the backing's reply j sits at positions [0, 2, 3, 5] of the first cohort, [1, 3, 4, 7] of the second
+    rejected = twice.rejecting({3: Failed(1, "train", "screened")})
+    items = [Failed(10, "train", "c"), reports[0], Failed(1, "train", "a"), Failed(1, "train", "screened"), reports[2],
+             Failed(15, "train", "d"), Failed(4, "train", "b"), reports[3]]
+    plain = Replies(items)
+    assert type(rejected) is FusedReplies and rejected.backing is twice.backing and len(rejected) == 8
+    assert list(rejected) == items and rejected.failures() == plain.failures() and sorted(rejected.failed) == [0, 2, 3, 5, 6]
+    np.testing.assert_array_equal(rejected.received_positions(), plain.received_positions())
+    assert rejected.received_positions().tolist() == [1, 7]
+    weights = np.array([0.5, 3.0])
+    assert rejected.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == plain.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == [0.5 + 12.0]
+    assert rejected.summed_loss() == plain.summed_loss() == (0.75, 2) and rejected.drawn_total() == plain.drawn_total() == 7
+    assert twice.received_positions().tolist() == [1, 3, 7] and twice.failed.keys() == {0, 2, 5, 6}  # the original is untouched
+    with pytest.raises(ValueError, match="arrived"):
+        twice.rejecting({2: Failed(1, "train", "x")})  # position 2 was never asked
