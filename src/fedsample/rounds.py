@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ class RoundFailed(Exception):
     """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
 
 
-def is_failed(reply: object) -> bool:
+def is_failed(reply: object) -> TypeGuard[Failed]:
     """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
     return reply.__class__ is Failed
 

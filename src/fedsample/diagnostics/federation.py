@@ -73,7 +73,7 @@ class LinearCohort(ReplyObjects):
     def __init__(self, updates: ClientUpdates, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
                  steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, statistics: dict[str, np.ndarray] | None = None,
                  counts: np.ndarray | None = None) -> None:
-        self.replies: list[Any] = [None] * clients
+        self.replies: list[_LinearReport | None] = [None] * clients
         self.updates, self.basis, self.rows, self.member, self.coef = updates, updates.basis, rows, member, coef
         self.counts = counts  # each member's drawn count, where the plan asks the clients for it
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
@@ -112,7 +112,7 @@ class LinearCohort(ReplyObjects):
         a, b = self._cuts[position], self._cuts[position + 1]
         return self.updates.of(self.rows[a:b], self.coef[a:b])
 
-    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float | None, float]:
         """Client ``position``'s dataset rows and coefficients (one entry per use), steps, a_k and loss."""
         a, b = self._cuts[position], self._cuts[position + 1]
         report = self.replies[position]

@@ -143,7 +143,7 @@ class Faulty(Federation):
                     failed: dict[int, Failed]) -> Replies:
         """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
         client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""
-        replies: list[Any] = [failed.get(i) for i in range(len(ids))]
+        replies: list[object] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
             one = unplanned(sent.take([i]))  # one client: no planned sum of the cohort
@@ -171,7 +171,7 @@ def miss_probability(model: FaultModel, phase: str) -> float:
     return 1 - (1 - p) * (1 - late)
 
 
-def lost_to_faults(reply: Any) -> bool:
+def lost_to_faults(reply: object) -> bool:
     """Whether ``reply`` is a client the failure model lost (dropped out, or a straggler), not one that raised or
     answered something unusable."""
     return is_failed(reply) and (reply.reason == DROPPED or reply.reason.startswith(STRAGGLED))

@@ -138,7 +138,7 @@ def with_secure_sum(federation: Federation, on: bool = True) -> Federation:
     return SecureSum(federation) if on and not isinstance(federation, SecureSum) else federation
 
 
-def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) -> ReplyList:
+def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: TrainPayload | HeldRequest | None) -> ReplyList:
     """Each client checks its own reply before it enters the sum (the server cannot look inside a secure sum):
     a non-finite or malformed update is not sent, and the client counts as failed, which the server learns as
     in secure aggregation's dropout handling (:func:`fedsample.validate.screen_updates`, run on the clients'
@@ -149,7 +149,7 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
-def sealed_count(payload: Any) -> tuple[bool, float, str]:
+def sealed_count(payload: object) -> tuple[bool, float, str]:
     """What a sealed call's counts are: (whether each client's count goes into the sum, the standard deviation sigma of
     the noise on that sum, the purpose of the cell its shares come from). A :class:`~fedsample.messages.SizeSumRequest`
     sums the clients' sizes (:data:`SIZE_NOISE_PURPOSE`); a training payload its plan's drawn counts where the plan

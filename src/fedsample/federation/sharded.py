@@ -141,7 +141,7 @@ class ShardedUpdates(ReplyObjects):
     fused (one partial sum per worker, added here); the other abilities are the reports', one by one."""
 
     def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
-        self.replies: list[Any] = [None] * size
+        self.replies: list[TrainReport | None] = [None] * size
         self._fed, self._token, self._parts = fed, token, parts
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
@@ -201,7 +201,7 @@ def in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size
         for w, number in numbers.items():
             values[parts[w]] = number.values
         return NumberReplies(values)
-    out: list[Any] = [None] * size
+    out: list[object] = [None] * size
     for w, answer in answers.items():
         for j, report in zip(parts[w].tolist(), answer):
             out[j] = report

@@ -22,7 +22,7 @@ are then the same too; only the time doubles for that round.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class RunningSum:
         self.summed: list[int] = []
         self.rejected: dict[int, Failed] = {}
 
-    def take(self, position: int, client: int, report: Any, params: Params, recompute: Callable[[], Params]) -> Any:
+    def take(self, position: int, client: int, report: object, params: Params, recompute: Callable[[], Params]) -> object:
         """The reply to keep for ``position`` (``client``'s): a :class:`SummedReport` once its update is added, the
         report itself where it carries no update (empty), the screen's :class:`Failed` where it fails the server's
         deep check against the global ``params``."""
@@ -74,7 +74,7 @@ class RunningSum:
         self.summed.append(position)
         return SummedReport(recompute, report)
 
-    def replies(self, reports: list[Any]) -> FusedReplies:
+    def replies(self, reports: list[object]) -> FusedReplies:
         """The call's replies (``reports``: :meth:`take`'s, in cohort order) backed by this sum, the rejected failed."""
         return FusedReplies(SummedUpdates(reports, self), failed=dict(self.rejected))
 
@@ -84,7 +84,7 @@ class SummedUpdates(ReplyObjects):
     as they arrived (:class:`RunningSum`): every update was checked on arrival (no suspects for the server's screen),
     and the sum is what the server asks; the other abilities are the replies', one by one."""
 
-    def __init__(self, reports: list[Any], running: RunningSum) -> None:
+    def __init__(self, reports: list[object], running: RunningSum) -> None:
         self.replies = reports
         self._total, self._weights = running.total, np.asarray(running.weights, dtype=np.float64)
         self._summed = np.asarray(running.summed, dtype=np.int64)

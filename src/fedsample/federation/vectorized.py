@@ -705,7 +705,7 @@ class SteppedCohort(ReplyObjects):
     one matmul of each chunk's factors (a fused sum), plus the plain sum of the clients trained with stacked
     parameters. Holds message content only."""
 
-    def __init__(self, reports: list[Any], took_step: np.ndarray) -> None:
+    def __init__(self, reports: list[TrainReport], took_step: np.ndarray) -> None:
         self.replies = reports
         self._took_step = took_step  # one flag per cohort position: the client took a step
         self._held: list[LowRankStack] = []  # the chunks' factors, in the order they were kept
