@@ -2,14 +2,18 @@
 shared machine changes it far less than wall time): the second convolution's forward, input gradient and weight
 gradient, the wide 12,544 x 128 layer's forward, input gradient and SGD step, and the fused layer's backward
 (``fedsample.training.fused``) in blocks of ``FUSED_BLOCK_COLUMNS`` columns against one block, alternated
-call by call. Figures: the 10th percentile and the median over the calls (ms), and the paired median ratio of
-the blocked backward to the one-block one.
+call by call; then whole clients (50 rows, 5 steps of 10: pfl-research's CIFAR-10 client), the engine's local
+training (``run_schedule``) against a bare PyTorch loop over the same training module and the same dropout masks,
+alternated client by client, with the minor page faults of each (``getrusage`` of the thread). Figures: the 10th
+percentile and the median over the calls (ms; per local step for the clients), and the paired median ratios
+(blocked backward ÷ one block, engine ÷ bare).
 ``--smoke``: 5 calls each.
 Run: python benchmarks/step_parts.py [--smoke]
 """
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Callable
 
@@ -19,7 +23,11 @@ import torch.nn.functional as F
 
 from _common import arguments, emit, footer, header
 
-from fedsample.training import fused
+from fedsample.messages import ClientContext, LocalSample
+from fedsample.models import PflCNN
+from fedsample.rng import ClientRandom
+from fedsample.training import fused, random_layers
+from fedsample.training.local import LocalSGD, run_schedule
 
 BATCH = 10
 
@@ -81,6 +89,56 @@ def fused_backward(columns: int) -> Callable[[], object]:
     return call
 
 
+def client_steps() -> dict[str, Callable[[int], object]]:
+    """One client of 50 CIFAR-shaped rows, 5 steps of 10 at lr 0.1 from the same global model: the engine's local
+    training (``run_schedule``: masks from the client's stream, the wide layer fused, the update formed in its
+    working copy), and a bare loop over the same training module (its parameters copied in, the same masks drawn,
+    ``loss.backward()``, an in-place SGD step, the gradients dropped)."""
+    torch.manual_seed(0)
+    rows = 5 * BATCH
+    x, y = torch.randn(rows, 3, 32, 32), torch.randint(0, 10, (rows,))
+    model = PflCNN().build((3, 32, 32), 10)
+    layers = random_layers.prepare(model, x[:1])
+    module = random_layers.attach(layers)
+    start = {k: v.detach().clone() for k, v in model.named_parameters()}
+    ctx, sample, solver = ClientContext(0, x, y, module, "classification", 10), LocalSample(np.arange(rows)), LocalSGD(lr=0.1, batch_size=BATCH)
+    trained = list(module.parameters())
+
+    def engine(client: int) -> object:
+        return run_schedule(solver, ctx, sample, start, 1, ClientRandom(0, 1, client, "train")).update
+
+    def bare(client: int) -> object:
+        generator = random_layers.client_generator(0, 1, client)
+        with torch.no_grad():
+            torch._foreach_copy_(trained, list(start.values()))
+        for step in range(5):
+            batch = slice(step * BATCH, (step + 1) * BATCH)
+            with random_layers.injected(layers.draw(generator, BATCH)):
+                F.cross_entropy(module(x[batch]), y[batch]).backward()
+            with torch.no_grad():
+                torch._foreach_add_(trained, [p.grad for p in trained], alpha=-0.1)
+            for p in trained:
+                p.grad = None
+        return None
+
+    return {"engine_client": engine, "bare_client": bare}
+
+
+def clients_ms_and_faults(calls: dict[str, Callable[[int], object]], n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Thread CPU time (ms) and minor page faults per local step of each call, alternated client by client ``n``
+    times after 3 warm-up clients; each call's result (the update) is dropped before the next, as an aggregate does."""
+    ms: dict[str, list[float]] = {k: [] for k in calls}
+    faults: dict[str, list[float]] = {k: [] for k in calls}
+    for client in range(n + 3):
+        for k, f in calls.items():
+            before, start = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt, time.thread_time()
+            f(client)
+            if client >= 3:
+                ms[k].append((time.thread_time() - start) * 1e3 / 5)
+                faults[k].append((resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before) / 5)
+    return {k: np.array(v) for k, v in ms.items()}, {k: np.array(v) for k, v in faults.items()}
+
+
 def main() -> None:
     args = arguments(__doc__).parse_args()
     torch.set_num_threads(1)
@@ -92,6 +150,12 @@ def main() -> None:
         emit(f"{k}_ms_p10", float(np.percentile(v, 10)))
         emit(f"{k}_ms_median", float(np.median(v)))
     emit("fused_blocks_over_one_block_paired_median", float(np.median(times["fused_blocks"] / times["fused_one_block"])))
+    per_step, faults = clients_ms_and_faults(client_steps(), 5 if args.smoke else 30)
+    for k, v in per_step.items():
+        emit(f"{k}_ms_per_step_p10", float(np.percentile(v, 10)))
+        emit(f"{k}_ms_per_step_median", float(np.median(v)))
+        emit(f"{k}_minor_faults_per_step_median", float(np.median(faults[k])))
+    emit("engine_over_bare_paired_median", float(np.median(per_step["engine_client"] / per_step["bare_client"])))
     footer()
 
 

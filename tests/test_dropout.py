@@ -211,3 +211,17 @@ def test_masks_are_the_same_bits_on_every_processor_and_dtype(monkeypatch):
         mask = layers.draw(client_generator(3, 1, 7), 4, dtype)["drop"]
         assert mask.dtype == dtype
         assert (mask > 0).int().flatten().tolist() == pinned
+
+
+@pytest.mark.parametrize("p", [0.1, 0.25, 1 / 3, 0.5, 0.9, 0.0, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masks_are_the_bits_of_the_plain_formula(p, dtype):
+    """The mask written in place into the uniforms' tensor equals ``(u < 1-p).to(dtype) * (1/(1-p))`` to the bit,
+    the same uniforms read from the same generator (thresholds 1-p that float32 cannot hold included: 0.9, 2/3)."""
+    shape = (50, 2000)
+    u = torch.rand(shape, generator=torch.Generator().manual_seed(5))
+    plain = (u < 1.0 - p).to(dtype)
+    plain = plain * (1.0 / (1.0 - p)) if 0.0 < p < 1.0 else plain
+    got = kept_units(torch.Generator().manual_seed(5), shape, p, dtype)
+    assert got.dtype == dtype and torch.equal(got, plain)
+    assert 0 < int((got > 0).sum()) < got.numel() or p in (0.0, 1.0)

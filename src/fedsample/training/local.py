@@ -210,7 +210,7 @@ def run_schedule(
         if fused is not None:
             fused.close()
     if update is None:
-        update = {k: v.detach().neg_().add_(a) for k, a, v in zip(params, anchor, w)}  # in the working copy: a - v to the bit
+        update = {k: torch.sub(a, v.detach(), out=v.detach()) for k, a, v in zip(params, anchor, w)}  # a - v in one pass, in the working copy
     mean_loss = float(torch.stack(losses).double().mean()) if losses else float("nan")
     if schedule.loss_scale is not None:
         mean_loss *= float(schedule.loss_scale[0])

@@ -148,8 +148,10 @@ def kept_units(generator: torch.Generator | None, shape: tuple[int, ...], p: flo
     Not ``Tensor.bernoulli_(1-p)``: torch's CPU kernel for a scalar p draws from MKL's own generator on Intel
     processors and from the generator's Mersenne twister on the others, so a run with dropout would give other
     numbers on another make of processor; ``torch.rand`` reads the generator the same way on every processor
-    (and is faster on the others: ≈ 0.4 against 1.05 ms for 125,440 units, one AMD EPYC core)."""
-    keep = (torch.rand(shape, generator=generator) < 1.0 - p).to(dtype)
+    (and is faster on the others: figures in ``benchmarks/README.md``). The comparison is written into the uniforms'
+    own tensor (no boolean mask, no conversion where ``dtype`` is theirs): the same bits as ``(u < 1-p).to(dtype)``."""
+    keep = torch.rand(shape, generator=generator).lt_(1.0 - p)  # in place: 1.0 where u < 1-p, else 0.0
+    keep = keep if keep.dtype == dtype else keep.to(dtype)
     return keep.mul_(1.0 / (1.0 - p)) if 0.0 < p < 1.0 else keep
 
 
