@@ -91,7 +91,7 @@ def flower_round(n: int, strategy, module) -> dict:
         for r in range(2):
             federation = TimedFederation(FlowerFederation(grid, nodes, n, seed=0, timeout=600))
             t = time.perf_counter()
-            params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, r, 0)
+            params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum, seed=0), params, state, r, 0)
             timing[f"round{r}"] = time.perf_counter() - t
             timing["phases"], timing["log"] = federation.seconds, log
 
@@ -123,7 +123,7 @@ def codec_seconds(fed, module, strategy) -> float:
     reports of an in-process round; no transport)."""
     capture = CapturingFederation(Simulator(fed, module, 0))
     params = fs.models.initial_parameters(module, 0)
-    strategy.round(with_secure_sum(capture, strategy.secure_sum), params, strategy.init_state(params), 1, 0)
+    strategy.round(with_secure_sum(capture, strategy.secure_sum, seed=0), params, strategy.init_state(params), 1, 0)
 
     def round_trip():
         for ids, requests, replies in capture.calls:
@@ -141,7 +141,7 @@ def node_handler_seconds(fed, module, strategy, n: int) -> float:
     decode the request, build the node's ClientContext (data rows, model), run the procedure, encode the reply."""
     capture = CapturingFederation(Simulator(fed, module, 0))
     params = fs.models.initial_parameters(module, 0)
-    strategy.round(with_secure_sum(capture, strategy.secure_sum), params, strategy.init_state(params), 1, 0)
+    strategy.round(with_secure_sum(capture, strategy.secure_sum, seed=0), params, strategy.init_state(params), 1, 0)
     config = AppConfig.from_run_config(settings(n))
 
     def handle_all():

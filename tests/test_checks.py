@@ -50,7 +50,7 @@ from typing import Literal
 import numpy as np
 
 from fedsample.checks import (
-    BOOLEAN, COUNT, Options, Param, ParameterError, arguments, check, constrained, declared_values, inherited_rules, integers, reals,
+    BOOLEAN, COUNT, Options, Param, ParameterError, arguments, check, constrained, declared_values, inherited_rules, integers, reals, renames,
     requirement,
 )
 
@@ -151,7 +151,7 @@ def test_constrained_checks_fields_literals_then_the_own_rules():
         with pytest.raises(ValueError) as error:
             _Part(**kwargs)
         assert str(error.value) == words
-    assert set(_Child.__constraints__) == {"k", "rate", "extra"}
+    assert set(inherited_rules(_Child)) == {"k", "rate", "extra"}
     with pytest.raises(ParameterError, match="_Child: k must be"):
         _Child(k=0)
     with pytest.raises(ParameterError, match="_Child: extra must be >= 0, got -1"):
@@ -189,7 +189,7 @@ def test_arguments_aliases_renamed_and_literals():
         with pytest.raises(ParameterError) as error:
             _recipe(**kwargs)
         assert str(error.value) == words
-    assert _recipe.__aliases__ == {"K": "samples_per_round"} and _recipe.__renamed__ == {"lr": "server_lr"}
+    assert renames(_recipe).aliases == {"K": "samples_per_round"} and renames(_recipe).renamed == {"lr": "server_lr"}
     with pytest.raises(TypeError, match="positional"):
         _recipe(3)
 
@@ -303,7 +303,8 @@ def test_the_docs_table_lists_every_alias_and_renamed_name():
     rows = [line.split("|")[1:-1] for line in (Path(__file__).parents[1] / "docs" / "parameters.md").read_text().splitlines()
             if line.startswith("| ") and "`" in line]
     for name, fn in recipes.RECIPES.items():
-        for old, new in {**fn.__aliases__, **fn.__renamed__}.items():
+        declared = recipes.KEYWORDS[fn].declared
+        for old, new in {**declared.aliases, **declared.renamed}.items():
             assert any(f"`{new}`" in row[1] and f"`{old}`" in row[3] and f"`{name}`" in row[3] for row in rows), (name, old, new)
 
 

@@ -94,7 +94,7 @@ def run_rounds(strategy, rounds=4, backend="loop"):
     state = strategy.init_state(params)
     history = []
     for t in range(rounds):
-        params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum), params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(federation, strategy.secure_sum, seed=0), params, state, t, seed=0)
         history.append(log)
     server_side = [strategy, state, history, federation.returned, federation.queries, seen]
     return server_side, seen

@@ -43,7 +43,7 @@ def server_side_of(grid, strategy, rounds: int = 2) -> list:
     params = fs.models.initial_parameters(module, 0)
     state, history = strategy.init_state(params), []
     for t in range(rounds):
-        params, log = strategy.round(with_secure_sum(recording, strategy.secure_sum), params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(recording, strategy.secure_sum, seed=0), params, state, t, seed=0)
         history.append(log)
     federation_logs = [federation.nodes, dict(federation.failures), dict(federation.asked), dict(federation.left_out)]
     return [strategy, state, history, recording.returned, recording.queries, seen, federation_logs]

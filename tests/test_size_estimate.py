@@ -110,7 +110,7 @@ def run_rounds(strategy, rounds, backend="vectorized"):
     params = fs.models.initial_parameters(module, 0)
     state, logs = strategy.init_state(params), []
     for t in range(rounds):
-        params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, state, t, seed=0)
+        params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum, seed=0), params, state, t, seed=0)
         logs.append(log)
     return logs, fed.size_queries
 

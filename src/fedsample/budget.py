@@ -15,12 +15,17 @@ minibatches' widths: ``epochs x n_k`` for epochs, ``steps x min(batch, n_k)`` fo
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
+from fedsample.runtime.records import Record
+
+if TYPE_CHECKING:
+    from fedsample.rounds import ReplyList
+
 __all__ = [
-    "BUDGET_RANGE", "EQUAL_BUDGET_TOLERANCE", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
+    "ArmBudget", "BUDGET_RANGE", "BudgetSummary", "EQUAL_BUDGET_TOLERANCE", "Source", "arm_budget", "budget_summary", "budget_warning", "budget_warnings", "comparison_note",
     "equal_budgets",
     "realised_samples",
 ]
@@ -31,8 +36,31 @@ BUDGET_RANGE = (0.67, 1.5)
 EQUAL_BUDGET_TOLERANCE = 0.10
 """Arms compare at "equal samples" when every realised mean is within 10% of their average (:func:`equal_budgets`)."""
 
+Source = Literal["released", "measured", "not measured"]
+"""Where a realised figure comes from: told to the server, measured by the simulation of sealed rounds, or neither."""
 
-def realised_samples(drawn: float | None, replies: Any) -> float | None:
+
+class BudgetSummary(TypedDict):
+    """One run's realised samples per round (:func:`budget_summary`): mean and range (None where not measured), the
+    rounds counted, the rounds whose K/N~ was capped at 1, and where the figures come from."""
+
+    mean: float | None
+    min: float | None
+    max: float | None
+    rounds: int
+    clamped_rounds: int
+    source: Source
+
+
+class ArmBudget(BudgetSummary):
+    """One arm's realised budget over its seeds (:func:`arm_budget`, results.json's ``budget``): the summary's figures,
+    FedSampling's K where the rounds carry it, and each seed's :class:`BudgetSummary`."""
+
+    K: float | None
+    per_seed: list[BudgetSummary | None]
+
+
+def realised_samples(drawn: float | None, replies: ReplyList) -> float | None:
     """One round's realised samples: the cohort's drawn count where its clients report it (FedSampling's
     self-normalized plan: sum_c |S_c|, noised when the plan noises it), else the rows the received ``replies``
     (a :class:`~fedsample.rounds.ReplyList`) trained on, with repeats, summed (:meth:`~fedsample.rounds.ReplyList.rows_trained`:
@@ -44,7 +72,7 @@ def realised_samples(drawn: float | None, replies: Any) -> float | None:
     return None if rows is None else float(rows)
 
 
-def measured_figure(record: Mapping[str, Any], rows: int | None) -> dict[str, Any]:
+def measured_figure(record: Record, rows: int | None) -> dict[str, float | None]:
     """What a round's record adds of the simulation's own measurement (:mod:`fedsample.runtime.measured`): where the
     round trained (``updates``) but the server was told no realised figure (sealed replies: a private drawn count,
     noised replies), ``{"realised_measured": rows}``, the rows the engine saw its clients train (None: an engine that
@@ -55,7 +83,7 @@ def measured_figure(record: Mapping[str, Any], rows: int | None) -> dict[str, An
     return {"realised_measured": None if rows is None else float(rows)}
 
 
-def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def budget_summary(history: Sequence[Record]) -> BudgetSummary | None:
     """``{"mean", "min", "max", "rounds", "clamped_rounds", "source"}`` of one run's realised samples per round
     (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1): the figures the server was told
     (the records' ``realised_samples``, ``source`` "released"), else those the simulation measured of sealed rounds
@@ -65,7 +93,8 @@ def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
     clamped = sum(1 for r in history if "ratio" in (r.get("clamped") or {}))
     released = [float(r["realised_samples"]) for r in history if r.get("realised_samples") is not None]
     measured = [float(r["realised_measured"]) for r in history if r.get("realised_measured") is not None]
-    values, source = (released, "released") if released else (measured, "measured")
+    values = released or measured
+    source: Source = "released" if released else "measured"
     if not values:
         if any("realised_measured" in r for r in history):
             return {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": clamped, "source": "not measured"}
@@ -74,7 +103,7 @@ def budget_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
             "source": source}
 
 
-def budget_warning(label: str, summary: Mapping[str, Any] | None, K: float | None) -> str | None:
+def budget_warning(label: str, summary: BudgetSummary | None, K: float | None) -> str | None:
     """The one line saying that an arm did not sample its budget K: K/N~ >= 1 in some round (every row kept), or
     the realised mean outside [0.67 K, 1.5 K] (:data:`BUDGET_RANGE`); None where the arm has no K or stayed inside.
     A sealed arm's figure (``source`` "measured": the server was not told it) is said to be measured in simulation."""
@@ -100,7 +129,7 @@ def equal_budgets(means: Mapping[str, float], tolerance: float = EQUAL_BUDGET_TO
     return bool(np.all(np.abs(values / values.mean() - 1) <= tolerance))
 
 
-def arm_budget(histories: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
+def arm_budget(histories: Sequence[Sequence[Record]]) -> ArmBudget | None:
     """One arm's realised budget over its seeds (results.json's ``budget``): the mean of the seeds' per-round means,
     the smallest and largest round, the rounds whose K/N~ was capped, FedSampling's K where the rounds carry it,
     where the figures come from (``source``: "released", "measured" in simulation, or "not measured" where sealed
@@ -114,21 +143,22 @@ def arm_budget(histories: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, An
                 "source": "not measured", "per_seed": seeds} if sealed else None
     targets = {r["target_samples"] for history in histories for r in history if r.get("target_samples") is not None}
     sources = {s["source"] for s in known}
+    lows, highs = [s["min"] for s in known if s["min"] is not None], [s["max"] for s in known if s["max"] is not None]
     return {
-        "mean": float(np.mean([s["mean"] for s in known])), "min": min(s["min"] for s in known), "max": max(s["max"] for s in known),
+        "mean": float(np.mean([s["mean"] for s in known])), "min": min(lows), "max": max(highs),
         "rounds": sum(s["rounds"] for s in known), "clamped_rounds": sum(s["clamped_rounds"] for s in known),
         "K": targets.pop() if len(targets) == 1 else None, "source": "released" if sources == {"released"} else "measured",
         "per_seed": seeds,
     }
 
 
-def budget_warnings(arms: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+def budget_warnings(arms: Mapping[str, ArmBudget | None]) -> list[str]:
     """The :func:`budget_warning` line of every arm (label -> :func:`arm_budget`) that did not sample its K."""
     lines = [budget_warning(label, arm, arm.get("K")) if arm else None for label, arm in arms.items()]
     return [line for line in lines if line is not None]
 
 
-def comparison_note(arms: Mapping[str, Mapping[str, Any] | None], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> str | None:
+def comparison_note(arms: Mapping[str, ArmBudget | None], tolerance: float = EQUAL_BUDGET_TOLERANCE) -> str | None:
     """What a table may say of its arms' budgets: "equal samples" (realised means within ``tolerance`` of their
     average, :func:`equal_budgets`) or "unequal budgets" with each arm's mean, the figures the simulation measured
     of sealed arms (the server was not told them) marked so and used as theirs; None where fewer than two arms
@@ -136,7 +166,7 @@ def comparison_note(arms: Mapping[str, Mapping[str, Any] | None], tolerance: flo
     means = {label: arm["mean"] for label, arm in arms.items() if arm and arm["mean"] is not None}
     if len(means) < 2:
         return None
-    measured = [label for label in means if (arms[label] or {}).get("source") == "measured"]
+    measured = [label for label, arm in arms.items() if label in means and arm and arm.get("source") == "measured"]
     figures = ", ".join(f"{label} {mean:.0f}" + (" (measured in simulation)" if label in measured else "") for label, mean in means.items())
     figures += " samples per round" + (f"; {len(measured)} sealed arm(s): not released to the server, measured in simulation" if measured else "")
     if equal_budgets(means, tolerance):

@@ -17,7 +17,8 @@ Where the rules are declared:
   named);
 - a function (the recipes, ``simulate``): ``@arguments(owner, aliases=..., renamed=..., name=constraint, ...)``
   checks the given arguments (and ``Literal``-typed ones), maps a documented alias to its canonical name
-  (refusing both at once) and refuses a renamed keyword with one line naming the new one;
+  (refusing both at once) and refuses a renamed keyword with one line naming the new one (:func:`renames` answers
+  which a function takes);
 - anything else: :func:`check` one value, :func:`validate` a mapping, :func:`fail` for a rule that ties several
   values together (still the one template).
 """
@@ -32,14 +33,17 @@ import numbers
 import types
 import typing
 import weakref
-from typing import Any, Callable, Iterable, Literal, Mapping, NoReturn, Sequence, TypeVar, Union, cast
+from typing import Callable, Iterable, Literal, Mapping, NoReturn, Sequence, TypeGuard, TypeVar, Union, cast
 
 import numpy as np
 
+if typing.TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 __all__ = [
     "BOOLEAN", "COUNT", "NON_NEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "Constraint", "Each", "InstanceOf", "Interval", "Options",
-    "Param", "ParameterError", "arguments", "check", "constrained", "count", "fail", "in_interval", "integers",
-    "message", "non_negative", "positive", "reals", "requirement", "validate",
+    "Param", "ParameterError", "Renames", "arguments", "check", "constrained", "count", "fail", "in_interval", "inherited_rules",
+    "integers", "message", "non_negative", "positive", "reals", "renames", "requirement", "validate",
 ]
 
 
@@ -48,18 +52,18 @@ class ParameterError(ValueError, TypeError):
     one line naming the owner, the parameter, what it must be and what it got. ``owner``, ``name`` and
     ``value`` are kept for callers that add where the value came from (a TOML key)."""
 
-    def __init__(self, text: str, owner: str | None = None, name: str | None = None, value: Any = None) -> None:
+    def __init__(self, text: str, owner: str | None = None, name: str | None = None, value: object = None) -> None:
         super().__init__(text)
         self.owner, self.name, self.value = owner, name, value
 
 
-def message(name: str, requirement: str, value: Any, owner: str | None = None) -> str:
+def message(name: str, requirement: str, value: object, owner: str | None = None) -> str:
     """The one template: ``"{owner}: {name} must be {requirement}, got {value!r}"``."""
     text = f"{name} must be {requirement}, got {value!r}"
     return f"{owner}: {text}" if owner else text
 
 
-def fail(name: str, value: Any, requirement: str, owner: str | None = None, label: str | None = None) -> NoReturn:
+def fail(name: str, value: object, requirement: str, owner: str | None = None, label: str | None = None) -> NoReturn:
     """Refuse ``value`` with the template (naming ``label`` or ``name``), also for a rule that no single constraint
     states (one value bounded by another)."""
     raise ParameterError(message(label or name, requirement, value, owner), owner, name, value)
@@ -71,7 +75,7 @@ def fail(name: str, value: Any, requirement: str, owner: str | None = None, labe
 class Constraint:
     """A set of admissible values: :meth:`satisfied_by` tells membership, ``str()`` says it in words."""
 
-    def satisfied_by(self, value: Any) -> bool:
+    def satisfied_by(self, value: object) -> bool:
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -81,12 +85,12 @@ class Constraint:
         return f"<{type(self).__name__}: {self}>"
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: object) -> TypeGuard[numbers.Integral]:
     """An int or numpy integer, never a bool (``1.5``, ``2.0`` and ``True`` are not integers)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def is_real(value: Any) -> bool:
+def is_real(value: object) -> TypeGuard[numbers.Real]:
     """A finite real number (int, float, numpy scalar), never a bool."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         return False
@@ -111,11 +115,12 @@ class Interval(Constraint):
         if self.kind not in ("integer", "real") or self.closed not in ("[]", "[)", "(]", "()"):
             raise ValueError(f"Interval: kind must be 'integer' or 'real' and closed one of [], [), (], (); got {self!r}")
 
-    def satisfied_by(self, value: Any) -> bool:
-        if not (is_integer(value) if self.kind == "integer" else is_real(value)):
+    def satisfied_by(self, value: object) -> bool:
+        of_kind: Callable[[object], TypeGuard[numbers.Real]] = is_integer if self.kind == "integer" else is_real
+        if not of_kind(value):
             return False
-        left, right = self.closed[0], self.closed[1]
-        if self.low is not None and not (value >= self.low if left == "[" else value > self.low):
+        left, right = self.closed[0], self.closed[1]  # a finite number: not below is at least, not at most is above
+        if self.low is not None and (value < self.low if left == "[" else value <= self.low):
             return False
         return self.high is None or (value <= self.high if right == "]" else value < self.high)
 
@@ -147,12 +152,12 @@ class Options(Constraint):
     """One of a few values (strings, mostly): ``Options("uniform", "size")``. A value matches an option of
     the same type only (``1`` is not ``True``, ``"1"`` is not ``1``)."""
 
-    def __init__(self, *values: Any) -> None:
+    def __init__(self, *values: object) -> None:
         if not values:
             raise ValueError("Options needs at least one value")
         self.values = tuple(values)
 
-    def satisfied_by(self, value: Any) -> bool:
+    def satisfied_by(self, value: object) -> bool:
         return any(_matches(option, value) for option in self.values)
 
     def __str__(self) -> str:
@@ -162,7 +167,7 @@ class Options(Constraint):
         return f"one of {', '.join(shown[:-1])} or {shown[-1]}"
 
 
-def _matches(option: Any, value: Any) -> bool:
+def _matches(option: object, value: object) -> bool:
     """``value`` is ``option``: equal, and a string only for a string, a bool only for a bool."""
     if isinstance(option, str) or isinstance(value, str):
         return isinstance(option, str) and isinstance(value, str) and option == value
@@ -181,7 +186,7 @@ class InstanceOf(Constraint):
     type: type
     description: str
 
-    def satisfied_by(self, value: Any) -> bool:
+    def satisfied_by(self, value: object) -> bool:
         return isinstance(value, self.type)
 
     def __str__(self) -> str:
@@ -195,7 +200,7 @@ class Each(Constraint):
 
     constraint: Constraint
 
-    def satisfied_by(self, value: Any) -> bool:
+    def satisfied_by(self, value: object) -> bool:
         if self.constraint.satisfied_by(value):
             return True
         if isinstance(value, np.ndarray):
@@ -258,7 +263,7 @@ def requirement(spec: Spec) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def satisfied(spec: Spec, value: Any) -> bool:
+def satisfied(spec: Spec, value: object) -> bool:
     """Whether ``value`` meets any of ``spec``'s constraints (None admits None)."""
     constraints, _ = _unpack(spec)
     return any(value is None if c is None else c.satisfied_by(value) for c in constraints)
@@ -282,7 +287,7 @@ def check(name: str, value: T, *constraints: Constraint | Param | None, owner: s
     return value
 
 
-def validate(owner: str | None, values: Mapping[str, Any], spec: Mapping[str, Spec]) -> None:
+def validate(owner: str | None, values: Mapping[str, object], spec: Mapping[str, Spec]) -> None:
     """Check every value of ``values`` that ``spec`` constrains, in ``spec``'s order; the first refusal
     raises (one line)."""
     for name, rule in spec.items():
@@ -294,7 +299,7 @@ def validate(owner: str | None, values: Mapping[str, Any], spec: Mapping[str, Sp
 # --- Literal annotations as options ------------------------------------------------------------------
 
 
-def literal_spec(annotation: Any) -> Spec | None:
+def literal_spec(annotation: object) -> Spec | None:
     """The constraint a ``Literal[...]`` annotation states (``Literal["a", "b"] | None`` admits None too);
     None for any other annotation."""
     origin = typing.get_origin(annotation)
@@ -310,7 +315,7 @@ def literal_spec(annotation: Any) -> Spec | None:
     return None
 
 
-def _literal_specs(owner: Any, names: Iterable[str]) -> dict[str, Spec]:
+def _literal_specs(owner: object, names: Iterable[str]) -> dict[str, Spec]:
     """The Literal-derived constraints of ``names`` among ``owner``'s annotations (a class or function)."""
     hints = typing.get_type_hints(owner)
     found = {name: literal_spec(hints[name]) for name in names if name in hints}
@@ -322,7 +327,7 @@ def _literal_specs(owner: Any, names: Iterable[str]) -> dict[str, Spec]:
 C = TypeVar("C", bound=type)
 
 
-def declared_values(obj: Any, names: Iterable[str] | None = None) -> dict[str, Any]:
+def declared_values(obj: DataclassInstance, names: Iterable[str] | None = None) -> dict[str, object]:
     """The values of a dataclass's declared fields, by name: all of ``obj``'s fields in their declared order, or
     those in ``names``. The one place fedsample reads its own dataclasses' fields by name (capabilities records,
     :func:`constrained`'s rules, a part's description, model specs, the Flower app's settings)."""
@@ -342,8 +347,8 @@ def inherited_rules(cls: type) -> dict[str, Spec]:
 def constrained(**spec: Spec) -> Callable[[C], C]:
     """Class decorator (under ``@dataclass``): the fields named in ``spec`` and the ``Literal``-typed fields are
     checked, in that order, before the class's own ``__post_init__`` runs; the owner in messages is the class
-    name. Constraints are inherited by subclasses that are constrained too. ``cls.__constraints__`` holds the
-    declared rules (for docs and for callers that reuse them)."""
+    name. Constraints are inherited by subclasses that are constrained too; :func:`inherited_rules` answers a class's
+    rules (for docs and for callers that reuse them)."""
 
     def decorate(cls: C) -> C:
         rules = {**inherited_rules(cls), **spec}
@@ -351,7 +356,7 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
         parent = next((base.__dict__["__post_init__"] for base in cls.__mro__[1:] if "__post_init__" in base.__dict__), None)
         literals: dict[type, dict[str, Spec]] = {}  # per class: a subclass that is not constrained has fields of its own
 
-        def __post_init__(self: Any) -> None:
+        def __post_init__(self: DataclassInstance) -> None:
             kind = type(self)
             if kind not in literals:
                 names = [f.name for f in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
@@ -363,14 +368,32 @@ def constrained(**spec: Spec) -> Callable[[C], C]:
                 parent(self)
 
         _RULES[cls] = rules
-        cls.__constraints__ = rules  # type: ignore[attr-defined]  # the attributes this decorator adds to the class
-        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]  # the method this decorator gives the class
         return cls
 
     return decorate
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclasses.dataclass(frozen=True)
+class Renames:
+    """The keywords a function takes beside its parameters' names (:func:`arguments`): ``aliases`` (a documented
+    alias -> its canonical parameter, the papers' symbols) and ``renamed`` (an old name -> its new name, refused
+    naming it)."""
+
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+_RENAMES: weakref.WeakKeyDictionary[Callable[..., object], Renames] = weakref.WeakKeyDictionary()
+"""Each :func:`arguments` function's :class:`Renames`, by the function it returns."""
+
+
+def renames(fn: Callable[..., object]) -> Renames:
+    """The aliases and renamed keywords that ``fn``'s :func:`arguments` declares (none: an empty :class:`Renames`)."""
+    return _RENAMES.get(fn, Renames())
 
 
 def arguments(
@@ -381,8 +404,9 @@ def arguments(
     aliases) are mapped to their canonical keyword, and giving both is one line; a ``renamed`` keyword is
     refused with one line naming its new name; then every given argument named in ``spec``, and every given
     ``Literal``-typed one, is checked. The owner in messages is ``owner`` (default: the function's name); an
-    argument given under an alias is named as given. ``fn.__aliases__`` and ``fn.__renamed__`` are kept."""
-    aliases, renamed = dict(aliases or {}), dict(renamed or {})
+    argument given under an alias is named as given. :func:`renames` answers them for the returned function."""
+    declared = Renames(dict(aliases or {}), dict(renamed or {}))
+    aliases, renamed = declared.aliases, declared.renamed
 
     def decorate(fn: F) -> F:
         who = owner or fn.__name__
@@ -390,7 +414,7 @@ def arguments(
         literals: dict[str, Spec] | None = None
 
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             nonlocal literals
             given_as = {}
             for old, new in renamed.items():
@@ -416,7 +440,7 @@ def arguments(
                     fail(given_as.get(name, name), bound[name], requirement(rule), who, None if name in given_as else label)
             return fn(*args, **kwargs)
 
-        wrapper.__dict__.update(__aliases__=aliases, __renamed__=renamed)
+        _RENAMES[wrapper] = declared
         return cast(F, wrapper)
 
     return decorate

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from fedsample.experiments.config import ExperimentConfig
     from fedsample.experiments.plan import Plan
+    from fedsample.simulation import EngineOptions
     from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["COMMANDS", "main"]
@@ -134,6 +135,7 @@ def command_run(args: argparse.Namespace) -> None:
     from fedsample.runtime.device import use_threads
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
+    from fedsample.simulation import EngineOptions
 
     if args.checkpoint_every < 0:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
@@ -153,7 +155,7 @@ def command_run(args: argparse.Namespace) -> None:
     plan = runner.prepare(config)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
         out.parent.mkdir(exist_ok=True)  # a missing parent (runs/ on a fresh clone) is ours to create, once the run is valid
-        document, results = _run_with_progress(plan, out, args, options, tracking)
+        document, results = _run_with_progress(plan, out, args, EngineOptions(**options), tracking)
     _print_summary(document, out, tracking)
     stopped = runner.failures(results)
     if stopped:
@@ -182,7 +184,7 @@ def _checked_device(device: str) -> str:
 
 
 def _run_with_progress(
-    plan: Plan, out: Path, args: argparse.Namespace, options: dict, tracking: TrackingSpec | None = None
+    plan: Plan, out: Path, args: argparse.Namespace, options: EngineOptions, tracking: TrackingSpec | None = None
 ) -> tuple[dict, dict]:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

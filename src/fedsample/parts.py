@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery
-from fedsample.rounds import Cohort, RoundContext
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery, TrainPayload, TrainReport
+from fedsample.rounds import Cohort, ReplyList, RoundContext
+from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     import torch
 
-    from fedsample.rng import Blocks, CohortRandom
+    from fedsample.rng import Blocks, ClientRandom, CohortRandom
 
 __all__ = [
     "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksDraw", "BlocksPlan", "Capabilities", "capabilities_problem",
@@ -468,7 +469,7 @@ def _count_or_none(value: object) -> bool:
     return value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and bool(value > 0))
 
 
-_WANTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+_WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "inclusion_kind": (lambda v: isinstance(v, InclusionKind),
                        "InclusionKind.EXACT, InclusionKind.ESTIMATED or InclusionKind.DEGENERATE"),
     "server_learns": (lambda v: isinstance(v, tuple) and all(isinstance(x, Learns) for x in v),
@@ -543,7 +544,7 @@ class ClientSamplerCapabilities(_Capabilities):
     stratified: bool = False
     estimates_inclusion: bool = False
     counts_trainings: bool = False
-    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def offered(self) -> dict[str, tuple[str, bool]]:
         return {"estimates_inclusion": ("estimate_inclusion", self.estimates_inclusion),
@@ -565,7 +566,7 @@ class DataSamplerCapabilities(_Capabilities):
     count_drawn: bool = False
     count_noise: float = 0.0
     budget: int | None = None
-    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,7 +588,7 @@ class AggregatorCapabilities(_Capabilities):
     needs_step_counts: bool = False
     normalizes_steps: bool = False
     equal_weights: bool = False
-    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -603,7 +604,7 @@ class LocalSolverCapabilities(_Capabilities):
     minibatch: int | None = None
     steps: int | None = None
     counts_rows: bool = False
-    shared_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def offered(self) -> dict[str, tuple[str, bool]]:
         return {"counts_rows": ("rows_trained", self.counts_rows)}
@@ -696,7 +697,7 @@ class ClientSampler(Protocol):
 class ObservesReplies(Protocol):
     """A client sampler that learns from the cohort's valid training replies, after aggregation."""
 
-    def observe(self, ctx: RoundContext, cohort: Cohort, replies: Any) -> None: ...
+    def observe(self, ctx: RoundContext, cohort: Cohort, replies: ReplyList) -> None: ...
 
 
 @runtime_checkable
@@ -707,7 +708,7 @@ class TrainsFirst(ClientSampler, Protocol):
     whose updates the server then receives (``send_held``), with their inclusion probabilities. The other updates
     never leave their clients. The round record states the cost: ``local_trainings`` for ``cohort`` uploads."""
 
-    def select_trained(self, ctx: RoundContext, trained: Cohort, held: Any) -> Cohort: ...
+    def select_trained(self, ctx: RoundContext, trained: Cohort, held: ReplyList) -> Cohort: ...
 
 
 @runtime_checkable
@@ -787,7 +788,7 @@ class ObservesDrawn(Protocol):
     :class:`fedsample.sampling.data.FedSamplingData`): ``observe_drawn(state, drawn, ratio)`` after the round,
     with the round's sampling ratio."""
 
-    def observe_drawn(self, state: dict[str, Any], drawn: float, ratio: float) -> None: ...
+    def observe_drawn(self, state: State, drawn: float, ratio: float) -> None: ...
 
 
 @runtime_checkable
@@ -844,7 +845,7 @@ class Aggregator(Protocol):
     @property
     def capabilities(self) -> AggregatorCapabilities: ...
 
-    def combine(self, reports: Sequence[Any], cohort: Cohort, ctx: RoundContext) -> Params | None: ...
+    def combine(self, reports: Sequence[TrainReport | None], cohort: Cohort, ctx: RoundContext) -> Params | None: ...
 
 
 @runtime_checkable
@@ -864,9 +865,9 @@ class ServerOptimizer(Protocol):
     @property
     def lr(self) -> float: ...
 
-    def init_state(self, params: Params) -> dict[str, Any]: ...
+    def init_state(self, params: Params) -> State: ...
 
-    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]: ...
+    def step(self, params: Params, delta: Params, state: State) -> tuple[Params, State]: ...
 
 
 @runtime_checkable
@@ -901,7 +902,7 @@ class UpdatePrivacy(Protocol):
     @property
     def clipping(self) -> str: ...
 
-    def private_reply(self, report: Any, payload: Any, rng: np.random.Generator) -> Any: ...
+    def private_reply(self, report: TrainReport, payload: TrainPayload, rng: np.random.Generator | ClientRandom) -> TrainReport: ...
 
 
 # --- the optional methods a part declares it offers (the ``offered`` fields of its record) ---------------------
@@ -1157,12 +1158,13 @@ def cohort_problem(sampler: object, cohort: Cohort, num_clients: int) -> str | N
     return None
 
 
-def batched(solver: Any) -> bool:
-    """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort."""
+def batched(solver: object) -> TypeGuard[ScheduledSolver]:
+    """Whether the vectorized engine may run ``solver``'s declared schedule for a cohort (a :class:`ScheduledSolver`
+    that declares ``batched``)."""
     return conforms(solver, ScheduledSolver) and bool(cast(ScheduledSolver, solver).batched)
 
 
-def describe(part: Any) -> str:
+def describe(part: object) -> str:
     """A part as a user wrote it, short: its class and the fields that differ from their defaults
     (``StratifiedMean(by='size')``, ``RandomizedSizes(scope='cohort')``)."""
     if part is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Literal, Mapping, TypedDict, cast
+from typing import Callable, Literal, Mapping, TypedDict, cast
 
 from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
@@ -102,12 +102,12 @@ PARAMETERS: dict[str, checks.Spec] = {
 
 @dataclasses.dataclass(frozen=True)
 class Keywords:
-    """The keywords a recipe takes beyond its signature's parameters: ``aliases`` (a paper's symbol -> its
-    parameter), ``renamed`` (an old name -> its new name, refused naming it) and ``folded`` (the flat keywords of
-    :data:`FLAT` it folds into ``local``, :func:`_folding`; () for a recipe without ``local``)."""
+    """The keywords a recipe takes beyond its signature's parameters: those its argument handling declares
+    (``declared``: the aliases, a paper's symbol -> its parameter, and the renamed names, an old name -> its new
+    name, refused naming it; :func:`fedsample.checks.renames`) and ``folded`` (the flat keywords of :data:`FLAT` it
+    folds into ``local``, :func:`_folding`; () for a recipe without ``local``)."""
 
-    aliases: Mapping[str, str]
-    renamed: Mapping[str, str]
+    declared: checks.Renames
     folded: tuple[str, ...]
 
 
@@ -131,7 +131,7 @@ def _recipe(
         checked = checks.arguments(None, aliases=aliases, renamed=renamed, **{**rules, **spec})(fn)
         folds = "local" in names
         built = _folding(checked, names["local"].default) if folds else checked
-        KEYWORDS[built] = Keywords(dict(aliases or {}), dict(renamed or {}), tuple(FLAT) if folds else ())
+        KEYWORDS[built] = Keywords(checks.renames(checked), tuple(FLAT) if folds else ())
         return built
 
     return decorate
@@ -547,7 +547,7 @@ def _takes(fn: Callable[..., Strategy]) -> set[str]:
 def _accepted(fn: Callable[..., Strategy]) -> set[str]:
     """The keywords ``fn`` takes: :func:`_takes` and its aliases (``clients``/``data`` overrides are objects,
     not configuration, and are not listed)."""
-    return (_takes(fn) | set(KEYWORDS[fn].aliases)) - {"clients", "data"}
+    return (_takes(fn) | set(KEYWORDS[fn].declared.aliases)) - {"clients", "data"}
 
 
 def _checked(name: str, params: Mapping[str, object], what: str = "recipe") -> Callable[..., Strategy]:
@@ -556,7 +556,7 @@ def _checked(name: str, params: Mapping[str, object], what: str = "recipe") -> C
     if name not in RECIPES:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(RECIPES))}")
     fn = RECIPES[name]
-    accepted = _accepted(fn) | set(KEYWORDS[fn].renamed)
+    accepted = _accepted(fn) | set(KEYWORDS[fn].declared.renamed)
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise ValueError(f"{what} {name!r} has no parameter {unknown[0]!r}; it takes: {', '.join(sorted(_accepted(fn)))}")
@@ -584,8 +584,12 @@ def _set_local_options(strategy: Strategy, options: Mapping[str, float]) -> Stra
     missing = [k for k, f in zip(options, fields) if not hasattr(strategy.local, f)]
     if missing:
         raise ValueError(f"the local solver {type(strategy.local).__name__} has no option {missing[0]!r}")
-    local: Any = strategy.local  # a dataclass solver (hasattr above)
-    return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields)) if fields else strategy
+    local = strategy.local
+    if not fields:
+        return strategy
+    if not dataclasses.is_dataclass(local) or isinstance(local, type):
+        raise TypeError(f"the local solver {type(local).__name__} is not a dataclass: its options cannot be set")
+    return dataclasses.replace(strategy, local=dataclasses.replace(local, **fields))
 
 
 def _with_options(local: object, options: Mapping[str, float]) -> dict[str, object]:

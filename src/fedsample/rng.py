@@ -166,7 +166,7 @@ def stream_uniforms(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 def as_uniforms(words: np.ndarray) -> np.ndarray:
     """The uniforms of mixed 64-bit ``words``: their top 53 bits times 2^-53."""
-    u = (words >> np.uint64(11)).astype(np.float64)
+    u: np.ndarray = (words >> np.uint64(11)).astype(np.float64)  # a float64 scalar for a scalar word
     u *= _TO_UNIT  # in place on the new array: the same product, one array fewer
     return u
 
@@ -224,7 +224,8 @@ def stream_uniforms_torch(streams: "torch.Tensor", positions: "torch.Tensor") ->
 
 def uniform_integers(u: np.ndarray, low: int, high: int) -> np.ndarray:
     """Integers on {low, ..., high-1} from uniforms: low + floor(u * (high - low)) (bias below 2^-53 * (high-low))."""
-    return low + np.floor(np.asarray(u) * (high - low)).astype(np.int64)
+    integers: np.ndarray = low + np.floor(np.asarray(u) * (high - low)).astype(np.int64)  # an int64 scalar for a scalar u
+    return integers
 
 
 class ClientRandom:
@@ -279,7 +280,7 @@ class ClientRandom:
             self._generator = generator(self.seed, self.round, self.client, self.purpose)
         return self._generator
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the numpy Generator's method or attribute
         return getattr(self.generator, name)
 
 
@@ -294,7 +295,7 @@ class Blocks:
     def __init__(self, counts: np.ndarray) -> None:
         self.counts = np.array(counts, dtype=np.int64)  # our own copy, read-only
         self.counts.flags.writeable = False
-        self._on_device: "tuple[Any, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
+        self._on_device: "tuple[torch.device | str, torch.Tensor] | None" = None  # (device, the counts there): Blocks.on's copy
 
     def __len__(self) -> int:
         return len(self.counts)

@@ -12,7 +12,7 @@ import copy
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence, TypedDict
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from fedsample.federation.vectorized import VectorizedSimulator
 
 __all__ = [
-    "Backend", "BuildsModule", "CheckpointError", "Diverged", "EARLIER_KEYWORDS", "Engine", "Model", "SimulationResult",
+    "Backend", "BuildsModule", "CheckpointError", "Diverged", "EARLIER_KEYWORDS", "Engine", "EngineOptions", "Model", "SimulationResult",
     "SimulationState", "build_module", "make_federation", "resolve_backend", "simulate",
 ]
 
@@ -104,6 +104,16 @@ def run_key(strategy: Strategy, seed: int) -> str:
 
 Backend = Literal["auto", "vectorized", "loop"]
 """The engine :func:`simulate` runs on: ``"vectorized"``, ``"loop"``, or ``"auto"`` (chosen by :func:`resolve_backend`)."""
+
+
+class EngineOptions(TypedDict, total=False):
+    """:class:`Engine`'s settings beyond its backend and device, by keyword (an experiment's further settings:
+    ``fedsample run --workers``' Ray federation, say)."""
+
+    federation: Federation | FederationFactory | None
+    workers: int | None
+    client_threads: int | None
+    memory_budget: int | None
 
 
 @dataclass(frozen=True)
@@ -214,7 +224,7 @@ def simulate(
         warned = stack.enter_context(once_per_kind())  # each warning once per run, counted (fedsample.runtime.warned)
         stack.enter_context(blas_on_one_thread())  # numpy's BLAS beside torch's threads, for this run only (use_threads)
         opened, choice = _open_engine(stack, engine, choice, data, module, seed, where)
-        fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum)
+        fed = with_secure_sum(with_faults(opened, faults, seed), strategy.secure_sum, seed)
         stack.enter_context(heap_frozen())  # the objects alive now (torch's, the data's, the engine's) out of every collection
         load_client_states_into(fed, state.client_states)
         run = Run(strategy.name, seed, rounds, state, fed, tracked_config(strategy, data, seed, rounds, eval_every, choice, where, fingerprint))

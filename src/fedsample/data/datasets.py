@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def load_breast_cancer() -> Dataset:
     std[std == 0] = 1.0
 
     def scale(x: np.ndarray) -> np.ndarray:
-        return ((x - mean) / std).astype(np.float32)
+        return np.asarray((x - mean) / std, dtype=np.float32)
 
     return Dataset("breast_cancer", scale(ds.x_train), ds.y_train, scale(ds.x_test), ds.y_test, 2,
                    meta={"feature_mean": mean, "feature_std": std})
@@ -349,14 +349,6 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
                    cat(ys_te, np.int64), len(CHARS) + 1, meta=meta)
 
 
-def load_isfedavg_regression(**options: Any) -> Dataset:
-    return isfedavg_regression(**options)
-
-
-def load_fedprox_synthetic(**options: Any) -> Dataset:
-    return fedprox_synthetic(**options)
-
-
 LOADERS: dict[str, Callable[..., Dataset]] = {
     "digits": load_digits,
     "breast_cancer": load_breast_cancer,
@@ -367,8 +359,8 @@ LOADERS: dict[str, Callable[..., Dataset]] = {
     "cifar100": load_cifar100,
     "20newsgroups": load_20newsgroups,
     "shakespeare": load_shakespeare,
-    "isfedavg-regression": load_isfedavg_regression,
-    "fedprox-synthetic": load_fedprox_synthetic,
+    "isfedavg-regression": isfedavg_regression,
+    "fedprox-synthetic": fedprox_synthetic,
 }
 
 
@@ -377,22 +369,23 @@ def available_datasets() -> list[str]:
     return sorted(LOADERS) + ["libsvm:PATH"]
 
 
-def load_dataset(name: str, **options: Any) -> Dataset:
+def _loader(name: str) -> tuple[Callable[..., Dataset], tuple[str, ...]]:
+    """The loader a dataset name names and its positional arguments (a LIBSVM file's path)."""
+    if name.startswith("libsvm:"):
+        path = name[len("libsvm:"):]
+        if not path:
+            raise ValueError("libsvm: no path given; expected libsvm:PATH")
+        return load_libsvm, (path,)
+    if name in LOADERS:
+        return LOADERS[name], ()
+    raise ValueError(f"unknown dataset {name!r}; known: {', '.join(available_datasets())}")
+
+
+def load_dataset(name: str, **options: object) -> Dataset:
     """Load a dataset by name (``libsvm:PATH`` for a LIBSVM file); an unknown name lists the known ones,
     an unknown option lists the loader's options."""
-    loader: Callable[..., Dataset]
-    args: tuple[str, ...]
-    if name.startswith("libsvm:"):
-        loader, args = load_libsvm, (name[len("libsvm:"):],)
-        if not args[0]:
-            raise ValueError("libsvm: no path given; expected libsvm:PATH")
-    elif name in LOADERS:
-        loader, args = LOADERS[name], ()
-    else:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(available_datasets())}")
-    generated: dict[str, Callable[..., Dataset]] = {"isfedavg-regression": isfedavg_regression, "fedprox-synthetic": fedprox_synthetic}
-    target = generated.get(name, loader)
-    params = inspect.signature(target).parameters
+    loader, args = _loader(name)
+    params = inspect.signature(loader).parameters
     unknown = sorted(set(options) - set(params))
     if unknown:
         known = [p for p in params if not (p == "path" and name.startswith("libsvm:"))]

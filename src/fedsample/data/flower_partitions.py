@@ -60,7 +60,8 @@ def with_row_ids(dataset: Any) -> Any:
 def _row_ids(ds: Any, where: str) -> np.ndarray:
     if ROW_ID not in ds.column_names:
         raise ValueError(f"{where} has no {ROW_ID!r} column")
-    return ds.with_format("arrow", columns=[ROW_ID])[:].column(ROW_ID).to_numpy(zero_copy_only=False).astype(np.int64)
+    ids = ds.with_format("arrow", columns=[ROW_ID])[:].column(ROW_ID).to_numpy(zero_copy_only=False)  # pyarrow's
+    return np.array(ids, dtype=np.int64)  # our own copy, as astype made it
 
 
 def _flower(partitioner: Any, what: str, call: Callable[[], Any]) -> Any:

@@ -63,7 +63,7 @@ def apportion(weights: np.ndarray, total: int, minimum: int = 0) -> np.ndarray:
         take = held[np.argsort(quotas[held] - counts[held], kind="stable")[: -short]]
         counts[take] -= 1
         short += len(take)
-    return counts + minimum
+    return np.asarray(counts + minimum, dtype=np.int64)
 
 
 def _refuse_more_clients_than_samples(scheme: str, clients: int, n: int) -> None:
@@ -201,7 +201,7 @@ class Dirichlet:
         if self.size_sigma == 0:
             return None
         z = self.size_sigma * rng.standard_normal(self.num_clients)
-        return np.exp(z - z.max())
+        return np.asarray(np.exp(z - z.max()), dtype=np.float64)
 
     def _repair(self, owner: np.ndarray, sizes: np.ndarray, rng: np.random.Generator) -> None:
         for client in np.flatnonzero(sizes < self.min_size):

@@ -6,18 +6,31 @@ A leaf module: it imports nothing from fedsample, and :mod:`fedsample.data.types
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 __all__ = ["gini", "partition_stats"]
 
 
+class Source(Protocol):
+    """What the statistics read of a partition's dataset (a :class:`~fedsample.data.types.Dataset`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def num_classes(self) -> int: ...
+    @property
+    def num_train(self) -> int: ...
+
+
 class Partition(Protocol):
     """What the statistics read of a partition (a :class:`~fedsample.data.types.FederatedData`)."""
 
     @property
-    def dataset(self) -> Any: ...
+    def dataset(self) -> Source: ...
     @property
     def order(self) -> np.ndarray: ...
     @property

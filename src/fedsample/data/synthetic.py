@@ -93,7 +93,8 @@ def msd_db(w: np.ndarray, w_opt: np.ndarray) -> np.ndarray:
     """Mean-square deviation in dB, 10·log10 ‖w − w°‖² (ISFedAvg eq. 56); ``w`` may carry leading batch axes."""
     dev = np.sum((np.asarray(w, dtype=np.float64) - np.asarray(w_opt, dtype=np.float64)) ** 2, axis=-1)
     with np.errstate(divide="ignore"):
-        return 10.0 * np.log10(dev)
+        decibels: np.ndarray = 10.0 * np.log10(dev)  # a float64 scalar for a single w
+    return decibels
 
 
 def fedprox_synthetic(

@@ -71,7 +71,7 @@ def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Pa
     frozen = dataclasses.replace(strategy, server=recorder, schedule=None)  # a schedule scales the server's step, not the aggregate
     state = frozen.init_state(params)
     # the failure model, then sealed where the strategy declares a secure sum: the federation a run builds
-    served = with_secure_sum(with_faults(federation, faults, seed), frozen.secure_sum)
+    served = with_secure_sum(with_faults(federation, faults, seed), frozen.secure_sum, seed)
     n = len(federation.data.dataset.y_train)
     per_round = [np.zeros(rounds, dtype=np.int64) for _ in range(6)]
     out = Draws(np.zeros((rounds, federation.basis.dim)), np.zeros(n, dtype=np.int64),

@@ -28,7 +28,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 import torch
 
@@ -41,7 +41,7 @@ from fedsample.rounds import FederationLost
 from fedsample.experiments.validation import validation_metrics
 from fedsample.callbacks import Checkpoint, Diverged, Tracking
 from fedsample.callbacks import Progress as RoundsDone
-from fedsample.simulation import Backend, Engine, build_module, simulate
+from fedsample.simulation import Backend, Engine, EngineOptions, build_module, simulate
 from fedsample.tracking.setup import TrackingSpec
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class RunSettings:
     checkpoint_every: int = 10
     backend: Backend = "auto"
     device: str = "cpu"
-    options: dict[str, Any] = field(default_factory=dict)  # further Engine settings (federation, workers, ...)
+    options: EngineOptions = field(default_factory=EngineOptions)  # further Engine settings (federation, workers, ...)
     tracking: TrackingSpec | None = None
 
 
@@ -184,15 +184,23 @@ def _in_turn(plan: Plan, todo: list[Job], settings: RunSettings, progress: Progr
 
 # --- parallel processes ---------------------------------------------------------------------------
 
-_WORKER: dict[str, Any] = {}
+class _Worker(TypedDict, total=False):
+    """What a worker process keeps (:func:`_start_worker`): the plan and the queue (a manager's) it reports its runs'
+    rounds on, as (run name, round)."""
+
+    plan: Plan
+    rounds: queue_module.Queue[tuple[str, int]]
 
 
-def _start_worker(plan: Plan, threads: int, rounds: Any) -> None:
+_WORKER: _Worker = {}
+
+
+def _start_worker(plan: Plan, threads: int, rounds: queue_module.Queue[tuple[str, int]]) -> None:
     """A spawned process: keep the plan and the progress queue, one torch thread unless asked otherwise; Ctrl-C
     is the parent's to handle (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     use_threads(threads)
-    _WORKER.update(plan=plan, rounds=rounds)
+    _WORKER.update({"plan": plan, "rounds": rounds})
 
 
 #: What a run says when one of its worker processes dies without an answer (``BrokenProcessPool``).
@@ -269,7 +277,7 @@ def stop_processes(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=10)
 
 
-def _wait_reporting(pending: set[Future], rounds: Any, progress: Progress | None) -> None:
+def _wait_reporting(pending: set[Future], rounds: queue_module.Queue[tuple[str, int]], progress: Progress | None) -> None:
     """Wait for every run, passing the rounds the processes report to ``progress`` as they come."""
     while pending:
         _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -277,7 +285,7 @@ def _wait_reporting(pending: set[Future], rounds: Any, progress: Progress | None
     _drain(rounds, progress)
 
 
-def _drain(rounds: Any, progress: Progress | None) -> None:
+def _drain(rounds: queue_module.Queue[tuple[str, int]], progress: Progress | None) -> None:
     while True:
         try:
             name, t = rounds.get_nowait()

@@ -9,8 +9,6 @@ may still be (a worker killed for memory is then named in one line, fedsample.ex
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fedsample import parts
@@ -52,7 +50,7 @@ def plan_worker_peak(model: Model, fed: FederatedData, strategies: list[Strategy
     return worker_peak(dataset_bytes(fed.dataset), parameters, stacked)
 
 
-def stacked_clients(strategy: Any, fed: FederatedData) -> float:
+def stacked_clients(strategy: Strategy, fed: FederatedData) -> float:
     """The clients the vectorized engine stacks for ``strategy``: its expected cohort where its clients take several
     local steps; 1 where every client takes one step (FedSampling's one gradient, one whole-sample step), which
     the engine trains as one forward/backward over the union of the drawn rows, with no copy of the model per client

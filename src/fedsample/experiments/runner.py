@@ -12,7 +12,7 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from fedsample import outputs
 from fedsample.budget import arm_budget
@@ -24,7 +24,7 @@ from fedsample.experiments.plan import (  # noqa: F401 - the runner's public nam
 )
 from fedsample.experiments.stats import best_round, metric_table
 from fedsample.experiments.timing import TIMING_FILE, record_wall_time
-from fedsample.simulation import Backend, SimulationResult
+from fedsample.simulation import Backend, EngineOptions, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 from fedsample.runtime.warned import Warned, once_per_kind
 
@@ -85,7 +85,7 @@ def run_plan(
     progress: Callable[[str, int], None] | None = None,
     backend: Backend = "auto",
     on_failure: Callable[[str], None] | None = None,
-    options: dict | None = None,
+    options: EngineOptions | None = None,
     device: str | None = None,
     jobs: int = 1,
     threads: int | None = None,
@@ -101,7 +101,7 @@ def run_plan(
     its trackers (fedsample.tracking)."""
     check_run_settings(jobs, (options or {}).get("federation") is not None)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, dict(options or {}), tracking)
+    settings = RunSettings(out, resume, checkpoint_every, backend, device or plan.config.device, EngineOptions(**(options or {})), tracking)
     if tracking is not None:
         tracking.prepare(plan.config.name)
     return run_jobs(plan, settings, jobs, threads, progress, on_failure)
@@ -110,7 +110,7 @@ def run_plan(
 def run_experiment(
     plan: Plan, out: Path, *, resume: bool = False, overwrite: bool = False, checkpoint_every: int = 10,
     progress: Callable[[str, int], None] | None = None, backend: Backend = "auto",
-    on_failure: Callable[[str], None] | None = None, options: dict | None = None, device: str | None = None,
+    on_failure: Callable[[str], None] | None = None, options: EngineOptions | None = None, device: str | None = None,
     jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
     """The whole experiment into ``out``: check the settings and the folder (:func:`check_run_settings`,
@@ -128,7 +128,7 @@ def run_experiment(
 
 def _run_experiment(
     plan: Plan, out: Path, resume: bool, overwrite: bool, checkpoint_every: int, progress: Callable[[str, int], None] | None,
-    backend: Backend, on_failure: Callable[[str], None] | None, options: dict | None, device: str | None, jobs: int,
+    backend: Backend, on_failure: Callable[[str], None] | None, options: EngineOptions | None, device: str | None, jobs: int,
     only: list[str] | None, threads: int | None, tracking: TrackingSpec | None, warned: Warned,
 ) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
     started = time.perf_counter()
@@ -163,11 +163,10 @@ def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> 
     backends = parse_backends(track) if track is not None else tuple(table.backends) if table is not None else ()
     if not backends:
         return None
-    options: dict[str, Any] = {} if table is None else {
-        "mlflow_uri": table.mlflow.tracking_uri, "wandb_project": table.wandb.project, "wandb_mode": table.wandb.mode,
-        "wandb_entity": table.wandb.entity,
-    }
-    spec = TrackingSpec(backends, Path(folder), **options)
+    spec = TrackingSpec(backends, Path(folder)) if table is None else TrackingSpec(
+        backends, Path(folder), mlflow_uri=table.mlflow.tracking_uri, wandb_project=table.wandb.project, wandb_mode=table.wandb.mode,
+        wandb_entity=table.wandb.entity,
+    )
     spec.check()
     return spec
 

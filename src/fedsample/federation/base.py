@@ -5,7 +5,7 @@ needs its own setup is passed as (e.g. Ray's workers: :func:`fedsample.federatio
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ContextManager, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ContextManager, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from fedsample.data.types import FederatedData
 
-__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "client_states_of", "load_client_states_into"]
+__all__ = ["Federation", "FederationFactory", "KeepsClientStates", "KeepsSeed", "client_states_of", "load_client_states_into"]
 
 
 class Federation(Protocol):
@@ -26,7 +26,7 @@ class Federation(Protocol):
     @property
     def num_clients(self) -> int: ...
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         """Ask each client in ``client_ids`` ``request`` (shared by all, or one each as a
         :class:`fedsample.messages.PerClient`, read through :func:`fedsample.messages.payloads_for`; the request's
         type declares the client procedure that answers it, :class:`fedsample.messages.Procedure`) and return
@@ -51,12 +51,22 @@ class KeepsClientStates(Protocol):
         ...
 
 
-def client_states_of(federation: Any) -> dict[int, dict]:
+@runtime_checkable
+class KeepsSeed(Protocol):
+    """The declaration of a federation that keeps the run's seed, the first coordinate of its clients' (seed, round,
+    client, purpose) cells (every engine of fedsample's: a :class:`~fedsample.federation.secure_sum.SecureSum` around
+    one draws the clients' noise shares from it where no seed is given)."""
+
+    @property
+    def seed(self) -> int: ...
+
+
+def client_states_of(federation: object) -> dict[int, dict]:
     """The clients' states of a federation that keeps them, else none."""
     return federation.client_states() if isinstance(federation, KeepsClientStates) else {}
 
 
-def load_client_states_into(federation: Any, states: dict[int, dict]) -> None:
+def load_client_states_into(federation: object, states: dict[int, dict]) -> None:
     """Give a federation that keeps client states these ones (a federation that keeps none needs nothing)."""
     if isinstance(federation, KeepsClientStates):
         federation.load_client_states(states)

@@ -58,14 +58,14 @@ worker and a partial sum back. So, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Protocol, cast
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedsample import parts
-from fedsample.parts import ClientSampler
+from fedsample.parts import ClientSampler, LocalSolver
 from fedsample.training import random_layers
 
 __all__ = ["BackendChoice", "STACKED_MIN_CLIENTS", "choose_backend", "expected_cohort"]
@@ -92,7 +92,27 @@ class BackendChoice:
     client_threads: int = 1
 
 
-def choose_backend(strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu") -> BackendChoice:
+class Parts(Protocol):
+    """What the engine choice reads of a strategy: its parts (the local solver's schedule, the client sampler's
+    expected cohort, whether updates are noised, and each part's class)."""
+
+    @property
+    def clients(self) -> ClientSampler: ...
+    @property
+    def data(self) -> object: ...
+    @property
+    def local(self) -> LocalSolver: ...
+    @property
+    def aggregate(self) -> object: ...
+    @property
+    def server(self) -> object: ...
+    @property
+    def sizes(self) -> object: ...
+    @property
+    def noise(self) -> object: ...
+
+
+def choose_backend(strategy: Parts, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu") -> BackendChoice:
     """The engine for ``strategy`` training ``module`` on clients of ``sizes`` (``sample``: one input row);
     see the module docstring for the rule."""
     unbatchable = _unbatchable(module, sample)
@@ -134,7 +154,7 @@ def expected_cohort(sampler: object, num_clients: int, sizes: np.ndarray | None 
 
 
 def choose_cores(
-    engine: BackendChoice, strategy: Any, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu",
+    engine: BackendChoice, strategy: Parts, sizes: np.ndarray, module: nn.Module, sample: torch.Tensor, device: str = "cpu",
     rounds: int | None = None, threads: int | None = None,
 ) -> BackendChoice:
     """``engine`` (rules 1-7) run on this process's threads, on client threads or on a pool of worker processes
@@ -173,7 +193,7 @@ def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:
     forward of ``sample``, one row)."""
     total = [0.0]
 
-    def hook(layer: nn.Module, _inputs: Any, output: Any) -> None:
+    def hook(layer: nn.Module, _inputs: tuple[object, ...], output: object) -> None:
         if isinstance(output, torch.Tensor):  # each output element: one multiply-add per weight it reads
             weight = cast(torch.Tensor, layer.weight)
             per_output = weight.numel() / weight.shape[1 if getattr(layer, "transposed", False) else 0]  # torch's convolutions
@@ -189,7 +209,7 @@ def macs_per_sample(module: nn.Module, sample: torch.Tensor) -> float:
     return total[0]
 
 
-def round_work(solver: Any, sizes: np.ndarray, cohort: float, module: nn.Module, sample: torch.Tensor) -> float:
+def round_work(solver: object, sizes: np.ndarray, cohort: float, module: nn.Module, sample: torch.Tensor) -> float:
     """Estimated multiply-adds of a round's local training: 3 (forward and backward) x :func:`macs_per_sample` x
     the rows ``cohort`` clients of the mean size train on (:func:`fedsample.parts.rows_trained`: the solver's
     declared ``rows_trained(sizes)``, else one pass over their data)."""
@@ -198,7 +218,7 @@ def round_work(solver: Any, sizes: np.ndarray, cohort: float, module: nn.Module,
     return 3.0 * macs_per_sample(module, sample) * per_client * cohort
 
 
-def unimportable(strategy: Any, module: nn.Module) -> str | None:
+def unimportable(strategy: Parts, module: nn.Module) -> str | None:
     """The first class among the strategy's parts and the model's layers that a fresh interpreter cannot import
     by name (defined in ``__main__``), or None."""
     found = [strategy.clients, strategy.data, strategy.local, strategy.aggregate, strategy.server, strategy.sizes, strategy.noise]

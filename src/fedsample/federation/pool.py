@@ -100,7 +100,7 @@ class PoolFederation(Federation):
         """The worker processes' ids (to read their memory, say)."""
         return [p.pid for p in self._procs]
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
@@ -146,7 +146,7 @@ class PoolFederation(Federation):
     def __enter__(self) -> "PoolFederation":
         return self
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     # --- calls ------------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ class PoolFederation(Federation):
         except OSError as error:
             raise self._lost(w, error) from None
 
-    def _answer(self, w: int) -> Any:
+    def _answer(self, w: int) -> Any:  # what pickle.loads reads from the worker's pipe
         """Worker w's next answer; its error raised here (one line naming the worker and the error)."""
         try:
             kind, value = pickle.loads(self._conns[w].recv_bytes())
@@ -253,7 +253,7 @@ def serve(fd: int) -> None:
         conn.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def procedures(worker: ClientShard) -> dict[str, Callable[..., Any]]:
+def procedures(worker: ClientShard) -> dict[str, Callable[..., object]]:
     """What a pool worker answers, by the name the server calls it by (:meth:`PoolFederation._ask`): its
     :class:`~fedsample.federation.sharded.ClientShard`'s procedures."""
     return {"run": worker.run, "weighted_update_sum": worker.weighted_update_sum, "updates": worker.updates,

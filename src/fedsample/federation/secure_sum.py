@@ -24,7 +24,8 @@ Supported: aggregators that are linear with server-known weights (``Sum``, ``Wei
 ``StratifiedMean``). FedNova needs each client's step count and fails with a clear error.
 
 The layer that builds a run's federation applies it where the strategy declares ``secure_sum``
-(:func:`with_secure_sum`; ``simulate`` and the Flower server do), around the failure model; ``Strategy.round``
+(:func:`with_secure_sum`; ``simulate`` and the Flower server do), around the failure model, giving the run's seed
+(the clients' noise shares derive from it; without it, the one the federation inside declares); ``Strategy.round``
 refuses readable replies for a strategy that declares it.
 """
 
@@ -37,7 +38,7 @@ from scipy.special import ndtri
 
 from fedsample import validate
 from fedsample.parts import drawn_count_noise, reports_count
-from fedsample.federation.base import Federation, client_states_of, load_client_states_into
+from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
 from fedsample.messages import HeldRequest, SizeSumRequest, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, replies_of
@@ -56,10 +57,16 @@ SIZE_NOISE_PURPOSE = "secure sum: total-size noise"
 
 class SecureSum(Federation):
     """A federation whose ``train`` answers are sealed: the server can ask for one weighted sum only. It keeps
-    whatever client states the inner federation keeps (declared delegation)."""
+    whatever client states the inner federation keeps (declared delegation). ``seed`` is the run's seed, which the
+    clients' noise shares on a summed count derive from: given by whoever wraps (``simulate`` and the diagnostics
+    give the run's), else the one ``inner`` declares (:class:`~fedsample.federation.base.KeepsSeed`: every engine);
+    None where neither says it, which only a noised count refuses."""
 
-    def __init__(self, inner: Federation) -> None:
+    def __init__(self, inner: Federation, seed: int | None = None) -> None:
         self.inner = inner
+        if seed is None and isinstance(inner, KeepsSeed):
+            seed = inner.seed  # the seed the federation inside declares (a wrapper of the user's may hold None)
+        self.seed = None if seed is None else int(seed)
         self._pending: dict[int, ReplyList] = {}
         self._counted: dict[int, tuple[int, np.ndarray | None] | None] = {}  # (clients asked, their noise shares
         # where the plan noises the count) where the plan asks for drawn counts
@@ -75,7 +82,7 @@ class SecureSum(Federation):
     def load_client_states(self, states: dict[int, dict]) -> None:
         load_client_states_into(self.inner, states)
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         replies = replies_of(self.inner.run(client_ids, request, round))
         sent = payloads_for(request, len(client_ids))
         if not sent.procedure.sealed:
@@ -119,23 +126,18 @@ class SecureSum(Federation):
         return (total, *replies.summed_loss(), drawn)
 
     def noise_seed(self) -> int:
-        """The run's seed, from the federations inside (every engine keeps it; wrappers, a user's included, are looked
-        through by their ``inner``): the clients' noise shares derive from it."""
-        federation: Any = self.inner
-        for _ in range(16):
-            seed = getattr(federation, "seed", None)  # a user's wrapper need not declare it (the Federation protocol does not)
-            if seed is not None:
-                return int(seed)
-            federation = getattr(federation, "inner", None)
-            if federation is None:
-                break
-        raise ValueError("secure sum: noise on the drawn count needs the run's seed, which this federation does not keep")
+        """The run's seed, which the clients' noise shares derive from (given at construction, or declared by the
+        federation inside)."""
+        if self.seed is None:
+            raise ValueError("secure sum: noise on a summed count needs the run's seed: give with_secure_sum(federation, seed=...) "
+                             "(simulate does), or wrap a federation that declares it (KeepsSeed: every engine)")
+        return self.seed
 
 
-def with_secure_sum(federation: Federation, on: bool = True) -> Federation:
-    """``federation`` with its ``train`` replies sealed (``on``: a strategy's declared ``secure_sum``); as it is
-    otherwise, or when it already seals them."""
-    return SecureSum(federation) if on and not isinstance(federation, SecureSum) else federation
+def with_secure_sum(federation: Federation, on: bool = True, seed: int | None = None) -> Federation:
+    """``federation`` with its ``train`` replies sealed (``on``: a strategy's declared ``secure_sum``; ``seed``: the
+    run's, for the clients' noise shares, :class:`SecureSum`); as it is otherwise, or when it already seals them."""
+    return SecureSum(federation, seed) if on and not isinstance(federation, SecureSum) else federation
 
 
 def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: TrainPayload | HeldRequest | None) -> ReplyList:

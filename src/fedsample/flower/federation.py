@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from logging import WARNING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Message, RecordDict
@@ -28,7 +28,10 @@ from flwr.serverapp import Grid
 from fedsample.federation.base import Federation
 from fedsample.flower.codec import MalformedReply, decode_report, encode_request
 from fedsample.messages import HeldRequest, payloads_for, procedure_of, unplanned
-from fedsample.rounds import Failed, Replies
+from fedsample.rounds import Failed, Replies, ReplyList
+
+if TYPE_CHECKING:
+    from fedsample.flower.secagg import SecAggPlus
 
 __all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
 
@@ -49,7 +52,7 @@ class FlowerFederation(Federation):
     """
 
     def __init__(
-        self, grid: Grid, nodes: dict[int, int], num_clients: int, seed: int, timeout: float = 60.0, secure: Any = None,
+        self, grid: Grid, nodes: dict[int, int], num_clients: int, seed: int, timeout: float = 60.0, secure: SecAggPlus | None = None,
     ) -> None:
         self.grid = grid
         self.nodes = dict(nodes)
@@ -68,7 +71,7 @@ class FlowerFederation(Federation):
     def num_clients(self) -> int:
         return self._num_clients
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> Replies:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = [int(k) for k in np.asarray(client_ids)]
         if len(set(ids)) != len(ids):
             raise ValueError("FlowerFederation asks each client once per call; client_ids has repeats")

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
@@ -17,6 +18,7 @@ from fedsample import client as procedures
 from fedsample.messages import ClientContext, procedure_of
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
+from fedsample.data.partition import AssignsRows, BuildsPartition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.flower.codec import Request, decode_request, encode_report
 from fedsample.flower.config import AppConfig
@@ -45,7 +47,7 @@ def _federated(config_json: str) -> tuple[Dataset, FederatedData]:
     return dataset, partition(dataset, scheme_for(config, dataset.num_train), seed=config.data_seed)
 
 
-def scheme_for(config: AppConfig, num_train: int) -> Any:
+def scheme_for(config: AppConfig, num_train: int) -> AssignsRows | BuildsPartition:
     """The configured partition scheme; ``lognormal`` without a ``mean`` gets ``num_train / num-clients``, so
     there is one partition per client."""
     args = dict(config.partition_args)
@@ -73,7 +75,7 @@ def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.
 
 
 @functools.lru_cache(maxsize=4)
-def _module(model: str, args_json: str, shape: tuple, num_classes: int) -> Any:
+def _module(model: str, args_json: str, shape: tuple, num_classes: int) -> nn.Module:
     """The model architecture, built once per process (procedures call it functionally with the sent parameters)."""
     return model_from_name(model, **json.loads(args_json)).build(shape, num_classes)
 

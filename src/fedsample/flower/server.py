@@ -32,6 +32,7 @@ from fedsample.flower.federation import FlowerFederation, discover_nodes
 from fedsample.flower.secagg import SecAggPlus
 from fedsample.models import initial_parameters, model_from_name
 from fedsample.recipes import recipe
+from fedsample.runtime.records import Record
 from fedsample.training.functional import Params
 
 __all__ = ["FlowerRun", "run_server", "server_app"]
@@ -80,11 +81,11 @@ def secure_aggregation(config: AppConfig) -> SecAggPlus:
     )
 
 
-def round_outcome(federation: FlowerFederation, round: int) -> dict[str, Any]:
+def round_outcome(federation: FlowerFederation, round: int) -> Record:
     """Who was asked to train in ``round`` (``train``, or ``train_held`` where every client trains before the server
     chooses whose update it receives) and which clients failed (phase, reason)."""
     failed = [dataclasses.asdict(f) for f in federation.failures.get(round, [])]
-    outcome = {"train_clients": federation.trained.get(round, []), "failed": failed}
+    outcome: Record = {"train_clients": federation.trained.get(round, []), "failed": failed}
     if round in federation.secure_rounds:
         outcome["secure_aggregation"] = federation.secure_rounds[round]
     return outcome

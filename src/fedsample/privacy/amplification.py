@@ -484,4 +484,4 @@ def binomial_pmf(k: int, q: float) -> np.ndarray:
     with the module: it costs about 45 MB of memory that a run without data-sampling amplification does not pay."""
     from scipy.stats import binom
 
-    return binom.pmf(np.arange(k + 1), k, q)
+    return np.asarray(binom.pmf(np.arange(k + 1), k, q), dtype=np.float64)

@@ -368,6 +368,13 @@ def _rdp_spent(rdp: Any, delta: float, count: int) -> Spent:
 # --- the ledger ----------------------------------------------------------------------------------------------
 
 
+class Pickled(TypedDict):
+    """What a pickled :class:`Ledger` keeps (its PLD and RDP caches are rebuilt)."""
+
+    accounting: Accounting
+    releases: list[Release]
+
+
 @dataclass
 class Ledger:
     """The releases of a run so far (append-only) and what they cost; see the module docstring."""
@@ -379,10 +386,10 @@ class Ledger:
         self._cache: dict[tuple[Relation, bool, Method], tuple[int, Any]] = {}  # (relation, amplified, method) -> (events composed, their PLD or RDP curve): not saved
         self._seen = {key for r in self.releases for key in _keys(r)}  # once keys and calls already counted
 
-    def __getstate__(self) -> dict[str, object]:
+    def __getstate__(self) -> Pickled:
         return {"accounting": self.accounting, "releases": self.releases}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: Pickled) -> None:
         self.accounting, self.releases = state["accounting"], state["releases"]
         self.__post_init__()
 

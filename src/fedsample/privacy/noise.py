@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
-from fedsample.messages import LocalResult, Params, TrainPayload, TrainReport
+from fedsample.parts import LocalSolver, SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
 __all__ = ["PerExampleNoise", "UpdateNoise", "for_cohort"]
@@ -113,7 +113,8 @@ class PerExampleNoise:
         """One client's noise standard deviation: noise_multiplier * C / (K * sqrt(shares))."""
         return self.noise_multiplier * self.clip / (K * math.sqrt(self.shares))
 
-    def run_solver(self, solver: Any, ctx: Any, sample: Any, params: Params, round: int, rng: Any) -> LocalResult:
+    def run_solver(self, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
+                   rng: np.random.Generator) -> LocalResult:
         """G_c = (1/K) sum_s scale_s * clip_C(g_s) over the drawn sample (per-sample gradients at the global model,
         :func:`fedsample.training.functional.per_sample_gradients`), in the place of ``solver.run``."""
         import torch

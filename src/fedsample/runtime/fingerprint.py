@@ -7,9 +7,10 @@ resume=True)])`` compares it field by field with the run being resumed and refus
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:  # a type only: runtime/ imports nothing of fedsample's domain
     from fedsample.data.types import FederatedData
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # a type only: runtime/ imports nothing of fedsample's domain
 __all__ = ["differences", "run_fingerprint"]
 
 
-def digest(*arrays: Any) -> str:
+def digest(*arrays: str | npt.ArrayLike) -> str:
     """A short blake2b digest of arrays and strings (their bytes, shapes and dtypes)."""
     h = hashlib.blake2b(digest_size=12)
     for a in arrays:
@@ -39,7 +40,7 @@ def data_fingerprint(data: FederatedData) -> str:
                   np.asarray(data.order), np.asarray(data.offsets))
 
 
-def run_fingerprint(strategy: Any, data: FederatedData, model: Any, seed: int, settings: dict) -> dict[str, str]:
+def run_fingerprint(strategy: object, data: FederatedData, model: object, seed: int, settings: Mapping[str, object]) -> dict[str, str]:
     """Field -> value of everything that determines a run's numbers (``settings``: backend-independent
     simulation settings such as ``eval_every`` and the failure model)."""
     from fedsample import __version__

@@ -9,7 +9,7 @@ one can have changed (read-only and owning their data: no writeable base under t
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Callable, Generic, Hashable, Sequence, TypeVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class LastOf(Generic[T]):
     what it holds is only a saving of time, never part of a result."""
 
     def __init__(self) -> None:
-        self._last: tuple[tuple[np.ndarray, ...], Hashable, Any] | None = None  # one tuple: replaced at once
+        self._last: tuple[tuple[np.ndarray, ...], Hashable, T] | None = None  # one tuple: replaced at once
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return LastOf, ()

@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 __all__ = ["Warned", "once_per_kind"]
 
@@ -28,7 +28,7 @@ class Warned:
     """``warnings.showwarning`` during a run: counts each kind (category, message text) and passes the first of
     each kind on to ``passed_on`` (every one, where ``passed_on`` is an enclosing run's :class:`Warned`)."""
 
-    def __init__(self, passed_on: Callable[..., Any]) -> None:
+    def __init__(self, passed_on: Callable[..., object]) -> None:
         self._passed_on = passed_on
         self._counts: dict[tuple[type[Warning], str], int] = {}
         self._lock = threading.Lock()
