@@ -41,7 +41,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("fedsample.sampling.data", "FedSamplingData.plan", "plan_ratio"),
     ("fedsample.federation.vectorized", "VectorizedSimulator.draw_cohort", "bernoulli_draws"),
     ("fedsample.federation.vectorized", "VectorizedSimulator.train", "engine_train_other"),
-    ("fedsample.federation.vectorized", "CohortReports.one_gradient", "forward_gather_losses"),
+    ("fedsample.federation.vectorized", "BatchedCohort.one_gradient", "forward_gather_losses"),
     ("fedsample.federation.secure_sum", "count_shares", "count_noise_shares"),
     ("fedsample.federation.secure_sum", "SecureSum.run", "secure_sum_call"),
     ("fedsample.federation.vectorized", "_Union.weighted_gradient_sum", "backward_fused_sum"),

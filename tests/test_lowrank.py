@@ -11,7 +11,8 @@ from torch import nn
 
 from fedsample import recipes
 from fedsample.federation.simulator import Simulator
-from fedsample.federation.vectorized import SteppedReports, VectorizedSimulator, batch_widths, padding_groups
+from fedsample.federation.vectorized import SteppedCohort, VectorizedSimulator, batch_widths, padding_groups
+from fedsample.rounds import FusedReplies
 from fedsample.messages import LocalSample, TrainPayload
 from fedsample.models import MLP, initial_parameters
 from fedsample.parts import DrawnCohort
@@ -127,7 +128,7 @@ def test_low_rank_cohorts_give_the_loops_reports_and_sums(fed, model, solver, pl
     ids = np.arange(len(SMALL))
     loop = Simulator(fed, module, seed=5).run(ids, payload, 1)
     vec = VectorizedSimulator(fed, module, seed=5).run(ids, payload, 1)
-    assert isinstance(vec, SteppedReports) and vec.held  # trained in low-rank form
+    assert isinstance(vec, FusedReplies) and isinstance(vec.backing, SteppedCohort) and vec.backing.held  # trained in low-rank form
     for r, v in zip(loop, vec):
         assert r.steps == v.steps
         if r.steps:
@@ -151,7 +152,7 @@ def test_low_rank_chunks_and_groups_do_not_change_the_numbers():
     loop = Simulator(fed, module, seed=1).run(ids, payload, 0)
     for budget in (2**40, 1):
         vec = VectorizedSimulator(fed, module, seed=1, memory_budget=budget).run(ids, payload, 0)
-        assert vec.held and vec._where[3, 0] < 0 and vec._where[0, 0] >= 0  # client 3 (200 steps) stacked, client 0 low-rank
+        assert vec.backing.held and vec.backing._where[3, 0] < 0 and vec.backing._where[0, 0] >= 0  # client 3 (200 steps) stacked, client 0 low-rank
         for r, v in zip(loop, vec):
             assert r.steps == v.steps
             if r.steps:

@@ -14,7 +14,8 @@ from fedsample import privacy
 from fedsample.sampling.data import sampling_ratio
 from fedsample.privacy import attacks
 from fedsample.messages import SizeQuery, TrainPayload, TrainReport
-from fedsample.federation.secure_sum import SealedReplies, SecureSum, with_secure_sum
+from fedsample.federation.secure_sum import SealedCohort, SecureSum, with_secure_sum
+from fedsample.rounds import FusedReplies
 from fedsample.federation.simulator import Simulator
 from fedsample.rng import CohortRandom
 from fedsample.sampling.data import BernoulliSamples
@@ -266,7 +267,7 @@ def test_default_fedsampling_runs_through_a_secure_sum(backend):
             params, log = strategy.round(with_secure_sum(fed, strategy.secure_sum), params, state, t, seed=0)
             logs.append(log)
         out[secure] = (params, logs)
-        assert all(isinstance(reports, SealedReplies) == secure for reports in seen)
+        assert all((isinstance(reports, FusedReplies) and isinstance(reports.backing, SealedCohort)) == secure for reports in seen)
     default = fs.recipes.fedsampling()
     # the counts (drawn samples, and the sizes summed before the first draw: no size report) only inside the sum
     assert default.secure_sum and default.sizes is None and default.data.count_drawn and default.data.total_from == "secure_sum"

@@ -254,12 +254,12 @@ def test_cli_rejects_bad_worker_counts(capsys, tmp_path):
 
 
 def test_ray_answers_reply_lists_whose_fused_sum_equals_the_plain_one(fed, module, ray_fed):
-    """Size reports come back as one array (NumberReplies); train replies as ShardedReports whose fused sum (one
+    """Size reports come back as one array (NumberReplies); train replies backed by ShardedUpdates whose fused sum (one
     partial sum per actor) equals the plain sum of the same replies (each update fetched)."""
-    from fedsample.federation.ray import ShardedReports
+    from fedsample.federation.ray import ShardedUpdates
     from fedsample.messages import SizeQuery, TrainPayload
     from fedsample.models import initial_parameters
-    from fedsample.rounds import NumberReplies, Replies
+    from fedsample.rounds import FusedReplies, NumberReplies, Replies
     from fedsample.sampling.data import BernoulliSamples
     from fedsample.training.local import OneGradient
 
@@ -267,7 +267,7 @@ def test_ray_answers_reply_lists_whose_fused_sum_equals_the_plain_one(fed, modul
     sizes = ray_fed.run(ids, SizeQuery("exact"), 0)
     assert isinstance(sizes, NumberReplies) and sizes.values.tolist() == SIZES
     got = ray_fed.run(ids, TrainPayload(initial_parameters(module, 1), BernoulliSamples(0.5), OneGradient(20), 0), 0)
-    assert isinstance(got, ShardedReports) and got.fused
+    assert isinstance(got, FusedReplies) and isinstance(got.backing, ShardedUpdates) and got.fused
     plain = Replies(list(got))
     received = got.received_positions()
     np.testing.assert_array_equal(received, plain.received_positions())

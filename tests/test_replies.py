@@ -14,12 +14,12 @@ import torch
 import fedsample as fs
 from fedsample.federation.base import FederationFactory, KeepsClientStates, client_states_of
 from fedsample.federation.faults import FaultModel, Faulty
-from fedsample.federation.secure_sum import SealedReplies, SecureSum, with_secure_sum
+from fedsample.federation.secure_sum import SealedCohort, SecureSum, with_secure_sum
 from fedsample.federation.simulator import Simulator
-from fedsample.federation.vectorized import CohortReports, VectorizedSimulator
+from fedsample.federation.vectorized import BatchedCohort, VectorizedSimulator
 from fedsample.messages import PerClient, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample.models import initial_parameters
-from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, Widened, replies_of
+from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, replies_of
 from fedsample.sampling.data import AllSamples, BernoulliSamples
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
@@ -54,7 +54,7 @@ def test_fused_cohort_reports_answer_like_the_plain_arithmetic(fed, module):
     received positions, a weighted sum, the summed loss and count, the drawn total."""
     ids = np.arange(fed.num_clients)
     fused = VectorizedSimulator(fed, module, seed=3).run(ids, one_gradient_payload(module, counted=True), 2)
-    assert isinstance(fused, CohortReports) and fused.fused and not fused.sealed
+    assert isinstance(fused, FusedReplies) and isinstance(fused.backing, BatchedCohort) and fused.fused and not fused.sealed
     plain = Replies(list(fused))
     assert not plain.fused
     received = plain.received_positions()
@@ -77,13 +77,14 @@ def test_the_loop_engines_replies_are_a_plain_reply_list(fed, module):
 
 def test_size_reports_of_a_million_clients_stay_one_array():
     """The vectorized engine answers size reports as NumberReplies over one int array (no Python object per
-    client), and the failure model keeps it so: Widened maps positions, numbers() is one array."""
+    client), and the failure model keeps it so: widening maps positions, numbers() is one array."""
     sizes = np.full(10**6, 2)
     values = NumberReplies(sizes)
     assert values.numbers().dtype == np.float64 and np.asarray(values) is sizes
     dropped = {0: Failed(0, "report_size", "dropped out"), 5: Failed(5, "report_size", "dropped out")}
     live = np.setdiff1d(np.arange(10**6 + 2), [0, 5])
-    wide = Widened(values, live, 10**6 + 2, dropped)
+    wide = values.widened(live, 10**6 + 2, dropped)
+    assert type(wide) is NumberReplies and len(wide) == 10**6 + 2
     numbers = wide.numbers()
     assert np.isnan(numbers[[0, 5]]).all() and np.count_nonzero(np.isnan(numbers)) == 2 and numbers[1] == 2.0
     assert wide[0] is dropped[0] and wide[1] == 2 and wide.failures() == [dropped[0], dropped[5]]
@@ -104,12 +105,12 @@ def test_size_reports_through_the_failure_model_are_validated_alike(fed, module,
 
 
 def test_the_failure_model_keeps_a_fused_sum_fused_with_its_positions_mapped(fed, module):
-    """Faulty(vectorized): the surviving clients' replies come back Widened over the engine's CohortReports;
+    """Faulty(vectorized): the surviving clients' replies come back widened over the engine's batched cohort;
     the fused sum over cohort positions equals the plain sum of the same replies."""
     ids = np.arange(fed.num_clients)
     faulty = Faulty(VectorizedSimulator(fed, module, seed=3), FaultModel(dropout={"train": 0.4}), seed=2)
     got = faulty.run(ids, one_gradient_payload(module), 2)
-    assert isinstance(got, Widened) and got.fused and got.failed
+    assert type(got) is FusedReplies and type(got.backing) is BatchedCohort and got.live is not None and got.fused and got.failed
     plain = Replies(list(got))
     received = got.received_positions()
     np.testing.assert_array_equal(received, plain.received_positions())
@@ -124,7 +125,7 @@ def test_rejecting_keeps_the_fused_abilities_and_leaves_the_rejected_out(fed, mo
     fused = VectorizedSimulator(fed, module, seed=3).run(ids, one_gradient_payload(module), 2)
     victim = int(fused.received_positions()[0])
     rejected = fused.rejecting({victim: Failed(victim, "train", "test")})
-    assert type(rejected) is CohortReports and rejected.fused and fused.failed == {}  # the original is untouched
+    assert type(rejected) is FusedReplies and type(rejected.backing) is BatchedCohort and rejected.fused and fused.failed == {}  # the original is untouched
     assert is_failed_at(rejected, victim) and victim not in rejected.received_positions().tolist()
     others = rejected.received_positions()
     assert_same_params(rejected.weighted_update_sum(others, np.ones(len(others))),
@@ -144,9 +145,9 @@ def test_a_one_gradient_cohort_builds_a_report_only_when_one_is_read(fed, module
     loss, count = fused.summed_loss()
     drawn = fused.drawn_total()
     assert fs.validate.screen_updates(fused, ids, payload.params) is fused and fused.suspect_positions().size == 0
-    assert fused._made == {}  # nothing read one by one so far
+    assert fused.backing._made == {}  # nothing read one by one so far
     first = int(received[0])
-    assert fused[first] is fused[first] and len(fused._made) == 1 and fused[-len(fused) + first] is fused[first]
+    assert fused[first] is fused[first] and len(fused.backing._made) == 1 and fused[-len(fused) + first] is fused[first]
     plain = Replies(list(fused))
     assert (loss, count) == plain.summed_loss() and drawn == plain.drawn_total() and count == len(received)
     assert all(plain[int(i)] is fused[int(i)] for i in received)  # the list copy holds the same report objects
@@ -168,10 +169,10 @@ def test_the_shallow_screen_reads_the_one_gradient_reports_it_cannot_vouch_for()
     ids = np.arange(bad.num_clients)
     payload = TrainPayload(initial_parameters(module, 1), AllSamples(), OneGradient(5), 2)
     fused = VectorizedSimulator(bad, module, seed=3).run(ids, payload, 2)
-    assert type(fused) is CohortReports and fused.suspect_positions().tolist() == [2]
+    assert type(fused) is FusedReplies and type(fused.backing) is BatchedCohort and fused.suspect_positions().tolist() == [2]
     screened = fs.validate.screen_updates(fused, ids, payload.params)
     plain = fs.validate.screen_updates(Replies(list(fused)), ids, payload.params, deep=False)
-    assert type(screened) is CohortReports and screened.failed == plain.failed and list(screened.failed) == [2]
+    assert type(screened) is FusedReplies and type(screened.backing) is BatchedCohort and screened.failed == plain.failed and list(screened.failed) == [2]
     assert screened.failed[2].reason == "non-finite loss nan"
     np.testing.assert_array_equal(screened.received_positions(), plain.received_positions())
     assert screened.summed_loss() == plain.summed_loss()
@@ -244,7 +245,7 @@ def test_simulate_seals_the_replies_of_a_strategy_that_declares_a_secure_sum():
         strategy = fs.recipes.fedsampling(K=20, epsilon=3.0, M=10, server_lr=0.1, secure_sum=secure)
         strategy = dataclasses.replace(strategy, aggregate=SeenReplies(strategy.aggregate, seen))
         fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=0)
-        assert len(seen) == 2 and all(r.sealed == secure and isinstance(r, SealedReplies) == secure for r in seen)
+        assert len(seen) == 2 and all(r.sealed == secure and (isinstance(r, FusedReplies) and isinstance(r.backing, SealedCohort)) == secure for r in seen)
 
 
 def test_a_round_refuses_readable_replies_when_the_strategy_declares_a_secure_sum(module):
@@ -315,3 +316,49 @@ def test_a_backend_name_as_federation_is_one_line_naming_the_factory(fed):
         fs.simulate(
             fs.recipes.fedavg(clients_per_round=2), federated_data=fed, model=fs.models.LogisticRegression(), rounds=1, engine=Engine(federation="ray"),
         )
+
+
+def test_there_are_three_reply_list_kinds():
+    """Every engine's answer is one of three kinds (issue 39): the plain list, numbers as one array, and a fused list
+    over an engine's backing; no other class in fedsample implements the reply-list protocol."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(fs.__path__, "fedsample."):
+        with contextlib.suppress(ImportError):  # an optional extra not installed
+            importlib.import_module(info.name)
+
+    def below(cls):
+        return {cls} | {d for sub in cls.__subclasses__() for d in below(sub)}
+
+    kinds = {c for c in below(ReplyList) if c.__module__.startswith("fedsample.") and c is not ReplyList}
+    assert kinds == {Replies, NumberReplies, FusedReplies}
+
+
+class _Listed(fs.rounds.ReplyObjects):
+    def __init__(self, replies):
+        self.replies = replies
+
+
+def test_widening_twice_and_rejecting_map_positions_like_the_plain_list():
+    """A fused list widened into a cohort, then into a larger one, and a rejection made at an outer position: each
+    answer equals the plain list's holding the same replies at the same positions."""
+    reports = [TrainReport({"w": torch.tensor([float(k + 1)])}, 1, 0.25 * k, samples=k + 2) for k in range(4)]
+    reports[2] = TrainReport({"w": torch.zeros(1)}, 0, 0.0)  # an empty reply: no step
+    first = FusedReplies(_Listed(reports)).widened(np.array([0, 2, 3, 5]), 6, {1: Failed(1, "train", "a"), 4: Failed(4, "train", "b")})
+    twice = first.widened(np.array([1, 2, 3, 4, 6, 7]), 8, {0: Failed(10, "train", "c"), 5: Failed(15, "train", "d")})
+    # the backing's reply j sits at positions [0, 2, 3, 5] of the first cohort, [1, 3, 4, 7] of the second
+    rejected = twice.rejecting({3: Failed(1, "train", "screened")})
+    items = [Failed(10, "train", "c"), reports[0], Failed(1, "train", "a"), Failed(1, "train", "screened"), reports[2],
+             Failed(15, "train", "d"), Failed(4, "train", "b"), reports[3]]
+    plain = Replies(items)
+    assert type(rejected) is FusedReplies and rejected.backing is twice.backing and len(rejected) == 8
+    assert list(rejected) == items and rejected.failures() == plain.failures() and sorted(rejected.failed) == [0, 2, 3, 5, 6]
+    np.testing.assert_array_equal(rejected.received_positions(), plain.received_positions())
+    assert rejected.received_positions().tolist() == [1, 7]
+    weights = np.array([0.5, 3.0])
+    assert rejected.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == plain.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == [0.5 + 12.0]
+    assert rejected.summed_loss() == plain.summed_loss() == (0.75, 2) and rejected.drawn_total() == plain.drawn_total() == 7
+    assert twice.received_positions().tolist() == [1, 3, 7] and twice.failed.keys() == {0, 2, 5, 6}  # the original is untouched
+    with pytest.raises(ValueError, match="arrived"):
+        twice.rejecting({2: Failed(1, "train", "x")})  # position 2 was never asked

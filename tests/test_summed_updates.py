@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample.federation.summed import SummedReplies, SummedReport
+from fedsample.federation.summed import SummedReport, SummedUpdates
+from fedsample.rounds import FusedReplies
 from fedsample.federation.faults import FaultModel, Faulty
 from fedsample.federation.simulator import Simulator
 from fedsample.models import MLP
@@ -112,7 +113,7 @@ def test_the_engine_keeps_only_the_reports_numbers(fed, mlp):
     finally:
         round_steps.combine_valid = original
     replies = seen[0]
-    assert isinstance(replies, SummedReplies) and all(isinstance(r, SummedReport) for r in replies)
+    assert isinstance(replies, FusedReplies) and isinstance(replies.backing, SummedUpdates) and all(isinstance(r, SummedReport) for r in replies)
     assert not any(isinstance(v, torch.Tensor) for r in replies for v in vars(r).values())
 
 

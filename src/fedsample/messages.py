@@ -230,7 +230,7 @@ class PlannedSum:
     order (:func:`fedsample.rounds.weighted_sum`'s arithmetic). It travels in the train request
     (:attr:`TrainPayload.planned`); an in-process engine that reads it there (:func:`planned_for`) may add each update
     into that sum as it arrives and drop it, instead of holding the cohort's updates until the server asks; asked
-    anything else, it must still answer (:class:`fedsample.federation.summed.SummedReplies` recomputes the updates it
+    anything else, it must still answer (:class:`fedsample.federation.summed.SummedUpdates` recomputes the updates it
     dropped)."""
 
     ids: np.ndarray

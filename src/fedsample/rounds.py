@@ -8,8 +8,9 @@ client, in order. A reply is the procedure's report, or :class:`Failed` when the
 raised, or sent something the server rejected; a failed client is left out of that round and named in the
 round's record. :class:`ReplyList` is the one protocol for what the server may ask of a round's replies (the
 positions that carry an update, the weighted sum of the updates, the summed loss, the drawn-sample count, the
-size reports as numbers); its methods compute them reply by reply, and an engine's reply list computes them
-its own way (the vectorized engine's one backward pass, Ray's partial sums on the workers, a secure sum).
+size reports as numbers), in three kinds: :class:`Replies` computes them reply by reply, :class:`NumberReplies`
+holds size reports as one array, and :class:`FusedReplies` asks an engine's :class:`ReplyBacking`, which computes
+them its own way (the vectorized engine's one backward pass, Ray's partial sums on the workers, a secure sum).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
 
 import numpy as np
 import torch
@@ -26,9 +27,9 @@ from fedsample.messages import Params, TrainReport
 from fedsample.rng import SERVER, generator
 
 __all__ = [
-    "Cohort", "Failed", "FederationLost", "NumberReplies", "Replies", "ReplyList", "RoundContext", "Widened",
-    "add_weighted_", "carries_update", "failed_positions", "is_failed", "position_index", "replies_of",
-    "weighted_sum",
+    "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
+    "RoundContext", "add_weighted_", "carries_update", "drawn_of", "failed_positions", "is_failed", "loss_of", "position_index",
+    "replies_of", "rows_of", "update_sum_of", "weighted_sum", "without",
 ]
 
 
@@ -56,18 +57,18 @@ class RoundFailed(Exception):
     """Nothing usable arrived in a phase of the round: the round leaves the parameters unchanged."""
 
 
-def is_failed(reply: Any) -> bool:
+def is_failed(reply: object) -> TypeGuard[Failed]:
     """True for a :class:`Failed` reply (Failed is final: not meant to be subclassed)."""
     return reply.__class__ is Failed
 
 
-def carries_update(reply: Any) -> bool:
+def carries_update(reply: object) -> bool:
     """A reply from at least one local step (not :class:`Failed`, not None, not an empty training reply: a training
     report with 0 steps; any other reply, a size report or a sealed one, carries what it carries)."""
     return reply is not None and reply.__class__ is not Failed and (not isinstance(reply, TrainReport) or reply.steps != 0)
 
 
-def failed_positions(replies: Iterable[Any]) -> dict[int, Failed]:
+def failed_positions(replies: Iterable[object]) -> dict[int, Failed]:
     """Position -> reply for the :class:`Failed` replies; a C-level scan of the reply types comes first, so a
     large cohort without failures costs no Python loop."""
     replies = list(replies) if not isinstance(replies, list) else replies
@@ -144,7 +145,7 @@ class RoundContext:
     response-rate adjustment of docs/reliability.md)."""
 
     federation: Any
-    params: Any
+    params: Params
     round: int
     seed: int
     state: dict
@@ -168,8 +169,10 @@ class RoundContext:
 
 class ReplyList(Sequence):
     """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
-    of them. Every method here computes its answer reply by reply (the plain implementation); an engine's reply
-    list overrides the ones it computes faster or keeps on the clients' side:
+    of them. There are three kinds: :class:`Replies` (the replies themselves, every ability computed reply by
+    reply), :class:`NumberReplies` (size reports as one array) and :class:`FusedReplies` (an engine's answer whose
+    abilities its :class:`ReplyBacking` computes its own way: the vectorized engine's one backward pass, Ray's partial
+    sums on the workers, a secure sum). What the server may ask:
 
     - ``failed``: position -> :class:`Failed` (never in a sum); :meth:`failures` lists them in cohort order;
     - :meth:`received_positions`: the positions whose reply carries an update (not failed, not empty);
@@ -178,7 +181,8 @@ class ReplyList(Sequence):
     - :meth:`drawn_total`: the samples the cohort drew (the self-normalized FedSampling update's S);
     - :meth:`rows_trained`: the rows the cohort's local steps read, with repeats (the realised budget);
     - :meth:`numbers`: the replies as numbers (size reports), NaN where failed;
-    - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept.
+    - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept;
+    - :meth:`widened`: the same replies placed at some positions of a larger cohort, its abilities kept.
 
     ``fused`` says that :meth:`weighted_update_sum` is formed without building each client's update (so a
     non-finite sum, not each update, is what the server checks first); ``sealed`` that single replies cannot be
@@ -199,15 +203,23 @@ class ReplyList(Sequence):
         """A copy in which the positions of ``failures`` hold their :class:`Failed` (validation's rejections),
         with the other replies and every fused ability of this list kept."""
 
+    def widened(self, live: np.ndarray, size: int, failed: dict[int, Failed]) -> "ReplyList":
+        """These replies as those of the clients at ``live`` (ascending positions of a larger cohort of ``size``),
+        the other positions holding their :class:`Failed` in ``failed`` (e.g. clients the failure model dropped
+        before they were asked); here a plain :class:`Replies` list, the kinds that hold more keep it."""
+        live = np.asarray(live, dtype=np.int64)
+        items: list[Any] = [failed.get(i) for i in range(int(size))]
+        for i, reply in zip(live.tolist(), self):
+            items[i] = reply
+        return Replies(items, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
+
     def failures(self) -> list[Failed]:
         """The Failed replies, in cohort order."""
         return [self.failed[i] for i in sorted(self.failed)]
 
     def without_failed(self, positions: np.ndarray) -> np.ndarray:
         """``positions`` less the failed ones."""
-        if not self.failed:
-            return positions
-        return positions[~np.isin(positions, np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))]
+        return without(positions, self.failed)
 
     def received_positions(self) -> np.ndarray:
         """Positions of the replies that carry an update: neither :class:`Failed`, None, nor empty (a reply
@@ -223,34 +235,23 @@ class ReplyList(Sequence):
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}`` over the positions whose reply carries an update (empty
         replies add zero, failed ones nothing); None when none does."""
-        keep = [(int(i), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
-                if int(i) not in self.failed and carries_update(self[int(i)])]
-        if not keep:
-            return None
-        return weighted_sum((self[i].update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
+        return update_sum_of(self.__getitem__, self.failed, positions, weights)
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the losses of the replies that took a step, how many did), in cohort order."""
-        got = [self[i] for i in self.received_positions().tolist()]
-        return float(sum(r.loss for r in got)), len(got)
+        return loss_of(self.__getitem__, self.received_positions())
 
-    def drawn_total(self) -> int:
+    def drawn_total(self) -> int | float:
         """sum_c |S_c|, the samples the cohort drew, from the received replies' ``samples`` fields (sent only
-        when the plan asks for them); a ValueError when a reply does not carry it."""
-        counts = [self[i].samples for i in self.received_positions().tolist()]  # received: TrainReports
-        if any(c is None for c in counts):
-            raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
-        return int(sum(c for c in counts if c is not None))
+        when the plan asks for them); a ValueError when a reply does not carry it; a float where the count is noised
+        (a secure sum's)."""
+        return drawn_of(self.__getitem__, self.received_positions())
 
     def rows_trained(self) -> int | None:
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
         sampler's round, :func:`fedsample.budget.realised_samples`); a reply that took no step counts 0; None where a
         received reply that stepped does not say."""
-        replies = [self[i] for i in self.received_positions().tolist()]  # received: TrainReports
-        counts = [0 if r.steps == 0 else r.rows_trained for r in replies]
-        if any(c is None for c in counts):
-            return None
-        return int(sum(c for c in counts if c is not None))
+        return rows_of(self.__getitem__, self.received_positions())
 
     def numbers(self) -> np.ndarray | None:
         """The replies as floats (size reports), NaN where failed; None when a reply that did not fail is not a
@@ -265,9 +266,50 @@ class ReplyList(Sequence):
         return values
 
 
+def without(positions: np.ndarray, failed: Mapping[int, Failed]) -> np.ndarray:
+    """``positions`` less those in ``failed``."""
+    if not failed:
+        return positions
+    return positions[~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))]
+
+
+def update_sum_of(reply: Callable[[int], Any], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
+    """``sum_i weights_i * Delta_{positions_i}`` reply by reply (``reply(i)``: the reply at position i) over the
+    replies that carry an update and are not in ``failed`` (empty replies add zero, failed ones nothing); None when
+    none does."""
+    keep = [(int(i), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
+            if int(i) not in failed and carries_update(reply(int(i)))]
+    if not keep:
+        return None
+    return weighted_sum((reply(i).update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
+
+
+def loss_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[float, int]:
+    """(sum of the losses of the ``received`` replies, how many), in cohort order."""
+    got = [reply(i) for i in received.tolist()]
+    return float(sum(r.loss for r in got)), len(got)
+
+
+def drawn_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int:
+    """sum_c |S_c| over the ``received`` replies' ``samples`` fields; a ValueError when one does not carry it."""
+    counts = [reply(i).samples for i in received.tolist()]  # received: TrainReports
+    if any(c is None for c in counts):
+        raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
+    return int(sum(c for c in counts if c is not None))
+
+
+def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | None:
+    """The rows the ``received`` replies' local steps read, summed (0 for a reply that took no step); None where one
+    that stepped does not say."""
+    got = [reply(i) for i in received.tolist()]  # received: TrainReports
+    counts = [0 if r.steps == 0 else r.rows_trained for r in got]
+    if any(c is None for c in counts):
+        return None
+    return int(sum(c for c in counts if c is not None))
+
+
 class Replies(list, ReplyList):
-    """The plain reply list: the replies themselves (a list), every ability computed reply by reply; the
-    vectorized engine's, Ray's and the diagnostics' reply lists are Replies with fused abilities.
+    """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
     def __init__(self, items: Iterable[Any] = (), failed: dict[int, Failed] | None = None) -> None:
@@ -275,7 +317,7 @@ class Replies(list, ReplyList):
         self.failed = failed if failed is not None else failed_positions(self)
 
     def rejecting(self, failures: dict[int, Failed]) -> "Replies":
-        out = type(self).__new__(type(self))  # a copy of the same class (its fused abilities), no __init__ again
+        out = type(self).__new__(type(self))  # a copy of the same class, no __init__ again
         list.extend(out, self)
         out.__dict__.update(self.__dict__)
         out.failed = {**self.failed, **failures}
@@ -331,25 +373,125 @@ class NumberReplies(ReplyList):
     def rejecting(self, failures: dict[int, Failed]) -> "NumberReplies":
         return NumberReplies(self.values, {**self.failed, **failures})
 
+    def widened(self, live: np.ndarray, size: int, failed: dict[int, Failed]) -> "NumberReplies":
+        """Still one array: the numbers at ``live``, zero (and failed) elsewhere."""
+        live = np.asarray(live, dtype=np.int64)
+        values = np.zeros(int(size), dtype=self.values.dtype)
+        values[live] = self.values
+        return NumberReplies(values, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
 
-class Widened(ReplyList):
-    """The replies of the clients at ``live`` (ascending positions of a larger cohort of ``size``), the other
-    positions holding their :class:`Failed` (e.g. clients the failure model dropped before they were asked).
-    Every ability is the source's, its positions mapped: a fused sum stays fused, size reports stay one array."""
 
-    def __init__(self, source: ReplyList, live: np.ndarray, size: int, failed: dict[int, Failed]) -> None:
-        self.source, self.live, self.size = source, np.asarray(live, dtype=np.int64), int(size)
-        self._inner = np.full(self.size, -1, dtype=np.int64)  # cohort position -> source position (-1: not asked)
-        self._inner[self.live] = np.arange(len(self.live))
-        self.failed = {**failed, **{int(self.live[j]): f for j, f in source.failed.items()}}
-
-    @property
-    def fused(self) -> bool:
-        return self.source.fused
+class ReplyBacking(Protocol):
+    """What an engine keeps of a ``train`` call's replies (on its side, on its workers, sealed in a secure sum),
+    and the fused abilities of :class:`FusedReplies` it computes from it. Positions are the backing's own (0 ..
+    len - 1); ``failed`` and ``received`` arguments are in them too."""
 
     @property
     def sealed(self) -> bool:
-        return self.source.sealed
+        """Single replies cannot be read (a secure sum)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def reply(self, position: int) -> Any:
+        """The reply at ``position`` (made when read where the engine holds numbers only)."""
+        ...
+
+    def received(self) -> np.ndarray:
+        """Ascending positions of the replies that carry an update, rejections aside."""
+        ...
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}``, the positions in ``failed`` adding nothing."""
+        ...
+
+    def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
+        """(sum of the ``received`` replies' losses, how many), in cohort order."""
+        ...
+
+    def drawn_total(self, received: np.ndarray) -> int | float:
+        """The ``received`` replies' drawn counts, summed."""
+        ...
+
+    def rows_trained(self, received: np.ndarray) -> int | None:
+        """The ``received`` replies' rows trained, summed; None where not known."""
+        ...
+
+    def suspects(self, received: np.ndarray) -> np.ndarray:
+        """The ``received`` positions a shallow screen must read."""
+        ...
+
+
+class ReplyObjects:
+    """A backing that holds its reply objects in ``self.replies`` (a list): the abilities an engine does not fuse,
+    computed reply by reply as :class:`Replies` computes them (an engine's backing overrides what it fuses)."""
+
+    replies: list[Any]
+    sealed = False
+
+    def __len__(self) -> int:
+        return len(self.replies)
+
+    def reply(self, position: int) -> Any:
+        return self.replies[position]
+
+    def received(self) -> np.ndarray:
+        return np.array([i for i, r in enumerate(self.replies) if carries_update(r)], dtype=np.int64)
+
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
+        return update_sum_of(self.reply, failed, positions, weights)
+
+    def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
+        return loss_of(self.reply, received)
+
+    def drawn_total(self, received: np.ndarray) -> int | float:
+        return drawn_of(self.reply, received)
+
+    def rows_trained(self, received: np.ndarray) -> int | None:
+        return rows_of(self.reply, received)
+
+    def suspects(self, received: np.ndarray) -> np.ndarray:
+        return received
+
+
+class FusedReplies(ReplyList):
+    """An engine's answer to a ``train`` call whose abilities come from its :class:`ReplyBacking` (``backing``):
+    the vectorized engine's cohort (one backward pass) or low-rank factors, the loop engine's running sum, a
+    worker pool's partial sums, a secure sum's one sum, the diagnostics' linear reports. ``fused``: the weighted sum
+    is formed without building each client's update.
+
+    ``live`` (None: every position) places the backing's replies in a larger cohort of ``size`` (:meth:`widened`);
+    ``failed`` holds the rejections (:meth:`rejecting`) and the unasked positions' :class:`Failed`, each backing
+    ability leaving the former out and mapping positions."""
+
+    def __init__(self, backing: ReplyBacking, failed: dict[int, Failed] | None = None,
+                 live: np.ndarray | None = None, size: int | None = None, unasked: dict[int, Failed] | None = None) -> None:
+        self.backing, self.live = backing, live
+        self.size = len(backing) if live is None or size is None else int(size)
+        self._rejected = dict(failed or {})  # backing position -> Failed
+        self._unasked = dict(unasked or {})  # cohort position -> Failed, where live leaves a position out
+        self._inner: np.ndarray | None = None  # cohort position -> backing position (-1: not asked), with live
+        if live is not None:
+            self._inner = np.full(self.size, -1, dtype=np.int64)
+            self._inner[live] = np.arange(len(live))
+        self.failed = {**self._unasked, **{self._outer(j): f for j, f in self._rejected.items()}}
+
+    @property
+    def fused(self) -> bool:
+        return True
+
+    @property
+    def sealed(self) -> bool:
+        return self.backing.sealed
+
+    def _outer(self, position: int) -> int:
+        return position if self.live is None else int(self.live[position])
+
+    def _to_outer(self, positions: np.ndarray) -> np.ndarray:
+        return positions if self.live is None else self.live[positions]
+
+    def _to_inner(self, positions: np.ndarray) -> np.ndarray:
+        return positions if self._inner is None else self._inner[np.asarray(positions, dtype=np.int64)]
 
     def __len__(self) -> int:
         return self.size
@@ -360,41 +502,55 @@ class Widened(ReplyList):
         i = position_index(position, self.size)
         if i in self.failed:
             return self.failed[i]
-        return self.source[int(self._inner[i])]
+        return self.backing.reply(i if self._inner is None else int(self._inner[i]))
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(self.size))
+
+    def _received(self) -> np.ndarray:
+        """The backing's received positions less the rejected, in its positions."""
+        return without(self.backing.received(), self._rejected)
 
     def received_positions(self) -> np.ndarray:
-        return self.live[self.source.received_positions()]  # ascending: live and the source's positions are
+        return self._to_outer(self._received())  # ascending: live and the backing's positions are
+
+    def suspect_positions(self) -> np.ndarray:
+        return self._to_outer(self.backing.suspects(self._received()))
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
-        return self.source.weighted_update_sum(self._inner[np.asarray(positions, dtype=np.int64)], weights)
+        return self.backing.weighted_update_sum(self._to_inner(positions), weights, self._rejected)
 
     def summed_loss(self) -> tuple[float, int]:
-        return self.source.summed_loss()
+        return self.backing.summed_loss(self._received())
 
-    def drawn_total(self) -> int:
-        return self.source.drawn_total()
+    def drawn_total(self) -> int | float:
+        return self.backing.drawn_total(self._received())
 
     def rows_trained(self) -> int | None:
-        return self.source.rows_trained()
+        return self.backing.rows_trained(self._received())
 
-    def numbers(self) -> np.ndarray | None:
-        inner = self.source.numbers()
-        if inner is None:
-            return None
-        values = np.full(self.size, np.nan)
-        values[self.live] = inner
-        return values
+    def numbers(self) -> None:
+        """A train call's replies are updates, never numbers."""
+        return None
 
-    def rejecting(self, failures: dict[int, Failed]) -> "Widened":
-        """Rejections of asked clients go to the source (so its fused abilities leave them out)."""
-        if any(self._inner[i] < 0 for i in failures):
+    def rejecting(self, failures: dict[int, Failed]) -> "FusedReplies":
+        """The same backing with ``failures`` rejected (only a reply that arrived can be); sealed replies are checked
+        on the clients' side."""
+        if self.sealed:
+            raise TypeError("sealed replies are checked on the clients' side; the server cannot reject one")
+        inner = {int(self._to_inner(np.array([i]))[0]): f for i, f in failures.items()}
+        if any(j < 0 for j in inner):
             raise ValueError("only a reply that arrived can be rejected")
-        source = self.source.rejecting({int(self._inner[i]): f for i, f in failures.items()})
-        outer = {i: f for i, f in self.failed.items() if self._inner[i] < 0}
-        return Widened(source, self.live, self.size, outer)
+        return FusedReplies(self.backing, {**self._rejected, **inner}, self.live, self.size, self._unasked)
+
+    def widened(self, live: np.ndarray, size: int, failed: dict[int, Failed]) -> "FusedReplies":
+        """The same backing, its positions mapped through ``live`` as well."""
+        live = np.asarray(live, dtype=np.int64)
+        unasked = {**failed, **{int(live[i]): f for i, f in self._unasked.items()}}
+        return FusedReplies(self.backing, self._rejected, live if self.live is None else live[self.live], size, unasked)
 
 
-def position_index(position: Any, size: int) -> int:
+def position_index(position: SupportsIndex, size: int) -> int:
     """A sequence index: negative ones count from the end; out of range is an IndexError."""
     i = int(position)
     i = i + size if i < 0 else i

@@ -38,12 +38,12 @@ from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import reports_count
-from fedsample.rounds import Replies, ReplyList
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, drawn_of
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
 
-__all__ = ["LinearReports", "LinearisedFederation", "RoundCost", "step_weights"]
+__all__ = ["LinearCohort", "LinearisedFederation", "RoundCost", "step_weights"]
 
 SIZE_REPORT_BYTES = 8
 NORM_BYTES = 8
@@ -64,34 +64,32 @@ class RoundCost:
     probes: int = 0
 
 
-class LinearReports(Replies):
-    """The train reports of one cohort, each client's update a combination of per-sample gradients; a linear
-    aggregator's ``sum_k w_k Delta_k`` is one sum (a fused sum, like the vectorized engine's): of the clients' kept
-    updates (:class:`~fedsample.diagnostics.gradients.ClientUpdates`) for a cohort of up to ``CACHED_COHORT``
-    clients, one product over all their rows for a larger one."""
-
-    fused = True
+class LinearCohort(ReplyObjects):
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of one cohort's train reports, each client's update a
+    combination of per-sample gradients; a linear aggregator's ``sum_k w_k Delta_k`` is one sum (a fused sum, like
+    the vectorized engine's): of the clients' kept updates (:class:`~fedsample.diagnostics.gradients.ClientUpdates`)
+    for a cohort of up to ``CACHED_COHORT`` clients, one product over all their rows for a larger one."""
 
     def __init__(self, updates: ClientUpdates, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
                  steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, statistics: dict[str, np.ndarray] | None = None,
                  counts: np.ndarray | None = None) -> None:
-        super().__init__([None] * clients, failed={})
+        self.replies: list[_LinearReport | None] = [None] * clients
         self.updates, self.basis, self.rows, self.member, self.coef = updates, updates.basis, rows, member, coef
         self.counts = counts  # each member's drawn count, where the plan asks the clients for it
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
         self._cuts = cuts
         for c in self._received.tolist():
-            self[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]), float(losses[c]))
-            self[c].statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
+            report = self.replies[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]), float(losses[c]))
+            report.statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
 
-    def received_positions(self) -> np.ndarray:
-        return self.without_failed(self._received)
+    def received(self) -> np.ndarray:
+        return self._received
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params:
         a = np.zeros(len(self))
         a[np.asarray(positions, dtype=np.int64)] = weights
-        a[np.fromiter(self.failed, dtype=np.int64, count=len(self.failed))] = 0.0  # a rejected reply adds nothing
+        a[np.fromiter(failed, dtype=np.int64, count=len(failed))] = 0.0  # a rejected reply adds nothing
         summed = np.flatnonzero(a)
         if len(summed) > CACHED_COHORT:
             return {"g": self.basis.combination(self.rows, a[self.member] * self.coef)}
@@ -100,12 +98,12 @@ class LinearReports(Replies):
             total += a[position] * self._update(position)
         return {"g": total.to(self.basis.matrix.dtype)}
 
-    def drawn_total(self) -> int:
+    def drawn_total(self, received: np.ndarray) -> int:
         """The samples the answering clients drew (the self-normalized FedSampling update's S), where the plan asks
         for the counts."""
         if self.counts is None:
-            return super().drawn_total()
-        return int(self.counts[self.received_positions()].sum())
+            return drawn_of(self.reply, received)
+        return int(self.counts[received].sum())
 
     def update_of(self, position: int) -> Params:
         return {"g": self._update(position).to(self.basis.matrix.dtype)}
@@ -114,10 +112,10 @@ class LinearReports(Replies):
         a, b = self._cuts[position], self._cuts[position + 1]
         return self.updates.of(self.rows[a:b], self.coef[a:b])
 
-    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float, float]:
+    def terms_of(self, position: int) -> tuple[np.ndarray, np.ndarray, int, float | None, float]:
         """Client ``position``'s dataset rows and coefficients (one entry per use), steps, a_k and loss."""
         a, b = self._cuts[position], self._cuts[position + 1]
-        report = self[position]
+        report = self.replies[position]
         steps, norm, loss = (0, 0.0, 0.0) if report is None else (report.steps, report.norm_steps, report.loss)
         return self.rows[a:b], self.coef[a:b], steps, norm, loss
 
@@ -125,7 +123,7 @@ class LinearReports(Replies):
 class _LinearReport(TrainReport):
     """One client's linearised update, computed when read."""
 
-    def __init__(self, owner: LinearReports, position: int, steps: int, norm_steps: float, loss: float) -> None:
+    def __init__(self, owner: LinearCohort, position: int, steps: int, norm_steps: float, loss: float) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps = steps, loss, norm_steps  # the loss at the fixed model
         self.statistics: Mapping[str, float] = {}
@@ -177,9 +175,9 @@ class LinearisedFederation(VectorizedSimulator):
         if isinstance(sent.shared, ProbeRequest) and sent.shared.minibatch is None:
             replies = self._cached_probes(ids, sent.shared, round)
         elif isinstance(asked, TrainHeld):  # every client trains; its update and rows stay on its side until sent
-            reports = self.train(ids, sent, round, sent_up=False)
-            self._held = {k: (round, *reports.terms_of(c)) for c, k in enumerate(ids.tolist())}
-            replies = Replies([HeldReport(update_norm(reports[c])) for c in range(len(ids))], failed={})
+            cohort = self.linear_cohort(ids, sent, round, sent_up=False)
+            self._held = {k: (round, *cohort.terms_of(c)) for c, k in enumerate(ids.tolist())}
+            replies = Replies([HeldReport(update_norm(cohort.reply(c))) for c in range(len(ids))], failed={})
         elif isinstance(asked, HeldRequest):
             replies = self._send_held(ids, asked)
         else:
@@ -187,8 +185,8 @@ class LinearisedFederation(VectorizedSimulator):
         self.cost.bytes_up += self._reply_bytes(asked, replies)
         return replies
 
-    def _send_held(self, ids: np.ndarray, request: HeldRequest) -> LinearReports:
-        """The chosen clients' kept linearised updates, as one :class:`LinearReports` (a fused sum): only these count
+    def _send_held(self, ids: np.ndarray, request: HeldRequest) -> FusedReplies:
+        """The chosen clients' kept linearised updates, backed by one :class:`LinearCohort` (a fused sum): only these count
         as updates, bytes and drawn rows."""
         found = [self._held.pop(k, None) for k in ids.tolist()]
         kept = [h for h in found if h is not None and h[0] == request.round]
@@ -198,7 +196,7 @@ class LinearisedFederation(VectorizedSimulator):
         member = np.repeat(np.arange(len(kept)), [len(h[1]) for h in kept]).astype(np.int64)
         coef = np.concatenate([h[2] for h in kept] + [np.zeros(0)])
         steps, norm = np.array([h[3] for h in kept], dtype=np.int64), np.array([h[4] for h in kept], dtype=np.float64)
-        reports = LinearReports(self.updates, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64))
+        reports = FusedReplies(LinearCohort(self.updates, len(ids), rows, member, coef, steps, norm, np.array([h[5] for h in kept], dtype=np.float64)))
         self.cost.rows.append(rows)
         self.cost.updates += len(reports.received_positions())
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
@@ -226,10 +224,14 @@ class LinearisedFederation(VectorizedSimulator):
                 self._probes[(k, key)] = reply
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int, sent_up: bool = True) -> LinearReports:
-        """Every cohort member's linearised update (see the module docstring) as one :class:`LinearReports`:
-        clients that share a plan and a solver are drawn and scheduled together. ``sent_up=False``: the updates are
-        kept on the clients' side (``train_held``): trainings are counted, not uploads."""
+    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> FusedReplies:
+        """Every cohort member's linearised update (see the module docstring), backed by one :class:`LinearCohort`."""
+        return FusedReplies(self.linear_cohort(ids, sent, round))
+
+    def linear_cohort(self, ids: np.ndarray, sent: PerClient | Shared, round: int, sent_up: bool = True) -> LinearCohort:
+        """Every cohort member's linearised update as one :class:`LinearCohort`: clients that share a plan and a
+        solver are drawn and scheduled together. ``sent_up=False``: the updates are kept on the clients' side
+        (``train_held``): trainings are counted, not uploads."""
         groups: dict[tuple, list[int]] = {}
         if sent.shared is None:
             for position in range(len(ids)):
@@ -251,13 +253,13 @@ class LinearisedFederation(VectorizedSimulator):
         if all(p[8] is not None for p in parts):  # every plan asks for the drawn counts
             counts = np.zeros(len(ids), dtype=np.int64)
             counts[everyone] = np.concatenate([p[8] for p in parts])
-        reports = LinearReports(self.updates, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
-                                statistics, counts)
-        self.cost.trainings += len(reports.received_positions())
+        reports = LinearCohort(self.updates, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
+                               statistics, counts)
+        self.cost.trainings += len(reports.received())
         if sent_up:
             self.cost.rows.append(rows)
-            self.cost.updates += len(reports.received_positions())
-            self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
+            self.cost.updates += len(reports.received())
+            self.cost.bytes_up += self.update_bytes * len(reports.received())
         return reports
 
     def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:

@@ -25,7 +25,7 @@ from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
 from fedsample.messages import NoSamples, PerClient, Shared, payloads_for, unplanned
 from fedsample.rng import CohortRandom
-from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, Widened, is_failed, replies_of
+from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, is_failed, replies_of
 
 __all__ = ["DROPPED", "FaultModel", "Faulty", "STRAGGLED", "Straggler", "lost_to_faults", "miss_probability", "with_faults"]
 
@@ -137,13 +137,13 @@ class Faulty(Federation):
             return self._one_by_one(procedure, ids, live, sent, round, failed)
         if len(got) != len(live):
             raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
-        return Widened(got, live, len(ids), failed)
+        return got.widened(live, len(ids), failed)
 
     def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, sent: PerClient | Shared, round: int,
                     failed: dict[int, Failed]) -> Replies:
         """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
         client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""
-        replies: list[Any] = [failed.get(i) for i in range(len(ids))]
+        replies: list[object] = [failed.get(i) for i in range(len(ids))]
         errors = []
         for i in live.tolist():
             one = unplanned(sent.take([i]))  # one client: no planned sum of the cohort
@@ -171,7 +171,7 @@ def miss_probability(model: FaultModel, phase: str) -> float:
     return 1 - (1 - p) * (1 - late)
 
 
-def lost_to_faults(reply: Any) -> bool:
+def lost_to_faults(reply: object) -> bool:
     """Whether ``reply`` is a client the failure model lost (dropped out, or a straggler), not one that raised or
     answered something unusable."""
     return is_failed(reply) and (reply.reason == DROPPED or reply.reason.startswith(STRAGGLED))

@@ -5,7 +5,7 @@ trains the clients on a :class:`PoolFederation`: ``workers`` processes of this m
 torch threads, each holding the clients ``k mod workers`` (:mod:`fedsample.federation.shards`, the split the Ray
 federation uses) and running an in-process engine (``"vectorized"`` or ``"loop"``) on its share of every call
 (:class:`~fedsample.federation.sharded.ClientShard`). The server's side is the Ray federation's:
-:class:`~fedsample.federation.sharded.ShardedReports`, whose fused weighted sum asks each worker for its partial
+:func:`~fedsample.federation.sharded.sharded_replies`, whose fused weighted sum asks each worker for its partial
 sum, so a round moves the global parameters to each worker and one parameter-sized sum back.
 
 Every client's draws come from (seed, round, client, purpose), so the per-client numbers (cohorts, draws,
@@ -44,7 +44,7 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.federation.sharded import NO_SUMMARY, ClientShard, ShardedReports, in_cohort_order
+from fedsample.federation.sharded import NO_SUMMARY, ClientShard, in_cohort_order, sharded_replies
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
 from fedsample.messages import payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
@@ -111,7 +111,7 @@ class PoolFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the workers (ClientShard.run)
-            return ShardedReports(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
+            return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict[str, Any]]:
@@ -152,7 +152,7 @@ class PoolFederation(Federation):
     # --- calls ------------------------------------------------------------------------------------------
 
     def _call_each(self, calls: dict[int, tuple[Any, ...]], token: int) -> dict[int, Any]:
-        """Call ``method(*args, token)`` on each named worker (the calls of :class:`ShardedReports`)."""
+        """Call ``method(*args, token)`` on each named worker (the calls of :class:`~fedsample.federation.sharded.ShardedUpdates`)."""
         return self._ask({w: (*call, token) for w, call in calls.items()})
 
     def _ask(self, calls: dict[int, tuple[Any, ...]]) -> dict[int, Any]:

@@ -11,7 +11,7 @@ clients' training rows once, at start (:func:`fedsample.federation.shards.shard_
 Ray gave it one. Every client draw comes from (seed, round, client, purpose), so the reports are those of the
 single-process engine.
 
-``train`` keeps the clients' updates on the actors. The server gets :class:`ShardedReports`: a reply list
+``train`` keeps the clients' updates on the actors. The server gets :func:`~fedsample.federation.sharded.sharded_replies`: a reply list
 (:class:`~fedsample.rounds.ReplyList`) of light reports (steps, loss, FedNova's a_k, drawn samples, rows trained) whose fused
 ``weighted_update_sum(positions, weights)`` makes one call per actor, each returning its partial
 ``sum_k w_k * Delta_k`` (one backward pass on one-gradient cohorts); the server adds them. Per round, what crosses the network is the global parameters
@@ -39,8 +39,8 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.federation.sharded import (  # noqa: F401 - ShardedReports, summarize_reports: re-exported
-    NO_SUMMARY, ClientShard, ShardedReports, compact_weights, in_cohort_order, summarize_reports,
+from fedsample.federation.sharded import (  # noqa: F401 - ShardedUpdates, summarize_reports: re-exported
+    NO_SUMMARY, ClientShard, ShardedUpdates, compact_weights, in_cohort_order, sharded_replies, summarize_reports,
 )
 from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
@@ -55,7 +55,7 @@ from torch import nn  # noqa: E402
 
 
 __all__ = [
-    "CONNECT_TIMEOUT_S", "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedReports", "cli_session",
+    "CONNECT_TIMEOUT_S", "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedUpdates", "cli_session",
     "ray_federation", "ray_session",
 ]
 
@@ -130,7 +130,7 @@ class RayFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
-            return ShardedReports(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
+            return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
     def client_states(self) -> dict[int, dict]:

@@ -2,7 +2,7 @@
 
 :class:`SecureSum` wraps any federation and simulates secure aggregation (Bonawitz et al. 2017; Flower's
 SecAgg+ in a deployment) in-process: the clients' ``train`` replies stay inside the wrapper (the clients'
-side of the door; and the ``send_held`` replies of a sampler that chooses among trained clients), and the strategy receives :class:`SealedReplies`, which answer exactly one question, the
+side of the door; and the ``send_held`` replies of a sampler that chooses among trained clients), and the strategy receives sealed replies (:class:`SealedCohort`), which answer exactly one question, the
 weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
 server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
 loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
@@ -31,7 +31,7 @@ refuses readable replies for a strategy that declares it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 from scipy.special import ndtri
@@ -41,12 +41,12 @@ from fedsample.parts import drawn_count_noise, reports_count
 from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
 from fedsample.messages import HeldRequest, SizeSumRequest, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
-from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, is_failed, replies_of
+from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, replies_of
 from fedsample.training.functional import Params
 
 __all__ = [
-    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedReplies", "SecureSum", "count_shares", "noised_count", "sealed_count",
-    "with_secure_sum",
+    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedCohort", "SecureSum", "count_shares", "noised_count", "sealed_count",
+    "sealed_replies", "with_secure_sum",
 ]
 
 #: The purpose of the random cell the drawn count's noise comes from (fedsample.rng).
@@ -99,7 +99,7 @@ class SecureSum(Federation):
         shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids, purpose) if counted and sigma > 0 else None
         self._counted[self._calls] = (len(ids), shares) if counted else None
         token = self._calls
-        return SealedReplies(self, token, len(replies), dict(replies.failed))
+        return sealed_replies(self, token, len(replies), dict(replies.failed))
 
     def secure_sum(
         self, token: int, positions: np.ndarray, weights: np.ndarray
@@ -140,7 +140,7 @@ def with_secure_sum(federation: Federation, on: bool = True, seed: int | None = 
     return SecureSum(federation, seed) if on and not isinstance(federation, SecureSum) else federation
 
 
-def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) -> ReplyList:
+def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: TrainPayload | HeldRequest | None) -> ReplyList:
     """Each client checks its own reply before it enters the sum (the server cannot look inside a secure sum):
     a non-finite or malformed update is not sent, and the client counts as failed, which the server learns as
     in secure aggregation's dropout handling (:func:`fedsample.validate.screen_updates`, run on the clients'
@@ -151,7 +151,7 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Any) 
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
-def sealed_count(payload: Any) -> tuple[bool, float, str]:
+def sealed_count(payload: object) -> tuple[bool, float, str]:
     """What a sealed call's counts are: (whether each client's count goes into the sum, the standard deviation sigma of
     the noise on that sum, the purpose of the cell its shares come from). A :class:`~fedsample.messages.SizeSumRequest`
     sums the clients' sizes (:data:`SIZE_NOISE_PURPOSE`); a training payload its plan's drawn counts where the plan
@@ -197,12 +197,12 @@ def answered_shares(shares: np.ndarray, replies: ReplyList) -> np.ndarray:
     return shares[replies.without_failed(np.arange(len(shares), dtype=np.int64))]
 
 
-def count_plus_shares(count: int, shares: np.ndarray) -> float:
+def count_plus_shares(count: float, shares: np.ndarray) -> float:
     """S + the sum of the answered clients' noise shares (:func:`noised_count`)."""
     return float(count) + float(shares.sum()) if shares.size else float(count)
 
 
-def summed_samples(replies: ReplyList) -> int | None:
+def summed_samples(replies: ReplyList) -> float | None:
     """The cohort's drawn samples, summed (one more coordinate of the secure sum); None when not reported."""
     try:
         return replies.drawn_total()
@@ -242,45 +242,48 @@ class _Sealed:
 _SEALED = _Sealed()
 
 
-class SealedReplies(ReplyList):
-    """What the server holds after a secure-sum ``train`` call: one sealed reply per asked client and, once
-    asked, the weighted sum (the federation computes it; see :class:`SecureSum`). The reply-list protocol's
-    sums come from the one secure sum; nothing else can be read."""
+class SecureSummer(Protocol):
+    """What reveals a sealed cohort's one sum (:meth:`SecureSum.secure_sum`; Flower's SecAgg+ cohorts)."""
 
-    fused = True
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, float | None]: ...
+
+
+class SealedCohort:
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of what the server holds after a secure-sum ``train``
+    call: one sealed reply per asked client and, once asked, the weighted sum (``summer`` computes it; see
+    :class:`SecureSum`). Its sums come from the one secure sum; nothing else can be read."""
+
     sealed = True
 
-    def __init__(self, federation: SecureSum, token: int, count: int, failed: dict[int, Failed] | None = None) -> None:
-        self._federation, self._token, self._count = federation, token, count
+    def __init__(self, summer: SecureSummer, token: int, count: int) -> None:
+        self._summer, self._token, self._count = summer, token, count
         self._loss: tuple[float, int] | None = None
         self._drawn: float | None = None
-        self.failed = failed or {}
 
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, position: Any) -> Any:
-        if not -self._count <= position < self._count:
-            raise IndexError(position)
-        return self.failed.get(position % self._count, _SEALED)
+    def reply(self, position: int) -> _Sealed:
+        return _SEALED
 
-    def received_positions(self) -> np.ndarray:
-        """Every asked client that answered: the server cannot tell an empty reply from another (a client
-        that did not answer is known, as in secure aggregation's dropout handling)."""
-        return self.without_failed(np.arange(self._count, dtype=np.int64))
+    def received(self) -> np.ndarray:
+        """Every asked client: the server cannot tell an empty reply from another (a client that did not answer is
+        known, as in secure aggregation's dropout handling)."""
+        return np.arange(self._count, dtype=np.int64)
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
-        """``sum_i weights_i * Delta_{positions_i}``, revealed once."""
-        total, loss_sum, trained, self._drawn = self._federation.secure_sum(self._token, positions, weights)
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
+        """``sum_i weights_i * Delta_{positions_i}``, revealed once (the failed clients are left out on the clients'
+        side)."""
+        total, loss_sum, trained, self._drawn = self._summer.secure_sum(self._token, positions, weights)
         self._loss = (loss_sum, trained)
         return total
 
-    def summed_loss(self) -> tuple[float, int]:
+    def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
         """(sum of the trained clients' losses, how many took a step), from the same secure sum; (0.0, 0)
         before the sum is revealed."""
         return self._loss if self._loss is not None else (0.0, 0)
 
-    def drawn_total(self) -> float:  # type: ignore[override]
+    def drawn_total(self, received: np.ndarray) -> float:
         """The samples the cohort drew, summed, from the same secure sum (after the update's sum), with the plan's
         noise (a float then)."""
         if self._loss is None:
@@ -289,14 +292,15 @@ class SealedReplies(ReplyList):
             raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
         return self._drawn
 
-    def rows_trained(self) -> None:
+    def rows_trained(self, received: np.ndarray) -> None:
         """Unknown: a sealed reply's rows trained are not read, nor summed into the secure sum (the realised budget
         of a secure-summed client sampler is not recorded; FedSampling's comes from its drawn count)."""
         return None
 
-    def numbers(self) -> None:
-        """Sealed replies are updates, never numbers the server can read."""
-        return None
+    def suspects(self, received: np.ndarray) -> np.ndarray:
+        return received
 
-    def rejecting(self, failures: dict[int, Failed]) -> "SealedReplies":
-        raise TypeError("sealed replies are checked on the clients' side; the server cannot reject one")
+
+def sealed_replies(summer: SecureSummer, token: int, count: int, failed: dict[int, Failed]) -> FusedReplies:
+    """The sealed answer of ``count`` asked clients (``failed``: those left out of the sum), revealed by ``summer``."""
+    return FusedReplies(SealedCohort(summer, token, count), failed)

@@ -4,7 +4,7 @@
 The clients are split over the workers as :mod:`fedsample.federation.shards` says (client k on worker
 k mod workers). A worker holds its clients' rows and runs an in-process engine on its share of every call
 (:class:`ClientShard`); ``train`` keeps the clients' updates on the worker and answers with a summary
-(:func:`summarize_reports`). The server gets :class:`ShardedReports`: a reply list of light reports (steps,
+(:func:`summarize_reports`). The server gets :func:`sharded_replies`: a reply list of light reports (steps,
 loss, FedNova's a_k, drawn samples) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
 for its partial ``sum_k w_k * Delta_k`` and adds them in worker order; reading a report's ``update`` fetches
 that worker's updates. Per round, what crosses is the global parameters to each worker and one parameter-sized
@@ -24,10 +24,11 @@ from torch import nn
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
 from fedsample.messages import TrainReport, payloads_for
-from fedsample.rounds import NumberReplies, Replies, ReplyList
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
-__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedReports", "compact_weights", "in_cohort_order", "summarize_reports"]
+__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "compact_weights", "in_cohort_order", "sharded_replies",
+           "summarize_reports"]
 
 
 # --- the worker's side -------------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def _or_nan(value: float | None) -> float:
 
 
 class Workers(Protocol):
-    """A federation over workers, as :class:`ShardedReports` calls it."""
+    """A federation over workers, as :class:`ShardedUpdates` calls it."""
 
     def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]: ...
 
@@ -120,7 +121,7 @@ class Workers(Protocol):
 class RemoteReport(TrainReport):
     """A client's train report whose update stays on its worker until read."""
 
-    def __init__(self, owner: "ShardedReports", position: int, steps: int, loss: float, norm_steps: float | None,
+    def __init__(self, owner: "ShardedUpdates", position: int, steps: int, loss: float, norm_steps: float | None,
                  samples: int | None = None, rows_trained: int | None = None, statistics: Mapping[str, float] | None = None) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
@@ -134,15 +135,13 @@ class RemoteReport(TrainReport):
         return f"TrainReport(cohort position {self._position}, steps={self.steps}, loss={self.loss:.4g}, update on its worker)"
 
 
-class ShardedReports(Replies):
-    """A ``train`` call's reports over the workers: a reply list like any federation's answer whose
-    ``received_positions`` come with the summaries and whose ``weighted_update_sum`` is fused (one partial sum
-    per worker, added here)."""
-
-    fused = True
+class ShardedUpdates(ReplyObjects):
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a ``train`` call's reports over the workers: light
+    reports (:class:`RemoteReport`) whose received positions come with the summaries and whose weighted sum is
+    fused (one partial sum per worker, added here); the other abilities are the reports', one by one."""
 
     def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
-        super().__init__([None] * size, failed={})
+        self.replies: list[TrainReport | None] = [None] * size
         self._fed, self._token, self._parts = fed, token, parts
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
@@ -150,19 +149,19 @@ class ShardedReports(Replies):
         for w, (positions, (got, table, statistics)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
             for j, (steps, loss, norm, drawn, trained), stats in zip(positions[got].tolist(), table.tolist(), statistics):
-                self[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                       None if np.isnan(drawn) else int(drawn), None if np.isnan(trained) else int(trained), stats)
+                self.replies[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
+                                               None if np.isnan(drawn) else int(drawn), None if np.isnan(trained) else int(trained), stats)
         self._received = np.sort(np.concatenate([p[got] for p, (got, *_) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
-    def received_positions(self) -> np.ndarray:
-        return self.without_failed(self._received)
+    def received(self) -> np.ndarray:
+        return self._received
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}``: each worker sums its own clients, the server adds the
         workers' partial sums (in worker order, so the result is deterministic); rejected replies add nothing."""
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
-        if self.failed:
-            keep = ~np.isin(positions, list(self.failed))
+        if failed:
+            keep = ~np.isin(positions, list(failed))
             positions, weights = positions[keep], weights[keep]
         calls = {}
         for w in range(len(self._parts)):
@@ -202,8 +201,14 @@ def in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size
         for w, number in numbers.items():
             values[parts[w]] = number.values
         return NumberReplies(values)
-    out: list[Any] = [None] * size
+    out: list[object] = [None] * size
     for w, answer in answers.items():
         for j, report in zip(parts[w].tolist(), answer):
             out[j] = report
     return Replies(out)
+
+
+def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> FusedReplies:
+    """The server's reply list of train call ``token`` over the workers (``parts``: each worker's cohort positions,
+    ``summaries``: their :func:`summarize_reports`), backed by :class:`ShardedUpdates`."""
+    return FusedReplies(ShardedUpdates(fed, token, parts, summaries, size))

@@ -13,7 +13,7 @@ server's screen would have made of it (the same reason). One difference from hel
 ledger, which records a call's releases as its replies come back, counts such a client as not having entered the
 sum (as it does for a secure sum's client-side check), where with held updates it counts it as answered and the
 screen rejects it afterwards. Asked for the
-planned sum, :class:`SummedReplies` answers with the running sum: the same numbers to the bit as summing the held
+planned sum, their backing (:class:`SummedUpdates`) answers with the running sum: the same numbers to the bit as summing the held
 updates. Asked anything else (a client failed or was rejected, an update was empty, other weights), it computes the
 answer update by update, recomputing each dropped update on demand (:class:`SummedReport`): a client's training is
 a function of (seed, round, client), and it is rerun from the client's state as it was before the call. The numbers
@@ -22,15 +22,15 @@ are then the same too; only the time doubles for that round.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from fedsample.messages import Params, PlannedSum, TrainPayload, TrainReport
-from fedsample.rounds import Failed, Replies, add_weighted_, carries_update
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, add_weighted_, carries_update, update_sum_of
 from fedsample.validate import report_problem
 
-__all__ = ["RunningSum", "SummedReplies", "SummedReport"]
+__all__ = ["RunningSum", "SummedReport", "SummedUpdates"]
 
 
 class SummedReport(TrainReport):
@@ -60,7 +60,7 @@ class RunningSum:
         self.summed: list[int] = []
         self.rejected: dict[int, Failed] = {}
 
-    def take(self, position: int, client: int, report: Any, params: Params, recompute: Callable[[], Params]) -> Any:
+    def take(self, position: int, client: int, report: object, params: Params, recompute: Callable[[], Params]) -> object:
         """The reply to keep for ``position`` (``client``'s): a :class:`SummedReport` once its update is added, the
         report itself where it carries no update (empty), the screen's :class:`Failed` where it fails the server's
         deep check against the global ``params``."""
@@ -74,30 +74,28 @@ class RunningSum:
         self.summed.append(position)
         return SummedReport(recompute, report)
 
-    def replies(self, reports: list[Any]) -> "SummedReplies":
-        return SummedReplies(reports, self)
+    def replies(self, reports: list[object]) -> FusedReplies:
+        """The call's replies (``reports``: :meth:`take`'s, in cohort order) backed by this sum, the rejected failed."""
+        return FusedReplies(SummedUpdates(reports, self), failed=dict(self.rejected))
 
 
-class SummedReplies(Replies):
-    """A ``train`` call's replies whose updates were summed as they arrived (:class:`RunningSum`). ``fused``: every
-    update was checked on arrival (no suspects for the server's screen), and the sum is what the server asks."""
+class SummedUpdates(ReplyObjects):
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a ``train`` call's replies whose updates were summed
+    as they arrived (:class:`RunningSum`): every update was checked on arrival (no suspects for the server's screen),
+    and the sum is what the server asks; the other abilities are the replies', one by one."""
 
-    def __init__(self, reports: list[Any], running: RunningSum) -> None:
-        super().__init__(reports, failed=dict(running.rejected))
+    def __init__(self, reports: list[object], running: RunningSum) -> None:
+        self.replies = reports
         self._total, self._weights = running.total, np.asarray(running.weights, dtype=np.float64)
         self._summed = np.asarray(running.summed, dtype=np.int64)
 
-    @property
-    def fused(self) -> bool:
-        return True
-
-    def suspect_positions(self) -> np.ndarray:
+    def suspects(self, received: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
         """The running sum where ``positions``/``weights`` are the planned ones over exactly the summed updates (the
         same numbers as summing them now); otherwise update by update, each dropped update recomputed."""
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
         if self._total is not None and np.array_equal(positions, self._summed) and np.array_equal(weights, self._weights[positions]):
             return {k: v.clone() for k, v in self._total.items()}
-        return super().weighted_update_sum(positions, weights)  # each dropped update recomputed as it is added
+        return update_sum_of(self.reply, failed, positions, weights)  # each dropped update recomputed as it is added

@@ -18,7 +18,7 @@ draws, its step rule, FedNova's normalizer), the same declaration the loop runs 
   local SGD with one step): every update is lr * (g_c + weight_decay * w0), g_c a weighted gradient at the
   *same* global parameters, linear in the per-sample gradients. One weighted forward over the union of the
   drawn rows gives every client's loss; a linear aggregator (``Sum``, ``WeightedMean``) then asks the
-  returned :class:`CohortReports` for ``sum_k a_k * Delta_k``, which is one backward pass of the union loss
+  returned reply list (backed by :class:`BatchedCohort`) for ``sum_k a_k * Delta_k``, which is one backward pass of the union loss
   ``sum_s a_{c(s)} w_s l_s``: the cost of one centralized step on those samples, computed by the federation
   (the drawn rows stay on this side of the door, in :class:`_Union`; the strategy gets the sum, as a secure
   sum would give it). Each client's own update still exists: reading ``report.update`` computes all of them
@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -59,14 +59,14 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, NumberReplies, Replies, ReplyList, position_index
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, drawn_of, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
 from fedsample.training.lowrank import LinearChain, LowRankStack, linear_chain, train_low_rank
 
-__all__ = ["CohortReports", "DEFAULT_MEMORY_BUDGET", "VectorizedSimulator"]
+__all__ = ["BatchedCohort", "DEFAULT_MEMORY_BUDGET", "SteppedCohort", "VectorizedSimulator"]
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes for one chunk's stacked parameters, gradients and activations
 """Bytes for one chunk's stacked parameters, gradients and activations."""
@@ -305,14 +305,14 @@ class VectorizedSimulator(Simulator):
     def _train_stepped(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: Rule, params: Params,
         round: int, norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
-    ) -> Replies:
+    ) -> ReplyList:
         """Multi-step schedules (``counted``: the drawn counts the replies carry, None where none; ``sends_rows``:
         whether they carry the rows trained): the clients that step, in groups of similar batch width and step count
         (:func:`padding_groups`: padding stays under 2x), each group in chunks under the memory budget, each chunk
         stacked by decreasing steps so that step s runs only the clients still stepping. A chunk runs in low-rank
         form (:mod:`fedsample.training.lowrank`: no model per client) where the model is a chain of linear
         layers and the clients are small enough for it to pay, else with stacked parameters (:meth:`_stacked_chunk`)."""
-        reports = SteppedReports([empty_report(params)] * len(ids), steps > 0)
+        reports = SteppedCohort([empty_report(params)] * len(ids), steps > 0)
         widths = batch_widths(schedule, len(ids))
         chain = self._linear_chain(params)
         for members in padding_groups(steps, widths):
@@ -334,7 +334,7 @@ class VectorizedSimulator(Simulator):
                 if low_rank is not None:
                     held, losses = train_low_rank(low_rank, self.task, params, self.x, self.y, rows_t, weights_t, steps[stacked], rule, masks)
                     reports.hold(stacked, held)
-                    updates = None  # read through the held factors (SteppedReports.update_of)
+                    updates = None  # read through the held factors (SteppedCohort.update_of)
                 else:
                     updates, losses = self._stacked_chunk(steps[stacked], rows_t, weights_t, rule, params, masks)
                 mean = losses.sum(1).cpu().numpy() / steps[stacked]
@@ -345,8 +345,8 @@ class VectorizedSimulator(Simulator):
                     report.norm_steps = None if norm is None else float(norm[c])
                     report.samples = None if counted is None else int(counted[c])
                     report.rows_trained = int(schedule.entries[c]) if sends_rows else None
-                    reports[c] = report
-        return reports if reports.held else Replies(list(reports), failed={})
+                    reports.replies[c] = report
+        return FusedReplies(reports) if reports.held else Replies(reports.replies, failed={})
 
     def _linear_chain(self, params: Params) -> LinearChain | None:
         """The model as a chain of linear layers and row-wise maps (:func:`~fedsample.training.lowrank.linear_chain`),
@@ -358,11 +358,11 @@ class VectorizedSimulator(Simulator):
     def _union_step(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, rule: SGDStep, params: Params, round: int,
         norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
-    ) -> "CohortReports":
+    ) -> FusedReplies:
         """Every client takes (at most) one step from the global parameters w0, so its update is linear in its
         weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step_`; FedSampling's
         G_c is the case lr = 1). One forward over the union of the minibatches, one backward for a linear
-        aggregate, per-client updates on demand (:class:`CohortReports`)."""
+        aggregate, per-client updates on demand (:class:`BatchedCohort`)."""
         member = schedule.client
         counts = schedule.entries  # each member's rows (the cohort's len(ids) members: schedule.clients)
         masks = None
@@ -370,7 +370,7 @@ class VectorizedSimulator(Simulator):
             drew = np.flatnonzero(counts)
             generators = self._mask_generators(ids[drew], round)
             masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
-        return CohortReports.one_gradient(
+        return BatchedCohort.one_gradient(
             self, params, self._rows(ids, drawn, schedule), member, schedule.weight, counts, schedule.loss_scale,
             step=rule.lr, decay=rule.weight_decay, masks=masks, norm_steps=norm, samples=counted,
             rows_trained=counts if sends_rows else None,
@@ -521,17 +521,17 @@ class _Union:
         return {k: torch.cat([p[k] for p in parts]) for k in self.leaves}
 
 
-class CohortReports(ReplyList):
-    """The reports of a one-gradient (or single-step) cohort: one fixed-shape report per client, like any
-    federation's answer, whose :meth:`weighted_update_sum` the federation computes as one backward pass of the
-    union loss (linear aggregators: a fused sum). It holds message content only, as arrays over the cohort (each
-    client's loss, FedNova's a_k and drawn count where sent; the updates, computed when read): a client's report
-    object is built when it is read (and then kept, so it is the same object each time), so a cohort of 30,000
-    clients costs no Python object per client unless someone reads each one; :meth:`received_positions`,
-    :meth:`summed_loss`, :meth:`drawn_total` and the screen's :meth:`suspect_positions` come from the arrays with
-    the numbers the reports would give. The drawn rows stay in the federation."""
+class BatchedCohort:
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a one-gradient (or single-step) cohort's reports: one
+    fixed-shape report per client, like any federation's answer, whose weighted sum the federation computes as one
+    backward pass of the union loss (linear aggregators: a fused sum). It holds message content only, as arrays over
+    the cohort (each client's loss, FedNova's a_k and drawn count where sent; the updates, computed when read): a
+    client's report object is built when it is read (and then kept, so it is the same object each time), so a cohort
+    of 30,000 clients costs no Python object per client unless someone reads each one; the received positions, the
+    summed loss, the drawn total and the screen's suspects come from the arrays with the numbers the reports would
+    give. The drawn rows stay in the federation."""
 
-    fused = True
+    sealed = False
     _source: "_CohortUpdates"  # the updates, computed when read (the federation's union)
     _took_step: np.ndarray  # the replies' steps > 0
     _stepped: np.ndarray  # the positions where _took_step holds, ascending
@@ -540,7 +540,7 @@ class CohortReports(ReplyList):
     _samples: np.ndarray | None  # the drawn counts where the plan asks for them
     _rows_trained: np.ndarray | None  # each client's rows in its one step (the schedule's entries)
     _empty: "_EmptyReply"  # the one shared empty reply (never mutated), made on first read
-    _made: dict[int, TrainReport]  # the reports read so far, by position (shared with the lists from rejecting)
+    _made: dict[int, TrainReport]  # the reports read so far, by position
 
     @classmethod
     def one_gradient(
@@ -548,7 +548,7 @@ class CohortReports(ReplyList):
         counts: np.ndarray, loss_scale: np.ndarray | None, step: float = 1.0, decay: float = 0.0,
         masks: random_layers.Masks | None = None, norm_steps: np.ndarray | None = None, samples: np.ndarray | None = None,
         rows_trained: np.ndarray | None = None,
-    ) -> "CohortReports":
+    ) -> FusedReplies:
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
         ``weights * gradient of the sample loss`` at ``params`` = w0; a client's reported loss is its weighted
         loss times ``norm_c / max(counts_c, 1)`` with ``norm_c = loss_scale_c * max(counts_c, 1)`` (one-gradient: the
@@ -564,35 +564,27 @@ class CohortReports(ReplyList):
             masks = {k: m.to(sim.device) for k, m in (masks or {}).items()}
             terms = torch.as_tensor(weights, dtype=sim.dtype, device=sim.device) * per_sample_losses(sim.train_module, leaves, x, y, sim.task, masks)
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
-        reports = cls.__new__(cls)
-        reports.failed, reports._made, reports._empty = {}, {}, _EmptyReply(params)
-        reports._norm_steps, reports._samples, reports._rows_trained = norm_steps, samples, rows_trained
-        reports._source = _CohortUpdates(sim, len(sim._unions), len(counts), step, decay)
-        reports._took_step = counts > 0  # the replies' steps > 0, kept as one mask
-        reports._stepped = np.flatnonzero(reports._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
-        reports._stepped.flags.writeable = False  # as they are, so read-only)
-        reports._losses = per_client if loss_scale is None else _scaled_where_stepped(per_client, loss_scale, counts, reports._stepped)
-        sim._unions[reports._source.token] = _Union(leaves, terms, member, rows, weights, masks or {})
-        return reports
+        cohort = cls.__new__(cls)
+        cohort._made, cohort._empty = {}, _EmptyReply(params)
+        cohort._norm_steps, cohort._samples, cohort._rows_trained = norm_steps, samples, rows_trained
+        cohort._source = _CohortUpdates(sim, len(sim._unions), len(counts), step, decay)
+        cohort._took_step = counts > 0  # the replies' steps > 0, kept as one mask
+        cohort._stepped = np.flatnonzero(cohort._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
+        cohort._stepped.flags.writeable = False  # as they are, so read-only)
+        cohort._losses = per_client if loss_scale is None else _scaled_where_stepped(per_client, loss_scale, counts, cohort._stepped)
+        sim._unions[cohort._source.token] = _Union(leaves, terms, member, rows, weights, masks or {})
+        return FusedReplies(cohort)
 
     def __len__(self) -> int:
         return len(self._took_step)
 
-    def __getitem__(self, position: Any) -> Any:
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]
-        i = position_index(position, len(self))
-        if i in self.failed:
-            return self.failed[i]
-        if not self._took_step[i]:
+    def reply(self, position: int) -> TrainReport:
+        if not self._took_step[position]:
             return self._empty.report
-        report = self._made.get(i)
+        report = self._made.get(position)
         if report is None:
-            report = self._made[i] = self._report(i)
+            report = self._made[position] = self._report(position)
         return report
-
-    def __iter__(self) -> Iterator[Any]:
-        return (self[i] for i in range(len(self)))
 
     def _report(self, position: int) -> TrainReport:
         """The report of a client that took its step: its loss, rows trained, a_k and drawn count from the arrays."""
@@ -604,59 +596,48 @@ class CohortReports(ReplyList):
             report.samples = int(self._samples[position])
         return report
 
-    def rejecting(self, failures: dict[int, Failed]) -> "CohortReports":
-        out = type(self).__new__(type(self))
-        out.__dict__.update(self.__dict__)  # the same arrays, union token and report objects
-        out.failed = {**self.failed, **failures}
-        return out
+    def received(self) -> np.ndarray:
+        """Positions of the replies that carry an update (the clients that drew samples): known without a Python
+        pass over the cohort."""
+        return self._stepped
 
-    def received_positions(self) -> np.ndarray:
-        """Positions of the replies that carry an update (the clients that drew samples, less the rejected):
-        known without a Python pass over the cohort."""
-        return self.without_failed(self._stepped)
-
-    def summed_loss(self) -> tuple[float, int]:
+    def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
         """(sum of the received clients' losses, how many), summed one after another in cohort order as the plain
         reply list sums the reports (a running sum: the same float)."""
-        losses = self._losses[self.received_positions()]
+        losses = self._losses[received]
         return (float(np.cumsum(losses)[-1]) if len(losses) else 0.0), len(losses)
 
-    def drawn_total(self) -> int:
+    def drawn_total(self, received: np.ndarray) -> int:
         """The received clients' drawn counts, summed (a ValueError where the plan did not ask for them)."""
         if self._samples is None:
-            return super().drawn_total()
-        return int(np.sum(np.asarray(self._samples, dtype=np.int64)[self.received_positions()]))
+            return drawn_of(self.reply, received)
+        return int(np.sum(np.asarray(self._samples, dtype=np.int64)[received]))
 
-    def rows_trained(self) -> int | None:
+    def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
         if self._rows_trained is None:
             return None
-        return int(np.sum(np.asarray(self._rows_trained, dtype=np.int64)[self.received_positions()]))
+        return int(np.sum(np.asarray(self._rows_trained, dtype=np.int64)[received]))
 
-    def suspect_positions(self) -> np.ndarray:
+    def suspects(self, received: np.ndarray) -> np.ndarray:
         """The received positions whose loss is not finite: the engine builds every report itself (one step, a
         float loss, one object per client), so only these can fail a shallow screen."""
-        received = self.received_positions()
         return received[~np.isfinite(self._losses[received])]
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
         parameters (every G_c is linear in the sample gradients at one point; empty clients add zero)."""
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
-        if self.failed:  # a rejected reply adds nothing
-            weights = np.where(np.isin(positions, list(self.failed)), 0.0, weights)
+        if failed:  # a rejected reply adds nothing
+            weights = np.where(np.isin(positions, list(failed)), 0.0, weights)
         a = np.zeros(len(self))
         a[positions] = weights
         total = float(np.sum(weights[self._took_step[positions]])) if self._source.decay else 0.0  # decay * w0 only in trained updates
         return self._source.weighted_sum(a, total)
 
-    def update_of(self, position: int) -> Params:
-        """Client ``position``'s own G_c (all clients' are computed together, batched, on first access)."""
-        return self._source.update_of(position)
-
 
 class _CohortUpdates:
-    """The updates of a :class:`CohortReports` cohort, formed when read from the federation's union of call
+    """The updates of a :class:`BatchedCohort` cohort, formed when read from the federation's union of call
     ``token``: ``step * (G_c + decay * w0)``. Its client reports read their updates here, not through the reply
     list that caches them: a reference back to that list would be a cycle (list -> report -> list), freed only by
     the garbage collector's full pass, that kept the federation, with its copy of the training rows, in memory
@@ -717,19 +698,18 @@ def _scaled_where_stepped(per_client: np.ndarray, loss_scale: np.ndarray, counts
     return out
 
 
-class SteppedReports(Replies):
-    """The reports of a multi-step cohort: a list of one fixed-shape report per client, some of whose updates are
-    held in low-rank form (:class:`~fedsample.training.lowrank.LowRankStack`, one per chunk) and formed only when
-    read. :meth:`weighted_update_sum` is one matmul of each chunk's factors (a fused sum), plus the plain sum of
-    the clients trained with stacked parameters. Holds message content only."""
+class SteppedCohort(ReplyObjects):
+    """The backing (:class:`~fedsample.rounds.ReplyBacking`) of a multi-step cohort's reports: a list of one
+    fixed-shape report per client, some of whose updates are held in low-rank form
+    (:class:`~fedsample.training.lowrank.LowRankStack`, one per chunk) and formed only when read. Its weighted sum is
+    one matmul of each chunk's factors (a fused sum), plus the plain sum of the clients trained with stacked
+    parameters. Holds message content only."""
 
-    fused = True
-
-    def __init__(self, reports: list[Any], took_step: np.ndarray) -> None:
-        super().__init__(reports, failed={})
+    def __init__(self, reports: list[TrainReport], took_step: np.ndarray) -> None:
+        self.replies = reports
         self._took_step = took_step  # one flag per cohort position: the client took a step
         self._held: list[LowRankStack] = []  # the chunks' factors, in the order they were kept
-        self._where = np.full((len(self), 2), -1, dtype=np.int64)  # cohort position -> (stack, row); -1: not held
+        self._where = np.full((len(reports), 2), -1, dtype=np.int64)  # cohort position -> (stack, row); -1: not held
 
     def hold(self, positions: np.ndarray, stack: LowRankStack) -> None:
         """Keep ``stack``, whose row j is the client at cohort position ``positions[j]``; returns None (its
@@ -741,22 +721,22 @@ class SteppedReports(Replies):
     def held(self) -> bool:
         return bool(self._held)
 
-    def received_positions(self) -> np.ndarray:
-        return self.without_failed(np.flatnonzero(self._took_step))
+    def received(self) -> np.ndarray:
+        return np.flatnonzero(self._took_step)
 
     def update_of(self, position: int) -> Params:
         """The update of the client at ``position`` (formed from its chunk's factors)."""
         h, j = self._where[position]
         return self._held[int(h)].update(int(j))
 
-    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
+    def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}``: each chunk's share as one matmul of its factors
         (:meth:`LowRankStack.weighted_sum`), the clients trained with stacked parameters one by one; failed and
         empty replies add nothing."""
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
         keep = self._took_step[positions]
-        if self.failed:
-            keep &= ~np.isin(positions, np.fromiter(self.failed, dtype=np.int64, count=len(self.failed)))
+        if failed:
+            keep &= ~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))
         positions, weights = positions[keep], weights[keep]
         where = self._where[positions]
         total = None
@@ -768,7 +748,7 @@ class SteppedReports(Replies):
                 total = _added(total, stack.weighted_sum(a))
         dense = where[:, 0] < 0
         if dense.any():
-            total = _added(total, super().weighted_update_sum(positions[dense], weights[dense]))
+            total = _added(total, update_sum_of(self.reply, failed, positions[dense], weights[dense]))
         return total
 
 
@@ -812,7 +792,7 @@ class _DeferredReport(TrainReport):
     """A client's report whose update is computed when read: batched with its cohort (one-gradient or
     single-step SGD), or formed from its chunk's low-rank factors (multi-step)."""
 
-    def __init__(self, owner: "_CohortUpdates | SteppedReports", position: int, loss: float, steps: int = 1) -> None:
+    def __init__(self, owner: "_CohortUpdates | SteppedCohort", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
         self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
         self.statistics: Mapping[str, float] = {}

@@ -55,11 +55,11 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
-from fedsample.federation.secure_sum import SealedReplies, count_shares, sealed_count
+from fedsample.federation.secure_sum import count_shares, sealed_count, sealed_replies
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
 from fedsample.messages import TrainPayload, procedure_of
-from fedsample.rounds import Failed, carries_update
+from fedsample.rounds import Failed, FusedReplies, carries_update
 from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> SealedReplies:
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> FusedReplies:
         """``federation.run`` of a training request (or the count-only :class:`~fedsample.messages.SizeSumRequest`)
         under SecAgg+: :func:`sealed_train`."""
         return sealed_train(federation, self, ids, payloads, round)
@@ -388,7 +388,7 @@ class _StageGrid:
 
 
 class _Sums:
-    """The sealed cohorts of one federation, each revealed once (:class:`SealedReplies` asks here)."""
+    """The sealed cohorts of one federation, each revealed once (their :class:`~fedsample.federation.secure_sum.SealedCohort` asks here)."""
 
     def __init__(self) -> None:
         self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, bool]] = {}  # (sum, positions, counted)
@@ -423,9 +423,9 @@ class _Sums:
 
 def sealed_train(
     federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int,
-) -> SealedReplies:
+) -> FusedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
-    protocol; the answer is sealed (one sum, :class:`SealedReplies`), and every client left out of the sum is
+    protocol; the answer is sealed (one sum, :func:`~fedsample.federation.secure_sum.sealed_replies`), and every client left out of the sum is
     :class:`Failed` with the stage at which it dropped out (or why it was not asked), in the round's failures and
     record (``federation.secure_rounds``). FedSampling's noise on the drawn count (``count_noise``) is added on
     the clients, in shares sealed into the sum (:func:`count_share_of`). A count-only
@@ -459,7 +459,7 @@ def sealed_train(
     if federation.sealed_sums is None:
         federation.sealed_sums = _Sums()
     token = federation.sealed_sums.seal(cohort, positions, counted)
-    return SealedReplies(federation.sealed_sums, token, len(ids), dict(sorted(failed.items())))
+    return sealed_replies(federation.sealed_sums, token, len(ids), dict(sorted(failed.items())))
 
 
 def _run_protocol(

@@ -99,7 +99,7 @@ def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
         warnings.warn(said, RuntimeWarning, stacklevel=4)  # the caller of Strategy.round
 
 
-def drawn_or_none(reports: ReplyList) -> int | None:
+def drawn_or_none(reports: ReplyList) -> float | None:
     """The cohort's drawn-sample total where the clients report their counts (the self-normalized FedSampling
     plan asks for them; a secure sum reveals only the total), else None."""
     try:
