@@ -135,7 +135,6 @@ def command_run(args: argparse.Namespace) -> None:
     from fedsample.runtime.device import use_threads
     from fedsample.experiments import runner
     from fedsample.experiments.presets import resolve
-    from fedsample.simulation import EngineOptions
 
     if args.checkpoint_every < 0:
         raise CliError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
@@ -155,20 +154,21 @@ def command_run(args: argparse.Namespace) -> None:
     plan = runner.prepare(config)
     with _ray_if_asked(args) as options:  # a bad --workers or unreachable cluster fails before any file is written
         out.parent.mkdir(exist_ok=True)  # a missing parent (runs/ on a fresh clone) is ours to create, once the run is valid
-        document, results = _run_with_progress(plan, out, args, EngineOptions(**options), tracking)
+        document, results = _run_with_progress(plan, out, args, options, tracking)
     _print_summary(document, out, tracking)
     stopped = runner.failures(results)
     if stopped:
         raise RunsFailed(f"{len(stopped)} run(s) diverged (listed above; status in results.json)")
 
 
-def _ray_if_asked(args: argparse.Namespace) -> ContextManager[dict]:
+def _ray_if_asked(args: argparse.Namespace) -> ContextManager[EngineOptions]:
     """A Ray session for ``--workers``/``--ray-address`` (one for every run of the experiment) yielding the
     ``simulate`` options, or no session and no options."""
     import contextlib
 
     if args.workers is None and args.ray_address is None:
-        return contextlib.nullcontext({})
+        no_options: EngineOptions = {}
+        return contextlib.nullcontext(no_options)
     try:
         from fedsample.federation.ray import cli_session
     except ImportError:

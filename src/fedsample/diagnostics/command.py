@@ -14,19 +14,38 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
+    from fedsample.experiments.config import GridValue
     from fedsample.experiments.plan import Plan
     from fedsample.messages import Params
+    from fedsample.runtime.records import Record
     from fedsample.runtime.warned import Warned
+    from fedsample.strategy import Strategy
 
-__all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory", "run_checks"]
+__all__ = ["DiagnosedGrid", "RunCheck", "add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory",
+           "run_checks"]
 
 DEFAULT_DRAWS = 1000
 DEFAULT_CHECK_ROUNDS = 5
 LOG_BYTES_PER_DRAW = 4096  # a round's log (size estimates, the failed list) kept per draw: a generous bound
+
+
+class DiagnosedGrid(TypedDict):
+    """The grid a diagnosed strategy was taken from: its parameter, the value diagnosed (the first) and all values."""
+
+    param: str
+    value: GridValue
+    values: list[GridValue]
+
+
+class RunCheck(TypedDict):
+    """The run check of :func:`run_checks`: its rounds and, per strategy, "ok" or why it diverged."""
+
+    rounds: int
+    status: dict[str, str]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,7 +127,7 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
         diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
                              progress=done, faults=plan.faults, jobs=jobs, advance=advance, check_rounds=args.check_rounds)
-    notes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
+    notes: Record = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
              "run_check": run_checks(diagnosis.run_check, args.check_rounds), "warnings": warned.record()}
     if args.out is None:
         out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is done
@@ -120,12 +139,13 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     print(f"{time.perf_counter() - start:.1f} s; wrote {out}/diagnostics.json, summary.md, exploitation.png, estimator.png, labels.png")
 
 
-def diagnosed_strategies(plan: Plan) -> tuple[dict, dict]:
+def diagnosed_strategies(plan: Plan) -> tuple[dict[str, Strategy], dict[str, DiagnosedGrid]]:
     """The strategy of each label, a grid at its first value under its run label (``label [lr=0.01]``), and per
     such label the grid it was taken from (``{"param", "value", "values"}``)."""
     from fedsample.experiments import grid
 
-    strategies, grids = {}, {}
+    strategies: dict[str, Strategy] = {}
+    grids: dict[str, DiagnosedGrid] = {}
     for s in plan.config.strategies:
         key, strategy = next(iter(plan.variants[s.display].items()))
         label = grid.run_label(s.display, s, key)
@@ -161,7 +181,7 @@ def check_memory(plan: Plan, fed: FederatedData, strategies: int, draws: int, sk
     check_fits(f"diagnose: {strategies} strategies x {draws} draws (--draws)", needed)
 
 
-def worker_processes(plan: Plan, fed: FederatedData, strategies: dict, jobs: int, available: int | None = None) -> int:
+def worker_processes(plan: Plan, fed: FederatedData, strategies: dict[str, Strategy], jobs: int, available: int | None = None) -> int:
     """``jobs`` worker processes, or as many as the ``available`` memory (default: the machine's) holds, each at the
     peak estimated from the model and data (:func:`~fedsample.experiments.footprint.plan_worker_peak`; the measure
     trains no stacked cohort); a cap is said in one line."""
@@ -173,7 +193,7 @@ def worker_processes(plan: Plan, fed: FederatedData, strategies: dict, jobs: int
     return capped_processes("diagnose --jobs", min(jobs, len(strategies)), plan_worker_peak(plan.model, fed, list(strategies.values()), "loop"), available)
 
 
-def run_checks(status: dict[str, str], rounds: int) -> dict | None:
+def run_checks(status: dict[str, str], rounds: int) -> RunCheck | None:
     """Each strategy's first ``rounds`` rounds run as ``fedsample run`` runs them (by
     :func:`~fedsample.diagnostics.measure.diagnose`'s ``check_rounds``, in the strategies' workers):
     ``{"rounds", "status": {label: "ok" or why it diverged}}`` (None: no check), each divergence said on stderr."""
@@ -186,7 +206,7 @@ def run_checks(status: dict[str, str], rounds: int) -> dict | None:
 
 
 @contextmanager
-def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterator[tuple[Callable, Callable]]:
+def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterator[tuple[Callable[[str, Record], None], Callable[[int], None]]]:
     """A rich progress bar of the draws on stderr (strategies done in its text; none with ``quiet``), shown from the
     first draw on (an error before it is one line), and the callbacks
     :func:`~fedsample.diagnostics.measure.diagnose` reports to: a finished strategy's line goes to stderr."""
@@ -206,7 +226,7 @@ def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterat
             shown = True
         bar.update(task, advance=made)
 
-    def done(label: str, result: dict) -> None:
+    def done(label: str, result: Record) -> None:
         nonlocal finished
         finished += 1
         advance(0)

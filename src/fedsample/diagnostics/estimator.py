@@ -18,6 +18,7 @@ import torch
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
+from fedsample.runtime.records import Record, State
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 
@@ -35,10 +36,10 @@ class _RecordingServer:
     def __init__(self) -> None:
         self.delta: Params | None = None
 
-    def init_state(self, params: Params) -> dict:
+    def init_state(self, params: Params) -> State:
         return {}
 
-    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+    def step(self, params: Params, delta: Params, state: State) -> tuple[Params, State]:
         self.delta = delta
         return params, state
 
@@ -56,10 +57,10 @@ class Draws:
     contacted: np.ndarray
     updates: np.ndarray
     bytes_up: np.ndarray
-    logs: list[dict]
+    logs: list[Record]
     trainings: np.ndarray
     probes: np.ndarray
-    state: dict
+    state: State
 
 
 def draw_rounds(strategy: Strategy, federation: LinearisedFederation, params: Params, rounds: int, seed: int,
@@ -113,7 +114,7 @@ def squared_bias(total: np.ndarray, squares: float, count: int) -> float:
     return float((np.dot(total, total) - squares) / (count * (count - 1)))
 
 
-def estimator_statistics(estimates: np.ndarray, target: np.ndarray, blocks: int = JACKKNIFE_BLOCKS) -> dict:
+def estimator_statistics(estimates: np.ndarray, target: np.ndarray, blocks: int = JACKKNIFE_BLOCKS) -> dict[str, float]:
     """Bias and variance of the estimates ĝ_1..ĝ_R of ``target`` = g*, relative to ||g*||^2.
 
     - ``bias_sq`` = ||E ĝ - g*||^2 / ||g*||^2, unbiased (:func:`squared_bias`), with a delete-a-block jackknife

@@ -8,6 +8,7 @@ from pathlib import Path
 from fedsample import outputs
 from fedsample.diagnostics.measure import Diagnosis
 from fedsample.experiments.report import markdown_text
+from fedsample.runtime.records import JSONObject, Record
 
 __all__ = ["check_diagnosis_folder", "summary_table", "write_diagnosis"]
 
@@ -15,7 +16,7 @@ COLUMNS = ("π", "bias ± SE of bias²", "variance", "MSE", "scale", "inclusion 
            "samples", "clients contacted", "trainings", "kB up", "server learns")
 
 
-def _row(label: str, result: dict) -> list[str]:
+def _row(label: str, result: Record) -> list[str]:
     e, x, c = result["estimator"], result["exploitation"], result["cost"]
     sampler = result.get("sampler") or {}
     deciles = x["by_size_decile"]
@@ -28,7 +29,7 @@ def _row(label: str, result: dict) -> list[str]:
     ]
 
 
-def summary_table(document: dict) -> str:
+def summary_table(document: Record) -> str:
     """The markdown table: per strategy how its inclusion probabilities are known (π: exact, estimated,
     degenerate), the estimator's bias, variance, MSE and scale relative to g*, the inclusion frequency's CV and
     smallest/largest size-decile ratio, the per-round cost (samples, clients contacted, local trainings, kB up) and
@@ -42,7 +43,7 @@ def summary_table(document: dict) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join([note, precision_line(document), *setting_lines(document)]) + "\n"
 
 
-def precision_line(document: dict) -> str:
+def precision_line(document: Record) -> str:
     """How precise the table's numbers are for its R draws: bias² carries its standard error in the table, and the
     MSE's largest relative standard error over the strategies (the variance's is of the same order)."""
     relative = [e["mse_se"] / e["mse"] for e in (r["estimator"] for r in document["strategies"].values()) if e["mse"] > 0]
@@ -51,7 +52,7 @@ def precision_line(document: dict) -> str:
             f"of them is no bias {document['rounds']} draws can see){worst}")
 
 
-def setting_lines(document: dict) -> list[str]:
+def setting_lines(document: Record) -> list[str]:
     """What else the diagnosis used or found (the command line's ``notes``): the failure model, the grid value
     each strategy with a grid was diagnosed at, and the strategies that diverged in the first rounds of a run."""
     lines = []
@@ -73,7 +74,7 @@ def setting_lines(document: dict) -> list[str]:
     return lines
 
 
-def sampler_lines(label: str, sampler: dict | None) -> list[str]:
+def sampler_lines(label: str, sampler: Record | None) -> list[str]:
     """What the table cannot say of a sampler whose inclusion probabilities are not exact: the kind and its statement
     (biased by design; no unbiased estimator), what the server learns and the sampler's probes per round."""
     if not sampler or sampler["inclusion"] == "exact":
@@ -88,24 +89,24 @@ def sampler_lines(label: str, sampler: dict | None) -> list[str]:
 DIAGNOSIS_FILES = ("diagnostics.json", "summary.md", "exploitation.png", "estimator.png", "labels.png")
 
 
-def diagnosis_marker(inputs: dict) -> outputs.Marker:
+def diagnosis_marker(inputs: JSONObject) -> outputs.Marker:
     """The folder's fingerprint, ``diagnose.json``: what was diagnosed (``inputs``)."""
     return outputs.Marker("diagnose", DIAGNOSIS_FILES, inputs, subject="diagnosis")
 
 
-def default_inputs(diagnosis: Diagnosis) -> dict:
+def default_inputs(diagnosis: Diagnosis) -> JSONObject:
     """What determines a diagnosis when the caller does not say: dataset, clients, strategies, draws and seed."""
     return {"dataset": diagnosis.data.dataset.name, "clients": diagnosis.data.num_clients,
             "strategies": list(diagnosis.results), "draws": diagnosis.rounds, "seed": diagnosis.seed}
 
 
-def check_diagnosis_folder(out: Path, inputs: dict, overwrite: bool = False, make_parent: bool = False) -> None:
+def check_diagnosis_folder(out: Path, inputs: JSONObject, overwrite: bool = False, make_parent: bool = False) -> None:
     """Refuse, before anything is computed, a folder that cannot receive a diagnosis (:mod:`fedsample.outputs`)."""
     outputs.check_folder(Path(out), diagnosis_marker(inputs), overwrite=overwrite, make_parent=make_parent)
 
 
-def write_diagnosis(diagnosis: Diagnosis, out: Path, overwrite: bool = False, inputs: dict | None = None,
-                    notes: dict | None = None) -> list[Path]:
+def write_diagnosis(diagnosis: Diagnosis, out: Path, overwrite: bool = False, inputs: JSONObject | None = None,
+                    notes: Record | None = None) -> list[Path]:
     """diagnostics.json (with ``notes``: what else the diagnosis used or found), summary.md, exploitation.png,
     estimator.png, labels.png and the ``diagnose.json`` marker (``inputs``, default :func:`default_inputs`) in
     ``out`` (created; its parent must exist): written into a temporary folder inside ``out`` and moved into place

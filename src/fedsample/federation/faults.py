@@ -54,7 +54,8 @@ class Straggler:
 
     def times(self, uniforms: np.ndarray) -> np.ndarray:
         """Inverse-CDF response times from uniforms in [0, 1)."""
-        return -self.mean * np.log1p(-uniforms)
+        times: np.ndarray = -self.mean * np.log1p(-uniforms)
+        return times
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Straggler:
 class FaultModel:
     """Per-phase dropout probabilities, an optional straggler deadline, and the seed of the decisions."""
 
-    dropout: dict = field(default_factory=dict)
+    dropout: dict[str, float] = field(default_factory=dict)
     straggler: Straggler | None = None
 
     def __post_init__(self) -> None:
@@ -105,13 +106,13 @@ class Faulty(Federation):
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         return client_states_of(self.inner)
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         load_client_states_into(self.inner, states)
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(request, len(ids))
         procedure = sent.procedure.name

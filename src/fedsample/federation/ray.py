@@ -30,7 +30,7 @@ import pickle
 import socket
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -53,6 +53,8 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+if TYPE_CHECKING:
+    from fedsample.simulation import EngineOptions
 
 __all__ = [
     "CONNECT_TIMEOUT_S", "ClientShard", "RayFederation", "RayFederationFactory", "ShardLost", "ShardedUpdates", "cli_session",
@@ -118,7 +120,7 @@ class RayFederation(Federation):
     def num_clients(self) -> int:
         return self.data.num_clients
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(unplanned(request), len(ids))  # the planned sum stays here: the workers sum their shares
         self._token += 1
@@ -133,14 +135,14 @@ class RayFederation(Federation):
             return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         """Every actor's non-empty client-held states, by client id (for checkpoints)."""
-        states: dict[int, dict] = {}
+        states: dict[int, dict[str, Any]] = {}
         for part in self._gather([a.client_states.remote() for a in self.actors]):
             states.update(part)
         return states
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         """Give each actor its clients' states (clients not in ``states`` start empty)."""
         mine = [{k: s for k, s in states.items() if self.owner[int(k)] == w} for w in range(self.workers)]
         self._gather([a.load_client_states.remote(m) for a, m in zip(self.actors, mine)])
@@ -153,7 +155,7 @@ class RayFederation(Federation):
 
     # --- calls ------------------------------------------------------------------------------------------
 
-    def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]:
+    def _call_each(self, calls: dict[int, tuple[Any, ...]], token: int) -> dict[int, Any]:
         """Call ``method(*args, token)`` on each named actor in parallel; the answers by actor."""
         refs = {w: getattr(self.actors[w], name).remote(*args, token) for w, (name, *args) in calls.items()}
         answers = dict(zip(refs, self._gather(list(refs.values()))))
@@ -163,10 +165,11 @@ class RayFederation(Federation):
             self.traffic["received"] += sum(_pickled_size(a) for a in answers.values())
         return answers
 
-    def _started(self, refs: list, timeout: float, options: dict) -> list[str]:
+    def _started(self, refs: list[Any], timeout: float, options: dict[str, Any]) -> list[str]:
         """The actors' nodes once every actor runs; stops them and raises when they cannot all be placed."""
         try:
-            return ray.get(refs, timeout=timeout)
+            nodes: list[str] = ray.get(refs, timeout=timeout)
+            return nodes
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise RuntimeError(
@@ -178,9 +181,10 @@ class RayFederation(Federation):
             raise ShardLost(f"a Ray actor died while starting ({type(error).__name__}: {_first_line(error)}); "
                             "check the workers' memory and logs, then rerun (--resume continues from the last checkpoint)") from None
 
-    def _gather(self, refs: list) -> list:
+    def _gather(self, refs: list[Any]) -> list[Any]:
         try:
-            return ray.get(refs)
+            answers: list[Any] = ray.get(refs)
+            return answers
         except ray.exceptions.RayActorError as error:
             raise ShardLost(f"a Ray actor holding clients died ({type(error).__name__}); rerun with --resume "
                             "(resume=True) to continue from the last checkpoint") from error
@@ -305,7 +309,7 @@ def ray_federation(
 
 
 @contextmanager
-def cli_session(address: str | None, workers: int, error: type[Exception]) -> Iterator[dict]:
+def cli_session(address: str | None, workers: int, error: type[Exception]) -> Iterator[EngineOptions]:
     """``fedsample run --workers N --ray-address A``: one Ray session for the whole experiment, yielding the
     ``simulate`` options (a :func:`ray_federation` per run, on this session); a cluster that cannot be reached
     is ``error`` (one line, exit 2)."""
@@ -314,4 +318,5 @@ def cli_session(address: str | None, workers: int, error: type[Exception]) -> It
             stack.enter_context(ray_session(address, num_cpus=workers if address is None else None))
         except (ConnectionError, RuntimeError) as failure:
             raise error(f"--ray-address {address}: cannot connect to Ray ({str(failure).splitlines()[0]})") from None
-        yield {"federation": ray_federation(workers=workers, address=address)}
+        options: EngineOptions = {"federation": ray_federation(workers=workers, address=address)}
+        yield options

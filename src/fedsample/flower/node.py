@@ -56,7 +56,7 @@ def scheme_for(config: AppConfig, num_train: int) -> AssignsRows | BuildsPartiti
     return make_scheme(config.partition, **args)
 
 
-def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple]:
+def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple[int, ...]]:
     """The node's own rows (x, y), task, number of classes and input shape: a file named by ``data-path``, or
     this client's partition of the configured dataset (built the same way on every node from ``data-seed``)."""
     if "data-path" in node_config:
@@ -75,25 +75,26 @@ def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.
 
 
 @functools.lru_cache(maxsize=4)
-def _module(model: str, args_json: str, shape: tuple, num_classes: int) -> nn.Module:
+def _module(model: str, args_json: str, shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The model architecture, built once per process (procedures call it functionally with the sent parameters)."""
     return model_from_name(model, **json.loads(args_json)).build(shape, num_classes)
 
 
-def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict) -> ClientContext:
+def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict[str, Any]) -> ClientContext:
     """The ``ClientContext`` the procedures run on: this node's data, the model, its own held state."""
     x, y, task, num_classes, shape = node_data(config, node_config)
     module = _module(config.model, json.dumps(config.model_args, sort_keys=True), tuple(shape), num_classes)
     return ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
 
 
-def load_state(context: Context) -> dict:
+def load_state(context: Context) -> dict[str, Any]:
     """The client-held state kept in the node's Flower context (never sent)."""
     record: Mapping[str, Any] | None = context.state.config_records.get(STATE)  # as save_state wrote it
-    return pickle.loads(record["blob"]) if record is not None else {}
+    state: dict[str, Any] = pickle.loads(record["blob"]) if record is not None else {}
+    return state
 
 
-def save_state(context: Context, state: dict) -> None:
+def save_state(context: Context, state: dict[str, Any]) -> None:
     if state:
         context.state.config_records[STATE] = ConfigRecord({"blob": pickle.dumps(state)})
 

@@ -17,7 +17,7 @@ cohort draw), so the figures describe the library's own behaviour.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 
@@ -26,9 +26,25 @@ from fedsample.privacy.reports import alpha_for, clip_size, randomized_response,
 from fedsample.rng import CohortRandom
 
 __all__ = [
-    "membership_audit", "most_frequent_report_attack", "one_report_guess", "presence_epsilon",
-    "size_reports_over_rounds", "spearman",
+    "MembershipAudit", "ThresholdAudit", "membership_audit", "most_frequent_report_attack", "one_report_guess",
+    "presence_epsilon", "size_reports_over_rounds", "spearman",
 ]
+
+
+class ThresholdAudit(TypedDict):
+    """One threshold tau of :func:`membership_audit`: the attack's rates and the epsilon they prove."""
+
+    threshold: float
+    tpr: float
+    fpr: float
+    epsilon: float
+
+
+class MembershipAudit(TypedDict):
+    """What :func:`membership_audit` returns: the largest epsilon proved, and each threshold's rates."""
+
+    epsilon_lower_bound: float
+    thresholds: list[ThresholdAudit]
 
 
 def size_reports_over_rounds(sizes: np.ndarray, epsilon: float, M: int, rounds: int, permanent: bool, seed: int = 0) -> np.ndarray:
@@ -47,7 +63,8 @@ def most_frequent(reports: np.ndarray, M: int) -> np.ndarray:
     """Per client (column), the most frequent value in {1, ..., M-1} (the smallest on ties)."""
     counts = np.zeros((M, reports.shape[1]), dtype=np.int64)
     np.add.at(counts, (reports, np.arange(reports.shape[1])[None, :].repeat(reports.shape[0], 0)), 1)
-    return np.argmax(counts[1:], axis=0) + 1
+    modes: np.ndarray = np.argmax(counts[1:], axis=0) + 1
+    return modes
 
 
 def most_frequent_report_attack(sizes: np.ndarray, epsilon: float, M: int, rounds: int, permanent: bool, seed: int = 0) -> float:
@@ -77,7 +94,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def membership_audit(with_record: np.ndarray, without: np.ndarray, delta: float, thresholds: Sequence[float], level: float = 1e-4) -> dict:
+def membership_audit(with_record: np.ndarray, without: np.ndarray, delta: float, thresholds: Sequence[float], level: float = 1e-4) -> MembershipAudit:
     """A membership-inference audit of an (epsilon, delta)-DP release (Jagielski, Ullman & Oprea 2020): the
     attack says "the record is in" when its score exceeds a threshold tau. DP bounds every such test:
     TPR <= e^epsilon FPR + delta and 1 - FPR <= e^epsilon (1 - TPR) + delta (Kairouz, Oh & Viswanath 2015).
@@ -98,7 +115,8 @@ def membership_audit(with_record: np.ndarray, without: np.ndarray, delta: float,
     def proved(numerator: float, denominator: float) -> float:
         return math.log((numerator - delta) / denominator) if numerator - delta > 0 and denominator > 0 else 0.0
 
-    rows, best = [], 0.0
+    rows: list[ThresholdAudit] = []
+    best = 0.0
     n1, n0 = len(with_record), len(without)
     for tau in thresholds:
         tp, fp = int(np.sum(with_record > tau)), int(np.sum(without > tau))

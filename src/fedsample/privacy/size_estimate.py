@@ -62,7 +62,8 @@ def rmse_curve(sizes: np.ndarray, epsilon: float, Ms: np.ndarray) -> np.ndarray:
     a, b = (1 - alpha) * Mf * (2 * Mf - 1) / 6, (1 - alpha) * Mf / 2
     variance = (alpha * s2 + C * a - (alpha**2 * s2 + 2 * alpha * b * s1 + C * b**2)) / alpha**2
     bias = s1 - prefix[-1]
-    return np.sqrt(bias**2 + np.maximum(variance, 0.0))  # 0 where every client sits at M - 1, up to rounding
+    error: np.ndarray = np.sqrt(bias**2 + np.maximum(variance, 0.0))  # 0 where every client sits at M - 1, up to rounding
+    return error
 
 
 def candidate_Ms(sizes: np.ndarray) -> np.ndarray:
@@ -120,7 +121,8 @@ def first_round_budget(sizes: np.ndarray, epsilon: float, M: int, K: int, draws:
     n = np.asarray(sizes)
     N = float(n.sum())
     totals = np.maximum(simulated_totals(n, epsilon, int(M), draws, rng), float(len(n)))
-    return N * np.minimum(1.0, K / totals) / K
+    budgets: np.ndarray = N * np.minimum(1.0, K / totals) / K
+    return budgets
 
 
 def summed_first_round_budget(sizes: np.ndarray, sigma: float, K: int, draws: int, rng: np.random.Generator) -> np.ndarray:

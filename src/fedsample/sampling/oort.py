@@ -38,6 +38,7 @@ from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
+    from fedsample.runtime.records import State
 
 __all__ = [
     "OortClients",
@@ -71,7 +72,8 @@ def statistical_utility(batch_sizes: np.ndarray, mean_squared_losses: np.ndarray
     L2 = design.nonnegative_vector(mean_squared_losses, "mean_squared_losses", where)
     if B.shape != L2.shape:
         raise ValueError(f"{where}: batch_sizes and mean_squared_losses differ in length ({B.size} vs {L2.size})")
-    return B * np.sqrt(L2)
+    utility: np.ndarray = B * np.sqrt(L2)
+    return utility
 
 
 def statistical_utilities(losses: np.ndarray, member: np.ndarray, clients: int) -> np.ndarray:
@@ -109,7 +111,8 @@ def staleness_bonus(last_round: np.ndarray, round: int) -> np.ndarray:
     L = design.nonnegative_vector(last_round, "last_round", where)
     if np.any(L < 1) or np.any(L > R):
         raise ValueError(f"{where}: last_round must lie in [1, round = {R}]")
-    return np.sqrt(0.1 * np.log(R) / L)
+    bonus: np.ndarray = np.sqrt(0.1 * np.log(R) / L)
+    return bonus
 
 
 def exploration_rate(round: int, initial: float = 0.9, decay: float = 0.98, floor: float = 0.2) -> float:
@@ -252,7 +255,7 @@ class OortClients(adaptive.Replayed):
         ctx.log["exploration_rate"] = state.epsilon
         return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
-    def held(self, ctx: "RoundContext") -> dict:
+    def held(self, ctx: "RoundContext") -> "State":
         """The server-held state: utilities, explored mask, round (1-based) of the last participation (0: never)."""
         state = adaptive.sampler_state(ctx)
         if "utility" not in state:
