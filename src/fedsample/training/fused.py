@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedsample.training.autograd import applied
+
 __all__ = ["FUSED_BLOCK_COLUMNS", "FUSED_MIN_WEIGHTS", "FusedLinears"]
 
 FUSED_MIN_WEIGHTS = 2**18
@@ -114,8 +116,7 @@ class FusedLinears:
             raise RuntimeError(f"fused linear layer {prefix!r}: its output has no gradient after the first step")
         stepped = _Stepped(self.weights[_key(prefix, "weight")], self.weights.get(_key(prefix, "bias")), self.lr, self.weight_decay)
         self.kept[prefix] = stepped
-        fused_output: torch.Tensor = _SteppedInBackward.apply(h, output.detach(), stepped)
-        return fused_output
+        return applied(_SteppedInBackward, h, output.detach(), stepped)
 
     def found(self) -> list[str]:
         """After the first step's forward: the parameter names of the inner layers (weights and biases), which

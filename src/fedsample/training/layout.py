@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from fedsample.training.autograd import applied
+
 __all__ = [
     "LayoutKeepingMaxPool2d", "channels_last_inputs", "channels_last_suits", "convolutional", "max_pools", "pool_before_relu",
 ]
@@ -89,9 +91,8 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
             pooled: torch.Tensor = super().forward(x)
             return pooled
         stride = self.stride if self.stride is not None else self.kernel_size
-        pooled = _MaxPool2dKeepingLayout.apply(x, _pair(self.kernel_size), _pair(stride), _pair(self.padding),
-                                               _pair(self.dilation), self.ceil_mode)
-        return pooled
+        return applied(_MaxPool2dKeepingLayout, x, _pair(self.kernel_size), _pair(stride), _pair(self.padding),
+                       _pair(self.dilation), self.ceil_mode)
 
 
 def max_pools(module: nn.Module) -> list[tuple[str, nn.MaxPool2d]]:
