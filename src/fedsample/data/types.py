@@ -7,19 +7,19 @@ an offsets array (client ``k`` owns ``order[offsets[k]:offsets[k+1]]``), never a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, TypeAlias
+from typing import Literal, Sequence, TypeAlias
 
 import numpy as np
 
 from fedsample.data.checks import check_indices, check_split
 from fedsample.data.stats import partition_stats
-from fedsample.runtime.records import JSONObject
+from fedsample.runtime.records import JSON, JSONObject
 
 __all__ = ["Dataset", "FederatedData", "Meta", "Task"]
 
 #: What a loader knows beside the arrays, by name: per-row columns (numpy arrays: client ids, feature scales) and
 #: JSON values (the source, label names).
-Meta: TypeAlias = dict[str, Any]
+Meta: TypeAlias = dict[str, "JSON | np.ndarray"]
 
 Task = Literal["classification", "regression"]
 """What a dataset's labels are: classes (integers) or real values."""

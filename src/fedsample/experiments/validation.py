@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from fedsample import checks
-from fedsample.data.types import Dataset
+from fedsample.data.types import Dataset, Meta
+from fedsample.runtime.records import JSON
 from fedsample.evaluation import evaluate
 
 __all__ = ["FRACTION", "Validation", "carve_validation", "validation_metrics"]
@@ -50,16 +51,17 @@ def carve_validation(dataset: Dataset, fraction: float, seed: int) -> tuple[Data
         raise ValueError(f"validation fraction {fraction} of {dataset.num_train} training rows leaves no validation or no training data")
     keep = np.ones(dataset.num_train, dtype=bool)
     keep[rows] = False
-    meta = {key: per_train_row(key, value, dataset.num_train, keep) for key, value in dataset.meta.items()}
+    meta: Meta = {key: per_train_row(key, value, dataset.num_train, keep) for key, value in dataset.meta.items()}
     train = dataclasses.replace(dataset, x_train=dataset.x_train[keep], y_train=dataset.y_train[keep], meta=meta)
     return train, Validation(dataset.x_train[rows], dataset.y_train[rows], rows)
 
 
-def per_train_row(key: str, value: object, num_train: int, keep: np.ndarray) -> object:
+def per_train_row(key: str, value: JSON | np.ndarray, num_train: int, keep: np.ndarray) -> JSON | np.ndarray:
     """A ``meta`` entry with one value per training row (e.g. ``client_ids``, which a natural partition reads)
     keeps the training rows' values; per-test-row entries (``*_test``) and everything else are unchanged."""
     if isinstance(value, np.ndarray) and value.shape[:1] == (num_train,) and not key.endswith("_test"):
-        return value[keep]
+        kept: np.ndarray = value[keep]
+        return kept
     return value
 
 

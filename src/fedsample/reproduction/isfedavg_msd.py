@@ -69,7 +69,7 @@ class Problem:
 def paper_problem(seed: int, num_agents: int = 300, points: int = 100, rho: float = 0.001) -> Problem:
     """§V-A's data (equal N_k) and heterogeneity (E_k, B_k), both drawn from ``seed``."""
     ds = isfedavg_regression(num_agents=num_agents, points_per_agent=points, rho=rho, test_points_per_agent=0, seed=seed)
-    order = np.argsort(ds.meta["client_ids"], kind="stable")
+    order = np.argsort(np.asarray(ds.meta["client_ids"]), kind="stable")
     u = ds.x_train[order].astype(np.float64).reshape(num_agents, points, -1)
     d = ds.y_train[order].astype(np.float64).reshape(num_agents, points)
     epochs, batch = paper_heterogeneity(num_agents, np.random.default_rng([seed, 0x15]))
