@@ -5,6 +5,7 @@ Tolerances are stated at each assertion."""
 
 import argparse
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -671,3 +672,13 @@ def test_the_ledger_records_a_calls_releases_as_who_answered_makes_them(lost):
     assert ledger.releases == expected
     count = next(r for r in ledger.releases if r.what == "drawn count S")
     assert count.unamplified == gaussian(5.0 * math.sqrt(answered / 8))
+
+
+def test_state_dict_read_back_from_json_is_the_same_ledger():
+    """Ledger.from_state_dict(json of state_dict) gives back the same releases (call as a tuple) and epsilon."""
+    ledger = Ledger(Accounting(unit="record", delta=1e-6, max_epsilon=50.0))
+    ledger.add([release()])
+    ledger.add([Release(1, "size report", randomized_response(0.5, 4), randomized_response(0.5, 4), None, call=(1, "sizes", 0))])
+    back = Ledger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
+    assert back.accounting == ledger.accounting and back.releases == ledger.releases
+    assert back.summary()["epsilon"] == ledger.summary()["epsilon"] > 0

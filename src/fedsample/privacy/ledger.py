@@ -55,7 +55,7 @@ from fedsample.privacy.accounting import DEFAULT_DELTA
 from fedsample.runtime.records import JSON, JSONObject
 
 __all__ = [
-    "Accounting", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "PLD_DISCRETIZATION", "RelationSpent", "Release",
+    "Accounting", "AccountingState", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "LedgerState", "PLD_DISCRETIZATION", "RelationSpent", "Release",
     "Spent", "Summary", "epsilon_of", "flower_spent", "gaussian", "mixture_of_gaussians", "poisson_sampled", "randomized_response", "sampled_without_replacement",
 ]
 
@@ -368,6 +368,25 @@ def _rdp_spent(rdp: Any, delta: float, count: int) -> Spent:
 # --- the ledger ----------------------------------------------------------------------------------------------
 
 
+class AccountingState(TypedDict):
+    """:class:`Accounting`'s settings as :meth:`Ledger.state_dict` writes them (JSON)."""
+
+    unit: Unit
+    k: int | None
+    delta: float
+    method: Method
+    threat: Threat
+    max_epsilon: float | None
+
+
+class LedgerState(TypedDict):
+    """What :meth:`Ledger.state_dict` writes: the accounting settings and each release's record
+    (:meth:`Release.record`, JSON)."""
+
+    accounting: AccountingState
+    releases: list[JSONObject]
+
+
 class Pickled(TypedDict):
     """What a pickled :class:`Ledger` keeps (its PLD and RDP caches are rebuilt)."""
 
@@ -576,7 +595,9 @@ class Ledger:
         return {"accounting": asdict(self.accounting), "releases": [r.record() for r in self.releases]}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "Ledger":
+    def from_state_dict(cls, state: LedgerState) -> "Ledger":
+        """The ledger :meth:`state_dict` wrote; each release keeps the fields :class:`Release` declares (a record
+        is JSON read back: its values go to the fields by name, ``call`` back to a tuple)."""
         names = {f.name for f in fields(Release)}
         releases = []
         for r in state["releases"]:
