@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fedsample as fs
-from fedsample.federation.secure_sum import SecureSum, count_shares
+from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
 from fedsample.messages import DRAWN, SummedStatistic, TrainPayload, TrainReport
@@ -131,3 +131,12 @@ def test_a_sealed_sum_is_read_only_after_the_update_sum(fed, module):
     total = sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
     assert total is not None and all(isinstance(v, torch.Tensor) for v in total.values())
     assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).drawn_total()
+
+
+def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(module):
+    """Flower's SecAgg+ tally holds one count (sealed_statistic): a plan that declares two summed statistics is refused
+    in one line naming them, one that declares the drawn count gets it back."""
+    assert sealed_statistic(payload(module, BernoulliSamples(0.5, report_count=True, count_noise=2.0))) == DrawnCount(2.0)
+    assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
+    with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
+        sealed_statistic(payload(module, TwoSums(0.5, report_count=True)))

@@ -5,7 +5,7 @@ The clients are split over the workers as :mod:`fedsample.federation.shards` say
 k mod workers). A worker holds its clients' rows and runs an in-process engine on its share of every call
 (:class:`ClientShard`); ``train`` keeps the clients' updates on the worker and answers with a summary
 (:func:`summarize_reports`). The server gets :func:`sharded_replies`: a reply list of light reports (steps,
-loss, FedNova's a_k, drawn samples) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
+loss, FedNova's a_k, summed statistics) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
 for its partial ``sum_k w_k * Delta_k`` and adds them in worker order; reading a report's ``update`` fetches
 that worker's updates. Per round, what crosses is the global parameters to each worker and one parameter-sized
 sum back: O(workers x parameters), not O(clients x parameters).

@@ -58,7 +58,7 @@ from fedsample import checks
 from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
-from fedsample.messages import TrainPayload, procedure_of
+from fedsample.messages import DRAWN, SIZES, TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
 from fedsample.training.functional import Params
 
@@ -432,6 +432,9 @@ def sealed_train(
     the clients, in shares sealed into the sum (:func:`count_share_of`). A count-only
     request (:class:`~fedsample.messages.SizeSumRequest`), each client's vector its tally alone (no parameters), the
     summed count its size plus its noise share."""
+    statistic = sealed_statistic(payloads[0]) if payloads else None
+    if statistic is not None and statistic.name not in (DRAWN, SIZES):  # the tally's count entries hold one of these
+        raise ValueError(f"Flower's SecAgg+ tally seals the drawn count or the sizes, not the summed statistic {statistic.name!r}")
     reachable = federation._reachable(ids, round)
     procedure = procedure_of(payloads[0]).name if payloads else ""  # the phase a failed client's record names
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
@@ -456,7 +459,6 @@ def sealed_train(
     federation.failures[round].extend(failed[i] for i in sorted(failed))
     report_on_console(round, record, [failed[i] for i in sorted(failed)])
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
-    statistic = sealed_statistic(payloads[0]) if payloads else None
     counted = None if statistic is None else statistic.name
     if federation.sealed_sums is None:
         federation.sealed_sums = _Sums()
