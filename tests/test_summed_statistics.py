@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import fedsample as fs
 from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
@@ -20,7 +19,7 @@ from fedsample.sampling.data import BernoulliSamples, DrawnCount
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
 
-SIZES = [5, 0, 7, 3, 9, 4, 6, 2, 8, 5]
+import fedsample as fs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +45,10 @@ class TwoSums(BernoulliSamples):
 
 
 @pytest.fixture(scope="module")
-def fed():
-    return federate(blobs(n=100), SIZES)
-
-
-@pytest.fixture(scope="module")
-def module(fed):
-    return fs.models.MLP(hidden=4).build(fed.dataset.input_shape, fed.dataset.num_classes)
+def engines():
+    """Ten clients (one without data) and a small MLP."""
+    fed = federate(blobs(n=80), [6, 0, 9, 4, 7, 3, 8, 2, 5, 6])
+    return fed, fs.models.MLP(hidden=4).build(fed.dataset.input_shape, fed.dataset.num_classes)
 
 
 def payload(module, plan, solver=None):
@@ -86,10 +82,11 @@ def test_a_report_given_samples_carries_them_as_its_drawn_count():
 
 
 @pytest.mark.parametrize("solver", [OneGradient(5), LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2)], ids=["one-gradient", "stepped"])
-def test_every_engine_sums_each_declared_statistic_by_name(fed, module, solver):
+def test_every_engine_sums_each_declared_statistic_by_name(engines, solver):
     """Loop and vectorized engines (the fused one-gradient cohort and the stepped one): each report carries both
     statistics, and the cohort's sums by name equal the hand sums over the received replies (the drawn count, how
     many drew at least one sample)."""
+    fed, module = engines
     ids = np.arange(fed.num_clients)
     sent = payload(module, TwoSums(0.6, report_count=True), solver)
     for engine in (Simulator(fed, module, seed=3), VectorizedSimulator(fed, module, seed=3)):
@@ -105,10 +102,11 @@ def test_every_engine_sums_each_declared_statistic_by_name(fed, module, solver):
     assert loop.summed(DRAWN) == batched.summed(DRAWN)  # the same draws: the same count
 
 
-def test_the_secure_sum_seals_each_statistic_with_its_own_noise(fed, module):
+def test_the_secure_sum_seals_each_statistic_with_its_own_noise(engines):
     """Two noised statistics in one secure sum: each noised sum is its exact sum plus the answered clients' shares of
     its own cells (count_shares of its purpose), to the bit; the drawn count's shares are those of the drawn count's
     cell as before (FedSampling alone gives the same noised count)."""
+    fed, module = engines
     ids, sigma, seed, round = np.arange(fed.num_clients), 4.0, 3, 2
     exact = Simulator(fed, module, seed=seed).run(ids, payload(module, TwoSums(0.6, report_count=True)), round)
     sealed = SecureSum(Simulator(fed, module, seed=seed)).run(ids, payload(module, TwoSums(0.6, report_count=True, count_noise=sigma)), round)
@@ -123,7 +121,8 @@ def test_the_secure_sum_seals_each_statistic_with_its_own_noise(fed, module):
         sealed.summed("other")
 
 
-def test_a_sealed_sum_is_read_only_after_the_update_sum(fed, module):
+def test_a_sealed_sum_is_read_only_after_the_update_sum(engines):
+    fed, module = engines
     ids = np.arange(fed.num_clients)
     sealed = SecureSum(Simulator(fed, module, seed=3)).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2)
     with pytest.raises(RuntimeError, match="comes with the secure sum of the update"):
@@ -133,9 +132,10 @@ def test_a_sealed_sum_is_read_only_after_the_update_sum(fed, module):
     assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).drawn_total()
 
 
-def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(module):
+def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
     """Flower's SecAgg+ tally holds one count (sealed_statistic): a plan that declares two summed statistics is refused
     in one line naming them, one that declares the drawn count gets it back."""
+    fed, module = engines
     assert sealed_statistic(payload(module, BernoulliSamples(0.5, report_count=True, count_noise=2.0))) == DrawnCount(2.0)
     assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
     with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
