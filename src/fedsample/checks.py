@@ -229,7 +229,7 @@ class Param:
     (``Param(integers(1), label="number of strata H")``) and ``words`` where the generated requirement would
     say less than a phrase (``Param(POSITIVE, Options("none"), None, words="a number > 0 or 'none'")``)."""
 
-    constraints: tuple
+    constraints: tuple[Constraint | None, ...]
     label: str | None = None
     words: str | None = None
 
@@ -246,7 +246,7 @@ Spec = Constraint | None | Sequence[Constraint | None] | Param
 SEED = Param(integers(0, 2**63 - 1), words="an integer in [0, 2^63)")
 
 
-def _unpack(spec: Spec) -> tuple[tuple, str | None]:
+def _unpack(spec: Spec) -> tuple[tuple[Constraint | None, ...], str | None]:
     if isinstance(spec, Param):
         return spec.constraints, spec.label
     if spec is None or isinstance(spec, Constraint):

@@ -185,7 +185,7 @@ def _checked_device(device: str) -> str:
 
 def _run_with_progress(
     plan: Plan, out: Path, args: argparse.Namespace, options: EngineOptions, tracking: TrackingSpec | None = None
-) -> tuple[dict, dict]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -209,7 +209,7 @@ def _run_with_progress(
         )
 
 
-def _print_summary(document: dict, out: Path, tracking: TrackingSpec | None = None) -> None:
+def _print_summary(document: dict[str, Any], out: Path, tracking: TrackingSpec | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

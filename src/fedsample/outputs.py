@@ -27,7 +27,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 __all__ = [
     "Marker", "OutputError", "check_folder", "error_line", "start", "write_atomic", "written_results",
@@ -52,7 +52,7 @@ class Marker:
 
     command: str
     files: tuple[str, ...]
-    inputs: dict
+    inputs: dict[str, Any]
     resumable: bool = False
     free: tuple[str, ...] = ()
     subject: str = "experiment"
@@ -65,7 +65,7 @@ class Marker:
     def name(self) -> str:
         return f"{self.command}.json"
 
-    def document(self, files: tuple[str, ...] | None = None) -> dict:
+    def document(self, files: tuple[str, ...] | None = None) -> dict[str, Any]:
         return {"command": self.command, "files": sorted(set(files or self.files)), **self.inputs}
 
     def text(self, files: tuple[str, ...] | None = None) -> str:
@@ -132,7 +132,7 @@ def probe_writable(out: Path, folder: Path) -> None:
         pass
 
 
-def markers(out: Path) -> dict[str, dict | None]:
+def markers(out: Path) -> dict[str, dict[str, Any] | None]:
     """Command -> its marker document (None: unreadable) for every marker in ``out``. A ``run.json`` of an
     earlier version (no ``command`` key) is a run's."""
     found = {}
@@ -148,7 +148,7 @@ def markers(out: Path) -> dict[str, dict | None]:
     return found
 
 
-def differences(saved: dict | None, marker: Marker) -> list[str]:
+def differences(saved: dict[str, Any] | None, marker: Marker) -> list[str]:
     """The input keys (one level into a dict-valued input) whose saved value differs from ``marker``'s, less
     the ``free`` ones."""
     if saved is None:
@@ -176,7 +176,7 @@ def start(out: Path, marker: Marker, *, overwrite: bool = False, record: bool = 
         write_atomic(out / marker.name, lambda p: p.write_text(marker.text(files)))
 
 
-def named_files(document: dict | None) -> tuple[str, ...]:
+def named_files(document: dict[str, Any] | None) -> tuple[str, ...]:
     """The files a marker document names (none for an unreadable one or a run.json of an earlier version)."""
     files = (document or {}).get("files")
     return tuple(str(name) for name in files) if isinstance(files, list) else ()
@@ -306,7 +306,7 @@ def written_results(out: Path, marker: Marker, *, overwrite: bool = False) -> It
         (folder / marker.name).write_text(marker.text())
 
 
-def staged_name(filename: str | bytes | os.PathLike | None, staging: Path) -> str:
+def staged_name(filename: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None, staging: Path) -> str:
     """The name inside the output folder of a file the block was writing in ``staging``."""
     if filename is None:
         return ""

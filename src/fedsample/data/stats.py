@@ -6,7 +6,7 @@ A leaf module: it imports nothing from fedsample, and :mod:`fedsample.data.types
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def gini(values: np.ndarray) -> float:
     return float(2.0 * np.sum(np.arange(1, n + 1) * v) / (n * total) - (n + 1) / n)
 
 
-def size_summary(sizes: np.ndarray) -> dict:
+def size_summary(sizes: np.ndarray) -> dict[str, Any]:
     """Count, total, min/max/mean/median/std, quantiles, and the imbalance measures of client sizes."""
     s = np.asarray(sizes, dtype=np.float64)
     if len(s) == 0:
@@ -75,7 +75,7 @@ def size_summary(sizes: np.ndarray) -> dict:
     }
 
 
-def label_mix_summary(counts: np.ndarray) -> dict:
+def label_mix_summary(counts: np.ndarray) -> dict[str, Any]:
     """How skewed the clients' label mixes are, from a ``(clients, classes)`` count matrix (empty clients skipped)."""
     counts = np.asarray(counts, dtype=np.float64)
     sizes = counts.sum(axis=1)
@@ -95,7 +95,7 @@ def label_mix_summary(counts: np.ndarray) -> dict:
     }
 
 
-def partition_stats(fed: Partition) -> dict:
+def partition_stats(fed: Partition) -> dict[str, Any]:
     """JSON-able statistics of a partition (a :class:`~fedsample.data.types.FederatedData`).
 
     Keys: dataset, scheme, task, num_clients, num_train, num_assigned, num_unassigned, sizes (summary),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +63,7 @@ class GradientBasis:
         c = torch.as_tensor(np.asarray(coefficients, dtype=np.float64), dtype=self.matrix.dtype)
         return c @ self.matrix.index_select(0, torch.as_tensor(np.asarray(rows, dtype=np.int64)))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "kind": "countsketch" if self.sketched else "exact",
             "dim": self.dim,

@@ -42,6 +42,7 @@ from fedsample.experiments.validation import validation_metrics
 from fedsample.callbacks import Checkpoint, Diverged, Tracking
 from fedsample.callbacks import Progress as RoundsDone
 from fedsample.simulation import Backend, Engine, EngineOptions, build_module, simulate
+from fedsample.tracking.base import TrackerGroup
 from fedsample.tracking.setup import TrackingSpec
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def run_file_name(label: str, seed: int) -> str:
     return f"{safe}-{tag}-seed{seed}"
 
 
-def run_trackers(plan: Plan, job: Job, name: str, settings: RunSettings) -> list:
+def run_trackers(plan: Plan, job: Job, name: str, settings: RunSettings) -> list[TrackerGroup]:
     """The run's trackers (none without tracking): run "LABEL / seed N" of the experiment (its files in the
     experiment's folder), with the experiment's settings, the label and grid value added to its config."""
     if settings.tracking is None or not settings.tracking.backends:
@@ -277,7 +278,7 @@ def stop_processes(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=10)
 
 
-def _wait_reporting(pending: set[Future], rounds: queue_module.Queue[tuple[str, int]], progress: Progress | None) -> None:
+def _wait_reporting(pending: set[Future[Outcome]], rounds: queue_module.Queue[tuple[str, int]], progress: Progress | None) -> None:
     """Wait for every run, passing the rounds the processes report to ``progress`` as they come."""
     while pending:
         _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

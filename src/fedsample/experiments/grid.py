@@ -4,6 +4,8 @@ lowest, for regression)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fedsample.experiments.config import StrategyConfig
 
 __all__ = ["run_label", "select", "variants"]
@@ -32,7 +34,7 @@ def run_label(label: str, strategy: StrategyConfig, key: str) -> str:
     return f"{label} [{next(iter(strategy.grid))}={key}]"
 
 
-def selection_score(validation: list[dict | None]) -> tuple[float | None, str]:
+def selection_score(validation: list[dict[str, Any] | None]) -> tuple[float | None, str]:
     """The score of one value over its seeds' final validation metrics (None if a seed stopped), and what it is."""
     runs = [v for v in validation if v is not None]
     if not validation or len(runs) < len(validation):
@@ -42,7 +44,7 @@ def selection_score(validation: list[dict | None]) -> tuple[float | None, str]:
     return -sum(v["loss"] for v in runs) / len(runs), SELECTED_BY_LOSS
 
 
-def select(strategy: StrategyConfig, validation: dict[str, list[dict | None]]) -> tuple[str, dict]:
+def select(strategy: StrategyConfig, validation: dict[str, list[dict[str, Any] | None]]) -> tuple[str, dict[str, Any]]:
     """The selected value's key and results.json's ``selected`` entry: the first value with the best score
     (values whose runs stopped are never selected unless all stopped; then the first value, score null)."""
     scores = {key: selection_score(runs) for key, runs in validation.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fedsample.budget import budget_warnings, comparison_note
 
@@ -14,7 +15,7 @@ ORACLE_TITLE = "Best round (oracle)"  # the best round on the test set: never a 
 BUDGET_TITLE = "Samples/round (realised)"  # mean over seeds of the per-round mean [smallest-largest round]
 
 
-def cell(stats: dict, metric: str, seeds: int) -> str:
+def cell(stats: dict[str, Any], metric: str, seeds: int) -> str:
     """'mean ± sd' (accuracy and macro-F1 in percent, as the papers); the sd is left out for one seed, and
     the number of seeds is added when some seeds stopped (n < seeds); "—" when every seed stopped."""
     if stats.get("mean") is None:
@@ -31,12 +32,12 @@ def percent_scale(metric: str) -> float:
     return 100.0 if metric in PERCENT else 1.0
 
 
-def best_metric(result: dict) -> str | None:
+def best_metric(result: dict[str, Any]) -> str | None:
     """The metric of the best-round column: accuracy, or the loss when there is none (regression)."""
     return next((m for m in ("accuracy", "loss") if m in result.get("best", {})), None)
 
 
-def budget_cell(budget: dict) -> str:
+def budget_cell(budget: dict[str, Any]) -> str:
     """The realised samples per round: 'mean [min-max]' over the rounds of every seed (:func:`fedsample.budget.arm_budget`);
     a sealed arm's figure, not released to the server, is marked as measured in simulation, or said not measured."""
     if budget["mean"] is None:
@@ -45,7 +46,7 @@ def budget_cell(budget: dict) -> str:
     return text + " (sealed; measured in simulation)" if budget.get("source") == "measured" else text
 
 
-def budget_lines(document: dict) -> list[str]:
+def budget_lines(document: dict[str, Any]) -> list[str]:
     """The lines a run says under its table about budgets: each arm that did not sample its K (K/N~ >= 1, or the
     realised mean outside [0.67 K, 1.5 K]) and whether the arms compare at equal samples
     (:func:`fedsample.budget.comparison_note`)."""
@@ -54,7 +55,7 @@ def budget_lines(document: dict) -> list[str]:
     return budget_warnings(arms) + ([note] if note else [])
 
 
-def rows(document: dict) -> list[tuple[str, dict[str, str]]]:
+def rows(document: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """Per strategy, each final metric and the oracle best round's accuracy (``best``: the best round on the
     test set) as 'mean ± sd', the realised samples per round where the rounds know them, and the selected value of a grid (``selected``, e.g. 'lr=0.05')."""
     seeds = len(document["config"]["seeds"])
@@ -78,7 +79,7 @@ def columns(table_rows: list[tuple[str, dict[str, str]]]) -> list[tuple[str, str
     return [(key, title) for key, title in titles.items() if any(key in cells for _, cells in table_rows)]
 
 
-def caption(document: dict) -> str:
+def caption(document: dict[str, Any]) -> str:
     """What the numbers are: rounds, seeds, the sample standard deviation, units, and that the best round is
     an oracle."""
     config = document["config"]
@@ -91,7 +92,7 @@ def caption(document: dict) -> str:
     )
 
 
-def summary_table(document: dict) -> str:
+def summary_table(document: dict[str, Any]) -> str:
     """A markdown table of final-round metrics and the oracle best round (mean ± sd over seeds)."""
     config = document["config"]
     table_rows = rows(document)
@@ -117,7 +118,7 @@ def summary_table(document: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def selection_note(document: dict) -> str:
+def selection_note(document: dict[str, Any]) -> str:
     """How grid values were selected, when some strategy has a grid."""
     chosen = [r["selected"] for r in document["strategies"].values() if "selected" in r]
     return f" Grid values selected by {chosen[0]['by']} on the validation split." if chosen else ""
@@ -134,7 +135,7 @@ def plot_text(text: str) -> str:
     return " " + text if text.startswith("_") else text
 
 
-def plot_curves(document: dict, path: Path, metric: str = "accuracy") -> None:
+def plot_curves(document: dict[str, Any], path: Path, metric: str = "accuracy") -> None:
     """Test ``metric`` per round, one line per strategy (mean over seeds) with a min-max band over seeds; accuracy
     and macro-F1 in percent, as in the tables."""
     import numpy as np

@@ -12,14 +12,14 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from fedsample import outputs
 from fedsample.budget import arm_budget
 from fedsample.experiments import grid
 from fedsample.experiments.config import ConfigError, ExperimentConfig
 from fedsample.experiments.execute import RunSettings, checkpoint_path, folder_name, run_jobs
-from fedsample.experiments.plan import (  # noqa: F401 - the runner's public names
+from fedsample.experiments.plan import (  # the runner's public names (__all__)
     Failure, Job, Outcome, Plan, check_data_fits, fault_model, only_strategies, prepare, restricted,
 )
 from fedsample.experiments.stats import best_round, metric_table
@@ -30,7 +30,8 @@ from fedsample.runtime.warned import Warned, once_per_kind
 
 __all__ = [
     "METRICS", "check_output_folder", "check_run_settings", "checkpoint_path", "failures", "finite_or_none", "run_experiment",
-    "run_plan", "summarize", "tracking_spec",
+    "run_plan", "summarize", "tracking_spec", "folder_name",
+    "Failure", "Job", "Outcome", "Plan", "check_data_fits", "fault_model", "only_strategies", "prepare", "restricted",
 ]
 
 METRICS = ("accuracy", "macro_f1", "loss")
@@ -112,7 +113,7 @@ def run_experiment(
     progress: Callable[[str, int], None] | None = None, backend: Backend = "auto",
     on_failure: Callable[[str], None] | None = None, options: EngineOptions | None = None, device: str | None = None,
     jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
-) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
+) -> tuple[dict[str, Any], dict[str, list[SimulationResult | Failure]]]:
     """The whole experiment into ``out``: check the settings and the folder (:func:`check_run_settings`,
     :func:`check_output_folder`: a refusal writes nothing), record it, run every strategy, grid value and
     seed (:func:`run_plan`; ``only`` a subset of the labels), select each grid's value on the validation
@@ -130,7 +131,7 @@ def _run_experiment(
     plan: Plan, out: Path, resume: bool, overwrite: bool, checkpoint_every: int, progress: Callable[[str, int], None] | None,
     backend: Backend, on_failure: Callable[[str], None] | None, options: EngineOptions | None, device: str | None, jobs: int,
     only: list[str] | None, threads: int | None, tracking: TrackingSpec | None, warned: Warned,
-) -> tuple[dict, dict[str, list[SimulationResult | Failure]]]:
+) -> tuple[dict[str, Any], dict[str, list[SimulationResult | Failure]]]:
     started = time.perf_counter()
     plan = restricted(plan, only)
     check_run_settings(jobs, (options or {}).get("federation") is not None)
@@ -171,11 +172,11 @@ def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> 
     return spec
 
 
-def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict]]:
+def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict[str, Any]]]:
     """Per label, the runs of its selected grid value (its only runs without a grid), and the results.json
     entries beside them: ``validation`` (final-round metrics on the validation split) and ``selected``."""
     results: dict[str, list[SimulationResult | Failure]] = {}
-    extras: dict[str, dict] = {}
+    extras: dict[str, dict[str, Any]] = {}
     seeds = plan.config.seeds
     for s in plan.config.strategies:
         label = s.display
@@ -207,9 +208,9 @@ def task_metrics(task: str) -> tuple[str, ...]:
 
 
 def summarize(
-    config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict] | None = None,
+    config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict[str, Any]] | None = None,
     metrics: tuple[str, ...] = METRICS,
-) -> dict:
+) -> dict[str, Any]:
     """The results.json document: config, and per strategy the final-round and best-round metrics
     (``{"mean", "sd", "n", "per_seed"}`` over the seeds that finished, sd with ddof = 1 and null for one seed;
     ``per_seed`` null for a seed that did not; best = the best evaluated round of each seed: highest accuracy
@@ -241,7 +242,7 @@ def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
     return [run.reason for runs in results.values() for run in runs if isinstance(run, Failure)]
 
 
-def privacy_spent(runs: list[SimulationResult]) -> dict:
+def privacy_spent(runs: list[SimulationResult]) -> dict[str, Any]:
     """What one client spent over the whole run: the last round's accountant keys of the first seed, and each
     seed's privacy ledger (``ledger``: epsilon with and without amplification, delta, neighbouring relation, unit,
     threat model, unprotected releases; the releases themselves are in privacy.json)."""
@@ -252,14 +253,14 @@ def privacy_spent(runs: list[SimulationResult]) -> dict:
     return {**{k: last[k] for k in SPEND_KEYS if k in last}, "ledger": ledgers}
 
 
-def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> dict:
+def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> dict[str, Any]:
     """privacy.json: per strategy label, each seed's ledger with every release (None for a run that failed)."""
     return {label: {"seeds": [run.seed for run in runs],
                     "ledger": [run.privacy if isinstance(run, SimulationResult) else None for run in runs]}
             for label, runs in results.items()}
 
 
-def write_outputs(plan: Plan, out: Path, document: dict, privacy: dict | None = None) -> None:
+def write_outputs(plan: Plan, out: Path, document: dict[str, Any], privacy: dict[str, Any] | None = None) -> None:
     """results.json, summary.md, curves.png, the partition picture of the first seed and privacy.json (each run's
     ledger): all written into a temporary folder inside ``out`` and moved into place only when every one is complete."""
     from fedsample.data.report import write_partition_files

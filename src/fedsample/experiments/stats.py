@@ -4,7 +4,7 @@ round on the test set."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["LOWER_IS_BETTER", "best_round", "metric_table", "over_seeds"]
 
@@ -13,7 +13,7 @@ LOWER_IS_BETTER = frozenset({"loss", "mse", "rmse", "msd_db"})
 """Metrics where smaller is better (experiments: loss, mse; studies: rmse, MSD in dB); every other is larger-is-better."""
 
 
-def over_seeds(per_seed: Sequence[float | None]) -> dict:
+def over_seeds(per_seed: Sequence[float | None]) -> dict[str, Any]:
     """``{"mean", "sd", "n", "per_seed"}`` over the seeds with a value (None marks a seed that stopped):
     sd is the sample standard deviation, sqrt(sum (x - mean)^2 / (n - 1)), null for n = 1; mean and sd are
     null for n = 0 (every seed stopped)."""
@@ -24,17 +24,17 @@ def over_seeds(per_seed: Sequence[float | None]) -> dict:
     return {"mean": mean, "sd": sd, "n": n, "per_seed": per_seed}
 
 
-def best_round(history: list[dict], metric: str) -> float | None:
+def best_round(history: list[dict[str, Any]], metric: str) -> float | None:
     """The oracle: the best value of ``metric`` over the evaluated rounds on the test set (max, or min for a
     loss), picked by looking at the test metric itself, so an optimistic bound and not a result; None if
     never measured."""
-    values = [h[metric] for h in history if h.get(metric) is not None]
+    values: list[float] = [h[metric] for h in history if h.get(metric) is not None]
     if not values:
         return None
     return min(values) if metric in LOWER_IS_BETTER else max(values)
 
 
-def metric_table(per_seed_metrics: list[dict | None], metrics: tuple[str, ...]) -> dict:
+def metric_table(per_seed_metrics: list[dict[str, Any] | None], metrics: tuple[str, ...]) -> dict[str, Any]:
     """Per metric measured in every finished seed, its :func:`over_seeds` summary (None: a seed that stopped);
     when every seed stopped, each of ``metrics`` with n = 0 and null mean and sd (the keys stay the same)."""
     done = [m for m in per_seed_metrics if m is not None]

@@ -15,6 +15,7 @@ import datetime
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from fedsample import outputs
 
@@ -29,12 +30,12 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def recorded_wall_time(folder: Path) -> dict | None:
+def recorded_wall_time(folder: Path) -> dict[str, Any] | None:
     """``folder``'s timing record ``{"wall_s", "finished", "complete", "invocations"}``; None where there is none
     or it does not read as one (a folder written before timing.json existed)."""
     try:
         document = json.loads((Path(folder) / TIMING_FILE).read_text())
-        invocations: list[dict] = [{"finished": str(i["finished"]), "wall_s": float(i["wall_s"]), "resumed": bool(i["resumed"])}
+        invocations: list[dict[str, Any]] = [{"finished": str(i["finished"]), "wall_s": float(i["wall_s"]), "resumed": bool(i["resumed"])}
                                    for i in document["invocations"]]
         complete = bool(document["complete"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -44,13 +45,13 @@ def recorded_wall_time(folder: Path) -> dict | None:
     return timing_document(invocations, complete)
 
 
-def timing_document(invocations: list[dict], complete: bool) -> dict:
+def timing_document(invocations: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
     """The record of ``invocations`` (oldest first): ``wall_s`` their sum, ``finished`` the last one's time."""
     return {"wall_s": sum(i["wall_s"] for i in invocations), "finished": invocations[-1]["finished"], "complete": complete,
             "invocations": invocations}
 
 
-def record_wall_time(folder: Path, seconds: float, resumed: bool = False, earlier_work: bool = False) -> dict:
+def record_wall_time(folder: Path, seconds: float, resumed: bool = False, earlier_work: bool = False) -> dict[str, Any]:
     """Record in ``folder`` that an invocation of ``seconds`` wall time finished its results now: a fresh record,
     or (``resumed``) added to the one there; ``earlier_work``: the folder held work (checkpoints) from before,
     which a missing record leaves uncounted. Written through a temporary file; returns the record."""

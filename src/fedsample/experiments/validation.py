@@ -63,7 +63,7 @@ def per_train_row(key: str, value: object, num_train: int, keep: np.ndarray) -> 
     return value
 
 
-def validation_metrics(module: torch.nn.Module, params: dict, validation: Validation, dataset: Dataset) -> dict:
+def validation_metrics(module: torch.nn.Module, params: dict[str, torch.Tensor], validation: Validation, dataset: Dataset) -> dict[str, float]:
     """The run's metrics on the validation rows (on the parameters' device)."""
     device = next(iter(params.values())).device
     x = torch.as_tensor(validation.x, device=device)

@@ -76,7 +76,7 @@ class PoolFederation(Federation):
         self.data, self.seed, self.workers, self.engine, self.threads = data, seed, int(workers), engine, int(threads)
         self.owner = assign_clients(data.num_clients, self.workers)
         self._token = 0
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
         self._conns: list[Connection] = []
         try:
             for w in range(self.workers):
@@ -114,14 +114,14 @@ class PoolFederation(Federation):
             return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         """Every worker's non-empty client-held states, by client id (for checkpoints)."""
-        states: dict[int, dict] = {}
+        states: dict[int, dict[str, Any]] = {}
         for part in self._ask({w: ("client_states",) for w in range(self.workers)}).values():
             states.update(part)
         return states
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         """Give each worker its clients' states (clients not in ``states`` start empty)."""
         mine = {w: ("load_client_states", {k: s for k, s in states.items() if self.owner[int(k)] == w}) for w in range(self.workers)}
         self._ask(mine)
@@ -151,11 +151,11 @@ class PoolFederation(Federation):
 
     # --- calls ------------------------------------------------------------------------------------------
 
-    def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]:
+    def _call_each(self, calls: dict[int, tuple[Any, ...]], token: int) -> dict[int, Any]:
         """Call ``method(*args, token)`` on each named worker (the calls of :class:`~fedsample.federation.sharded.ShardedUpdates`)."""
         return self._ask({w: (*call, token) for w, call in calls.items()})
 
-    def _ask(self, calls: dict[int, tuple]) -> dict[int, Any]:
+    def _ask(self, calls: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
         """Call ``method(*args)`` on each named worker (``calls``: worker -> (method, *args)); they work in
         parallel; the answers by worker."""
         for w, (name, *args) in calls.items():

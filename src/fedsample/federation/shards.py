@@ -51,7 +51,8 @@ def _rows_of(data: FederatedData, clients: np.ndarray) -> np.ndarray:
     sizes = data.sizes()[clients]
     starts = data.offsets[clients]
     position = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return data.order[np.repeat(starts, sizes) + position]
+    rows: np.ndarray = data.order[np.repeat(starts, sizes) + position]
+    return rows
 
 
 def positions_by_worker(ids: np.ndarray, owner: np.ndarray, workers: int) -> list[np.ndarray]:

@@ -34,13 +34,13 @@ class AppConfig:
     """The settings of the Flower app (``[tool.flwr.app.config]`` and the run config): data, partition, model,
     recipe and rounds, read by the ServerApp and every ClientApp."""
     dataset: str = "digits"
-    dataset_args: dict = field(default_factory=dict)
+    dataset_args: dict[str, Any] = field(default_factory=dict)
     partition: str = "lognormal"
-    partition_args: dict = field(default_factory=dict)
+    partition_args: dict[str, Any] = field(default_factory=dict)
     model: str = "logreg"
-    model_args: dict = field(default_factory=dict)
+    model_args: dict[str, Any] = field(default_factory=dict)
     recipe: str = "fedsampling"
-    recipe_args: dict = field(default_factory=dict)
+    recipe_args: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 10
     num_server_rounds: int = 2
     seed: int = 0
@@ -94,7 +94,7 @@ def out_folder(out: str, run_id: int) -> Path | None:
     return path
 
 
-def _json_object(key: str, value: Any) -> dict:
+def _json_object(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     try:

@@ -64,7 +64,7 @@ class FlowerFederation(Federation):
         self.trained: dict[int, list[int]] = {}  # round -> the clients last asked to train
         self.left_out: dict[int, dict[int, str]] = defaultdict(dict)  # round -> {client: why}
         self.secure = secure
-        self.secure_rounds: dict[int, dict] = {}  # round -> what the secure aggregation did (for the round's record)
+        self.secure_rounds: dict[int, dict[str, Any]] = {}  # round -> what the secure aggregation did (for the round's record)
         self.sealed_sums: Any = None  # the sealed cohorts awaiting their one sum (secure mode's)
 
     @property

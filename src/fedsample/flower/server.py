@@ -41,7 +41,7 @@ __all__ = ["FlowerRun", "run_server", "server_app"]
 @dataclasses.dataclass
 class FlowerRun:
     """What a Flower run leaves: one history record per round, the final parameters and the node of each client."""
-    history: list[dict]
+    history: list[dict[str, Any]]
     params: Params
     nodes: dict[int, int]
 

@@ -26,7 +26,7 @@ NORMS = ("group", "none")
 NORM = checks.Param(checks.Options(*NORMS), words=f"one of {', '.join(map(repr, NORMS))}")
 
 
-def as_tuple(spec: Any, *names: str) -> dict[str, tuple]:
+def as_tuple(spec: Any, *names: str) -> dict[str, tuple[Any, ...]]:
     """Make each (already checked) field ``spec.<name>`` a tuple, in place on a frozen dataclass (a TOML file gives
     lists, a single value means one layer); the tuples, by name."""
     tuples = {name: tuple(value) if isinstance(value, (list, tuple)) else (value,)

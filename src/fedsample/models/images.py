@@ -74,7 +74,8 @@ class ResNetNet(nn.Module):
         self.out = nn.Linear(widths[-1], classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.blocks(self.stem(x)).mean(dim=(2, 3)))  # global average pooling
+        logits: torch.Tensor = self.out(self.blocks(self.stem(x)).mean(dim=(2, 3)))  # global average pooling
+        return logits
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ def embed(tokens: nn.Embedding, x: torch.Tensor) -> torch.Tensor:
     """Token embeddings with padding positions set to zero by a mask, not by ``padding_idx`` alone: under
     ``vmap`` the embedding's backward does not honour ``padding_idx``, the mask makes the padding row's gradient
     zero in both engines."""
-    return tokens(x) * (x != PAD).unsqueeze(-1).to(tokens.weight.dtype)
+    embedded: torch.Tensor = tokens(x) * (x != PAD).unsqueeze(-1).to(tokens.weight.dtype)
+    return embedded
 
 
 class TextCNNNet(TokenModel):
@@ -77,7 +78,8 @@ class TextCNNNet(TokenModel):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         e = embed(self.tokens, x).transpose(1, 2)  # (batch, dim, seq_len)
         pooled = [torch.relu(conv(e)).amax(dim=2) for conv in self.convs]  # max over time
-        return self.out(self.dropout(torch.cat(pooled, dim=1)))
+        logits: torch.Tensor = self.out(self.dropout(torch.cat(pooled, dim=1)))
+        return logits
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,8 @@ class SelfAttention(nn.Module):
         scores = q @ k.transpose(-1, -2) / math.sqrt(dim // self.heads)  # (batch, heads, query, key)
         scores = scores.masked_fill(~keep[:, None, None, :], -1e9)  # finite: an all-padding row stays a number
         mixed = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, length, dim)
-        return self.proj(mixed)
+        projected: torch.Tensor = self.proj(mixed)
+        return projected
 
 
 class EncoderLayer(nn.Module):
@@ -133,7 +136,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         h = h + self.drop1(self.attn(self.norm1(h), keep))
-        return h + self.drop2(self.ff(self.norm2(h)))
+        out: torch.Tensor = h + self.drop2(self.ff(self.norm2(h)))
+        return out
 
 
 class TransformerNet(TokenModel):
@@ -155,7 +159,8 @@ class TransformerNet(TokenModel):
             h = layer(h, keep)
         weight = keep.to(h.dtype).unsqueeze(-1)
         pooled = (self.norm(h) * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1.0)  # mean over real tokens
-        return self.out(pooled)
+        logits: torch.Tensor = self.out(pooled)
+        return logits
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ __all__ = ["add_parser", "command_privacy", "ledger_epsilons", "report", "report
 UNITS = ("record", "user")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``privacy`` subcommand's arguments."""
     p = sub.add_parser("privacy", help="size reports (alpha, estimator error, epsilon, audit) and the ledger's epsilon with and without amplification")
     p.add_argument("--epsilon", type=float, default=None, help="epsilon of one size report (with --M)")

@@ -22,12 +22,12 @@ Values = dict[str, dict[str, dict[str, list[float | None]]]]
 """Per-seed values: strategy label -> metric -> ``final`` or ``best`` -> one value per seed (None: stopped)."""
 
 
-def per_seed(stats: Mapping) -> list[float | None]:
+def per_seed(stats: Mapping[str, Any]) -> list[float | None]:
     """One value per seed (None for a seed that stopped) from a metric's summary, either shape."""
     return list(stats.get("per_seed") or [])
 
 
-def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]:
+def strategy_values(result: Mapping[str, Any]) -> dict[str, dict[str, list[float | None]]]:
     """One strategy's per-seed final and best (oracle) values of every metric it reports, and its realised samples per
     round (``budget``) where results.json has them."""
     final = {metric: per_seed(stats) for metric, stats in result.get("final", {}).items()}
@@ -39,7 +39,7 @@ def strategy_values(result: Mapping) -> dict[str, dict[str, list[float | None]]]
     return with_budget({"final": final, "best": best}, result)
 
 
-def with_budget(values: dict[str, dict[str, list[float | None]]], result: Mapping) -> dict[str, dict[str, list[float | None]]]:
+def with_budget(values: dict[str, dict[str, list[float | None]]], result: Mapping[str, Any]) -> dict[str, dict[str, list[float | None]]]:
     """``values`` with each seed's realised samples per round (``budget``: :func:`seed_budgets`) where the arm's
     result (an experiment's results.json strategy, a study's label) carries its :func:`fedsample.budget.arm_budget`,
     for the budget rule."""
@@ -48,7 +48,7 @@ def with_budget(values: dict[str, dict[str, list[float | None]]], result: Mappin
     return values
 
 
-def seed_budgets(seeds: Sequence[Mapping | None]) -> dict[str, list[float | None]]:
+def seed_budgets(seeds: Sequence[Mapping[str, Any] | None]) -> dict[str, list[float | None]]:
     """Each seed's realised mean by where it comes from: ``samples`` the figures released to the server, ``measured``
     those the simulation measured of sealed rounds (:func:`fedsample.budget.budget_summary`'s ``source``; a summary
     without one predates it and is released), ``not_measured`` a seed whose sealed rounds were not measured."""
@@ -59,7 +59,7 @@ def seed_budgets(seeds: Sequence[Mapping | None]) -> dict[str, list[float | None
             "not_measured": [1.0 if seed is not None and seed["mean"] is None else None for seed in seeds]}
 
 
-def experiment_values(document: Mapping) -> Values:
+def experiment_values(document: Mapping[str, Any]) -> Values:
     """Every strategy's values from a results.json document."""
     return {label: strategy_values(result) for label, result in document.get("strategies", {}).items()}
 

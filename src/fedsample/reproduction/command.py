@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fedsample import outputs
 from fedsample.experiments import runner
@@ -65,7 +65,7 @@ class Selection:
     studies: dict[str, Study]
     seeds: list[int] | None
     skipped: list[str]
-    options: dict
+    options: dict[str, Any]
 
 
 def parsed_seeds(text: str | None) -> list[int] | None:
@@ -165,10 +165,10 @@ def finished(folder: Path, config: ExperimentConfig) -> bool:
     return saved == current
 
 
-def run_options(args: argparse.Namespace, out: Path) -> dict:
+def run_options(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """The runner's options from the command line (``jobs``: independent runs in that many processes;
     ``tracking``: every preset's runs logged to the trackers of ``--track``, stored in OUT/tracking)."""
-    options: dict = {"jobs": args.jobs} if args.jobs > 1 else {}
+    options: dict[str, Any] = {"jobs": args.jobs} if args.jobs > 1 else {}
     if args.track is not None:  # --track: add_track_argument
         backends = parse_backends(args.track)
         if backends:
@@ -234,7 +234,7 @@ def reused_wall_time(folder: Path, earlier: float | None) -> tuple[float | None,
     return None, f"{REUSED} (ran earlier; wall time not recorded)"
 
 
-def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict], dict[str, Values], list[str]]:
+def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Values], list[str]]:
     """Run every chosen preset, then every chosen study; a failure is recorded and the rest still run."""
     runs, values, failures = [], {}, []
     earlier = earlier_wall_times(sel.out)
@@ -283,7 +283,7 @@ def ran_rows(paper: Paper, sources: set[str]) -> Paper:
     )
 
 
-def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[dict], values: dict[str, Values], wall: float) -> dict:
+def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[dict[str, Any]], values: dict[str, Values], wall: float) -> dict[str, Any]:
     """reproduction.json: the settings, hardware, runs, and every row with its verdict."""
     sources = set(profile_presets(sel.paper, sel.profile)) | {s.name for s in sel.paper.studies}
     return {
@@ -294,7 +294,7 @@ def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[d
     }
 
 
-def write_reproduction(out: Path, document: dict) -> None:
+def write_reproduction(out: Path, document: dict[str, Any]) -> None:
     """reproduction.json and REPRODUCTION.md, each written whole (temporary file, then renamed)."""
     text = json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)
     outputs.write_atomic(out / "reproduction.json", lambda p: p.write_text(text))
@@ -321,7 +321,7 @@ def listing() -> str:
     return "\n".join(lines) if lines else "no papers registered"
 
 
-def verdict_counts(document: dict) -> str:
+def verdict_counts(document: dict[str, Any]) -> str:
     """How many rows got each verdict, e.g. 'figures: 2 matches, 1 differs; comparisons: 3 holds'."""
     from collections import Counter
 

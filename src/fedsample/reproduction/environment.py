@@ -33,7 +33,7 @@ def gpu_name(device: str) -> str | None:
     return torch.cuda.get_device_name(torch.device(device))
 
 
-def hardware(device: str) -> dict:
+def hardware(device: str) -> dict[str, str | None]:
     """The CPU, the GPU of ``device``, and torch's and Python's versions, for a reproduction's record."""
     import torch
 

@@ -59,11 +59,11 @@ class Problem:
 
     @property
     def K(self) -> int:
-        return self.u.shape[0]
+        return int(self.u.shape[0])
 
     @property
     def N(self) -> int:
-        return self.u.shape[1]
+        return int(self.u.shape[1])
 
 
 def paper_problem(seed: int, num_agents: int = 300, points: int = 100, rho: float = 0.001) -> Problem:
@@ -85,7 +85,8 @@ def sample_gradients(problem: Problem, w: np.ndarray, agents: np.ndarray | None 
     else:
         u = problem.u[agents]  # (R, A, N, d)
         residual = np.matmul(u, w[:, None, :, None])[..., 0] - problem.d[agents]
-    return 2.0 * residual[..., None] * u + 2.0 * problem.rho * w[:, None, None, :]
+    gradients: np.ndarray = 2.0 * residual[..., None] * u + 2.0 * problem.rho * w[:, None, None, :]
+    return gradients
 
 
 def capped_inclusion(p: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ def capped_inclusion(p: np.ndarray, n: np.ndarray) -> np.ndarray:
     others rescaled to sum to n), as :func:`fedsample.sampling.design.inclusion_probabilities`, batched."""
     n = np.asarray(n, dtype=np.float64)[:, None]
     capped = np.zeros(p.shape, dtype=bool)
-    pi = n * p
+    pi: np.ndarray = n * p
     for _ in range(int(n.max()) + 1):
         capped |= pi >= 1.0
         free = np.where(capped, 0.0, p)
@@ -119,7 +120,8 @@ def systematic_rows(pi: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> 
 
 def normalize_rows(s: np.ndarray) -> np.ndarray:
     """``s`` divided by its sum along the last axis: scores to probabilities."""
-    return s / s.sum(axis=-1, keepdims=True)
+    probabilities: np.ndarray = s / s.sum(axis=-1, keepdims=True)
+    return probabilities
 
 
 def importance_probabilities(problem: Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,7 +220,8 @@ def refresh_cheap(problem: Problem, state: State, w_prev: np.ndarray, agents: np
 def rows_trained(drawn: np.ndarray) -> np.ndarray:
     """The rows each repetition's agents trained this round, with repeats (sum over the chosen agents of
     E_k B_k), from :func:`local_training`'s drawn points (R, L, E_max, B_max; -1: none): (R,)."""
-    return np.sum(drawn >= 0, axis=(1, 2, 3))
+    counts: np.ndarray = np.sum(drawn >= 0, axis=(1, 2, 3))
+    return counts
 
 
 def run_variant(problem: Problem, variant: str, rounds: int, reps: int, L: int, mu: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -260,7 +263,8 @@ def bound_gain_db(problem: Problem) -> float:
 
 
 def to_db(msd: np.ndarray) -> np.ndarray:
-    return 10.0 * np.log10(msd)
+    decibels: np.ndarray = 10.0 * np.log10(msd)
+    return decibels
 
 
 def round_records(samples: np.ndarray) -> list[dict[str, float]]:

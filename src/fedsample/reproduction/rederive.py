@@ -22,7 +22,7 @@ import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from scipy import stats
 
@@ -33,9 +33,9 @@ from fedsample.reproduction.rows import read_verdict, stats_dict, tested_row, wi
 from fedsample.reproduction.significance import Estimate, welch
 from fedsample.reproduction.spec import Comparison, Paper
 from fedsample.reproduction.table import (
-    COMPARISON_HEADER, ORACLE, PREVIOUS_HEADER, claim_text, comparison_rules, family_text, result_cells,
+    COMPARISON_HEADER, PREVIOUS_HEADER, claim_text, comparison_rules, family_text, result_cells,
 )
-from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, POWER, Stats, stated_effect
+from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, POWER, Stats, stated_effect
 
 __all__ = ["main", "rederive"]
 
@@ -136,7 +136,7 @@ def printed_verdict(printed: str, p: float) -> str:
     return "reversed" if 1.0 - p < ONE_SIDED else "inconclusive"
 
 
-def premise_of(claim_cell: str, df: float) -> dict | None:
+def premise_of(claim_cell: str, df: float) -> dict[str, Any] | None:
     """The premise test printed under a claim: ``{"label", "d", "ci", "p", "p_reversed", "verdict"}``."""
     found = PREMISE.search(claim_cell)
     if not found:
@@ -146,7 +146,7 @@ def premise_of(claim_cell: str, df: float) -> dict | None:
     return {"label": found["label"], "d": d, "ci": [low, high], "p": p, "p_reversed": 1.0 - p, "verdict": found["verdict"]}
 
 
-def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tuple[Stats, Stats], result: list[str]) -> dict:
+def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tuple[Stats, Stats], result: list[str]) -> dict[str, Any]:
     """A Comparison row (the shape of :func:`~.rows.tested_row`) from a table's printed cells after the two sides:
     d [CI], p, test (df) and n, MDD, n needed, verdict."""
     test = TEST.match(result[2])
@@ -173,7 +173,7 @@ def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tupl
     }
 
 
-def stored_row(paper: Paper, line: str, printed: bool) -> tuple[dict, str, str]:
+def stored_row(paper: Paper, line: str, printed: bool) -> tuple[dict[str, Any], str, str]:
     """One stored Comparison row as a row dict and its better and worse cells as stored; ``printed``: the row
     has the test's cells, else it is tested with Welch's test from the printed summary statistics."""
     row_cells = cells(line)
@@ -217,12 +217,13 @@ def rederive(text: str, registered: Mapping[str, Paper] | None = None) -> str:
     """Every stored section of ``text`` with its Comparison verdicts re-derived."""
     known = papers() if registered is None else registered
 
-    def section(match: re.Match) -> str:
+    def section(match: re.Match[str]) -> str:
+        whole: str = match[0]
         paper = known.get(match["paper"])
         if paper is None:
-            return match[0]
+            return whole
         body = rederive_section(paper, oracle_labels(match["body"]))
-        return match[0].replace(match["body"], body)
+        return whole.replace(match["body"], body)
 
     return SECTION.sub(section, text)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, replace
-from typing import Mapping, Sequence, TypeGuard
+from typing import Any, Mapping, Sequence, TypeGuard
 
 import numpy as np
 
@@ -54,11 +54,11 @@ def stand_in(paper: Paper, figure: Figure) -> bool:
     return cpu_only or "stand-in" in figure.note.lower()
 
 
-def stats_dict(stats: Stats | None) -> dict | None:
+def stats_dict(stats: Stats | None) -> dict[str, Any] | None:
     return None if stats is None else {**asdict(stats), "per_seed": list(stats.per_seed)}
 
 
-def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> dict:
+def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> dict[str, Any]:
     """One Figure: the paper's number, ours (in the figure's unit; '%' shows our fraction x100) and the
     verdict; the oracle (best round on the test set) is never compared."""
     ours = measured(values, figure.source, figure.label, figure.which, figure.metric, 100.0 if figure.unit == "%" else 1.0)
@@ -70,7 +70,7 @@ def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> di
 
 def tested_row(
     comparison: Comparison, better: Stats | None, worse: Stats | None, pairs: Sequence[tuple[float, float]] | None = None
-) -> dict:
+) -> dict[str, Any]:
     """A Comparison's row from both sides' Stats (display units) and, for a paired comparison, the per-seed
     pairs: the claim's fields, both sides, the test's numbers (see :class:`~.verdict.Tested`), the rank check
     (:func:`rank_check`), the t test's verdict (``t_verdict``) and the verdict read from them (:func:`read_verdict`,
@@ -117,12 +117,12 @@ def rank_check(
     return True, rank_verdict(ahead, behind, pairs is not None, ONE_SIDED, comparison.margin if comparison.tie else None)
 
 
-def read_verdict(row: Mapping) -> str:
+def read_verdict(row: Mapping[str, Any]) -> str:
     """The row's verdict: the t test's, read from the Holm-adjusted p where the row has one
     (:func:`~.multiplicity.holm_verdict`), then "inconclusive (t: ...; rank test: ...)" where the rank check
     disagrees (:func:`~.multiplicity.second_look`), and "not comparable" where the premise's test is reversed
     (read from its own adjusted p)."""
-    t_verdict = row["t_verdict"]
+    t_verdict: str = row["t_verdict"]
     if row.get("p") is None:
         return t_verdict
     verdict = second_look(holm_verdict(t_verdict, row.get("p_holm"), ONE_SIDED), row.get("rank_verdict"))
@@ -135,7 +135,7 @@ def read_verdict(row: Mapping) -> str:
     return verdict
 
 
-def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
+def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any]:
     """One Comparison from the measured values: Welch's test, or the paired test over the seeds both sides
     finished where the comparison is ``paired``; with a ``premise``, the premise's test too, and "not
     comparable" where it is reversed (:func:`premise_row`)."""
@@ -148,7 +148,7 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     return row
 
 
-def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> dict | None:
+def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any] | None:
     """Both sides' realised samples per round (mean over seeds), how each is known (``how``: "released" to the
     server, "measured" in simulation where the arm's rows are sealed, or "not measured") and whether they are equal
     budgets (:func:`fedsample.budget.equal_budgets`, within :data:`~fedsample.budget.EQUAL_BUDGET_TOLERANCE`, on the
@@ -174,7 +174,7 @@ def side_budget(values: Mapping[str, Values], source: str, side: str) -> tuple[f
     return None
 
 
-def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple:
+def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[str, Values]) -> tuple[Stats | None, Stats | None, list[tuple[float, float]] | None]:
     """Both sides' Stats in display units and, for a paired comparison, their per-seed pairs."""
     scale = display_scale(comparison.metric)
     a = measured(values, comparison.source, first, comparison.which, comparison.metric, scale)
@@ -187,7 +187,7 @@ def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[st
     return a, b, pairs
 
 
-def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
+def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any]:
     """The premise's test: the ordering "``premise`` beats ``worse``" in the same source, paired like the claim:
     ``{"label", "d", "ci", "p", "p_reversed", "verdict"}`` (p one-sided for the premise, p_reversed against it)."""
     premise = replace(comparison, claim=f"premise: {comparison.premise} beats {comparison.worse}", better=comparison.premise,
@@ -199,19 +199,20 @@ def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict:
             "verdict": row["verdict"]}
 
 
-def decisive_p(row: Mapping) -> float | None:
+def decisive_p(row: Mapping[str, Any]) -> float | None:
     """The p value a row's verdict is decided by: for a tie the smaller of TOST's ("holds") and that of
     "differs" (``p_differs``), else the smaller one-sided p (the claimed direction's, or the reversed one's,
     1 - p)."""
-    p = row.get("p")
+    p: float | None = row.get("p")
     if p is None:
         return None
     if row.get("tie"):
-        return p if row.get("p_differs") is None else min(p, row["p_differs"])
+        differs: float | None = row.get("p_differs")
+        return p if differs is None else min(p, differs)
     return min(p, 1.0 - p)
 
 
-def with_holm(comparisons: list[dict]) -> list[dict]:
+def with_holm(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with ``p_holm``: Holm's adjustment of their decisive p values (and their premise tests'), the
     paper's table as one family (:mod:`.multiplicity`), and each verdict re-read from the adjusted p
     (:func:`read_verdict`)."""
@@ -227,7 +228,7 @@ def with_holm(comparisons: list[dict]) -> list[dict]:
     return comparisons
 
 
-def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict]]:
+def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict[str, Any]]]:
     """Every Figure and Comparison row of ``paper`` from ``{source: values}``, the Comparisons with Holm's
     adjusted p (:func:`with_holm`)."""
     return {

@@ -11,7 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from fedsample.reproduction.table import markdown
 
@@ -23,7 +23,7 @@ def markers(paper: str, profile: str) -> tuple[str, str]:
     return f"<!-- reproduction:{paper}:{profile} -->", f"<!-- /reproduction:{paper}:{profile} -->"
 
 
-def splice(text: str, document: Mapping, level: int = 3) -> str:
+def splice(text: str, document: Mapping[str, Any], level: int = 3) -> str:
     """``text`` with the section between the document's markers replaced by its tables; a ValueError line
     when the markers are missing."""
     begin, end = markers(document["paper"], document["profile"])

@@ -5,7 +5,7 @@ effect | verdict), the paper's notes, and the hardware and exact command."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fedsample.experiments.report import markdown_text
 from fedsample.budget import EQUAL_BUDGET_TOLERANCE
@@ -26,7 +26,7 @@ def number_format(unit: str, metric: str) -> str:
     return ".2f" if unit == "dB" or metric.endswith("_db") else ".4g"
 
 
-def mean_sd(stats: Mapping | None, fmt: str) -> str:
+def mean_sd(stats: Mapping[str, Any] | None, fmt: str) -> str:
     """'mean ± sd (n seeds)', or 'mean (1 seed)', or '—'."""
     if not stats:
         return "—"
@@ -45,7 +45,7 @@ def which_text(which: str, metric: str) -> str:
     return f"{ORACLE}, {metric}" if which == "best" else f"{which} {metric}"
 
 
-def figure_lines(rows: list[Mapping]) -> list[str]:
+def figure_lines(rows: list[Mapping[str, Any]]) -> list[str]:
     lines = ["| claim | paper | ours (mean ± sd) | verdict |", "|---|---|---|---|"]
     for row in rows:
         fmt = number_format(row["unit"], row["metric"])
@@ -90,7 +90,7 @@ def comparison_rules() -> str:
     )
 
 
-def family_text(rows: Sequence[Mapping]) -> str:
+def family_text(rows: Sequence[Mapping[str, Any]]) -> str:
     """The caption line naming the Holm family of a table: how many tests, comparisons and premise tests."""
     comparisons = sum(row.get("p") is not None for row in rows)
     premises = sum((row.get("premise_test") or {}).get("p") is not None for row in rows)
@@ -106,7 +106,7 @@ def p_text(p: float | None) -> str:
     return ">0.999" if p > 0.999 else f"{p:.3f}"
 
 
-def difference_text(row: Mapping, fmt: str) -> str:
+def difference_text(row: Mapping[str, Any], fmt: str) -> str:
     """'+d [low, high]', or '+d' without a test, or '—'."""
     if row["d"] is None:
         return "—"
@@ -116,7 +116,7 @@ def difference_text(row: Mapping, fmt: str) -> str:
     return f"{row['d']:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}]"
 
 
-def method_text(row: Mapping) -> str:
+def method_text(row: Mapping[str, Any]) -> str:
     """'Welch (3.1), 3 + 3', 'paired (2), 3 pairs', or '—, 1 + 3' without a test."""
     n, test = row.get("n"), row.get("test")
     if n is None:
@@ -128,7 +128,7 @@ def method_text(row: Mapping) -> str:
     return f"Welch ({row['df']:.1f}), {n[0]} + {n[1]}"
 
 
-def seeds_text(row: Mapping) -> str:
+def seeds_text(row: Mapping[str, Any]) -> str:
     """'34 for 1': the seeds per arm that detect the pre-stated effect (tie: 'for ±margin') at this run's
     spread; '—' without a test or a stated effect."""
     measured, effect = row.get("seeds_needed_measured"), row.get("effect")
@@ -138,7 +138,7 @@ def seeds_text(row: Mapping) -> str:
     return f"{count} for {'±' if row.get('tie') else ''}{effect:g}"
 
 
-def claim_text(row: Mapping) -> str:
+def claim_text(row: Mapping[str, Any]) -> str:
     """The claim, where it is measured, the margin of a tie claim and why, and the note."""
     where = f"{row['source']}: {which_text(row['which'], row['metric'])}"
     if row["tie"]:
@@ -157,7 +157,7 @@ def claim_text(row: Mapping) -> str:
     return text
 
 
-def realised_text(row: Mapping) -> str:
+def realised_text(row: Mapping[str, Any]) -> str:
     """'realised: A 2048, B 60000 samples per round: unequal budgets' (or 'equal samples (within 10%)'); a sealed
     side's figure, which its server was never told, reads 'B not released (sealed; measured in simulation: 2050)'
     and the rule is said to use it, or 'not released (sealed; not measured)'; 'realised budgets: not recorded (a run
@@ -181,7 +181,7 @@ def side_figure(mean: float | None, how: str) -> str:
     return "not released (sealed; not measured)" if mean is None else f"{mean:.0f}"
 
 
-def premise_text(row: Mapping) -> str:
+def premise_text(row: Mapping[str, Any]) -> str:
     """'premise: Centralized ≥ FedAvg: +d [low, high], p, verdict' (the claim is not comparable where it is reversed)."""
     premise, fmt = row["premise_test"], number_format("", row["metric"])
     if premise["d"] is None:
@@ -191,7 +191,7 @@ def premise_text(row: Mapping) -> str:
             f"{premise['verdict']}")
 
 
-def result_cells(row: Mapping) -> list[str]:
+def result_cells(row: Mapping[str, Any]) -> list[str]:
     """The cells of a Comparison row after the two sides: d [CI], p, Holm-adjusted p, test (df) and n, MDD, n for
     the stated effect, verdict (rows of an older reproduction.json, without the test's fields, show "—" there)."""
     fmt = number_format("", row["metric"])
@@ -200,7 +200,7 @@ def result_cells(row: Mapping) -> list[str]:
             seeds_text(row), cell(row["verdict"])]
 
 
-def comparison_lines(rows: list[Mapping]) -> list[str]:
+def comparison_lines(rows: list[Mapping[str, Any]]) -> list[str]:
     """The Comparisons table of ``rows`` (one claim each), header included, as Markdown lines."""
     lines = list(COMPARISON_HEADER)
     for row in rows:
@@ -211,7 +211,7 @@ def comparison_lines(rows: list[Mapping]) -> list[str]:
     return lines
 
 
-def run_lines(runs: list[Mapping]) -> list[str]:
+def run_lines(runs: list[Mapping[str, Any]]) -> list[str]:
     lines = ["| run | what it stands for, and its stated cost | wall time | status |", "|---|---|---|---|"]
     for run in runs:
         wall = "—" if run["wall_s"] is None else f"{run['wall_s']:.0f} s"
@@ -219,7 +219,7 @@ def run_lines(runs: list[Mapping]) -> list[str]:
     return lines
 
 
-def total_wall(document: Mapping) -> str:
+def total_wall(document: Mapping[str, Any]) -> str:
     """This invocation's wall time, and where some runs were reused from an earlier invocation, the runs' own wall
     times added up (a reused run's is the time it took when it ran; one whose time was not recorded is named apart)."""
     line = f"Total wall time: {document['wall_s']:.0f} s"
@@ -232,7 +232,7 @@ def total_wall(document: Mapping) -> str:
     return line
 
 
-def markdown(document: Mapping, level: int = 1) -> str:
+def markdown(document: Mapping[str, Any], level: int = 1) -> str:
     """The whole REPRODUCTION.md for one paper's reproduction document (its title a heading of ``level``)."""
     hw = document["hardware"]
     top, sub = "#" * level, "#" * (level + 1)

@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 from contextlib import contextmanager
-from typing import Callable, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 __all__ = ["Warned", "once_per_kind"]
 
@@ -46,7 +46,7 @@ class Warned:
         if seen == 1 or not self.outermost:
             self._passed_on(message, category, filename, lineno, file, line)
 
-    def record(self) -> list[dict]:
+    def record(self) -> list[dict[str, Any]]:
         """Each kind in the order first raised: ``{"kind": category name, "message": text, "count": times raised}``."""
         with self._lock:
             return [{"kind": category.__name__, "message": text, "count": n} for (category, text), n in self._counts.items()]

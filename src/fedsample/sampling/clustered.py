@@ -86,7 +86,8 @@ def client_shares(sizes: np.ndarray) -> np.ndarray:
     n = design.nonnegative_vector(sizes, "sizes", "clustered sampling")
     if n.sum() <= 0:
         raise ValueError("clustered sampling: sizes are all zero")
-    return n / n.sum()
+    shares: np.ndarray = n / n.sum()
+    return shares
 
 
 def md_sampling(sizes: np.ndarray, m: int, rng: np.random.Generator) -> Sample:
@@ -110,12 +111,14 @@ def _pour(mass: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     starts = ends - mass
     lo = np.maximum(starts[None, :], bounds[:-1, None])
     hi = np.minimum(ends[None, :], bounds[1:, None])
-    return np.clip(hi - lo, 0.0, None)
+    poured: np.ndarray = np.clip(hi - lo, 0.0, None)
+    return poured
 
 
 def _normalized_rows(r: np.ndarray) -> np.ndarray:
     """Rows scaled to sum exactly to 1 (they do up to rounding by construction)."""
-    return r / r.sum(axis=1, keepdims=True)
+    rows: np.ndarray = r / r.sum(axis=1, keepdims=True)
+    return rows
 
 
 def size_distributions(sizes: np.ndarray, m: int) -> np.ndarray:
@@ -168,6 +171,10 @@ def similarity_linkage(
     from scipy.cluster.hierarchy import ClusterWarning, linkage
     from scipy.spatial.distance import pdist, squareform
 
+    def ward(observations: np.ndarray) -> np.ndarray:
+        tree: np.ndarray = linkage(observations, "ward")
+        return tree
+
     where = "similarity_linkage"
     g = design.finite_matrix(gradients, "gradients", where)
     if g.shape[0] < 2:
@@ -179,15 +186,15 @@ def similarity_linkage(
     norms = np.linalg.norm(g, axis=1)
     if linkage_input == "embedded":
         if similarity == "L2":
-            return linkage(g, "ward")
+            return ward(g)
         if similarity == "arccos":
             if np.any(norms == 0):
                 raise ValueError(
                     f"{where}: gradient of client {int(np.flatnonzero(norms == 0)[0])} is zero; "
                     "its arccos distance is undefined"
                 )
-            return linkage(g / norms[:, None], "ward")
-        return linkage(np.sqrt(pdist(g, "cityblock")), "ward")
+            return ward(g / norms[:, None])
+        return ward(np.sqrt(pdist(g, "cityblock")))
     if similarity == "L1":
         distances = squareform(pdist(g, "cityblock"))
     elif similarity == "L2":
@@ -202,7 +209,7 @@ def similarity_linkage(
         np.fill_diagonal(distances, 0.0)
     with warnings.catch_warnings():  # scipy rightly suspects a square distance matrix: that is this mode's point
         warnings.simplefilter("ignore", ClusterWarning)
-        return linkage(distances, "ward")
+        return ward(distances)
 
 
 def mass_clusters(Z: np.ndarray, p: np.ndarray, m: int) -> np.ndarray:
@@ -319,7 +326,8 @@ def inclusion_from_distributions(r: np.ndarray) -> np.ndarray:
     """P(i in S) = 1 - prod_k (1 - r_{k,i}) for independent draws from the rows of ``r`` (per client)."""
     r = _check_distributions(r, "inclusion_from_distributions")
     with np.errstate(divide="ignore"):  # r = 1: log(0) = -inf, inclusion exactly 1
-        return -np.expm1(np.log1p(-np.minimum(r, 1.0)).sum(axis=0))
+        inclusion: np.ndarray = -np.expm1(np.log1p(-np.minimum(r, 1.0)).sum(axis=0))
+        return inclusion
 
 
 def aggregation_weight_variance(r: np.ndarray) -> np.ndarray:
@@ -328,7 +336,8 @@ def aggregation_weight_variance(r: np.ndarray) -> np.ndarray:
     ``md_distributions(sizes, m)`` it is MD sampling's p_i (1 - p_i) / m; the paper proves clustered sampling's
     is never larger, the expectation p_i being the same."""
     r = _check_distributions(r, "aggregation_weight_variance")
-    return (r * (1.0 - r)).sum(axis=0) / r.shape[0] ** 2
+    variance: np.ndarray = (r * (1.0 - r)).sum(axis=0) / r.shape[0] ** 2
+    return variance
 
 
 # --- the client sampler ------------------------------------------------------------------------------------------

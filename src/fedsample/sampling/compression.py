@@ -109,7 +109,7 @@ def projection_matrix(seed: int, dim: int, width: int) -> np.ndarray:
     ``E||R g||^2 = ||g||^2`` (Johnson-Lindenstrauss scaling). Read-only (cached)."""
     dim = check_dim(dim)
     checks.check("seed", seed, checks.integers(0), label="projection seed")
-    matrix = np.random.default_rng(int(seed)).standard_normal((dim, int(width))) / np.sqrt(dim)
+    matrix: np.ndarray = np.random.default_rng(int(seed)).standard_normal((dim, int(width))) / np.sqrt(dim)
     matrix.setflags(write=False)
     return matrix
 
@@ -128,7 +128,8 @@ def random_projection(gradient: Params, dim: int, seed: int) -> np.ndarray:
     """Gaussian random projection R g of the last layer's gradient g to ``dim`` dimensions, with R from
     :func:`projection_matrix` (``seed`` is sent by the server, so every client uses the same R)."""
     g = _as_vector(last_layer(gradient))
-    return projection_matrix(int(seed), check_dim(dim), g.size) @ g
+    projected: np.ndarray = projection_matrix(int(seed), check_dim(dim), g.size) @ g
+    return projected
 
 
 def compress(gradient: Params, method: str, dim: int, seed: int = 0) -> np.ndarray:

@@ -107,7 +107,8 @@ def _shares(weights: object, n: int, where: str) -> np.ndarray:
         raise ValueError(f"{where}: weights has {w.size} entries, expected {n}")
     if w.sum() <= 0:
         raise ValueError(f"{where}: weights are all zero")
-    return w / w.sum()
+    shares: np.ndarray = w / w.sum()
+    return shares
 
 
 def gradient_diversity(gradients: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -116,7 +117,8 @@ def gradient_diversity(gradients: np.ndarray, weights: np.ndarray) -> np.ndarray
     where = "gradient_diversity"
     G = design.finite_matrix(gradients, "gradients", where)
     w = _shares(weights, G.shape[0], where)
-    return np.linalg.norm(G - w @ G, axis=1)
+    diversity: np.ndarray = np.linalg.norm(G - w @ G, axis=1)
+    return diversity
 
 
 def local_variance(minibatch_gradients: np.ndarray) -> float:
@@ -164,7 +166,8 @@ def objective_scores(scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
     w = design.nonnegative_vector(weights, "weights", where)
     if w.shape != s.shape:
         raise ValueError(f"{where}: scores and weights differ in length ({s.size} vs {w.size})")
-    return w * s
+    weighted: np.ndarray = w * s
+    return weighted
 
 
 def delta_probabilities(scores: np.ndarray) -> np.ndarray:
@@ -191,7 +194,8 @@ def with_replacement_weights(sample: Sample, p: np.ndarray, m: int, weights: np.
     m = design.check_count(m, "m", where, minimum=1)
     if np.any(q[sample.ids] <= 0):
         raise ValueError(f"{where}: a chosen client has p_i = 0")
-    return sample.multiplicity * w[sample.ids] / (m * q[sample.ids])
+    hansen_hurwitz: np.ndarray = sample.multiplicity * w[sample.ids] / (m * q[sample.ids])
+    return hansen_hurwitz
 
 
 def poisson_sample(scores: np.ndarray, m: int, rng: np.random.Generator) -> Sample:
@@ -239,7 +243,8 @@ def reference_bias(p: np.ndarray, m: int, weights: np.ndarray, updates: np.ndarr
         raise ValueError(f"{where}: updates has {U.shape[0]} rows, expected {q.size}")
     pi = reference_inclusion(q, m)
     factor = np.divide(pi, m * q, out=np.ones_like(pi), where=q > 0) - 1.0
-    return (factor * w) @ U
+    bias: np.ndarray = (factor * w) @ U
+    return bias
 
 
 def reference_aggregate_weights(p_chosen: np.ndarray, sizes_chosen: np.ndarray, num_clients: int) -> np.ndarray:
@@ -258,7 +263,8 @@ def reference_aggregate_weights(p_chosen: np.ndarray, sizes_chosen: np.ndarray, 
         raise ValueError(f"{where}: a chosen client has p_i = 0")
     if L.sum() <= 0:
         raise ValueError(f"{where}: the chosen clients' sizes are all zero")
-    return L / (N * p) / L.sum()
+    weights: np.ndarray = L / (N * p) / L.sum()
+    return weights
 
 
 def reference_aggregate_expectation(p: np.ndarray, m: int, sizes: np.ndarray, updates: np.ndarray) -> np.ndarray:
@@ -275,7 +281,8 @@ def reference_aggregate_expectation(p: np.ndarray, m: int, sizes: np.ndarray, up
     members, probs = design.successive_sampling_sets(q, m)
     ratio = np.divide(L, q.size * q, out=np.zeros_like(L), where=q > 0)
     weights = members * ratio / (members @ L)[:, None]
-    return (probs @ weights) @ U
+    expectation: np.ndarray = (probs @ weights) @ U
+    return expectation
 
 
 def eligible_scores(scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -451,4 +458,6 @@ class DeltaClients:
             "poisson": lambda g: poisson_sample(scores, min(self.m, len(p)), g),
             "reference": lambda g: reference_sample(p, m, g),
         }[self.draw]
-        return design.replay_inclusion(draw, len(p), draws, ctx.rng("replay")) * ctx.state[STATE_KEY].get("probe_rate", 1.0)
+        frequency = design.replay_inclusion(draw, len(p), draws, ctx.rng("replay"))
+        inclusion: np.ndarray = frequency * ctx.state[STATE_KEY].get("probe_rate", 1.0)
+        return inclusion

@@ -151,7 +151,8 @@ def _prob_vector(values: object, name: str, where: str) -> np.ndarray:
     if np.any(arr > 1 + PROB_TOLERANCE):
         bad = np.flatnonzero(arr > 1 + PROB_TOLERANCE)
         raise ValueError(f"{where}: {name} must be <= 1, got {arr[bad[0]]} at index {bad[0]}")
-    return np.minimum(arr, 1.0)
+    probs: np.ndarray = np.minimum(arr, 1.0)
+    return probs
 
 
 def _int_vector(values: object, name: str, where: str) -> np.ndarray:
@@ -447,7 +448,7 @@ def _water_fill(shares: np.ndarray, lo: np.ndarray, hi: np.ndarray, m: float) ->
     pos = shares > 0
     base = float(lo[~pos].sum())
     s, a_lo, a_hi = shares[pos], lo[pos], hi[pos]
-    x = lo.astype(np.float64).copy()
+    x: np.ndarray = lo.astype(np.float64).copy()
     if s.size == 0:
         return x
     a = a_lo / s  # below a: stuck at lo
@@ -502,7 +503,7 @@ def _round_allocation(shares: np.ndarray, sizes: np.ndarray, m: int) -> np.ndarr
         rest = ~pos & (sizes > 0)
         x[rest] = _water_fill(hi[rest], lo[rest], hi[rest], float(m) - float(hi[pos].sum()))
     x = np.clip(x, lo, hi)
-    alloc = np.floor(x).astype(np.int64)
+    alloc: np.ndarray = np.floor(x).astype(np.int64)
     remainder = int(m - alloc.sum())
     if remainder > 0:
         frac = np.where(alloc < sizes, x - alloc, -np.inf)
@@ -686,7 +687,8 @@ def successive_sampling_inclusion(p: np.ndarray, n: int) -> np.ndarray:
     (:func:`successive_sampling_sets`; at most 20 units). They differ from ``n * p`` in general: the design
     under-includes the large-``p`` units relative to ``n * p`` (a unit cannot be drawn twice)."""
     members, probs = successive_sampling_sets(p, n)
-    return probs @ members
+    inclusion: np.ndarray = probs @ members
+    return inclusion
 
 
 def replay_inclusion(draw: Callable[[np.random.Generator], Sample | np.ndarray], population: int, draws: int, rng: np.random.Generator) -> np.ndarray:

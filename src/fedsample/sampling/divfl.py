@@ -62,11 +62,13 @@ def dissimilarity(gradients: np.ndarray, metric: Metric = "l2", rows: np.ndarray
     G = design.finite_matrix(gradients, "gradients", where)
     A = G if rows is None else G[np.asarray(rows, dtype=np.int64)]
     if metric == "l2":
-        return cdist(A, G, "euclidean")
+        distances: np.ndarray = cdist(A, G, "euclidean")
+        return distances
     if metric == "cosine":
         if np.any(np.linalg.norm(G, axis=1) == 0):
             raise ValueError(f"{where}: a zero gradient has no cosine dissimilarity")
-        return np.clip(cdist(A, G, "cosine"), 0.0, 2.0)
+        distances = np.clip(cdist(A, G, "cosine"), 0.0, 2.0)
+        return distances
     raise ValueError(f"{where}: metric must be 'l2' or 'cosine', got {metric!r}")
 
 

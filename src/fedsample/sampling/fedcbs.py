@@ -114,7 +114,8 @@ def qcid_with_each(pooled: np.ndarray, histograms: np.ndarray) -> np.ndarray:
         raise ValueError(f"qcid_with_each: pooled has shape {base.shape}, expected ({H.shape[1]},)")
     joined = H + base
     alpha = joined / joined.sum(axis=1, keepdims=True)
-    return np.sum((alpha - 1.0 / H.shape[1]) ** 2, axis=1)
+    qcid: np.ndarray = np.sum((alpha - 1.0 / H.shape[1]) ** 2, axis=1)
+    return qcid
 
 
 def exploration_bonus(counts: np.ndarray, t: int, lam: float, count_rule: CountRule = "selections") -> np.ndarray:
@@ -134,7 +135,8 @@ def exploration_bonus(counts: np.ndarray, t: int, lam: float, count_rule: CountR
     if numerator == 0:
         return np.zeros_like(T)
     with np.errstate(divide="ignore"):
-        return np.sqrt(numerator / T)
+        bonus: np.ndarray = np.sqrt(numerator / T)
+        return bonus
 
 
 def step_exponents(m: int, beta: float | Sequence[float] | None = None) -> np.ndarray:
@@ -263,7 +265,8 @@ def among_known(state: "FedCBSState", draw: Callable[[np.ndarray, np.ndarray], n
     """The client ids ``draw(histograms, counts)`` picks among the clients whose histogram the server holds
     (``state.known``; its positions mapped back to ids)."""
     known = np.arange(len(state.histograms)) if state.known is None else np.flatnonzero(state.known)
-    return known[draw(state.histograms[known], state.counts[known])]
+    ids: np.ndarray = known[draw(state.histograms[known], state.counts[known])]
+    return ids
 
 
 

@@ -282,4 +282,5 @@ class FedCorClients:
         reported = ctx.require_sizes(exact=True)
         w = np.zeros(ctx.num_clients)
         w[reported.ids] = reported.reports
-        return w / w.sum()
+        weights: np.ndarray = w / w.sum()
+        return weights

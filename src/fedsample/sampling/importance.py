@@ -108,7 +108,8 @@ def agent_scores(sigma2: np.ndarray, grad_norm: np.ndarray, alpha: float | np.nd
     sigma2 = _finite_nonnegative(sigma2, "sigma^2_k")
     grad_norm = _finite_nonnegative(grad_norm, "||grad P_k||")
     alpha = np.asarray(checks.check("alpha", alpha, ALPHA, owner="ISFedAvg"), dtype=np.float64)
-    return np.sqrt(sigma2 + alpha * grad_norm**2)
+    scores: np.ndarray = np.sqrt(sigma2 + alpha * grad_norm**2)
+    return scores
 
 
 def data_variability(second_moment: np.ndarray, epochs: np.ndarray | int, batch: np.ndarray | int) -> np.ndarray:
@@ -138,7 +139,7 @@ def normalized_probabilities(scores: np.ndarray, floor: float = 0.0) -> np.ndarr
     checks.check("floor", floor, FLOOR, owner="ISFedAvg")
     if s.size == 0 or s.sum() <= 0:
         raise ValueError("ISFedAvg: importance scores are all zero; no sampling distribution can be formed")
-    p = (1.0 - floor) * s / s.sum() + floor / s.size
+    p: np.ndarray = (1.0 - floor) * s / s.sum() + floor / s.size
     if np.any(p <= 0):
         raise ValueError(
             f"ISFedAvg: probability 0 for unit {int(np.flatnonzero(p <= 0)[0])}: it could never be sampled, so "
@@ -216,7 +217,8 @@ class DataRule:
         raw = grad_norms if self.rule == "gradient" else stored_data_weights(ctx)
         if np.sum(raw) <= 0:  # every gradient is 0: no variability whatever p_n is
             return np.full(len(raw), 1.0 / max(len(raw), 1))
-        return (1.0 - self.floor) * raw / np.sum(raw) + self.floor / len(raw)
+        probs: np.ndarray = (1.0 - self.floor) * raw / np.sum(raw) + self.floor / len(raw)
+        return probs
 
 
 def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None = None) -> np.ndarray:
@@ -235,7 +237,9 @@ def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None =
 
 def _gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None) -> np.ndarray:
     x, y = (ctx.x, ctx.y) if rows is None else (ctx.x[rows], ctx.y[rows])
-    return torch.linalg.vector_norm(per_sample_gradients(ctx.module, ctx.task, params, x, y), dim=1).cpu().numpy().astype(np.float64)
+    per_sample = per_sample_gradients(ctx.module, ctx.task, params, x, y)
+    norms: np.ndarray = torch.linalg.vector_norm(per_sample, dim=1).cpu().numpy().astype(np.float64)
+    return norms
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ def sample_probabilities(labels: np.ndarray, num_classes: int, beta: float) -> n
         raise ValueError("IWDS: a client without samples has no sampling distribution")
     counts = np.bincount(labels, minlength=num_classes)
     w = class_weights(counts, beta)[labels]
-    return w / w.sum()
+    probs: np.ndarray = w / w.sum()
+    return probs
 
 
 def label_probabilities(label_counts: np.ndarray, beta: float) -> np.ndarray:
@@ -97,7 +98,8 @@ def label_probabilities(label_counts: np.ndarray, beta: float) -> np.ndarray:
     mass = counts * class_weights(counts, beta)
     if mass.sum() <= 0:
         raise ValueError("IWDS: label counts are all zero")
-    return mass / mass.sum()
+    probs: np.ndarray = mass / mass.sum()
+    return probs
 
 
 # --- the plan (runs on the client) ----------------------------------------------------------------

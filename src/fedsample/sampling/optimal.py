@@ -69,7 +69,8 @@ def update_norms(updates: np.ndarray, weights: np.ndarray) -> np.ndarray:
     w = design.nonnegative_vector(weights, "weights", where)
     if w.size != U.shape[0]:
         raise ValueError(f"{where}: weights has {w.size} entries but updates has {U.shape[0]} rows")
-    return w * np.linalg.norm(U, axis=1)
+    norms: np.ndarray = w * np.linalg.norm(U, axis=1)
+    return norms
 
 
 def optimal_probabilities(norms: np.ndarray, m: int) -> np.ndarray:
@@ -102,7 +103,7 @@ def aocs_probabilities(norms: np.ndarray, m: int, j_max: int) -> np.ndarray:
     j_max = design.check_count(j_max, "j_max", where)
     if np.count_nonzero(u) <= m:
         return (u > 0).astype(np.float64)
-    p = np.minimum(m * u / u.sum(), 1.0)
+    p: np.ndarray = np.minimum(m * u / u.sum(), 1.0)
     for _ in range(j_max):
         below = p < 1.0
         P = float(p[below].sum())
@@ -128,7 +129,8 @@ def horvitz_thompson_weights(sample: Sample, weights: np.ndarray) -> np.ndarray:
         raise ValueError(f"horvitz_thompson_weights: sample ids exceed the {w.size} weights")
     if np.any(~(sample.inclusion > 0)):
         raise ValueError("horvitz_thompson_weights: every chosen client needs an inclusion probability > 0")
-    return w[sample.ids] / sample.inclusion
+    ht_weights: np.ndarray = w[sample.ids] / sample.inclusion
+    return ht_weights
 
 
 def horvitz_thompson_estimate(sample: Sample, weights: np.ndarray, updates: np.ndarray) -> np.ndarray:
@@ -137,7 +139,8 @@ def horvitz_thompson_estimate(sample: Sample, weights: np.ndarray, updates: np.n
     U = np.asarray(updates, dtype=np.float64)
     if U.ndim != 2:
         raise ValueError(f"horvitz_thompson_estimate: updates must be 2-D, got shape {U.shape}")
-    return horvitz_thompson_weights(sample, weights) @ U[sample.ids]
+    estimate: np.ndarray = horvitz_thompson_weights(sample, weights) @ U[sample.ids]
+    return estimate
 
 
 # --- the client sampler ------------------------------------------------------------------------------------------

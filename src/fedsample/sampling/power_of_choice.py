@@ -264,7 +264,8 @@ class PowerOfChoiceClients(adaptive.Replayed):
         state = adaptive.sampler_state(ctx)
         if "stale_losses" not in state:
             state["stale_losses"] = np.full(ctx.num_clients, np.inf)
-        return state["stale_losses"]
+        losses: np.ndarray = state["stale_losses"]
+        return losses
 
     def observe(self, ctx: "RoundContext", cohort: Cohort, replies: "ReplyList") -> None:
         """rpow-d: the participants' training losses become their stale losses (:func:`record_losses`)."""

@@ -58,7 +58,8 @@ def kmeans_strata(vectors: np.ndarray, H: int, rng: np.random.Generator) -> np.n
     model = KMeans(n_clusters=H, n_init=KMEANS_RESTARTS, random_state=int(rng.integers(2**31 - 1)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # fewer distinct vectors than H
-        return model.fit_predict(X).astype(np.int64)
+        labels: np.ndarray = model.fit_predict(X).astype(np.int64)
+        return labels
 
 
 def stratum_spread(vectors: np.ndarray, labels: np.ndarray, H: int, how: Spread = "std") -> np.ndarray:
@@ -95,7 +96,8 @@ def selection_weights(vectors: np.ndarray, within: Within) -> np.ndarray | None:
         return None
     norms = np.linalg.norm(_check_vectors(vectors), axis=1)
     top = float(norms.max())
-    return np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
+    weights: np.ndarray = np.maximum(norms, NORM_FLOOR * top) if top > 0 else np.ones_like(norms)
+    return weights
 
 
 #: What FedSTS does without a lost probe (the round record's ``sampler_lost_probes_instead``).
@@ -198,8 +200,10 @@ class StratifiedClients:
             labels = np.full(N, -1, dtype=np.int64)
             labels[ids] = kmeans_strata(vectors, H, ctx.rng("strata"))
             ctx.state["strata"] = {"labels": labels, "round": ctx.round}
-            return labels[ids]
-        return np.asarray(kept["labels"], dtype=np.int64)[ids]
+            chosen: np.ndarray = labels[ids]
+            return chosen
+        chosen = np.asarray(kept["labels"], dtype=np.int64)[ids]
+        return chosen
 
     def select(self, ctx: "RoundContext") -> Cohort:
         """The design (strata, Neyman allocation, draw) over the clients whose probe arrived, P (every client without

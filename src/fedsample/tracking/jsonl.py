@@ -14,14 +14,14 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from fedsample.tracking.base import Tracker
 
 __all__ = ["JsonlTracker", "read_jsonl"]
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Every line of a jsonl tracker file, as dicts."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

@@ -60,14 +60,14 @@ def experiment_id(mlflow_client: Any, name: str, artifact_location: str | None) 
 
     found = mlflow_client.get_experiment_by_name(name)
     if found is not None:
-        return found.experiment_id
+        return str(found.experiment_id)
     try:
-        return mlflow_client.create_experiment(name, artifact_location=artifact_location)
+        return str(mlflow_client.create_experiment(name, artifact_location=artifact_location))
     except MlflowException:
         found = mlflow_client.get_experiment_by_name(name)
         if found is None:
             raise
-        return found.experiment_id
+        return str(found.experiment_id)
 
 
 class MlflowTracker(Tracker):

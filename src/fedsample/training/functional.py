@@ -10,7 +10,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from fedsample.messages import Params
+from fedsample.messages import Params as Params  # re-exported: the parameters these functions take
 from fedsample.training.random_layers import Masks, injected
 
 __all__ = [
@@ -44,7 +44,7 @@ def weighted_loss_fn(module: nn.Module, task: str) -> Callable[..., torch.Tensor
     return loss
 
 
-def weighted_gradient(module: nn.Module, task: str) -> Callable:
+def weighted_gradient(module: nn.Module, task: str) -> Callable[..., tuple[Params, torch.Tensor]]:
     """``(params, x, y, w) -> (gradient dict, weighted loss)`` of :func:`weighted_loss_fn`, by reverse-mode
     autograd through ``functional_call``: the fastest form for one client at a time."""
     loss_fn = weighted_loss_fn(module, task)

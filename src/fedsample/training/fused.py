@@ -114,7 +114,8 @@ class FusedLinears:
             raise RuntimeError(f"fused linear layer {prefix!r}: its output has no gradient after the first step")
         stepped = _Stepped(self.weights[_key(prefix, "weight")], self.weights.get(_key(prefix, "bias")), self.lr, self.weight_decay)
         self.kept[prefix] = stepped
-        return _SteppedInBackward.apply(h, output.detach(), stepped)
+        fused_output: torch.Tensor = _SteppedInBackward.apply(h, output.detach(), stepped)
+        return fused_output
 
     def found(self) -> list[str]:
         """After the first step's forward: the parameter names of the inner layers (weights and biases), which

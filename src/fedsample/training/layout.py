@@ -52,6 +52,7 @@ class _MaxPool2dKeepingLayout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, kernel: list[int], stride: list[int], padding: list[int],
                 dilation: list[int], ceil_mode: bool) -> torch.Tensor:
+        out: torch.Tensor
         out, indices = torch.ops.aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)
         ctx.save_for_backward(x, indices)
         ctx.geometry = (kernel, stride, padding, dilation, ceil_mode)
@@ -85,10 +86,12 @@ class LayoutKeepingMaxPool2d(nn.MaxPool2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _plain(x) or self.return_indices:
-            return super().forward(x)
+            pooled: torch.Tensor = super().forward(x)
+            return pooled
         stride = self.stride if self.stride is not None else self.kernel_size
-        return _MaxPool2dKeepingLayout.apply(x, _pair(self.kernel_size), _pair(stride), _pair(self.padding),
-                                             _pair(self.dilation), self.ceil_mode)
+        pooled = _MaxPool2dKeepingLayout.apply(x, _pair(self.kernel_size), _pair(stride), _pair(self.padding),
+                                               _pair(self.dilation), self.ceil_mode)
+        return pooled
 
 
 def max_pools(module: nn.Module) -> list[tuple[str, nn.MaxPool2d]]:
@@ -118,7 +121,7 @@ def _hooked(m: nn.Module) -> bool:
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
 
 
-def _to_channels_last(module: nn.Module, args: tuple) -> tuple | None:
+def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """Forward pre-hook: the first input in channels-last layout when it is a plain 4-D float CPU tensor."""
     if args and _plain(args[0]):
         return (args[0].contiguous(memory_format=_CHANNELS_LAST), *args[1:])

@@ -105,7 +105,8 @@ class SGDStep(Rule):
         S(total - t - 1) of the rule's linear dynamics, S = :meth:`effective_steps` (elementwise)."""
         total, step = np.asarray(total, dtype=np.int64), np.asarray(step, dtype=np.int64)
         S = self.effective_table(int(total.max()) if total.size else 0)
-        return S[total - step] - S[total - step - 1]
+        remaining: np.ndarray = S[total - step] - S[total - step - 1]
+        return remaining
 
 
 def effective_steps(steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
@@ -293,7 +294,8 @@ def shuffled_passes(states: np.ndarray, positions: np.ndarray, sizes: np.ndarray
     u = stream_uniforms(np.repeat(states, draws), (within + np.repeat(positions, draws)).astype(np.uint64))
     widths = np.repeat(sizes, passes)  # one segment per (client, pass)
     segment = np.repeat(np.arange(len(widths)), widths)
-    return segment_sort(segment, u) - (np.cumsum(widths) - widths)[segment]
+    ranks: np.ndarray = segment_sort(segment, u) - (np.cumsum(widths) - widths)[segment]
+    return ranks
 
 
 SEGMENT_BITS = 11  #: segments one packed sort key holds: 64 bits less a uniform's 53

@@ -129,7 +129,8 @@ class RandomLayers:
 
             def forward(xi: torch.Tensor, m: Masks) -> torch.Tensor:
                 with injected(m):
-                    return self.module(xi)
+                    out: torch.Tensor = self.module(xi)
+                    return out
 
             try:
                 with torch.no_grad():
@@ -205,7 +206,7 @@ def _input_shapes(module: nn.Module, layers: list[nn.Module], x: torch.Tensor) -
     """The per-sample input shape of each of ``layers`` in one forward of ``x`` (one sample)."""
     seen: dict[int, tuple[int, ...]] = {}
 
-    def record(m: nn.Module, inputs: tuple) -> None:
+    def record(m: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         seen.setdefault(id(m), tuple(inputs[0].shape[1:]))
 
     handles = [m.register_forward_pre_hook(record) for m in layers]

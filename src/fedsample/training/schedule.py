@@ -51,13 +51,15 @@ class Schedule:
         return 1.0
 
 
-def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
     """The server optimizer's step of round ``round`` with its learning rate times the schedule's factor.
     A factor of 0 (the end of a cosine schedule) leaves the parameters unchanged; the optimizer's state
     (momentum, moments) still advances, as it would with a learning rate of 0."""
     factor = 1.0 if schedule is None else schedule.factor(round)
     if factor == 1.0:
-        return server.step(params, delta, state)
+        stepped: tuple[Params, dict[str, Any]] = server.step(params, delta, state)
+        return stepped
     if factor == 0.0:
         return params, server.step(params, delta, state)[1]
-    return dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)
+    stepped = dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)
+    return stepped

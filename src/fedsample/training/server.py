@@ -11,6 +11,7 @@ sign and the update is w - eta * m / (sqrt(v) + tau); v depends on Delta^2 only,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,10 +39,10 @@ class ServerSGD:
     lr: float = 1.0
     momentum: float = 0.0
 
-    def init_state(self, params: Params) -> dict:
+    def init_state(self, params: Params) -> dict[str, Any]:
         return {"velocity": zeros_like(params)} if self.momentum else {}
 
-    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
         if not self.momentum:
             return {k: params[k] - self.lr * delta[k] for k in params}, state
         velocity = state.get("velocity") or zeros_like(params)
@@ -72,10 +73,10 @@ class AdaptiveServer:
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def init_state(self, params: Params) -> dict:
+    def init_state(self, params: Params) -> dict[str, Any]:
         return {"m": zeros_like(params), "v": {k: torch.full_like(p, self.tau**2) for k, p in params.items()}}
 
-    def step(self, params: Params, delta: Params, state: dict) -> tuple[Params, dict]:
+    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
         if not state:
             state = self.init_state(params)
         m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * delta[k] for k in params}
