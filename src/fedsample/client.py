@@ -18,9 +18,9 @@ import torch
 
 from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic,
-    SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics,
+    SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics, summed_statistics,
 )
-from fedsample.parts import LocalSolver, RunsSolver, counts_drawn, describe, privacy_capabilities, reports_count, reports_rows
+from fedsample.parts import LocalSolver, RunsSolver, describe, plan_capabilities, privacy_capabilities, reports_rows, summed_of
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -157,8 +157,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
         rows = result.rows_trained
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=result.norm_steps,
-            samples=len(sample) if reports_count(payload.plan) else None,
-            rows_trained=rows if reports_rows(payload.plan) else None,
+            rows_trained=rows if reports_rows(payload.plan) else None, sums=sample_sums(payload.plan, len(sample)),
         )
         if payload.statistics:
             report.statistics = sample_statistics(ctx, sample, payload.params, payload.statistics)
@@ -184,10 +183,19 @@ def local_result(noise: object, solver: LocalSolver, ctx: ClientContext, sample:
 
 def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | None:
     """What an in-process engine measures of one client's train call (:mod:`fedsample.runtime.measured`): the ``drawn``
-    rows where its plan draws the budget's unit (a :class:`~fedsample.parts.CountsDrawn` plan, FedSampling's: the
-    figure the round's ``realised_samples`` reads from a released count), else the rows its local steps read
-    (``rows_trained``, with repeats; None where the solver does not count them)."""
-    return drawn if counts_drawn(plan) else rows_trained
+    rows where its plan declares its draw private (``private_draw``, FedSampling's: the figure the round's
+    ``realised_samples`` reads from a released count), else the rows its local steps read (``rows_trained``, with
+    repeats; None where the solver does not count them)."""
+    return drawn if plan_capabilities(plan).private_draw else rows_trained
+
+
+def sample_sums(plan: object, drawn: int) -> dict[str, int]:
+    """The value of each summed statistic ``plan`` declares (:func:`~fedsample.parts.summed_of`) for a client that drew
+    ``drawn`` samples (the client as a cohort of one), by name; empty where it declares none."""
+    declared = summed_of(plan)
+    if not declared:
+        return {}
+    return {name: int(v[0]) for name, v in summed_statistics(declared, np.array([drawn], dtype=np.int64)).items()}
 
 
 def sample_statistics(ctx: ClientContext, sample: LocalSample, params: Params, statistics: tuple[ReplyStatistic, ...]) -> dict[str, float]:

@@ -17,6 +17,7 @@ client procedures (:mod:`fedsample.client`), the engines and the federations all
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -26,8 +27,8 @@ from torch import nn
 from fedsample import checks
 
 __all__ = [
-    "ClientContext", "DataWeights", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "ClientContext", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
 ]
 
@@ -149,11 +150,16 @@ class SizeSumRequest:
     :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
     answered, nothing per client. FedSampling's first ratio K/N^ comes from it
     (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``). Answered by the count-only
-    client procedure :func:`fedsample.client.sum_sizes`."""
+    client procedure :func:`fedsample.client.sum_sizes`. The server reads the noised total as the sealed replies'
+    :data:`SIZES` (:meth:`fedsample.rounds.ReplyList.summed`)."""
 
     procedure: ClassVar[Procedure] = Procedure("sum_sizes", stream="sum_sizes", phase="sum_sizes", sealed=True)
 
     count_noise: float
+
+
+SIZES = "sizes"
+"""The name of the clients' summed sizes, the one sum of a :class:`SizeSumRequest`."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,52 @@ def reply_statistics(statistics: Sequence[ReplyStatistic], losses: np.ndarray, m
     return {s.name: s.of_cohort(losses, member, clients) for s in statistics}
 
 
+DRAWN = "drawn"
+"""The name of FedSampling's drawn count among a reply's summed statistics (:attr:`TrainReport.sums`,
+:class:`fedsample.sampling.data.DrawnCount`): what the self-normalized update divides by and a steered run learns from."""
+
+
+@runtime_checkable
+class SummedStatistic(Protocol):
+    """An integer each client adds to its training reply from what its plan drew, which the server learns only summed
+    over the cohort (one more coordinate of the secure sum where there is one), with Gaussian noise of standard
+    deviation ``noise`` on that sum, added by the asked clients in equal shares drawn from the cells of ``purpose``
+    (:func:`fedsample.federation.secure_sum.count_shares`). A data plan declares it in its capabilities' ``summed``
+    (e.g. FedSampling's drawn count, :class:`fedsample.sampling.data.DrawnCount`); every engine adds ``of_cohort``'s
+    value to each report's :attr:`TrainReport.sums` under ``name``, and the server reads the sum by that name
+    (:meth:`fedsample.rounds.ReplyList.summed`). It must be picklable (it travels in the plan)."""
+
+    @property
+    def name(self) -> str:
+        """The key of the value in :attr:`TrainReport.sums` (and of the Flower reply's metric)."""
+        ...
+
+    @property
+    def noise(self) -> float:
+        """sigma, the standard deviation of the Gaussian noise on the cohort's sum (0: the exact sum)."""
+        ...
+
+    @property
+    def purpose(self) -> str:
+        """The purpose of the random cell the clients' noise shares come from (:mod:`fedsample.rng`)."""
+        ...
+
+    @property
+    def released(self) -> str:
+        """What the privacy ledger records the noised sum as (e.g. ``"drawn-sample count"``)."""
+        ...
+
+    def of_cohort(self, counts: np.ndarray) -> np.ndarray:
+        """One integer per member of a cohort from ``counts[c]``, the number of samples member c's plan drew."""
+        ...
+
+
+def summed_statistics(statistics: Sequence[SummedStatistic], counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Each summed statistic's values for a cohort whose members drew ``counts`` samples (:meth:`SummedStatistic.of_cohort`),
+    by name, as int64; a single client is the cohort of one."""
+    return {s.name: np.asarray(s.of_cohort(counts), dtype=np.int64) for s in statistics}
+
+
 @dataclass(frozen=True)
 class TrainPayload:
     """Global parameters, the data plan, the local solver, the round number and, optionally, the update's
@@ -323,13 +375,14 @@ class LocalResult:
     rows_trained: int | None = None
 
 
-@dataclass
+@dataclass(init=False)
 class TrainReport:
     """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss,
-    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), and the
-    number of local samples it drew (``samples``: only when the plan asks for it, ``report_count``, which the
-    self-normalized FedSampling update does under a secure sum, where the server learns only its sum;
-    :class:`fedsample.training.aggregate.DrawnNormalizedSum`; None otherwise) and ``statistics``: the value of each
+    where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), ``sums``: the
+    value of each :class:`SummedStatistic` its plan declares, by name, which the server learns only summed (empty
+    otherwise; e.g. the number of local samples it drew, :data:`DRAWN`, which the self-normalized FedSampling update
+    divides by, :class:`fedsample.training.aggregate.DrawnNormalizedSum`; read as ``samples``, and given so at
+    construction, None where not asked) and ``statistics``: the value of each
     :class:`ReplyStatistic` the payload asks for, by name (empty otherwise; a reply that took no step carries none,
     and a noised reply withholds them). ``rows_trained``: the rows its local steps read,
     with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
@@ -340,9 +393,25 @@ class TrainReport:
     steps: int
     loss: float
     norm_steps: float | None = None
-    samples: int | None = None
     rows_trained: int | None = None
     statistics: Mapping[str, float] = field(default_factory=dict)
+    sums: Mapping[str, int] = field(default_factory=dict)
+
+    def __init__(self, update: Params, steps: int, loss: float, norm_steps: float | None = None, samples: int | None = None,
+                 rows_trained: int | None = None, statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
+        self.update, self.steps, self.loss, self.norm_steps, self.rows_trained = update, steps, loss, norm_steps, rows_trained
+        self.statistics = {} if statistics is None else statistics
+        summed = dict(sums or {}) if samples is None else {**(sums or {}), DRAWN: int(samples)}
+        if summed:  # else the class's empty mapping: a report carries sums only where its plan declares them
+            self.sums = summed
+
+    @property
+    def samples(self) -> int | None:
+        """The drawn count among :attr:`sums` (:data:`DRAWN`); None where the plan does not ask for it."""
+        return self.sums.get(DRAWN)
+
+
+TrainReport.sums = MappingProxyType({})  # the default of every report without sums, its own subclasses' included
 
 
 @dataclass

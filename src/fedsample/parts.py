@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Pro
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery, TrainPayload, TrainReport
+from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery, SummedStatistic, TrainPayload, TrainReport
 from fedsample.rounds import Cohort, ReplyList, RoundContext
 from fedsample.runtime.records import State
 
@@ -55,15 +55,15 @@ if TYPE_CHECKING:
 __all__ = [
     "Aggregator", "AggregatorCapabilities", "batched", "BatchSchedule", "BlocksDraw", "BlocksPlan", "Capabilities", "capabilities_problem",
     "Census", "client_sampling_design", "ClientSampler", "ClientSamplerCapabilities", "cohort_problem",
-    "CohortPlan", "CohortPlanCapabilities", "conforms", "counts_drawn", "CountsDrawn", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
+    "CohortPlan", "CohortPlanCapabilities", "conforms", "CountsRows", "CountsTrainings", "DataPlan", "DataSampler",
     "DataSamplerCapabilities", "DeclaredPlan", "DeclaredPrivacy", "DeclaredSolver", "describe", "Design", "DesignedClients",
-    "DesignedPlan", "DeviceDraw", "DevicePlan", "drawn_count_noise", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
+    "DesignedPlan", "DeviceDraw", "DevicePlan", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
     "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
-    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_count", "REQUIRED", "rows_trained",
+    "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
-    "StepRule", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
+    "StepRule", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
 
 
@@ -484,6 +484,8 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
+    "summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, SummedStatistic) for x in v),
+               "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
 }
 """What each declared field that is not yes-or-no must be, and how the refusal says it."""
 
@@ -635,11 +637,15 @@ class CohortPlanCapabilities(_Capabilities):
     only ``draw_cohort``): ``draws_blocks`` (it offers ``draw_blocks(blocks, rng)``, the same draw over the layout
     an engine keeps for the same sizes, :class:`BlocksPlan`) and ``draws_on_device`` (it offers
     ``draw_cohort_on_device(sizes, rng)``, the same draw with the cohort's arrays on ``rng``'s device,
-    :class:`DevicePlan`). Read by :func:`plan_capabilities`, which refuses a plan whose methods and declaration
-    disagree."""
+    :class:`DevicePlan`); ``private_draw`` (how many samples a client drew reaches the server only summed, so a reply
+    names no rows trained unless the plan sums a statistic of it, :func:`reports_rows`) and ``summed`` (the
+    :class:`~fedsample.messages.SummedStatistic` s each client adds to its reply, :func:`summed_of`). Read by
+    :func:`plan_capabilities`, which refuses a plan whose methods and declaration disagree."""
 
     draws_blocks: bool = False
     draws_on_device: bool = False
+    private_draw: bool = False
+    summed: tuple[SummedStatistic, ...] = ()
 
     def offered(self) -> dict[str, tuple[str, bool]]:
         return {"draws_blocks": ("draw_blocks", self.draws_blocks), "draws_on_device": ("draw_cohort_on_device", self.draws_on_device)}
@@ -718,41 +724,25 @@ class DataPlan(Protocol):
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample: ...
 
 
-@runtime_checkable
-class CountsDrawn(DataPlan, Protocol):
-    """A plan that may ask each client to add how many samples it drew to its reply (``report_count``, summed inside
-    the secure sum), with Gaussian noise of standard deviation ``count_noise`` on that sum (0: the exact count)."""
-
-    @property
-    def report_count(self) -> bool: ...
-
-    @property
-    def count_noise(self) -> float: ...
+def summed_of(plan: object) -> tuple[SummedStatistic, ...]:
+    """The summed statistics ``plan`` declares (its capabilities' ``summed``, :class:`CohortPlanCapabilities`): what
+    each client adds to its reply for the server to learn only summed (FedSampling's drawn count); () where none."""
+    return plan_capabilities(plan).summed
 
 
-def counts_drawn(plan: object) -> bool:
-    """Whether ``plan`` is a :class:`CountsDrawn` plan (FedSampling's), whose drawn count is the round's realised
-    budget, asked for or not."""
-    return conforms(plan, CountsDrawn)
-
-
-def reports_count(plan: object) -> bool:
-    """Whether ``plan`` asks each client for its drawn count (:class:`CountsDrawn`)."""
-    return counts_drawn(plan) and bool(cast(CountsDrawn, plan).report_count)
+def summed_noise(plan: object) -> float:
+    """The largest standard deviation of the Gaussian noise on a summed statistic ``plan`` declares (0: none
+    declared, or exact sums)."""
+    return max((float(s.noise) for s in summed_of(plan)), default=0.0)
 
 
 def reports_rows(plan: object) -> bool:
     """Whether a client under ``plan`` may add the rows it trained on to its reply (the realised budget,
-    :mod:`fedsample.budget`): not where the plan's drawn count is private (a :class:`CountsDrawn` plan, FedSampling's:
-    the count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
-    plan asks for the count anyway."""
-    return not counts_drawn(plan) or reports_count(plan)
-
-
-def drawn_count_noise(plan: object) -> float:
-    """sigma_S, the standard deviation of the Gaussian noise on the summed drawn count ``plan`` asks for (0: no
-    count asked, or the exact count)."""
-    return float(cast(CountsDrawn, plan).count_noise) if reports_count(plan) else 0.0
+    :mod:`fedsample.budget`): not where the plan declares its draw private (``private_draw``, FedSampling's: the
+    count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
+    plan sums a statistic of it anyway."""
+    declared = plan_capabilities(plan)
+    return not declared.private_draw or bool(declared.summed)
 
 
 @runtime_checkable

@@ -23,12 +23,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Support
 import numpy as np
 import torch
 
-from fedsample.messages import Params, TrainReport
+from fedsample.messages import DRAWN, Params, TrainReport
 from fedsample.rng import SERVER, generator
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
-    "RoundContext", "add_weighted_", "carries_update", "drawn_of", "failed_positions", "is_failed", "loss_of", "position_index",
+    "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "summed_over",
     "replies_of", "rows_of", "update_sum_of", "weighted_sum", "without",
 ]
 
@@ -178,7 +178,8 @@ class ReplyList(Sequence):
     - :meth:`received_positions`: the positions whose reply carries an update (not failed, not empty);
     - :meth:`weighted_update_sum`: ``sum_i w_i * Delta_{positions_i}``, the linear aggregators' one question;
     - :meth:`summed_loss`: (sum of the losses of the clients that took a step, how many did);
-    - :meth:`drawn_total`: the samples the cohort drew (the self-normalized FedSampling update's S);
+    - :meth:`summed`: a summed statistic's sum over the cohort, by name (:class:`~fedsample.messages.SummedStatistic`;
+      :meth:`drawn_total`, the samples the cohort drew: the self-normalized FedSampling update's S);
     - :meth:`rows_trained`: the rows the cohort's local steps read, with repeats (the realised budget);
     - :meth:`numbers`: the replies as numbers (size reports), NaN where failed;
     - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept;
@@ -241,11 +242,15 @@ class ReplyList(Sequence):
         """(sum of the losses of the replies that took a step, how many did), in cohort order."""
         return loss_of(self.__getitem__, self.received_positions())
 
+    def summed(self, name: str) -> int | float:
+        """The sum over the received replies of the summed statistic ``name`` (their ``sums``, sent only where the plan
+        declares it, :class:`~fedsample.messages.SummedStatistic`); a ValueError when a reply does not carry it; a
+        float where the sum is noised (a secure sum's)."""
+        return summed_over(self.__getitem__, self.received_positions(), name)
+
     def drawn_total(self) -> int | float:
-        """sum_c |S_c|, the samples the cohort drew, from the received replies' ``samples`` fields (sent only
-        when the plan asks for them); a ValueError when a reply does not carry it; a float where the count is noised
-        (a secure sum's)."""
-        return drawn_of(self.__getitem__, self.received_positions())
+        """sum_c |S_c|, the samples the cohort drew (:meth:`summed` of :data:`~fedsample.messages.DRAWN`)."""
+        return self.summed(DRAWN)
 
     def rows_trained(self) -> int | None:
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
@@ -290,12 +295,19 @@ def loss_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[
     return float(sum(r.loss for r in got)), len(got)
 
 
-def drawn_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int:
-    """sum_c |S_c| over the ``received`` replies' ``samples`` fields; a ValueError when one does not carry it."""
-    counts = [reply(i).samples for i in received.tolist()]  # received: TrainReports
+def summed_over(reply: Callable[[int], TrainReport], received: np.ndarray, name: str) -> int:
+    """The ``received`` replies' values of the summed statistic ``name`` (their ``sums``), summed; a ValueError when
+    one does not carry it (:func:`not_summed`)."""
+    counts = [reply(i).sums.get(name) for i in received.tolist()]  # received: TrainReports
     if any(c is None for c in counts):
-        raise ValueError("normalize='drawn' needs each reply's drawn-sample count, which this federation does not send")
+        raise not_summed(name)
     return int(sum(c for c in counts if c is not None))
+
+
+def not_summed(name: str) -> ValueError:
+    """The refusal of a sum of ``name`` the replies do not carry (the plan does not declare it)."""
+    return ValueError(f"these replies carry no summed statistic {name!r}: the plan does not declare it (normalize='drawn' "
+                      "needs each reply's drawn-sample count, which FedSamplingData(count_drawn=True) declares)")
 
 
 def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | None:
@@ -361,8 +373,8 @@ class NumberReplies(ReplyList):
         """Numbers carry no loss: (0.0, 0)."""
         return 0.0, 0
 
-    def drawn_total(self) -> int:
-        """The received numbers, summed (the sizes of a ``sum_sizes`` call, the secure sum's count)."""
+    def summed(self, name: str) -> int:
+        """The received numbers, summed, whatever the name (the sizes of a ``sum_sizes`` call, the secure sum's count)."""
         return int(np.sum(np.asarray(self.values, dtype=np.int64)[self.received_positions()]))
 
     def numbers(self) -> np.ndarray:
@@ -409,8 +421,8 @@ class ReplyBacking(Protocol):
         """(sum of the ``received`` replies' losses, how many), in cohort order."""
         ...
 
-    def drawn_total(self, received: np.ndarray) -> int | float:
-        """The ``received`` replies' drawn counts, summed."""
+    def summed(self, name: str, received: np.ndarray) -> int | float:
+        """The ``received`` replies' values of the summed statistic ``name``, summed."""
         ...
 
     def rows_trained(self, received: np.ndarray) -> int | None:
@@ -444,8 +456,8 @@ class ReplyObjects:
     def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
         return loss_of(self.reply, received)
 
-    def drawn_total(self, received: np.ndarray) -> int | float:
-        return drawn_of(self.reply, received)
+    def summed(self, name: str, received: np.ndarray) -> int | float:
+        return summed_over(self.reply, received, name)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         return rows_of(self.reply, received)
@@ -523,8 +535,8 @@ class FusedReplies(ReplyList):
     def summed_loss(self) -> tuple[float, int]:
         return self.backing.summed_loss(self._received())
 
-    def drawn_total(self) -> int | float:
-        return self.backing.drawn_total(self._received())
+    def summed(self, name: str) -> int | float:
+        return self.backing.summed(name, self._received())
 
     def rows_trained(self) -> int | None:
         return self.backing.rows_trained(self._received())

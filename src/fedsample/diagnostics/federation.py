@@ -31,14 +31,14 @@ import torch
 from fedsample.client import update_norm
 from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
-    reply_statistics,
+    reply_statistics, summed_statistics,
 )
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
-from fedsample.parts import reports_count
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, drawn_of
+from fedsample.parts import summed_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, summed_over
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
@@ -72,16 +72,18 @@ class LinearCohort(ReplyObjects):
 
     def __init__(self, updates: ClientUpdates, clients: int, rows: np.ndarray, member: np.ndarray, coef: np.ndarray,
                  steps: np.ndarray, norm_steps: np.ndarray, losses: np.ndarray, statistics: dict[str, np.ndarray] | None = None,
-                 counts: np.ndarray | None = None) -> None:
+                 sums: dict[str, np.ndarray] | None = None) -> None:
         self.replies: list[_LinearReport | None] = [None] * clients
         self.updates, self.basis, self.rows, self.member, self.coef = updates, updates.basis, rows, member, coef
-        self.counts = counts  # each member's drawn count, where the plan asks the clients for it
+        self.sums = sums or {}  # each summed statistic every member's plan declares, one int per member, by name
         self._received = np.flatnonzero(np.bincount(member, minlength=clients))
         cuts = np.searchsorted(member, np.arange(clients + 1))
         self._cuts = cuts
         for c in self._received.tolist():
             report = self.replies[c] = _LinearReport(self, c, int(steps[c]), float(norm_steps[c]), float(losses[c]))
             report.statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
+            if self.sums:
+                report.sums = {name: int(v[c]) for name, v in self.sums.items()}
 
     def received(self) -> np.ndarray:
         return self._received
@@ -98,12 +100,12 @@ class LinearCohort(ReplyObjects):
             total += a[position] * self._update(position)
         return {"g": total.to(self.basis.matrix.dtype)}
 
-    def drawn_total(self, received: np.ndarray) -> int:
-        """The samples the answering clients drew (the self-normalized FedSampling update's S), where the plan asks
-        for the counts."""
-        if self.counts is None:
-            return drawn_of(self.reply, received)
-        return int(self.counts[received].sum())
+    def summed(self, name: str, received: np.ndarray) -> int:
+        """The answering clients' values of the summed statistic ``name`` (e.g. the samples they drew, the
+        self-normalized FedSampling update's S), where every plan declares it."""
+        if name not in self.sums:
+            return summed_over(self.reply, received, name)
+        return int(self.sums[name][received].sum())
 
     def update_of(self, position: int) -> Params:
         return {"g": self._update(position).to(self.basis.matrix.dtype)}
@@ -249,12 +251,12 @@ class LinearisedFederation(VectorizedSimulator):
         for p in parts:  # each group's reply statistics, where its payload asks for them (0 for a member asked none)
             for name, values in p[6].items():
                 statistics.setdefault(name, np.zeros(len(ids)))[p[7]] = values
-        counts = None
-        if all(p[8] is not None for p in parts):  # every plan asks for the drawn counts
-            counts = np.zeros(len(ids), dtype=np.int64)
-            counts[everyone] = np.concatenate([p[8] for p in parts])
+        sums: dict[str, np.ndarray] = {}
+        for name in sorted(set.intersection(*(set(p[8]) for p in parts))):  # the summed statistics every group's plan declares
+            sums[name] = np.zeros(len(ids), dtype=np.int64)
+            sums[name][everyone] = np.concatenate([p[8][name] for p in parts])
         reports = LinearCohort(self.updates, len(ids), rows[order], member[order], coef[order], taken, effective, losses,
-                               statistics, counts)
+                               statistics, sums)
         self.cost.trainings += len(reports.received())
         if sent_up:
             self.cost.rows.append(rows)
@@ -264,8 +266,8 @@ class LinearisedFederation(VectorizedSimulator):
 
     def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:
         """(dataset rows, cohort member, coefficient) of every schedule entry of the clients at ``positions``, and
-        their steps tau_k, a_k and losses, the reply statistics the payload asks for (by name), then ``positions``:
-        the coefficient of a row used in step t is a_t * weight (the solver's declared schedule and step rule,
+        their steps tau_k, a_k and losses, the reply statistics the payload asks for (by name), then ``positions``
+        and the summed statistics the plan declares (by name): the coefficient of a row used in step t is a_t * weight (the solver's declared schedule and step rule,
         :meth:`~fedsample.training.local.SGDStep.step_weights`); a client's loss is the mean over its steps of
         sum_b weight_b * loss_b at the fixed model, times the schedule's ``loss_scale``."""
         solver = payload.solver
@@ -289,9 +291,9 @@ class LinearisedFederation(VectorizedSimulator):
         if payload.statistics:
             drawn_rows = self.data.offsets[ids[positions][drawn.member]] + drawn.position
             statistics = reply_statistics(payload.statistics, self.sample_losses(payload.params, drawn_rows), drawn.member, len(positions))
-        counts = np.asarray(drawn.counts, dtype=np.int64) if reports_count(payload.plan) else None
+        sums = summed_statistics(summed_of(payload.plan), drawn.counts)
         return (rows, positions[schedule.client], a * schedule.weight, steps,
-                steps.astype(np.float64) if norm is None else norm, loss, statistics, positions, counts)
+                steps.astype(np.float64) if norm is None else norm, loss, statistics, positions, sums)
 
 
 def step_weights(steps: int, momentum: float, lr_mu: float) -> np.ndarray:

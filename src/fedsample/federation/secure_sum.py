@@ -16,7 +16,7 @@ reply, who else will answer); :func:`noised_count`, and the ledger accounts the 
 (:mod:`fedsample.flower.secagg`), so both give the same noised count. The count-only ``sum_sizes`` call
 (:class:`~fedsample.messages.SizeSumRequest`, before FedSampling's first draw) is sealed the same way: each client's
 size is the count, its noise share comes from the cell of :data:`SIZE_NOISE_PURPOSE` (never the drawn count's, so the
-two releases carry independent noise), and the server learns only the noised total (:func:`sealed_count`).
+two releases carry independent noise), and the server learns only the noised total (:class:`SummedSizes`).
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -31,25 +31,27 @@ refuses readable replies for a strategy that declares it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 import numpy as np
 from scipy.special import ndtri
 
 from fedsample import validate
-from fedsample.parts import drawn_count_noise, reports_count
+from fedsample.parts import summed_of
 from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
-from fedsample.messages import HeldRequest, SizeSumRequest, TrainPayload, payloads_for
+from fedsample.messages import SIZES, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
-from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, replies_of
+from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, not_summed, replies_of
 from fedsample.training.functional import Params
 
 __all__ = [
-    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedCohort", "SecureSum", "count_shares", "noised_count", "sealed_count",
-    "sealed_replies", "with_secure_sum",
+    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedCohort", "SecureSum", "SummedSizes", "count_shares", "noised_count",
+    "sealed_replies", "sealed_statistic", "sealed_sums", "with_secure_sum",
 ]
 
-#: The purpose of the random cell the drawn count's noise comes from (fedsample.rng).
+#: The purpose of the random cell the drawn count's noise comes from (fedsample.rng; the default of
+#: :func:`count_shares`, the purpose :class:`fedsample.sampling.data.DrawnCount` declares).
 COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
 #: The purpose of the random cell the summed sizes' noise comes from (``sum_sizes``; independent of the drawn count's).
 SIZE_NOISE_PURPOSE = "secure sum: total-size noise"
@@ -68,8 +70,8 @@ class SecureSum(Federation):
             seed = inner.seed  # the seed the federation inside declares (a wrapper of the user's may hold None)
         self.seed = None if seed is None else int(seed)
         self._pending: dict[int, ReplyList] = {}
-        self._counted: dict[int, tuple[int, np.ndarray | None] | None] = {}  # (clients asked, their noise shares
-        # where the plan noises the count) where the plan asks for drawn counts
+        self._counted: dict[int, dict[str, np.ndarray | None]] = {}  # each sealed statistic's noise shares of the
+        # asked clients (None: an exact sum), by name
         self._calls = 0
 
     @property
@@ -94,18 +96,16 @@ class SecureSum(Federation):
         self._counted.clear()
         self._calls += 1
         self._pending[self._calls] = replies
-        counted, sigma, purpose = sealed_count(first)
         ids = np.asarray(client_ids, dtype=np.int64)
-        shares = count_shares(sigma, len(ids), self.noise_seed(), int(round), ids, purpose) if counted and sigma > 0 else None
-        self._counted[self._calls] = (len(ids), shares) if counted else None
+        self._counted[self._calls] = {s.name: self.shares(s, ids, round) for s in sealed_sums(first)}
         token = self._calls
         return sealed_replies(self, token, len(replies), dict(replies.failed))
 
     def secure_sum(
         self, token: int, positions: np.ndarray, weights: np.ndarray
-    ) -> tuple[Params | None, float, int, float | None]:
+    ) -> tuple[Params | None, float, int, dict[str, float]]:
         """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
-        trained, how many samples they drew, with the plan's noise: None where the replies do not carry the count)."""
+        trained, each summed statistic the replies carry with its noise, by name: e.g. how many samples they drew)."""
         replies = self._pending.pop(token, None)
         if replies is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
@@ -115,15 +115,20 @@ class SecureSum(Federation):
             # one by one when a failed client's rows made the fused sum non-finite (0 * NaN); replies without an
             # update (None, or no step taken) add zero
             total = Replies(list(replies), dict(replies.failed)).weighted_update_sum(positions, weights)
-        counted = self._counted.pop(token, None)
-        exact = summed_samples(replies) if counted is not None else None
-        drawn: float | None = exact
-        asked, shares = counted if counted is not None else (0, None)
-        if exact is not None and shares is not None:
-            # every asked client's share was computed when the call was made: the answered ones' are
-            # count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
-            drawn = count_plus_shares(exact, answered_shares(shares, replies))
-        return (total, *replies.summed_loss(), drawn)
+        sums: dict[str, float] = {}
+        for name, shares in self._counted.pop(token, {}).items():
+            exact = summed_or_none(replies, name)
+            if exact is not None:
+                # every asked client's share was computed when the call was made: the answered ones' are
+                # count_shares(answered ids) entry by entry, so this is noised_count(exact, ...) to the bit
+                sums[name] = exact if shares is None else count_plus_shares(exact, answered_shares(shares, replies))
+        return (total, *replies.summed_loss(), sums)
+
+    def shares(self, statistic: SummedStatistic, ids: np.ndarray, round: int) -> np.ndarray | None:
+        """The asked clients' noise shares on ``statistic``'s sum (:func:`count_shares`); None for an exact sum."""
+        if statistic.noise <= 0:
+            return None
+        return count_shares(float(statistic.noise), len(ids), self.noise_seed(), int(round), ids, statistic.purpose)
 
     def noise_seed(self) -> int:
         """The run's seed, which the clients' noise shares derive from (given at construction, or declared by the
@@ -151,15 +156,37 @@ def client_side_check(replies: ReplyList, client_ids: np.ndarray, payload: Train
     return validate.screen_updates(replies, np.asarray(client_ids), params)
 
 
-def sealed_count(payload: object) -> tuple[bool, float, str]:
-    """What a sealed call's counts are: (whether each client's count goes into the sum, the standard deviation sigma of
-    the noise on that sum, the purpose of the cell its shares come from). A :class:`~fedsample.messages.SizeSumRequest`
-    sums the clients' sizes (:data:`SIZE_NOISE_PURPOSE`); a training payload its plan's drawn counts where the plan
-    asks for them (:data:`COUNT_NOISE_PURPOSE`)."""
+@dataclass(frozen=True)
+class SummedSizes:
+    """The clients' sizes as the one summed statistic of a count-only ``sum_sizes`` call
+    (:class:`~fedsample.messages.SizeSumRequest`, :class:`~fedsample.messages.SummedStatistic`): its noise from the
+    cells of :data:`SIZE_NOISE_PURPOSE`, read as :data:`~fedsample.messages.SIZES`."""
+
+    noise: float = 0.0
+    name: str = SIZES
+    purpose: str = SIZE_NOISE_PURPOSE
+    released: str = "total size"
+
+    def of_cohort(self, counts: np.ndarray) -> np.ndarray:
+        return np.asarray(counts, dtype=np.int64)
+
+
+def sealed_sums(payload: object) -> tuple[SummedStatistic, ...]:
+    """The summed statistics of a sealed call, each one more coordinate of the sum with its own noise: a
+    :class:`~fedsample.messages.SizeSumRequest`'s the clients' sizes (:class:`SummedSizes`); a training payload's those
+    its plan declares (:func:`~fedsample.parts.summed_of`: FedSampling's drawn count); a held update's none (no new draw)."""
     if isinstance(payload, SizeSumRequest):
-        return True, float(payload.count_noise), SIZE_NOISE_PURPOSE
-    plan = payload.plan if isinstance(payload, TrainPayload) else None  # a HeldRequest sends a kept update: no new draw
-    return payload is not None and reports_count(plan), drawn_count_noise(plan), COUNT_NOISE_PURPOSE
+        return (SummedSizes(float(payload.count_noise)),)
+    return summed_of(payload.plan) if isinstance(payload, TrainPayload) else ()
+
+
+def sealed_statistic(payload: object) -> SummedStatistic | None:
+    """The one summed statistic of a sealed call (:func:`sealed_sums`), for a sum that carries at most one (Flower's
+    SecAgg+ tally, :mod:`fedsample.flower.secagg`); None where there is none, a ValueError where there are more."""
+    sums = sealed_sums(payload)
+    if len(sums) > 1:
+        raise ValueError(f"this secure sum seals one summed statistic; the plan declares {len(sums)}: {[s.name for s in sums]}")
+    return sums[0] if sums else None
 
 
 def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray, purpose: str = COUNT_NOISE_PURPOSE) -> np.ndarray:
@@ -202,17 +229,18 @@ def count_plus_shares(count: float, shares: np.ndarray) -> float:
     return float(count) + float(shares.sum()) if shares.size else float(count)
 
 
-def summed_samples(replies: ReplyList) -> float | None:
-    """The cohort's drawn samples, summed (one more coordinate of the secure sum); None when not reported."""
+def summed_or_none(replies: ReplyList, name: str) -> float | None:
+    """The cohort's values of the summed statistic ``name``, summed (one more coordinate of the secure sum); None when
+    the replies do not carry it."""
     try:
-        return replies.drawn_total()
+        return replies.summed(name)
     except ValueError:
         return None
 
 
 def size_counts(replies: ReplyList, client_ids: np.ndarray) -> NumberReplies:
     """The ``sum_sizes`` replies as the secure sum holds them (on the clients' side): one array of sizes, no update,
-    their sum as the count (:meth:`~fedsample.rounds.NumberReplies.drawn_total`). Each is checked by its client
+    their sum as the count (:meth:`~fedsample.rounds.NumberReplies.summed`). Each is checked by its client
     before it enters the sum (a size that is not a non-negative integer is not sent: the client counts as failed,
     :func:`fedsample.validate.size_problem`)."""
     sizes, failed = np.zeros(len(replies), dtype=np.int64), {}
@@ -245,7 +273,7 @@ _SEALED = _Sealed()
 class SecureSummer(Protocol):
     """What reveals a sealed cohort's one sum (:meth:`SecureSum.secure_sum`; Flower's SecAgg+ cohorts)."""
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, float | None]: ...
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, dict[str, float]]: ...
 
 
 class SealedCohort:
@@ -258,7 +286,7 @@ class SealedCohort:
     def __init__(self, summer: SecureSummer, token: int, count: int) -> None:
         self._summer, self._token, self._count = summer, token, count
         self._loss: tuple[float, int] | None = None
-        self._drawn: float | None = None
+        self._sums: dict[str, float] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -274,7 +302,7 @@ class SealedCohort:
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}``, revealed once (the failed clients are left out on the clients'
         side)."""
-        total, loss_sum, trained, self._drawn = self._summer.secure_sum(self._token, positions, weights)
+        total, loss_sum, trained, self._sums = self._summer.secure_sum(self._token, positions, weights)
         self._loss = (loss_sum, trained)
         return total
 
@@ -283,14 +311,14 @@ class SealedCohort:
         before the sum is revealed."""
         return self._loss if self._loss is not None else (0.0, 0)
 
-    def drawn_total(self, received: np.ndarray) -> float:
-        """The samples the cohort drew, summed, from the same secure sum (after the update's sum), with the plan's
-        noise (a float then)."""
+    def summed(self, name: str, received: np.ndarray) -> float:
+        """The cohort's values of the summed statistic ``name`` (e.g. the samples it drew), from the same secure sum
+        (after the update's sum), with the plan's noise (a float then)."""
         if self._loss is None:
-            raise RuntimeError("the drawn count comes with the secure sum of the update: ask for that sum first")
-        if self._drawn is None:
-            raise ValueError("normalize='drawn' needs each client's drawn count in the secure sum, which this federation does not send")
-        return self._drawn
+            raise RuntimeError(f"the summed {name!r} comes with the secure sum of the update: ask for that sum first")
+        if name not in self._sums:
+            raise not_summed(name)
+        return self._sums[name]
 
     def rows_trained(self, received: np.ndarray) -> None:
         """Unknown: a sealed reply's rows trained are not read, nor summed into the secure sum (the realised budget

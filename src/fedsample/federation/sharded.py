@@ -5,7 +5,7 @@ The clients are split over the workers as :mod:`fedsample.federation.shards` say
 k mod workers). A worker holds its clients' rows and runs an in-process engine on its share of every call
 (:class:`ClientShard`); ``train`` keeps the clients' updates on the worker and answers with a summary
 (:func:`summarize_reports`). The server gets :func:`sharded_replies`: a reply list of light reports (steps,
-loss, FedNova's a_k, drawn samples) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
+loss, FedNova's a_k, summed statistics) whose fused ``weighted_update_sum(positions, weights)`` asks each worker
 for its partial ``sum_k w_k * Delta_k`` and adds them in worker order; reading a report's ``update`` fetches
 that worker's updates. Per round, what crosses is the global parameters to each worker and one parameter-sized
 sum back: O(workers x parameters), not O(clients x parameters).
@@ -89,20 +89,25 @@ class ClientShard:
         return self._held[1]
 
 
-def summarize_reports(reports: ReplyList) -> tuple[np.ndarray, np.ndarray, list[Mapping[str, float]]]:
+Summary = tuple[np.ndarray, np.ndarray, list[Mapping[str, float]], list[Mapping[str, int]]]
+"""A worker's summary of a train call (:func:`summarize_reports`)."""
+
+
+def summarize_reports(reports: ReplyList) -> Summary:
     """What the server needs of a train call besides the updates: the positions of the received reports, one
-    row (steps, loss, FedNova's a_k or NaN, drawn samples or NaN, rows trained or NaN) per received report, and each
-    one's reply statistics (:attr:`fedsample.messages.TrainReport.statistics`); replies that carry no update (empty:
-    no step taken) are not summarized and cost nothing."""
+    row (steps, loss, FedNova's a_k or NaN, rows trained or NaN) per received report, and each one's reply statistics
+    and summed statistics (:attr:`fedsample.messages.TrainReport.statistics`, ``sums``); replies that carry no update
+    (empty: no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
     got = [reports[int(i)] for i in positions]
-    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.samples), _or_nan(r.rows_trained))
+    rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
-    return np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 5), [r.statistics for r in got]
+    return (np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],
+            [dict(r.sums) for r in got])  # plain dicts: they cross a pipe
 
 
 #: The summary of a worker none of whose clients was asked (:func:`summarize_reports` of no report).
-NO_SUMMARY: tuple[np.ndarray, np.ndarray, list[Mapping[str, float]]] = (np.zeros(0, np.int64), np.zeros((0, 5)), [])
+NO_SUMMARY: Summary = (np.zeros(0, np.int64), np.zeros((0, 4)), [], [])
 
 
 def _or_nan(value: float | None) -> float:
@@ -122,10 +127,12 @@ class RemoteReport(TrainReport):
     """A client's train report whose update stays on its worker until read."""
 
     def __init__(self, owner: "ShardedUpdates", position: int, steps: int, loss: float, norm_steps: float | None,
-                 samples: int | None = None, rows_trained: int | None = None, statistics: Mapping[str, float] | None = None) -> None:
+                 rows_trained: int | None = None, statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples = steps, loss, norm_steps, samples
-        self.rows_trained, self.statistics = rows_trained, {} if statistics is None else statistics
+        self.steps, self.loss, self.norm_steps, self.rows_trained = steps, loss, norm_steps, rows_trained
+        self.statistics = {} if statistics is None else statistics
+        if sums:  # else the class's empty mapping
+            self.sums = sums
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, computed when read
@@ -146,11 +153,11 @@ class ShardedUpdates(ReplyObjects):
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
         self._local = np.zeros(size, dtype=np.int64)
-        for w, (positions, (got, table, statistics)) in enumerate(zip(parts, summaries)):
+        for w, (positions, (got, table, statistics, sums)) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, drawn, trained), stats in zip(positions[got].tolist(), table.tolist(), statistics):
+            for j, (steps, loss, norm, trained), stats, summed in zip(positions[got].tolist(), table.tolist(), statistics, sums):
                 self.replies[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
-                                               None if np.isnan(drawn) else int(drawn), None if np.isnan(trained) else int(trained), stats)
+                                               None if np.isnan(trained) else int(trained), stats, summed)
         self._received = np.sort(np.concatenate([p[got] for p, (got, *_) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received(self) -> np.ndarray:

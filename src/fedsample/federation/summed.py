@@ -40,7 +40,9 @@ class SummedReport(TrainReport):
     def __init__(self, recompute: Callable[[], Params], report: TrainReport) -> None:
         self._recompute = recompute
         self.steps, self.loss, self.norm_steps = report.steps, report.loss, report.norm_steps
-        self.samples, self.rows_trained, self.statistics = report.samples, report.rows_trained, report.statistics
+        self.rows_trained, self.statistics = report.rows_trained, report.statistics
+        if report.sums:  # else the class's empty mapping
+            self.sums = report.sums
 
     @property
     def update(self) -> Params:  # type: ignore[override]  # the report's field, recomputed when read

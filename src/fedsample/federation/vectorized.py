@@ -49,7 +49,7 @@ from torch import nn
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
 from fedsample.messages import (
-    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics,
+    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics, summed_statistics,
 )
 from fedsample import client as procedures
 from fedsample.client import empty_report
@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, drawn_of, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, summed_over, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -121,7 +121,7 @@ class VectorizedSimulator(Simulator):
             report = reports[position]
             kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
                 update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
-                samples=report.samples, rows_trained=report.rows_trained, statistics=report.statistics)
+                rows_trained=report.rows_trained, statistics=report.statistics, sums=report.sums)
             held.append(procedures.hold(self.context(k), kept, round))
         return Replies(held, failed={})
 
@@ -291,7 +291,7 @@ class VectorizedSimulator(Simulator):
         self._meter.add(procedures.measured_rows(payload.plan, len(drawn.member), int(schedule.entries.sum())))  # never sent
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
-        counted = drawn.counts if parts.reports_count(payload.plan) else None  # the plan asks for it
+        counted = summed_statistics(parts.summed_of(payload.plan), drawn.counts)  # those the plan declares: {} for none
         sends_rows = parts.reports_rows(payload.plan)  # False: the plan's drawn count is private, no row count leaves a client
         reports: ReplyList
         if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
@@ -304,9 +304,9 @@ class VectorizedSimulator(Simulator):
 
     def _train_stepped(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, steps: np.ndarray, rule: Rule, params: Params,
-        round: int, norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
+        round: int, norm: np.ndarray | None, counted: dict[str, np.ndarray], sends_rows: bool,
     ) -> ReplyList:
-        """Multi-step schedules (``counted``: the drawn counts the replies carry, None where none; ``sends_rows``:
+        """Multi-step schedules (``counted``: the summed statistics the replies carry, by name; ``sends_rows``:
         whether they carry the rows trained): the clients that step, in groups of similar batch width and step count
         (:func:`padding_groups`: padding stays under 2x), each group in chunks under the memory budget, each chunk
         stacked by decreasing steps so that step s runs only the clients still stepping. A chunk runs in low-rank
@@ -343,7 +343,8 @@ class VectorizedSimulator(Simulator):
                     report = _DeferredReport(reports, c, loss, int(steps[c])) if updates is None else TrainReport(
                         update={k: v[j] for k, v in updates.items()}, steps=int(steps[c]), loss=loss)
                     report.norm_steps = None if norm is None else float(norm[c])
-                    report.samples = None if counted is None else int(counted[c])
+                    if counted:
+                        report.sums = {name: int(v[c]) for name, v in counted.items()}
                     report.rows_trained = int(schedule.entries[c]) if sends_rows else None
                     reports.replies[c] = report
         return FusedReplies(reports) if reports.held else Replies(reports.replies, failed={})
@@ -357,7 +358,7 @@ class VectorizedSimulator(Simulator):
 
     def _union_step(
         self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule, rule: SGDStep, params: Params, round: int,
-        norm: np.ndarray | None, counted: np.ndarray | None, sends_rows: bool,
+        norm: np.ndarray | None, counted: dict[str, np.ndarray], sends_rows: bool,
     ) -> FusedReplies:
         """Every client takes (at most) one step from the global parameters w0, so its update is linear in its
         weighted gradient: Delta_c = lr * (g_c + weight_decay * w0) (:meth:`SGDStep.first_step_`; FedSampling's
@@ -372,7 +373,7 @@ class VectorizedSimulator(Simulator):
             masks = self.random.draw_many(generators, counts[drew].tolist(), self.dtype) if generators else None
         return BatchedCohort.one_gradient(
             self, params, self._rows(ids, drawn, schedule), member, schedule.weight, counts, schedule.loss_scale,
-            step=rule.lr, decay=rule.weight_decay, masks=masks, norm_steps=norm, samples=counted,
+            step=rule.lr, decay=rule.weight_decay, masks=masks, norm_steps=norm, sums=counted,
             rows_trained=counts if sends_rows else None,
         )
 
@@ -537,7 +538,7 @@ class BatchedCohort:
     _stepped: np.ndarray  # the positions where _took_step holds, ascending
     _losses: np.ndarray  # each client's reported loss (read where it took a step)
     _norm_steps: np.ndarray | None  # FedNova's a_k where the solver reports it
-    _samples: np.ndarray | None  # the drawn counts where the plan asks for them
+    _sums: dict[str, np.ndarray]  # each summed statistic the plan declares, one int per client, by name
     _rows_trained: np.ndarray | None  # each client's rows in its one step (the schedule's entries)
     _empty: "_EmptyReply"  # the one shared empty reply (never mutated), made on first read
     _made: dict[int, TrainReport]  # the reports read so far, by position
@@ -546,7 +547,7 @@ class BatchedCohort:
     def one_gradient(
         cls, sim: VectorizedSimulator, params: Params, rows: np.ndarray, member: np.ndarray, weights: np.ndarray,
         counts: np.ndarray, loss_scale: np.ndarray | None, step: float = 1.0, decay: float = 0.0,
-        masks: random_layers.Masks | None = None, norm_steps: np.ndarray | None = None, samples: np.ndarray | None = None,
+        masks: random_layers.Masks | None = None, norm_steps: np.ndarray | None = None, sums: dict[str, np.ndarray] | None = None,
         rows_trained: np.ndarray | None = None,
     ) -> FusedReplies:
         """Reports whose updates are ``step * (G_c + decay * w0)`` with G_c = sum over client c's rows of
@@ -554,8 +555,8 @@ class BatchedCohort:
         loss times ``norm_c / max(counts_c, 1)`` with ``norm_c = loss_scale_c * max(counts_c, 1)`` (one-gradient: the
         schedule's ``loss_scale``) or, where ``loss_scale`` is None, the weighted loss itself (a local SGD step's
         minibatch loss). ``masks``: the union's dropout masks, rows in the order of ``rows``;
-        ``norm_steps``, ``samples``, ``rows_trained``: each client's FedNova a_k, drawn count and rows trained where its
-        report carries them.
+        ``norm_steps``, ``sums``, ``rows_trained``: each client's FedNova a_k, summed statistics (by name) and rows trained
+        where its report carries them.
         A client without rows gets :func:`~fedsample.client.empty_report`."""
         leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
         rows_t = torch.as_tensor(rows, device=sim.device)
@@ -566,7 +567,7 @@ class BatchedCohort:
         per_client = np.bincount(member, weights=terms.detach().double().cpu().numpy(), minlength=len(counts))
         cohort = cls.__new__(cls)
         cohort._made, cohort._empty = {}, _EmptyReply(params)
-        cohort._norm_steps, cohort._samples, cohort._rows_trained = norm_steps, samples, rows_trained
+        cohort._norm_steps, cohort._sums, cohort._rows_trained = norm_steps, sums or {}, rows_trained
         cohort._source = _CohortUpdates(sim, len(sim._unions), len(counts), step, decay)
         cohort._took_step = counts > 0  # the replies' steps > 0, kept as one mask
         cohort._stepped = np.flatnonzero(cohort._took_step)  # their positions (a scan of the mask; asked several times a round, handed out
@@ -587,13 +588,13 @@ class BatchedCohort:
         return report
 
     def _report(self, position: int) -> TrainReport:
-        """The report of a client that took its step: its loss, rows trained, a_k and drawn count from the arrays."""
+        """The report of a client that took its step: its loss, rows trained, a_k and summed statistics from the arrays."""
         report = _DeferredReport(self._source, position, float(self._losses[position]))
         report.rows_trained = None if self._rows_trained is None else int(self._rows_trained[position])
         if self._norm_steps is not None:
             report.norm_steps = float(self._norm_steps[position])
-        if self._samples is not None:
-            report.samples = int(self._samples[position])
+        if self._sums:
+            report.sums = {name: int(v[position]) for name, v in self._sums.items()}
         return report
 
     def received(self) -> np.ndarray:
@@ -607,11 +608,12 @@ class BatchedCohort:
         losses = self._losses[received]
         return (float(np.cumsum(losses)[-1]) if len(losses) else 0.0), len(losses)
 
-    def drawn_total(self, received: np.ndarray) -> int:
-        """The received clients' drawn counts, summed (a ValueError where the plan did not ask for them)."""
-        if self._samples is None:
-            return drawn_of(self.reply, received)
-        return int(np.sum(np.asarray(self._samples, dtype=np.int64)[received]))
+    def summed(self, name: str, received: np.ndarray) -> int:
+        """The received clients' values of the summed statistic ``name``, summed from its array (a ValueError where the
+        plan does not declare it)."""
+        if name not in self._sums:
+            return summed_over(self.reply, received, name)
+        return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
@@ -794,7 +796,7 @@ class _DeferredReport(TrainReport):
 
     def __init__(self, owner: "_CohortUpdates | SteppedCohort", position: int, loss: float, steps: int = 1) -> None:
         self._owner, self._position = owner, position
-        self.steps, self.loss, self.norm_steps, self.samples, self.rows_trained = steps, loss, None, None, None
+        self.steps, self.loss, self.norm_steps, self.rows_trained = steps, loss, None, None
         self.statistics: Mapping[str, float] = {}
 
     @property

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, procedure_of
+from fedsample.messages import DRAWN, HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, procedure_of
 from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
@@ -100,7 +100,9 @@ def encode_report(request: Any, report: Any) -> RecordDict:
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
-        if report.samples is not None:  # only when the plan asks (self-normalized FedSampling)
+        if set(report.sums) - {DRAWN}:
+            raise ValueError(f"the Flower codec carries the drawn count ({DRAWN!r}) only among summed statistics, not {sorted(report.sums)}")
+        if report.samples is not None:  # only when the plan declares it (self-normalized FedSampling)
             metrics["samples"] = int(report.samples)
         if report.rows_trained is not None:  # the rows its steps read (the realised budget)
             metrics["rows_trained"] = int(report.rows_trained)

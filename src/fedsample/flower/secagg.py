@@ -55,10 +55,10 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
-from fedsample.federation.secure_sum import count_shares, sealed_count, sealed_replies
+from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
 from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
-from fedsample.messages import TrainPayload, procedure_of
+from fedsample.messages import DRAWN, SIZES, TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
 from fedsample.training.functional import Params
 
@@ -232,16 +232,16 @@ def clipping_range_of(message: Message) -> float:
 
 def count_share_of(message: Message, request: Any) -> float | None:
     """This client's share of the noise on the summed count (:func:`~fedsample.federation.secure_sum.count_shares`
-    of its own (seed, round, client) stream of the count's cell, :func:`~fedsample.federation.secure_sum.sealed_count`,
+    of its own (seed, round, client) stream of the count's cell, :func:`~fedsample.federation.secure_sum.sealed_statistic`,
     over the asked clients the request names), drawn here on the client; None where the request asks for no count or
     no noise on it."""
-    counted, sigma, purpose = sealed_count(request.payload)
-    if not counted or sigma <= 0:
+    statistic = sealed_statistic(request.payload)
+    if statistic is None or statistic.noise <= 0:
         return None
     asked = message.content.config_records[SEALED]["asked"]
     if not isinstance(asked, int) or asked < 1:
         raise ValueError(f"the number of asked clients must be a positive integer, got {asked!r}")
-    return float(count_shares(sigma, asked, request.seed, request.round, np.array([request.client]), purpose)[0])
+    return float(count_shares(float(statistic.noise), asked, request.seed, request.round, np.array([request.client]), statistic.purpose)[0])
 
 
 def count_range_of(message: Message) -> float:
@@ -391,25 +391,26 @@ class _Sums:
     """The sealed cohorts of one federation, each revealed once (their :class:`~fedsample.federation.secure_sum.SealedCohort` asks here)."""
 
     def __init__(self) -> None:
-        self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, bool]] = {}  # (sum, positions, counted)
+        self.pending: dict[int, tuple[SummedCohort | None, np.ndarray, str | None]] = {}  # (sum, positions, the sealed
+        # statistic's name: None where none)
         self.calls = 0
 
-    def seal(self, cohort: SummedCohort | None, positions: np.ndarray, counted: bool) -> int:
+    def seal(self, cohort: SummedCohort | None, positions: np.ndarray, counted: str | None) -> int:
         self.pending.clear()  # a cohort not summed by the next train call is never revealed
         self.calls += 1
         self.pending[self.calls] = (cohort, positions, counted)
         return self.calls
 
-    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, float | None]:
-        """(w * sum of the updates, summed loss, how many stepped, summed drawn count, noised where the plan
-        asks, or None): the weights
+    def secure_sum(self, token: int, positions: np.ndarray, weights: np.ndarray) -> tuple[Params | None, float, int, dict[str, float]]:
+        """(w * sum of the updates, summed loss, how many stepped, the sealed statistic's sum by its name, noised where
+        the plan asks: the summed drawn count or sizes; none where not sealed): the weights
         must be one common weight over exactly the clients in the SecAgg+ sum."""
-        cohort, summed, counted = self.pending.pop(token, (None, None, False))
+        cohort, summed, counted = self.pending.pop(token, (None, None, None))
         if summed is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
         if cohort is None or len(positions) == 0:
-            return None, 0.0, 0, None
+            return None, 0.0, 0, {}
         if sorted(positions.tolist()) != sorted(summed.tolist()):
             raise ValueError("SecAgg+ sums every client whose masked vector arrived; the aggregator asked for the sum over "
                              f"positions {sorted(positions.tolist())}, not {sorted(summed.tolist())}")
@@ -418,7 +419,7 @@ class _Sums:
                              "same for every client (FedSampling's sum, a uniform mean); these differ: "
                              f"{np.unique(weights).tolist()[:4]}")
         total = {k: v * float(weights[0]) for k, v in cohort.update.items()}
-        return total, cohort.loss, cohort.stepped, cohort.drawn if counted else None
+        return total, cohort.loss, cohort.stepped, {} if counted is None else {counted: cohort.drawn}
 
 
 def sealed_train(
@@ -431,6 +432,9 @@ def sealed_train(
     the clients, in shares sealed into the sum (:func:`count_share_of`). A count-only
     request (:class:`~fedsample.messages.SizeSumRequest`), each client's vector its tally alone (no parameters), the
     summed count its size plus its noise share."""
+    statistic = sealed_statistic(payloads[0]) if payloads else None
+    if statistic is not None and statistic.name not in (DRAWN, SIZES):  # the tally's count entries hold one of these
+        raise ValueError(f"Flower's SecAgg+ tally seals the drawn count or the sizes, not the summed statistic {statistic.name!r}")
     reachable = federation._reachable(ids, round)
     procedure = procedure_of(payloads[0]).name if payloads else ""  # the phase a failed client's record names
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
@@ -455,7 +459,7 @@ def sealed_train(
     federation.failures[round].extend(failed[i] for i in sorted(failed))
     report_on_console(round, record, [failed[i] for i in sorted(failed)])
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
-    counted = bool(payloads) and sealed_count(payloads[0])[0]
+    counted = None if statistic is None else statistic.name
     if federation.sealed_sums is None:
         federation.sealed_sums = _Sums()
     token = federation.sealed_sums.seal(cohort, positions, counted)
@@ -514,8 +518,8 @@ def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
 def count_noise_of(payloads: list[Any]) -> float:
     """sigma of the noise on the summed count, the plan's drawn count's or the summed sizes' (0: no count asked, or
     the exact count)."""
-    counted, sigma, _ = sealed_count(payloads[0]) if payloads else (False, 0.0, "")
-    return sigma if counted else 0.0
+    statistic = sealed_statistic(payloads[0]) if payloads else None
+    return 0.0 if statistic is None else float(statistic.noise)
 
 
 def dropouts(outcome: dict[str, dict[int, str | None]]) -> dict[int, str]:

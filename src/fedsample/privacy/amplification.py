@@ -80,7 +80,7 @@ from fedsample.privacy.ledger import (
 from fedsample.messages import HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, payloads_for
 from fedsample.parts import (
     Aggregator, Census, ClientSampler, DataSampler, FixedSize, LocalSolver, Poisson, SplitNoise, UpdatePrivacy, WithReplacement,
-    client_sampling_design, drawn_count_noise, plan_sampling_design, privacy_capabilities, reports_count, solver_capabilities,
+    client_sampling_design, plan_sampling_design, privacy_capabilities, solver_capabilities, summed_noise, summed_of,
 )
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
@@ -213,10 +213,10 @@ def counts_noised_in_the_sum(strategy: Accounted) -> bool:
 
 
 def counted(plans: Sequence[object]) -> tuple[bool, float]:
-    """Whether the plans ask each client for its drawn count (summed in the secure sum), and the Gaussian noise's
-    standard deviation sigma_S on that sum (0: the exact count)."""
-    asked = any(reports_count(p) for p in plans)
-    return asked, (max(drawn_count_noise(p) for p in plans) if asked else 0.0)
+    """Whether the plans declare a summed statistic (FedSampling's drawn count, summed in the secure sum), and the
+    Gaussian noise's standard deviation sigma_S on that sum (0: the exact count)."""
+    asked = any(summed_of(p) for p in plans)
+    return asked, (max(summed_noise(p) for p in plans) if asked else 0.0)
 
 
 def joint_multiplier(z_update: float, z_count: float) -> float:

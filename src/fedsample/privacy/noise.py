@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import ClassVar, cast
+from typing import ClassVar, Mapping, cast
 
 import numpy as np
 
 from fedsample import checks
-from fedsample.parts import LocalSolver, SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, drawn_count_noise, privacy_capabilities
+from fedsample.parts import LocalSolver, SplitNoise, UpdatePrivacy, UpdatePrivacyCapabilities, privacy_capabilities, summed_noise, summed_of
 from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, TrainPayload, TrainReport
 from fedsample.rng import ClientRandom
 
@@ -43,11 +43,11 @@ def _gaussian_like(update: Params, sigma: float, rng: "np.random.Generator | Cli
     return out
 
 
-def _private(update: Params, samples: int | None = None) -> TrainReport:
+def _private(update: Params, sums: Mapping[str, int] | None = None) -> TrainReport:
     """The reply of a noised client: its noised update, one step, no loss, no rows trained (the realised budget of a
-    noised client sampler is unknown) and no drawn count (``samples``: the
-    count, only where it goes into a secure sum that noises it, :meth:`PerExampleNoise.private_reply`)."""
-    return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, samples=samples)
+    noised client sampler is unknown) and no summed statistic (``sums``: the drawn count and the plan's other summed
+    statistics, only where they go into a secure sum that noises them, :meth:`PerExampleNoise.private_reply`)."""
+    return TrainReport(update=update, steps=1, loss=0.0, norm_steps=None, sums=sums)
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,9 @@ class PerExampleNoise:
         """The client's clipped G_c (zero when it drew nothing) plus its noise share, as a private reply; its drawn
         count goes with it only where the plan puts Gaussian noise on the count's secure sum (``count_noise``; the
         ledger accounts the update and the count as one mechanism), else it is withheld."""
-        keep = drawn_count_noise(payload.plan) > 0
-        samples = (report.samples if report.samples is not None else 0) if keep else None
-        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), samples)
+        keep = summed_noise(payload.plan) > 0
+        sums = {s.name: report.sums.get(s.name, 0) for s in summed_of(payload.plan)} if keep else None
+        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), sums)
 
 
 def for_cohort(noise: UpdatePrivacy | None, size: int) -> UpdatePrivacy | None:

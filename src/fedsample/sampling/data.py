@@ -8,6 +8,8 @@ norm grows with their number, and an empty draw gives a zero update); with
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.messages import ClientContext, LocalSample, SizeSumRequest
+from fedsample.messages import DRAWN, SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, CohortRandom
 from fedsample.sampling.clamp import clamped
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
-    "AllSamples", "BernoulliSamples", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
+    "AllSamples", "BernoulliSamples", "DrawnCount", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
     "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "TotalFrom",
 ]
 
@@ -63,16 +65,47 @@ class AllSamples:
 
 
 @dataclass(frozen=True)
+class DrawnCount:
+    """FedSampling's drawn count as a summed statistic (:class:`fedsample.messages.SummedStatistic`): each client adds
+    |S_c|, how many samples it drew, to its reply under :data:`~fedsample.messages.DRAWN`, and the server learns only
+    S = sum_c |S_c| (inside the secure sum), plus Gaussian noise of standard deviation ``noise`` = sigma_S added by the
+    asked clients in equal shares from the cells of ``purpose``: the self-normalized update's divisor
+    (:class:`fedsample.training.aggregate.DrawnNormalizedSum`) and what a steered run learns N from
+    (:meth:`FedSamplingData.observe_drawn`)."""
+
+    noise: float = 0.0
+    name: str = DRAWN
+    purpose: str = "secure sum: drawn-count noise"
+    released: str = "drawn-sample count"
+
+    def of_cohort(self, counts: np.ndarray) -> np.ndarray:
+        """|S_c| itself."""
+        return np.asarray(counts, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def counting_capabilities(count_noise: float) -> CohortPlanCapabilities:
+    """What a :class:`BernoulliSamples` plan that reports its count declares: the class's record plus the
+    :class:`DrawnCount` of noise ``count_noise`` (one record per setting, not one per plan)."""
+    return dataclasses.replace(BernoulliSamples.capabilities, summed=(DrawnCount(float(count_noise)),))
+
+
+@dataclass(frozen=True)
 class BernoulliSamples:
-    """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14).
-    ``report_count``: the client adds how many it kept to its reply (for a secure sum of the counts only);
-    ``count_noise``: the standard deviation sigma_S of the Gaussian noise the asked clients add to that sum, in
-    equal shares (:class:`fedsample.federation.secure_sum.SecureSum` adds it; 0: the exact count)."""
+    """Keep each local sample independently with probability p (Qi et al. 2023, Algorithm 1, lines 11-14); its draw
+    is private (``private_draw``: FedSampling's count reaches the server only summed). ``report_count``: the client
+    adds how many it kept to its reply (for a secure sum of the counts only: the plan declares a :class:`DrawnCount`); ``count_noise``: the standard deviation sigma_S of the Gaussian noise the asked
+    clients add to that sum, in equal shares (:class:`fedsample.federation.secure_sum.SecureSum` adds it; 0: the
+    exact count)."""
 
     p: float
     report_count: bool = False
     count_noise: float = 0.0
-    capabilities: ClassVar[CohortPlanCapabilities] = CohortPlanCapabilities(draws_blocks=True, draws_on_device=True)
+    capabilities: ClassVar[CohortPlanCapabilities] = CohortPlanCapabilities(draws_blocks=True, draws_on_device=True, private_draw=True)
+
+    def __post_init__(self) -> None:
+        if self.report_count:  # this plan's own record: the class's plus its drawn count (frozen: set as the dataclass does)
+            object.__setattr__(self, "capabilities", counting_capabilities(float(self.count_noise)))
 
     def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
@@ -255,7 +288,7 @@ class FedSamplingData:
             if len(answered) == 0:
                 raise ValueError("FedSamplingData(total_from='secure_sum'): no client's size arrived in the secure sum")
             replies.weighted_update_sum(answered, np.ones(len(answered)))  # the one sum: its count is the noised total
-            ctx.state[SUMMED_TOTAL] = float(replies.drawn_total()) * len(ids) / len(answered)
+            ctx.state[SUMMED_TOTAL] = float(replies.summed(SIZES)) * len(ids) / len(answered)
         return max(float(ctx.state[SUMMED_TOTAL]), float(ctx.num_clients))
 
     def steered_total(self, state: State, num_clients: int) -> float | None:

@@ -1,0 +1,142 @@
+"""Summed statistics as plug-ins (fedsample.messages.SummedStatistic): a data plan declares them in its capabilities'
+``summed`` (FedSampling's drawn count, fedsample.sampling.data.DrawnCount, is the first); every engine adds each one's
+value to each report's ``sums``; the server reads the cohort's sum by name (ReplyList.summed), and the secure sum
+seals one more coordinate per statistic, with its own noise shares from its own cells."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
+from fedsample.federation.simulator import Simulator
+from fedsample.federation.vectorized import VectorizedSimulator
+from fedsample.messages import DRAWN, SummedStatistic, TrainPayload, TrainReport
+from fedsample.models import initial_parameters
+from fedsample.parts import CohortPlanCapabilities, reports_rows, summed_noise, summed_of
+from fedsample.sampling.data import BernoulliSamples, DrawnCount
+from fedsample.training.local import LocalSGD, OneGradient
+from helpers import blobs, federate
+
+import fedsample as fs
+
+
+@dataclasses.dataclass(frozen=True)
+class Drew:
+    """A user's summed statistic: 1 for a client that drew at least one sample (the server learns how many did)."""
+
+    noise: float = 0.0
+    name: str = "drew"
+    purpose: str = "test: clients-that-drew noise"
+    released: str = "clients that drew"
+
+    def of_cohort(self, counts):
+        return (np.asarray(counts) > 0).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoSums(BernoulliSamples):
+    """Bernoulli sampling that declares the drawn count and :class:`Drew`, both with noise ``count_noise``."""
+
+    def __post_init__(self):
+        declared = dataclasses.replace(BernoulliSamples.capabilities, summed=(DrawnCount(self.count_noise), Drew(self.count_noise)))
+        object.__setattr__(self, "capabilities", declared)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """Ten clients (one without data) and a small MLP."""
+    fed = federate(blobs(n=80), [6, 0, 9, 4, 7, 3, 8, 2, 5, 6])
+    return fed, fs.models.MLP(hidden=4).build(fed.dataset.input_shape, fed.dataset.num_classes)
+
+
+def payload(module, plan, solver=None):
+    return TrainPayload(initial_parameters(module, 1), plan, solver or OneGradient(5), 2)
+
+
+def test_the_drawn_count_is_declared_exactly_where_the_plan_reports_it():
+    assert isinstance(DrawnCount(), SummedStatistic) and DrawnCount().name == DRAWN
+    assert summed_of(BernoulliSamples(0.5)) == () and summed_of(BernoulliSamples(0.5, report_count=True)) == (DrawnCount(0.0),)
+    assert summed_of(BernoulliSamples(0.5, report_count=True, count_noise=5.0)) == (DrawnCount(5.0),)
+    assert summed_noise(BernoulliSamples(0.5, report_count=True, count_noise=5.0)) == 5.0 and summed_noise(BernoulliSamples(0.5)) == 0.0
+    assert summed_of(None) == () and summed_of(fs.sampling.data.AllSamples()) == ()
+    # FedSampling's draw is private: no rows trained leave a client unless the plan sums its count
+    assert not reports_rows(BernoulliSamples(0.5)) and reports_rows(BernoulliSamples(0.5, report_count=True))
+    assert reports_rows(fs.sampling.data.AllSamples())
+
+
+def test_a_wrong_declaration_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"CohortPlanCapabilities\(summed=.*summed must be a tuple of summed statistics"):
+        CohortPlanCapabilities(summed=("drawn",))
+    with pytest.raises(ValueError, match="summed must be"):
+        CohortPlanCapabilities(summed=DrawnCount())  # one statistic, not a tuple
+
+
+def test_a_report_given_samples_carries_them_as_its_drawn_count():
+    report = TrainReport({}, 1, 0.5, samples=3)
+    assert report.sums == {DRAWN: 3} and report.samples == 3
+    assert TrainReport({}, 1, 0.5).samples is None and dict(TrainReport({}, 1, 0.5).sums) == {}
+    assert "sums" not in vars(TrainReport({}, 1, 0.5))  # a report without sums holds nothing of them
+    assert TrainReport({}, 1, 0.5, sums={"drew": 1}, samples=2).sums == {"drew": 1, DRAWN: 2}
+
+
+@pytest.mark.parametrize("solver", [OneGradient(5), LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2)], ids=["one-gradient", "stepped"])
+def test_every_engine_sums_each_declared_statistic_by_name(engines, solver):
+    """Loop and vectorized engines (the fused one-gradient cohort and the stepped one): each report carries both
+    statistics, and the cohort's sums by name equal the hand sums over the received replies (the drawn count, how
+    many drew at least one sample)."""
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sent = payload(module, TwoSums(0.6, report_count=True), solver)
+    for engine in (Simulator(fed, module, seed=3), VectorizedSimulator(fed, module, seed=3)):
+        replies = engine.run(ids, sent, 2)
+        received = replies.received_positions()
+        counts = [replies[int(i)].samples for i in received]
+        assert all(c is not None and c > 0 for c in counts) and len(received) >= 5
+        assert replies.summed(DRAWN) == replies.drawn_total() == sum(counts)
+        assert replies.summed("drew") == len(received) == sum(replies[int(i)].sums["drew"] for i in received)
+        with pytest.raises(ValueError, match="no summed statistic 'other'"):
+            replies.summed("other")
+    loop, batched = (e.run(ids, sent, 2) for e in (Simulator(fed, module, seed=3), VectorizedSimulator(fed, module, seed=3)))
+    assert loop.summed(DRAWN) == batched.summed(DRAWN)  # the same draws: the same count
+
+
+def test_the_secure_sum_seals_each_statistic_with_its_own_noise(engines):
+    """Two noised statistics in one secure sum: each noised sum is its exact sum plus the answered clients' shares of
+    its own cells (count_shares of its purpose), to the bit; the drawn count's shares are those of the drawn count's
+    cell as before (FedSampling alone gives the same noised count)."""
+    fed, module = engines
+    ids, sigma, seed, round = np.arange(fed.num_clients), 4.0, 3, 2
+    exact = Simulator(fed, module, seed=seed).run(ids, payload(module, TwoSums(0.6, report_count=True)), round)
+    sealed = SecureSum(Simulator(fed, module, seed=seed)).run(ids, payload(module, TwoSums(0.6, report_count=True, count_noise=sigma)), round)
+    sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
+    for statistic in (DrawnCount(sigma), Drew(sigma)):
+        shares = count_shares(sigma, len(ids), seed, round, ids, statistic.purpose)
+        assert sealed.summed(statistic.name) == float(exact.summed(statistic.name)) + float(shares.sum())
+    alone = SecureSum(Simulator(fed, module, seed=seed)).run(ids, payload(module, BernoulliSamples(0.6, report_count=True, count_noise=sigma)), round)
+    alone.weighted_update_sum(alone.received_positions(), np.ones(len(alone.received_positions())))
+    assert alone.drawn_total() == sealed.summed(DRAWN)
+    with pytest.raises(ValueError, match="no summed statistic 'other'"):
+        sealed.summed("other")
+
+
+def test_a_sealed_sum_is_read_only_after_the_update_sum(engines):
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sealed = SecureSum(Simulator(fed, module, seed=3)).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2)
+    with pytest.raises(RuntimeError, match="comes with the secure sum of the update"):
+        sealed.summed(DRAWN)
+    total = sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
+    assert total is not None and all(isinstance(v, torch.Tensor) for v in total.values())
+    assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).drawn_total()
+
+
+def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
+    """Flower's SecAgg+ tally holds one count (sealed_statistic): a plan that declares two summed statistics is refused
+    in one line naming them, one that declares the drawn count gets it back."""
+    fed, module = engines
+    assert sealed_statistic(payload(module, BernoulliSamples(0.5, report_count=True, count_noise=2.0))) == DrawnCount(2.0)
+    assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
+    with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
+        sealed_statistic(payload(module, TwoSums(0.5, report_count=True)))
