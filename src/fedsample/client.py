@@ -20,7 +20,7 @@ from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic,
     SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics, summed_statistics,
 )
-from fedsample.parts import LocalSolver, RunsSolver, describe, plan_capabilities, privacy_capabilities, reports_rows, summed_of
+from fedsample.parts import LocalSolver, RunsSolver, declared_plan, describe, privacy_capabilities, reports_rows, summed_of
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -186,7 +186,7 @@ def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | N
     rows where its plan declares its draw private (``private_draw``, FedSampling's: the figure the round's
     ``realised_samples`` reads from a released count), else the rows its local steps read (``rows_trained``, with
     repeats; None where the solver does not count them)."""
-    return drawn if plan_capabilities(plan).private_draw else rows_trained
+    return drawn if declared_plan(plan).private_draw else rows_trained
 
 
 def sample_sums(plan: object, drawn: int) -> dict[str, int]:

@@ -60,7 +60,7 @@ __all__ = [
     "DesignedPlan", "DeviceDraw", "DevicePlan", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
-    "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
+    "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
@@ -484,7 +484,7 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
-    "summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, SummedStatistic) for x in v),
+    "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
                "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
 }
 """What each declared field that is not yes-or-no must be, and how the refusal says it."""
@@ -727,7 +727,7 @@ class DataPlan(Protocol):
 def summed_of(plan: object) -> tuple[SummedStatistic, ...]:
     """The summed statistics ``plan`` declares (its capabilities' ``summed``, :class:`CohortPlanCapabilities`): what
     each client adds to its reply for the server to learn only summed (FedSampling's drawn count); () where none."""
-    return plan_capabilities(plan).summed
+    return declared_plan(plan).summed
 
 
 def summed_noise(plan: object) -> float:
@@ -741,7 +741,7 @@ def reports_rows(plan: object) -> bool:
     :mod:`fedsample.budget`): not where the plan declares its draw private (``private_draw``, FedSampling's: the
     count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
     plan sums a statistic of it anyway."""
-    declared = plan_capabilities(plan)
+    declared = declared_plan(plan)
     return not declared.private_draw or bool(declared.summed)
 
 
@@ -1017,13 +1017,22 @@ def privacy_capabilities(noise: object) -> UpdatePrivacyCapabilities:
     return cast(DeclaredPrivacy, noise).capabilities if conforms(noise, DeclaredPrivacy) else UpdatePrivacyCapabilities()
 
 
-def plan_capabilities(plan: object) -> CohortPlanCapabilities:
-    """What the cohort plan ``plan`` declares (none: the record of defaults, ``draw_cohort`` only); a plan whose
-    record is of another kind, or disagrees with its methods (:func:`offers_problem`), is refused in one line."""
+def declared_plan(plan: object) -> CohortPlanCapabilities:
+    """What the cohort plan ``plan`` declares (none: the record of defaults, ``draw_cohort`` only), read without
+    comparing it with the plan's methods (:func:`plan_capabilities` does, where an engine takes the plan's draws): the
+    per-round and per-client reads of its summed statistics and private draw. A record of another kind is refused in
+    one line."""
     declared = cast(DeclaredPlan, plan).capabilities if conforms(plan, DeclaredPlan) else CohortPlanCapabilities()
     if not isinstance(declared, CohortPlanCapabilities):
         raise ValueError(f"{describe(plan)} declares capabilities of type {type(declared).__name__}: a cohort plan declares a "
                          f"CohortPlanCapabilities")
+    return declared
+
+
+def plan_capabilities(plan: object) -> CohortPlanCapabilities:
+    """What the cohort plan ``plan`` declares (:func:`declared_plan`); a plan whose record disagrees with its methods
+    (:func:`offers_problem`) is refused in one line."""
+    declared = declared_plan(plan)
     problem = offers_problem(plan, declared)
     if problem is not None:
         raise ValueError(problem)

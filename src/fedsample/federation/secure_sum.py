@@ -32,13 +32,13 @@ refuses readable replies for a strategy that declares it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, cast
 
 import numpy as np
 from scipy.special import ndtri
 
 from fedsample import validate
-from fedsample.parts import summed_of
+from fedsample.parts import conforms, summed_of
 from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
 from fedsample.messages import SIZES, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
@@ -66,8 +66,8 @@ class SecureSum(Federation):
 
     def __init__(self, inner: Federation, seed: int | None = None) -> None:
         self.inner = inner
-        if seed is None and isinstance(inner, KeepsSeed):
-            seed = inner.seed  # the seed the federation inside declares (a wrapper of the user's may hold None)
+        if seed is None and conforms(inner, KeepsSeed):
+            seed = cast(KeepsSeed, inner).seed  # the seed the federation inside declares (a wrapper of the user's may hold None)
         self.seed = None if seed is None else int(seed)
         self._pending: dict[int, ReplyList] = {}
         self._counted: dict[int, dict[str, np.ndarray | None]] = {}  # each sealed statistic's noise shares of the
