@@ -227,7 +227,7 @@ class VectorizedSimulator(Simulator):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
             return super().run(ids, payloads, round)  # a solver the engine cannot batch: the reference loop
-        return self._train_scheduled(ids, payload, round)
+        return self._train_scheduled(ids, payload, payload.solver, round)
 
     def needs_loop(self) -> str | None:
         """Why this model's training cannot be batched (None: it can): :meth:`RandomLayers.unbatchable`."""
@@ -278,11 +278,11 @@ class VectorizedSimulator(Simulator):
 
     # --- a scheduled solver -------------------------------------------------------------------------------
 
-    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, round: int) -> ReplyList:
+    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, solver: parts.ScheduledSolver, round: int) -> ReplyList:
         """The cohort's local training from the solver's declaration: its schedule for what the cohort drew, its
         step rule and its FedNova normalizer. A cohort whose clients all take one step is one union forward
-        (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
-        solver = payload.solver
+        (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`). ``solver``: the
+        payload's, which declares its schedule."""
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
         if len(drawn.member) == 0:
             self._meter.add(0)
@@ -296,8 +296,10 @@ class VectorizedSimulator(Simulator):
         reports: ReplyList
         if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
             reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted, sends_rows)
-        else:
+        elif isinstance(rule, Rule):  # stepped with the rule's chain and state (fedsample.training.rules)
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted, sends_rows)
+        else:
+            raise TypeError(f"the vectorized engine steps a fedsample.training.rules.Rule, not a {type(rule).__name__}")
         if payload.statistics:  # the reply statistics a sampler reads, as each client adds them to its report
             self.add_statistics(reports, ids, drawn, payload.params, payload.statistics)
         return reports

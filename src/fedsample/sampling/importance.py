@@ -472,7 +472,7 @@ class ImportanceData:
             return np.ones(len(cohort))
         return len(cohort) / (cohort.population * cohort.inclusion)
 
-    def plan(self, ctx: "RoundContext", cohort: Cohort) -> PerClient:
+    def plan(self, ctx: "RoundContext", cohort: Cohort) -> PerClient[ImportanceBatches]:
         """One plan per agent (its E_k, B_k and 1/(K p_k) factor)."""
         params = {"exact": self.reference, "approx": ctx.params, "cheap": ctx.params, "uniform": None}[self.update]
         return PerClient(tuple(
