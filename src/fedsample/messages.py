@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeAlias, TypeVar, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the parts' Protocols, which speak these messages (fedsample
     from fedsample.parts import DataPlan, LocalSolver, UpdatePrivacy
 
 __all__ = [
-    "ClientContext", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "ClientState", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
 ]
@@ -42,6 +42,11 @@ Params = dict[str, torch.Tensor]
 class NoSamples(ValueError):
     """A client asked for statistics of data it does not hold (a probe of a client without samples): its reply is
     ``Failed`` with ``no_samples`` set, which the strategy names as such rather than as a diverged model."""
+
+
+#: What a client keeps on its side between calls, by key (:attr:`ClientContext.state`; in checkpoints, never sent):
+#: each client procedure reads back, by type, the values it wrote (:mod:`fedsample.client`).
+ClientState: TypeAlias = dict[str, object]
 
 
 @dataclass
@@ -62,8 +67,8 @@ class ClientContext:
     module: nn.Module
     task: str
     num_classes: int
-    state: dict[str, Any] = field(default_factory=dict)
-    kept: dict[str, Any] | None = None
+    state: ClientState = field(default_factory=dict)
+    kept: dict[str, object] | None = None
     measure: Callable[[int | None], None] | None = None
 
     @property
@@ -451,7 +456,7 @@ P = TypeVar("P", bound="TrainPayload")
 @dataclass(frozen=True)
 class PerClient(Generic[T_co]):
     """One request per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent), all of
-    one type. Any other request handed to ``run`` is shared by every asked client."""
+    one type. Every other request handed to ``run`` is shared by every asked client."""
 
     payloads: tuple[T_co, ...]
 
