@@ -47,8 +47,8 @@ import json
 import logging
 import math
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Iterator, Literal, Sequence, TypedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypedDict
 
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
@@ -229,6 +229,66 @@ class Release:
         out: JSONObject = asdict(self)
         out["call"] = list(self.call) if self.call is not None else None
         return out
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, JSON]) -> Release:
+        """The release :meth:`record` wrote, read back from JSON field by field (``call`` back to a tuple; a field
+        a record leaves out keeps its default); a ValueError names a field of the wrong kind."""
+        return cls(
+            round=_json_int(record, "round"), what=_json_text(record, "what"), event=_json_event(record, "event"),
+            unamplified=_json_event(record, "unamplified"), relation=_json_relation(record), **_json_texts(record),
+            call=_json_call(record),
+        )
+
+
+def _wrong(name: str, value: object, wanted: str) -> ValueError:
+    return ValueError(f"a saved release's {name} must be {wanted}, not {value!r}")
+
+
+def _json_int(record: Mapping[str, JSON], name: str) -> int:
+    value = record[name]
+    if not isinstance(value, int):
+        raise _wrong(name, value, "an integer")
+    return value
+
+
+def _json_text(record: Mapping[str, JSON], name: str) -> str:
+    value = record[name]
+    if not isinstance(value, str):
+        raise _wrong(name, value, "a string")
+    return value
+
+
+def _json_texts(record: Mapping[str, JSON]) -> dict[str, str]:
+    """The optional text fields of a release (``sampling``, ``reason``, ``once``) that ``record`` gives."""
+    return {name: _json_text(record, name) for name in ("sampling", "reason", "once") if name in record}
+
+
+def _json_event(record: Mapping[str, JSON], name: str) -> Event | None:
+    value = record[name]
+    if value is not None and not isinstance(value, dict):
+        raise _wrong(name, value, "an event (a JSON object) or null")
+    return value
+
+
+def _json_relation(record: Mapping[str, JSON]) -> Relation | None:
+    value = record["relation"]
+    for relation in (None, ADD_REMOVE, REPLACE):
+        if value == relation:
+            return relation
+    raise _wrong("relation", value, f"{ADD_REMOVE!r}, {REPLACE!r} or null")
+
+
+def _json_call(record: Mapping[str, JSON]) -> Call | None:
+    value = record.get("call")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _wrong("call", value, "a list of integers and strings")
+    call = tuple(v for v in value if isinstance(v, (int, str)))
+    if len(call) != len(value):
+        raise _wrong("call", value, "a list of integers and strings")
+    return call
 
 
 class BudgetExceeded(Exception):
@@ -598,14 +658,7 @@ class Ledger:
     def from_state_dict(cls, state: LedgerState) -> "Ledger":
         """The ledger :meth:`state_dict` wrote; each release keeps the fields :class:`Release` declares (a record
         is JSON read back: its values go to the fields by name, ``call`` back to a tuple)."""
-        names = {f.name for f in fields(Release)}
-        releases = []
-        for r in state["releases"]:
-            kept: dict[str, Any] = {k: v for k, v in r.items() if k in names}
-            if kept.get("call") is not None:
-                kept["call"] = tuple(kept["call"])
-            releases.append(Release(**kept))
-        return cls(Accounting(**state["accounting"]), releases)
+        return cls(Accounting(**state["accounting"]), [Release.of_record(r) for r in state["releases"]])
 
     def continued_with(self, accounting: Accounting) -> "Ledger":
         """This ledger under ``accounting`` (a resumed run): the events must have been made under the same unit,
