@@ -30,6 +30,7 @@ class Drew:
     name: str = "drew"
     purpose: str = "test: clients-that-drew noise"
     released: str = "clients that drew"
+    symbol: str = "D"
 
     def of_cohort(self, counts):
         return (np.asarray(counts) > 0).astype(np.int64)

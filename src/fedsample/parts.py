@@ -481,11 +481,12 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "shared_settings": (lambda v: isinstance(v, Mapping), "a mapping of setting -> value"),
     "linear": (lambda v: v is None or isinstance(v, bool), "True, False or None (not known)"),
     "budget": (lambda v: _count_or_none(v), "a positive int or None"),
-    "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
     "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
                "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
+    "needs_summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+                     "a tuple of the names of summed statistics (fedsample.messages.SummedStatistic.name)"),
 }
 """What each declared field that is not yes-or-no must be, and how the refusal says it."""
 
@@ -558,15 +559,14 @@ class DataSamplerCapabilities(_Capabilities):
     """What a data sampler declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its plans
     divide by the cohort's inclusion probabilities, as ISFedAvg's agent factor does: a part taken not to would
     escape the rule that refuses it an estimated or deterministic sampler). Optional: ``needs_sizes``, ``limits``,
-    ``count_drawn`` (its plans make each client add its drawn count to its reply), ``count_noise`` (the
-    standard deviation of the Gaussian noise its plans put on the summed drawn count; 0: the exact count), ``budget`` (the samples per round
-    it is held to, FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
+    ``summed`` (the :class:`~fedsample.messages.SummedStatistic` s its plans make each client add to its reply, each
+    with the noise on the cohort's sum: FedSampling's drawn count), ``budget`` (the samples per round it is held to,
+    FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
     limits: tuple[Limit, ...] = ()
-    count_drawn: bool = False
-    count_noise: float = 0.0
+    summed: tuple[SummedStatistic, ...] = ()
     budget: int | None = None
     shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
@@ -576,7 +576,9 @@ class AggregatorCapabilities(_Capabilities):
     """What an aggregator declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its weights
     divide by the cohort's inclusion probabilities or expected draws). Optional: ``needs_sizes``; ``linear`` (a
     weighted sum of the updates whose weights are known before the updates are: what a secure sum and the engines'
-    fused sums compute; None: not known); ``needs_strata``; ``needs_drawn_count``; ``needs_step_counts`` (its
+    fused sums compute; None: not known); ``needs_strata``; ``needs_summed`` (the names of the summed statistics it
+    reads of the cohort, :meth:`fedsample.rounds.ReplyList.summed`, which the data sampler must declare: the
+    self-normalized update's drawn count); ``needs_step_counts`` (its
     weights need each client's step count, which a noised reply withholds); ``normalizes_steps`` (it divides each
     update by the client's effective step count a_k, FedNova's, known only for a local rule linear in the
     gradients); ``equal_weights`` (every received update weighs the same: what per-example noise shares are
@@ -586,7 +588,7 @@ class AggregatorCapabilities(_Capabilities):
     needs_sizes: SizeNeed = SizeNeed.NONE
     linear: bool | None = None
     needs_strata: bool = False
-    needs_drawn_count: bool = False
+    needs_summed: tuple[str, ...] = ()
     needs_step_counts: bool = False
     normalizes_steps: bool = False
     equal_weights: bool = False
@@ -664,9 +666,10 @@ what they do through their Protocols' properties)."""
 
 OLD_DECLARATIONS = frozenset(
     f.name for record in RECORDS.values() for f in dataclasses.fields(record)
-) - {"limits", "shared_settings", "count_drawn", "count_noise", "per_example", "budget", "minibatch", "steps"}
+) - {"limits", "shared_settings", "summed", "needs_summed", "per_example", "budget", "minibatch", "steps"}
 """Names a part declared as separate class attributes before its capabilities record (what an old-style part is
-recognised by; settings that are also a part's own fields, such as ``count_drawn``, are left out)."""
+recognised by; settings that are also a part's own fields, such as ``budget``, and fields that came with the records,
+such as ``summed``, are left out)."""
 
 
 
