@@ -60,7 +60,7 @@ __all__ = [
     "DesignedPlan", "DeviceDraw", "DevicePlan", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
-    "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
+    "check_plan", "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
@@ -1032,14 +1032,33 @@ def declared_plan(plan: object) -> CohortPlanCapabilities:
     return declared
 
 
+_AGREEING_PLANS: set[type] = set()
+"""The cohort plan classes whose declaration was found to agree with their methods (:func:`plan_capabilities`)."""
+
+
 def plan_capabilities(plan: object) -> CohortPlanCapabilities:
     """What the cohort plan ``plan`` declares (:func:`declared_plan`); a plan whose record disagrees with its methods
-    (:func:`offers_problem`) is refused in one line."""
+    (:func:`offers_problem`) is refused in one line. Compared once per plan class (the methods are the class's; a
+    class whose plans declare different draws is compared on its first)."""
     declared = declared_plan(plan)
-    problem = offers_problem(plan, declared)
-    if problem is not None:
-        raise ValueError(problem)
+    if type(plan) not in _AGREEING_PLANS:
+        problem = offers_problem(plan, declared)
+        if problem is not None:
+            raise ValueError(problem)
+        _AGREEING_PLANS.add(type(plan))
     return declared
+
+
+def check_plan(data: object, plan: object) -> None:
+    """The plan the data sampler ``data`` made (one for the cohort, or the members' of a :class:`PerClient`, all of
+    one class) agrees with its declaration (:func:`plan_capabilities`, once per plan class), checked where the
+    strategy makes it, before any engine reads it: a wrong declaration is refused on every engine, in one line naming
+    the data sampler."""
+    first = (plan.payloads[0] if plan.payloads else None) if isinstance(plan, PerClient) else plan
+    try:
+        plan_capabilities(first)
+    except ValueError as why:
+        raise ValueError(f"data={describe(data)} makes plans whose declaration disagrees with their methods: {why}") from None
 
 
 DeviceDraw = Callable[["np.ndarray | torch.Tensor", "CohortRandom"], tuple["torch.Tensor", "torch.Tensor"]]
