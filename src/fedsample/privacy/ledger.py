@@ -50,6 +50,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypedDict
 
+import numpy as np
+
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
 from fedsample.runtime.records import JSON, JSONObject
@@ -298,7 +300,7 @@ class BudgetExceeded(Exception):
 # --- epsilon ----------------------------------------------------------------------------------------------
 
 
-def _dp_accounting() -> Any:
+def _dp_accounting() -> Any:  # the dp-accounting package (no type information)
     try:
         import dp_accounting
         from dp_accounting.pld import privacy_loss_distribution  # noqa: F401
@@ -379,24 +381,31 @@ def _quiet_absl() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _rdp(event: Event, relation: Relation) -> Any:
+def _rdp(event: Event, relation: Relation) -> np.ndarray:
     """The RDP curve of one event at dp-accounting's default orders."""
     with _quiet_absl():
         return _rdp_curve(event, relation)
 
 
-def _rdp_curve(event: Event, relation: Relation) -> Any:
+def _curve(rdp: object) -> np.ndarray:
+    """dp-accounting's RDP curve (one value per order of its accountant), checked to be the array it is."""
+    if not isinstance(rdp, np.ndarray):
+        raise TypeError(f"dp-accounting gave an RDP curve of type {type(rdp).__name__}, not a numpy array")
+    return rdp
+
+
+def _rdp_curve(event: Event, relation: Relation) -> np.ndarray:
     dpa = _dp_accounting()
     rel = dpa.NeighboringRelation
     if event["class_name"] == "RandomizedResponseDpEvent" and event["num_buckets"] == 1:  # one possible answer
-        return dpa.rdp.RdpAccountant().rdp * 0.0
+        return _curve(dpa.rdp.RdpAccountant().rdp * 0.0)
     if event["class_name"] == "RandomizedResponseDpEvent":
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.REPLACE_ONE)  # the change of one client's input bucket
     elif event["class_name"] == "SampledWithoutReplacementDpEvent":
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.REPLACE_ONE)
     else:
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.ADD_OR_REMOVE_ONE)  # z in the relation's sensitivity units
-    return accountant.compose(_dp_event(event)).rdp
+    return _curve(accountant.compose(_dp_event(event)).rdp)
 
 
 def epsilon_of(events: Sequence[Event], delta: float, method: Method = "pld", relation: Relation = ADD_REMOVE) -> Spent:
@@ -410,7 +419,7 @@ def epsilon_of(events: Sequence[Event], delta: float, method: Method = "pld", re
         for event in events[1:]:
             composed = composed.compose(_pld(event))
         return _spent(composed.get_epsilon_for_delta(delta), delta, len(events), used)
-    return _rdp_spent(sum(_rdp(e, relation) for e in events), delta, len(events))
+    return _rdp_spent(_curve(sum(_rdp(e, relation) for e in events)), delta, len(events))
 
 
 def _spent(epsilon: float, delta: float, count: int, method: str, order: float | None = None) -> Spent:
@@ -418,7 +427,7 @@ def _spent(epsilon: float, delta: float, count: int, method: str, order: float |
             "optimal_order": order}
 
 
-def _rdp_spent(rdp: Any, delta: float, count: int) -> Spent:
+def _rdp_spent(rdp: np.ndarray, delta: float, count: int) -> Spent:
     dpa = _dp_accounting()
     orders = dpa.rdp.RdpAccountant().orders
     epsilon, order = dpa.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
