@@ -235,10 +235,10 @@ def with_holm(comparisons: list[JSONObject]) -> list[JSONObject]:
     return comparisons
 
 
-def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[JSONObject]]:
+def paper_rows(paper: Paper, values: Mapping[str, Values]) -> JSONObject:
     """Every Figure and Comparison row of ``paper`` from ``{source: values}``, the Comparisons with Holm's
     adjusted p (:func:`with_holm`)."""
     return {
         "figures": [figure_row(paper, f, values) for f in paper.figures],
-        "comparisons": with_holm([comparison_row(c, values) for c in paper.comparisons]),
+        "comparisons": [*with_holm([comparison_row(c, values) for c in paper.comparisons])],
     }
