@@ -31,3 +31,14 @@ def test_a_malformed_field_is_one_line_naming_it(read, value, kind):
         read(value, "wall_s")
     message = str(error.value)
     assert message.startswith(f"wall_s: expected {kind}, the document holds {type(value).__name__}") and "\n" not in message
+
+
+def test_finite_or_none_writes_strict_json_and_refuses_what_json_cannot_hold():
+    from fedsample.experiments.runner import finite_or_none
+
+    value = {"a": float("nan"), "b": (1, float("inf"), "x"), 3: [None, True, 0.5]}
+    assert finite_or_none(value) == {"a": None, "b": [1, None, "x"], "3": [None, True, 0.5]}
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        json.dumps({"a": {1}})
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        finite_or_none({"a": {1}})

@@ -90,7 +90,8 @@ def config_of(document: JSONObject) -> JSONObject:
 
 def arm_budget(result: JSONObject) -> ArmBudget | None:
     """A strategy's realised budget (:func:`fedsample.budget.arm_budget`, written by the runner), None where the rounds
-    did not know it."""
+    did not know it; an object read back as the :class:`~fedsample.budget.ArmBudget` the runner wrote (its fields not
+    checked one by one)."""
     budget = result.get("budget")
     return None if not budget else cast(ArmBudget, as_object(budget, "budget"))
 

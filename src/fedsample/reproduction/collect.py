@@ -70,7 +70,8 @@ def seed_budgets(per_seed: list[JSON]) -> dict[str, list[float | None]]:
 
 def experiment_values(document: JSONObject) -> Values:
     """Every strategy's values from a results.json document."""
-    return {label: strategy_values(as_object(result, label)) for label, result in as_object(document.get("strategies", {}), "strategies").items()}
+    strategies = as_object(document.get("strategies", {}), "strategies")
+    return {label: strategy_values(as_object(result, label)) for label, result in strategies.items()}
 
 
 def read_experiment(folder: Path) -> Values:
@@ -84,7 +85,8 @@ def study_values(measured: JSONObject) -> Values:
     out: Values = {}
     for label, metrics in measured.items():
         metrics = as_object(metrics, label)
-        values = {metric: [None if v is None else float(v) for v in seed_values(seq)] for metric, seq in metrics.items() if metric != "budget"}
+        values = {metric: [None if v is None else float(v) for v in seed_values(seq)]
+                  for metric, seq in metrics.items() if metric != "budget"}
         out[str(label)] = with_budget({"final": values, "best": {m: list(v) for m, v in values.items()}}, metrics)
     return out
 

@@ -213,7 +213,8 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     start = time.perf_counter()
     measured = study.run(sel.device, seeds, folder)
     # {label: {metric: one value per seed, "budget": an ArmBudget}}: JSON, a TypedDict of JSON fields among it
-    values = cast(JSONObject, {k: {m: v if isinstance(v, Mapping) or v is None else list(v) for m, v in d.items()} for k, d in measured.items()})
+    values = cast(JSONObject, {k: {m: v if isinstance(v, Mapping) or v is None else list(v) for m, v in d.items()}
+                               for k, d in measured.items()})
     written: JSONObject = {"seeds": [*seeds], "device": sel.device, "values": values}
     outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(written), indent=1, allow_nan=False)))
     record_wall_time(folder, time.perf_counter() - start)
