@@ -72,7 +72,7 @@ class Simulator(Federation):
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])
         self.train_module = random_layers.attach(self.random)  # the module with injected dropout layers
-        self._states: dict[int, dict] = {}
+        self._states: dict[int, dict[str, Any]] = {}
         side_by_side = self.device.type == "cpu" and not self.random.has_unmanaged_random_ops(self.x)
         self.client_threads = int(client_threads) if side_by_side else 1
         self._threads: ThreadPoolExecutor | None = None
@@ -96,27 +96,27 @@ class Simulator(Federation):
         that no reply carries (:mod:`fedsample.runtime.measured`); None where a solver did not count its rows."""
         return self._meter.take()
 
-    def _torch_random(self, round: int, k: int, procedure: str) -> Any:
+    def _torch_random(self, round: int, k: int, procedure: str) -> contextlib.AbstractContextManager[None]:
         """Torch's global generator seeded for client k's call where the model draws from it (random operations
         outside nn.Dropout); nothing to do otherwise."""
         if self.random.has_unmanaged_random_ops(self.x):
             return random_layers.seeded_torch(self.seed, round, k, procedure)
         return contextlib.nullcontext()
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy). An update
         kept for a round's second phase (:data:`fedsample.client.HELD`) is not state across rounds and is left out."""
         kept = {k: {key: v for key, v in s.items() if key != procedures.HELD} for k, s in self._states.items()}
         return {k: copy.deepcopy(s) for k, s in kept.items() if s}
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
         for s in self._states.values():
             s.clear()
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         """The replies of ``client_ids`` in order. The requests that compute with the model (declared
         ``computes``: training and probes; each a client's forward/backward passes, which release the GIL) run side
         by side with ``client_threads`` > 1, on one torch thread each; the others (size reports, sending a held
@@ -128,7 +128,7 @@ class Simulator(Federation):
         procedure = sent.procedure
         stream, fn = procedure.stream, procedures.procedure_for(sent.at(0))  # requests of one type: one procedure
 
-        def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
+        def call(position: int, module: nn.Module | None = None, state: dict[str, Any] | None = None) -> Any:
             k = int(ids[position])
             ctx = self.context(k)
             if module is not None or state is not None:

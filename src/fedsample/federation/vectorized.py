@@ -100,7 +100,7 @@ class VectorizedSimulator(Simulator):
 
     # --- the verb ----------------------------------------------------------------------------------
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(request, len(ids))
         if isinstance(sent.shared, SizeQuery):
