@@ -18,13 +18,18 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
 
 import numpy as np
 import torch
 
 from fedsample.messages import DRAWN, Params, TrainReport
 from fedsample.rng import SERVER, generator
+
+if TYPE_CHECKING:  # types only: these modules import this one
+    from fedsample.federation.base import Federation
+    from fedsample.privacy.sizes import SizeInfo
+    from fedsample.sampling.design import Sample
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
@@ -43,7 +48,7 @@ class Failed:
     reason: str
     no_samples: bool = False
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, int | str]:
         """The entry in a round's ``failed`` list."""
         return {"client": self.client, "phase": self.phase, "reason": self.reason}
 
@@ -112,7 +117,7 @@ class Cohort:
     population: int
     multiplicity: np.ndarray | None = None
     strata: np.ndarray | None = None
-    info: dict = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
     expected_draws: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -127,9 +132,10 @@ class Cohort:
         return np.asarray(self.multiplicity, dtype=np.float64) / np.asarray(self.expected_draws, dtype=np.float64)
 
     @classmethod
-    def from_sample(cls, sample: Any, population: int, **extra: Any) -> "Cohort":
+    def from_sample(cls, sample: Sample, population: int, strata: np.ndarray | None = None, info: dict[str, object] | None = None,
+                    expected_draws: np.ndarray | None = None) -> "Cohort":
         """From a :class:`fedsample.sampling.design.Sample` (ids, inclusion, multiplicity)."""
-        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, **extra)
+        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, strata, {} if info is None else info, expected_draws)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -144,13 +150,13 @@ class RoundContext:
     (1 when nobody failed); aggregators that weight by inclusion probabilities divide by it (the
     response-rate adjustment of docs/reliability.md)."""
 
-    federation: Any
+    federation: Federation
     params: Params
     round: int
     seed: int
-    state: dict
-    log: dict = field(default_factory=dict)
-    sizes: Any = None
+    state: dict[str, Any]
+    log: dict[str, Any] = field(default_factory=dict)
+    sizes: SizeInfo | None = None
     response_rate: float = 1.0
 
     @property
@@ -161,13 +167,13 @@ class RoundContext:
         """The server's generator for ``purpose`` in this round (derived from seed and round)."""
         return generator(self.seed, self.round, SERVER, purpose)
 
-    def require_sizes(self, exact: bool = False) -> Any:
+    def require_sizes(self, exact: bool = False) -> SizeInfo:
         if self.sizes is None or (exact and not self.sizes.exact):
             raise RuntimeError("this part needs size reports the strategy did not collect")
         return self.sizes
 
 
-class ReplyList(Sequence):
+class ReplyList(Sequence[Any]):
     """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
     of them. There are three kinds: :class:`Replies` (the replies themselves, every ability computed reply by
     reply), :class:`NumberReplies` (size reports as one array) and :class:`FusedReplies` (an engine's answer whose
@@ -320,7 +326,7 @@ def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | 
     return int(sum(c for c in counts if c is not None))
 
 
-class Replies(list, ReplyList):
+class Replies(list[Any], ReplyList):
     """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
