@@ -60,9 +60,14 @@ from fedsample.flower.codec import encode_request
 from fedsample.flower.federation import exchange, say_failures
 from fedsample.messages import DRAWN, SIZES, TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
+from fedsample.runtime.records import Record
 from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
+    from flwr.common import EvaluateIns, EvaluateRes, Scalar
+    from flwr.server.client_manager import ClientManager
+    from flwr.server.client_proxy import ClientProxy
+
     from fedsample.flower.federation import FlowerFederation
 
 __all__ = [
@@ -296,21 +301,23 @@ class _Cohort(FlowerStrategy):
         self.included: list[int] | None = None
         self.mean: list[np.ndarray] | None = None
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         return [(GridClientProxy(n, self.grid, 0), FitIns(Parameters([], ""), {})) for n in self.nodes]
 
-    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         self.included = [proxy.node_id for proxy, _ in results]
         self.mean = parameters_to_ndarrays(results[0][1].parameters) if results else None
         return None, {}
 
-    def initialize_parameters(self, client_manager: Any) -> None:
+    def initialize_parameters(self, client_manager: ClientManager) -> None:
         return None
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:
@@ -440,7 +447,7 @@ def sealed_train(
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
     params = payloads[0].params if payloads and isinstance(payloads[0], TrainPayload) else {}
-    record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
+    record: Record = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
     if len(asked) > settings.max_clients:
         why = f"SecAgg+ sums at most {settings.max_clients} clients at quantization_range {settings.quantization_range}"
@@ -468,7 +475,7 @@ def sealed_train(
 
 def _run_protocol(
     federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
-    params: Params, round: int, record: dict,
+    params: Params, round: int, record: Record,
 ) -> tuple[SummedCohort | None, str]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
     requests = {}
@@ -505,7 +512,7 @@ def _run_protocol(
     return cohort, ""
 
 
-def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
+def report_on_console(round: int, record: Record, failed: list[Failed]) -> None:
     """Say in the ServerApp's log what the round's record (history.json) holds and a user must know: the clients
     whose vector SecAgg+ clipped (the sum, hence the update, is then biased) and each client left out, and why."""
     if record.get("clipped"):
