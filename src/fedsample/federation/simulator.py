@@ -10,7 +10,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +31,8 @@ from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
 __all__ = ["Simulator"]
+
+T = TypeVar("T")  #: what a client call returns (:meth:`Simulator._side_by_side`)
 
 
 class Simulator(Federation):
@@ -156,7 +158,7 @@ class Simulator(Federation):
                 for position, report in enumerate(reports)]
         return running.replies(kept)
 
-    def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> Iterator[Any]:
+    def _side_by_side(self, call: Callable[[int, nn.Module], T], n: int) -> Iterator[T]:
         """``call(position, module)`` for positions 0..n-1 on ``client_threads`` threads, each call with a copy of
         the training module of its own, torch on one thread; the results one by one in position order (so that a
         caller may drop each before the next arrives). A call that raises raises here, as the loop would."""
@@ -166,7 +168,7 @@ class Simulator(Federation):
             for _ in range(self.client_threads):
                 self._modules.put(random_layers.attach(copy.deepcopy(self.random)))  # a copy of the module, attached
 
-        def with_a_module(position: int) -> Any:
+        def with_a_module(position: int) -> T:
             torch.set_num_threads(1)  # in this thread too (OpenMP keeps a thread count per thread)
             with self._module_copy() as module:
                 return call(position, module)

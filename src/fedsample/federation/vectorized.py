@@ -208,7 +208,7 @@ class VectorizedSimulator(Simulator):
             return super().run(ids, _as_sent(sent), round)
         if sent.shared is not None:  # one payload for all: one group
             return self._train_group(ids, sent.shared, sent.shared, round)
-        reports: list[Any] = [None] * len(ids)
+        reports: list[object] = [None] * len(ids)
         groups: dict[tuple[int, Hashable, Hashable, int], list[int]] = {}
         for position, p in enumerate(payloads):
             groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
@@ -222,7 +222,7 @@ class VectorizedSimulator(Simulator):
                 reports[position] = report
         return Replies(reports, failed={})
 
-    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> ReplyList:
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: object, round: int) -> ReplyList:
         """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
@@ -379,7 +379,8 @@ class VectorizedSimulator(Simulator):
         )
 
     def _stacked_chunk(
-        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: Rule, anchor: Params, masks_of_step: Any = None,
+        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: Rule, anchor: Params,
+        masks_of_step: Callable[[int, int], random_layers.Masks] | None = None,
     ) -> tuple[Params, torch.Tensor]:
         """Run the local steps of a chunk of clients with stacked parameters, in place: ``rows_t``/``weights_t``
         (C, S, B) their padded minibatches, ``steps`` (C,) their step counts in decreasing order, so step s runs
@@ -829,7 +830,7 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
     return 2 * sum(total)
 
 
-def _as_sent(sent: PerClient | Shared) -> Any:
+def _as_sent(sent: PerClient | Shared) -> object:
     """The payload as ``run`` takes it: the shared one, or the :class:`PerClient` itself."""
     return sent.shared if sent.shared is not None else sent
 
