@@ -44,7 +44,7 @@ from fedsample.sampling.optimal import DEFAULT_J_MAX, Objective, OptimalClients,
 from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Within
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.messages import Params
+from fedsample.messages import DRAWN, Params
 from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, Scaling, StratifiedMean, Sum, WeightedMean
 from fedsample.training.local import LR_DECAY, MOMENTUM, EpochSGD, LocalSGD, OneGradient
 from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields_of, fold
@@ -301,7 +301,7 @@ def fedsampling(
 
     An option given explicitly wins over the protocol's choice; without a secure sum (``secure_sum=False``: the
     server may not learn a count per client) or with a ``data=`` sampler that does not send the drawn counts
-    (``count_drawn``) the update divides by K. The other remedies (docs/size-estimate.md):
+    (its capabilities' ``summed`` has no :data:`~fedsample.messages.DRAWN`) the update divides by K. The other remedies (docs/size-estimate.md):
     ``sizes="exact"`` the non-private control (true sizes, same K/N sampling); ``reuse=R`` one estimate for R
     rounds; ``average=A`` the mean of the last A estimates (needs fresh reports)."""
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
@@ -310,7 +310,7 @@ def fedsampling(
     reported = sizes == "exact" or epsilon is not None or M is not None or permanent is not None or reuse != 1 or average != 1
     permanent = chosen["permanent"] if permanent is None else permanent
     if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
-        counts = data is None or data.capabilities.count_drawn
+        counts = data is None or any(statistic.name == DRAWN for statistic in data.capabilities.summed)
         normalize = chosen["normalize"] if secure_sum and counts else "K"
     M = chosen["M"] if M is None else M
     if count_noise is None:
