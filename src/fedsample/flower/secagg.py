@@ -56,7 +56,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
 from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
-from fedsample.flower.codec import encode_request
+from fedsample.flower.codec import Request, encode_request
 from fedsample.flower.federation import exchange, say_failures
 from fedsample.messages import DRAWN, SIZES, TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
@@ -149,7 +149,7 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> FusedReplies:
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[object], round: int) -> FusedReplies:
         """``federation.run`` of a training request (or the count-only :class:`~fedsample.messages.SizeSumRequest`)
         under SecAgg+: :func:`sealed_train`."""
         return sealed_train(federation, self, ids, payloads, round)
@@ -235,7 +235,7 @@ def clipping_range_of(message: Message) -> float:
     return float(value)
 
 
-def count_share_of(message: Message, request: Any) -> float | None:
+def count_share_of(message: Message, request: Request) -> float | None:
     """This client's share of the noise on the summed count (:func:`~fedsample.federation.secure_sum.count_shares`
     of its own (seed, round, client) stream of the count's cell, :func:`~fedsample.federation.secure_sum.sealed_statistic`,
     over the asked clients the request names), drawn here on the client; None where the request asks for no count or
@@ -257,7 +257,7 @@ def count_range_of(message: Message) -> float:
     return float(value)
 
 
-def sealed_reply(message: Message, request: Any, report: Any) -> Message:
+def sealed_reply(message: Message, request: Request, report: Any) -> Message:
     """The client's ``train`` (or ``sum_sizes``) answer inside SecAgg+: its vector (with its noise share on the count
     where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
     they are). A count-only request carries no parameters: the vector is the tally alone."""
@@ -430,7 +430,7 @@ class _Sums:
 
 
 def sealed_train(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int,
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], round: int,
 ) -> FusedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :func:`~fedsample.federation.secure_sum.sealed_replies`), and every client left out of the sum is
@@ -474,7 +474,7 @@ def sealed_train(
 
 
 def _run_protocol(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], asked: dict[int, int],
     params: Params, round: int, record: Record,
 ) -> tuple[SummedCohort | None, str]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
@@ -522,7 +522,7 @@ def report_on_console(round: int, record: Record, failed: list[Failed]) -> None:
     say_failures(round, failed)
 
 
-def count_noise_of(payloads: list[Any]) -> float:
+def count_noise_of(payloads: list[object]) -> float:
     """sigma of the noise on the summed count, the plan's drawn count's or the summed sizes' (0: no count asked, or
     the exact count)."""
     statistic = sealed_statistic(payloads[0]) if payloads else None
