@@ -18,9 +18,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fedsample.messages import DRAWN, Params, TrainReport
@@ -29,6 +30,7 @@ from fedsample.rng import SERVER, generator
 if TYPE_CHECKING:  # types only: these modules import this one
     from fedsample.federation.base import Federation
     from fedsample.privacy.sizes import SizeInfo
+    from fedsample.runtime.records import Record, State
     from fedsample.sampling.design import Sample
 
 __all__ = [
@@ -154,8 +156,8 @@ class RoundContext:
     params: Params
     round: int
     seed: int
-    state: dict[str, Any]
-    log: dict[str, Any] = field(default_factory=dict)
+    state: State
+    log: Record = field(default_factory=dict)
     sizes: SizeInfo | None = None
     response_rate: float = 1.0
 
@@ -215,7 +217,7 @@ class ReplyList(Sequence[Any]):
         the other positions holding their :class:`Failed` in ``failed`` (e.g. clients the failure model dropped
         before they were asked); here a plain :class:`Replies` list, the kinds that hold more keep it."""
         live = np.asarray(live, dtype=np.int64)
-        items: list[Any] = [failed.get(i) for i in range(int(size))]
+        items: list[object] = [failed.get(i) for i in range(int(size))]
         for i, reply in zip(live.tolist(), self):
             items[i] = reply
         return Replies(items, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
@@ -284,7 +286,7 @@ def without(positions: np.ndarray, failed: Mapping[int, Failed]) -> np.ndarray:
     return positions[~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))]
 
 
-def update_sum_of(reply: Callable[[int], Any], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
+def update_sum_of(reply: Callable[[int], TrainReport], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
     """``sum_i weights_i * Delta_{positions_i}`` reply by reply (``reply(i)``: the reply at position i) over the
     replies that carry an update and are not in ``failed`` (empty replies add zero, failed ones nothing); None when
     none does."""
@@ -330,7 +332,7 @@ class Replies(list[Any], ReplyList):
     """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
-    def __init__(self, items: Iterable[Any] = (), failed: dict[int, Failed] | None = None) -> None:
+    def __init__(self, items: Iterable[object] = (), failed: dict[int, Failed] | None = None) -> None:
         super().__init__(items)
         self.failed = failed if failed is not None else failed_positions(self)
 
@@ -355,13 +357,20 @@ class NumberReplies(ReplyList):
     def __len__(self) -> int:
         return len(self.values)
 
-    def __getitem__(self, position: Any) -> Any:
+    @overload
+    def __getitem__(self, position: SupportsIndex) -> object: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[object]: ...
+
+    def __getitem__(self, position: SupportsIndex | slice) -> object:
+        """The number at ``position`` (its :class:`Failed` where failed), or a list of them for a slice."""
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
         i = position_index(position, len(self))
         return self.failed[i] if i in self.failed else self.values[i]
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         values = self.numbers() if self.failed else self.values
         return values if dtype is None else values.astype(dtype)
 
@@ -514,7 +523,14 @@ class FusedReplies(ReplyList):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, position: Any) -> Any:
+    @overload
+    def __getitem__(self, position: SupportsIndex) -> object: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[object]: ...
+
+    def __getitem__(self, position: SupportsIndex | slice) -> object:
+        """The reply at ``position`` (its :class:`Failed` where failed or not asked), or a list of them for a slice."""
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
         i = position_index(position, self.size)
@@ -522,7 +538,7 @@ class FusedReplies(ReplyList):
             return self.failed[i]
         return self.backing.reply(i if self._inner is None else int(self._inner[i]))
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         return (self[i] for i in range(self.size))
 
     def _received(self) -> np.ndarray:
@@ -577,7 +593,7 @@ def position_index(position: SupportsIndex, size: int) -> int:
     return i
 
 
-def replies_of(answer: Sequence[Any] | np.ndarray) -> ReplyList:
+def replies_of(answer: Sequence[object] | np.ndarray) -> ReplyList:
     """A federation's answer as a :class:`ReplyList`: itself where it is one (every fedsample federation's), a
     numeric array as :class:`NumberReplies`, any other sequence (a federation written elsewhere that answers a
     list) as plain :class:`Replies`."""
