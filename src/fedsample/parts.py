@@ -1032,31 +1032,36 @@ def declared_plan(plan: object) -> CohortPlanCapabilities:
     return declared
 
 
-_AGREEING_PLANS: set[type] = set()
-"""The cohort plan classes whose declaration was found to agree with their methods (:func:`plan_capabilities`)."""
+_AGREEING_PLANS: set[tuple[type, tuple[bool, ...]]] = set()
+"""The cohort plan classes, with the draws their plans declared, found to agree with their methods
+(:func:`plan_capabilities`)."""
+
+
+def _agreement_key(plan: object, declared: CohortPlanCapabilities) -> tuple[type, tuple[bool, ...]]:
+    """What a plan's agreement with its methods depends on: its class (the methods) and which it declares it offers."""
+    return type(plan), tuple(says for _, says in declared.offered().values())
 
 
 def plan_capabilities(plan: object) -> CohortPlanCapabilities:
     """What the cohort plan ``plan`` declares (:func:`declared_plan`); a plan whose record disagrees with its methods
-    (:func:`offers_problem`) is refused in one line. Compared once per plan class (the methods are the class's; a
-    class whose plans declare different draws is compared on its first)."""
+    (:func:`offers_problem`) is refused in one line. Compared once per plan class and declared draws (the methods
+    are the class's)."""
     declared = declared_plan(plan)
-    if type(plan) not in _AGREEING_PLANS:
+    key = _agreement_key(plan, declared)
+    if key not in _AGREEING_PLANS:
         problem = offers_problem(plan, declared)
         if problem is not None:
             raise ValueError(problem)
-        _AGREEING_PLANS.add(type(plan))
+        _AGREEING_PLANS.add(key)
     return declared
 
 
 def check_plan(data: object, plan: object) -> None:
     """The plan the data sampler ``data`` made (one for the cohort, or the members' of a :class:`PerClient`, all of
-    one class) agrees with its declaration (:func:`plan_capabilities`, once per plan class), checked where the
-    strategy makes it, before any engine reads it: a wrong declaration is refused on every engine, in one line naming
-    the data sampler."""
+    one class) agrees with its declaration (:func:`plan_capabilities`, once per plan class and declared draws),
+    checked where the strategy makes it, before any engine reads it: a wrong declaration is refused on every engine,
+    in one line naming the data sampler."""
     first = (plan.payloads[0] if plan.payloads else None) if isinstance(plan, PerClient) else plan
-    if type(first) in _AGREEING_PLANS:  # the usual round: its class already compared
-        return
     try:
         plan_capabilities(first)
     except ValueError as why:
