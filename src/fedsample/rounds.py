@@ -1,7 +1,8 @@
 """Round types shared by every layer: the cohort, the round context, and the replies and their status.
 
-A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages`, so that sampling/,
-training/ and the federations use these types without importing :mod:`fedsample.strategy`.
+A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages` (and, for its
+annotations only, under ``TYPE_CHECKING``: the Federation protocol, SizeInfo, Sample and the records' aliases), so that
+sampling/, training/ and the federations use these types without importing :mod:`fedsample.strategy`.
 
 A federation answers ``run(ids, request, round)`` with a :class:`ReplyList`: one reply per asked
 client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
