@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, ClassVar, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeAlias, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeAlias, TypeVar, cast, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the parts' Protocols, which speak these messages (fedsample
 __all__ = [
     "ClientContext", "ClientState", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
-    "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
+    "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "requests_of", "unplanned", "with_plan",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -546,11 +546,20 @@ def procedure_of(request: object) -> Procedure:
     raise TypeError(f"{type(request).__name__} is not a request: a request class declares its procedure (fedsample.messages.Procedure)")
 
 
+def requests_of(sent: PerClient[object] | Shared[object], kind: type[T]) -> PerClient[T] | Shared[T] | None:
+    """``sent`` as requests of ``kind`` where it holds them (its first does: a :class:`PerClient` holds requests of
+    one type), else None."""
+    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
+    if not isinstance(first, kind):
+        return None
+    return cast("PerClient[T] | Shared[T]", sent)  # every payload of a PerClient has its first's type (__post_init__)
+
+
 def planned_for(sent: PerClient[object] | Shared[object], client_ids: np.ndarray) -> PlannedSum | None:
     """The planned sum a train request carries (:attr:`TrainPayload.planned`) where it is a sum over exactly these
     clients in this order (a sub-cohort of the round's gets none), else None."""
-    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
-    plan = first.planned if isinstance(first, TrainPayload) else None
+    trains = requests_of(sent, TrainPayload)
+    plan = trains.at(0).planned if trains is not None else None
     if plan is None or len(plan.ids) != len(client_ids) or not np.array_equal(plan.ids, np.asarray(client_ids)):
         return None
     return plan
