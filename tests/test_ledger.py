@@ -689,5 +689,5 @@ def test_a_saved_release_with_a_field_of_the_wrong_kind_is_refused_naming_it(fie
     """Release.of_record reads a record field by field: a value of the wrong kind is a ValueError naming the field."""
     record = Release(1, "size report", randomized_response(0.5, 4), None, None, call=(1, "sizes", 0)).record()
     assert Release.of_record(record) == Release(1, "size report", randomized_response(0.5, 4), None, None, call=(1, "sizes", 0))
-    with pytest.raises(ValueError, match=f"release's {field} must be"):
+    with pytest.raises(ValueError, match=f"release.{field}: expected"):
         Release.of_record({**record, field: value})

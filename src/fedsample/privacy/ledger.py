@@ -54,7 +54,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
-from fedsample.runtime.records import JSON, JSONObject
+from fedsample.runtime.records import JSON, JSONObject, as_int, as_list, as_object, as_text, malformed
 
 __all__ = [
     "Accounting", "AccountingState", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "LedgerState", "PLD_DISCRETIZATION", "RelationSpent", "Release",
@@ -236,60 +236,33 @@ class Release:
     def of_record(cls, record: Mapping[str, JSON]) -> Release:
         """The release :meth:`record` wrote, read back from JSON field by field (``call`` back to a tuple; a field
         a record leaves out keeps its default); a ValueError names a field of the wrong kind."""
+        texts = {name: as_text(record[name], f"release.{name}") for name in ("sampling", "reason", "once") if name in record}
         return cls(
-            round=_json_int(record, "round"), what=_json_text(record, "what"), event=_json_event(record, "event"),
-            unamplified=_json_event(record, "unamplified"), relation=_json_relation(record), **_json_texts(record),
-            call=_json_call(record),
+            round=as_int(record["round"], "release.round"), what=as_text(record["what"], "release.what"),
+            event=_event_of(record, "event"), unamplified=_event_of(record, "unamplified"),
+            relation=_relation_of(record["relation"]), **texts, call=_call_of(record.get("call")),
         )
 
 
-def _wrong(name: str, value: object, wanted: str) -> ValueError:
-    return ValueError(f"a saved release's {name} must be {wanted}, not {value!r}")
-
-
-def _json_int(record: Mapping[str, JSON], name: str) -> int:
+def _event_of(record: Mapping[str, JSON], name: str) -> Event | None:
     value = record[name]
-    if not isinstance(value, int):
-        raise _wrong(name, value, "an integer")
-    return value
+    return None if value is None else as_object(value, f"release.{name}")
 
 
-def _json_text(record: Mapping[str, JSON], name: str) -> str:
-    value = record[name]
-    if not isinstance(value, str):
-        raise _wrong(name, value, "a string")
-    return value
-
-
-def _json_texts(record: Mapping[str, JSON]) -> dict[str, str]:
-    """The optional text fields of a release (``sampling``, ``reason``, ``once``) that ``record`` gives."""
-    return {name: _json_text(record, name) for name in ("sampling", "reason", "once") if name in record}
-
-
-def _json_event(record: Mapping[str, JSON], name: str) -> Event | None:
-    value = record[name]
-    if value is not None and not isinstance(value, dict):
-        raise _wrong(name, value, "an event (a JSON object) or null")
-    return value
-
-
-def _json_relation(record: Mapping[str, JSON]) -> Relation | None:
-    value = record["relation"]
+def _relation_of(value: JSON) -> Relation | None:
     for relation in (None, ADD_REMOVE, REPLACE):
         if value == relation:
             return relation
-    raise _wrong("relation", value, f"{ADD_REMOVE!r}, {REPLACE!r} or null")
+    raise malformed(value, "release.relation", f"{ADD_REMOVE!r}, {REPLACE!r} or null")
 
 
-def _json_call(record: Mapping[str, JSON]) -> Call | None:
-    value = record.get("call")
+def _call_of(value: JSON) -> Call | None:
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise _wrong("call", value, "a list of integers and strings")
-    call = tuple(v for v in value if isinstance(v, (int, str)))
-    if len(call) != len(value):
-        raise _wrong("call", value, "a list of integers and strings")
+    items = as_list(value, "release.call")
+    call = tuple(v for v in items if isinstance(v, (int, str)))
+    if len(call) != len(items):
+        raise malformed(value, "release.call", "an array of integers and strings")
     return call
 
 
