@@ -19,13 +19,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
+from typing import TYPE_CHECKING, Callable, TypeVar, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from fedsample.messages import DRAWN, Params, TrainReport
+from fedsample.messages import DRAWN, Params, ProbeReport, TrainReport
 from fedsample.rng import SERVER, generator
 
 if TYPE_CHECKING:  # types only: these modules import this one
@@ -36,9 +36,11 @@ if TYPE_CHECKING:  # types only: these modules import this one
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
-    "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "summed_over",
-    "replies_of", "rows_of", "update_sum_of", "weighted_sum", "without",
+    "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "probe_reports", "summed_over",
+    "replies_of", "reply_as", "rows_of", "train_report", "update_sum_of", "weighted_sum", "without",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class RoundContext:
         return self.sizes
 
 
-class ReplyList(Sequence[Any]):
+class ReplyList(Sequence[object]):
     """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
     of them. There are three kinds: :class:`Replies` (the replies themselves, every ability computed reply by
     reply), :class:`NumberReplies` (size reports as one array) and :class:`FusedReplies` (an engine's answer whose
@@ -223,6 +225,11 @@ class ReplyList(Sequence[Any]):
             items[i] = reply
         return Replies(items, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
 
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:meth:`received_positions`), refused where the reply there
+        is not one (:func:`train_report`)."""
+        return train_report(self[position])
+
     def failures(self) -> list[Failed]:
         """The Failed replies, in cohort order."""
         return [self.failed[i] for i in sorted(self.failed)]
@@ -245,17 +252,17 @@ class ReplyList(Sequence[Any]):
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}`` over the positions whose reply carries an update (empty
         replies add zero, failed ones nothing); None when none does."""
-        return update_sum_of(self.__getitem__, self.failed, positions, weights)
+        return update_sum_of(self.report, self.failed, positions, weights)
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the losses of the replies that took a step, how many did), in cohort order."""
-        return loss_of(self.__getitem__, self.received_positions())
+        return loss_of(self.report, self.received_positions())
 
     def summed(self, name: str) -> int | float:
         """The sum over the received replies of the summed statistic ``name`` (their ``sums``, sent only where the plan
         declares it, :class:`~fedsample.messages.SummedStatistic`); a ValueError when a reply does not carry it; a
         float where the sum is noised (a secure sum's)."""
-        return summed_over(self.__getitem__, self.received_positions(), name)
+        return summed_over(self.report, self.received_positions(), name)
 
     def drawn_total(self) -> int | float:
         """sum_c |S_c|, the samples the cohort drew (:meth:`summed` of :data:`~fedsample.messages.DRAWN`)."""
@@ -265,7 +272,7 @@ class ReplyList(Sequence[Any]):
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
         sampler's round, :func:`fedsample.budget.realised_samples`); a reply that took no step counts 0; None where a
         received reply that stepped does not say."""
-        return rows_of(self.__getitem__, self.received_positions())
+        return rows_of(self.report, self.received_positions())
 
     def numbers(self) -> np.ndarray | None:
         """The replies as floats (size reports), NaN where failed; None when a reply that did not fail is not a
@@ -285,6 +292,32 @@ def without(positions: np.ndarray, failed: Mapping[int, Failed]) -> np.ndarray:
     if not failed:
         return positions
     return positions[~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))]
+
+
+def reply_as(reply: object, kind: type[T], call: str) -> T:
+    """A reply of a ``call`` read as the ``kind`` it must be; any other object refused in one line naming it (a
+    federation that answered something else)."""
+    if isinstance(reply, kind):
+        return reply
+    raise TypeError(f"a {call} call's reply is a {type(reply).__name__}, not a {kind.__name__}: {reply!r:.80}")
+
+
+def train_report(reply: object) -> TrainReport:
+    """A received reply of a ``train`` call read as the :class:`~fedsample.messages.TrainReport` it must be
+    (:func:`reply_as`)."""
+    return reply_as(reply, TrainReport, "train")
+
+
+def probe_reports(replies: Iterable[object]) -> list[ProbeReport | Failed]:
+    """A ``probe`` call's replies read as what they must be, in one pass: each a
+    :class:`~fedsample.messages.ProbeReport` or :class:`Failed` (a lost probe); any other object refused in one line
+    naming it."""
+    items = list(replies)
+    out = [r for r in items if isinstance(r, (ProbeReport, Failed))]
+    if len(out) < len(items):
+        wrong = next(r for r in items if not isinstance(r, (ProbeReport, Failed)))
+        raise TypeError(f"a probe's reply is a {type(wrong).__name__}, not a ProbeReport: {wrong!r:.80}")
+    return out
 
 
 def update_sum_of(reply: Callable[[int], TrainReport], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
@@ -329,7 +362,7 @@ def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | 
     return int(sum(c for c in counts if c is not None))
 
 
-class Replies(list[Any], ReplyList):
+class Replies(list[object], ReplyList):
     """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
@@ -421,7 +454,7 @@ class ReplyBacking(Protocol):
 
     def __len__(self) -> int: ...
 
-    def reply(self, position: int) -> Any:
+    def reply(self, position: int) -> object:
         """The reply at ``position`` (made when read where the engine holds numbers only)."""
         ...
 
@@ -454,29 +487,33 @@ class ReplyObjects:
     """A backing that holds its reply objects in ``self.replies`` (a list): the abilities an engine does not fuse,
     computed reply by reply as :class:`Replies` computes them (an engine's backing overrides what it fuses)."""
 
-    replies: list[Any]
+    replies: Sequence[object]
     sealed = False
 
     def __len__(self) -> int:
         return len(self.replies)
 
-    def reply(self, position: int) -> Any:
+    def reply(self, position: int) -> object:
         return self.replies[position]
+
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:func:`train_report`)."""
+        return train_report(self.replies[position])
 
     def received(self) -> np.ndarray:
         return np.array([i for i, r in enumerate(self.replies) if carries_update(r)], dtype=np.int64)
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
-        return update_sum_of(self.reply, failed, positions, weights)
+        return update_sum_of(self.report, failed, positions, weights)
 
     def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
-        return loss_of(self.reply, received)
+        return loss_of(self.report, received)
 
     def summed(self, name: str, received: np.ndarray) -> int | float:
-        return summed_over(self.reply, received, name)
+        return summed_over(self.report, received, name)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
-        return rows_of(self.reply, received)
+        return rows_of(self.report, received)
 
     def suspects(self, received: np.ndarray) -> np.ndarray:
         return received

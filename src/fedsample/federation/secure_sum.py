@@ -251,10 +251,10 @@ def size_counts(replies: ReplyList, client_ids: np.ndarray) -> NumberReplies:
         problem = None if is_failed(reply) else validate.size_problem(reply, None)
         if is_failed(reply):
             failed[i] = reply
-        elif problem:
-            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, problem)
-        else:
+        elif problem is None and isinstance(reply, (int, float, np.integer, np.floating)):  # size_problem: a number
             sizes[i] = int(reply)
+        else:
+            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, str(problem))
     return NumberReplies(sizes, failed)
 
 

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ProbeRequest
+from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
@@ -420,7 +420,7 @@ class DeltaClients:
         # the round record states them (sampler_probes, bytes) and names the lost ones
         reports, arrived = adaptive.probe_partial(ctx, np.arange(N), request, adaptive.NOT_DRAWN)
         gradients = probed_gradients(reports, arrived)
-        variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
+        variance = np.array([r.extra["sigma2"] if isinstance(r, ProbeReport) else 0.0 for r in reports], dtype=np.float64)  # arrived: the ProbeReports
         w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
         scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
         if self.score_weights == "objective":
