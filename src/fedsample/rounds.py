@@ -458,6 +458,11 @@ class ReplyBacking(Protocol):
         """The reply at ``position`` (made when read where the engine holds numbers only)."""
         ...
 
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:func:`train_report` where the backing holds objects of no
+        declared type; an AttributeError where single replies cannot be read, a sealed one's)."""
+        ...
+
     def received(self) -> np.ndarray:
         """Ascending positions of the replies that carry an update, rejections aside."""
         ...
@@ -578,6 +583,13 @@ class FusedReplies(ReplyList):
 
     def __iter__(self) -> Iterator[object]:
         return (self[i] for i in range(self.size))
+
+    def report(self, position: int) -> TrainReport:
+        """The backing's train report at a received ``position`` (:meth:`ReplyBacking.report`)."""
+        i = position_index(position, self.size)
+        if i in self.failed:
+            return train_report(self.failed[i])  # refused: a Failed is no report
+        return self.backing.report(i if self._inner is None else int(self._inner[i]))
 
     def _received(self) -> np.ndarray:
         """The backing's received positions less the rejected, in its positions."""

@@ -585,6 +585,10 @@ class BatchedCohort:
     def __len__(self) -> int:
         return len(self._took_step)
 
+    def report(self, position: int) -> TrainReport:
+        """The report at ``position`` (every one is a TrainReport: no check)."""
+        return self.reply(position)
+
     def reply(self, position: int) -> TrainReport:
         if not self._took_step[position]:
             return self._empty.report
