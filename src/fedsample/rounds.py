@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # types only: these modules import this one
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
     "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "probe_reports", "summed_over",
-    "replies_of", "reply_as", "rows_of", "train_report", "update_sum_of", "weighted_sum", "without",
+    "replies_of", "reply_as", "rows_of", "train_report", "train_reports", "update_sum_of", "weighted_sum", "without",
 ]
 
 T = TypeVar("T")
@@ -252,17 +252,17 @@ class ReplyList(Sequence[object]):
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray) -> Params | None:
         """``sum_i weights_i * Delta_{positions_i}`` over the positions whose reply carries an update (empty
         replies add zero, failed ones nothing); None when none does."""
-        return update_sum_of(self.report, self.failed, positions, weights)
+        return update_sum_of(self.__getitem__, self.failed, positions, weights)
 
     def summed_loss(self) -> tuple[float, int]:
         """(sum of the losses of the replies that took a step, how many did), in cohort order."""
-        return loss_of(self.report, self.received_positions())
+        return loss_of(self.__getitem__, self.received_positions())
 
     def summed(self, name: str) -> int | float:
         """The sum over the received replies of the summed statistic ``name`` (their ``sums``, sent only where the plan
         declares it, :class:`~fedsample.messages.SummedStatistic`); a ValueError when a reply does not carry it; a
         float where the sum is noised (a secure sum's)."""
-        return summed_over(self.report, self.received_positions(), name)
+        return summed_over(self.__getitem__, self.received_positions(), name)
 
     def drawn_total(self) -> int | float:
         """sum_c |S_c|, the samples the cohort drew (:meth:`summed` of :data:`~fedsample.messages.DRAWN`)."""
@@ -272,7 +272,7 @@ class ReplyList(Sequence[object]):
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
         sampler's round, :func:`fedsample.budget.realised_samples`); a reply that took no step counts 0; None where a
         received reply that stepped does not say."""
-        return rows_of(self.report, self.received_positions())
+        return rows_of(self.__getitem__, self.received_positions())
 
     def numbers(self) -> np.ndarray | None:
         """The replies as floats (size reports), NaN where failed; None when a reply that did not fail is not a
@@ -299,13 +299,20 @@ def reply_as(reply: object, kind: type[T], call: str) -> T:
     federation that answered something else)."""
     if isinstance(reply, kind):
         return reply
-    raise TypeError(f"a {call} call's reply is a {type(reply).__name__}, not a {kind.__name__}: {reply!r:.80}")
+    raise wrong_reply(reply, kind, call)
+
+
+def wrong_reply(reply: object, kind: type, call: str) -> TypeError:
+    """The one-line refusal of a reply of a ``call`` that is not the ``kind`` it must be."""
+    return TypeError(f"a {call} call's reply is a {type(reply).__name__}, not a {kind.__name__}: {reply!r:.80}")
 
 
 def train_report(reply: object) -> TrainReport:
     """A received reply of a ``train`` call read as the :class:`~fedsample.messages.TrainReport` it must be
-    (:func:`reply_as`)."""
-    return reply_as(reply, TrainReport, "train")
+    (:func:`reply_as`, written out: it is read once per received reply)."""
+    if isinstance(reply, TrainReport):
+        return reply
+    raise wrong_reply(reply, TrainReport, "train")
 
 
 def probe_reports(replies: Iterable[object]) -> list[ProbeReport | Failed]:
@@ -320,27 +327,42 @@ def probe_reports(replies: Iterable[object]) -> list[ProbeReport | Failed]:
     return out
 
 
-def update_sum_of(reply: Callable[[int], TrainReport], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
+def train_reports(replies: list[object]) -> list[TrainReport]:
+    """Received replies of a ``train`` call read as the :class:`~fedsample.messages.TrainReport` s they must be, checked
+    by one C-level scan of their types (:func:`all_train_reports`); a wrong one refused in one line naming it."""
+    if all_train_reports(replies):
+        return replies
+    raise wrong_reply(next(r for r in replies if not isinstance(r, TrainReport)), TrainReport, "train")
+
+
+def all_train_reports(replies: list[object]) -> TypeGuard[list[TrainReport]]:
+    """True where every reply is a :class:`~fedsample.messages.TrainReport` (one test per distinct type)."""
+    return all(issubclass(kind, TrainReport) for kind in set(map(type, replies)))
+
+
+def update_sum_of(reply: Callable[[int], object], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
     """``sum_i weights_i * Delta_{positions_i}`` reply by reply (``reply(i)``: the reply at position i) over the
     replies that carry an update and are not in ``failed`` (empty replies add zero, failed ones nothing); None when
     none does."""
-    keep = [(int(i), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
-            if int(i) not in failed and carries_update(reply(int(i)))]
+    asked = [(reply(int(i)), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
+             if int(i) not in failed]
+    keep = [(r, w) for r, w in asked if carries_update(r)]
     if not keep:
         return None
-    return weighted_sum((reply(i).update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
+    reports = train_reports([r for r, _ in keep])
+    return weighted_sum((r.update for r in reports), [w for _, w in keep])  # each update read as it is added
 
 
-def loss_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[float, int]:
+def loss_of(reply: Callable[[int], object], received: np.ndarray) -> tuple[float, int]:
     """(sum of the losses of the ``received`` replies, how many), in cohort order."""
-    got = [reply(i) for i in received.tolist()]
+    got = train_reports([reply(i) for i in received.tolist()])
     return float(sum(r.loss for r in got)), len(got)
 
 
-def summed_over(reply: Callable[[int], TrainReport], received: np.ndarray, name: str) -> int:
+def summed_over(reply: Callable[[int], object], received: np.ndarray, name: str) -> int:
     """The ``received`` replies' values of the summed statistic ``name`` (their ``sums``), summed; a ValueError when
     one does not carry it (:func:`not_summed`)."""
-    counts = [reply(i).sums.get(name) for i in received.tolist()]  # received: TrainReports
+    counts = [r.sums.get(name) for r in train_reports([reply(i) for i in received.tolist()])]
     if any(c is None for c in counts):
         raise not_summed(name)
     return int(sum(c for c in counts if c is not None))
@@ -352,10 +374,10 @@ def not_summed(name: str) -> ValueError:
                       "needs each reply's drawn-sample count, which FedSamplingData(count_drawn=True) declares)")
 
 
-def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | None:
+def rows_of(reply: Callable[[int], object], received: np.ndarray) -> int | None:
     """The rows the ``received`` replies' local steps read, summed (0 for a reply that took no step); None where one
     that stepped does not say."""
-    got = [reply(i) for i in received.tolist()]  # received: TrainReports
+    got = train_reports([reply(i) for i in received.tolist()])
     counts = [0 if r.steps == 0 else r.rows_trained for r in got]
     if any(c is None for c in counts):
         return None
@@ -509,16 +531,16 @@ class ReplyObjects:
         return np.array([i for i, r in enumerate(self.replies) if carries_update(r)], dtype=np.int64)
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params | None:
-        return update_sum_of(self.report, failed, positions, weights)
+        return update_sum_of(self.reply, failed, positions, weights)
 
     def summed_loss(self, received: np.ndarray) -> tuple[float, int]:
-        return loss_of(self.report, received)
+        return loss_of(self.reply, received)
 
     def summed(self, name: str, received: np.ndarray) -> int | float:
-        return summed_over(self.report, received, name)
+        return summed_over(self.reply, received, name)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
-        return rows_of(self.report, received)
+        return rows_of(self.reply, received)
 
     def suspects(self, received: np.ndarray) -> np.ndarray:
         return received

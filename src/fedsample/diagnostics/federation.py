@@ -113,7 +113,7 @@ class LinearCohort(ReplyObjects):
         """The answering clients' values of the summed statistic ``name`` (e.g. the samples they drew, the
         self-normalized FedSampling update's S), where every plan declares it."""
         if name not in self.sums:
-            return summed_over(self.report, received, name)
+            return summed_over(self.reply, received, name)
         return int(self.sums[name][received].sum())
 
     def update_of(self, position: int) -> Params:

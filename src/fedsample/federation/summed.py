@@ -100,4 +100,4 @@ class SummedUpdates(ReplyObjects):
         positions, weights = np.asarray(positions, dtype=np.int64), np.asarray(weights, dtype=np.float64)
         if self._total is not None and np.array_equal(positions, self._summed) and np.array_equal(weights, self._weights[positions]):
             return {k: v.clone() for k, v in self._total.items()}
-        return update_sum_of(self.report, failed, positions, weights)  # each dropped update recomputed as it is added
+        return update_sum_of(self.reply, failed, positions, weights)  # each dropped update recomputed as it is added

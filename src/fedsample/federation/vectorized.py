@@ -765,7 +765,7 @@ class SteppedCohort(ReplyObjects):
                 total = _added(total, stack.weighted_sum(a))
         dense = where[:, 0] < 0
         if dense.any():
-            total = _added(total, update_sum_of(self.report, failed, positions[dense], weights[dense]))
+            total = _added(total, update_sum_of(self.reply, failed, positions[dense], weights[dense]))
         return total
 
 
