@@ -56,7 +56,7 @@ from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, I
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
-from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
+from fedsample.training.aggregate import OBJECTIVE, Reports, linear_combination, reported_sizes
 from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
@@ -345,7 +345,7 @@ class ReferenceMean:
         """The weights :meth:`combine` gives the cohort if every client's update arrives."""
         return self.weights(np.arange(len(cohort)), cohort, ctx)
 
-    def combine(self, reports: Any, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         """The weighted sum of the received updates (None when nothing arrived)."""
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 
