@@ -819,7 +819,7 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
 
     total = [x.numel() * x.element_size()]
 
-    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+    def hook(_module: nn.Module, _inputs: tuple[object, ...], output: object) -> None:
         if isinstance(output, torch.Tensor):
             total.append(output.numel() * output.element_size())
 
