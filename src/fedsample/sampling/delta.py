@@ -46,14 +46,14 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort
+from fedsample.rounds import Cohort, ReplyList
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, Reports, linear_combination, reported_sizes
@@ -309,7 +309,7 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def probed_gradients(reports: Any, arrived: np.ndarray) -> np.ndarray:
+def probed_gradients(reports: ReplyList, arrived: np.ndarray) -> np.ndarray:
     """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
     dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
     return np.stack([np.asarray(r.gradient, dtype=np.float64) if got else np.zeros(dim) for r, got in zip(reports, arrived)])
