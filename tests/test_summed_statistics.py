@@ -12,10 +12,10 @@ import torch
 from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
-from fedsample.messages import DRAWN, SummedStatistic, TrainPayload, TrainReport
+from fedsample.messages import SummedStatistic, TrainPayload, TrainReport
 from fedsample.models import initial_parameters
 from fedsample.parts import CohortPlanCapabilities, reports_rows, summed_noise, summed_of
-from fedsample.sampling.data import BernoulliSamples, DrawnCount
+from fedsample.sampling.data import DRAWN, BernoulliSamples, DrawnCount
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
 
@@ -74,11 +74,11 @@ def test_a_wrong_declaration_is_refused_in_one_line():
 
 
 def test_a_report_given_samples_carries_them_as_its_drawn_count():
-    report = TrainReport({}, 1, 0.5, samples=3)
-    assert report.sums == {DRAWN: 3} and report.samples == 3
-    assert TrainReport({}, 1, 0.5).samples is None and dict(TrainReport({}, 1, 0.5).sums) == {}
+    report = TrainReport({}, 1, 0.5, sums={DRAWN: 3})
+    assert report.sums == {DRAWN: 3} and report.sums.get(DRAWN) == 3
+    assert TrainReport({}, 1, 0.5).sums.get(DRAWN) is None and dict(TrainReport({}, 1, 0.5).sums) == {}
     assert "sums" not in vars(TrainReport({}, 1, 0.5))  # a report without sums holds nothing of them
-    assert TrainReport({}, 1, 0.5, sums={"drew": 1}, samples=2).sums == {"drew": 1, DRAWN: 2}
+    assert TrainReport({}, 1, 0.5, sums={"drew": 1, DRAWN: 2}).sums == {"drew": 1, DRAWN: 2}
 
 
 @pytest.mark.parametrize("solver", [OneGradient(5), LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2)], ids=["one-gradient", "stepped"])
@@ -92,9 +92,9 @@ def test_every_engine_sums_each_declared_statistic_by_name(engines, solver):
     for engine in (Simulator(fed, module, seed=3), VectorizedSimulator(fed, module, seed=3)):
         replies = engine.run(ids, sent, 2)
         received = replies.received_positions()
-        counts = [replies[int(i)].samples for i in received]
+        counts = [replies[int(i)].sums.get(DRAWN) for i in received]
         assert all(c is not None and c > 0 for c in counts) and len(received) >= 5
-        assert replies.summed(DRAWN) == replies.drawn_total() == sum(counts)
+        assert replies.summed(DRAWN) == sum(counts)
         assert replies.summed("drew") == len(received) == sum(replies[int(i)].sums["drew"] for i in received)
         with pytest.raises(ValueError, match="no summed statistic 'other'"):
             replies.summed("other")
@@ -116,7 +116,7 @@ def test_the_secure_sum_seals_each_statistic_with_its_own_noise(engines):
         assert sealed.summed(statistic.name) == float(exact.summed(statistic.name)) + float(shares.sum())
     alone = SecureSum(Simulator(fed, module, seed=seed)).run(ids, payload(module, BernoulliSamples(0.6, report_count=True, count_noise=sigma)), round)
     alone.weighted_update_sum(alone.received_positions(), np.ones(len(alone.received_positions())))
-    assert alone.drawn_total() == sealed.summed(DRAWN)
+    assert alone.summed(DRAWN) == sealed.summed(DRAWN)
     with pytest.raises(ValueError, match="no summed statistic 'other'"):
         sealed.summed("other")
 
@@ -129,7 +129,7 @@ def test_a_sealed_sum_is_read_only_after_the_update_sum(engines):
         sealed.summed(DRAWN)
     total = sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
     assert total is not None and all(isinstance(v, torch.Tensor) for v in total.values())
-    assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).drawn_total()
+    assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).summed(DRAWN)
 
 
 def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):

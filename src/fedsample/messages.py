@@ -27,7 +27,7 @@ from torch import nn
 from fedsample import checks
 
 __all__ = [
-    "ClientContext", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "DataWeights", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
 ]
@@ -275,11 +275,6 @@ def reply_statistics(statistics: Sequence[ReplyStatistic], losses: np.ndarray, m
     return {s.name: s.of_cohort(losses, member, clients) for s in statistics}
 
 
-DRAWN = "drawn"
-"""The name of FedSampling's drawn count among a reply's summed statistics (:attr:`TrainReport.sums`,
-:class:`fedsample.sampling.data.DrawnCount`): what the self-normalized update divides by and a steered run learns from."""
-
-
 @runtime_checkable
 class SummedStatistic(Protocol):
     """An integer each client adds to its training reply from what its plan drew, which the server learns only summed
@@ -380,9 +375,7 @@ class TrainReport:
     """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss,
     where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), ``sums``: the
     value of each :class:`SummedStatistic` its plan declares, by name, which the server learns only summed (empty
-    otherwise; e.g. the number of local samples it drew, :data:`DRAWN`, which the self-normalized FedSampling update
-    divides by, :class:`fedsample.training.aggregate.DrawnNormalizedSum`; read as ``samples``, and given so at
-    construction, None where not asked) and ``statistics``: the value of each
+    otherwise; e.g. FedSampling's drawn count, :class:`fedsample.sampling.data.DrawnCount`) and ``statistics``: the value of each
     :class:`ReplyStatistic` the payload asks for, by name (empty otherwise; a reply that took no step carries none,
     and a noised reply withholds them). ``rows_trained``: the rows its local steps read,
     with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
@@ -397,18 +390,12 @@ class TrainReport:
     statistics: Mapping[str, float] = field(default_factory=dict)
     sums: Mapping[str, int] = field(default_factory=dict)
 
-    def __init__(self, update: Params, steps: int, loss: float, norm_steps: float | None = None, samples: int | None = None,
-                 rows_trained: int | None = None, statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
+    def __init__(self, update: Params, steps: int, loss: float, norm_steps: float | None = None, rows_trained: int | None = None,
+                 statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
         self.update, self.steps, self.loss, self.norm_steps, self.rows_trained = update, steps, loss, norm_steps, rows_trained
         self.statistics = {} if statistics is None else statistics
-        summed = dict(sums or {}) if samples is None else {**(sums or {}), DRAWN: int(samples)}
-        if summed:  # else the class's empty mapping: a report carries sums only where its plan declares them
-            self.sums = summed
-
-    @property
-    def samples(self) -> int | None:
-        """The drawn count among :attr:`sums` (:data:`DRAWN`); None where the plan does not ask for it."""
-        return self.sums.get(DRAWN)
+        if sums:  # else the class's empty mapping: a report carries sums only where its plan declares them
+            self.sums = dict(sums)
 
 
 TrainReport.sums = MappingProxyType({})  # the default of every report without sums, its own subclasses' included

@@ -615,6 +615,10 @@ class BatchedCohort:
             return summed_over(self.reply, received, name)
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
+    def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
+        """The summed statistics the plan declares (their arrays)."""
+        return tuple(self._sums)
+
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
         if self._rows_trained is None:

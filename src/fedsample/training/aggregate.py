@@ -24,6 +24,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.parts import AggregatorCapabilities, SizeNeed
+from fedsample.sampling.data import DRAWN
 from fedsample.training.functional import Params
 
 from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
@@ -170,7 +171,7 @@ class DrawnNormalizedSum:
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
-        drawn = replies_of(reports).drawn_total() if total is not None else 0
+        drawn = replies_of(reports).summed(DRAWN) if total is not None else 0
         if total is None or drawn == 0:
             return None
         return {k: v * (self.K / drawn_divisor(drawn)) for k, v in total.items()}
