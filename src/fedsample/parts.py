@@ -650,6 +650,11 @@ class CohortPlanCapabilities(_Capabilities):
     def offered(self) -> dict[str, tuple[str, bool]]:
         return {"draws_blocks": ("draw_blocks", self.draws_blocks), "draws_on_device": ("draw_cohort_on_device", self.draws_on_device)}
 
+    @property
+    def reports_rows(self) -> bool:
+        """Whether a client may add the rows it trained on to its reply (:func:`reports_rows`)."""
+        return not self.private_draw or bool(self.summed)
+
 
 Capabilities = (ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
                 | UpdatePrivacyCapabilities)
@@ -741,8 +746,7 @@ def reports_rows(plan: object) -> bool:
     :mod:`fedsample.budget`): not where the plan declares its draw private (``private_draw``, FedSampling's: the
     count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
     plan sums a statistic of it anyway."""
-    declared = declared_plan(plan)
-    return not declared.private_draw or bool(declared.summed)
+    return declared_plan(plan).reports_rows
 
 
 @runtime_checkable

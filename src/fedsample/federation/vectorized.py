@@ -288,7 +288,7 @@ class VectorizedSimulator(Simulator):
             self._meter.add(0)
             return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
-        self._meter.add(procedures.measured_rows(payload.plan, len(drawn.member), int(schedule.entries.sum())))  # never sent
+        self._meter.add(procedures.measured_rows(parts.declared_plan(payload.plan), len(drawn.member), int(schedule.entries.sum())))  # never sent
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = summed_statistics(parts.summed_of(payload.plan), drawn.counts)  # those the plan declares: {} for none
