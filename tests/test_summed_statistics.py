@@ -12,7 +12,8 @@ import torch
 from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
-from fedsample.messages import SummedStatistic, TrainPayload, TrainReport
+from fedsample.messages import SIZES, SummedStatistic, TrainPayload, TrainReport
+from fedsample.rounds import Failed, NumberReplies
 from fedsample.models import initial_parameters
 from fedsample.parts import CohortPlanCapabilities, reports_rows, summed_noise, summed_of
 from fedsample.sampling.data import DRAWN, BernoulliSamples, DrawnCount
@@ -140,3 +141,56 @@ def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
     assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
     with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
         sealed_statistic(payload(module, TwoSums(0.5, report_count=True)))
+
+
+def test_every_reply_kind_lists_its_sums_for_the_round_record(engines):
+    """ReplyList.sums(), what the round's record logs: each statistic the replies carry, summed, by name, the same on
+    the loop engine, the vectorized one and a secure sum (exact: no noise); {} for a plan that declares none."""
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sent = payload(module, TwoSums(0.6, report_count=True))
+    loop = Simulator(fed, module, seed=3).run(ids, sent, 2)
+    expected = {DRAWN: loop.summed(DRAWN), "drew": loop.summed("drew")}
+    assert loop.sums() == expected and expected["drew"] == len(loop.received_positions()) and expected[DRAWN] > expected["drew"]
+    assert VectorizedSimulator(fed, module, seed=3).run(ids, sent, 2).sums() == expected
+    sealed = SecureSum(Simulator(fed, module, seed=3)).run(ids, sent, 2)
+    assert sealed.sums() == {}  # nothing is revealed before the update's sum
+    sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
+    assert sealed.sums() == expected
+    assert Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2).sums() == {}
+
+
+def test_size_reports_sum_only_as_sizes():
+    """NumberReplies hold size reports: their sum is the sizes' (SIZES); any other name is refused like the other kinds."""
+    replies = NumberReplies(np.array([3, 4, 5]), {1: Failed(1, "sum_sizes", "lost")})
+    assert replies.summed(SIZES) == 8 and replies.sums() == {SIZES: 8}
+    with pytest.raises(ValueError, match=f"no summed statistic {DRAWN!r}"):
+        replies.summed(DRAWN)
+
+
+def test_the_flower_codec_carries_any_summed_statistic():
+    """Every summed statistic crosses Flower's door under its name (the drawn count as ``"samples"``, as before); a
+    name that would read as one of the report's own metrics is refused."""
+    pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+    from fedsample.flower.codec import REPORT, decode_report, encode_report
+
+    sent = TrainPayload({"w": torch.zeros(2)}, None, None, 0)
+    report = TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={DRAWN: 7, "drew": 1})
+    content = encode_report(sent, report)
+    assert content[REPORT]["samples"] == 7 and content[REPORT]["drew"] == 1 and DRAWN not in content[REPORT]
+    assert dict(decode_report(content, sent).sums) == {DRAWN: 7, "drew": 1}
+    for name in ("steps", "samples"):
+        with pytest.raises(ValueError, match="cannot carry summed statistics named"):
+            encode_report(sent, TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={name: 1}))
+
+
+def test_the_secagg_tally_seals_the_one_summed_statistic_whatever_its_name():
+    """A client's sealed count is the one summed statistic its report carries (Drew's here), none where it carries
+    none; a report that carries two is refused."""
+    pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+    from fedsample.flower.secagg import sealed_samples
+
+    assert sealed_samples(TrainReport({}, 1, 0.5, sums={"drew": 1})) == 1 and sealed_samples(TrainReport({}, 1, 0.5)) is None
+    assert sealed_samples(12) == 12  # a size report
+    with pytest.raises(ValueError, match="seals one summed statistic"):
+        sealed_samples(TrainReport({}, 1, 0.5, sums={DRAWN: 3, "drew": 1}))

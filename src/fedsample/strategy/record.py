@@ -12,12 +12,12 @@ import numpy as np
 from fedsample import parts
 from fedsample.budget import realised_samples
 from fedsample.parts import ClientSampler, InclusionKind
+from fedsample.messages import logged_as
 from fedsample.privacy import accounting
 from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
 from fedsample.sampling import adaptive
 from fedsample.sampling.clients import is_built_census
-from fedsample.sampling.data import DRAWN
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import CheckedProbes
 from fedsample.runtime.records import Record
@@ -53,13 +53,11 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     if log["updates"] and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
         log["train_loss"] = loss_sum / log["updates"]
     if log["updates"]:
-        sums = reports.sums()  # each summed statistic the clients report, by name
-        drawn = sums.get(DRAWN)
-        if drawn is not None:  # known only where the clients report their counts
-            log["samples"] = drawn
+        sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
+        log.update({logged_as(name): value for name, value in sums.items()})  # the drawn count as "samples"
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
-        realised = realised_samples(drawn, reports)
+        realised = realised_samples(log.get("samples"), reports)  # the samples the clients drew, where they report them
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
         budget = s.data.capabilities.budget
