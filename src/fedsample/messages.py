@@ -146,7 +146,7 @@ class SizeQuery:
 class SizeSumRequest:
     """Ask every client for its size *into a secure sum*, before the first draw (a count-only request: no model, no
     training). Each client's true size goes only into the sum, with its share N(0, count_noise^2 / asked) of Gaussian
-    noise, exactly as a round's drawn count does (:mod:`fedsample.federation.secure_sum`,
+    noise, exactly as a round's summed statistics are (:mod:`fedsample.federation.secure_sum`,
     :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
     answered, nothing per client. FedSampling's first ratio K/N^ comes from it
     (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``). Answered by the count-only

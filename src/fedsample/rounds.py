@@ -7,7 +7,7 @@ A federation answers ``run(ids, request, round)`` with a :class:`ReplyList`: one
 client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
 raised, or sent something the server rejected; a failed client is left out of that round and named in the
 round's record. :class:`ReplyList` is the one protocol for what the server may ask of a round's replies (the
-positions that carry an update, the weighted sum of the updates, the summed loss, the drawn-sample count, the
+positions that carry an update, the weighted sum of the updates, the summed loss, each summed statistic, the
 size reports as numbers), in three kinds: :class:`Replies` computes them reply by reply, :class:`NumberReplies`
 holds size reports as one array, and :class:`FusedReplies` asks an engine's :class:`ReplyBacking`, which computes
 them its own way (the vectorized engine's one backward pass, Ray's partial sums on the workers, a secure sum).

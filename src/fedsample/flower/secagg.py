@@ -3,11 +3,13 @@ Flower implements it: ``SecAggPlusWorkflow`` on the server, ``secaggplus_mod`` o
 ServerApp receives masked vectors and learns only their sum.
 
 A strategy that declares ``secure_sum`` asks for one weighted sum of the cohort's updates (with the cohort's
-summed loss, how many clients took a step and, when the plan asks, how many samples they drew:
+summed loss, how many clients took a step and, when the plan declares one, its summed statistic (e.g. how many
+samples they drew):
 :class:`~fedsample.federation.secure_sum.SecureSum`, which stays the in-process reference for the numbers).
 Here each client packs its reply into one vector (:func:`sealed_vector`): the update's arrays, then a tally
-(loss, 1 if it took a step, the drawn count in base-1024 digits or, where the plan puts noise on it, the drawn
-count plus the client's noise share, 1 if its vector had to be clipped), each tally entry scaled into SecAgg+'s
+(loss, 1 if it took a step, the one summed statistic the call declares, whatever its name, in base-1024 digits or,
+where the statistic declares noise, its value plus the client's noise share, 1 if its vector had to be clipped; the
+entries keep the drawn count's names, the first such statistic), each tally entry scaled into SecAgg+'s
 clipping range. The server sends the fedsample request with SecAgg+'s
 collect-masked-vectors stage, so training happens inside the protocol; a client that fails before its masked
 vector arrives is a dropout (left out of the sum and named), one that fails after it is recovered by SecAgg+
