@@ -123,7 +123,7 @@ def test_train_reports_carry_no_sample_counts(backend):
     """FedSampling's clients (the paper's update, divided by K) send G_c and one step (none when they drew nothing),
     nothing that counts their samples; every asked client replies, with the same fields and shapes. (The library
     default's clients add their drawn count, which reaches the server only inside the secure sum:
-    ``drawn_counts_are_sealed``.)"""
+    ``summed_statistics_are_sealed``.)"""
     server_side, _ = run_rounds(fs.recipes.fedsampling(K=30, epsilon=3.0, M=10, server_lr=0.1, normalize="K"), backend=backend)
     federation_returns = server_side[3]
     trains = [(ids, reports) for (procedure, _), (ids, reports) in zip(server_side[4], federation_returns) if procedure == "train"]

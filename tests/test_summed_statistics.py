@@ -31,6 +31,7 @@ class Drew:
     name: str = "drew"
     purpose: str = "test: clients-that-drew noise"
     released: str = "clients that drew"
+    symbol: str = "D"
 
     def of_cohort(self, counts):
         return (np.asarray(counts) > 0).astype(np.int64)
@@ -194,3 +195,110 @@ def test_the_secagg_tally_seals_the_one_summed_statistic_whatever_its_name():
     assert sealed_samples(12) == 12  # a size report
     with pytest.raises(ValueError, match="seals one summed statistic"):
         sealed_samples(TrainReport({}, 1, 0.5, sums={DRAWN: 3, "drew": 1}))
+
+
+# --- the declaration and privacy side: any summed statistic, by its own declaration -------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CountsBoth:
+    """A user's data sampler whose plans sum the drawn count and Drew, with noise ``sigma``."""
+
+    sigma: float = 0.0
+    capabilities = fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False)
+
+    def plan(self, ctx, cohort):
+        return TwoSums(0.5, report_count=True, count_noise=self.sigma)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaresBoth(CountsBoth):
+    @property
+    def capabilities(self):
+        return fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(DrawnCount(self.sigma), Drew(self.sigma)))
+
+
+@dataclasses.dataclass(frozen=True)
+class NeedsDrew(fs.training.aggregate.Sum):
+    """A user's aggregator that reads the cohort's summed Drew."""
+
+    @property
+    def capabilities(self):
+        return dataclasses.replace(super().capabilities, needs_summed=("drew",))
+
+
+def test_an_aggregator_gets_the_summed_statistics_it_needs_by_name_and_they_are_sealed():
+    """The rules read the declarations, whatever the statistic: a need the data sampler does not declare is refused
+    naming both parts and the statistic; a declared one without a secure sum is refused naming the data sampler
+    and the statistic's wording; declared and sealed, the strategy is built."""
+    from fedsample.strategy import Strategy
+
+    kw = dict(clients=fs.sampling.clients.AllClients(), local=OneGradient(5), aggregate=NeedsDrew())
+    with pytest.raises(ValueError, match=r"^NeedsDrew\(\) needs the cohort's summed 'drew', but CountsBoth\(\) does not ask"):
+        Strategy(data=CountsBoth(), secure_sum=True, **kw)
+    with pytest.raises(ValueError, match=r"^DeclaresBoth\(\) has every client send its drawn count, .* pass secure_sum=True$"):
+        Strategy(data=DeclaresBoth(), **kw)
+    assert Strategy(data=DeclaresBoth(), secure_sum=True, **kw).aggregate.capabilities.needs_summed == ("drew",)
+
+
+def test_the_ledger_releases_each_summed_statistic_in_its_own_words():
+    """Two statistics of noise sigma = 4, q = 0.5, 6 of 8 clients answer, no noise on the update: one release each,
+    named "{released} {symbol}" with its own key, a record Poisson-sampled at q into a Gaussian of multiplier
+    4 sqrt(6/8) (by hand); with PerExampleNoise (sigma 2, 8 shares) both are coordinates of the update's release,
+    whose multiplier is 1/sqrt(1/z_u^2 + 2/z_S^2)."""
+    import argparse
+
+    from fedsample.privacy import amplification
+    from fedsample.privacy.ledger import Accounting, gaussian, poisson_sampled
+    from fedsample.privacy.noise import PerExampleNoise
+
+    plans, call = [TwoSums(0.5, report_count=True, count_noise=4.0)], (0, "train", 0)
+    strategy = argparse.Namespace(clients=fs.sampling.clients.AllClients(), secure_sum=True)
+    z = 4.0 * np.sqrt(6 / 8)
+    count, drew = amplification.summed_releases(plans, 8, 6, strategy, Accounting(unit="record"), 0, call)
+    assert (count.what, count.call, drew.what, drew.call) == ("drawn count S", (*call, "drawn count"), "clients that drew D", (*call, "clients that drew"))
+    assert count.event == drew.event == poisson_sampled(0.5, gaussian(z)) and drew.reason.startswith("Gaussian noise sigma_D = 4 on D")
+    joint = amplification.train_release(PerExampleNoise(1.0, 2.0, shares=8), plans, 8, 6, strategy, Accounting(unit="record"), 8, 0, call)
+    assert joint.what == "update sum and drawn count and clients that drew"
+    assert joint.unamplified["noise_multiplier"] == pytest.approx(1 / np.sqrt(1 / (2.0 * np.sqrt(6 / 8)) ** 2 + 2 / z**2), rel=1e-12)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlocksClaimed(BernoulliSamples):
+    """Bernoulli sampling whose record claims a draw it does not offer (its draw_blocks misspelt)."""
+
+    capabilities = CohortPlanCapabilities(draws_blocks=True, draws_on_device=True, private_draw=True)
+    draw_blocks = None  # type: ignore[assignment]
+
+    def draw_block(self, blocks, rng):
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class PlansClaimed:
+    capabilities = fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False)
+    plan_class: type = BlocksClaimed
+
+    def plan(self, ctx, cohort):
+        return self.plan_class(0.5)
+
+
+def test_a_plan_that_declares_a_draw_it_lacks_is_refused_on_the_loop_engine(engines):
+    """The loop engine never takes a plan's cohort draws, so it never compared the plan's record with its methods:
+    the strategy now does, where the data sampler makes the plan, naming both; the same sampler with a plan that
+    agrees trains on the loop engine."""
+    from fedsample.strategy import Strategy
+
+    fed, module = engines
+    params = initial_parameters(module, 0)
+
+    def round_of(data):
+        strategy = Strategy(clients=fs.sampling.clients.AllClients(), data=data, local=OneGradient(5), aggregate=fs.training.aggregate.Sum())
+        return strategy.round(Simulator(fed, module, seed=0), params, strategy.init_state(params), 0, seed=0)
+
+    with pytest.raises(ValueError) as refused:
+        round_of(PlansClaimed())
+    assert str(refused.value) == ("data=PlansClaimed() makes plans whose declaration disagrees with their methods: BlocksClaimed(p=0.5) "
+                                  "declares draws_blocks=True in its CohortPlanCapabilities but has no draw_blocks() method")
+    _, log = round_of(PlansClaimed(BernoulliSamples))
+    assert log["updates"] > 0

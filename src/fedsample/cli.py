@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 if TYPE_CHECKING:
     import numpy as np
 
     from fedsample.experiments.config import ExperimentConfig
-    from fedsample.experiments.plan import Plan
-    from fedsample.simulation import EngineOptions
+    from fedsample.experiments.plan import Failure, Plan
+    from fedsample.runtime.records import JSONObject
+    from fedsample.simulation import EngineOptions, SimulationResult
     from fedsample.tracking.setup import TrackingSpec
 
 __all__ = ["COMMANDS", "main"]
@@ -185,7 +186,7 @@ def _checked_device(device: str) -> str:
 
 def _run_with_progress(
     plan: Plan, out: Path, args: argparse.Namespace, options: EngineOptions, tracking: TrackingSpec | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[JSONObject, dict[str, list[SimulationResult | Failure]]]:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -209,16 +210,16 @@ def _run_with_progress(
         )
 
 
-def _print_summary(document: dict[str, Any], out: Path, tracking: TrackingSpec | None = None) -> None:
+def _print_summary(document: JSONObject, out: Path, tracking: TrackingSpec | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from fedsample.experiments.report import budget_lines, caption, columns, rows
+    from fedsample.experiments.report import budget_lines, caption, columns, config_of, rows
 
     table_rows = rows(document)
     cols = columns(table_rows)
-    table = Table(title=escape(f"{document['config']['name']}"), caption=escape(caption(document)))
+    table = Table(title=escape(f"{config_of(document)['name']}"), caption=escape(caption(document)))
     table.add_column("strategy")
     for _, title in cols:
         table.add_column(title, justify="right")
@@ -288,7 +289,7 @@ def command_reproduce(args: argparse.Namespace) -> None:
         raise RunsFailed(f"{len(failed)} preset(s), study(ies) or run(s) failed (listed above; status in REPRODUCTION.md)")
 
 
-def _os_errors_in_one_line(command: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], None]:
+def _os_errors_in_one_line(command: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Namespace], None]:
     """The command with an operating-system failure (a full disk, a path under a file, an unreadable file)
     turned into one error line naming the path and the reason (exit code 2) instead of a traceback."""
     import functools

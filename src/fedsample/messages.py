@@ -302,11 +302,19 @@ class SummedStatistic(Protocol):
 
     @property
     def released(self) -> str:
-        """What the privacy ledger records the noised sum as (e.g. ``"drawn-sample count"``)."""
+        """What the privacy ledger calls the sum (e.g. ``"drawn count"``): its release alone is ``"{released}
+        {symbol}"``, with the noised update ``"update sum and {released}"`` (:mod:`fedsample.privacy.amplification`)."""
+        ...
+
+    @property
+    def symbol(self) -> str:
+        """The sum's letter in the ledger's reasons (e.g. ``"S"``: Gaussian noise sigma_S on S)."""
         ...
 
     def of_cohort(self, counts: np.ndarray) -> np.ndarray:
-        """One integer per member of a cohort from ``counts[c]``, the number of samples member c's plan drew."""
+        """One integer per member of a cohort from ``counts[c]``, the number of samples member c's plan drew; it moves
+        by at most j when a client draws j samples more or fewer (the ledger's sensitivity: one record moves the sum by
+        at most 1)."""
         ...
 
 

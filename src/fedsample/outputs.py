@@ -27,7 +27,9 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
+
+from fedsample.runtime.records import JSONObject
 
 __all__ = [
     "Marker", "OutputError", "check_folder", "error_line", "start", "write_atomic", "written_results",
@@ -52,7 +54,7 @@ class Marker:
 
     command: str
     files: tuple[str, ...]
-    inputs: dict[str, Any]
+    inputs: JSONObject
     resumable: bool = False
     free: tuple[str, ...] = ()
     subject: str = "experiment"
@@ -65,8 +67,8 @@ class Marker:
     def name(self) -> str:
         return f"{self.command}.json"
 
-    def document(self, files: tuple[str, ...] | None = None) -> dict[str, Any]:
-        return {"command": self.command, "files": sorted(set(files or self.files)), **self.inputs}
+    def document(self, files: tuple[str, ...] | None = None) -> JSONObject:
+        return {"command": self.command, "files": [*sorted(set(files or self.files))], **self.inputs}
 
     def text(self, files: tuple[str, ...] | None = None) -> str:
         """The marker file's content."""
@@ -132,10 +134,10 @@ def probe_writable(out: Path, folder: Path) -> None:
         pass
 
 
-def markers(out: Path) -> dict[str, dict[str, Any] | None]:
+def markers(out: Path) -> dict[str, JSONObject | None]:
     """Command -> its marker document (None: unreadable) for every marker in ``out``. A ``run.json`` of an
     earlier version (no ``command`` key) is a run's."""
-    found = {}
+    found: dict[str, JSONObject | None] = {}
     for command in COMMANDS:
         path = out / f"{command}.json"
         if not path.is_file():
@@ -148,7 +150,7 @@ def markers(out: Path) -> dict[str, dict[str, Any] | None]:
     return found
 
 
-def differences(saved: dict[str, Any] | None, marker: Marker) -> list[str]:
+def differences(saved: JSONObject | None, marker: Marker) -> list[str]:
     """The input keys (one level into a dict-valued input) whose saved value differs from ``marker``'s, less
     the ``free`` ones."""
     if saved is None:
@@ -176,7 +178,7 @@ def start(out: Path, marker: Marker, *, overwrite: bool = False, record: bool = 
         write_atomic(out / marker.name, lambda p: p.write_text(marker.text(files)))
 
 
-def named_files(document: dict[str, Any] | None) -> tuple[str, ...]:
+def named_files(document: JSONObject | None) -> tuple[str, ...]:
     """The files a marker document names (none for an unreadable one or a run.json of an earlier version)."""
     files = (document or {}).get("files")
     return tuple(str(name) for name in files) if isinstance(files, list) else ()

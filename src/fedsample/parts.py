@@ -60,7 +60,7 @@ __all__ = [
     "DesignedPlan", "DeviceDraw", "DevicePlan", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
     "LocalSolverCapabilities", "missing_methods", "observes_sums", "observes_replies", "ObservesSums", "ObservesReplies",
-    "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
+    "check_plan", "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
@@ -481,11 +481,12 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "shared_settings": (lambda v: isinstance(v, Mapping), "a mapping of setting -> value"),
     "linear": (lambda v: v is None or isinstance(v, bool), "True, False or None (not known)"),
     "budget": (lambda v: _count_or_none(v), "a positive int or None"),
-    "count_noise": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0"),
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
     "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
                "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
+    "needs_summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+                     "a tuple of the names of summed statistics (fedsample.messages.SummedStatistic.name)"),
 }
 """What each declared field that is not yes-or-no must be, and how the refusal says it."""
 
@@ -558,15 +559,14 @@ class DataSamplerCapabilities(_Capabilities):
     """What a data sampler declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its plans
     divide by the cohort's inclusion probabilities, as ISFedAvg's agent factor does: a part taken not to would
     escape the rule that refuses it an estimated or deterministic sampler). Optional: ``needs_sizes``, ``limits``,
-    ``count_drawn`` (its plans make each client add its drawn count to its reply), ``count_noise`` (the
-    standard deviation of the Gaussian noise its plans put on the summed drawn count; 0: the exact count), ``budget`` (the samples per round
-    it is held to, FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
+    ``summed`` (the :class:`~fedsample.messages.SummedStatistic` s its plans make each client add to its reply, each
+    with the noise on the cohort's sum: FedSampling's drawn count), ``budget`` (the samples per round it is held to,
+    FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
     limits: tuple[Limit, ...] = ()
-    count_drawn: bool = False
-    count_noise: float = 0.0
+    summed: tuple[SummedStatistic, ...] = ()
     budget: int | None = None
     shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
@@ -576,7 +576,9 @@ class AggregatorCapabilities(_Capabilities):
     """What an aggregator declares (its ``capabilities``). Required: ``weighs_by_inclusion`` (whether its weights
     divide by the cohort's inclusion probabilities or expected draws). Optional: ``needs_sizes``; ``linear`` (a
     weighted sum of the updates whose weights are known before the updates are: what a secure sum and the engines'
-    fused sums compute; None: not known); ``needs_strata``; ``needs_drawn_count``; ``needs_step_counts`` (its
+    fused sums compute; None: not known); ``needs_strata``; ``needs_summed`` (the names of the summed statistics it
+    reads of the cohort, :meth:`fedsample.rounds.ReplyList.summed`, which the data sampler must declare: the
+    self-normalized update's drawn count); ``needs_step_counts`` (its
     weights need each client's step count, which a noised reply withholds); ``normalizes_steps`` (it divides each
     update by the client's effective step count a_k, FedNova's, known only for a local rule linear in the
     gradients); ``equal_weights`` (every received update weighs the same: what per-example noise shares are
@@ -586,7 +588,7 @@ class AggregatorCapabilities(_Capabilities):
     needs_sizes: SizeNeed = SizeNeed.NONE
     linear: bool | None = None
     needs_strata: bool = False
-    needs_drawn_count: bool = False
+    needs_summed: tuple[str, ...] = ()
     needs_step_counts: bool = False
     normalizes_steps: bool = False
     equal_weights: bool = False
@@ -669,9 +671,10 @@ what they do through their Protocols' properties)."""
 
 OLD_DECLARATIONS = frozenset(
     f.name for record in RECORDS.values() for f in dataclasses.fields(record)
-) - {"limits", "shared_settings", "count_drawn", "count_noise", "per_example", "budget", "minibatch", "steps"}
+) - {"limits", "shared_settings", "summed", "needs_summed", "per_example", "budget", "minibatch", "steps"}
 """Names a part declared as separate class attributes before its capabilities record (what an old-style part is
-recognised by; settings that are also a part's own fields, such as ``count_drawn``, are left out)."""
+recognised by; settings that are also a part's own fields, such as ``budget``, and fields that came with the records,
+such as ``summed``, are left out)."""
 
 
 
@@ -1033,14 +1036,40 @@ def declared_plan(plan: object) -> CohortPlanCapabilities:
     return declared
 
 
+_AGREEING_PLANS: set[tuple[type, tuple[bool, ...]]] = set()
+"""The cohort plan classes, with the draws their plans declared, found to agree with their methods
+(:func:`plan_capabilities`)."""
+
+
+def _agreement_key(plan: object, declared: CohortPlanCapabilities) -> tuple[type, tuple[bool, ...]]:
+    """What a plan's agreement with its methods depends on: its class (the methods) and which it declares it offers."""
+    return type(plan), tuple(says for _, says in declared.offered().values())
+
+
 def plan_capabilities(plan: object) -> CohortPlanCapabilities:
     """What the cohort plan ``plan`` declares (:func:`declared_plan`); a plan whose record disagrees with its methods
-    (:func:`offers_problem`) is refused in one line."""
+    (:func:`offers_problem`) is refused in one line. Compared once per plan class and declared draws (the methods
+    are the class's)."""
     declared = declared_plan(plan)
-    problem = offers_problem(plan, declared)
-    if problem is not None:
-        raise ValueError(problem)
+    key = _agreement_key(plan, declared)
+    if key not in _AGREEING_PLANS:
+        problem = offers_problem(plan, declared)
+        if problem is not None:
+            raise ValueError(problem)
+        _AGREEING_PLANS.add(key)
     return declared
+
+
+def check_plan(data: object, plan: object) -> None:
+    """The plan the data sampler ``data`` made (one for the cohort, or the members' of a :class:`PerClient`, all of
+    one class) agrees with its declaration (:func:`plan_capabilities`, once per plan class and declared draws),
+    checked where the strategy makes it, before any engine reads it: a wrong declaration is refused on every engine,
+    in one line naming the data sampler."""
+    first = (plan.payloads[0] if plan.payloads else None) if isinstance(plan, PerClient) else plan
+    try:
+        plan_capabilities(first)
+    except ValueError as why:
+        raise ValueError(f"data={describe(data)} makes plans whose declaration disagrees with their methods: {why}") from None
 
 
 DeviceDraw = Callable[["np.ndarray | torch.Tensor", "CohortRandom"], tuple["torch.Tensor", "torch.Tensor"]]

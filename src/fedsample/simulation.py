@@ -39,7 +39,7 @@ from fedsample.privacy.ledger import Accounting, BudgetExceeded, Ledger, Summary
 from fedsample.privacy.recorder import LEDGER_KEY
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
-from fedsample.runtime.records import Record, State
+from fedsample.runtime.records import JSONObject, Record, State
 from fedsample.runtime.warned import once_per_kind
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class SimulationResult:
     privacy: Summary = field(default_factory=lambda: Summary())
     workers: int = 1
     client_threads: int = 1
-    warnings: list[dict[str, object]] = field(default_factory=list)
+    warnings: list[JSONObject] = field(default_factory=list)
 
     @property
     def final(self) -> Record:

@@ -11,6 +11,7 @@ from fedsample.data.partition import IID, AssignsRows, BuildsPartition, Dirichle
 from fedsample.data.stats import partition_stats
 from fedsample.data.types import FederatedData
 from fedsample.outputs import Marker, written_results
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["SCHEMES", "make_scheme", "partition_stats", "write_partition_files", "write_partition_report"]
 
@@ -83,7 +84,7 @@ PARTITION_FILES = ("stats.json", "partition.png")
 def partition_marker(fed: FederatedData | None = None) -> Marker:
     """The folder's fingerprint (``partition.json``): the dataset, the scheme and the number of clients (recorded,
     never compared: a partition is not resumed, so a folder can be checked before the partition exists)."""
-    inputs = {} if fed is None else {"dataset": fed.dataset.name, "scheme": str(fed.scheme), "clients": fed.num_clients}
+    inputs: JSONObject = {} if fed is None else {"dataset": fed.dataset.name, "scheme": str(fed.scheme), "clients": fed.num_clients}
     return Marker("partition", PARTITION_FILES, inputs, subject="partition")
 
 

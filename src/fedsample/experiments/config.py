@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError", "DatasetConfig", "ExperimentConfig", "FaultsConfig", "HFDatasetOptions", "MlflowConfig",
     "ModelConfig", "PartitionConfig", "PrivacyConfig", "ScheduleConfig", "StragglerConfig", "StrategyConfig",
-    "TrackingConfig", "ValidationConfig", "WandbConfig", "load_config", "parse_config",
+    "TableParams", "TrackingConfig", "ValidationConfig", "WandbConfig", "load_config", "parse_config",
 ]
 
 if sys.version_info >= (3, 11):
@@ -43,13 +43,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+#: A table's free values: a recipe's keyword arguments, a loader's or partitioner's options, read from TOML and passed on
+#: with ``**`` to functions of different signatures, each of which checks its own (fedsample.checks). Any, not JSON: a
+#: value's type is that of the parameter it goes to, known only there.
+TableParams = dict[str, Any]
+
+
 class _WithParams(BaseModel):
     """A named thing with free parameters (validated by the thing itself)."""
 
     model_config = ConfigDict(extra="allow")
 
     @property
-    def params(self) -> dict[str, Any]:  # the table's values, checked by the loader or partitioner they go to
+    def params(self) -> TableParams:  # the table's values, checked by the loader or partitioner they go to
         return dict(self.model_extra or {})
 
 

@@ -4,9 +4,10 @@ lowest, for regression)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping, Sequence
 
 from fedsample.experiments.config import StrategyConfig
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["run_label", "select", "variants"]
 
@@ -34,7 +35,7 @@ def run_label(label: str, strategy: StrategyConfig, key: str) -> str:
     return f"{label} [{next(iter(strategy.grid))}={key}]"
 
 
-def selection_score(validation: list[dict[str, Any] | None]) -> tuple[float | None, str]:
+def selection_score(validation: Sequence[Mapping[str, float] | None]) -> tuple[float | None, str]:
     """The score of one value over its seeds' final validation metrics (None if a seed stopped), and what it is."""
     runs = [v for v in validation if v is not None]
     if not validation or len(runs) < len(validation):
@@ -44,14 +45,14 @@ def selection_score(validation: list[dict[str, Any] | None]) -> tuple[float | No
     return -sum(v["loss"] for v in runs) / len(runs), SELECTED_BY_LOSS
 
 
-def select(strategy: StrategyConfig, validation: dict[str, list[dict[str, Any] | None]]) -> tuple[str, dict[str, Any]]:
+def select(strategy: StrategyConfig, validation: Mapping[str, Sequence[Mapping[str, float] | None]]) -> tuple[str, JSONObject]:
     """The selected value's key and results.json's ``selected`` entry: the first value with the best score
     (values whose runs stopped are never selected unless all stopped; then the first value, score null)."""
     scores = {key: selection_score(runs) for key, runs in validation.items()}
     ranked = {key: score for key, (score, _) in scores.items() if score is not None}
     chosen = max(ranked, key=ranked.__getitem__) if ranked else next(iter(scores))
     by = scores[chosen][1]
-    grid = {key: (None if score is None else (-score if by == SELECTED_BY_LOSS else score)) for key, (score, _) in scores.items()}
+    grid: JSONObject = {key: (None if score is None else (-score if by == SELECTED_BY_LOSS else score)) for key, (score, _) in scores.items()}
     assert strategy.grid, "select is asked of a strategy with a grid"
     name, values = next(iter(strategy.grid.items()))
     value = next(v for v in values if value_key(v) == chosen)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from fedsample import checks
 from fedsample.data import load_dataset, make_scheme, partition
 from fedsample.data.partition import AssignsRows, BuildsPartition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.experiments import grid
-from fedsample.experiments.config import ConfigError, DatasetConfig, ExperimentConfig, PartitionConfig, StrategyConfig
+from fedsample.experiments.config import ConfigError, DatasetConfig, ExperimentConfig, TableParams, PartitionConfig, StrategyConfig
 from fedsample.experiments.validation import Validation, carve_validation
 from fedsample.federation.faults import FaultModel
 from fedsample.models import model_from_name
@@ -97,7 +97,7 @@ class Outcome:
     """What one run gives: the result (or why it stopped) and its final validation metrics (None without a split)."""
 
     result: SimulationResult | Failure
-    validation: dict[str, Any] | None = None
+    validation: dict[str, float] | None = None
 
 
 #: What building a part from the file's values raises for bad values. The dataset loaders and partition
@@ -115,7 +115,7 @@ def _built(what: str, build: Callable[[], T], errors: tuple[type[Exception], ...
         raise ConfigError(f"{what}: {error}") from None
 
 
-def _built_strategy(config: ExperimentConfig, index: int, s: StrategyConfig, key: str, params: dict[str, Any]) -> Strategy:
+def _built_strategy(config: ExperimentConfig, index: int, s: StrategyConfig, key: str, params: TableParams) -> Strategy:
     """:func:`build_strategy`, a refusal reported with the TOML key of the value (``strategies.0.epochs``, or
     ``strategies.0.grid.lr`` for a grid value) and the recipe's own message, the one the library gives."""
     label = grid.run_label(s.display, s, key)
@@ -149,7 +149,7 @@ def build_scheme(config: PartitionConfig) -> AssignsRows | BuildsPartition:
     return make_scheme(config.scheme, **config.params)
 
 
-def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: dict[str, Any]) -> Strategy:
+def build_strategy(config: ExperimentConfig, s: StrategyConfig, params: TableParams) -> Strategy:
     """A strategy from its recipe and parameters, with its ``[strategies.lr_schedule]`` attached."""
     strategy = recipe(s.recipe, **params)
     if s.lr_schedule is None:

@@ -12,7 +12,7 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from fedsample import outputs
 from fedsample.budget import arm_budget
@@ -26,6 +26,7 @@ from fedsample.experiments.stats import best_round, metric_table
 from fedsample.experiments.timing import TIMING_FILE, record_wall_time
 from fedsample.simulation import Backend, EngineOptions, SimulationResult
 from fedsample.tracking.setup import TrackingSpec, parse_backends
+from fedsample.runtime.records import JSON, JSONObject
 from fedsample.runtime.warned import Warned, once_per_kind
 
 __all__ = [
@@ -113,7 +114,7 @@ def run_experiment(
     progress: Callable[[str, int], None] | None = None, backend: Backend = "auto",
     on_failure: Callable[[str], None] | None = None, options: EngineOptions | None = None, device: str | None = None,
     jobs: int = 1, only: list[str] | None = None, threads: int | None = None, tracking: TrackingSpec | None = None,
-) -> tuple[dict[str, Any], dict[str, list[SimulationResult | Failure]]]:
+) -> tuple[JSONObject, dict[str, list[SimulationResult | Failure]]]:
     """The whole experiment into ``out``: check the settings and the folder (:func:`check_run_settings`,
     :func:`check_output_folder`: a refusal writes nothing), record it, run every strategy, grid value and
     seed (:func:`run_plan`; ``only`` a subset of the labels), select each grid's value on the validation
@@ -131,7 +132,7 @@ def _run_experiment(
     plan: Plan, out: Path, resume: bool, overwrite: bool, checkpoint_every: int, progress: Callable[[str, int], None] | None,
     backend: Backend, on_failure: Callable[[str], None] | None, options: EngineOptions | None, device: str | None, jobs: int,
     only: list[str] | None, threads: int | None, tracking: TrackingSpec | None, warned: Warned,
-) -> tuple[dict[str, Any], dict[str, list[SimulationResult | Failure]]]:
+) -> tuple[JSONObject, dict[str, list[SimulationResult | Failure]]]:
     started = time.perf_counter()
     plan = restricted(plan, only)
     check_run_settings(jobs, (options or {}).get("federation") is not None)
@@ -145,7 +146,7 @@ def _run_experiment(
         on_failure=on_failure, options=options, device=device, jobs=jobs, threads=threads, tracking=tracking,
     )
     results, extras = selected_runs(plan, outcomes)
-    document = {**summarize(plan.config, results, extras, task_metrics(plan.dataset.task)), "warnings": warned.record()}
+    document: JSONObject = {**summarize(plan.config, results, extras, task_metrics(plan.dataset.task)), "warnings": [*warned.record()]}
     write_outputs(plan, out, document, privacy_document(results))
     record_wall_time(out, time.perf_counter() - started, resumed=resume, earlier_work=earlier_work)
     if tracking is not None and tracking.backends:
@@ -172,11 +173,11 @@ def tracking_spec(config: ExperimentConfig, track: str | None, folder: Path) -> 
     return spec
 
 
-def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, dict[str, Any]]]:
+def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, list[SimulationResult | Failure]], dict[str, JSONObject]]:
     """Per label, the runs of its selected grid value (its only runs without a grid), and the results.json
     entries beside them: ``validation`` (final-round metrics on the validation split) and ``selected``."""
     results: dict[str, list[SimulationResult | Failure]] = {}
-    extras: dict[str, dict[str, Any]] = {}
+    extras: dict[str, JSONObject] = {}
     seeds = plan.config.seeds
     for s in plan.config.strategies:
         label = s.display
@@ -191,15 +192,18 @@ def selected_runs(plan: Plan, outcomes: dict[Job, Outcome]) -> tuple[dict[str, l
     return results, extras
 
 
-def finite_or_none(value: object) -> object:
-    """JSON-safe numbers: non-finite floats become None, recursively through dicts and lists."""
+def finite_or_none(value: object) -> JSON:
+    """JSON-safe numbers: non-finite floats become None, recursively through dicts and lists (a tuple becomes a list);
+    a value JSON has no type for is the TypeError ``json.dumps`` would raise."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): finite_or_none(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite_or_none(v) for v in value]
-    return value
+    if value is None or isinstance(value, (str, int)):
+        return value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def task_metrics(task: str) -> tuple[str, ...]:
@@ -208,9 +212,9 @@ def task_metrics(task: str) -> tuple[str, ...]:
 
 
 def summarize(
-    config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: dict[str, dict[str, Any]] | None = None,
+    config: ExperimentConfig, results: dict[str, list[SimulationResult | Failure]], extras: Mapping[str, JSONObject] | None = None,
     metrics: tuple[str, ...] = METRICS,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The results.json document: config, and per strategy the final-round and best-round metrics
     (``{"mean", "sd", "n", "per_seed"}`` over the seeds that finished, sd with ddof = 1 and null for one seed;
     ``per_seed`` null for a seed that did not; best = the best evaluated round of each seed: highest accuracy
@@ -218,7 +222,7 @@ def summarize(
     histories, the realised budget (``budget``: samples per round, :func:`fedsample.budget.arm_budget`; null where no
     round knows it), and ``extras[label]`` (validation metrics, a grid's selection). A strategy whose every seed
     stopped keeps the same keys: each of ``metrics`` with mean, sd null, n = 0. Strict JSON: no NaN or Infinity."""
-    strategies = {}
+    strategies: dict[str, dict[str, object]] = {}
     for label, runs in results.items():
         finished = [run if isinstance(run, SimulationResult) else None for run in runs]
         strategies[label] = {
@@ -233,7 +237,7 @@ def summarize(
                         if isinstance(run, SimulationResult) else None for run in runs],
             **(extras or {}).get(label, {}),
         }
-    document = {"config": config.model_dump(mode="json"), "strategies": strategies}
+    document: dict[str, object] = {"config": config.model_dump(mode="json"), "strategies": strategies}
     return {key: finite_or_none(value) for key, value in document.items()}
 
 
@@ -242,7 +246,7 @@ def failures(results: dict[str, list[SimulationResult | Failure]]) -> list[str]:
     return [run.reason for runs in results.values() for run in runs if isinstance(run, Failure)]
 
 
-def privacy_spent(runs: list[SimulationResult]) -> dict[str, Any]:
+def privacy_spent(runs: list[SimulationResult]) -> dict[str, object]:
     """What one client spent over the whole run: the last round's accountant keys of the first seed, and each
     seed's privacy ledger (``ledger``: epsilon with and without amplification, delta, neighbouring relation, unit,
     threat model, unprotected releases; the releases themselves are in privacy.json)."""
@@ -253,14 +257,14 @@ def privacy_spent(runs: list[SimulationResult]) -> dict[str, Any]:
     return {**{k: last[k] for k in SPEND_KEYS if k in last}, "ledger": ledgers}
 
 
-def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> dict[str, Any]:
+def privacy_document(results: dict[str, list[SimulationResult | Failure]]) -> dict[str, object]:
     """privacy.json: per strategy label, each seed's ledger with every release (None for a run that failed)."""
     return {label: {"seeds": [run.seed for run in runs],
                     "ledger": [run.privacy if isinstance(run, SimulationResult) else None for run in runs]}
             for label, runs in results.items()}
 
 
-def write_outputs(plan: Plan, out: Path, document: dict[str, Any], privacy: dict[str, Any] | None = None) -> None:
+def write_outputs(plan: Plan, out: Path, document: JSONObject, privacy: Mapping[str, object] | None = None) -> None:
     """results.json, summary.md, curves.png, the partition picture of the first seed and privacy.json (each run's
     ledger): all written into a temporary folder inside ``out`` and moved into place only when every one is complete."""
     from fedsample.data.report import write_partition_files

@@ -163,6 +163,7 @@ class SummedSizes:
     name: str = SIZES
     purpose: str = SIZE_NOISE_PURPOSE
     released: str = "total size"
+    symbol: str = "N"
 
     def of_cohort(self, counts: np.ndarray) -> np.ndarray:
         return np.asarray(counts, dtype=np.int64)

@@ -49,14 +49,16 @@ sampling) sends every client's update norm (``train_held``: unprotected and warn
 noised update's release) and then the chosen updates (``send_held``: unprotected, or with noise the same release,
 counted once).
 
-FedSampling's summed drawn count S (the self-normalized update's divisor, one more coordinate of the secure sum)
-is its own release where the updates carry no noise (:func:`drawn_count_release`): exact, it is unprotected;
-with Gaussian noise of standard deviation sigma_S added in shares by the clients (a of m shares: sigma_S
-sqrt(a/m)) it is a Gaussian mechanism in which one record moves S by at most 1 (multiplier sigma_S sqrt(a/m)),
-amplified by the data sampling like the update (Poisson at q for a record; for a user of at most k records the
-mixture of Gaussians over its Binomial(k, q) drawn records). With :class:`PerExampleNoise` on the update, S is a
-second coordinate of the same noised sum over the same sample: one record moves the update by C/K and S by 1, so
-the pair is one Gaussian mechanism whose multiplier is 1/sqrt(1/z^2 + 1/z_S^2) (:func:`joint_multiplier`).
+Each summed statistic a data plan declares (:class:`~fedsample.messages.SummedStatistic`, one more coordinate of the
+secure sum: FedSampling's drawn count S, the self-normalized update's divisor) is its own release where the updates
+carry no noise (:func:`summed_releases`, named by the statistic's ``released`` and ``symbol``): exact, it is
+unprotected; with Gaussian noise of standard deviation sigma_S (its ``noise``) added in shares by the clients (a of m
+shares: sigma_S sqrt(a/m)) it is a Gaussian mechanism in which one record moves S by at most 1 (multiplier sigma_S
+sqrt(a/m)), amplified by the data sampling like the update (Poisson at q for a record; for a user of at most k
+records the mixture of Gaussians over its Binomial(k, q) drawn records). With :class:`PerExampleNoise` on the
+update, S is a second coordinate of the same noised sum over the same sample: one record moves the update by C/K and
+S by 1, so the pair is one Gaussian mechanism whose multiplier is 1/sqrt(1/z^2 + 1/z_S^2) (:func:`joint_multiplier`,
+once per noised statistic).
 
 FedSampling's summed sizes (``sum_sizes``, :class:`~fedsample.messages.SizeSumRequest`, once before the first draw:
 the total N plus Gaussian noise of standard deviation sigma added in shares inside the secure sum) are one more
@@ -77,17 +79,20 @@ from fedsample.privacy.ledger import (
     ADD_REMOVE, REPLACE, Accounting, Call, Release, gaussian, mixture_of_gaussians, poisson_sampled, randomized_response,
     sampled_without_replacement,
 )
-from fedsample.messages import HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, payloads_for
+from fedsample.messages import (
+    HeldRequest, PerClient, ProbeRequest, SizeQuery, SizeSumRequest, SummedStatistic, TrainHeld, TrainPayload, payloads_for,
+)
 from fedsample.parts import (
     Aggregator, Census, ClientSampler, DataSampler, FixedSize, LocalSolver, Poisson, SplitNoise, UpdatePrivacy, WithReplacement,
-    client_sampling_design, plan_sampling_design, privacy_capabilities, solver_capabilities, summed_noise, summed_of,
+    client_sampling_design, plan_sampling_design, privacy_capabilities, solver_capabilities, summed_of,
 )
 from fedsample.privacy.reports import noise_for
 from fedsample.rounds import ReplyList, is_failed
 
 __all__ = [
-    "Accounted", "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "counted", "drawn_count_release", "hides_draw",
-    "joint_multiplier", "record_rate", "releases", "size_sum_release", "warn_unprotected",
+    "Accounted", "PrivacyWarning", "answered_count", "check_mechanism", "client_design", "hides_draw", "joint_multiplier",
+    "noised_in_the_sum", "record_rate", "releases", "size_sum_release", "summed_noises", "summed_release", "summed_releases",
+    "warn_unprotected",
 ]
 
 
@@ -192,9 +197,12 @@ def check_mechanism(strategy: Accounted, accounting: Accounting) -> None:
     declares = aggregate.capabilities
     if declares.needs_step_counts:
         raise ValueError(f"noise: {name} needs each client's step count, which a noised reply withholds")
-    if declares.needs_drawn_count and not counts_noised_in_the_sum(strategy):
-        raise ValueError(f"noise: {name} needs the drawn count, which a noised reply withholds unless it goes, "
-                         "noised, into the secure sum: PerExampleNoise with FedSamplingData(count_noise > 0) and secure_sum=True")
+    declared = {statistic.name: statistic for statistic in strategy.data.capabilities.summed}
+    for needed in declares.needs_summed:
+        if not noised_in_the_sum(strategy, needed):
+            wording = declared[needed].released if needed in declared else repr(needed)
+            raise ValueError(f"noise: {name} needs the summed {wording}, which a noised reply withholds unless it goes, noised, "
+                             "into the secure sum: PerExampleNoise with Gaussian noise on that sum (its noise > 0) and secure_sum=True")
     if noise.clipping == "example":
         if not solver_capabilities(strategy.local).per_example:
             raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K): G_c = (1/K) sum_s clip(g_s)")
@@ -204,19 +212,25 @@ def check_mechanism(strategy: Accounted, accounting: Accounting) -> None:
             raise ValueError("user-level accounting of PerExampleNoise needs k (at most k records per user): Accounting(unit='user', k=...)")
 
 
-def counts_noised_in_the_sum(strategy: Accounted) -> bool:
-    """Whether a noised reply may carry its drawn count: per-example noise on the update, Gaussian noise on the
-    summed count (``FedSamplingData(count_noise > 0)``), and a secure sum (the count never leaves it alone)."""
+def noised_in_the_sum(strategy: Accounted, name: str) -> bool:
+    """Whether a noised reply may carry the summed statistic ``name``: per-example noise on the update, Gaussian noise
+    on that statistic's sum as the data sampler declares it (its ``noise`` > 0: FedSampling's ``count_noise``), and a
+    secure sum (the statistic never leaves it alone)."""
     noise = strategy.noise
     return (noise is not None and noise.clipping == "example" and bool(strategy.secure_sum)
-            and strategy.data.capabilities.count_noise > 0)
+            and any(s.name == name and s.noise > 0 for s in strategy.data.capabilities.summed))
 
 
-def counted(plans: Sequence[object]) -> tuple[bool, float]:
-    """Whether the plans declare a summed statistic (FedSampling's drawn count, summed in the secure sum), and the
-    Gaussian noise's standard deviation sigma_S on that sum (0: the exact count)."""
-    asked = any(summed_of(p) for p in plans)
-    return asked, (max(summed_noise(p) for p in plans) if asked else 0.0)
+def summed_noises(plans: Sequence[object]) -> list[tuple[SummedStatistic, float]]:
+    """Each summed statistic the call's plans declare (:func:`fedsample.parts.summed_of`: FedSampling's drawn count,
+    summed in the secure sum), once by name, with sigma, the largest standard deviation of the Gaussian noise a plan
+    declares on its sum (0: the exact sum)."""
+    found: dict[str, tuple[SummedStatistic, float]] = {}
+    for plan in plans:
+        for statistic in summed_of(plan):
+            first, sigma = found.get(statistic.name, (statistic, 0.0))
+            found[statistic.name] = (first, max(sigma, float(statistic.noise)))
+    return list(found.values())
 
 
 def joint_multiplier(z_update: float, z_count: float) -> float:
@@ -256,10 +270,9 @@ def releases(
             release = replace(release, what=release.what + "".join(f", {s.released}" for s in first.statistics))
         if isinstance(first, TrainHeld):
             return [held_release(release, round)]
-        out = [release]
-        if counted(plans)[0] and first.noise is None:
-            out.append(drawn_count_release(plans, asked, answered, strategy, accounting, round, call))
-        return out
+        if first.noise is None:  # each summed statistic alone; with noise, a coordinate of the update's release
+            return [release, *summed_releases(plans, asked, answered, strategy, accounting, round, call)]
+        return [release]
     if isinstance(first, HeldRequest):
         return [sent_held_release(strategy.noise, bool(strategy.secure_sum), round, call)]
     return [Release(round, f"{procedure} replies", None, None, None, reason="a procedure the ledger does not know", call=call)]
@@ -380,13 +393,14 @@ def train_release(
     what = "update sum" if secure else "per-client updates"
     example = noise.clipping == "example"
     sigma = float(noise.noise_multiplier)
-    count_sigma = counted(plans)[1]
     if example:  # the sum's noise: a of the m shares, or one share per visible reply
         m = max(int(cast(SplitNoise, noise).shares), 1) if privacy_capabilities(noise).splits_among_cohort else 1
         z = sigma * math.sqrt(min(answered, m) / m) if (secure or accounting.threat == "released") else sigma / math.sqrt(m)
-        if count_sigma > 0 and z > 0:  # the noised drawn count S is one more coordinate of the same sum
-            z = joint_multiplier(z, count_sigma * math.sqrt(min(answered, asked) / asked))
-            what = "update sum and drawn count"
+        noised = [(statistic, s_sigma) for statistic, s_sigma in summed_noises(plans) if s_sigma > 0]
+        if noised and z > 0:  # each noised summed statistic (the drawn count S) is one more coordinate of the same sum
+            for _, s_sigma in noised:
+                z = joint_multiplier(z, s_sigma * math.sqrt(min(answered, asked) / asked))
+            what = " and ".join([what, *(statistic.released for statistic, _ in noised)])
     else:
         z = sigma
     if z <= 0:
@@ -436,25 +450,35 @@ def train_release(
     return Release(round, what, unamplified, unamplified, ADD_REMOVE, "no-amplification", "not amplified: " + "; ".join(notes), call=call)
 
 
-def drawn_count_release(
+def summed_releases(
     plans: Sequence[object], asked: int, answered: int, strategy: Accounted, accounting: Accounting, round: int, call: Call,
+) -> list[Release]:
+    """One :func:`summed_release` for each summed statistic the call's plans declare (:func:`summed_noises`)."""
+    return [summed_release(statistic, sigma, plans, asked, answered, strategy, accounting, round, call)
+            for statistic, sigma in summed_noises(plans)]
+
+
+def summed_release(
+    statistic: SummedStatistic, sigma: float, plans: Sequence[object], asked: int, answered: int, strategy: Accounted,
+    accounting: Accounting, round: int, call: Call,
 ) -> Release:
-    """The summed drawn count S of one round (FedSampling's self-normalized update) where the updates carry no
-    noise: unprotected when exact; with noise sigma_S, a Gaussian mechanism of multiplier sigma_S sqrt(a/m) per
-    record (one record moves S by at most 1), amplified by the data sampling where every client is asked and each
-    record is kept with one probability q (Poisson at q; a user of at most k records: the mixture over its
-    Binomial(k, q) drawn records, moving S by j with noise sigma_S sqrt(a/m)); a user without k is unbounded."""
-    what, key = "drawn count S", (*call, "drawn count")
-    sigma = counted(plans)[1]
+    """The cohort's sum S of one summed statistic in one round (FedSampling's drawn count, the self-normalized
+    update's divisor) where the updates carry no noise, named by the statistic (``"{released} {symbol}"``, its own
+    key): unprotected when exact; with noise sigma_S, a Gaussian mechanism of multiplier sigma_S sqrt(a/m) per record
+    (one record moves S by at most 1), amplified by the data sampling where every client is asked and each record is
+    kept with one probability q (Poisson at q; a user of at most k records: the mixture over its Binomial(k, q) drawn
+    records, moving S by j with noise sigma_S sqrt(a/m)); a user without k is unbounded."""
+    S = statistic.symbol
+    what, key = f"{statistic.released} {S}", (*call, statistic.released)
     if sigma <= 0:
         return Release(round, what, None, None, None, reason="the exact summed count carries no noise", call=key)
     z = sigma * math.sqrt(min(answered, asked) / max(asked, 1))
-    noise = f"Gaussian noise sigma_S = {sigma:g} on S, the shares of {min(answered, asked)} of {asked} asked clients: multiplier {z:.4g}"
+    noise = f"Gaussian noise sigma_{S} = {sigma:g} on {S}, the shares of {min(answered, asked)} of {asked} asked clients: multiplier {z:.4g}"
     user, k = accounting.unit == "user", accounting.k
     if user and k is None:
         return Release(round, what, None, None, None, call=key,
-                       reason="a user's drawn records move S by as many as it holds (E[S] by the keep probability "
-                              "times its size, against sigma_S samples of noise): user-level accounting needs k")
+                       reason=f"a user's drawn records move {S} by as many as it holds (E[{S}] by the keep probability "
+                              f"times its size, against sigma_{S} samples of noise): user-level accounting needs k")
     unamplified = gaussian(z / k) if user and k is not None else gaussian(z)
     q, why_q = record_rate(plans)
     everyone = isinstance(client_sampling_design(strategy.clients, asked), Census)

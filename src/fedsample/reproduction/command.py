@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict, cast
 
 from fedsample import outputs
 from fedsample.experiments import runner
@@ -25,6 +25,7 @@ from fedsample.reproduction.registry import find_paper, papers, profile_of, prof
 from fedsample.reproduction.rows import paper_rows
 from fedsample.reproduction.spec import Paper, Study
 from fedsample.reproduction.table import markdown
+from fedsample.runtime.records import JSON, JSONObject, as_list, as_object, as_text
 from fedsample.tracking.setup import TrackingSpec, parse_backends
 
 __all__ = ["add_arguments", "finished", "reproduce"]
@@ -53,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_track_argument(parser)
 
 
+class RunOptions(TypedDict, total=False):
+    """The runner's options of every preset (:func:`run_options`): ``jobs`` processes, the ``tracking`` spec."""
+
+    jobs: int
+    tracking: TrackingSpec
+
+
 @dataclass
 class Selection:
     """What one invocation runs: the paper, device, profile, output folder and the chosen presets and studies."""
@@ -65,7 +73,7 @@ class Selection:
     studies: dict[str, Study]
     seeds: list[int] | None
     skipped: list[str]
-    options: dict[str, Any]
+    options: RunOptions
 
 
 def parsed_seeds(text: str | None) -> list[int] | None:
@@ -165,10 +173,10 @@ def finished(folder: Path, config: ExperimentConfig) -> bool:
     return saved == current
 
 
-def run_options(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_options(args: argparse.Namespace, out: Path) -> RunOptions:
     """The runner's options from the command line (``jobs``: independent runs in that many processes;
     ``tracking``: every preset's runs logged to the trackers of ``--track``, stored in OUT/tracking)."""
-    options: dict[str, Any] = {"jobs": args.jobs} if args.jobs > 1 else {}
+    options = RunOptions(jobs=args.jobs) if args.jobs > 1 else RunOptions()
     if args.track is not None:  # --track: add_track_argument
         backends = parse_backends(args.track)
         if backends:
@@ -204,10 +212,13 @@ def run_study(study: Study, sel: Selection, args: argparse.Namespace) -> tuple[s
     folder.mkdir(exist_ok=True)
     start = time.perf_counter()
     measured = study.run(sel.device, seeds, folder)
-    document = {"seeds": seeds, "device": sel.device, "values": {k: {m: v if isinstance(v, Mapping) else list(v) for m, v in d.items()} for k, d in measured.items()}}
-    outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)))
+    # {label: {metric: one value per seed, "budget": an ArmBudget}}: JSON, a TypedDict of JSON fields among it
+    values = cast(JSONObject, {k: {m: v if isinstance(v, Mapping) or v is None else list(v) for m, v in d.items()}
+                               for k, d in measured.items()})
+    written: JSONObject = {"seeds": [*seeds], "device": sel.device, "values": values}
+    outputs.write_atomic(saved, lambda p: p.write_text(json.dumps(runner.finite_or_none(written), indent=1, allow_nan=False)))
     record_wall_time(folder, time.perf_counter() - start)
-    return "ran", study_values(document["values"])
+    return "ran", study_values(values)
 
 
 def earlier_wall_times(out: Path) -> dict[str, float]:
@@ -234,9 +245,11 @@ def reused_wall_time(folder: Path, earlier: float | None) -> tuple[float | None,
     return None, f"{REUSED} (ran earlier; wall time not recorded)"
 
 
-def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Values], list[str]]:
+def execute(sel: Selection, args: argparse.Namespace) -> tuple[list[JSON], dict[str, Values], list[str]]:
     """Run every chosen preset, then every chosen study; a failure is recorded and the rest still run."""
-    runs, values, failures = [], {}, []
+    runs: list[JSON] = []
+    values: dict[str, Values] = {}
+    failures: list[str] = []
     earlier = earlier_wall_times(sel.out)
     total = len(sel.configs) + len(sel.studies)
     jobs = [(key, "preset", config) for key, config in sel.configs.items()] + [(k, "study", s) for k, s in sel.studies.items()]
@@ -283,18 +296,18 @@ def ran_rows(paper: Paper, sources: set[str]) -> Paper:
     )
 
 
-def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[dict[str, Any]], values: dict[str, Values], wall: float) -> dict[str, Any]:
+def reproduction_document(sel: Selection, args: argparse.Namespace, runs: list[JSON], values: dict[str, Values], wall: float) -> JSONObject:
     """reproduction.json: the settings, hardware, runs, and every row with its verdict."""
     sources = set(profile_presets(sel.paper, sel.profile)) | {s.name for s in sel.paper.studies}
     return {
         "paper": sel.paper.name, "citation": sel.paper.citation, "profile": sel.profile, "device": sel.device,
-        "seeds": sel.seeds or "as in each preset", "command": command_line(args, sel), "date": utc_now(),
-        "hardware": hardware(sel.device), "wall_s": wall, "runs": runs,
-        **paper_rows(ran_rows(sel.paper, sources), values), "notes": list(sel.paper.notes),
+        "seeds": [*sel.seeds] if sel.seeds else "as in each preset", "command": command_line(args, sel), "date": utc_now(),
+        "hardware": {**hardware(sel.device)}, "wall_s": wall, "runs": runs,
+        **paper_rows(ran_rows(sel.paper, sources), values), "notes": [*sel.paper.notes],
     }
 
 
-def write_reproduction(out: Path, document: dict[str, Any]) -> None:
+def write_reproduction(out: Path, document: JSONObject) -> None:
     """reproduction.json and REPRODUCTION.md, each written whole (temporary file, then renamed)."""
     text = json.dumps(runner.finite_or_none(document), indent=1, allow_nan=False)
     outputs.write_atomic(out / "reproduction.json", lambda p: p.write_text(text))
@@ -321,13 +334,13 @@ def listing() -> str:
     return "\n".join(lines) if lines else "no papers registered"
 
 
-def verdict_counts(document: dict[str, Any]) -> str:
+def verdict_counts(document: JSONObject) -> str:
     """How many rows got each verdict, e.g. 'figures: 2 matches, 1 differs; comparisons: 3 holds'."""
     from collections import Counter
 
     parts = []
     for table in ("figures", "comparisons"):
-        counts = Counter(row["verdict"].split(" (")[0] for row in document[table])
+        counts = Counter(as_text(as_object(row, table)["verdict"], "verdict").split(" (")[0] for row in as_list(document[table], table))
         parts.append(f"{table}: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "none"))
     return "; ".join(parts)
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedsample.budget import arm_budget
+from fedsample.budget import ArmBudget, arm_budget
 from fedsample.data.synthetic import isfedavg_regression
+from fedsample.reproduction.spec import StudyMeasures
 from fedsample.sampling.importance import agent_scores, data_variability, paper_alpha, paper_heterogeneity
 
 __all__ = [
@@ -274,14 +275,14 @@ def round_records(samples: np.ndarray) -> list[dict[str, float]]:
 
 
 def msd_study(seeds: Sequence[int], rounds: int = 600, steady: int = 300, reps: int = 10, L: int = 6, mu: float = 0.01,
-              num_agents: int = 300, points: int = 100, out: Path | None = None) -> dict[str, dict[str, Any]]:
+              num_agents: int = 300, points: int = 100, out: Path | None = None) -> dict[str, dict[str, list[float] | ArmBudget | None]]:
     """Per seed (a fresh problem and ``reps`` repetitions): the steady-state MSD in dB (the mean MSD over the
     last ``steady`` rounds and the repetitions) per variant, each variant's gain over uniform sampling
     in dB, and under ``BOUND`` the gain the variance bound allows (:func:`bound_gain_db`); each variant's realised
     budget under ``"budget"`` (:func:`fedsample.budget.arm_budget` of its rows trained per round, :func:`rows_trained`).
     With ``out``, the mean MSD curve per variant (dB per round, averaged over repetitions and seeds)
     goes to ``out/isfedavg-regression.json``."""
-    results: dict[str, dict[str, Any]] = {label: {"msd_db": [], "gain_db": []} for label in VARIANTS.values()}
+    results: dict[str, dict[str, list[float]]] = {label: {"msd_db": [], "gain_db": []} for label in VARIANTS.values()}
     results[BOUND] = {"gain_db": []}
     curves: dict[str, list[np.ndarray]] = {label: [] for label in VARIANTS.values()}
     histories: dict[str, list[list[dict[str, float]]]] = {label: [] for label in VARIANTS.values()}
@@ -297,16 +298,17 @@ def msd_study(seeds: Sequence[int], rounds: int = 600, steady: int = 300, reps: 
         for label, value in steady_db.items():
             results[label]["msd_db"].append(value)
             results[label]["gain_db"].append(steady_db[VARIANTS["uniform"]] - value)
+    measured: dict[str, dict[str, list[float] | ArmBudget | None]] = {label: {**values} for label, values in results.items()}
     for label, seed_histories in histories.items():
-        results[label]["budget"] = arm_budget(seed_histories)
+        measured[label]["budget"] = arm_budget(seed_histories)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         curve = {label: to_db(np.mean(c, axis=0)).round(3).tolist() for label, c in curves.items()}
         (out / "isfedavg-regression.json").write_text(json.dumps({"rounds": rounds, "steady": steady, "reps_per_seed": reps,
-                                                                   "seeds": list(map(int, seeds)), "msd_db": curve, "results": results}))
-    return results
+                                                                   "seeds": list(map(int, seeds)), "msd_db": curve, "results": measured}))
+    return measured
 
 
-def run_study(device: str, seeds: Sequence[int], out: Path) -> Mapping[str, Mapping[str, Any]]:
+def run_study(device: str, seeds: Sequence[int], out: Path) -> Mapping[str, StudyMeasures]:
     """The :class:`fedsample.reproduction.spec.Study` entry point (numpy on the CPU whatever ``device``)."""
     return msd_study(seeds, out=Path(out))

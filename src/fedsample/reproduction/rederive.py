@@ -22,7 +22,7 @@ import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from scipy import stats
 
@@ -36,6 +36,7 @@ from fedsample.reproduction.table import (
     COMPARISON_HEADER, PREVIOUS_HEADER, claim_text, comparison_rules, family_text, result_cells,
 )
 from fedsample.reproduction.verdict import ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, POWER, Stats, stated_effect
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["main", "rederive"]
 
@@ -136,7 +137,7 @@ def printed_verdict(printed: str, p: float) -> str:
     return "reversed" if 1.0 - p < ONE_SIDED else "inconclusive"
 
 
-def premise_of(claim_cell: str, df: float) -> dict[str, Any] | None:
+def premise_of(claim_cell: str, df: float) -> JSONObject | None:
     """The premise test printed under a claim: ``{"label", "d", "ci", "p", "p_reversed", "verdict"}``."""
     found = PREMISE.search(claim_cell)
     if not found:
@@ -146,7 +147,7 @@ def premise_of(claim_cell: str, df: float) -> dict[str, Any] | None:
     return {"label": found["label"], "d": d, "ci": [low, high], "p": p, "p_reversed": 1.0 - p, "verdict": found["verdict"]}
 
 
-def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tuple[Stats, Stats], result: list[str]) -> dict[str, Any]:
+def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tuple[Stats, Stats], result: list[str]) -> JSONObject:
     """A Comparison row (the shape of :func:`~.rows.tested_row`) from a table's printed cells after the two sides:
     d [CI], p, test (df) and n, MDD, n needed, verdict."""
     test = TEST.match(result[2])
@@ -173,7 +174,7 @@ def printed_row(comparison: Comparison, which: str, claim_cell: str, sides: tupl
     }
 
 
-def stored_row(paper: Paper, line: str, printed: bool) -> tuple[dict[str, Any], str, str]:
+def stored_row(paper: Paper, line: str, printed: bool) -> tuple[JSONObject, str, str]:
     """One stored Comparison row as a row dict and its better and worse cells as stored; ``printed``: the row
     has the test's cells, else it is tested with Welch's test from the printed summary statistics."""
     row_cells = cells(line)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, replace
-from typing import Any, Mapping, Sequence, TypeGuard
+from typing import Mapping, Sequence, TypeGuard
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from fedsample.reproduction.spec import Comparison, Figure, Paper
 from fedsample.reproduction.verdict import (
     ALPHA, CONFIDENCE, ONE_SIDED, ORACLE, POWER, Stats, comparison_test, display_scale, figure_verdict, stats_of,
 )
+from fedsample.runtime.records import JSONObject, as_list, as_number, as_object, as_optional_number, as_text
 
 __all__ = [
     "comparison_row", "decisive_p", "figure_row", "paper_rows", "rank_check", "read_verdict", "seed_pairs", "tested_row",
@@ -54,11 +55,11 @@ def stand_in(paper: Paper, figure: Figure) -> bool:
     return cpu_only or "stand-in" in figure.note.lower()
 
 
-def stats_dict(stats: Stats | None) -> dict[str, Any] | None:
+def stats_dict(stats: Stats | None) -> JSONObject | None:
     return None if stats is None else {**asdict(stats), "per_seed": list(stats.per_seed)}
 
 
-def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> dict[str, Any]:
+def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> JSONObject:
     """One Figure: the paper's number, ours (in the figure's unit; '%' shows our fraction x100) and the
     verdict; the oracle (best round on the test set) is never compared."""
     ours = measured(values, figure.source, figure.label, figure.which, figure.metric, 100.0 if figure.unit == "%" else 1.0)
@@ -70,7 +71,7 @@ def figure_row(paper: Paper, figure: Figure, values: Mapping[str, Values]) -> di
 
 def tested_row(
     comparison: Comparison, better: Stats | None, worse: Stats | None, pairs: Sequence[tuple[float, float]] | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """A Comparison's row from both sides' Stats (display units) and, for a paired comparison, the per-seed
     pairs: the claim's fields, both sides, the test's numbers (see :class:`~.verdict.Tested`), the rank check
     (:func:`rank_check`), the t test's verdict (``t_verdict``) and the verdict read from them (:func:`read_verdict`,
@@ -117,25 +118,31 @@ def rank_check(
     return True, rank_verdict(ahead, behind, pairs is not None, ONE_SIDED, comparison.margin if comparison.tie else None)
 
 
-def read_verdict(row: Mapping[str, Any]) -> str:
+def read_verdict(row: JSONObject) -> str:
     """The row's verdict: the t test's, read from the Holm-adjusted p where the row has one
     (:func:`~.multiplicity.holm_verdict`), then "inconclusive (t: ...; rank test: ...)" where the rank check
     disagrees (:func:`~.multiplicity.second_look`), and "not comparable" where the premise's test is reversed
     (read from its own adjusted p)."""
-    t_verdict: str = row["t_verdict"]
+    t_verdict = as_text(row["t_verdict"], "t_verdict")
     if row.get("p") is None:
         return t_verdict
-    verdict = second_look(holm_verdict(t_verdict, row.get("p_holm"), ONE_SIDED), row.get("rank_verdict"))
-    premise = row.get("premise_test")
-    if premise and holm_verdict(premise["verdict"], premise.get("p_holm"), ONE_SIDED) == "reversed":
-        low, high = premise["ci"]
-        adjusted = "" if premise.get("p_holm") is None else f", Holm-adjusted p = {premise['p_holm']:.3g}"
-        return (f"not comparable (premise fails: {row['premise']} trails {row['worse']} by {-premise['d']:.1f}, "
-                f"{CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {premise['p_reversed']:.3g}{adjusted})")
+    rank = row.get("rank_verdict")
+    verdict = second_look(holm_verdict(t_verdict, p_holm(row), ONE_SIDED), None if rank is None else as_text(rank, "rank_verdict"))
+    premise = as_object(row.get("premise_test") or {}, "premise_test")
+    if premise and holm_verdict(as_text(premise["verdict"], "verdict"), p_holm(premise), ONE_SIDED) == "reversed":
+        low, high = (as_number(bound, "ci") for bound in as_list(premise["ci"], "ci"))
+        adjusted = "" if premise.get("p_holm") is None else f", Holm-adjusted p = {p_holm(premise):.3g}"
+        return (f"not comparable (premise fails: {row['premise']} trails {row['worse']} by {-as_number(premise['d'], 'd'):.1f}, "
+                f"{CONFIDENCE:.0%} CI [{-high:.1f}, {-low:.1f}], p = {as_number(premise['p_reversed'], 'p_reversed'):.3g}{adjusted})")
     return verdict
 
 
-def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any]:
+def p_holm(row: JSONObject) -> float | None:
+    """A row's (or a premise test's) Holm-adjusted p; None before :func:`with_holm`."""
+    return as_optional_number(row.get("p_holm"), "p_holm")
+
+
+def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> JSONObject:
     """One Comparison from the measured values: Welch's test, or the paired test over the seeds both sides
     finished where the comparison is ``paired``; with a ``premise``, the premise's test too, and "not
     comparable" where it is reversed (:func:`premise_row`)."""
@@ -148,7 +155,7 @@ def comparison_row(comparison: Comparison, values: Mapping[str, Values]) -> dict
     return row
 
 
-def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any] | None:
+def realised_budgets(comparison: Comparison, values: Mapping[str, Values]) -> JSONObject | None:
     """Both sides' realised samples per round (mean over seeds), how each is known (``how``: "released" to the
     server, "measured" in simulation where the arm's rows are sealed, or "not measured") and whether they are equal
     budgets (:func:`fedsample.budget.equal_budgets`, within :data:`~fedsample.budget.EQUAL_BUDGET_TOLERANCE`, on the
@@ -187,36 +194,36 @@ def sides_of(comparison: Comparison, first: str, second: str, values: Mapping[st
     return a, b, pairs
 
 
-def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> dict[str, Any]:
+def premise_row(comparison: Comparison, values: Mapping[str, Values]) -> JSONObject:
     """The premise's test: the ordering "``premise`` beats ``worse``" in the same source, paired like the claim:
     ``{"label", "d", "ci", "p", "p_reversed", "verdict"}`` (p one-sided for the premise, p_reversed against it)."""
     premise = replace(comparison, claim=f"premise: {comparison.premise} beats {comparison.worse}", better=comparison.premise,
                       tie=False, margin=None, margin_reason="", premise="", effect=None)
     first, second, pairs = sides_of(premise, premise.better, premise.worse, values)
     row = tested_row(premise, first, second, pairs)
-    p = row["p"]
+    p = as_optional_number(row["p"], "p")
     return {"label": comparison.premise, "d": row["d"], "ci": row["ci"], "p": p, "p_reversed": None if p is None else 1.0 - p,
             "verdict": row["verdict"]}
 
 
-def decisive_p(row: Mapping[str, Any]) -> float | None:
+def decisive_p(row: JSONObject) -> float | None:
     """The p value a row's verdict is decided by: for a tie the smaller of TOST's ("holds") and that of
     "differs" (``p_differs``), else the smaller one-sided p (the claimed direction's, or the reversed one's,
     1 - p)."""
-    p: float | None = row.get("p")
+    p = as_optional_number(row.get("p"), "p")
     if p is None:
         return None
     if row.get("tie"):
-        differs: float | None = row.get("p_differs")
+        differs = as_optional_number(row.get("p_differs"), "p_differs")
         return p if differs is None else min(p, differs)
     return min(p, 1.0 - p)
 
 
-def with_holm(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_holm(comparisons: list[JSONObject]) -> list[JSONObject]:
     """The rows with ``p_holm``: Holm's adjustment of their decisive p values (and their premise tests'), the
     paper's table as one family (:mod:`.multiplicity`), and each verdict re-read from the adjusted p
     (:func:`read_verdict`)."""
-    premises = [row.get("premise_test") or {} for row in comparisons]
+    premises = [as_object(row.get("premise_test") or {}, "premise_test") for row in comparisons]
     family = [decisive_p(row) for row in comparisons] + [decisive_p({"p": t.get("p")}) for t in premises]
     adjusted = holm(family)
     for row, premise, p_row, p_premise in zip(comparisons, premises, adjusted, adjusted[len(comparisons):]):
@@ -228,10 +235,10 @@ def with_holm(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return comparisons
 
 
-def paper_rows(paper: Paper, values: Mapping[str, Values]) -> dict[str, list[dict[str, Any]]]:
+def paper_rows(paper: Paper, values: Mapping[str, Values]) -> JSONObject:
     """Every Figure and Comparison row of ``paper`` from ``{source: values}``, the Comparisons with Holm's
     adjusted p (:func:`with_holm`)."""
     return {
         "figures": [figure_row(paper, f, values) for f in paper.figures],
-        "comparisons": with_holm([comparison_row(c, values) for c in paper.comparisons]),
+        "comparisons": [*with_holm([comparison_row(c, values) for c in paper.comparisons])],
     }

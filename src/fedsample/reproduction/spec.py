@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
+from fedsample.budget import ArmBudget
 from fedsample.experiments.stats import LOWER_IS_BETTER  # smaller is better for these metrics, larger for the rest
 
 __all__ = ["Comparison", "Figure", "Paper", "Study", "Which", "with_seeds_needed"]
@@ -103,9 +104,11 @@ def with_seeds_needed(comparisons: Sequence[Comparison], needed: Mapping[tuple[s
     return tuple(replace(c, seeds_needed=needed.get((c.source, c.better, c.worse), c.seeds_needed)) for c in comparisons)
 
 
-# run(device, seeds, out) -> {label: {metric: [one value per seed], and optionally "budget": the arm's realised
-# budget as results.json records it (fedsample.budget.arm_budget)}}
-StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, Mapping[str, Any]]]
+#: One label's measurements in a study: {metric: [one value per seed], and optionally "budget": the arm's realised
+#: budget as results.json records it (fedsample.budget.arm_budget)}.
+StudyMeasures = Mapping[str, Sequence[float | None] | ArmBudget | None]
+# run(device, seeds, out) -> {label: its StudyMeasures}
+StudyRun = Callable[[str, Sequence[int], Path], Mapping[str, StudyMeasures]]
 
 
 @dataclass(frozen=True)

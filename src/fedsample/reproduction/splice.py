@@ -11,9 +11,9 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Mapping
 
 from fedsample.reproduction.table import markdown
+from fedsample.runtime.records import JSONObject, as_object, as_text
 
 __all__ = ["main", "markers"]
 
@@ -23,10 +23,10 @@ def markers(paper: str, profile: str) -> tuple[str, str]:
     return f"<!-- reproduction:{paper}:{profile} -->", f"<!-- /reproduction:{paper}:{profile} -->"
 
 
-def splice(text: str, document: Mapping[str, Any], level: int = 3) -> str:
+def splice(text: str, document: JSONObject, level: int = 3) -> str:
     """``text`` with the section between the document's markers replaced by its tables; a ValueError line
     when the markers are missing."""
-    begin, end = markers(document["paper"], document["profile"])
+    begin, end = markers(as_text(document["paper"], "paper"), as_text(document["profile"], "profile"))
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise ValueError(f"no section {begin} ... {end} in the document")
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text = doc.read_text()
         for source in args[1:]:
-            text = splice(text, json.loads(Path(source).read_text()))
+            text = splice(text, as_object(json.loads(Path(source).read_text()), source))
     except (OSError, ValueError, KeyError) as error:
         print(f"fedsample: error: {error}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from fedsample.experiments.stats import over_seeds
+from fedsample.experiments.stats import mean_sd_n
 from fedsample.reproduction.multiplicity import seeds_for_effect
 from fedsample.reproduction.significance import (
     Estimate, confidence_interval, minimal_detectable_difference, p_greater, p_less, paired, tost_p, welch,
@@ -72,8 +72,9 @@ def stats_of(values: Sequence[float | None]) -> Stats | None:
     kept = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not kept:
         return None
-    summary = over_seeds(kept)  # the runner's own mean and sample sd (ddof = 1)
-    return Stats(summary["mean"], summary["sd"], summary["n"], tuple(kept))
+    mean, sd, n = mean_sd_n(kept)  # the runner's own mean and sample sd (ddof = 1)
+    assert mean is not None, "kept holds a value"
+    return Stats(mean, sd, n, tuple(kept))
 
 
 def display_scale(metric: str) -> float:

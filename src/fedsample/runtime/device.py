@@ -8,7 +8,7 @@ vectorized engine may fill on that device.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar, cast
 
 import torch
 
@@ -48,14 +48,18 @@ def free_memory(device: torch.device) -> int | None:
     return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
-def to_device(value: Any, device: torch.device) -> Any:
-    """``value`` with every tensor of it (nested in dicts, lists, tuples) moved to ``device``; the rest unchanged."""
+T = TypeVar("T")
+
+
+def to_device(value: T, device: torch.device) -> T:
+    """``value`` with every tensor of it (nested in dicts, lists, tuples) moved to ``device``; the rest unchanged (the
+    same structure, so the same type)."""
     if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
+        return cast(T, {k: to_device(v, device) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return type(value)(to_device(v, device) for v in value)
+        return cast(T, type(value)(to_device(v, device) for v in value))
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return cast(T, value.to(device))
     return value
 
 

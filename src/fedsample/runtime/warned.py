@@ -19,7 +19,9 @@ import sys
 import threading
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TextIO
+from typing import Callable, Iterator, TextIO
+
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["Warned", "once_per_kind"]
 
@@ -46,15 +48,19 @@ class Warned:
         if seen == 1 or not self.outermost:
             self._passed_on(message, category, filename, lineno, file, line)
 
-    def record(self) -> list[dict[str, Any]]:
+    def record(self) -> list[JSONObject]:
         """Each kind in the order first raised: ``{"kind": category name, "message": text, "count": times raised}``."""
+        return [{"kind": category.__name__, "message": text, "count": n} for (category, text), n in self.counts()]
+
+    def counts(self) -> list[tuple[tuple[type[Warning], str], int]]:
+        """Each kind (category, message text) in the order first raised, with the times it was raised."""
         with self._lock:
-            return [{"kind": category.__name__, "message": text, "count": n} for (category, text), n in self._counts.items()]
+            return list(self._counts.items())
 
     def repeats(self) -> list[str]:
         """One line per kind raised more than once."""
-        return [f"{w['kind']} shown once, repeated {w['count'] - 1:,} more times: {w['message']}"
-                for w in self.record() if w["count"] > 1]
+        return [f"{category.__name__} shown once, repeated {n - 1:,} more times: {text}"
+                for (category, text), n in self.counts() if n > 1]
 
 
 @contextmanager

@@ -87,7 +87,8 @@ class DrawnCount:
     noise: float = 0.0
     name: str = DRAWN
     purpose: str = COUNT_NOISE_PURPOSE
-    released: str = "drawn-sample count"
+    released: str = "drawn count"
+    symbol: str = "S"
 
     def of_cohort(self, counts: np.ndarray) -> np.ndarray:
         """|S_c| itself."""
@@ -267,10 +268,12 @@ class FedSamplingData:
     @property
     def capabilities(self) -> DataSamplerCapabilities:
         """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
-        budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round)."""
+        budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round); with
+        ``count_drawn`` its plans' summed :class:`DrawnCount` of noise ``count_noise``."""
         needs = SizeNeed.NONE if self.total_from == "secure_sum" else SizeNeed.COHORT
-        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, count_drawn=self.count_drawn,
-                                       count_noise=float(self.count_noise), budget=self.K, limits=(Limit("samples_per_round (K)", self.K, "samples"),),
+        summed = counting_capabilities(float(self.count_noise)).summed if self.count_drawn else ()
+        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, summed=summed, budget=self.K,
+                                       limits=(Limit("samples_per_round (K)", self.K, "samples"),),
                                        shared_settings={"K (samples per round)": self.K})
 
     def ratio(self, ctx: "RoundContext") -> float:

@@ -137,6 +137,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
     except RoundFailed as why:
         return params, unchanged(ctx, str(why))
     plan = s.data.plan(ctx, cohort)
+    parts.check_plan(s.data, plan)  # its declaration against its methods, once per plan class, whatever the engine
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
     statistics = parts.reply_statistics_read(s.clients)  # what the sampler reads of each reply, asked of every client
 

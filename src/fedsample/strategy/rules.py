@@ -12,10 +12,10 @@ from fedsample.parts import InclusionKind, SizeNeed, SizeReporting
 from fedsample.strategy.composition import Composition
 
 __all__ = [
-    "RULES", "drawn_count_is_sent", "drawn_counts_are_sealed", "inclusion_weights_need_known_probabilities",
-    "parts_implement_their_kind", "sampler_replies_are_readable", "schedule_has_a_learning_rate",
-    "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need", "steps_normalize_under_a_linear_rule",
-    "strata_come_from_the_sampler",
+    "RULES", "inclusion_weights_need_known_probabilities", "parts_implement_their_kind", "sampler_replies_are_readable",
+    "schedule_has_a_learning_rate", "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need",
+    "steps_normalize_under_a_linear_rule", "strata_come_from_the_sampler", "summed_statistics_are_sealed",
+    "summed_statistics_are_sent",
 ]
 
 
@@ -85,18 +85,24 @@ def secure_sum_needs_a_linear_aggregator(s: Composition) -> str | None:
     return None
 
 
-def drawn_count_is_sent(s: Composition) -> str | None:
-    """An aggregator that divides by the cohort's drawn count gets it from a data sampler that asks for it."""
-    if s.aggregate.capabilities.needs_drawn_count and not s.data.capabilities.count_drawn:
-        return (f"{parts.describe(s.aggregate)} needs the samples the cohort drew, but {parts.describe(s.data)} does not "
-                "ask the clients to send their counts (count_drawn=True)")
+def summed_statistics_are_sent(s: Composition) -> str | None:
+    """An aggregator that reads a summed statistic of the cohort (``needs_summed``, by name: the self-normalized
+    update's drawn count) gets it from a data sampler whose plans declare it (``summed``)."""
+    declared = {statistic.name for statistic in s.data.capabilities.summed}
+    missing = [name for name in s.aggregate.capabilities.needs_summed if name not in declared]
+    if missing:
+        return (f"{parts.describe(s.aggregate)} needs the cohort's summed {missing[0]!r}, but {parts.describe(s.data)} does not "
+                "ask the clients to send it (its capabilities' summed): choose a data sampler that declares it (FedSampling's "
+                "drawn count: count_drawn=True)")
     return None
 
 
-def drawn_counts_are_sealed(s: Composition) -> str | None:
-    """Each client's drawn count reveals its size: it may reach the server only inside a secure sum."""
-    if s.data.capabilities.count_drawn and not s.secure_sum:
-        return (f"{parts.describe(s.data)} has every client send how many samples it drew, which reveals its size "
+def summed_statistics_are_sealed(s: Composition) -> str | None:
+    """A summed statistic reaches the server only summed over the cohort (each client's drawn count reveals its
+    size): a data sampler whose plans declare one (``summed``) needs a secure sum."""
+    summed = s.data.capabilities.summed
+    if summed and not s.secure_sum:
+        return (f"{parts.describe(s.data)} has every client send its {summed[0].released}, which reveals what it holds "
                 "unless the server sees only their sum: pass secure_sum=True")
     return None
 
@@ -174,7 +180,7 @@ def schedule_has_a_learning_rate(s: Composition) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    drawn_count_is_sent, drawn_counts_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
+    summed_statistics_are_sent, summed_statistics_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
     sampler_replies_are_readable, steps_normalize_under_a_linear_rule, schedule_has_a_learning_rate,
 )
 """What :meth:`fedsample.strategy.Strategy.check` enforces, in order."""

@@ -165,8 +165,9 @@ class DrawnNormalizedSum:
     @property
     def capabilities(self) -> AggregatorCapabilities:
         """Linear (the sum of the updates; the drawn count is one more coordinate of that sum), equal weights (the
-        equal-weight sum, then divided by the count: post-processing); it shares K."""
-        return AggregatorCapabilities(weighs_by_inclusion=False, linear=True, needs_drawn_count=True, equal_weights=True,
+        equal-weight sum, then divided by the count: post-processing); it needs the summed drawn count
+        (:data:`~fedsample.sampling.data.DRAWN`); it shares K."""
+        return AggregatorCapabilities(weighs_by_inclusion=False, linear=True, needs_summed=(DRAWN,), equal_weights=True,
                                       shared_settings={"K (samples per round)": self.K})
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
