@@ -11,7 +11,7 @@ update when its plan drew nothing), so whether a reply arrives says nothing abou
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from typing import Callable, cast
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import flatten, per_sample_gradients, per_sample_losses, weighted_gradient, zeros_like
 
 __all__ = [
-    "HELD", "PROCEDURES", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
+    "HELD", "PROCEDURES", "ClientReply", "ClientRequest", "empty_report", "gradient_noise_variance", "hold", "permanent_response",
     "probe", "probe_rows", "procedure_for", "report_size", "sample_statistics", "send_held", "sum_sizes", "train",
     "train_held", "update_norm", "weighted_second_moment",
 ]
@@ -54,7 +54,7 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
     if isinstance(rng, ClientRandom):
         stream = client_rng(rng.seed, PERMANENT_ROUND, rng.client, PERMANENT_REPORT)
         return int(randomized_response(ctx.size, *query.randomization, stream))
-    memo = ctx.state.setdefault("permanent_reports", {})
+    memo: dict[tuple[float, int], int] = ctx.state.setdefault("permanent_reports", {})
     epsilon, M = query.randomization
     key = (float(epsilon), int(M))
     if key not in memo:
@@ -240,16 +240,23 @@ def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator
     held = ctx.state.pop(HELD, None)
     if held is None or held["round"] != request.round:
         raise ValueError(f"client {ctx.client_id} keeps no update of round {request.round} (train_held first)")
-    return held["report"]
+    report: TrainReport = held["report"]  # as train_held kept it (hold)
+    return report
 
+
+ClientRequest = SizeQuery | SizeSumRequest | ProbeRequest | TrainPayload | HeldRequest
+"""The requests a client answers (:class:`~fedsample.messages.TrainHeld` is a :class:`~fedsample.messages.TrainPayload`)."""
+
+ClientReply = int | ProbeReport | TrainReport | HeldReport
+"""What a client procedure answers: a size, a probe report, a training report or a held update's norm."""
 
 #: The client procedure that answers each request type (a subclass of a request answers as its base does).
-PROCEDURES: dict[type[Any], Callable[..., Any]] = {
+PROCEDURES: dict[type[ClientRequest], Callable[..., ClientReply]] = {
     SizeQuery: report_size, SizeSumRequest: sum_sizes, ProbeRequest: probe, TrainPayload: train, TrainHeld: train_held, HeldRequest: send_held,
 }
 
 
-def procedure_for(request: Any) -> Callable[..., Any]:
+def procedure_for(request: object) -> Callable[..., ClientReply]:
     """The client procedure that answers ``request``: its class's in :data:`PROCEDURES`, or its nearest base's."""
     for cls in type(request).__mro__:
         if cls in PROCEDURES:

@@ -1137,7 +1137,7 @@ def inclusion_kind(sampler: ClientSampler, cohort: Cohort | None = None) -> Incl
     """How ``sampler``'s inclusion probabilities are known (declared in its capabilities). With ``cohort``: that
     round's kind, which a cohort may state itself (``info["inclusion_kind"]``: FedCor's random warm-up rounds are
     exact although the sampler is degenerate)."""
-    kind = sampler.capabilities.inclusion_kind
+    kind: object = sampler.capabilities.inclusion_kind
     if cohort is not None:
         kind = cohort.info.get("inclusion_kind", kind)
     return kind if isinstance(kind, InclusionKind) else InclusionKind(kind)

@@ -1,7 +1,8 @@
 """Round types shared by every layer: the cohort, the round context, and the replies and their status.
 
-A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages`, so that sampling/,
-training/ and the federations use these types without importing :mod:`fedsample.strategy`.
+A leaf module: it imports only the leaves :mod:`fedsample.rng` and :mod:`fedsample.messages` (and, for its
+annotations only, under ``TYPE_CHECKING``: the Federation protocol, SizeInfo, Sample and the records' aliases), so that
+sampling/, training/ and the federations use these types without importing :mod:`fedsample.strategy`.
 
 A federation answers ``run(ids, request, round)`` with a :class:`ReplyList`: one reply per asked
 client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
@@ -18,13 +19,20 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fedsample.messages import SIZES, Params, TrainReport
 from fedsample.rng import SERVER, generator
+
+if TYPE_CHECKING:  # types only: these modules import this one
+    from fedsample.federation.base import Federation
+    from fedsample.privacy.sizes import SizeInfo
+    from fedsample.runtime.records import Record, State
+    from fedsample.sampling.design import Sample
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
@@ -43,7 +51,7 @@ class Failed:
     reason: str
     no_samples: bool = False
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, int | str]:
         """The entry in a round's ``failed`` list."""
         return {"client": self.client, "phase": self.phase, "reason": self.reason}
 
@@ -112,7 +120,7 @@ class Cohort:
     population: int
     multiplicity: np.ndarray | None = None
     strata: np.ndarray | None = None
-    info: dict = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
     expected_draws: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -127,9 +135,10 @@ class Cohort:
         return np.asarray(self.multiplicity, dtype=np.float64) / np.asarray(self.expected_draws, dtype=np.float64)
 
     @classmethod
-    def from_sample(cls, sample: Any, population: int, **extra: Any) -> "Cohort":
+    def from_sample(cls, sample: Sample, population: int, strata: np.ndarray | None = None, info: dict[str, object] | None = None,
+                    expected_draws: np.ndarray | None = None) -> "Cohort":
         """From a :class:`fedsample.sampling.design.Sample` (ids, inclusion, multiplicity)."""
-        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, **extra)
+        return cls(sample.ids, sample.inclusion, population, sample.multiplicity, strata, {} if info is None else info, expected_draws)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -144,13 +153,13 @@ class RoundContext:
     (1 when nobody failed); aggregators that weight by inclusion probabilities divide by it (the
     response-rate adjustment of docs/reliability.md)."""
 
-    federation: Any
+    federation: Federation
     params: Params
     round: int
     seed: int
-    state: dict
-    log: dict = field(default_factory=dict)
-    sizes: Any = None
+    state: State
+    log: Record = field(default_factory=dict)
+    sizes: SizeInfo | None = None
     response_rate: float = 1.0
 
     @property
@@ -161,13 +170,13 @@ class RoundContext:
         """The server's generator for ``purpose`` in this round (derived from seed and round)."""
         return generator(self.seed, self.round, SERVER, purpose)
 
-    def require_sizes(self, exact: bool = False) -> Any:
+    def require_sizes(self, exact: bool = False) -> SizeInfo:
         if self.sizes is None or (exact and not self.sizes.exact):
             raise RuntimeError("this part needs size reports the strategy did not collect")
         return self.sizes
 
 
-class ReplyList(Sequence):
+class ReplyList(Sequence[Any]):
     """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
     of them. There are three kinds: :class:`Replies` (the replies themselves, every ability computed reply by
     reply), :class:`NumberReplies` (size reports as one array) and :class:`FusedReplies` (an engine's answer whose
@@ -209,7 +218,7 @@ class ReplyList(Sequence):
         the other positions holding their :class:`Failed` in ``failed`` (e.g. clients the failure model dropped
         before they were asked); here a plain :class:`Replies` list, the kinds that hold more keep it."""
         live = np.asarray(live, dtype=np.int64)
-        items: list[Any] = [failed.get(i) for i in range(int(size))]
+        items: list[object] = [failed.get(i) for i in range(int(size))]
         for i, reply in zip(live.tolist(), self):
             items[i] = reply
         return Replies(items, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
@@ -284,7 +293,7 @@ def without(positions: np.ndarray, failed: Mapping[int, Failed]) -> np.ndarray:
     return positions[~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))]
 
 
-def update_sum_of(reply: Callable[[int], Any], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
+def update_sum_of(reply: Callable[[int], TrainReport], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
     """``sum_i weights_i * Delta_{positions_i}`` reply by reply (``reply(i)``: the reply at position i) over the
     replies that carry an update and are not in ``failed`` (empty replies add zero, failed ones nothing); None when
     none does."""
@@ -343,11 +352,11 @@ def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | 
     return int(sum(c for c in counts if c is not None))
 
 
-class Replies(list, ReplyList):
+class Replies(list[Any], ReplyList):
     """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
-    def __init__(self, items: Iterable[Any] = (), failed: dict[int, Failed] | None = None) -> None:
+    def __init__(self, items: Iterable[object] = (), failed: dict[int, Failed] | None = None) -> None:
         super().__init__(items)
         self.failed = failed if failed is not None else failed_positions(self)
 
@@ -372,13 +381,20 @@ class NumberReplies(ReplyList):
     def __len__(self) -> int:
         return len(self.values)
 
-    def __getitem__(self, position: Any) -> Any:
+    @overload
+    def __getitem__(self, position: SupportsIndex) -> object: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[object]: ...
+
+    def __getitem__(self, position: SupportsIndex | slice) -> object:
+        """The number at ``position`` (its :class:`Failed` where failed), or a list of them for a slice."""
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
         i = position_index(position, len(self))
         return self.failed[i] if i in self.failed else self.values[i]
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         values = self.numbers() if self.failed else self.values
         return values if dtype is None else values.astype(dtype)
 
@@ -545,7 +561,14 @@ class FusedReplies(ReplyList):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, position: Any) -> Any:
+    @overload
+    def __getitem__(self, position: SupportsIndex) -> object: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[object]: ...
+
+    def __getitem__(self, position: SupportsIndex | slice) -> object:
+        """The reply at ``position`` (its :class:`Failed` where failed or not asked), or a list of them for a slice."""
         if isinstance(position, slice):
             return [self[i] for i in range(*position.indices(len(self)))]
         i = position_index(position, self.size)
@@ -553,7 +576,7 @@ class FusedReplies(ReplyList):
             return self.failed[i]
         return self.backing.reply(i if self._inner is None else int(self._inner[i]))
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         return (self[i] for i in range(self.size))
 
     def _received(self) -> np.ndarray:
@@ -611,7 +634,7 @@ def position_index(position: SupportsIndex, size: int) -> int:
     return i
 
 
-def replies_of(answer: Sequence[Any] | np.ndarray) -> ReplyList:
+def replies_of(answer: Sequence[object] | np.ndarray) -> ReplyList:
     """A federation's answer as a :class:`ReplyList`: itself where it is one (every fedsample federation's), a
     numeric array as :class:`NumberReplies`, any other sequence (a federation written elsewhere that answers a
     list) as plain :class:`Replies`."""

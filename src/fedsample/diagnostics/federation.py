@@ -23,10 +23,11 @@ client's side; ``send_held`` returns the chosen ones, and only those count as up
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedsample.client import update_norm
 from fedsample.messages import (
@@ -49,6 +50,11 @@ SIZE_REPORT_BYTES = 8
 NORM_BYTES = 8
 CACHED_COHORT = 1024  #: cohorts up to this size are summed client by client from kept updates (ClientUpdates)
 
+Terms = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray,
+              dict[str, np.ndarray]]
+"""A group's :meth:`LinearisedFederation._terms`: rows, member, coefficient, steps, a_k, loss, reply statistics,
+positions, summed statistics."""
+
 
 @dataclass
 class RoundCost:
@@ -56,8 +62,8 @@ class RoundCost:
     per drawn sample and client whose update reached the server), the bytes sent up, the local trainings (more
     than the updates where a sampler chooses among trained clients) and the probes answered."""
 
-    contacted: set = field(default_factory=set)
-    rows: list = field(default_factory=list)
+    contacted: set[int] = field(default_factory=set)
+    rows: list[np.ndarray] = field(default_factory=list)
     updates: int = 0
     bytes_up: int = 0
     trainings: int = 0
@@ -139,15 +145,15 @@ class LinearisedFederation(VectorizedSimulator):
     """The vectorized engine's size reports and data draws, with ``train`` answered by linearised updates in
     ``basis`` (see the module docstring); :attr:`cost` holds the current round's :class:`RoundCost`."""
 
-    def __init__(self, data: FederatedData, module: Any, seed: int, basis: GradientBasis) -> None:
+    def __init__(self, data: FederatedData, module: nn.Module, seed: int, basis: GradientBasis) -> None:
         super().__init__(data, module, seed)
         self.basis, self.updates = basis, ClientUpdates(basis)
         self.update_bytes = 4 * basis.parameters
         self.cost = RoundCost()
-        self._probes: dict[tuple, Any] = {}
-        self._held: dict[int, tuple] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
+        self._probes: dict[tuple[int, Hashable], object] = {}
+        self._held: dict[int, tuple[int, np.ndarray, np.ndarray, int, float | None, float]] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
         self._losses: tuple[Params, np.ndarray] | None = None  # every row's loss at the last parameters asked about
-        self._kept: dict[int, dict] = {}  # per client, what it computes from its data and the fixed model (ClientContext.kept)
+        self._kept: dict[int, dict[str, Any]] = {}  # per client, what it computes from its data and the fixed model (ClientContext.kept)
 
     def context(self, k: int) -> ClientContext:
         """Client k's data, with a place to keep what it computes from its data and the fixed model
@@ -168,7 +174,7 @@ class LinearisedFederation(VectorizedSimulator):
         done, self.cost = self.cost, RoundCost()
         return done
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         self.cost.contacted.update(ids.tolist())
         sent = payloads_for(request, len(ids))
@@ -204,7 +210,7 @@ class LinearisedFederation(VectorizedSimulator):
         self.cost.bytes_up += self.update_bytes * len(reports.received_positions())
         return reports
 
-    def _reply_bytes(self, asked: Any, replies: ReplyList) -> int:
+    def _reply_bytes(self, asked: object, replies: ReplyList) -> int:
         """The bytes the replies to ``asked`` send up (updates are counted where they are sent)."""
         if isinstance(asked, SizeQuery):
             return SIZE_REPORT_BYTES * len(replies)
@@ -234,7 +240,7 @@ class LinearisedFederation(VectorizedSimulator):
         """Every cohort member's linearised update as one :class:`LinearCohort`: clients that share a plan and a
         solver are drawn and scheduled together. ``sent_up=False``: the updates are kept on the clients' side
         (``train_held``): trainings are counted, not uploads."""
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[Hashable, Hashable], list[int]] = {}
         if sent.shared is None:
             for position in range(len(ids)):
                 p = sent.at(position)
@@ -264,7 +270,7 @@ class LinearisedFederation(VectorizedSimulator):
             self.cost.bytes_up += self.update_bytes * len(reports.received())
         return reports
 
-    def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> tuple:
+    def _terms(self, ids: np.ndarray, positions: np.ndarray, payload: TrainPayload, round: int) -> Terms:
         """(dataset rows, cohort member, coefficient) of every schedule entry of the clients at ``positions``, and
         their steps tau_k, a_k and losses, the reply statistics the payload asks for (by name), then ``positions``
         and the summed statistics the plan declares (by name): the coefficient of a row used in step t is a_t * weight (the solver's declared schedule and step rule,

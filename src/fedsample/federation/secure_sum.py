@@ -32,7 +32,7 @@ refuses readable replies for a strategy that declares it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, cast
+from typing import Any, Mapping, NoReturn, Protocol, cast
 
 import numpy as np
 from scipy.special import ndtri
@@ -75,10 +75,10 @@ class SecureSum(Federation):
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         return client_states_of(self.inner)
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         load_client_states_into(self.inner, states)
 
     def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
@@ -199,7 +199,7 @@ def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.nd
     first = np.uint64(0)  # each client's first draw in the cell (one position for all: no array of zeros)
     u = stream_uniforms(client_streams(cell_key(seed, round, purpose), clients), first)
     u += 2.0**-54  # in place, as the rest: the same arithmetic with no new array per step (about 40 us of 570)
-    shares = ndtri(u, out=u)
+    shares: np.ndarray = ndtri(u, out=u)
     shares *= sigma / np.sqrt(asked)
     return shares
 
@@ -219,7 +219,8 @@ def answered_shares(shares: np.ndarray, replies: ReplyList) -> np.ndarray:
     them, as they are, where none failed (no copy of 30,000 shares), else those at the answered positions."""
     if not replies.failed:
         return shares
-    return shares[replies.without_failed(np.arange(len(shares), dtype=np.int64))]
+    answered: np.ndarray = shares[replies.without_failed(np.arange(len(shares), dtype=np.int64))]
+    return answered
 
 
 def count_plus_shares(count: float, shares: np.ndarray) -> float:
@@ -258,7 +259,7 @@ class _Sealed:
 
     __slots__ = ()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         raise AttributeError(
             f"secure-sum mode: a client's {name!r} is not visible to the server; use an aggregator that is linear "
             "with server-known weights (Sum, WeightedMean, StratifiedMean)"

@@ -43,14 +43,14 @@ class ClientShard:
         if engine == "loop":
             from fedsample.federation.simulator import Simulator
 
-            self.sim: Any = Simulator(shard, module, seed)
+            self.sim: Simulator = Simulator(shard, module, seed)
         else:
             from fedsample.federation.vectorized import VectorizedSimulator
 
             self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
         self._held: tuple[int, ReplyList] = (-1, Replies())
 
-    def run(self, ids: np.ndarray | range, request: Any, round: int, token: int) -> Any:
+    def run(self, ids: np.ndarray | range, request: object, round: int, token: int) -> ReplyList | Summary:
         """The engine's answer for ``ids``; for a request whose replies carry updates (``train``, ``send_held``:
         declared ``update``), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
         if isinstance(ids, range):
@@ -77,10 +77,10 @@ class ClientShard:
         """The training rows this worker holds (its clients' only)."""
         return len(self.sim.y)
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         return self.sim.client_states()
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         self.sim.load_client_states(states)
 
     def _reports(self, token: int) -> ReplyList:
@@ -120,7 +120,7 @@ def _or_nan(value: float | None) -> float:
 class Workers(Protocol):
     """A federation over workers, as :class:`ShardedUpdates` calls it."""
 
-    def _call_each(self, calls: dict[int, tuple], token: int) -> dict[int, Any]: ...
+    def _call_each(self, calls: dict[int, tuple[object, ...]], token: int) -> dict[int, Any]: ...
 
 
 class RemoteReport(TrainReport):
@@ -147,7 +147,7 @@ class ShardedUpdates(ReplyObjects):
     reports (:class:`RemoteReport`) whose received positions come with the summaries and whose weighted sum is
     fused (one partial sum per worker, added here); the other abilities are the reports', one by one."""
 
-    def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> None:
+    def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[Summary], size: int) -> None:
         self.replies: list[TrainReport | None] = [None] * size
         self._fed, self._token, self._parts = fed, token, parts
         self._fetched: dict[int, dict[int, Params]] = {}
@@ -170,7 +170,7 @@ class ShardedUpdates(ReplyObjects):
         if failed:
             keep = ~np.isin(positions, list(failed))
             positions, weights = positions[keep], weights[keep]
-        calls = {}
+        calls: dict[int, tuple[object, ...]] = {}
         for w in range(len(self._parts)):
             mine = self._worker[positions] == w
             if mine.any():
@@ -215,7 +215,7 @@ def in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size
     return Replies(out)
 
 
-def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[tuple], size: int) -> FusedReplies:
+def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[Summary], size: int) -> FusedReplies:
     """The server's reply list of train call ``token`` over the workers (``parts``: each worker's cohort positions,
     ``summaries``: their :func:`summarize_reports`), backed by :class:`ShardedUpdates`."""
     return FusedReplies(ShardedUpdates(fed, token, parts, summaries, size))

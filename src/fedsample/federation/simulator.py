@@ -10,7 +10,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +31,8 @@ from fedsample.training import random_layers
 from fedsample.training.dtypes import float_dtype
 
 __all__ = ["Simulator"]
+
+T = TypeVar("T")  #: what a client call returns (:meth:`Simulator._side_by_side`)
 
 
 class Simulator(Federation):
@@ -72,7 +74,7 @@ class Simulator(Federation):
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])
         self.train_module = random_layers.attach(self.random)  # the module with injected dropout layers
-        self._states: dict[int, dict] = {}
+        self._states: dict[int, dict[str, Any]] = {}
         side_by_side = self.device.type == "cpu" and not self.random.has_unmanaged_random_ops(self.x)
         self.client_threads = int(client_threads) if side_by_side else 1
         self._threads: ThreadPoolExecutor | None = None
@@ -96,27 +98,27 @@ class Simulator(Federation):
         that no reply carries (:mod:`fedsample.runtime.measured`); None where a solver did not count its rows."""
         return self._meter.take()
 
-    def _torch_random(self, round: int, k: int, procedure: str) -> Any:
+    def _torch_random(self, round: int, k: int, procedure: str) -> contextlib.AbstractContextManager[None]:
         """Torch's global generator seeded for client k's call where the model draws from it (random operations
         outside nn.Dropout); nothing to do otherwise."""
         if self.random.has_unmanaged_random_ops(self.x):
             return random_layers.seeded_torch(self.seed, round, k, procedure)
         return contextlib.nullcontext()
 
-    def client_states(self) -> dict[int, dict]:
+    def client_states(self) -> dict[int, dict[str, Any]]:
         """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy). An update
         kept for a round's second phase (:data:`fedsample.client.HELD`) is not state across rounds and is left out."""
         kept = {k: {key: v for key, v in s.items() if key != procedures.HELD} for k, s in self._states.items()}
         return {k: copy.deepcopy(s) for k, s in kept.items() if s}
 
-    def load_client_states(self, states: dict[int, dict]) -> None:
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
         for s in self._states.values():
             s.clear()
         for k, s in states.items():
             self._states.setdefault(int(k), {}).update(copy.deepcopy(s))
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         """The replies of ``client_ids`` in order. The requests that compute with the model (declared
         ``computes``: training and probes; each a client's forward/backward passes, which release the GIL) run side
         by side with ``client_threads`` > 1, on one torch thread each; the others (size reports, sending a held
@@ -128,7 +130,7 @@ class Simulator(Federation):
         procedure = sent.procedure
         stream, fn = procedure.stream, procedures.procedure_for(sent.at(0))  # requests of one type: one procedure
 
-        def call(position: int, module: nn.Module | None = None, state: dict | None = None) -> Any:
+        def call(position: int, module: nn.Module | None = None, state: dict[str, Any] | None = None) -> Any:
             k = int(ids[position])
             ctx = self.context(k)
             if module is not None or state is not None:
@@ -156,7 +158,7 @@ class Simulator(Federation):
                 for position, report in enumerate(reports)]
         return running.replies(kept)
 
-    def _side_by_side(self, call: Callable[[int, nn.Module], Any], n: int) -> Iterator[Any]:
+    def _side_by_side(self, call: Callable[[int, nn.Module], T], n: int) -> Iterator[T]:
         """``call(position, module)`` for positions 0..n-1 on ``client_threads`` threads, each call with a copy of
         the training module of its own, torch on one thread; the results one by one in position order (so that a
         caller may drop each before the next arrives). A call that raises raises here, as the loop would."""
@@ -166,7 +168,7 @@ class Simulator(Federation):
             for _ in range(self.client_threads):
                 self._modules.put(random_layers.attach(copy.deepcopy(self.random)))  # a copy of the module, attached
 
-        def with_a_module(position: int) -> Any:
+        def with_a_module(position: int) -> T:
             torch.set_num_threads(1)  # in this thread too (OpenMP keeps a thread count per thread)
             with self._module_copy() as module:
                 return call(position, module)

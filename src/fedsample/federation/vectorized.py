@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Mapping, Sequence, cast
+from typing import Any, Callable, Hashable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -95,12 +95,12 @@ class VectorizedSimulator(Simulator):
         self._batched_loss: Callable[..., torch.Tensor] | None = None
         self._activation_bytes: int | None = None
         self._unions: dict[int, _Union] = {}  # the last train call's drawn rows, kept on the clients' side
-        self._permanent: tuple[tuple, np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
+        self._permanent: tuple[tuple[int, int, str, tuple[float, int]], np.ndarray, np.ndarray] | None = None  # (query cell, ids, answers): the last permanent reports
         self._blocks: Blocks | None = None  # the last cohort draw's layout (the population's, for FedSampling)
 
     # --- the verb ----------------------------------------------------------------------------------
 
-    def run(self, client_ids: np.ndarray, request: Any, round: int) -> ReplyList:
+    def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:
         ids = np.asarray(client_ids, dtype=np.int64)
         sent = payloads_for(request, len(ids))
         if isinstance(sent.shared, SizeQuery):
@@ -208,8 +208,8 @@ class VectorizedSimulator(Simulator):
             return super().run(ids, _as_sent(sent), round)
         if sent.shared is not None:  # one payload for all: one group
             return self._train_group(ids, sent.shared, sent.shared, round)
-        reports: list[Any] = [None] * len(ids)
-        groups: dict[tuple, list[int]] = {}
+        reports: list[object] = [None] * len(ids)
+        groups: dict[tuple[int, Hashable, Hashable, int], list[int]] = {}
         for position, p in enumerate(payloads):
             groups.setdefault((id(p.params), _group_key(p.solver), _group_key(p.plan), p.round), []).append(position)
         for positions in groups.values():
@@ -222,7 +222,7 @@ class VectorizedSimulator(Simulator):
                 reports[position] = report
         return Replies(reports, failed={})
 
-    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: Any, round: int) -> ReplyList:
+    def _train_group(self, ids: np.ndarray, payload: TrainPayload, payloads: object, round: int) -> ReplyList:
         """Train clients that share ``payload``'s parameters, solver and plan (``payloads``: theirs, for the loop):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
@@ -274,7 +274,8 @@ class VectorizedSimulator(Simulator):
 
     def _rows(self, ids: np.ndarray, drawn: DrawnCohort, schedule: BatchSchedule) -> np.ndarray:
         """Rows of the simulator's training tensors (kept in client order) of every schedule entry."""
-        return self.data.offsets[ids[schedule.client]] + drawn.position[schedule.row]
+        rows: np.ndarray = self.data.offsets[ids[schedule.client]] + drawn.position[schedule.row]
+        return rows
 
     # --- a scheduled solver -------------------------------------------------------------------------------
 
@@ -378,7 +379,8 @@ class VectorizedSimulator(Simulator):
         )
 
     def _stacked_chunk(
-        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: Rule, anchor: Params, masks_of_step: Any = None,
+        self, steps: np.ndarray, rows_t: torch.Tensor, weights_t: torch.Tensor, rule: Rule, anchor: Params,
+        masks_of_step: Callable[[int, int], random_layers.Masks] | None = None,
     ) -> tuple[Params, torch.Tensor]:
         """Run the local steps of a chunk of clients with stacked parameters, in place: ``rows_t``/``weights_t``
         (C, S, B) their padded minibatches, ``steps`` (C,) their step counts in decreasing order, so step s runs
@@ -423,7 +425,7 @@ class VectorizedSimulator(Simulator):
         widths[row[starts], step[starts]] = sizes
         return rows, weights, widths
 
-    def _step_masks(self, generators: list, widths: np.ndarray, width: int) -> random_layers.Masks:
+    def _step_masks(self, generators: list[torch.Generator], widths: np.ndarray, width: int) -> random_layers.Masks:
         """One step's dropout masks of every stepping client, drawn as the client's own step draws them (its
         minibatch's ``widths`` rows), padded to ``width`` rows and stacked."""
         sizes = widths.tolist()
@@ -628,7 +630,8 @@ class BatchedCohort:
     def suspects(self, received: np.ndarray) -> np.ndarray:
         """The received positions whose loss is not finite: the engine builds every report itself (one step, a
         float loss, one object per client), so only these can fail a shallow screen."""
-        return received[~np.isfinite(self._losses[received])]
+        suspect: np.ndarray = received[~np.isfinite(self._losses[received])]
+        return suspect
 
     def weighted_update_sum(self, positions: np.ndarray, weights: np.ndarray, failed: Mapping[int, Failed]) -> Params:
         """``sum_i weights_i * G_{positions_i}`` as the gradient of ``sum_s a_{c(s)} w_s l_s`` at the global
@@ -831,7 +834,7 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
     return 2 * sum(total)
 
 
-def _as_sent(sent: PerClient | Shared) -> Any:
+def _as_sent(sent: PerClient | Shared) -> object:
     """The payload as ``run`` takes it: the shared one, or the :class:`PerClient` itself."""
     return sent.shared if sent.shared is not None else sent
 
@@ -843,7 +846,7 @@ def _training(sent: PerClient | Shared) -> PerClient | Shared:
     return Shared(sent.shared.training())
 
 
-def _group_key(part: Any) -> Any:
+def _group_key(part: object) -> Hashable:
     """A part itself where it is hashable (equal plans train together), else its identity."""
     try:
         hash(part)

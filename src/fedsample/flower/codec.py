@@ -158,7 +158,7 @@ def _finite(name: str, value: float) -> float:
 
 
 def _size(record: Any) -> int:
-    size = _field(record, "size", int)
+    size: int = _field(record, "size", int)  # _field checked it is an int
     if size < 0:
         raise MalformedReply(f"negative size report {size}")
     return size

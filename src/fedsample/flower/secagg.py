@@ -58,13 +58,18 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
 from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
-from fedsample.flower.codec import encode_request
+from fedsample.flower.codec import Request, encode_request
 from fedsample.flower.federation import exchange, say_failures
 from fedsample.messages import TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
+from fedsample.runtime.records import Record
 from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
+    from flwr.common import EvaluateIns, EvaluateRes, Scalar
+    from flwr.server.client_manager import ClientManager
+    from flwr.server.client_proxy import ClientProxy
+
     from fedsample.flower.federation import FlowerFederation
 
 __all__ = [
@@ -146,7 +151,7 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[Any], round: int) -> FusedReplies:
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[object], round: int) -> FusedReplies:
         """``federation.run`` of a training request (or the count-only :class:`~fedsample.messages.SizeSumRequest`)
         under SecAgg+: :func:`sealed_train`."""
         return sealed_train(federation, self, ids, payloads, round)
@@ -236,7 +241,7 @@ def clipping_range_of(message: Message) -> float:
     return float(value)
 
 
-def count_share_of(message: Message, request: Any) -> float | None:
+def count_share_of(message: Message, request: Request) -> float | None:
     """This client's share of the noise on the summed count (:func:`~fedsample.federation.secure_sum.count_shares`
     of its own (seed, round, client) stream of the count's cell, :func:`~fedsample.federation.secure_sum.sealed_statistic`,
     over the asked clients the request names), drawn here on the client; None where the request asks for no count or
@@ -258,7 +263,7 @@ def count_range_of(message: Message) -> float:
     return float(value)
 
 
-def sealed_reply(message: Message, request: Any, report: Any) -> Message:
+def sealed_reply(message: Message, request: Request, report: Any) -> Message:
     """The client's ``train`` (or ``sum_sizes``) answer inside SecAgg+: its vector (with its noise share on the count
     where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
     they are). A count-only request carries no parameters: the vector is the tally alone."""
@@ -302,21 +307,23 @@ class _Cohort(FlowerStrategy):
         self.included: list[int] | None = None
         self.mean: list[np.ndarray] | None = None
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         return [(GridClientProxy(n, self.grid, 0), FitIns(Parameters([], ""), {})) for n in self.nodes]
 
-    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         self.included = [proxy.node_id for proxy, _ in results]
         self.mean = parameters_to_ndarrays(results[0][1].parameters) if results else None
         return None, {}
 
-    def initialize_parameters(self, client_manager: Any) -> None:
+    def initialize_parameters(self, client_manager: ClientManager) -> None:
         return None
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: Any) -> list:
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]) -> tuple[None, dict[str, Scalar]]:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Parameters) -> None:
@@ -429,7 +436,7 @@ class _Sums:
 
 
 def sealed_train(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], round: int,
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], round: int,
 ) -> FusedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :func:`~fedsample.federation.secure_sum.sealed_replies`), and every client left out of the sum is
@@ -444,7 +451,7 @@ def sealed_train(
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}
     asked = {federation.nodes[k]: i for i, k in enumerate(ids) if reachable[k] is None}
     params = payloads[0].params if payloads and isinstance(payloads[0], TrainPayload) else {}
-    record: dict[str, Any] = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
+    record: Record = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
     if len(asked) > settings.max_clients:
         why = f"SecAgg+ sums at most {settings.max_clients} clients at quantization_range {settings.quantization_range}"
@@ -471,8 +478,8 @@ def sealed_train(
 
 
 def _run_protocol(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[Any], asked: dict[int, int],
-    params: Params, round: int, record: dict,
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], asked: dict[int, int],
+    params: Params, round: int, record: Record,
 ) -> tuple[SummedCohort | None, str]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
     requests = {}
@@ -509,7 +516,7 @@ def _run_protocol(
     return cohort, ""
 
 
-def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
+def report_on_console(round: int, record: Record, failed: list[Failed]) -> None:
     """Say in the ServerApp's log what the round's record (history.json) holds and a user must know: the clients
     whose vector SecAgg+ clipped (the sum, hence the update, is then biased) and each client left out, and why."""
     if record.get("clipped"):
@@ -519,7 +526,7 @@ def report_on_console(round: int, record: dict, failed: list[Failed]) -> None:
     say_failures(round, failed)
 
 
-def count_noise_of(payloads: list[Any]) -> float:
+def count_noise_of(payloads: list[object]) -> float:
     """sigma of the noise on the summed count, the plan's drawn count's or the summed sizes' (0: no count asked, or
     the exact count)."""
     statistic = sealed_statistic(payloads[0]) if payloads else None

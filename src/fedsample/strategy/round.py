@@ -45,8 +45,9 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     policy = size_policy(s, ctx)
     replies = ctx.federation.run(ids, policy.query, ctx.round)
     M = policy.threshold if isinstance(policy, RandomizedSizes) else None
-    whole = isinstance(replies, NumberReplies) and not replies.failed  # one array, no failure: keyed on it
-    arrays = (replies.values, ids) if whole else ()
+    numbers = replies if isinstance(replies, NumberReplies) and not replies.failed else None  # one array, no failure: keyed on it
+    whole = numbers is not None
+    arrays = (numbers.values, ids) if numbers is not None else ()
     memo: LastOf[tuple[list[Failed], SizeInfo | None]] = ctx.state.setdefault(SCREENED, LastOf())  # the last screened reports
     failed, info = memo.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
         screened_estimate(policy, replies, ids, M)

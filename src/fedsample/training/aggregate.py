@@ -15,7 +15,7 @@ reports is read as :class:`fedsample.rounds.Replies`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Mapping, Sequence, overload
 
 import typing
 import warnings
@@ -48,7 +48,7 @@ def received(reports: Reports) -> tuple[np.ndarray, Sequence["TrainReport"]]:
     return positions, _Picked(replies, positions)
 
 
-class _Picked(Sequence):
+class _Picked(Sequence["TrainReport"]):
     """The replies at ``positions`` of a reply list, each read when indexed: a cohort of 30,000 received clients
     costs no pass over them unless an aggregator reads each report (FedNova's a_k)."""
 
@@ -58,10 +58,17 @@ class _Picked(Sequence):
     def __len__(self) -> int:
         return len(self._positions)
 
-    def __getitem__(self, i: Any) -> Any:
+    @overload
+    def __getitem__(self, i: int) -> TrainReport: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[TrainReport]: ...
+
+    def __getitem__(self, i: int | slice) -> TrainReport | list[TrainReport]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return self._replies[int(self._positions[i])]
+        report: TrainReport = self._replies[int(self._positions[i])]  # a received position holds a TrainReport
+        return report
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion", "size_inverse_inclusion"]
@@ -111,17 +118,20 @@ class WeightedMean:
 
     def weights(self, positions: np.ndarray, cohort: "Cohort", ctx: "RoundContext | None" = None) -> np.ndarray:
         if self.by == "inverse_inclusion":
-            return cohort.design_weights()[positions] / (cohort.population * response_rate_of(ctx))
+            inverse: np.ndarray = cohort.design_weights()[positions] / (cohort.population * response_rate_of(ctx))
+            return inverse
         if self.by == "size_inverse_inclusion":
             if ctx is None:
                 raise ValueError("WeightedMean('size_inverse_inclusion') needs the round's context (the clients' exact sizes)")
             sizes = ctx.require_sizes(exact=True)
             share = sizes.for_clients(cohort.ids[positions]) / float(np.sum(sizes.reports))
-            return share * cohort.design_weights()[positions] / response_rate_of(ctx)
+            weights: np.ndarray = share * cohort.design_weights()[positions] / response_rate_of(ctx)
+            return weights
         w = np.asarray(cohort.multiplicity)[positions].astype(np.float64)
         if self.by == "size":
             w = w * reported_sizes(ctx, cohort.ids[positions])
-        return w / w.sum()
+        normalized: np.ndarray = w / w.sum()
+        return normalized
 
     def planned_weights(self, cohort: "Cohort", ctx: "RoundContext") -> np.ndarray:
         """The weights :meth:`combine` gives the cohort if every client's update arrives (declared before training:
@@ -310,7 +320,8 @@ class StratifiedMean:
         h = np.asarray(cohort.strata)[positions]
         N_h = np.asarray(cohort.info["stratum_sizes"], dtype=np.float64)
         m_h = np.asarray(cohort.info["allocation"], dtype=np.float64)
-        return N_h[h] / (m_h[h] * cohort.population)
+        weights: np.ndarray = N_h[h] / (m_h[h] * cohort.population)
+        return weights
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         if self.by == "unbiased" and cohort.strata is not None:
@@ -350,7 +361,8 @@ def stratum_response_rates(reports: Reports, cohort: "Cohort", ctx: "RoundContex
 def size_ratio_weights(sizes: np.ndarray, inclusion: np.ndarray) -> np.ndarray:
     """Hajek weights (n_k / pi_k) / sum_j (n_j / pi_j) of the size-weighted mean under inclusion probabilities pi_k."""
     raw = np.asarray(sizes, dtype=np.float64) / np.asarray(inclusion, dtype=np.float64)
-    return raw / raw.sum()
+    weights: np.ndarray = raw / raw.sum()
+    return weights
 
 
 #: ISFedAvg's ``scaling``: "step" (the 1/(K p_k) factor inside the local steps, Eq. 8) or "aggregate".
