@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, summed_over, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -618,8 +618,9 @@ class BatchedCohort:
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The summed statistics the plan declares (their arrays)."""
-        return tuple(self._sums)
+        """The summed statistics the first received report carries, as every backing reads them (one report object;
+        its update is not computed)."""
+        return names_carried(self.reply, received)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
