@@ -682,3 +682,12 @@ def test_state_dict_read_back_from_json_is_the_same_ledger():
     back = Ledger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert back.accounting == ledger.accounting and back.releases == ledger.releases
     assert back.summary()["epsilon"] == ledger.summary()["epsilon"] > 0
+
+
+@pytest.mark.parametrize("field, value", [("round", "1"), ("what", 3), ("event", [1]), ("relation", "swap-one"), ("call", [1, None])])
+def test_a_saved_release_with_a_field_of_the_wrong_kind_is_refused_naming_it(field, value):
+    """Release.of_record reads a record field by field: a value of the wrong kind is a ValueError naming the field."""
+    record = Release(1, "size report", randomized_response(0.5, 4), None, None, call=(1, "sizes", 0)).record()
+    assert Release.of_record(record) == Release(1, "size report", randomized_response(0.5, 4), None, None, call=(1, "sizes", 0))
+    with pytest.raises(ValueError, match=f"release.{field}: expected"):
+        Release.of_record({**record, field: value})

@@ -193,3 +193,19 @@ def test_simulate_with_low_rank_cohorts_matches_the_loop(fed, name):
     runs = {b: simulate(RECIPES[name](), data, MLP(hidden=32), rounds=3, seed=2, eval_every=3, engine=Engine(backend=b)) for b in ("loop", "vectorized")}
     assert_close(runs["loop"].params, runs["vectorized"].params, tol=1e-4)
     assert runs["vectorized"].history[-1]["train_loss"] == pytest.approx(runs["loop"].history[-1]["train_loss"], rel=1e-4)
+
+
+def test_the_low_rank_form_refuses_a_rule_other_than_local_sgd():
+    """The low-rank form rewrites SGDStep's arithmetic; a chain such as a local Adam is refused in one line."""
+    from fedsample.training.lowrank import Linear, RowMap, train_low_rank
+    from fedsample.training.rules import chain, scale_by_adam
+
+    module = nn.Sequential(nn.Linear(D, 4), nn.ReLU(), nn.Linear(4, 3))
+    params = initial_parameters(module, 0)
+    found = linear_chain(module, torch.zeros(1, D), params)
+    assert found is not None
+    assert found.layers == (Linear("0.weight", "0.bias"), RowMap(found.layers[1].module), Linear("2.weight", "2.bias"))
+    x, y = torch.zeros(4, D), torch.zeros(4, dtype=torch.int64)
+    rows, weights = torch.zeros((1, 1, 2), dtype=torch.int64), torch.ones((1, 1, 2))
+    with pytest.raises(TypeError, match="SGDStep"):
+        train_low_rank(found, "classification", params, x, y, rows, weights, np.array([1]), chain(scale_by_adam(), lr=0.1))

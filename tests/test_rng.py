@@ -231,3 +231,12 @@ def test_bernoulli_cohort_draw_on_a_device_equals_the_numpy_pass(p):
 def test_device_positions_need_a_device():
     with pytest.raises(ValueError, match="built with a device"):
         CohortRandom(0, 0, np.arange(3), "train").ragged_below_on_device(np.ones(3, dtype=np.int64), 0.5)
+
+
+def test_a_client_streams_gaussians_are_its_cells_generators():
+    """ClientRandom.normal draws from the numpy Generator of the same (seed, round, client, purpose) cell, as every
+    other Generator method it forwards, and leaves the counter-based stream where it was."""
+    rng = ClientRandom(3, 1, 7, "noise")
+    drawn = rng.normal(0.0, 2.0, size=(2, 3))
+    assert np.array_equal(drawn, generator(3, 1, 7, "noise").normal(0.0, 2.0, (2, 3)))
+    assert rng.position == 0  # the counter-based stream is not read

@@ -54,12 +54,15 @@ def permanent_response(ctx: ClientContext, query: SizeQuery, rng: np.random.Gene
     if isinstance(rng, ClientRandom):
         stream = client_rng(rng.seed, PERMANENT_ROUND, rng.client, PERMANENT_REPORT)
         return int(randomized_response(ctx.size, *query.randomization, stream))
-    memo: dict[tuple[float, int], int] = ctx.state.setdefault("permanent_reports", {})
+    memo = ctx.state.setdefault("permanent_reports", {})
+    if not isinstance(memo, dict):
+        raise TypeError(f"client {ctx.client_id}'s state keeps a {type(memo).__name__} as its permanent reports, not a dict")
     epsilon, M = query.randomization
     key = (float(epsilon), int(M))
     if key not in memo:
         memo[key] = int(randomized_response(ctx.size, epsilon, M, rng))
-    return memo[key]
+    answer: int = memo[key]
+    return answer
 
 
 def sum_sizes(ctx: ClientContext, request: SizeSumRequest, rng: np.random.Generator) -> int:
@@ -238,7 +241,7 @@ def train_held(ctx: ClientContext, payload: TrainHeld, rng: np.random.Generator)
 def send_held(ctx: ClientContext, request: HeldRequest, rng: np.random.Generator) -> TrainReport:
     """The training report kept by this round's :func:`train_held` (once: it is no longer kept afterwards)."""
     held = ctx.state.pop(HELD, None)
-    if held is None or held["round"] != request.round:
+    if not isinstance(held, dict) or held["round"] != request.round:
         raise ValueError(f"client {ctx.client_id} keeps no update of round {request.round} (train_held first)")
     report: TrainReport = held["report"]  # as train_held kept it (hold)
     return report

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Generic, Iterator, Literal, Mapping, Protocol, Sequence, TypeAlias, TypeVar, cast, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -26,10 +26,13 @@ from torch import nn
 
 from fedsample import checks
 
+if TYPE_CHECKING:  # the parts' Protocols, which speak these messages (fedsample.parts imports this module)
+    from fedsample.parts import DataPlan, LocalSolver, UpdatePrivacy
+
 __all__ = [
-    "ClientContext", "DataWeights", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ClientContext", "ClientState", "DataWeights", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
     "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "LOGGED_AS", "logged_as", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
-    "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "unplanned", "with_plan",
+    "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "requests_of", "unplanned", "with_plan",
 ]
 
 #: A model's parameters (or an update) by name: what crosses the door as tensors.
@@ -39,6 +42,11 @@ Params = dict[str, torch.Tensor]
 class NoSamples(ValueError):
     """A client asked for statistics of data it does not hold (a probe of a client without samples): its reply is
     ``Failed`` with ``no_samples`` set, which the strategy names as such rather than as a diverged model."""
+
+
+#: What a client keeps on its side between calls, by key (:attr:`ClientContext.state`; in checkpoints, never sent):
+#: each client procedure reads back, by type, the values it wrote (:mod:`fedsample.client`).
+ClientState: TypeAlias = dict[str, object]
 
 
 @dataclass
@@ -59,8 +67,8 @@ class ClientContext:
     module: nn.Module
     task: str
     num_classes: int
-    state: dict[str, Any] = field(default_factory=dict)
-    kept: dict[str, Any] | None = None
+    state: ClientState = field(default_factory=dict)
+    kept: dict[str, object] | None = None
     measure: Callable[[int | None], None] | None = None
 
     @property
@@ -348,10 +356,10 @@ class TrainPayload:
     procedure: ClassVar[Procedure] = Procedure("train", stream="train", phase="train", trains=True, computes=True, update=True, sealed=True)
 
     params: Params
-    plan: Any
-    solver: Any
+    plan: DataPlan
+    solver: LocalSolver
     round: int
-    noise: Any = None
+    noise: UpdatePrivacy | None = None
     statistics: tuple[ReplyStatistic, ...] = ()
     planned: PlannedSum | None = None
 
@@ -443,13 +451,20 @@ class HeldRequest:
 
 # --- one payload for all, or one per client ------------------------------------------------------------------
 
+T = TypeVar("T")
+"""What a :class:`PerClient` or a :class:`Shared` holds: requests, or a data sampler's plans."""
+T_co = TypeVar("T_co", covariant=True)
+"""The same, in the read-only classes (a PerClient of plans of one kind is a PerClient of plans)."""
+P = TypeVar("P", bound="TrainPayload")
+"""A train request (:class:`TrainPayload` or :class:`TrainHeld`)."""
+
 
 @dataclass(frozen=True)
-class PerClient:
+class PerClient(Generic[T_co]):
     """One request per asked client, in the order of the client ids (e.g. ISFedAvg's plans, one per agent), all of
-    one type. Any other request handed to ``run`` is shared by every asked client."""
+    one type. Every other request handed to ``run`` is shared by every asked client."""
 
-    payloads: tuple[Any, ...]
+    payloads: tuple[T_co, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payloads", tuple(self.payloads))
@@ -468,37 +483,45 @@ class PerClient:
     def __len__(self) -> int:
         return len(self.payloads)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T_co]:
         return iter(self.payloads)
 
-    def at(self, position: int) -> Any:
+    def at(self, position: int) -> T_co:
         """The payload of the client at ``position``."""
         return self.payloads[position]
 
-    def take(self, positions: Sequence[int] | np.ndarray) -> "PerClient":
+    def take(self, positions: Sequence[int] | np.ndarray) -> PerClient[T_co]:
         """The payloads of the clients at ``positions`` (a sub-cohort), in that order."""
         return PerClient(tuple(self.payloads[int(i)] for i in positions))
 
 
 @dataclass(frozen=True)
-class Shared:
+class Shared(Generic[T_co]):
     """A payload sent to every asked client (what :func:`payloads_for` makes of any payload but :class:`PerClient`)."""
 
-    shared: Any
+    shared: T_co
 
     @property
     def procedure(self) -> Procedure:
         """The procedure the shared request declares."""
         return procedure_of(self.shared)
 
-    def at(self, position: int) -> Any:
+    def at(self, position: int) -> T_co:
         return self.shared
 
-    def take(self, positions: Sequence[int] | np.ndarray) -> Any:
+    def take(self, positions: Sequence[int] | np.ndarray) -> T_co:
         return self.shared
 
 
-def payloads_for(payload: Any, count: int) -> PerClient | Shared:
+@overload
+def payloads_for(payload: PerClient[T], count: int) -> PerClient[T]: ...
+
+
+@overload
+def payloads_for(payload: T, count: int) -> PerClient[T] | Shared[T]: ...
+
+
+def payloads_for(payload: PerClient[T] | T, count: int) -> PerClient[T] | Shared[T]:
     """How ``count`` asked clients read ``payload``: a :class:`PerClient` as it is (one payload each; its length
     checked), anything else as :class:`Shared` by all. A bare list or tuple is refused: per-client payloads are
     declared with :class:`PerClient`."""
@@ -511,7 +534,7 @@ def payloads_for(payload: Any, count: int) -> PerClient | Shared:
     return Shared(payload)
 
 
-def procedure_of(request: Any) -> Procedure:
+def procedure_of(request: object) -> Procedure:
     """The :class:`Procedure` a request declares (by its class, or the class it extends); a TypeError naming the
     object for anything else."""
     for cls in type(request).__mro__:
@@ -521,28 +544,55 @@ def procedure_of(request: Any) -> Procedure:
     raise TypeError(f"{type(request).__name__} is not a request: a request class declares its procedure (fedsample.messages.Procedure)")
 
 
-def planned_for(sent: PerClient | Shared, client_ids: np.ndarray) -> PlannedSum | None:
+def requests_of(sent: PerClient[object] | Shared[object], kind: type[T]) -> PerClient[T] | Shared[T] | None:
+    """``sent`` as requests of ``kind`` where it holds them (its first does: a :class:`PerClient` holds requests of
+    one type), else None."""
+    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
+    if not isinstance(first, kind):
+        return None
+    return cast("PerClient[T] | Shared[T]", sent)  # every payload of a PerClient has its first's type (__post_init__)
+
+
+def planned_for(sent: PerClient[object] | Shared[object], client_ids: np.ndarray) -> PlannedSum | None:
     """The planned sum a train request carries (:attr:`TrainPayload.planned`) where it is a sum over exactly these
     clients in this order (a sub-cohort of the round's gets none), else None."""
-    first = sent.shared if isinstance(sent, Shared) else sent.payloads[0] if len(sent) else None
-    plan = first.planned if isinstance(first, TrainPayload) else None
+    trains = requests_of(sent, TrainPayload)
+    plan = trains.at(0).planned if trains is not None else None
     if plan is None or len(plan.ids) != len(client_ids) or not np.array_equal(plan.ids, np.asarray(client_ids)):
         return None
     return plan
 
 
-def with_plan(request: Any, plan: PlannedSum | None) -> Any:
+@overload
+def with_plan(request: PerClient[P], plan: PlannedSum | None) -> PerClient[P]: ...
+
+
+@overload
+def with_plan(request: P, plan: PlannedSum | None) -> P: ...
+
+
+def with_plan(request: PerClient[P] | P, plan: PlannedSum | None) -> PerClient[P] | P:
     """``request`` (a train request, or :class:`PerClient` train requests) carrying ``plan`` as its planned sum."""
     if isinstance(request, PerClient):
         return PerClient(tuple(replace(p, planned=plan) for p in request))
     return replace(request, planned=plan)
 
 
-def unplanned(request: Any) -> Any:
+@overload
+def unplanned(request: PerClient[T]) -> PerClient[T]: ...
+
+
+@overload
+def unplanned(request: T) -> T: ...
+
+
+def unplanned(request: object) -> object:
     """``request`` without a planned sum: what a federation sends when it asks other clients than the round's cohort
     (the failure model's sub-cohort) or sends the request out of this process (workers, Ray actors, Flower nodes).
-    Any other request is returned as it is."""
+    Every other request is returned as it is."""
     first = request.payloads[0] if isinstance(request, PerClient) and len(request) else request
     if not isinstance(first, TrainPayload) or first.planned is None:
         return request
-    return with_plan(request, None)
+    if isinstance(request, PerClient):  # train requests, all of one type
+        return PerClient(tuple(replace(p, planned=None) for p in request.payloads if isinstance(p, TrainPayload)))
+    return replace(first, planned=None)

@@ -38,7 +38,7 @@ import inspect
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Protocol, Sequence, TypeGuard, cast, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Mapping, Protocol, Sequence, TypeGuard, cast, runtime_checkable
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from fedsample.runtime.records import Record, State
 if TYPE_CHECKING:
     import torch
 
+    from fedsample.privacy.sizes import SizeInfo
     from fedsample.rng import Blocks, ClientRandom, CohortRandom
 
 __all__ = [
@@ -496,7 +497,7 @@ class _Capabilities:
     a ``bool``), else one ``ValueError`` line naming the record, the field and what it must be. A missing required
     field or a misspelt keyword is the dataclass's ``TypeError``, which names the field."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]  # every record is a dataclass
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]  # every record is a dataclass
 
     def offered(self) -> dict[str, tuple[str, bool]]:
         """For each declared field that says a part offers an optional method: the method's name and whether this
@@ -660,7 +661,7 @@ class CohortPlanCapabilities(_Capabilities):
 
 Capabilities = (ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
                 | UpdatePrivacyCapabilities)
-"""Any part's declaration."""
+"""The declaration of a part of any kind."""
 
 RECORDS: dict[str, type[_Capabilities]] = {
     "clients": ClientSamplerCapabilities, "data": DataSamplerCapabilities, "aggregate": AggregatorCapabilities,
@@ -776,7 +777,7 @@ class DataSampler(Protocol):
     @property
     def capabilities(self) -> DataSamplerCapabilities: ...
 
-    def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | PerClient: ...
+    def plan(self, ctx: RoundContext, cohort: Cohort) -> DataPlan | PerClient[DataPlan]: ...
 
 
 @runtime_checkable
@@ -870,7 +871,7 @@ class ServerOptimizer(Protocol):
 @runtime_checkable
 class SizeReporting(Protocol):
     """How the server learns sizes: the ``query`` clients answer, who is asked (``scope``: every client before
-    selection or the cohort after it), whether the answers are ``exact``, and their summary."""
+    selection or the cohort after it), whether the answers are ``exact``, and their summary (:class:`~fedsample.privacy.sizes.SizeInfo`)."""
 
     @property
     def scope(self) -> Literal["all", "cohort"]: ...
@@ -881,7 +882,7 @@ class SizeReporting(Protocol):
     @property
     def query(self) -> SizeQuery: ...
 
-    def summarize(self, ids: np.ndarray, reports: np.ndarray) -> Any: ...
+    def summarize(self, ids: np.ndarray, reports: np.ndarray) -> SizeInfo: ...
 
 
 @runtime_checkable

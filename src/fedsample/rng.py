@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Sequence
 from functools import cached_property, lru_cache
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def torch_seed(seed: int, purpose: str = "init") -> int:
 #
 # A client's draws in one (seed, round, purpose) cell are a SplitMix64 stream (Steele, Lea & Flood 2014):
 # the cell key comes once from a SeedSequence, each client's stream seed is a mix of (key, client), and the
-# i-th uniform of client c is mix(stream_c + (i + 1) * GAMMA). Any (client, i) can be computed directly, so
+# i-th uniform of client c is mix(stream_c + (i + 1) * GAMMA). Every (client, i) can be computed directly, so
 # a million clients' draws are one numpy pass and give the same numbers as each client drawing alone.
 
 _MASK = (1 << 64) - 1
@@ -280,7 +280,12 @@ class ClientRandom:
             self._generator = generator(self.seed, self.round, self.client, self.purpose)
         return self._generator
 
-    def __getattr__(self, name: str) -> Any:  # the numpy Generator's method or attribute
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
+        """Gaussian draws from the cell's numpy Generator (:attr:`generator`), as ``Generator.normal``."""
+        drawn: np.ndarray | float = self.generator.normal(loc, scale, size)
+        return drawn
+
+    def __getattr__(self, name: str) -> object:  # any other method or attribute of the cell's numpy Generator
         return getattr(self.generator, name)
 
 
@@ -348,7 +353,7 @@ class CohortRandom:
         self.clients = np.asarray(clients, dtype=np.int64)
         key = cell_key(int(seed), int(round), purpose)
         self.device = device
-        self.streams: Any  # uint64 numpy streams, or an int64 tensor on the device
+        self.streams: np.ndarray | torch.Tensor  # uint64 numpy streams, or an int64 tensor on the device
         if device is None:
             self.streams = client_streams(key, self.clients)
         else:
@@ -362,7 +367,7 @@ class CohortRandom:
 
     def columns(self, k: int, start: int = 0) -> np.ndarray:
         """``(clients, k)`` array: draws ``start, ..., start+k-1`` of each client."""
-        if self.device is not None:
+        if not isinstance(self.streams, np.ndarray):  # on the device
             import torch
 
             positions = torch.arange(start, start + k, dtype=torch.int64, device=self.device)

@@ -6,11 +6,11 @@ A leaf module: it imports nothing from fedsample, and :mod:`fedsample.data.types
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
-__all__ = ["gini", "partition_stats"]
+__all__ = ["Imbalance", "LabelMix", "PartitionStats", "SizeSummary", "gini", "partition_stats"]
 
 
 class Source(Protocol):
@@ -43,6 +43,65 @@ class Partition(Protocol):
     def label_counts(self) -> np.ndarray: ...
 
 
+class SizeSummary(TypedDict):
+    """:func:`size_summary`: the clients' sizes summarized (None where a ratio or a log is undefined: an empty client)."""
+
+    num_clients: int
+    total: int
+    min: int
+    max: int
+    mean: float
+    std: float
+    p10: float
+    p25: float
+    median: float
+    p75: float
+    p90: float
+    cv: float
+    gini: float
+    max_min_ratio: float | None
+    log_mean: float | None
+    log_std: float | None
+
+
+class LabelMix(TypedDict):
+    """:func:`label_mix_summary`: how skewed the clients' label mixes are."""
+
+    num_classes: int
+    mean_classes_per_client: float
+    mean_dominant_share: float
+    mean_normalized_entropy: float
+    mean_tv_to_global: float
+    global_label_counts: list[int]
+
+
+class Imbalance(TypedDict):
+    """The size imbalance measures of :class:`PartitionStats`."""
+
+    gini: float
+    cv: float
+    max_min_ratio: float | None
+    max_mean_ratio: float | None
+
+
+class PartitionStats(TypedDict):
+    """:func:`partition_stats`: a partition's JSON-able statistics."""
+
+    dataset: str
+    scheme: str
+    task: str
+    num_clients: int
+    num_train: int
+    num_assigned: int
+    num_unassigned: int
+    sizes: SizeSummary
+    imbalance: Imbalance
+    client_sizes: list[int]
+    label_counts: list[list[int]] | None
+    label_mix: LabelMix | None
+    user_ids: list[str] | None
+
+
 def gini(values: np.ndarray) -> float:
     """Gini coefficient of non-negative values: 0 when all are equal, towards 1 when one holds everything."""
     v = np.sort(np.asarray(values, dtype=np.float64))
@@ -52,7 +111,7 @@ def gini(values: np.ndarray) -> float:
     return float(2.0 * np.sum(np.arange(1, n + 1) * v) / (n * total) - (n + 1) / n)
 
 
-def size_summary(sizes: np.ndarray) -> dict[str, Any]:
+def size_summary(sizes: np.ndarray) -> SizeSummary:
     """Count, total, min/max/mean/median/std, quantiles, and the imbalance measures of client sizes."""
     s = np.asarray(sizes, dtype=np.float64)
     if len(s) == 0:
@@ -75,7 +134,7 @@ def size_summary(sizes: np.ndarray) -> dict[str, Any]:
     }
 
 
-def label_mix_summary(counts: np.ndarray) -> dict[str, Any]:
+def label_mix_summary(counts: np.ndarray) -> LabelMix:
     """How skewed the clients' label mixes are, from a ``(clients, classes)`` count matrix (empty clients skipped)."""
     counts = np.asarray(counts, dtype=np.float64)
     sizes = counts.sum(axis=1)
@@ -95,7 +154,7 @@ def label_mix_summary(counts: np.ndarray) -> dict[str, Any]:
     }
 
 
-def partition_stats(fed: Partition) -> dict[str, Any]:
+def partition_stats(fed: Partition) -> PartitionStats:
     """JSON-able statistics of a partition (a :class:`~fedsample.data.types.FederatedData`).
 
     Keys: dataset, scheme, task, num_clients, num_train, num_assigned, num_unassigned, sizes (summary),
@@ -107,6 +166,7 @@ def partition_stats(fed: Partition) -> dict[str, Any]:
     summary = size_summary(sizes)
     classification = fed.dataset.task == "classification" and fed.dataset.num_classes > 0
     counts = fed.label_counts() if classification else None
+    label_counts: list[list[int]] | None = counts.tolist() if counts is not None else None  # ints, clients × labels
     return {
         "dataset": fed.dataset.name,
         "scheme": fed.scheme,
@@ -123,7 +183,7 @@ def partition_stats(fed: Partition) -> dict[str, Any]:
             "max_mean_ratio": summary["max"] / summary["mean"] if summary["mean"] > 0 else None,
         },
         "client_sizes": [int(v) for v in sizes],
-        "label_counts": counts.tolist() if counts is not None else None,
+        "label_counts": label_counts,
         "label_mix": label_mix_summary(counts) if counts is not None else None,
         "user_ids": [str(u) for u in fed.user_ids] if fed.user_ids is not None else None,
     }

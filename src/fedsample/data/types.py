@@ -12,8 +12,8 @@ from typing import Literal, Sequence, TypeAlias
 import numpy as np
 
 from fedsample.data.checks import check_indices, check_split
-from fedsample.data.stats import partition_stats
-from fedsample.runtime.records import JSON, JSONObject
+from fedsample.data.stats import PartitionStats, partition_stats
+from fedsample.runtime.records import JSON
 
 __all__ = ["Dataset", "FederatedData", "Meta", "Task"]
 
@@ -143,7 +143,7 @@ class FederatedData:
         labels = np.asarray(self.dataset.y_train, dtype=np.int64)[self.order]
         return np.bincount(clients * c + labels, minlength=self.num_clients * c).reshape(self.num_clients, c)
 
-    def stats(self) -> JSONObject:
+    def stats(self) -> PartitionStats:
         """JSON-able statistics: client sizes, per-client label counts, an imbalance summary."""
         return partition_stats(self)
 

@@ -32,7 +32,7 @@ from torch import nn
 from fedsample.client import update_norm
 from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
-    reply_statistics, summed_statistics,
+    reply_statistics, requests_of, summed_statistics,
 )
 from fedsample.data.types import FederatedData
 from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
@@ -178,12 +178,12 @@ class LinearisedFederation(VectorizedSimulator):
         ids = np.asarray(client_ids, dtype=np.int64)
         self.cost.contacted.update(ids.tolist())
         sent = payloads_for(request, len(ids))
-        asked = sent.at(0)
+        asked, held = sent.at(0), requests_of(sent, TrainHeld)
         replies: ReplyList
         if isinstance(sent.shared, ProbeRequest) and sent.shared.minibatch is None:
             replies = self._cached_probes(ids, sent.shared, round)
-        elif isinstance(asked, TrainHeld):  # every client trains; its update and rows stay on its side until sent
-            cohort = self.linear_cohort(ids, sent, round, sent_up=False)
+        elif held is not None:  # every client trains; its update and rows stay on its side until sent
+            cohort = self.linear_cohort(ids, held, round, sent_up=False)
             self._held = {k: (round, *cohort.terms_of(c)) for c, k in enumerate(ids.tolist())}
             replies = Replies([HeldReport(update_norm(cohort.reply(c))) for c in range(len(ids))], failed={})
         elif isinstance(asked, HeldRequest):
@@ -232,19 +232,19 @@ class LinearisedFederation(VectorizedSimulator):
                 self._probes[(k, key)] = reply
         return Replies([self._probes[(k, key)] for k in ids.tolist()], failed={})
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> FusedReplies:
+    def train(self, ids: np.ndarray, sent: PerClient[TrainPayload] | Shared[TrainPayload], round: int) -> FusedReplies:
         """Every cohort member's linearised update (see the module docstring), backed by one :class:`LinearCohort`."""
         return FusedReplies(self.linear_cohort(ids, sent, round))
 
-    def linear_cohort(self, ids: np.ndarray, sent: PerClient | Shared, round: int, sent_up: bool = True) -> LinearCohort:
+    def linear_cohort(self, ids: np.ndarray, sent: PerClient[TrainPayload] | Shared[TrainPayload], round: int, sent_up: bool = True) -> LinearCohort:
         """Every cohort member's linearised update as one :class:`LinearCohort`: clients that share a plan and a
         solver are drawn and scheduled together. ``sent_up=False``: the updates are kept on the clients' side
         (``train_held``): trainings are counted, not uploads."""
         groups: dict[tuple[Hashable, Hashable], list[int]] = {}
         if sent.shared is None:
             for position in range(len(ids)):
-                p = sent.at(position)
-                groups.setdefault((_group_key(p.solver), _group_key(p.plan)), []).append(position)
+                payload = sent.at(position)
+                groups.setdefault((_group_key(payload.solver), _group_key(payload.plan)), []).append(position)
             parts = [self._terms(ids, np.asarray(positions), sent.at(positions[0]), round) for positions in groups.values()]
         else:
             parts = [self._terms(ids, np.arange(len(ids)), sent.shared, round)]

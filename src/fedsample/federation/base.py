@@ -5,10 +5,11 @@ needs its own setup is passed as (e.g. Ray's workers: :func:`fedsample.federatio
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ContextManager, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ContextManager, Protocol, runtime_checkable
 
 import numpy as np
 
+from fedsample.messages import ClientState
 from fedsample.rounds import ReplyList
 
 if TYPE_CHECKING:
@@ -42,11 +43,11 @@ class KeepsClientStates(Protocol):
     e.g. ISFedAvg's Eq. 53 data weights): ``simulate`` saves it into checkpoints and gives it back on resume.
     A federation without it keeps no state; wrappers (faults, secure sum) declare it and delegate."""
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         """A copy of every non-empty client-held state, by client id (never handed to the strategy)."""
         ...
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty)."""
         ...
 
@@ -61,12 +62,12 @@ class KeepsSeed(Protocol):
     def seed(self) -> int: ...
 
 
-def client_states_of(federation: object) -> dict[int, dict[str, Any]]:
+def client_states_of(federation: object) -> dict[int, ClientState]:
     """The clients' states of a federation that keeps them, else none."""
     return federation.client_states() if isinstance(federation, KeepsClientStates) else {}
 
 
-def load_client_states_into(federation: object, states: dict[int, dict[str, Any]]) -> None:
+def load_client_states_into(federation: object, states: dict[int, ClientState]) -> None:
     """Give a federation that keeps client states these ones (a federation that keeps none needs nothing)."""
     if isinstance(federation, KeepsClientStates):
         federation.load_client_states(states)

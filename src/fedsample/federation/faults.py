@@ -140,7 +140,7 @@ class Faulty(Federation):
             raise RuntimeError(f"the federation answered {len(got)} replies to {procedure!r} for {len(live)} clients")
         return got.widened(live, len(ids), failed)
 
-    def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, sent: PerClient | Shared, round: int,
+    def _one_by_one(self, procedure: str, ids: np.ndarray, live: np.ndarray, sent: PerClient[object] | Shared[object], round: int,
                     failed: dict[int, Failed]) -> Replies:
         """Ask each live client alone; a client whose procedure raises gets ``Failed`` with the error. If every
         client raises, the error is not a client's fault (a bug, a bad payload): it is raised."""

@@ -33,7 +33,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import NO_SUMMARY, ClientShard, in_cohort_order, sharded_replies
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
-from fedsample.messages import payloads_for, unplanned
+from fedsample.messages import ClientState, payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
 
 __all__ = ["PoolFederation", "PoolFederationFactory", "WorkerLost", "pool_federation", "procedures", "serve"]
@@ -114,14 +114,14 @@ class PoolFederation(Federation):
             return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids))
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         """Every worker's non-empty client-held states, by client id (for checkpoints)."""
-        states: dict[int, dict[str, Any]] = {}
+        states: dict[int, ClientState] = {}
         for part in self._ask({w: ("client_states",) for w in range(self.workers)}).values():
             states.update(part)
         return states
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         """Give each worker its clients' states (clients not in ``states`` start empty)."""
         mine = {w: ("load_client_states", {k: s for k, s in states.items() if self.owner[int(k)] == w}) for w in range(self.workers)}
         self._ask(mine)
@@ -151,11 +151,11 @@ class PoolFederation(Federation):
 
     # --- calls ------------------------------------------------------------------------------------------
 
-    def _call_each(self, calls: dict[int, tuple[Any, ...]], token: int) -> dict[int, Any]:
+    def _call_each(self, calls: Mapping[int, tuple[object, ...]], token: int) -> dict[int, Any]:
         """Call ``method(*args, token)`` on each named worker (the calls of :class:`~fedsample.federation.sharded.ShardedUpdates`)."""
         return self._ask({w: (*call, token) for w, call in calls.items()})
 
-    def _ask(self, calls: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+    def _ask(self, calls: Mapping[int, tuple[object, ...]]) -> dict[int, Any]:  # the unpickled answers (_answer)
         """Call ``method(*args)`` on each named worker (``calls``: worker -> (method, *args)); they work in
         parallel; the answers by worker."""
         for w, (name, *args) in calls.items():

@@ -88,7 +88,8 @@ class SecureSum(Federation):
             return replies
         first = sent.at(0) if len(client_ids) else None
         summing_sizes = sent.procedure == SizeSumRequest.procedure
-        replies = size_counts(replies, client_ids) if summing_sizes else client_side_check(replies, client_ids, first)
+        checked = first if isinstance(first, (TrainPayload, HeldRequest)) else None  # the sealed requests but the size sum's
+        replies = size_counts(replies, client_ids) if summing_sizes else client_side_check(replies, client_ids, checked)
         self._pending.clear()  # a cohort not summed by the next train call is never revealed
         self._counted.clear()
         self._calls += 1

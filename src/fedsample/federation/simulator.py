@@ -18,7 +18,7 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import checks
-from fedsample.messages import ClientContext, payloads_for, planned_for
+from fedsample.messages import ClientContext, TrainPayload, payloads_for, planned_for, requests_of
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import torch_threads
 from fedsample.runtime.measured import RowsMeter
@@ -140,6 +140,7 @@ class Simulator(Federation):
 
         threaded = self.client_threads > 1 and procedure.computes  # one client too: on one torch thread
         plan = planned_for(sent, client_ids)
+        trains = requests_of(sent, TrainPayload)  # a planned sum is a train request's
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
         def again(position: int) -> Any:
@@ -151,10 +152,10 @@ class Simulator(Federation):
                 return call(position, module, state).update
 
         reports = self._side_by_side(call, len(ids)) if threaded else (call(position) for position in range(len(ids)))
-        if plan is None:
+        if plan is None or trains is None:
             return Replies(list(reports), failed={})
         running = RunningSum(plan)
-        kept = [running.take(position, int(ids[position]), report, sent.at(position).params, partial(again, position))
+        kept = [running.take(position, int(ids[position]), report, trains.at(position).params, partial(again, position))
                 for position, report in enumerate(reports)]
         return running.replies(kept)
 

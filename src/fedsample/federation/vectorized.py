@@ -49,7 +49,7 @@ from torch import nn
 from fedsample import parts
 from fedsample.privacy.reports import randomized_response, report_cell
 from fedsample.messages import (
-    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics, summed_statistics,
+    PerClient, ProbeReport, ProbeRequest, ReplyStatistic, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for, reply_statistics, requests_of, summed_statistics,
 )
 from fedsample import client as procedures
 from fedsample.client import empty_report
@@ -107,10 +107,11 @@ class VectorizedSimulator(Simulator):
             return self.report_sizes(ids, sent.shared, round)
         if isinstance(sent.shared, ProbeRequest) and sent.shared.statistics in ("loss", "labels"):
             return self.probe_cohort(ids, sent.shared, round)
-        if isinstance(sent.at(0), TrainHeld):  # trained as ``train`` trains, the reports kept on the clients' side
-            return self.hold(ids, self.train(ids, _training(sent), round), round)
-        if isinstance(sent.at(0), TrainPayload):
-            return self.train(ids, sent, round)
+        held, trains = requests_of(sent, TrainHeld), requests_of(sent, TrainPayload)
+        if held is not None:  # trained as ``train`` trains, the reports kept on the clients' side
+            return self.hold(ids, self.train(ids, _training(held), round), round)
+        if trains is not None:
+            return self.train(ids, trains, round)
         return super().run(ids, request, round)
 
     def hold(self, ids: np.ndarray, reports: ReplyList, round: int) -> Replies:
@@ -199,7 +200,7 @@ class VectorizedSimulator(Simulator):
         for c in reports.received_positions().tolist():
             reports[c].statistics = {name: float(v[c]) for name, v in values.items()}
 
-    def train(self, ids: np.ndarray, sent: PerClient | Shared, round: int) -> ReplyList:
+    def train(self, ids: np.ndarray, sent: PerClient[TrainPayload] | Shared[TrainPayload], round: int) -> ReplyList:
         """Group the cohort by (parameters, solver, plan) and train each group batched where the solver allows.
         Updates with clipping and noise (``payload.noise``) are per-client and nonlinear: the reference loop."""
         self._unions.clear()
@@ -227,7 +228,7 @@ class VectorizedSimulator(Simulator):
         batched from the solver's declared schedule where it allows (:func:`fedsample.parts.batched`), else the loop."""
         if not parts.batched(payload.solver):
             return super().run(ids, payloads, round)  # a solver the engine cannot batch: the reference loop
-        return self._train_scheduled(ids, payload, round)
+        return self._train_scheduled(ids, payload, payload.solver, round)
 
     def needs_loop(self) -> str | None:
         """Why this model's training cannot be batched (None: it can): :meth:`RandomLayers.unbatchable`."""
@@ -279,11 +280,11 @@ class VectorizedSimulator(Simulator):
 
     # --- a scheduled solver -------------------------------------------------------------------------------
 
-    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, round: int) -> ReplyList:
+    def _train_scheduled(self, ids: np.ndarray, payload: TrainPayload, solver: parts.ScheduledSolver, round: int) -> ReplyList:
         """The cohort's local training from the solver's declaration: its schedule for what the cohort drew, its
         step rule and its FedNova normalizer. A cohort whose clients all take one step is one union forward
-        (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`)."""
-        solver = payload.solver
+        (:meth:`_union_step`); otherwise the clients' parameters are stacked (:meth:`_stacked_chunk`). ``solver``: the
+        payload's, which declares its schedule."""
         drawn, streams = self.draw_cohort(ids, payload.plan, round)
         if len(drawn.member) == 0:
             self._meter.add(0)
@@ -297,8 +298,10 @@ class VectorizedSimulator(Simulator):
         reports: ReplyList
         if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
             reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted, sends_rows)
-        else:
+        elif isinstance(rule, Rule):  # stepped with the rule's chain and state (fedsample.training.rules)
             reports = self._train_stepped(ids, drawn, schedule, steps, rule, payload.params, round, norm, counted, sends_rows)
+        else:
+            raise TypeError(f"the vectorized engine steps a fedsample.training.rules.Rule, not a {type(rule).__name__}")
         if payload.statistics:  # the reply statistics a sampler reads, as each client adds them to its report
             self.add_statistics(reports, ids, drawn, payload.params, payload.statistics)
         return reports
@@ -835,12 +838,12 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
     return 2 * sum(total)
 
 
-def _as_sent(sent: PerClient | Shared) -> object:
+def _as_sent(sent: PerClient[object] | Shared[object]) -> object:
     """The payload as ``run`` takes it: the shared one, or the :class:`PerClient` itself."""
     return sent.shared if sent.shared is not None else sent
 
 
-def _training(sent: PerClient | Shared) -> PerClient | Shared:
+def _training(sent: PerClient[TrainHeld] | Shared[TrainHeld]) -> PerClient[TrainPayload] | Shared[TrainPayload]:
     """The held requests of ``sent`` as the plain training requests they train by (:meth:`TrainHeld.training`)."""
     if isinstance(sent, PerClient):
         return PerClient(tuple(p.training() for p in sent))

@@ -262,7 +262,7 @@ def releases(
         answered = len(ids) if replies is None else answered_count(replies)
         return [size_sum_release(first, len(ids), answered, accounting, round, call)]
     if isinstance(first, TrainPayload):
-        plans = [p.plan for p in sent] if isinstance(sent, PerClient) else [sent.shared.plan]
+        plans = [p.plan for p in sent if isinstance(p, TrainPayload)] if isinstance(sent, PerClient) else [first.plan]  # one type: all
         asked = len(ids)
         answered = asked if replies is None else answered_count(replies)
         release = train_release(first.noise, plans, asked, answered, strategy, accounting, population, round, call)

@@ -47,12 +47,14 @@ import json
 import logging
 import math
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Iterator, Literal, Sequence, TypedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypedDict
+
+import numpy as np
 
 from fedsample import checks
 from fedsample.privacy.accounting import DEFAULT_DELTA
-from fedsample.runtime.records import JSON, JSONObject
+from fedsample.runtime.records import JSON, JSONObject, as_int, as_list, as_object, as_text, malformed
 
 __all__ = [
     "Accounting", "AccountingState", "BudgetExceeded", "Call", "Event", "KindSpent", "Ledger", "LedgerState", "PLD_DISCRETIZATION", "RelationSpent", "Release",
@@ -230,6 +232,39 @@ class Release:
         out["call"] = list(self.call) if self.call is not None else None
         return out
 
+    @classmethod
+    def of_record(cls, record: Mapping[str, JSON]) -> Release:
+        """The release :meth:`record` wrote, read back from JSON field by field (``call`` back to a tuple; a field
+        a record leaves out keeps its default); a ValueError names a field of the wrong kind."""
+        texts = {name: as_text(record[name], f"release.{name}") for name in ("sampling", "reason", "once") if name in record}
+        return cls(
+            round=as_int(record["round"], "release.round"), what=as_text(record["what"], "release.what"),
+            event=_event_of(record, "event"), unamplified=_event_of(record, "unamplified"),
+            relation=_relation_of(record["relation"]), **texts, call=_call_of(record.get("call")),
+        )
+
+
+def _event_of(record: Mapping[str, JSON], name: str) -> Event | None:
+    value = record[name]
+    return None if value is None else as_object(value, f"release.{name}")
+
+
+def _relation_of(value: JSON) -> Relation | None:
+    for relation in (None, ADD_REMOVE, REPLACE):
+        if value == relation:
+            return relation
+    raise malformed(value, "release.relation", f"{ADD_REMOVE!r}, {REPLACE!r} or null")
+
+
+def _call_of(value: JSON) -> Call | None:
+    if value is None:
+        return None
+    items = as_list(value, "release.call")
+    call = tuple(v for v in items if isinstance(v, (int, str)))
+    if len(call) != len(items):
+        raise malformed(value, "release.call", "an array of integers and strings")
+    return call
+
 
 class BudgetExceeded(Exception):
     """A release would take the run past ``max_epsilon``: the run stops before it (one line)."""
@@ -238,7 +273,7 @@ class BudgetExceeded(Exception):
 # --- epsilon ----------------------------------------------------------------------------------------------
 
 
-def _dp_accounting() -> Any:
+def _dp_accounting() -> Any:  # the dp-accounting package (no type information)
     try:
         import dp_accounting
         from dp_accounting.pld import privacy_loss_distribution  # noqa: F401
@@ -319,24 +354,31 @@ def _quiet_absl() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _rdp(event: Event, relation: Relation) -> Any:
+def _rdp(event: Event, relation: Relation) -> np.ndarray:
     """The RDP curve of one event at dp-accounting's default orders."""
     with _quiet_absl():
         return _rdp_curve(event, relation)
 
 
-def _rdp_curve(event: Event, relation: Relation) -> Any:
+def _curve(rdp: object) -> np.ndarray:
+    """dp-accounting's RDP curve (one value per order of its accountant), checked to be the array it is."""
+    if not isinstance(rdp, np.ndarray):
+        raise TypeError(f"dp-accounting gave an RDP curve of type {type(rdp).__name__}, not a numpy array")
+    return rdp
+
+
+def _rdp_curve(event: Event, relation: Relation) -> np.ndarray:
     dpa = _dp_accounting()
     rel = dpa.NeighboringRelation
     if event["class_name"] == "RandomizedResponseDpEvent" and event["num_buckets"] == 1:  # one possible answer
-        return dpa.rdp.RdpAccountant().rdp * 0.0
+        return _curve(dpa.rdp.RdpAccountant().rdp * 0.0)
     if event["class_name"] == "RandomizedResponseDpEvent":
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.REPLACE_ONE)  # the change of one client's input bucket
     elif event["class_name"] == "SampledWithoutReplacementDpEvent":
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.REPLACE_ONE)
     else:
         accountant = dpa.rdp.RdpAccountant(neighboring_relation=rel.ADD_OR_REMOVE_ONE)  # z in the relation's sensitivity units
-    return accountant.compose(_dp_event(event)).rdp
+    return _curve(accountant.compose(_dp_event(event)).rdp)
 
 
 def epsilon_of(events: Sequence[Event], delta: float, method: Method = "pld", relation: Relation = ADD_REMOVE) -> Spent:
@@ -350,7 +392,7 @@ def epsilon_of(events: Sequence[Event], delta: float, method: Method = "pld", re
         for event in events[1:]:
             composed = composed.compose(_pld(event))
         return _spent(composed.get_epsilon_for_delta(delta), delta, len(events), used)
-    return _rdp_spent(sum(_rdp(e, relation) for e in events), delta, len(events))
+    return _rdp_spent(_curve(sum(_rdp(e, relation) for e in events)), delta, len(events))
 
 
 def _spent(epsilon: float, delta: float, count: int, method: str, order: float | None = None) -> Spent:
@@ -358,7 +400,7 @@ def _spent(epsilon: float, delta: float, count: int, method: str, order: float |
             "optimal_order": order}
 
 
-def _rdp_spent(rdp: Any, delta: float, count: int) -> Spent:
+def _rdp_spent(rdp: np.ndarray, delta: float, count: int) -> Spent:
     dpa = _dp_accounting()
     orders = dpa.rdp.RdpAccountant().orders
     epsilon, order = dpa.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
@@ -598,14 +640,7 @@ class Ledger:
     def from_state_dict(cls, state: LedgerState) -> "Ledger":
         """The ledger :meth:`state_dict` wrote; each release keeps the fields :class:`Release` declares (a record
         is JSON read back: its values go to the fields by name, ``call`` back to a tuple)."""
-        names = {f.name for f in fields(Release)}
-        releases = []
-        for r in state["releases"]:
-            kept: dict[str, Any] = {k: v for k, v in r.items() if k in names}
-            if kept.get("call") is not None:
-                kept["call"] = tuple(kept["call"])
-            releases.append(Release(**kept))
-        return cls(Accounting(**state["accounting"]), releases)
+        return cls(Accounting(**state["accounting"]), [Release.of_record(r) for r in state["releases"]])
 
     def continued_with(self, accounting: Accounting) -> "Ledger":
         """This ledger under ``accounting`` (a resumed run): the events must have been made under the same unit,

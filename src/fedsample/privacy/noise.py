@@ -113,6 +113,16 @@ class PerExampleNoise:
         """One client's noise standard deviation: noise_multiplier * C / (K * sqrt(shares))."""
         return self.noise_multiplier * self.clip / (K * math.sqrt(self.shares))
 
+    @staticmethod
+    def sample_count(solver: LocalSolver) -> int:
+        """K of FedSampling's one-gradient solver (:class:`~fedsample.training.local.OneGradient`), the only solver
+        per-example clipping runs (a ValueError for any other)."""
+        from fedsample.training.local import OneGradient
+
+        if not (isinstance(solver, OneGradient) and solver.K):
+            raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K)")
+        return solver.K
+
     def run_solver(self, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
                    rng: np.random.Generator) -> LocalResult:
         """G_c = (1/K) sum_s scale_s * clip_C(g_s) over the drawn sample (per-sample gradients at the global model,
@@ -120,17 +130,15 @@ class PerExampleNoise:
         import torch
 
         from fedsample.training.functional import per_sample_gradients
-        from fedsample.training.local import OneGradient
         from fedsample.training.random_layers import random_layers_of
 
-        if not (isinstance(solver, OneGradient) and solver.K):
-            raise ValueError("PerExampleNoise needs FedSampling's one-gradient solver OneGradient(K)")
+        K = self.sample_count(solver)
         if random_layers_of(ctx.module) is not None:
             raise ValueError("PerExampleNoise: per-example clipping of a model with dropout is not implemented")
         rows = torch.as_tensor(sample.indices, device=ctx.x.device)
         grads = per_sample_gradients(ctx.module, ctx.task, params, ctx.x[rows], ctx.y[rows])  # (n, parameters)
         norms = torch.linalg.vector_norm(grads, dim=1)
-        weights = torch.clamp(self.clip / torch.clamp(norms, min=torch.finfo(grads.dtype).tiny), max=1.0) / solver.K
+        weights = torch.clamp(self.clip / torch.clamp(norms, min=torch.finfo(grads.dtype).tiny), max=1.0) / K
         if sample.scale is not None:
             weights = weights * torch.as_tensor(sample.scale, dtype=grads.dtype, device=grads.device)
         flat = weights @ grads
@@ -146,7 +154,7 @@ class PerExampleNoise:
         ledger accounts the update and the count as one mechanism), else it is withheld."""
         keep = summed_noise(payload.plan) > 0
         sums = {s.name: report.sums.get(s.name, 0) for s in summed_of(payload.plan)} if keep else None
-        return _private(_gaussian_like(report.update, self.share_std(payload.solver.K), rng), sums)
+        return _private(_gaussian_like(report.update, self.share_std(self.sample_count(payload.solver)), rng), sums)
 
 
 def for_cohort(noise: UpdatePrivacy | None, size: int) -> UpdatePrivacy | None:

@@ -227,12 +227,14 @@ def gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None =
     model does not move; read-only, the same numbers as computed afresh)."""
     if rows is not None or ctx.kept is None:
         return _gradient_norms(ctx, params, rows)
-    found = ctx.kept.get("gradient_norms")
-    if found is None or not same_params(found[0], params):
-        norms = _gradient_norms(ctx, params, None)
-        norms.setflags(write=False)
-        found = ctx.kept["gradient_norms"] = (params, norms)
-    return found[1]
+    found = ctx.kept.get("gradient_norms")  # (the model, its norms)
+    if isinstance(found, tuple) and same_params(found[0], params):
+        kept: np.ndarray = found[1]
+        return kept
+    norms = _gradient_norms(ctx, params, None)
+    norms.setflags(write=False)
+    ctx.kept["gradient_norms"] = (params, norms)
+    return norms
 
 
 def _gradient_norms(ctx: ClientContext, params: Params, rows: np.ndarray | None) -> np.ndarray:
@@ -277,7 +279,7 @@ class ImportanceBatches:
         inclusion = np.concatenate([d.inclusion for d in draws])
         scale = self.agent_scale / self.epochs * data_scale(inclusion, ctx.size, batch)
         if self.refresh:
-            ctx.state.setdefault(STATE_KEY, {})["data_weights"] = self.refreshed(ctx, raw / raw.sum(), np.unique(indices))
+            _kept_table(ctx)["data_weights"] = self.refreshed(ctx, raw / raw.sum(), np.unique(indices))
         return LocalSample(indices, scale=scale, block=batch, step_scale=self.agent_scale / self.epochs)
 
     def refreshed(self, ctx: ClientContext, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -286,9 +288,18 @@ class ImportanceBatches:
         return rescale_subset(p, rows, gradient_norms(ctx, self.params, rows))
 
 
+def _kept_table(ctx: ClientContext) -> dict[str, np.ndarray]:
+    """What ISFedAvg keeps in client k's own ``ctx.state`` (under :data:`STATE_KEY`), made empty on first use."""
+    table = ctx.state.setdefault(STATE_KEY, {})
+    if not isinstance(table, dict):
+        raise TypeError(f"client {ctx.client_id}'s state keeps a {type(table).__name__} under {STATE_KEY!r}, not a dict")
+    return table
+
+
 def stored_data_weights(ctx: ClientContext) -> np.ndarray:
     """The Eq. 53 data weights client k keeps in its own ``ctx.state`` (uniform 1/N_k before its first round)."""
-    weights = ctx.state.get(STATE_KEY, {}).get("data_weights")
+    table = ctx.state.get(STATE_KEY)
+    weights = table.get("data_weights") if isinstance(table, dict) else None
     if weights is None:
         return np.full(ctx.size, 1.0 / ctx.size)
     if len(weights) != ctx.size:
@@ -472,7 +483,7 @@ class ImportanceData:
             return np.ones(len(cohort))
         return len(cohort) / (cohort.population * cohort.inclusion)
 
-    def plan(self, ctx: "RoundContext", cohort: Cohort) -> PerClient:
+    def plan(self, ctx: "RoundContext", cohort: Cohort) -> PerClient[ImportanceBatches]:
         """One plan per agent (its E_k, B_k and 1/(K p_k) factor)."""
         params = {"exact": self.reference, "approx": ctx.params, "cheap": ctx.params, "uniform": None}[self.update]
         return PerClient(tuple(

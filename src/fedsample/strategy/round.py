@@ -14,7 +14,7 @@ from fedsample import parts, validate
 from fedsample.federation.base import Federation
 from fedsample.messages import HeldRequest, PerClient, PlannedSum, TrainHeld, TrainPayload, with_plan
 from fedsample.missing import response_rate
-from fedsample.parts import Learns, SizeReporting, TrainsFirst
+from fedsample.parts import DataPlan, Learns, SizeReporting, TrainsFirst
 from fedsample.privacy.noise import for_cohort
 from fedsample.privacy.recorder import watch
 from fedsample.privacy.size_estimate import scaled_total
@@ -142,7 +142,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
     # one plan for all, or one per cohort member declared as PerClient (e.g. ISFedAvg's per-agent E_k, B_k)
     statistics = parts.reply_statistics_read(s.clients)  # what the sampler reads of each reply, asked of every client
 
-    def payload_for(p: object) -> TrainPayload:
+    def payload_for(p: DataPlan) -> TrainPayload:
         return TrainPayload(params=params, plan=p, solver=s.local, round=round, noise=for_cohort(s.noise, len(cohort)), statistics=statistics)
 
     payload = PerClient(tuple(map(payload_for, plan))) if isinstance(plan, PerClient) else payload_for(plan)
@@ -190,7 +190,7 @@ def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, t
     return cohort, replies_of(federation.run(cohort.ids, request, ctx.round))
 
 
-def held_form(payload: TrainPayload | PerClient) -> TrainHeld | PerClient:
+def held_form(payload: TrainPayload | PerClient[TrainPayload]) -> TrainHeld | PerClient[TrainHeld]:
     """The training request(s) ``payload`` as :class:`~fedsample.messages.TrainHeld`: train, keep the update, answer its norm."""
     if isinstance(payload, PerClient):
         return PerClient(tuple(map(TrainHeld.of, payload)))

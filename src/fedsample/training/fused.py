@@ -105,7 +105,7 @@ class FusedLinears:
         self.kept: dict[str, _Stepped] = {}
         self._hooks = [layer.register_forward_hook(self._forward) for layer in self.names]
 
-    def _forward(self, layer: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
+    def _forward(self, layer: nn.Module, inputs: tuple[object, ...], output: torch.Tensor) -> torch.Tensor | None:
         prefix = self.names[layer]
         h = inputs[0]
         if prefix not in self.fused:  # the first step: which layers are inner

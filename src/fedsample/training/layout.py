@@ -25,7 +25,7 @@ pool, Ray, Flower) and any number of client threads trains with the same layout 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ _PROBE_TOLERANCE = 1e-4
 """Relative agreement asked of the channels-last probe's outputs and gradients (float rounding is ~1e-7)."""
 
 
-def _plain(x: Any) -> bool:
+def _plain(x: object) -> TypeGuard[torch.Tensor]:
     """A real 4-D floating-point CPU tensor (not one inside a ``torch.func`` transform)."""
     return (isinstance(x, torch.Tensor) and x.dim() == 4 and x.is_floating_point() and x.device.type == "cpu"
             and not is_functorch_wrapped_tensor(x))
@@ -122,7 +122,7 @@ def _hooked(m: nn.Module) -> bool:
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
 
 
-def _to_channels_last(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _to_channels_last(module: nn.Module, args: tuple[object, ...]) -> tuple[object, ...] | None:
     """Forward pre-hook: the first input in channels-last layout when it is a plain 4-D float CPU tensor."""
     if args and _plain(args[0]):
         return (args[0].contiguous(memory_format=_CHANNELS_LAST), *args[1:])

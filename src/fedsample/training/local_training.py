@@ -106,7 +106,7 @@ def fold(
     flat keywords always did, ``steps`` given replaces ``epochs`` (and ``epochs`` given alone replaces a
     default's ``steps``)."""
     given = {} if local is None else fields_of(local, owner)
-    changes: dict[str, Any] = {FLAT[k]: v for k, v in flat.items()}  # the caller's values: LocalTraining checks each
+    changes: dict[str, Any] = {FLAT[k]: v for k, v in flat.items()}  # the caller's values (object): LocalTraining's constraints check each when replace builds it
     for name, field in FLAT.items():
         if name in flat and field in given:
             checks.fail(name, flat[name], f"given once: in local= or flat, not both (local= has {field} = {given[field]!r})", owner)

@@ -28,7 +28,7 @@ one matmul of the stacked factors (:meth:`LowRankStack.weighted_sum`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -37,9 +37,11 @@ from torch.nn import functional as F
 
 from fedsample.messages import Params
 from fedsample.training.functional import losses_of_outputs
+from fedsample.training.local import SGDStep
 from fedsample.training.random_layers import InjectedDropout, Masks, injected
+from fedsample.training.rules import Rule
 
-__all__ = ["LinearChain", "LowRankStack", "linear_chain", "train_low_rank"]
+__all__ = ["Linear", "LinearChain", "LowRankStack", "RowMap", "linear_chain", "linear_layers", "train_low_rank"]
 
 ROWWISE = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh, nn.Sigmoid,
@@ -48,12 +50,25 @@ ROWWISE = (
 """Maps applied to each row on its own, without parameters (``PReLU`` is excluded below: it has one)."""
 
 
+class Linear(NamedTuple):
+    """A linear layer of a :class:`LinearChain`: its weight's key and its bias's (None: no bias)."""
+
+    weight: str
+    bias: str | None
+
+
+class RowMap(NamedTuple):
+    """A row-wise map of a :class:`LinearChain` (``ROWWISE``, or ``Flatten`` from dimension 1): no parameters."""
+
+    module: nn.Module
+
+
 @dataclass(frozen=True)
 class LinearChain:
-    """A model that is a chain of linear layers and row-wise maps: ``layers`` in order, each ``("linear", weight
-    key, bias key or None)`` or ``("map", module)``; ``widths`` the (out, in) of each linear layer."""
+    """A model that is a chain of linear layers and row-wise maps: ``layers`` in order, each a :class:`Linear`
+    (weight key, bias key or None) or a :class:`RowMap` (module); ``widths`` the (out, in) of each linear layer."""
 
-    layers: tuple[tuple[Any, ...], ...]
+    layers: tuple[Linear | RowMap, ...]
     widths: tuple[tuple[int, int], ...]
 
     def factor_size(self, rows: int) -> int:
@@ -90,7 +105,7 @@ def linear_chain(module: nn.Module, sample: torch.Tensor, params: Params) -> Lin
     """``module`` as a :class:`LinearChain` (None when it is not one): a plain ``nn.Sequential`` (nested ones
     allowed) of ``nn.Linear`` layers fed 2-D inputs and parameter-free row-wise maps (``ROWWISE``, and ``Flatten``
     from dimension 1), whose parameters are exactly ``params``' keys. ``sample``: one input row."""
-    layers: list[tuple[Any, ...]] = []
+    layers: list[Linear | RowMap] = []
     widths: list[tuple[int, int]] = []
     keys: set[str] = set()
     if not sample.is_floating_point():
@@ -102,13 +117,13 @@ def linear_chain(module: nn.Module, sample: torch.Tensor, params: Params) -> Lin
                 if h.dim() != 2:
                     return None
                 weight, bias = f"{name}.weight", (f"{name}.bias" if leaf.bias is not None else None)
-                layers.append(("linear", weight, bias))
+                layers.append(Linear(weight, bias))
                 widths.append((leaf.out_features, leaf.in_features))
                 keys.update(k for k in (weight, bias) if k is not None)
             elif type(leaf) is nn.Flatten and leaf.start_dim == 1 and leaf.end_dim == -1:
-                layers.append(("map", leaf))
+                layers.append(RowMap(leaf))
             elif isinstance(leaf, ROWWISE) and not isinstance(leaf, nn.PReLU) and not any(True for _ in leaf.parameters()):
-                layers.append(("map", leaf))
+                layers.append(RowMap(leaf))
             else:
                 return None
             h = leaf(h)
@@ -133,7 +148,7 @@ class LowRankStack:
         """Client j's update, formed from its factors: (1 - alpha_j) W0 - U_j^T V_j, and b0 - b_j."""
         out: Params = {}
         scale = float(1.0 - self.alpha[j])
-        for (_, weight, bias), (U, V), b in zip(self._linear(), self.factors, self.biases):
+        for (weight, bias), (U, V), b in zip(self._linear(), self.factors, self.biases):
             out[weight] = torch.addmm(self.anchor[weight], U[j].T, V[j], beta=scale, alpha=-1.0)
             if bias is not None and b is not None:  # a layer with a bias keeps its bias rows
                 out[bias] = self.anchor[bias] - b[j]
@@ -146,7 +161,7 @@ class LowRankStack:
         w0 = float((coef * (1.0 - self.alpha)).sum())
         total = float(coef.sum())
         out: Params = {}
-        for (_, weight, bias), (U, V), b in zip(self._linear(), self.factors, self.biases):
+        for (weight, bias), (U, V), b in zip(self._linear(), self.factors, self.biases):
             c = coef.to(U.dtype)
             scaled = (U * c[:, None, None]).reshape(-1, U.shape[-1])
             out[weight] = torch.addmm(self.anchor[weight], scaled.T, V.reshape(-1, V.shape[-1]), beta=w0, alpha=-1.0)
@@ -154,28 +169,36 @@ class LowRankStack:
                 out[bias] = total * self.anchor[bias] - c @ b
         return out
 
-    def _linear(self) -> list[tuple[Any, ...]]:
-        return [layer for layer in self.chain.layers if layer[0] == "linear"]
+    def _linear(self) -> list[Linear]:
+        return linear_layers(self.chain)
+
+
+def linear_layers(chain: LinearChain) -> list[Linear]:
+    """The linear layers of ``chain``, in order."""
+    return [layer for layer in chain.layers if isinstance(layer, Linear)]
 
 
 def train_low_rank(
     chain: LinearChain, task: str, anchor: Params, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor,
-    weights: torch.Tensor, steps: np.ndarray, rule: Any, masks_of_step: Any = None,
+    weights: torch.Tensor, steps: np.ndarray, rule: Rule, masks_of_step: Callable[[int, int], Masks] | None = None,
 ) -> tuple[LowRankStack, torch.Tensor]:
     """Run the local steps of a chunk of C clients in low-rank form. ``rows`` (C, S, B): the training rows of
     each client's minibatch at each step (padded), ``weights`` (C, S, B) their weights in the step's loss (0 for
     padding), ``steps`` (C,) each client's number of steps, in decreasing order (step s runs the first n_s
-    clients: those that still step), ``rule`` the step rule (lr, momentum, weight_decay, prox_mu),
+    clients: those that still step), ``rule`` the step rule, local SGD's (:class:`~fedsample.training.local.SGDStep`:
+    lr, momentum, weight_decay, prox_mu; another rule is a TypeError),
     ``masks_of_step(s, n)`` the dropout masks of step s for the first n clients (``(n, B, *shape)`` each; None: no
     dropout). Returns the factors and the (C, S) weighted loss of every client's every step."""
+    if not isinstance(rule, SGDStep):
+        raise TypeError(f"the low-rank form transforms local SGD's step (SGDStep), not a {type(rule).__name__}")
     C, S, B = rows.shape
-    linear = [layer for layer in chain.layers if layer[0] == "linear"]
+    linear = linear_layers(chain)
     R = S * B
     device, dtype = x.device, weights.dtype
     lr, m, wd, mu = float(rule.lr), float(rule.momentum), float(rule.weight_decay), float(rule.prox_mu)
     decay = wd + mu
-    W0 = [anchor[w].detach() for _, w, _ in linear]
-    b0 = [anchor[b].detach() if b is not None else None for _, _, b in linear]
+    W0 = [anchor[w].detach() for w, _ in linear]
+    b0 = [anchor[b].detach() if b is not None else None for _, b in linear]
     U = [torch.zeros((C, R, o), dtype=dtype, device=device) for o, _ in chain.widths]
     V = [torch.zeros((C, R, i), dtype=dtype, device=device) for _, i in chain.widths]
     M = [torch.zeros_like(u) for u in U] if m else None
@@ -236,9 +259,9 @@ def _forward_backward(
     layer = 0
     with torch.enable_grad(), injected(masks):
         h = x
-        for kind, *rest in chain.layers:
-            if kind == "map":
-                h = rest[0](h)
+        for link in chain.layers:
+            if isinstance(link, RowMap):
+                h = link.module(h)
                 continue
             width_in = h.shape[-1]
             rows_in = h.reshape(n, B, width_in)

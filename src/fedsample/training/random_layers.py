@@ -32,8 +32,9 @@ import threading
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -262,7 +263,7 @@ def client_generator(seed: int, round: int, client: int) -> torch.Generator:
     return g
 
 
-def generator_for(rng: Any) -> torch.Generator:
+def generator_for(rng: "np.random.Generator | ClientRandom") -> torch.Generator:
     """The mask generator of the client whose procedure received ``rng`` (a :class:`ClientRandom`); a plain
     numpy Generator seeds one from its own next draw."""
     if isinstance(rng, ClientRandom):

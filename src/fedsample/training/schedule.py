@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from fedsample import checks
 
 if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torch, as experiment files are read
+    from fedsample.parts import ServerOptimizer
+    from fedsample.runtime.records import State
     from fedsample.training.functional import Params
 
 __all__ = ["Kind", "Schedule", "scheduled_step"]
@@ -51,15 +53,16 @@ class Schedule:
         return 1.0
 
 
-def scheduled_step(server: Any, schedule: Schedule | None, round: int, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
+def scheduled_step(server: ServerOptimizer, schedule: Schedule | None, round: int, params: Params, delta: Params, state: State) -> tuple[Params, State]:
     """The server optimizer's step of round ``round`` with its learning rate times the schedule's factor.
     A factor of 0 (the end of a cosine schedule) leaves the parameters unchanged; the optimizer's state
-    (momentum, moments) still advances, as it would with a learning rate of 0."""
+    (momentum, moments) still advances, as it would with a learning rate of 0. A factor other than 1 builds the
+    optimizer again with the scaled ``lr`` (``dataclasses.replace``): a scheduled optimizer is a dataclass."""
     factor = 1.0 if schedule is None else schedule.factor(round)
     if factor == 1.0:
-        stepped: tuple[Params, dict[str, Any]] = server.step(params, delta, state)
-        return stepped
+        return server.step(params, delta, state)
     if factor == 0.0:
         return params, server.step(params, delta, state)[1]
-    stepped = dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)
-    return stepped
+    if not dataclasses.is_dataclass(server) or isinstance(server, type):
+        raise TypeError(f"a learning-rate schedule scales a dataclass server optimizer's lr, not a {type(server).__name__}'s")
+    return dataclasses.replace(server, lr=server.lr * factor).step(params, delta, state)

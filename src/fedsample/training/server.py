@@ -1,6 +1,6 @@
 """Server optimizers on the aggregated pseudo-gradient Delta (a descent direction): w <- w - eta * Delta.
 
-Every optimizer has ``init_state(params) -> dict`` and ``step(params, delta, state) -> (params, state)``;
+Every optimizer has ``init_state(params) -> ServerState`` and ``step(params, delta, state) -> (params, state)``;
 the state holds only tensors and numbers, so it is saved in checkpoints with ``torch.save``.
 
 Reddi et al. (2021) write Delta_t = mean of (x_i - x_t), an ascent-on-parameters direction, and update
@@ -11,7 +11,7 @@ sign and the update is w - eta * m / (sqrt(v) + tau); v depends on Delta^2 only,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 import torch
 
@@ -19,7 +19,11 @@ from fedsample import checks
 from fedsample.parts import ServerOptimizer
 from fedsample.training.functional import Params, zeros_like
 
-__all__ = ["AdaptiveServer", "FedAdagrad", "FedAdam", "FedYogi", "ServerOptimizer", "ServerSGD"]
+__all__ = ["AdaptiveServer", "FedAdagrad", "FedAdam", "FedYogi", "ServerOptimizer", "ServerSGD", "ServerState"]
+
+#: A server optimizer's state: its buffers, one tensor per parameter each, by name (FedAvgM's ``velocity``, the
+#: adaptive methods' ``m`` and ``v``); empty for plain SGD.
+ServerState: TypeAlias = dict[str, Params]
 
 
 SERVER_LR = checks.Param(checks.POSITIVE, label="server learning rate")
@@ -39,10 +43,10 @@ class ServerSGD:
     lr: float = 1.0
     momentum: float = 0.0
 
-    def init_state(self, params: Params) -> dict[str, Any]:
+    def init_state(self, params: Params) -> ServerState:
         return {"velocity": zeros_like(params)} if self.momentum else {}
 
-    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
+    def step(self, params: Params, delta: Params, state: ServerState) -> tuple[Params, ServerState]:
         if not self.momentum:
             return {k: params[k] - self.lr * delta[k] for k in params}, state
         velocity = state.get("velocity") or zeros_like(params)
@@ -73,10 +77,10 @@ class AdaptiveServer:
     def second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def init_state(self, params: Params) -> dict[str, Any]:
+    def init_state(self, params: Params) -> ServerState:
         return {"m": zeros_like(params), "v": {k: torch.full_like(p, self.tau**2) for k, p in params.items()}}
 
-    def step(self, params: Params, delta: Params, state: dict[str, Any]) -> tuple[Params, dict[str, Any]]:
+    def step(self, params: Params, delta: Params, state: ServerState) -> tuple[Params, ServerState]:
         if not state:
             state = self.init_state(params)
         m = {k: self.beta1 * state["m"][k] + (1 - self.beta1) * delta[k] for k in params}
