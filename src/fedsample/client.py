@@ -3,7 +3,7 @@
 Each procedure is a plain function ``(ctx, request, rng) -> report``, chosen by the request's type
 (:data:`PROCEDURES`, :func:`procedure_for`). ``ctx`` holds one client's data and the model; ``request`` is what the
 server sent; ``rng`` is derived from (seed, round, client, purpose), the purpose the request declares
-(:class:`fedsample.messages.Procedure`'s ``stream``): a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods (annotated as such).
+(:class:`fedsample.messages.Procedure`'s ``stream``): a :class:`fedsample.rng.ClientRandom`, which offers the numpy ``Generator`` methods.
 A client's true data size leaves the client only through :func:`report_size`, and exactly only when the
 strategy asked for exact sizes, or through :func:`sum_sizes`, into a secure sum that adds Gaussian noise. Every asked client answers ``train`` with a report of the same shape (a zero
 update when its plan drew nothing), so whether a reply arrives says nothing about its data.
@@ -147,7 +147,7 @@ def empty_report(params: Params) -> TrainReport:
     return TrainReport(update=zeros_like(params), steps=0, loss=0.0, norm_steps=None)
 
 
-def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -> TrainReport:
+def train(ctx: ClientContext, payload: TrainPayload, rng: ClientRandom) -> TrainReport:
     """Draw the local sample, run the local solver, and (with ``payload.noise``) clip the update and add
     Gaussian noise, replying with a private reply (:mod:`fedsample.privacy.noise`). Every client replies; one
     that drew no sample sends :func:`empty_report` (noised too). The plan's declaration is read once per call."""
@@ -173,7 +173,7 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: np.random.Generator) -
 
 
 def local_result(noise: object, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
-                 rng: np.random.Generator) -> LocalResult:
+                 rng: ClientRandom) -> LocalResult:
     """What a client's local training returns: the update privacy's ``run_solver`` where it declares ``runs_solver``
     (:class:`RunsSolver`), else the solver's ``run``; anything but a :class:`~fedsample.messages.LocalResult` is
     refused in one line naming the part."""
@@ -232,7 +232,7 @@ def hold(ctx: ClientContext, report: TrainReport | None, round: int) -> HeldRepo
     return HeldReport(update_norm(report))
 
 
-def train_held(ctx: ClientContext, payload: TrainHeld, rng: np.random.Generator) -> HeldReport:
+def train_held(ctx: ClientContext, payload: TrainHeld, rng: ClientRandom) -> HeldReport:
     """:func:`train`, but the report stays with the client (:func:`hold`): the server receives the update's norm
     and, if it chooses this client, the update itself (:func:`send_held`)."""
     return hold(ctx, train(ctx, payload, rng), payload.round)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["GLYPH", "save_figure"]
 
@@ -14,8 +17,9 @@ GLYPH = re.compile(r"Glyph \d+ \((.*)\) missing from font")
 """matplotlib's missing-glyph warning; its group is the character's name, gathered into one line per picture."""
 
 
-def save_figure(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None, **options: Any) -> None:
-    """``fig.tight_layout(rect=rect)`` then ``fig.savefig(path, **options)``; the missing glyphs are named once."""
+def save_figure(fig: Figure, path: Path, rect: tuple[float, float, float, float] | None = None, **options: Any) -> None:
+    """``fig.tight_layout(rect=rect)`` then ``fig.savefig(path, **options)`` (``options``: matplotlib's savefig
+    keywords, passed on as they are); the missing glyphs are named once."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fig.tight_layout(rect=rect)

@@ -730,7 +730,7 @@ class TrainsFirst(ClientSampler, Protocol):
 class DataPlan(Protocol):
     """The server's instruction to one client, executed on the client's own data: ``draw`` returns what it keeps."""
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample: ...
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample: ...
 
 
 def summed_of(plan: object) -> tuple[SummedStatistic, ...]:
@@ -796,7 +796,7 @@ class LocalSolver(Protocol):
     ``rows_trained``, each None where the solver does not say). The loop runs any solver this way. A solver may
     declare ``capabilities`` (:class:`DeclaredSolver`, :class:`LocalSolverCapabilities`)."""
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult: ...
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: ClientRandom) -> LocalResult: ...
 
 
 @runtime_checkable
@@ -824,7 +824,7 @@ class ScheduledSolver(LocalSolver, Protocol):
     @property
     def batched(self) -> bool: ...
 
-    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule: ...
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[ClientRandom], round: int) -> BatchSchedule: ...
 
     def step_rule(self, round: int) -> StepRule: ...
 
@@ -957,7 +957,7 @@ class RunsSolver(UpdatePrivacy, Protocol):
     ``solver.run``, and returns the same :class:`~fedsample.messages.LocalResult`."""
 
     def run_solver(self, solver: LocalSolver, ctx: ClientContext, sample: LocalSample, params: Params, round: int,
-                   rng: np.random.Generator) -> LocalResult: ...
+                   rng: ClientRandom) -> LocalResult: ...
 
 
 @runtime_checkable

@@ -285,6 +285,12 @@ class ClientRandom:
         drawn: np.ndarray | float = self.generator.normal(loc, scale, size)
         return drawn
 
+    def choice(self, a: int, size: int | tuple[int, ...] | None = None, replace: bool = True, p: np.ndarray | None = None) -> np.ndarray:
+        """``size`` of the ints 0..a-1 (with ``p``: drawn with those probabilities) from the cell's numpy Generator
+        (:attr:`generator`), as ``Generator.choice``."""
+        drawn: np.ndarray = self.generator.choice(a, size, replace, p)
+        return drawn
+
     def __getattr__(self, name: str) -> object:  # any other method or attribute of the cell's numpy Generator
         return getattr(self.generator, name)
 

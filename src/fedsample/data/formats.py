@@ -11,7 +11,6 @@ import gzip
 import io
 import pickle
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -105,7 +104,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         ("_codecs", "encode"),
     }
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:  # the class or function pickle calls to rebuild a value
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")

@@ -23,7 +23,7 @@ client's side; ``send_held`` returns the chosen ones, and only those count as up
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping
+from typing import Hashable, Mapping
 
 import numpy as np
 import torch
@@ -153,7 +153,7 @@ class LinearisedFederation(VectorizedSimulator):
         self._probes: dict[tuple[int, Hashable], object] = {}
         self._held: dict[int, tuple[int, np.ndarray, np.ndarray, int, float | None, float]] = {}  # each client's held update (round, rows, coefficients, steps, a_k), until sent
         self._losses: tuple[Params, np.ndarray] | None = None  # every row's loss at the last parameters asked about
-        self._kept: dict[int, dict[str, Any]] = {}  # per client, what it computes from its data and the fixed model (ClientContext.kept)
+        self._kept: dict[int, dict[str, object]] = {}  # per client, what it computes from its data and the fixed model (ClientContext.kept)
 
     def context(self, k: int) -> ClientContext:
         """Client k's data, with a place to keep what it computes from its data and the fixed model

@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedsample.runtime.records import JSONObject
 from fedsample.training.functional import Params, per_sample_gradients
 
 __all__ = [
@@ -63,7 +63,7 @@ class GradientBasis:
         c = torch.as_tensor(np.asarray(coefficients, dtype=np.float64), dtype=self.matrix.dtype)
         return c @ self.matrix.index_select(0, torch.as_tensor(np.asarray(rows, dtype=np.int64)))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         return {
             "kind": "countsketch" if self.sketched else "exact",
             "dim": self.dim,

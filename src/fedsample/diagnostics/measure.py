@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import multiprocessing.queues
 import time
 import warnings
 from dataclasses import dataclass, field
 from queue import Empty
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -237,14 +238,14 @@ def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterato
 
 
 Raised = tuple[type[Warning], str, str, int]  #: a warning a worker raised: category, message, file, line
-_FORKED: dict[str, Any] = {}  # the work and the progress queue a forked worker inherits
+_FORKED: list[tuple[_Work, multiprocessing.queues.Queue[int]]] = []  # the work and the progress queue a forked worker inherits (one pair)
 PROGRESS_EVERY = 10  #: draws a worker makes between two progress messages
 
 
 def _in_worker(label: str) -> tuple[str, Record, Draws, str | None, list[Raised]]:
     """Measure ``label`` in a forked worker: its result, draws, run check and the warnings it raised (category,
     message, filename, line), which the filters in force let through."""
-    work, queue = _FORKED["work"], _FORKED["queue"]
+    work, queue = _FORKED[0]
     made = 0
 
     def advance() -> None:
@@ -268,8 +269,8 @@ def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) 
     before it are done, so the output and the warnings' order do not depend on the number of workers); their draws'
     progress goes to ``advance`` and their warnings to ``warnings.showwarning``."""
     context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    _FORKED.update(work=work, queue=queue)
+    queue: multiprocessing.queues.Queue[int] = context.Queue()
+    _FORKED.append((work, queue))
     try:
         with context.Pool(min(jobs, len(work.strategies))) as pool:
             pending = [pool.apply_async(_in_worker, (label,)) for label in work.strategies]
@@ -285,7 +286,7 @@ def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) 
         _FORKED.clear()
 
 
-def _drain(queue: Any, advance: Callable[[int], None] | None, wait: float) -> None:
+def _drain(queue: multiprocessing.queues.Queue[int], advance: Callable[[int], None] | None, wait: float) -> None:
     """Pass the workers' progress messages on to ``advance``, waiting up to ``wait`` seconds for the first."""
     try:
         made = queue.get(timeout=wait) if wait > 0 else queue.get_nowait()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from fedsample.figures import save_figure
 from fedsample.runtime.records import Record
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["plot_estimator", "plot_exploitation", "plot_labels"]
@@ -60,7 +61,7 @@ def plot_exploitation(document: Record, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _bars(ax: Any, y: np.ndarray, values: np.ndarray, low: np.ndarray, high: np.ndarray, color: str, digits: int) -> None:
+def _bars(ax: Axes, y: np.ndarray, values: np.ndarray, low: np.ndarray, high: np.ndarray, color: str, digits: int) -> None:
     """Horizontal bars with an error interval [low, high] and each value written beside its bar, so that a bar too
     short to see at the scale of the longest still reads."""
     ax.barh(y, values, xerr=[values - low, high - values], color=color, alpha=0.7)

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.federation.base import Federation, client_states_of, load_client_states_into
-from fedsample.messages import NoSamples, PerClient, Shared, payloads_for, unplanned
+from fedsample.messages import ClientState, NoSamples, PerClient, Shared, payloads_for, unplanned
 from fedsample.rng import CohortRandom
 from fedsample.rounds import Failed, FederationLost, Replies, ReplyList, is_failed, replies_of
 
@@ -106,10 +105,10 @@ class Faulty(Federation):
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         return client_states_of(self.inner)
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         load_client_states_into(self.inner, states)
 
     def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:

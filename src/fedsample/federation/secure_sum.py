@@ -32,7 +32,7 @@ refuses readable replies for a strategy that declares it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, NoReturn, Protocol, cast
+from typing import Mapping, NoReturn, Protocol, cast
 
 import numpy as np
 from scipy.special import ndtri
@@ -40,7 +40,7 @@ from scipy.special import ndtri
 from fedsample import validate
 from fedsample.parts import conforms, summed_of
 from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
-from fedsample.messages import SIZES, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, payloads_for
+from fedsample.messages import SIZES, ClientState, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, not_summed, replies_of
 from fedsample.training.functional import Params
@@ -75,10 +75,10 @@ class SecureSum(Federation):
     def num_clients(self) -> int:
         return self.inner.num_clients
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         return client_states_of(self.inner)
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         load_client_states_into(self.inner, states)
 
     def run(self, client_ids: np.ndarray, request: object, round: int) -> ReplyList:

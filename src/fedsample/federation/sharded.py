@@ -23,7 +23,7 @@ from torch import nn
 
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
-from fedsample.messages import TrainReport, payloads_for
+from fedsample.messages import ClientState, TrainReport, payloads_for
 from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList
 from fedsample.training.functional import Params
 
@@ -77,10 +77,10 @@ class ClientShard:
         """The training rows this worker holds (its clients' only)."""
         return len(self.sim.y)
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         return self.sim.client_states()
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         self.sim.load_client_states(states)
 
     def _reports(self, token: int) -> ReplyList:

@@ -10,7 +10,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from torch import nn
 
 from fedsample import client as procedures
 from fedsample import checks
-from fedsample.messages import ClientContext, TrainPayload, payloads_for, planned_for, requests_of
+from fedsample.messages import ClientContext, ClientState, Params, TrainReport, TrainPayload, payloads_for, planned_for, requests_of
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import torch_threads
 from fedsample.runtime.measured import RowsMeter
@@ -74,7 +74,7 @@ class Simulator(Federation):
         self.num_classes = ds.num_classes
         self.random = random_layers.prepare(module, self.x[:1])
         self.train_module = random_layers.attach(self.random)  # the module with injected dropout layers
-        self._states: dict[int, dict[str, Any]] = {}
+        self._states: dict[int, ClientState] = {}
         side_by_side = self.device.type == "cpu" and not self.random.has_unmanaged_random_ops(self.x)
         self.client_threads = int(client_threads) if side_by_side else 1
         self._threads: ThreadPoolExecutor | None = None
@@ -105,13 +105,13 @@ class Simulator(Federation):
             return random_layers.seeded_torch(self.seed, round, k, procedure)
         return contextlib.nullcontext()
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         """A copy of every non-empty client-held state (for checkpoints; never handed to the strategy). An update
         kept for a round's second phase (:data:`fedsample.client.HELD`) is not state across rounds and is left out."""
         kept = {k: {key: v for key, v in s.items() if key != procedures.HELD} for k, s in self._states.items()}
         return {k: copy.deepcopy(s) for k, s in kept.items() if s}
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         """Replace every client's state by ``states`` (clients not in it start empty), e.g. on resume."""
         for s in self._states.values():
             s.clear()
@@ -130,7 +130,7 @@ class Simulator(Federation):
         procedure = sent.procedure
         stream, fn = procedure.stream, procedures.procedure_for(sent.at(0))  # requests of one type: one procedure
 
-        def call(position: int, module: nn.Module | None = None, state: dict[str, Any] | None = None) -> Any:
+        def call(position: int, module: nn.Module | None = None, state: ClientState | None = None) -> procedures.ClientReply:
             k = int(ids[position])
             ctx = self.context(k)
             if module is not None or state is not None:
@@ -143,13 +143,13 @@ class Simulator(Federation):
         trains = requests_of(sent, TrainPayload)  # a planned sum is a train request's
         before = {k: copy.deepcopy(self._states.get(k, {})) for k in set(ids)} if plan is not None else {}
 
-        def again(position: int) -> Any:
+        def again(position: int) -> Params:
             """Client ``position``'s update trained again from its state before the call, as the call trained it."""
             state = copy.deepcopy(before[int(ids[position])])
             if not threaded:
-                return call(position, state=state).update
+                return _update_of(call(position, state=state))
             with torch_threads(1), self._module_copy() as module:
-                return call(position, module, state).update
+                return _update_of(call(position, module, state))
 
         reports = self._side_by_side(call, len(ids)) if threaded else (call(position) for position in range(len(ids)))
         if plan is None or trains is None:
@@ -194,3 +194,10 @@ def _in_client_order(x: torch.Tensor, y: torch.Tensor, order: np.ndarray) -> tup
         return x[: len(order)], y[: len(order)]
     index = torch.as_tensor(order)
     return x[index], y[index]
+
+
+def _update_of(reply: procedures.ClientReply) -> Params:
+    """The update of a train call's ``reply`` (a :class:`TrainReport`, as the call it repeats answered)."""
+    if not isinstance(reply, TrainReport):
+        raise TypeError(f"a train call answered a {type(reply).__name__}, not a TrainReport")
+    return reply.update

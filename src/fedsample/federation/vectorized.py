@@ -40,7 +40,7 @@ and this avoids ``torch.func.grad``, whose first call imports ``torch._dynamo`` 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Callable, Hashable, Mapping, Sequence, cast
+from typing import Callable, Hashable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ from fedsample.runtime.device import free_memory
 from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
-from fedsample.rng import Blocks, CohortRandom, CohortStreams, client_rng
+from fedsample.rng import Blocks, ClientRandom, CohortRandom, CohortStreams, client_rng
 from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
@@ -242,7 +242,7 @@ class VectorizedSimulator(Simulator):
 
     # --- drawing the local samples (per client, from the same streams as the loop) -----------------------
 
-    def draw_cohort(self, ids: np.ndarray, plan: Any, round: int) -> tuple[DrawnCohort, Sequence[Any]]:
+    def draw_cohort(self, ids: np.ndarray, plan: parts.DataPlan, round: int) -> tuple[DrawnCohort, Sequence[ClientRandom]]:
         """What each client's ``plan`` draws, and each client's stream positioned after its draw, as the loop's
         ``train`` sees them: in one pass where the plan declares a cohort draw (:class:`fedsample.parts.CohortPlan`),
         else client by client."""
@@ -824,7 +824,7 @@ def _activation_bytes_per_sample(module: nn.Module, x: torch.Tensor, params: Par
 
     total = [x.numel() * x.element_size()]
 
-    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+    def hook(_module: nn.Module, _inputs: tuple[object, ...], output: object) -> None:
         if isinstance(output, torch.Tensor):
             total.append(output.numel() * output.element_size())
 

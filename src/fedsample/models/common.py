@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fedsample import checks
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["DROPOUT", "DROPOUTS", "NORM", "WIDTHS", "as_tuple", "outputs", "pair"]
 
@@ -26,7 +29,7 @@ NORMS = ("group", "none")
 NORM = checks.Param(checks.Options(*NORMS), words=f"one of {', '.join(map(repr, NORMS))}")
 
 
-def as_tuple(spec: Any, *names: str) -> dict[str, tuple[Any, ...]]:
+def as_tuple(spec: DataclassInstance, *names: str) -> dict[str, tuple[object, ...]]:
     """Make each (already checked) field ``spec.<name>`` a tuple, in place on a frozen dataclass (a TOML file gives
     lists, a single value means one layer); the tuples, by name."""
     tuples = {name: tuple(value) if isinstance(value, (list, tuple)) else (value,)
@@ -36,7 +39,7 @@ def as_tuple(spec: Any, *names: str) -> dict[str, tuple[Any, ...]]:
     return tuples
 
 
-def pair(spec: Any, name: str) -> None:
+def pair(spec: DataclassInstance, name: str) -> None:
     """``spec.<name>`` holds exactly two values (as a tuple)."""
     value = as_tuple(spec, name)[name]
     if len(value) != 2:

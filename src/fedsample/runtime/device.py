@@ -7,8 +7,8 @@ vectorized engine may fill on that device.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator, TypeVar, cast
+from contextlib import AbstractContextManager, contextmanager
+from typing import Iterator, TypeVar, cast
 
 import torch
 
@@ -82,10 +82,11 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def blas_on_one_thread() -> Any:
+def blas_on_one_thread() -> AbstractContextManager[object]:
     """Limit numpy's BLAS to one thread (:func:`use_threads` says why); the returned threadpoolctl limiter, used as a
     context manager (``with blas_on_one_thread():``), restores the previous limits when the block ends, as
     :func:`fedsample.simulate` does for the run it makes."""
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=1, user_api="blas")
+    limiter: AbstractContextManager[object] = threadpool_limits(limits=1, user_api="blas")  # threadpoolctl ships no types
+    return limiter

@@ -11,14 +11,17 @@ run log states every clamp (docs/parameters.md).
 
 from __future__ import annotations
 
-from typing import Any, MutableMapping
+from typing import MutableMapping
 
 __all__ = ["clamped"]
 
 
-def clamped(log: MutableMapping[str, Any], name: str, asked: float, low: float, high: float) -> float:
+def clamped(log: MutableMapping[str, object], name: str, asked: float, low: float, high: float) -> float:
     """``asked`` moved into [``low``, ``high``]; when it had to move, ``log["clamped"][name] = asked``."""
     used = min(max(float(asked), low), high)
     if used != asked:
-        log.setdefault("clamped", {})[name] = float(asked)
+        moved = log.setdefault("clamped", {})
+        if not isinstance(moved, dict):
+            raise TypeError(f"the round's log holds a {type(moved).__name__} under 'clamped', where the clamped settings belong")
+        moved[name] = float(asked)
     return used

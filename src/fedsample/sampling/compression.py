@@ -16,7 +16,7 @@ Both are deterministic functions of the gradient (and of the seed), so they need
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -43,9 +43,11 @@ DIM = checks.Param(checks.COUNT, label="compressed dimension d'")
 COMPRESSION = checks.Options(*COMPRESSIONS)
 
 
-def check_dim(dim: Any) -> int:
+def check_dim(dim: object) -> int:
     """Validate the compressed dimension d' (an integer >= 1)."""
-    return int(checks.check("dim", dim, DIM))
+    checked = checks.check("dim", dim, DIM)
+    assert checks.is_integer(checked)  # DIM admits integers alone
+    return int(checked)
 
 
 def check_compression(name: object) -> str:

@@ -19,7 +19,7 @@ from fedsample import checks
 from fedsample.checks import Param
 from fedsample.messages import LOGGED_AS, SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
-from fedsample.rng import Blocks, CohortRandom
+from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
 from fedsample.runtime.records import Record, State
 
@@ -44,7 +44,7 @@ class AllSamples:
 
     capabilities: ClassVar[CohortPlanCapabilities] = CohortPlanCapabilities(draws_blocks=True)
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         return LocalSample(np.arange(ctx.size))
 
     def sampling_design(self) -> Design:
@@ -119,7 +119,7 @@ class BernoulliSamples:
         if self.report_count:  # this plan's own record: the class's plus its drawn count (frozen: set as the dataclass does)
             object.__setattr__(self, "capabilities", counting_capabilities(float(self.count_noise)))
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         return LocalSample(np.flatnonzero(rng.random(ctx.size) < self.p))
 
     def sampling_design(self) -> Design:
@@ -167,7 +167,7 @@ class FixedSizeSamples:
 
     k: int
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         return LocalSample(np.sort(rng.choice(ctx.size, size=min(self.k, ctx.size), replace=False)))
 
 

@@ -46,17 +46,17 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.messages import ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort
+from fedsample.rounds import Cohort, ReplyList
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
-from fedsample.training.aggregate import OBJECTIVE, linear_combination, reported_sizes
+from fedsample.training.aggregate import OBJECTIVE, Reports, linear_combination, reported_sizes
 from fedsample.training.functional import Params
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def probed_gradients(reports: Any, arrived: np.ndarray) -> np.ndarray:
+def probed_gradients(reports: ReplyList, arrived: np.ndarray) -> np.ndarray:
     """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
     dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
     return np.stack([np.asarray(r.gradient, dtype=np.float64) if got else np.zeros(dim) for r, got in zip(reports, arrived)])
@@ -345,7 +345,7 @@ class ReferenceMean:
         """The weights :meth:`combine` gives the cohort if every client's update arrives."""
         return self.weights(np.arange(len(cohort)), cohort, ctx)
 
-    def combine(self, reports: Any, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
+    def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         """The weighted sum of the received updates (None when nothing arrived)."""
         return linear_combination(reports, lambda positions, _: self.weights(positions, cohort, ctx))
 

@@ -308,7 +308,7 @@ def poisson(probs: np.ndarray, rng: np.random.Generator) -> Sample:
 # systematic sampling (Madow 1949)
 
 
-def systematic(inclusion_probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def systematic(inclusion_probs: np.ndarray, rng: np.random.Generator | ClientRandom) -> np.ndarray:
     """Madow's (1949) systematic sampling with unequal probabilities; returns the sorted chosen ids.
 
     With progressive totals ``T_k = pi_1 + ... + pi_k`` (``T_0 = 0``) and one uniform start
@@ -369,7 +369,7 @@ def systematic(inclusion_probs: np.ndarray, rng: np.random.Generator) -> np.ndar
     return ids
 
 
-def systematic_sample(weights: np.ndarray, n: int, rng: np.random.Generator) -> Sample:
+def systematic_sample(weights: np.ndarray, n: int, rng: np.random.Generator | ClientRandom) -> Sample:
     """Probability-proportional-to-size sampling without replacement of exactly ``n`` units:
     ``pi = inclusion_probabilities(weights, n)`` (capped at 1) and :func:`systematic` on ``pi`` in the
     given unit order. Returns the chosen ids with their ``pi_k``.

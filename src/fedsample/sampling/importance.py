@@ -75,6 +75,7 @@ from fedsample.training.functional import Params, per_sample_gradients, same_par
 from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
+    from fedsample.rng import ClientRandom
     from fedsample.rounds import RoundContext
 
 __all__ = [
@@ -159,7 +160,7 @@ def rescale_subset(p: np.ndarray, ids: np.ndarray, scores: np.ndarray) -> np.nda
     return p
 
 
-def random_order_systematic(probs: np.ndarray, n: int, rng: np.random.Generator) -> design.Sample:
+def random_order_systematic(probs: np.ndarray, n: int, rng: np.random.Generator | ClientRandom) -> design.Sample:
     """n units without replacement with inclusion probabilities pi = n * probs (capped at 1, the rest rescaled:
     :func:`design.inclusion_probabilities`), by Madow's systematic sampling (:func:`design.systematic_sample`)
     on a random order of the units. Returns sorted ids and their pi."""
@@ -268,7 +269,7 @@ class ImportanceBatches:
             return np.full(ctx.size, 1.0 / ctx.size)
         return gradient_norms(ctx, self.params)
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         if ctx.size == 0:
             return LocalSample(np.zeros(0, dtype=np.int64))
         raw = self.raw_weights(ctx)

@@ -34,6 +34,7 @@ from fedsample.messages import ClientContext, LocalSample
 from fedsample.parts import DataSamplerCapabilities
 
 if TYPE_CHECKING:
+    from fedsample.rng import ClientRandom
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
@@ -112,7 +113,7 @@ class LabelWeightedSamples:
 
     beta: float
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         if ctx.task == "regression":
             raise ValueError("IWDS resamples by label counts: it needs a classification task")
         if ctx.size == 0:

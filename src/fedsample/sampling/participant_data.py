@@ -27,6 +27,7 @@ from fedsample.parts import DataSamplerCapabilities, Limit, SizeNeed
 from fedsample.sampling.data import BernoulliSamples, sampling_ratio
 
 if TYPE_CHECKING:
+    from fedsample.rng import ClientRandom
     from fedsample.rounds import Cohort
     from fedsample.rounds import RoundContext
 
@@ -43,12 +44,12 @@ class FixedShareSamples:
 
     p: float
 
-    def size(self, n: int, rng: np.random.Generator) -> int:
+    def size(self, n: int, rng: ClientRandom) -> int:
         target = n * self.p
         whole = int(np.floor(target))
         return min(n, whole + int(rng.random() < target - whole))
 
-    def draw(self, ctx: ClientContext, rng: np.random.Generator) -> LocalSample:
+    def draw(self, ctx: ClientContext, rng: ClientRandom) -> LocalSample:
         k = self.size(ctx.size, rng)
         return LocalSample(np.sort(rng.choice(ctx.size, size=k, replace=False)))
 

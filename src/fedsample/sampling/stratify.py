@@ -12,7 +12,7 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -236,11 +236,13 @@ def projection_seed(seed: int) -> int:
     return int(generator(seed, 0, SERVER, "projection").integers(2**62))
 
 
-def _check_strata_count(H: Any, N: int | None = None) -> int:
+def _check_strata_count(H: object, N: int | None = None) -> int:
     checks.check("H", H, STRATA)
-    if N is not None and H > N:
-        raise ValueError(f"number of strata H = {H} exceeds the number of clients N = {N}")
-    return int(H)
+    assert checks.is_integer(H)  # STRATA admits integers alone
+    count = int(H)
+    if N is not None and count > N:
+        raise ValueError(f"number of strata H = {count} exceeds the number of clients N = {N}")
+    return count
 
 
 def _check_vectors(vectors: np.ndarray) -> np.ndarray:

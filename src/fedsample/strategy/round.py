@@ -6,7 +6,7 @@ plans -> train -> aggregate -> server step (:func:`run_round`). The strategy tal
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
@@ -175,7 +175,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
     return params, ctx.log
 
 
-def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, trained: Cohort, payload: Any) -> tuple[Cohort, ReplyList]:
+def train_then_send(s: Composition, federation: Federation, ctx: RoundContext, trained: Cohort, payload: TrainPayload | PerClient[TrainPayload]) -> tuple[Cohort, ReplyList]:
     """A :class:`~fedsample.parts.TrainsFirst` sampler's round: every client of ``trained`` trains and keeps its
     update, replying with its norm (:class:`~fedsample.messages.TrainHeld`); the sampler chooses the cohort from the
     norms (``select_trained``); only the cohort sends its kept update (:class:`~fedsample.messages.HeldRequest`). Clients whose training failed

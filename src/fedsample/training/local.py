@@ -24,7 +24,7 @@ import torch
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalResult, LocalSample
 from fedsample.parts import BatchSchedule, DrawnCohort, LocalSolver, LocalSolverCapabilities
-from fedsample.rng import CohortStreams, counter_positions, stream_uniforms
+from fedsample.rng import ClientRandom, CohortStreams, counter_positions, stream_uniforms
 from fedsample.training.dtypes import float_dtype
 from fedsample.training.functional import Params, weighted_loss_fn
 from fedsample.training.fused import FusedLinears
@@ -162,7 +162,7 @@ def sgd_step(
 
 
 def run_schedule(
-    solver: "Scheduled", ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator,
+    solver: "Scheduled", ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: ClientRandom,
     rule: Rule | None = None,
 ) -> LocalResult:
     """One client's local training from its solver's declared arithmetic: the schedule's minibatches in order,
@@ -234,7 +234,7 @@ class Scheduled:
     run that declaration for a whole cohort: true while ``run`` is this one (a subclass that overrides ``run`` adds
     something the declaration does not say, and is trained client by client)."""
 
-    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[ClientRandom], round: int) -> BatchSchedule:
         raise NotImplementedError
 
     def step_rule(self, round: int) -> Rule:
@@ -254,12 +254,12 @@ class Scheduled:
     def batched(self) -> bool:
         return type(self).run is Scheduled.run
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: ClientRandom) -> LocalResult:
         return run_schedule(self, ctx, sample, params, round, rng)
 
 
 def minibatch_schedule(
-    solver: "LocalSGD", drawn: DrawnCohort, streams: Sequence[np.random.Generator],
+    solver: "LocalSGD", drawn: DrawnCohort, streams: Sequence[ClientRandom],
 ) -> BatchSchedule:
     """Every member's :meth:`LocalSGD.batches` of its drawn sample (client by client, each from its own stream),
     each row weighted 1/B times the plan's scale (the minibatch mean of Eq. 8's scaled gradients)."""
@@ -368,7 +368,7 @@ class LocalSGD(Scheduled):
     def step_rule(self, round: int) -> SGDStep:
         return SGDStep(self.learning_rate(round), self.momentum, self.weight_decay, self.prox_mu)
 
-    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
+    def batches(self, sample: LocalSample, rng: ClientRandom) -> list[np.ndarray]:
         """Positions (into the drawn sample) of each minibatch: shuffled passes without replacement, or,
         when the plan gives a sampling distribution, batches drawn with replacement from it."""
         n = len(sample.indices)
@@ -385,7 +385,7 @@ class LocalSGD(Scheduled):
         per_epoch = math.ceil(n / b)
         return [order[e * n : (e + 1) * n][i * b : (i + 1) * b] for e in range(epochs) for i in range(per_epoch)]
 
-    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[ClientRandom], round: int) -> BatchSchedule:
         """:meth:`batches` of every member: computed for the whole cohort in numpy (:meth:`cohort_schedule`) where
         the streams are counter-based and the batches shuffled passes, else member by member
         (:func:`minibatch_schedule`: batches drawn with replacement from a plan's ``probs``, a subclass's own
@@ -393,7 +393,7 @@ class LocalSGD(Scheduled):
         vectorized = self.cohort_schedule(drawn, streams)
         return vectorized if vectorized is not None else minibatch_schedule(self, drawn, streams)
 
-    def cohort_schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator]) -> BatchSchedule | None:
+    def cohort_schedule(self, drawn: DrawnCohort, streams: Sequence[ClientRandom]) -> BatchSchedule | None:
         """:meth:`batches` of every member in one numpy pass, entry for entry those of :func:`minibatch_schedule`
         (each member's shuffled passes from its own counter-based stream, :func:`shuffled_passes`); None where
         that does not apply (streams that are not counter-based, a plan's ``probs``, a subclass's ``batches``)."""
@@ -503,7 +503,7 @@ class EpochSGD(LocalSGD):
 
     rho: float = 0.0
 
-    def batches(self, sample: LocalSample, rng: np.random.Generator) -> list[np.ndarray]:
+    def batches(self, sample: LocalSample, rng: ClientRandom) -> list[np.ndarray]:
         if sample.block is None:
             return super().batches(sample, rng)
         return [np.arange(start, start + sample.block) for start in range(0, len(sample), sample.block)]
@@ -512,7 +512,7 @@ class EpochSGD(LocalSGD):
         """Not known from the sizes: its steps follow the plan's epoch blocks."""
         return False
 
-    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: np.random.Generator) -> LocalResult:
+    def run(self, ctx: ClientContext, sample: LocalSample, params: Params, round: int, rng: ClientRandom) -> LocalResult:
         """:func:`run_schedule` with the regularizer's gradient 2 rho * step_scale * w added to every step."""
         rule = self.step_rule(round)
         rule = dataclasses.replace(rule, weight_decay=rule.weight_decay + 2.0 * self.rho * sample.step_scale)
@@ -541,7 +541,7 @@ class OneGradient(Scheduled):
     def step_rule(self, round: int) -> SGDStep:
         return SGDStep(lr=1.0)
 
-    def schedule(self, drawn: DrawnCohort, streams: Sequence[np.random.Generator], round: int) -> BatchSchedule:
+    def schedule(self, drawn: DrawnCohort, streams: Sequence[ClientRandom], round: int) -> BatchSchedule:
         """Every member's whole drawn sample as its one step, row weights scale / K (or / |S_c|)."""
         counts = drawn.counts.astype(np.float64)
         norm = np.full(len(drawn), float(self.K)) if self.K is not None else counts
