@@ -20,7 +20,7 @@ from fedsample.privacy.noise import PerExampleNoise
 from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import Failed, Replies
 from fedsample.sampling.clients import AllClients, UniformClients
-from fedsample.sampling.data import COUNT_NOISE, BernoulliSamples, FedSamplingData
+from fedsample.sampling.data import COUNT_NOISE, COUNT_NOISE_PURPOSE, DRAWN, BernoulliSamples, FedSamplingData
 from fedsample.simulation import make_federation
 from fedsample.training.aggregate import DrawnNormalizedSum, Sum
 from fedsample.training.local import OneGradient
@@ -113,7 +113,7 @@ class Counts:
         return len(self.counts)
 
     def run(self, ids, payload, round):
-        replies = [TrainReport(update={"w": torch.ones(2)}, steps=1, loss=0.0, samples=c) for c in self.counts]
+        replies = [TrainReport(update={"w": torch.ones(2)}, steps=1, loss=0.0, sums={DRAWN: c}) for c in self.counts]
         failed = {i: Failed(int(ids[i]), "train", "dropped") for i in self.failed}
         return Replies([failed.get(i, r) for i, r in enumerate(replies)], failed)
 
@@ -122,7 +122,7 @@ def summed_count(fed, sigma, round):
     sealed = SecureSum(fed).run(np.arange(fed.num_clients), TrainPayload(plan=BernoulliSamples(
         0.5, report_count=True, count_noise=sigma), params={"w": torch.zeros(2)}, solver=None, round=round), round)
     sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
-    return sealed.drawn_total()
+    return sealed.summed(DRAWN)
 
 
 def test_the_secure_sum_adds_the_clients_noise_shares_to_the_count():
@@ -138,8 +138,8 @@ def test_the_secure_sum_adds_the_clients_noise_shares_to_the_count():
     assert summed_count(fed, sigma, 11) == summed_count(fed, sigma, 11) != summed_count(Counts([3] * 8, (2, 5), seed=8), sigma, 11)
     assert summed_count(fed, 0.0, 3) == 18  # no noise: the exact count, an integer
     answered = np.array([0, 1, 3, 4, 6, 7])
-    assert noised_count(18, sigma, answered, 8, 7, 11) == summed_count(fed, sigma, 11)
-    shares = [count_shares(sigma, 8, 7, 11, np.array([k]))[0] for k in range(8)]  # each client alone
+    assert noised_count(18, sigma, answered, 8, 7, 11, COUNT_NOISE_PURPOSE) == summed_count(fed, sigma, 11)
+    shares = [count_shares(sigma, 8, 7, 11, np.array([k]), COUNT_NOISE_PURPOSE)[0] for k in range(8)]  # each client alone
     assert summed_count(fed, sigma, 11) == pytest.approx(18 + sum(shares[k] for k in answered), abs=1e-12)
     assert summed_count(Counts([3] * 8), sigma, 11) == pytest.approx(24 + sum(shares), abs=1e-12)  # all answer: S = 24
 
@@ -150,22 +150,22 @@ def test_each_clients_share_is_its_own_stream():
     sqrt(n)), normal in the tails (the share above 3 sd within 4 binomial sds of 0.00135); one client's share is
     the same drawn alone or in a cohort, and changes with the seed, the round and the client."""
     sigma, m, rounds = 5.0, 400, 50
-    shares = np.stack([count_shares(sigma, m, 3, t, np.arange(m)) for t in range(rounds)])  # (rounds, clients)
+    shares = np.stack([count_shares(sigma, m, 3, t, np.arange(m), COUNT_NOISE_PURPOSE) for t in range(rounds)])  # (rounds, clients)
     sd, n = sigma / math.sqrt(m), shares.size
     assert abs(shares.mean()) <= 4 * sd / math.sqrt(n) and shares.std(ddof=1) == pytest.approx(sd, rel=0.03)
     assert abs(np.corrcoef(shares[:, ::2].ravel(), shares[:, 1::2].ravel())[0, 1]) < 4 / math.sqrt(n / 2)
     assert abs(np.corrcoef(shares[:-1].ravel(), shares[1:].ravel())[0, 1]) < 4 / math.sqrt(n)
     tail = float(np.mean(shares > 3 * sd))
     assert abs(tail - 0.00135) <= 4 * math.sqrt(0.00135 * (1 - 0.00135) / n)
-    assert count_shares(sigma, m, 3, 7, np.array([42]))[0] == shares[7, 42]
-    assert len({shares[7, 42], count_shares(sigma, m, 4, 7, np.array([42]))[0], shares[8, 42], shares[7, 43]}) == 4
+    assert count_shares(sigma, m, 3, 7, np.array([42]), COUNT_NOISE_PURPOSE)[0] == shares[7, 42]
+    assert len({shares[7, 42], count_shares(sigma, m, 4, 7, np.array([42]), COUNT_NOISE_PURPOSE)[0], shares[8, 42], shares[7, 43]}) == 4
 
 
 def test_the_drawn_normalized_update_reads_a_noised_count_below_one_as_one():
     """A round whose noised count came out below one sample divides by 1, not by it (no blown-up step)."""
 
     class Sealed(Replies):
-        def drawn_total(self):
+        def summed(self, name):
             return -3.2
 
     replies = Sealed([TrainReport(update={"w": torch.full((2,), 0.5)}, steps=1, loss=0.0)])
@@ -315,7 +315,7 @@ def count_scores(sigma, with_record, trials, seed, q=0.5):
     kept with probability q (the world without it has no record): the strongest attacker's score, S~ itself."""
     rng = np.random.default_rng(seed)
     drawn = (rng.random(trials) < q).astype(int) if with_record else np.zeros(trials, dtype=int)
-    return np.array([noised_count(int(c), sigma, np.array([0]), 1, seed, t) for t, c in enumerate(drawn)])
+    return np.array([noised_count(int(c), sigma, np.array([0]), 1, seed, t, COUNT_NOISE_PURPOSE) for t, c in enumerate(drawn)])
 
 
 def test_membership_audit_of_the_noised_count():

@@ -8,19 +8,20 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 import torch  # noqa: E402
 
 from fedsample.messages import TrainPayload, TrainReport  # noqa: E402
+from fedsample.sampling.data import DRAWN  # noqa: E402
 from fedsample.flower.codec import REPORT, MalformedReply, decode_report, encode_report  # noqa: E402
 
 SENT = TrainPayload(params={"w": torch.zeros(2, 3), "b": torch.zeros(3)}, plan=None, solver=None, round=0)  # the train request
 
 
 def _report(samples):
-    return TrainReport(update={"w": torch.ones(2, 3), "b": torch.full((3,), 0.5)}, steps=2, loss=0.25, samples=samples)
+    return TrainReport(update={"w": torch.ones(2, 3), "b": torch.full((3,), 0.5)}, steps=2, loss=0.25, sums=None if samples is None else {DRAWN: samples})
 
 
 @pytest.mark.parametrize("samples", [None, 0, 7])
 def test_a_train_report_round_trips_with_or_without_its_drawn_count(samples):
     got = decode_report(encode_report(SENT, _report(samples)), SENT)
-    assert got.samples == samples and got.steps == 2 and got.loss == 0.25
+    assert got.sums.get(DRAWN) == samples and got.steps == 2 and got.loss == 0.25
     assert torch.equal(got.update["w"], torch.ones(2, 3))
     assert ("samples" in encode_report(SENT, _report(samples))[REPORT]) == (samples is not None)
 

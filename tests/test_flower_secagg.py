@@ -38,7 +38,8 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from fedsample.messages import payloads_for  # noqa: E402
 import fedsample as fs  # noqa: E402
 from fedsample.checks import ParameterError  # noqa: E402
-from fedsample.federation.secure_sum import COUNT_NOISE_PURPOSE, SIZE_NOISE_PURPOSE, count_shares, with_secure_sum  # noqa: E402
+from fedsample.federation.secure_sum import SIZE_NOISE_PURPOSE, count_shares, with_secure_sum  # noqa: E402
+from fedsample.sampling.data import COUNT_NOISE_PURPOSE, DRAWN  # noqa: E402
 from fedsample.federation.simulator import Simulator  # noqa: E402
 from fedsample.flower import FlowerFederation  # noqa: E402
 from fedsample.flower.codec import decode_request  # noqa: E402
@@ -133,7 +134,7 @@ def test_the_secagg_sum_equals_the_in_process_secure_sum(setup, kwargs):
         assert record["count_tolerance"] == SETTING.count_tolerance(NODES) == pytest.approx(8 * 2 * 2**16 / 2**22)
         assert log["samples"] == pytest.approx(reference["samples"], abs=record["count_tolerance"])
         _, exact = reference_round(fedsampling(count_noise=0.0), params, data, module)  # the same draws, S exact
-        shares = count_shares(5.0, NODES, 0, 0, np.arange(NODES))  # each client's, drawn here from its stream
+        shares = count_shares(5.0, NODES, 0, 0, np.arange(NODES), COUNT_NOISE_PURPOSE)  # each client's, drawn here from its stream
         assert log["samples"] == pytest.approx(exact["samples"] + shares.sum(), abs=record["count_tolerance"])
         assert abs(shares.sum()) > 2 * record["count_tolerance"]  # leaving the shares out would fail the check
     assert_within_secagg_tolerance(got, want, NODES, 0.5, params, log["samples"] if noised else None)
@@ -309,7 +310,7 @@ def test_the_tally_round_trips_its_integers_exactly():
     params = {"w": torch.zeros(3)}
 
     class Report:
-        update, steps, loss, samples = {"w": torch.tensor([0.5, -0.25, 1e-3])}, 1, 2.5, 1_234_567
+        update, steps, loss, sums = {"w": torch.tensor([0.5, -0.25, 1e-3])}, 1, 2.5, {DRAWN: 1_234_567}
 
     vector = sealed_vector(Report(), params, 8.0)
     assert len(vector[-1]) == len(TALLY) and np.all(np.abs(np.concatenate(vector)) <= 8.0)
@@ -325,7 +326,7 @@ def test_a_noised_count_is_sealed_whole_in_one_entry():
     params = {"w": torch.zeros(3)}
 
     class Report:
-        update, steps, loss, samples = {"w": torch.tensor([0.5, -0.25, 1e-3])}, 1, 2.5, 37
+        update, steps, loss, sums = {"w": torch.tensor([0.5, -0.25, 1e-3])}, 1, 2.5, {DRAWN: 37}
 
     vector = sealed_vector(Report(), params, 8.0, share=-1.75, count_range=64.0)
     tally = dict(zip(TALLY, vector[-1]))
@@ -343,7 +344,7 @@ def client_vectors(round, counts, sigma, asked, setting=SETTING):
     plan = fs.sampling.data.BernoulliSamples(0.5, report_count=True, count_noise=sigma)
     for k, count in enumerate(counts):
         request = argparse.Namespace(seed=11, round=round, client=k, payload=fs.messages.TrainPayload(params=params, plan=plan, solver=None, round=round))
-        report = argparse.Namespace(update={"w": torch.ones(2)}, steps=1, loss=0.5, samples=count)
+        report = argparse.Namespace(update={"w": torch.ones(2)}, steps=1, loss=0.5, sums={DRAWN: count})
         vectors.append(sealed_vector(report, params, setting.clipping_range, count_share_of(message, request), setting.count_range))
     return vectors
 

@@ -19,6 +19,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 import fedsample as fs  # noqa: E402
 from fedsample.flower import client_app, server_app  # noqa: E402
 from fedsample.federation.secure_sum import count_shares  # noqa: E402
+from fedsample.sampling.data import COUNT_NOISE_PURPOSE  # noqa: E402
 from fedsample.flower.config import AppConfig  # noqa: E402
 from fedsample.flower.server import secure_aggregation  # noqa: E402
 from flower_reference import flower_output, max_difference, same_rounds, simulate_like, steered_rtol  # noqa: E402
@@ -71,7 +72,7 @@ def test_flower_simulation_runtime_equals_simulate(name, tmp_path):
         same_rounds(flower, reference.history, trained, ("samples",), rtol=0.0, atol=counts)
         exact = simulate_like(AppConfig.from_run_config({**settings, "num-server-rounds": 1,
                                                          "recipe-args": json.dumps({**args, "count_noise": 0.0})}))[0]
-        shares = count_shares(5.0, 10, config.seed, 0, np.arange(10))  # round 1: every client's share, drawn here
+        shares = count_shares(5.0, 10, config.seed, 0, np.arange(10), COUNT_NOISE_PURPOSE)  # round 1: every client's share, drawn here
         assert flower[0]["samples"] == pytest.approx(exact.history[0]["samples"] + shares.sum(), abs=counts)
         bound += sum(step * counts / (r["samples"] - counts) for step, r in zip(round_steps(config), flower))
     assert max_difference(params, reference.params) <= bound

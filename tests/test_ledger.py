@@ -30,7 +30,7 @@ from fedsample.privacy.noise import PerExampleNoise, UpdateNoise  # noqa: E402
 from fedsample.parts import UpdatePrivacyCapabilities  # noqa: E402
 from fedsample.privacy.reports import alpha_for  # noqa: E402
 from fedsample.sampling.clients import AllClients, PoissonClients, SizeProportional, UniformClients  # noqa: E402
-from fedsample.sampling.data import AllSamples, BernoulliSamples, FixedSizeSamples  # noqa: E402
+from fedsample.sampling.data import DRAWN, AllSamples, BernoulliSamples, FixedSizeSamples  # noqa: E402
 from fedsample.simulation import CheckpointError, make_federation  # noqa: E402
 from fedsample.training.local import OneGradient  # noqa: E402
 from helpers import blobs, federate  # noqa: E402
@@ -432,7 +432,7 @@ def test_noise_shares_add_up_to_the_sums_noise():
     target = 2.0 * 0.5 / K
     assert np.allclose(sums.std(0), target, rtol=0.05) and np.all(np.abs(sums.mean(0)) <= 4 * target / math.sqrt(4000))
     reply = noise.private_reply(zero, payload, np.random.default_rng(0))
-    assert reply.steps == 1 and reply.loss == 0.0 and reply.samples is None  # the draw is not shown
+    assert reply.steps == 1 and reply.loss == 0.0 and reply.sums.get(DRAWN) is None  # the draw is not shown
 
 
 # --- the budget -------------------------------------------------------------------------------------------------

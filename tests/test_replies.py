@@ -20,7 +20,7 @@ from fedsample.federation.vectorized import BatchedCohort, VectorizedSimulator
 from fedsample.messages import HeldReport, PerClient, ProbeReport, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample.models import initial_parameters
 from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, probe_reports, replies_of, reply_as, train_report
-from fedsample.sampling.data import AllSamples, BernoulliSamples
+from fedsample.sampling.data import DRAWN, AllSamples, BernoulliSamples
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
 from fedsample.callbacks import Progress
@@ -63,7 +63,7 @@ def test_fused_cohort_reports_answer_like_the_plain_arithmetic(fed, module):
     weights = np.linspace(0.5, 2.0, len(received))
     assert_same_params(fused.weighted_update_sum(received, weights), plain.weighted_update_sum(received, weights))
     assert fused.summed_loss() == plain.summed_loss() and fused.summed_loss()[1] == len(received)
-    assert fused.drawn_total() == plain.drawn_total() == sum(r.samples for r in plain if r.steps)
+    assert fused.summed(DRAWN) == plain.summed(DRAWN) == sum(r.sums.get(DRAWN) for r in plain if r.steps)
 
 
 def test_the_loop_engines_replies_are_a_plain_reply_list(fed, module):
@@ -72,7 +72,7 @@ def test_the_loop_engines_replies_are_a_plain_reply_list(fed, module):
     assert type(got) is Replies and got.failed == {} and got.received_positions().tolist() == [0, 2]
     assert got.summed_loss() == (got[0].loss + got[2].loss, 2)
     with pytest.raises(ValueError, match="drawn-sample count"):  # the plan did not ask for it
-        got.drawn_total()
+        got.summed(DRAWN)
 
 
 def test_size_reports_of_a_million_clients_stay_one_array():
@@ -143,13 +143,13 @@ def test_a_one_gradient_cohort_builds_a_report_only_when_one_is_read(fed, module
     fused = VectorizedSimulator(fed, module, seed=3).run(ids, payload, 2)
     received = fused.received_positions()
     loss, count = fused.summed_loss()
-    drawn = fused.drawn_total()
+    drawn = fused.summed(DRAWN)
     assert fs.validate.screen_updates(fused, ids, payload.params) is fused and fused.suspect_positions().size == 0
     assert fused.backing._made == {}  # nothing read one by one so far
     first = int(received[0])
     assert fused[first] is fused[first] and len(fused.backing._made) == 1 and fused[-len(fused) + first] is fused[first]
     plain = Replies(list(fused))
-    assert (loss, count) == plain.summed_loss() and drawn == plain.drawn_total() and count == len(received)
+    assert (loss, count) == plain.summed_loss() and drawn == plain.summed(DRAWN) and count == len(received)
     assert all(plain[int(i)] is fused[int(i)] for i in received)  # the list copy holds the same report objects
 
 
@@ -360,7 +360,7 @@ class _Listed(fs.rounds.ReplyObjects):
 def test_widening_twice_and_rejecting_map_positions_like_the_plain_list():
     """A fused list widened into a cohort, then into a larger one, and a rejection made at an outer position: each
     answer equals the plain list's holding the same replies at the same positions."""
-    reports = [TrainReport({"w": torch.tensor([float(k + 1)])}, 1, 0.25 * k, samples=k + 2) for k in range(4)]
+    reports = [TrainReport({"w": torch.tensor([float(k + 1)])}, 1, 0.25 * k, sums={DRAWN: k + 2}) for k in range(4)]
     reports[2] = TrainReport({"w": torch.zeros(1)}, 0, 0.0)  # an empty reply: no step
     first = FusedReplies(_Listed(reports)).widened(np.array([0, 2, 3, 5]), 6, {1: Failed(1, "train", "a"), 4: Failed(4, "train", "b")})
     twice = first.widened(np.array([1, 2, 3, 4, 6, 7]), 8, {0: Failed(10, "train", "c"), 5: Failed(15, "train", "d")})
@@ -375,7 +375,7 @@ def test_widening_twice_and_rejecting_map_positions_like_the_plain_list():
     assert rejected.received_positions().tolist() == [1, 7]
     weights = np.array([0.5, 3.0])
     assert rejected.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == plain.weighted_update_sum(np.array([1, 7]), weights)["w"].tolist() == [0.5 + 12.0]
-    assert rejected.summed_loss() == plain.summed_loss() == (0.75, 2) and rejected.drawn_total() == plain.drawn_total() == 7
+    assert rejected.summed_loss() == plain.summed_loss() == (0.75, 2) and rejected.summed(DRAWN) == plain.summed(DRAWN) == 7
     assert twice.received_positions().tolist() == [1, 3, 7] and twice.failed.keys() == {0, 2, 5, 6}  # the original is untouched
     with pytest.raises(ValueError, match="arrived"):
         twice.rejecting({2: Failed(1, "train", "x")})  # position 2 was never asked

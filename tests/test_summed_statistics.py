@@ -12,10 +12,11 @@ import torch
 from fedsample.federation.secure_sum import SecureSum, count_shares, sealed_statistic
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import VectorizedSimulator
-from fedsample.messages import DRAWN, SummedStatistic, TrainPayload, TrainReport
+from fedsample.messages import SIZES, SummedStatistic, TrainPayload, TrainReport
+from fedsample.rounds import Failed, NumberReplies
 from fedsample.models import initial_parameters
 from fedsample.parts import CohortPlanCapabilities, reports_rows, summed_noise, summed_of
-from fedsample.sampling.data import BernoulliSamples, DrawnCount
+from fedsample.sampling.data import DRAWN, BernoulliSamples, DrawnCount
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
 
@@ -75,11 +76,11 @@ def test_a_wrong_declaration_is_refused_in_one_line():
 
 
 def test_a_report_given_samples_carries_them_as_its_drawn_count():
-    report = TrainReport({}, 1, 0.5, samples=3)
-    assert report.sums == {DRAWN: 3} and report.samples == 3
-    assert TrainReport({}, 1, 0.5).samples is None and dict(TrainReport({}, 1, 0.5).sums) == {}
+    report = TrainReport({}, 1, 0.5, sums={DRAWN: 3})
+    assert report.sums == {DRAWN: 3} and report.sums.get(DRAWN) == 3
+    assert TrainReport({}, 1, 0.5).sums.get(DRAWN) is None and dict(TrainReport({}, 1, 0.5).sums) == {}
     assert "sums" not in vars(TrainReport({}, 1, 0.5))  # a report without sums holds nothing of them
-    assert TrainReport({}, 1, 0.5, sums={"drew": 1}, samples=2).sums == {"drew": 1, DRAWN: 2}
+    assert TrainReport({}, 1, 0.5, sums={"drew": 1, DRAWN: 2}).sums == {"drew": 1, DRAWN: 2}
 
 
 @pytest.mark.parametrize("solver", [OneGradient(5), LocalSGD(lr=0.1, epochs=None, steps=2, batch_size=2)], ids=["one-gradient", "stepped"])
@@ -93,9 +94,9 @@ def test_every_engine_sums_each_declared_statistic_by_name(engines, solver):
     for engine in (Simulator(fed, module, seed=3), VectorizedSimulator(fed, module, seed=3)):
         replies = engine.run(ids, sent, 2)
         received = replies.received_positions()
-        counts = [replies[int(i)].samples for i in received]
+        counts = [replies[int(i)].sums.get(DRAWN) for i in received]
         assert all(c is not None and c > 0 for c in counts) and len(received) >= 5
-        assert replies.summed(DRAWN) == replies.drawn_total() == sum(counts)
+        assert replies.summed(DRAWN) == sum(counts)
         assert replies.summed("drew") == len(received) == sum(replies[int(i)].sums["drew"] for i in received)
         with pytest.raises(ValueError, match="no summed statistic 'other'"):
             replies.summed("other")
@@ -117,7 +118,7 @@ def test_the_secure_sum_seals_each_statistic_with_its_own_noise(engines):
         assert sealed.summed(statistic.name) == float(exact.summed(statistic.name)) + float(shares.sum())
     alone = SecureSum(Simulator(fed, module, seed=seed)).run(ids, payload(module, BernoulliSamples(0.6, report_count=True, count_noise=sigma)), round)
     alone.weighted_update_sum(alone.received_positions(), np.ones(len(alone.received_positions())))
-    assert alone.drawn_total() == sealed.summed(DRAWN)
+    assert alone.summed(DRAWN) == sealed.summed(DRAWN)
     with pytest.raises(ValueError, match="no summed statistic 'other'"):
         sealed.summed("other")
 
@@ -130,7 +131,7 @@ def test_a_sealed_sum_is_read_only_after_the_update_sum(engines):
         sealed.summed(DRAWN)
     total = sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
     assert total is not None and all(isinstance(v, torch.Tensor) for v in total.values())
-    assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).drawn_total()
+    assert sealed.summed(DRAWN) == Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6, report_count=True)), 2).summed(DRAWN)
 
 
 def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
@@ -141,6 +142,59 @@ def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
     assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
     with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
         sealed_statistic(payload(module, TwoSums(0.5, report_count=True)))
+
+
+def test_every_reply_kind_lists_its_sums_for_the_round_record(engines):
+    """ReplyList.sums(), what the round's record logs: each statistic the replies carry, summed, by name, the same on
+    the loop engine, the vectorized one and a secure sum (exact: no noise); {} for a plan that declares none."""
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sent = payload(module, TwoSums(0.6, report_count=True))
+    loop = Simulator(fed, module, seed=3).run(ids, sent, 2)
+    expected = {DRAWN: loop.summed(DRAWN), "drew": loop.summed("drew")}
+    assert loop.sums() == expected and expected["drew"] == len(loop.received_positions()) and expected[DRAWN] > expected["drew"]
+    assert VectorizedSimulator(fed, module, seed=3).run(ids, sent, 2).sums() == expected
+    sealed = SecureSum(Simulator(fed, module, seed=3)).run(ids, sent, 2)
+    assert sealed.sums() == {}  # nothing is revealed before the update's sum
+    sealed.weighted_update_sum(sealed.received_positions(), np.ones(len(sealed.received_positions())))
+    assert sealed.sums() == expected
+    assert Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2).sums() == {}
+
+
+def test_size_reports_sum_only_as_sizes():
+    """NumberReplies hold size reports: their sum is the sizes' (SIZES); any other name is refused like the other kinds."""
+    replies = NumberReplies(np.array([3, 4, 5]), {1: Failed(1, "sum_sizes", "lost")})
+    assert replies.summed(SIZES) == 8 and replies.sums() == {SIZES: 8}
+    with pytest.raises(ValueError, match=f"no summed statistic {DRAWN!r}"):
+        replies.summed(DRAWN)
+
+
+def test_the_flower_codec_carries_any_summed_statistic():
+    """Every summed statistic crosses Flower's door under its name (the drawn count as ``"samples"``, as before); a
+    name that would read as one of the report's own metrics is refused."""
+    pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+    from fedsample.flower.codec import REPORT, decode_report, encode_report
+
+    sent = TrainPayload({"w": torch.zeros(2)}, None, None, 0)
+    report = TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={DRAWN: 7, "drew": 1})
+    content = encode_report(sent, report)
+    assert content[REPORT]["samples"] == 7 and content[REPORT]["drew"] == 1 and DRAWN not in content[REPORT]
+    assert dict(decode_report(content, sent).sums) == {DRAWN: 7, "drew": 1}
+    for name in ("steps", "samples"):
+        with pytest.raises(ValueError, match="cannot carry summed statistics named"):
+            encode_report(sent, TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={name: 1}))
+
+
+def test_the_secagg_tally_seals_the_one_summed_statistic_whatever_its_name():
+    """A client's sealed count is the one summed statistic its report carries (Drew's here), none where it carries
+    none; a report that carries two is refused."""
+    pytest.importorskip("flwr", reason="the flower extra is not installed: pip install 'fedsample[flower]'")
+    from fedsample.flower.secagg import sealed_samples
+
+    assert sealed_samples(TrainReport({}, 1, 0.5, sums={"drew": 1})) == 1 and sealed_samples(TrainReport({}, 1, 0.5)) is None
+    assert sealed_samples(12) == 12  # a size report
+    with pytest.raises(ValueError, match="seals one summed statistic"):
+        sealed_samples(TrainReport({}, 1, 0.5, sums={DRAWN: 3, "drew": 1}))
 
 
 # --- the declaration and privacy side: any summed statistic, by its own declaration -------------------------------

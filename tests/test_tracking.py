@@ -19,6 +19,7 @@ import fedsample as fs
 from fedsample.cli import main
 from fedsample.client import TrainReport
 from fedsample.rounds import Cohort, Failed, Replies, RoundContext
+from fedsample.sampling.data import DRAWN
 from fedsample.strategy import Strategy, cohort_figures, is_census
 from fedsample.tracking.base import MissingExtra, Tracker, TrackerGroup, flat_config, numeric_metrics
 from fedsample.tracking.jsonl import JsonlTracker, read_jsonl
@@ -88,14 +89,14 @@ def test_only_a_census_takes_the_closed_form():
 
 def test_describe_round_counts_asked_answered_and_drawn_samples():
     cohort = Cohort(np.array([1, 4, 7]), np.array([0.5, 0.25, 1.0]), population=10, multiplicity=np.array([1, 2, 1]))
-    replies = Replies([TrainReport({}, steps=2, loss=0.5, samples=3), TrainReport({}, steps=1, loss=1.5, samples=5),
+    replies = Replies([TrainReport({}, steps=2, loss=0.5, sums={DRAWN: 3}), TrainReport({}, steps=1, loss=1.5, sums={DRAWN: 5}),
                        Failed(7, "train", "timed out")])
     ctx = RoundContext(federation=None, params=None, round=0, seed=0, state={})
     described = Strategy().describe_round(ctx, cohort, replies)
     log = {**ctx.log, **described}  # failures go to the round's log (dropped)
     assert (log["cohort"], log["answered"], log["updates"], log["dropped"], log["samples"]) == (3, 2, 2, 1, 8)
     assert log["train_loss"] == pytest.approx(1.0) and log["effective_cohort"] == pytest.approx(121 / 37)
-    unknown = Replies([TrainReport({}, steps=1, loss=1.0), TrainReport({}, steps=1, loss=1.0, samples=4)])
+    unknown = Replies([TrainReport({}, steps=1, loss=1.0), TrainReport({}, steps=1, loss=1.0, sums={DRAWN: 4})])
     assert "samples" not in Strategy().describe_round(RoundContext(None, None, 0, 0, {}), Cohort(np.array([0, 1]), np.ones(2), 2), unknown)
 
 

@@ -20,7 +20,7 @@ from fedsample.messages import (
     ClientContext, HeldReport, HeldRequest, LocalResult, LocalSample, NoSamples, Params, ProbeReport, ProbeRequest, ReplyStatistic,
     SizeQuery, SizeSumRequest, TrainHeld, TrainPayload, TrainReport, reply_statistics, summed_statistics,
 )
-from fedsample.parts import LocalSolver, RunsSolver, declared_plan, describe, privacy_capabilities, reports_rows, summed_of
+from fedsample.parts import CohortPlanCapabilities, LocalSolver, RunsSolver, declared_plan, describe, privacy_capabilities
 from fedsample.privacy.reports import PERMANENT_REPORT, PERMANENT_ROUND, randomized_response
 from fedsample.rng import ClientRandom, client_rng
 from fedsample.sampling.compression import compress
@@ -150,7 +150,8 @@ def empty_report(params: Params) -> TrainReport:
 def train(ctx: ClientContext, payload: TrainPayload, rng: ClientRandom) -> TrainReport:
     """Draw the local sample, run the local solver, and (with ``payload.noise``) clip the update and add
     Gaussian noise, replying with a private reply (:mod:`fedsample.privacy.noise`). Every client replies; one
-    that drew no sample sends :func:`empty_report` (noised too)."""
+    that drew no sample sends :func:`empty_report` (noised too). The plan's declaration is read once per call."""
+    declared = declared_plan(payload.plan)
     sample = payload.plan.draw(ctx, rng)
     rows: int | None = 0  # the rows its local steps read: none where it drew no sample
     if len(sample) == 0:
@@ -160,12 +161,12 @@ def train(ctx: ClientContext, payload: TrainPayload, rng: ClientRandom) -> Train
         rows = result.rows_trained
         report = TrainReport(
             update=result.update, steps=result.steps, loss=result.loss, norm_steps=result.norm_steps,
-            rows_trained=rows if reports_rows(payload.plan) else None, sums=sample_sums(payload.plan, len(sample)),
+            rows_trained=rows if declared.reports_rows else None, sums=sample_sums(declared, len(sample)),
         )
         if payload.statistics:
             report.statistics = sample_statistics(ctx, sample, payload.params, payload.statistics)
     if ctx.measure is not None:  # the simulation's own count, whatever the reply may carry (fedsample.runtime.measured)
-        ctx.measure(measured_rows(payload.plan, len(sample), rows))
+        ctx.measure(measured_rows(declared, len(sample), rows))
     if payload.noise is not None:  # noised update; no loss, step or drawn count (fedsample.privacy.noise)
         report = payload.noise.private_reply(report, payload, rng)
     return report
@@ -184,21 +185,20 @@ def local_result(noise: object, solver: LocalSolver, ctx: ClientContext, sample:
     return result
 
 
-def measured_rows(plan: object, drawn: int, rows_trained: int | None) -> int | None:
+def measured_rows(declared: CohortPlanCapabilities, drawn: int, rows_trained: int | None) -> int | None:
     """What an in-process engine measures of one client's train call (:mod:`fedsample.runtime.measured`): the ``drawn``
-    rows where its plan declares its draw private (``private_draw``, FedSampling's: the figure the round's
-    ``realised_samples`` reads from a released count), else the rows its local steps read (``rows_trained``, with
-    repeats; None where the solver does not count them)."""
-    return drawn if declared_plan(plan).private_draw else rows_trained
+    rows where its plan's declaration (:func:`~fedsample.parts.declared_plan`) says its draw is private
+    (``private_draw``, FedSampling's: the figure the round's ``realised_samples`` reads from a released count), else
+    the rows its local steps read (``rows_trained``, with repeats; None where the solver does not count them)."""
+    return drawn if declared.private_draw else rows_trained
 
 
-def sample_sums(plan: object, drawn: int) -> dict[str, int]:
-    """The value of each summed statistic ``plan`` declares (:func:`~fedsample.parts.summed_of`) for a client that drew
+def sample_sums(declared: CohortPlanCapabilities, drawn: int) -> dict[str, int]:
+    """The value of each summed statistic a plan declares (its declaration's ``summed``) for a client that drew
     ``drawn`` samples (the client as a cohort of one), by name; empty where it declares none."""
-    declared = summed_of(plan)
-    if not declared:
+    if not declared.summed:
         return {}
-    return {name: int(v[0]) for name, v in summed_statistics(declared, np.array([drawn], dtype=np.int64)).items()}
+    return {name: int(v[0]) for name, v in summed_statistics(declared.summed, np.array([drawn], dtype=np.int64)).items()}
 
 
 def sample_statistics(ctx: ClientContext, sample: LocalSample, params: Params, statistics: tuple[ReplyStatistic, ...]) -> dict[str, float]:

@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # the parts' Protocols, which speak these messages (fedsample
     from fedsample.parts import DataPlan, LocalSolver, UpdatePrivacy
 
 __all__ = [
-    "ClientContext", "ClientState", "DataWeights", "DRAWN", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "ClientContext", "ClientState", "DataWeights", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
+    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "LOGGED_AS", "logged_as", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "requests_of", "unplanned", "with_plan",
 ]
 
@@ -154,7 +154,7 @@ class SizeQuery:
 class SizeSumRequest:
     """Ask every client for its size *into a secure sum*, before the first draw (a count-only request: no model, no
     training). Each client's true size goes only into the sum, with its share N(0, count_noise^2 / asked) of Gaussian
-    noise, exactly as a round's drawn count does (:mod:`fedsample.federation.secure_sum`,
+    noise, exactly as a round's summed statistics are (:mod:`fedsample.federation.secure_sum`,
     :mod:`fedsample.flower.secagg`): the server learns N + N(0, count_noise^2 a / asked) for the a clients that
     answered, nothing per client. FedSampling's first ratio K/N^ comes from it
     (:class:`fedsample.sampling.data.FedSamplingData` with ``total_from="secure_sum"``). Answered by the count-only
@@ -283,11 +283,6 @@ def reply_statistics(statistics: Sequence[ReplyStatistic], losses: np.ndarray, m
     return {s.name: s.of_cohort(losses, member, clients) for s in statistics}
 
 
-DRAWN = "drawn"
-"""The name of FedSampling's drawn count among a reply's summed statistics (:attr:`TrainReport.sums`,
-:class:`fedsample.sampling.data.DrawnCount`): what the self-normalized update divides by and a steered run learns from."""
-
-
 @runtime_checkable
 class SummedStatistic(Protocol):
     """An integer each client adds to its training reply from what its plan drew, which the server learns only summed
@@ -335,6 +330,17 @@ def summed_statistics(statistics: Sequence[SummedStatistic], counts: np.ndarray)
     """Each summed statistic's values for a cohort whose members drew ``counts`` samples (:meth:`SummedStatistic.of_cohort`),
     by name, as int64; a single client is the cohort of one."""
     return {s.name: np.asarray(s.of_cohort(counts), dtype=np.int64) for s in statistics}
+
+
+LOGGED_AS: dict[str, str] = {}
+"""The key under which the round's record and a Flower reply's metrics carry a summed statistic, by the statistic's
+name, where it is not the name itself: the module that defines a statistic adds it (FedSampling's drawn count,
+:mod:`fedsample.sampling.data`: ``"samples"``). Only names travel with the replies, so the key is found from the name."""
+
+
+def logged_as(name: str) -> str:
+    """The record's (and the Flower metric's) key of the summed statistic ``name`` (:data:`LOGGED_AS`; else the name)."""
+    return LOGGED_AS.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -396,9 +402,7 @@ class TrainReport:
     """A client's update (a descent direction), the number of local steps taken (tau_k), its mean loss,
     where the solver reports it, FedNova's effective number of steps ||a_k||_1 (None: a_k = tau_k), ``sums``: the
     value of each :class:`SummedStatistic` its plan declares, by name, which the server learns only summed (empty
-    otherwise; e.g. the number of local samples it drew, :data:`DRAWN`, which the self-normalized FedSampling update
-    divides by, :class:`fedsample.training.aggregate.DrawnNormalizedSum`; read as ``samples``, and given so at
-    construction, None where not asked) and ``statistics``: the value of each
+    otherwise; e.g. FedSampling's drawn count, :class:`fedsample.sampling.data.DrawnCount`) and ``statistics``: the value of each
     :class:`ReplyStatistic` the payload asks for, by name (empty otherwise; a reply that took no step carries none,
     and a noised reply withholds them). ``rows_trained``: the rows its local steps read,
     with repeats (the sum of its minibatches' widths over its steps or epochs: the realised budget's unit,
@@ -413,18 +417,12 @@ class TrainReport:
     statistics: Mapping[str, float] = field(default_factory=dict)
     sums: Mapping[str, int] = field(default_factory=dict)
 
-    def __init__(self, update: Params, steps: int, loss: float, norm_steps: float | None = None, samples: int | None = None,
-                 rows_trained: int | None = None, statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
+    def __init__(self, update: Params, steps: int, loss: float, norm_steps: float | None = None, rows_trained: int | None = None,
+                 statistics: Mapping[str, float] | None = None, sums: Mapping[str, int] | None = None) -> None:
         self.update, self.steps, self.loss, self.norm_steps, self.rows_trained = update, steps, loss, norm_steps, rows_trained
         self.statistics = {} if statistics is None else statistics
-        summed = dict(sums or {}) if samples is None else {**(sums or {}), DRAWN: int(samples)}
-        if summed:  # else the class's empty mapping: a report carries sums only where its plan declares them
-            self.sums = summed
-
-    @property
-    def samples(self) -> int | None:
-        """The drawn count among :attr:`sums` (:data:`DRAWN`); None where the plan does not ask for it."""
-        return self.sums.get(DRAWN)
+        if sums:  # else the class's empty mapping: a report carries sums only where its plan declares them
+            self.sums = dict(sums)
 
 
 TrainReport.sums = MappingProxyType({})  # the default of every report without sums, its own subclasses' included

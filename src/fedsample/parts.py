@@ -45,7 +45,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.messages import ClientContext, LocalResult, LocalSample, Params, PerClient, ReplyStatistic, SizeQuery, SummedStatistic, TrainPayload, TrainReport
 from fedsample.rounds import Cohort, ReplyList, RoundContext
-from fedsample.runtime.records import State
+from fedsample.runtime.records import Record, State
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +60,7 @@ __all__ = [
     "DataSamplerCapabilities", "DeclaredPlan", "DeclaredPrivacy", "DeclaredSolver", "describe", "Design", "DesignedClients",
     "DesignedPlan", "DeviceDraw", "DevicePlan", "DrawnCohort", "estimates_inclusion", "EstimatesInclusion",
     "expected_trainings", "FixedSize", "inclusion_kind", "InclusionKind", "Learns", "Limit", "LocalSolver",
-    "LocalSolverCapabilities", "missing_methods", "observes_drawn", "observes_replies", "ObservesDrawn", "ObservesReplies",
+    "LocalSolverCapabilities", "missing_methods", "observes_sums", "observes_replies", "ObservesSums", "ObservesReplies",
     "check_plan", "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
@@ -289,9 +289,9 @@ def observes_replies(sampler: object) -> TypeGuard[ObservesReplies]:
     return conforms(sampler, ObservesReplies)
 
 
-def observes_drawn(sampler: object) -> TypeGuard[ObservesDrawn]:
-    """Whether a data sampler learns from the cohort's drawn count (:class:`ObservesDrawn`)."""
-    return conforms(sampler, ObservesDrawn)
+def observes_sums(sampler: object) -> TypeGuard[ObservesSums]:
+    """Whether a data sampler learns from the round's summed statistics (:class:`ObservesSums`)."""
+    return conforms(sampler, ObservesSums)
 
 
 def plans_weights(aggregate: object) -> TypeGuard[PlansWeights]:
@@ -653,6 +653,11 @@ class CohortPlanCapabilities(_Capabilities):
     def offered(self) -> dict[str, tuple[str, bool]]:
         return {"draws_blocks": ("draw_blocks", self.draws_blocks), "draws_on_device": ("draw_cohort_on_device", self.draws_on_device)}
 
+    @property
+    def reports_rows(self) -> bool:
+        """Whether a client may add the rows it trained on to its reply (:func:`reports_rows`)."""
+        return not self.private_draw or bool(self.summed)
+
 
 Capabilities = (ClientSamplerCapabilities | DataSamplerCapabilities | AggregatorCapabilities | LocalSolverCapabilities
                 | UpdatePrivacyCapabilities)
@@ -745,8 +750,7 @@ def reports_rows(plan: object) -> bool:
     :mod:`fedsample.budget`): not where the plan declares its draw private (``private_draw``, FedSampling's: the
     count reaches the server only summed inside the secure sum, and a client's rows would reveal it) unless the
     plan sums a statistic of it anyway."""
-    declared = declared_plan(plan)
-    return not declared.private_draw or bool(declared.summed)
+    return declared_plan(plan).reports_rows
 
 
 @runtime_checkable
@@ -767,8 +771,8 @@ class CohortPlan(DataPlan, Protocol):
 class DataSampler(Protocol):
     """What each chosen client trains on: ``plan`` returns one :class:`DataPlan` for the cohort, or one per member
     (PerClient); ``capabilities`` (:class:`DataSamplerCapabilities`) declares whether its plans divide by the
-    inclusion probabilities, the sizes it needs and the rest. A data sampler steered by the cohort's drawn count
-    has ``observe_drawn`` (:class:`ObservesDrawn`)."""
+    inclusion probabilities, the sizes it needs and the rest. A data sampler steered by the round's summed statistics
+    has ``observe_sums`` (:class:`ObservesSums`)."""
 
     @property
     def capabilities(self) -> DataSamplerCapabilities: ...
@@ -777,12 +781,12 @@ class DataSampler(Protocol):
 
 
 @runtime_checkable
-class ObservesDrawn(Protocol):
-    """A data sampler that learns from the cohort's drawn count (a steered FedSampling's next N^,
-    :class:`fedsample.sampling.data.FedSamplingData`): ``observe_drawn(state, drawn, ratio)`` after the round,
-    with the round's sampling ratio."""
+class ObservesSums(Protocol):
+    """A data sampler that learns from the round's summed statistics (a steered FedSampling's next N^ from the drawn
+    count, :class:`fedsample.sampling.data.FedSamplingData`): ``observe_sums(state, sums, log)`` after the round, with
+    the sums by name (:meth:`fedsample.rounds.ReplyList.sums`) and the round's record so far (e.g. its sampling ratio)."""
 
-    def observe_drawn(self, state: State, drawn: float, ratio: float) -> None: ...
+    def observe_sums(self, state: State, sums: Mapping[str, float], log: Record) -> None: ...
 
 
 @runtime_checkable

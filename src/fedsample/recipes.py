@@ -29,7 +29,7 @@ from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData, TotalFrom
+from fedsample.sampling.data import COUNT_NOISE, DRAWN, FedSamplingData, FixedRatio, FullData, TotalFrom
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -44,7 +44,7 @@ from fedsample.sampling.optimal import DEFAULT_J_MAX, Objective, OptimalClients,
 from fedsample.sampling.stratify import STRATA, Spread, StratifiedClients, Within
 from fedsample.privacy.sizes import ExactSizes, RandomizedSizes
 from fedsample.strategy import Strategy
-from fedsample.messages import DRAWN, Params
+from fedsample.messages import Params
 from fedsample.training.aggregate import DrawnNormalizedSum, FedNova, ISFedAvgAggregate, Scaling, StratifiedMean, Sum, WeightedMean
 from fedsample.training.local import LR_DECAY, MOMENTUM, EpochSGD, LocalSGD, OneGradient
 from fedsample.training.local_training import BATCH, FLAT, LocalTraining, fields_of, fold
@@ -301,7 +301,7 @@ def fedsampling(
 
     An option given explicitly wins over the protocol's choice; without a secure sum (``secure_sum=False``: the
     server may not learn a count per client) or with a ``data=`` sampler that does not send the drawn counts
-    (its capabilities' ``summed`` has no :data:`~fedsample.messages.DRAWN`) the update divides by K. The other remedies (docs/size-estimate.md):
+    (its capabilities' ``summed`` has no :data:`~fedsample.sampling.data.DRAWN`) the update divides by K. The other remedies (docs/size-estimate.md):
     ``sizes="exact"`` the non-private control (true sizes, same K/N sampling); ``reuse=R`` one estimate for R
     rounds; ``average=A`` the mean of the last A estimates (needs fresh reports)."""
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):

@@ -8,7 +8,7 @@ A federation answers ``run(ids, request, round)`` with a :class:`ReplyList`: one
 client, in order. A reply is the procedure's report, or :class:`Failed` when the client did not answer in time,
 raised, or sent something the server rejected; a failed client is left out of that round and named in the
 round's record. :class:`ReplyList` is the one protocol for what the server may ask of a round's replies (the
-positions that carry an update, the weighted sum of the updates, the summed loss, the drawn-sample count, the
+positions that carry an update, the weighted sum of the updates, the summed loss, each summed statistic, the
 size reports as numbers), in three kinds: :class:`Replies` computes them reply by reply, :class:`NumberReplies`
 holds size reports as one array, and :class:`FusedReplies` asks an engine's :class:`ReplyBacking`, which computes
 them its own way (the vectorized engine's one backward pass, Ray's partial sums on the workers, a secure sum).
@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from fedsample.messages import DRAWN, Params, ProbeReport, TrainReport
+from fedsample.messages import SIZES, Params, ProbeReport, TrainReport
 from fedsample.rng import SERVER, generator
 
 if TYPE_CHECKING:  # types only: these modules import this one
@@ -189,8 +189,8 @@ class ReplyList(Sequence[object]):
     - :meth:`received_positions`: the positions whose reply carries an update (not failed, not empty);
     - :meth:`weighted_update_sum`: ``sum_i w_i * Delta_{positions_i}``, the linear aggregators' one question;
     - :meth:`summed_loss`: (sum of the losses of the clients that took a step, how many did);
-    - :meth:`summed`: a summed statistic's sum over the cohort, by name (:class:`~fedsample.messages.SummedStatistic`;
-      :meth:`drawn_total`, the samples the cohort drew: the self-normalized FedSampling update's S);
+    - :meth:`summed`: a summed statistic's sum over the cohort, by name (:class:`~fedsample.messages.SummedStatistic`,
+      e.g. the samples the cohort drew: the self-normalized FedSampling update's S);
     - :meth:`rows_trained`: the rows the cohort's local steps read, with repeats (the realised budget);
     - :meth:`numbers`: the replies as numbers (size reports), NaN where failed;
     - :meth:`rejecting`: the same replies with some positions rejected (validation), its other abilities kept;
@@ -264,9 +264,15 @@ class ReplyList(Sequence[object]):
         float where the sum is noised (a secure sum's)."""
         return summed_over(self.__getitem__, self.received_positions(), name)
 
-    def drawn_total(self) -> int | float:
-        """sum_c |S_c|, the samples the cohort drew (:meth:`summed` of :data:`~fedsample.messages.DRAWN`)."""
-        return self.summed(DRAWN)
+    def summed_names(self) -> tuple[str, ...]:
+        """The names of the summed statistics the received replies carry (the first one's ``sums``; () where none
+        was received)."""
+        return names_carried(self.__getitem__, self.received_positions())
+
+    def sums(self) -> dict[str, int | float]:
+        """Every summed statistic the received replies all carry, summed (:meth:`summed`), by name: what the round's
+        record logs; {} where they carry none."""
+        return sums_of(self.summed, self.summed_names())
 
     def rows_trained(self) -> int | None:
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
@@ -368,10 +374,27 @@ def summed_over(reply: Callable[[int], object], received: np.ndarray, name: str)
     return int(sum(c for c in counts if c is not None))
 
 
+def names_carried(reply: Callable[[int], object], received: np.ndarray) -> tuple[str, ...]:
+    """The names of the summed statistics the first of the ``received`` replies carries (every reply of a call carries
+    those its plan declares)."""
+    return tuple(train_report(reply(int(received[0]))).sums) if len(received) else ()
+
+
+def sums_of(summed: Callable[[str], int | float], names: Sequence[str]) -> dict[str, int | float]:
+    """``summed(name)`` of each of ``names``, leaving out those a reply does not carry (``summed`` refuses them)."""
+    out: dict[str, int | float] = {}
+    for name in names:
+        try:
+            out[name] = summed(name)
+        except ValueError:
+            continue
+    return out
+
+
 def not_summed(name: str) -> ValueError:
     """The refusal of a sum of ``name`` the replies do not carry (the plan does not declare it)."""
-    return ValueError(f"these replies carry no summed statistic {name!r}: the plan does not declare it (normalize='drawn' "
-                      "needs each reply's drawn-sample count, which FedSamplingData(count_drawn=True) declares)")
+    return ValueError(f"these replies carry no summed statistic {name!r} (of the clients' drawn-sample counts): the plan "
+                      "does not declare it (its capabilities' summed)")
 
 
 def rows_of(reply: Callable[[int], object], received: np.ndarray) -> int | None:
@@ -445,8 +468,15 @@ class NumberReplies(ReplyList):
         return 0.0, 0
 
     def summed(self, name: str) -> int:
-        """The received numbers, summed, whatever the name (the sizes of a ``sum_sizes`` call, the secure sum's count)."""
+        """The received numbers, summed: they are sizes (:data:`~fedsample.messages.SIZES`, the sum of a ``sum_sizes``
+        call); any other name is refused (:func:`not_summed`)."""
+        if name != SIZES:
+            raise not_summed(name)
         return int(np.sum(np.asarray(self.values, dtype=np.int64)[self.received_positions()]))
+
+    def summed_names(self) -> tuple[str, ...]:
+        """Size reports: their sum is the sizes'."""
+        return (SIZES,)
 
     def numbers(self) -> np.ndarray:
         values = self.values.astype(np.float64)
@@ -501,6 +531,10 @@ class ReplyBacking(Protocol):
         """The ``received`` replies' values of the summed statistic ``name``, summed."""
         ...
 
+    def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
+        """The names of the summed statistics the ``received`` replies carry."""
+        ...
+
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The ``received`` replies' rows trained, summed; None where not known."""
         ...
@@ -538,6 +572,9 @@ class ReplyObjects:
 
     def summed(self, name: str, received: np.ndarray) -> int | float:
         return summed_over(self.reply, received, name)
+
+    def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
+        return names_carried(self.reply, received)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         return rows_of(self.reply, received)
@@ -631,6 +668,9 @@ class FusedReplies(ReplyList):
 
     def summed(self, name: str) -> int | float:
         return self.backing.summed(name, self._received())
+
+    def summed_names(self) -> tuple[str, ...]:
+        return self.backing.summed_names(self._received())
 
     def rows_trained(self) -> int | None:
         return self.backing.rows_trained(self._received())

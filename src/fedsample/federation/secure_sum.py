@@ -6,17 +6,17 @@ side of the door; and the ``send_held`` replies of a sampler that chooses among 
 weighted sum ``sum_k w_k * Delta_k`` with the weights the aggregator sends (they depend only on what the
 server already holds: the cohort, inclusion probabilities and size reports), together with the cohort's summed
 loss, the number of clients that took a step (two more coordinates of the same sum, for the round log) and
-the number of samples they drew (for the self-normalized FedSampling update). Where the plan asks for it
-(``count_noise`` = sigma_S > 0), that last coordinate carries Gaussian noise: each of the m asked clients adds
-a share N(0, sigma_S^2 / m) to its count (:func:`count_shares`, drawn from the client's own stream of the
-(seed, round, client, purpose) cell), so the sum of the a that answer carries N(0, sigma_S^2 a / m): the full
-sigma_S^2 when every asked client answers, less after dropouts (a client cannot know, before it seals its
-reply, who else will answer); :func:`noised_count`, and the ledger accounts the actual a / m,
+each summed statistic the plan declares (:class:`~fedsample.messages.SummedStatistic`, one more coordinate each).
+Where a statistic declares noise (sigma > 0), its coordinate carries Gaussian noise: each of the m asked clients adds
+a share N(0, sigma^2 / m) to its value (:func:`count_shares`, drawn from the client's own stream of the
+(seed, round, client, purpose) cell, the statistic's ``purpose``), so the sum of the a that answer carries
+N(0, sigma^2 a / m): the full sigma^2 when every asked client answers, less after dropouts (a client cannot know,
+before it seals its reply, who else will answer); :func:`noised_count`, and the ledger accounts the actual a / m,
 :mod:`fedsample.privacy.amplification`. Flower's SecAgg+ seals the same shares on the clients
-(:mod:`fedsample.flower.secagg`), so both give the same noised count. The count-only ``sum_sizes`` call
+(:mod:`fedsample.flower.secagg`), so both give the same noised sum. The count-only ``sum_sizes`` call
 (:class:`~fedsample.messages.SizeSumRequest`, before FedSampling's first draw) is sealed the same way: each client's
-size is the count, its noise share comes from the cell of :data:`SIZE_NOISE_PURPOSE` (never the drawn count's, so the
-two releases carry independent noise), and the server learns only the noised total (:class:`SummedSizes`).
+size is the count, its noise share comes from the cell of :data:`SIZE_NOISE_PURPOSE` (its own, so that its release
+and a training call's carry independent noise), and the server learns only the noised total (:class:`SummedSizes`).
 A second sum is refused (two weight vectors would reveal single updates). Every asked client is counted
 (empty replies add zero), so the server cannot tell who drew nothing.
 
@@ -46,14 +46,11 @@ from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, Reply
 from fedsample.training.functional import Params
 
 __all__ = [
-    "COUNT_NOISE_PURPOSE", "SIZE_NOISE_PURPOSE", "SealedCohort", "SecureSum", "SummedSizes", "count_shares", "noised_count",
+    "SIZE_NOISE_PURPOSE", "SealedCohort", "SecureSum", "SummedSizes", "count_shares", "noised_count",
     "sealed_replies", "sealed_statistic", "sealed_sums", "with_secure_sum",
 ]
 
-#: The purpose of the random cell the drawn count's noise comes from (fedsample.rng; the default of
-#: :func:`count_shares`, the purpose :class:`fedsample.sampling.data.DrawnCount` declares).
-COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
-#: The purpose of the random cell the summed sizes' noise comes from (``sum_sizes``; independent of the drawn count's).
+#: The purpose of the random cell the summed sizes' noise comes from (``sum_sizes``; independent of a training call's).
 SIZE_NOISE_PURPOSE = "secure sum: total-size noise"
 
 
@@ -106,7 +103,7 @@ class SecureSum(Federation):
         self, token: int, positions: np.ndarray, weights: np.ndarray
     ) -> tuple[Params | None, float, int, dict[str, float]]:
         """The one sum of a sealed cohort: (sum_k w_k Delta_k, sum of the trained clients' losses, how many
-        trained, each summed statistic the replies carry with its noise, by name: e.g. how many samples they drew)."""
+        trained, each summed statistic the replies carry with its noise, by name)."""
         replies = self._pending.pop(token, None)
         if replies is None:
             raise RuntimeError("secure sum: this cohort's sum was already revealed (one sum per round)")
@@ -176,7 +173,7 @@ class SummedSizes:
 def sealed_sums(payload: object) -> tuple[SummedStatistic, ...]:
     """The summed statistics of a sealed call, each one more coordinate of the sum with its own noise: a
     :class:`~fedsample.messages.SizeSumRequest`'s the clients' sizes (:class:`SummedSizes`); a training payload's those
-    its plan declares (:func:`~fedsample.parts.summed_of`: FedSampling's drawn count); a held update's none (no new draw)."""
+    its plan declares (:func:`~fedsample.parts.summed_of`); a held update's none (no new draw)."""
     if isinstance(payload, SizeSumRequest):
         return (SummedSizes(float(payload.count_noise)),)
     return summed_of(payload.plan) if isinstance(payload, TrainPayload) else ()
@@ -191,10 +188,10 @@ def sealed_statistic(payload: object) -> SummedStatistic | None:
     return sums[0] if sums else None
 
 
-def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray, purpose: str = COUNT_NOISE_PURPOSE) -> np.ndarray:
+def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.ndarray, purpose: str) -> np.ndarray:
     """Each client's share of the noise on a summed count, N(0, sigma^2 / asked), from the client's own
-    counter-based stream of the (seed, round, ``purpose``) cell (:data:`COUNT_NOISE_PURPOSE` for the drawn count,
-    :data:`SIZE_NOISE_PURPOSE` for the summed sizes; its first uniform u, read as Phi^-1(u + 2^-54), the midpoint of
+    counter-based stream of the (seed, round, ``purpose``) cell (the summed statistic's
+    :attr:`~fedsample.messages.SummedStatistic.purpose`, :data:`SIZE_NOISE_PURPOSE` for the summed sizes; its first uniform u, read as Phi^-1(u + 2^-54), the midpoint of
     its 2^-53 cell): the same number whether one client draws it (a Flower node) or the secure sum draws a cohort's
     at once."""
     clients = np.asarray(clients, dtype=np.int64)
@@ -209,9 +206,9 @@ def count_shares(sigma: float, asked: int, seed: int, round: int, clients: np.nd
 
 
 def noised_count(
-    count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int, purpose: str = COUNT_NOISE_PURPOSE
+    count: int, sigma: float, answered: np.ndarray, asked: int, seed: int, round: int, purpose: str
 ) -> float:
-    """The summed count S (drawn samples, or sizes with :data:`SIZE_NOISE_PURPOSE`) plus the noise shares
+    """The summed count S (a summed statistic's, the noise from the cells of its ``purpose``) plus the noise shares
     (:func:`count_shares`) of the ``answered`` clients of the ``asked`` ones, each N(0, sigma^2 / asked):
     S + N(0, sigma^2 * a / asked) for a answering clients (the server sees neither a share nor the shares' sum, only
     S plus it)."""
@@ -323,7 +320,7 @@ class SealedCohort:
         return self._loss if self._loss is not None else (0.0, 0)
 
     def summed(self, name: str, received: np.ndarray) -> float:
-        """The cohort's values of the summed statistic ``name`` (e.g. the samples it drew), from the same secure sum
+        """The cohort's values of the summed statistic ``name``, from the same secure sum
         (after the update's sum), with the plan's noise (a float then)."""
         if self._loss is None:
             raise RuntimeError(f"the summed {name!r} comes with the secure sum of the update: ask for that sum first")
@@ -331,9 +328,13 @@ class SealedCohort:
             raise not_summed(name)
         return self._sums[name]
 
+    def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
+        """The summed statistics of the secure sum (none before the update's sum is revealed)."""
+        return tuple(self._sums)
+
     def rows_trained(self, received: np.ndarray) -> None:
         """Unknown: a sealed reply's rows trained are not read, nor summed into the secure sum (the realised budget
-        of a secure-summed client sampler is not recorded; FedSampling's comes from its drawn count)."""
+        of a secure-summed client sampler is not recorded, only what a summed statistic releases)."""
         return None
 
     def suspects(self, received: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, ClientRandom, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, summed_over, train_report, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, train_report, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -291,7 +291,7 @@ class VectorizedSimulator(Simulator):
             self._meter.add(0)
             return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
-        self._meter.add(procedures.measured_rows(payload.plan, len(drawn.member), int(schedule.entries.sum())))  # never sent
+        self._meter.add(procedures.measured_rows(parts.declared_plan(payload.plan), len(drawn.member), int(schedule.entries.sum())))  # never sent
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
         counted = summed_statistics(parts.summed_of(payload.plan), drawn.counts)  # those the plan declares: {} for none
@@ -624,6 +624,11 @@ class BatchedCohort:
         if name not in self._sums:
             return summed_over(self.reply, received, name)
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
+
+    def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
+        """The summed statistics the first received report carries, as every backing reads them (one report object;
+        its update is not computed)."""
+        return names_carried(self.reply, received)
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""

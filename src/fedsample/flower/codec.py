@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import DRAWN, HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, procedure_of
+from fedsample.messages import LOGGED_AS, HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, logged_as, procedure_of
 from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
@@ -30,6 +30,7 @@ __all__ = ["MalformedReply", "decode_report", "decode_request", "encode_report",
 HEADER, PARAMS, PAYLOAD = "fedsample", "params", "payload"
 REPORT, ARRAYS = "report", "arrays"
 STATISTIC = "statistic."  #: the prefix of a reply statistic's metric (fedsample.messages.ReplyStatistic)
+TRAIN_FIELDS = frozenset({"steps", "loss", "norm_steps", "rows_trained"})  #: a train report's own metrics; any other unprefixed one is a summed statistic
 
 
 class MalformedReply(ValueError):
@@ -100,10 +101,7 @@ def encode_report(request: Any, report: Any) -> RecordDict:
         metrics: dict[str, Any] = {"steps": int(report.steps), "loss": float(report.loss)}
         if report.norm_steps is not None:
             metrics["norm_steps"] = float(report.norm_steps)
-        if set(report.sums) - {DRAWN}:
-            raise ValueError(f"the Flower codec carries the drawn count ({DRAWN!r}) only among summed statistics, not {sorted(report.sums)}")
-        if report.samples is not None:  # only when the plan declares it (self-normalized FedSampling)
-            metrics["samples"] = int(report.samples)
+        metrics.update(summed_metrics(report.sums))  # only those the plan declares (the self-normalized FedSampling's drawn count)
         if report.rows_trained is not None:  # the rows its steps read (the realised budget)
             metrics["rows_trained"] = int(report.rows_trained)
         metrics.update({STATISTIC + name: float(v) for name, v in report.statistics.items()})  # those the payload asks
@@ -191,15 +189,38 @@ def _train(record: Any, content: RecordDict, sent: Params) -> TrainReport:
         raise MalformedReply("no update arrays")
     update = params_of(content.array_records[ARRAYS])
     _check_like(update, sent)
-    samples = record.get("samples")
-    if samples is not None and (_field(record, "samples", int) < 0):
-        raise MalformedReply(f"negative drawn-sample count {samples}")
     rows_trained = record.get("rows_trained")
     if rows_trained is not None and (_field(record, "rows_trained", int) < 0):
         raise MalformedReply(f"negative count of rows trained {rows_trained}")
     statistics = {k.removeprefix(STATISTIC): _finite(k, float(_field(record, k, (int, float)))) for k in record if k.startswith(STATISTIC)}
-    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, samples=samples, rows_trained=rows_trained,
-                       statistics=statistics)
+    return TrainReport(update=update, steps=steps, loss=loss, norm_steps=norm_steps, rows_trained=rows_trained,
+                       statistics=statistics, sums=_sums(record))
+
+
+def summed_metrics(sums: Mapping[str, int]) -> dict[str, int]:
+    """A report's summed statistics (:attr:`~fedsample.messages.TrainReport.sums`) as metrics, each under its own name
+    (e.g. ``"samples"``, FedSampling's drawn count); a name that is one of the report's own metrics or carries the
+    reply statistics' prefix cannot be told apart on the other side, and is refused."""
+    metrics = {logged_as(name): int(v) for name, v in sums.items()}
+    clashing = sorted(name for name in sums if name in TRAIN_FIELDS or name.startswith(STATISTIC) or _named(logged_as(name)) != name)
+    if clashing:
+        raise ValueError(f"the Flower codec cannot carry summed statistics named {clashing}: the names of a train report's metrics")
+    return metrics
+
+
+def _named(key: str) -> str:
+    """The summed statistic a metric ``key`` carries (:func:`~fedsample.messages.logged_as` read backwards)."""
+    return next((name for name, logged in LOGGED_AS.items() if logged == key), key)
+
+
+def _sums(record: Any) -> dict[str, int]:
+    """The summed statistics of a train report's metrics: every one that is neither the report's own nor a reply
+    statistic, each a count >= 0 (:func:`summed_metrics`)."""
+    sums = {_named(k): _field(record, k, int) for k in record if k not in TRAIN_FIELDS and not k.startswith(STATISTIC)}
+    negative = {k: v for k, v in sums.items() if v < 0}
+    if negative:
+        raise MalformedReply(f"negative drawn-sample count statistic {negative}")
+    return sums
 
 
 def _finite_array(name: str, array: np.ndarray) -> np.ndarray:

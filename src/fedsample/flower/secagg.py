@@ -3,11 +3,13 @@ Flower implements it: ``SecAggPlusWorkflow`` on the server, ``secaggplus_mod`` o
 ServerApp receives masked vectors and learns only their sum.
 
 A strategy that declares ``secure_sum`` asks for one weighted sum of the cohort's updates (with the cohort's
-summed loss, how many clients took a step and, when the plan asks, how many samples they drew:
+summed loss, how many clients took a step and, when the plan declares one, its summed statistic (e.g. how many
+samples they drew):
 :class:`~fedsample.federation.secure_sum.SecureSum`, which stays the in-process reference for the numbers).
 Here each client packs its reply into one vector (:func:`sealed_vector`): the update's arrays, then a tally
-(loss, 1 if it took a step, the drawn count in base-1024 digits or, where the plan puts noise on it, the drawn
-count plus the client's noise share, 1 if its vector had to be clipped), each tally entry scaled into SecAgg+'s
+(loss, 1 if it took a step, the one summed statistic the call declares, whatever its name, in base-1024 digits or,
+where the statistic declares noise, its value plus the client's noise share, 1 if its vector had to be clipped; the
+entries keep the drawn count's names, the first such statistic), each tally entry scaled into SecAgg+'s
 clipping range. The server sends the fedsample request with SecAgg+'s
 collect-masked-vectors stage, so training happens inside the protocol; a client that fails before its masked
 vector arrives is a dropout (left out of the sum and named), one that fails after it is recovered by SecAgg+
@@ -58,7 +60,7 @@ from fedsample import checks
 from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
 from fedsample.flower.codec import Request, encode_request
 from fedsample.flower.federation import exchange, say_failures
-from fedsample.messages import DRAWN, SIZES, TrainPayload, procedure_of
+from fedsample.messages import TrainPayload, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
 from fedsample.runtime.records import Record
 from fedsample.training.functional import Params
@@ -182,11 +184,15 @@ def is_size(report: Any) -> bool:
 
 
 def sealed_samples(report: Any) -> int | None:
-    """The count a client seals: its size where the report is one (:func:`is_size`), else the samples its training
-    report says it drew (None where not reported)."""
+    """The count a client seals: its size where the report is one (:func:`is_size`), else the value of the one
+    summed statistic its training report carries (the one its plan declares, e.g. the samples it drew; None where
+    the plan declares none). The tally has one count entry: a report that carries more is refused."""
     if is_size(report):
         return int(report)
-    return report.samples if report is not None else None  # a TrainReport (its field is None where not asked)
+    sums = report.sums if report is not None else {}  # a TrainReport (its sums: those its plan declares)
+    if len(sums) > 1:
+        raise ValueError(f"Flower's SecAgg+ tally seals one summed statistic; the report carries {len(sums)}: {sorted(sums)}")
+    return next(iter(sums.values()), None)
 
 
 def flag_clipped(vector: list[np.ndarray], clipping_range: float) -> list[np.ndarray]:
@@ -439,9 +445,7 @@ def sealed_train(
     the clients, in shares sealed into the sum (:func:`count_share_of`). A count-only
     request (:class:`~fedsample.messages.SizeSumRequest`), each client's vector its tally alone (no parameters), the
     summed count its size plus its noise share."""
-    statistic = sealed_statistic(payloads[0]) if payloads else None
-    if statistic is not None and statistic.name not in (DRAWN, SIZES):  # the tally's count entries hold one of these
-        raise ValueError(f"Flower's SecAgg+ tally seals the drawn count or the sizes, not the summed statistic {statistic.name!r}")
+    statistic = sealed_statistic(payloads[0]) if payloads else None  # the tally's count entries: the one the call declares
     reachable = federation._reachable(ids, round)
     procedure = procedure_of(payloads[0]).name if payloads else ""  # the phase a failed client's record names
     failed = {i: Failed(k, procedure, str(reachable[k])) for i, k in enumerate(ids) if reachable[k] is not None}

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, Mapping
 
 import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.messages import DRAWN, SIZES, ClientContext, LocalSample, SizeSumRequest
+from fedsample.messages import LOGGED_AS, SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
-    "AllSamples", "BernoulliSamples", "DrawnCount", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
+    "AllSamples", "BernoulliSamples", "COUNT_NOISE_PURPOSE", "DRAWN", "DrawnCount", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
     "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "TotalFrom",
 ]
 
@@ -64,10 +64,21 @@ class AllSamples:
         return np.zeros(len(sizes), dtype=np.int64)
 
 
+DRAWN = "drawn"
+"""The name of FedSampling's drawn count among a reply's summed statistics (:attr:`fedsample.messages.TrainReport.sums`,
+:class:`DrawnCount`): what the self-normalized update divides by and a steered run learns from; the round's record
+and the Flower reply carry it as ``"samples"`` (:data:`fedsample.messages.LOGGED_AS`)."""
+LOGGED_AS[DRAWN] = "samples"
+
+#: The purpose of the random cells of the clients' noise shares on the summed drawn count
+#: (:func:`fedsample.federation.secure_sum.count_shares`, :attr:`DrawnCount.purpose`).
+COUNT_NOISE_PURPOSE = "secure sum: drawn-count noise"
+
+
 @dataclass(frozen=True)
 class DrawnCount:
     """FedSampling's drawn count as a summed statistic (:class:`fedsample.messages.SummedStatistic`): each client adds
-    |S_c|, how many samples it drew, to its reply under :data:`~fedsample.messages.DRAWN`, and the server learns only
+    |S_c|, how many samples it drew, to its reply under :data:`DRAWN`, and the server learns only
     S = sum_c |S_c| (inside the secure sum), plus Gaussian noise of standard deviation ``noise`` = sigma_S added by the
     asked clients in equal shares from the cells of ``purpose``: the self-normalized update's divisor
     (:class:`fedsample.training.aggregate.DrawnNormalizedSum`) and what a steered run learns N from
@@ -75,7 +86,7 @@ class DrawnCount:
 
     noise: float = 0.0
     name: str = DRAWN
-    purpose: str = "secure sum: drawn-count noise"
+    purpose: str = COUNT_NOISE_PURPOSE
     released: str = "drawn count"
     symbol: str = "S"
 
@@ -302,6 +313,12 @@ class FedSamplingData:
             return None
         total: float = max(memo["sum"] / memo["rounds"], float(num_clients))
         return total
+
+    def observe_sums(self, state: State, sums: Mapping[str, float], log: Record) -> None:
+        """Learn from a round's summed statistics: its released drawn count (:data:`DRAWN`) with the ratio that drew
+        it (the record's ``ratio``, :meth:`plan`), :meth:`observe_drawn`."""
+        if DRAWN in sums and "ratio" in log:
+            self.observe_drawn(state, float(sums[DRAWN]), float(log["ratio"]))
 
     def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""

@@ -12,6 +12,7 @@ import numpy as np
 from fedsample import parts
 from fedsample.budget import realised_samples
 from fedsample.parts import ClientSampler, InclusionKind
+from fedsample.messages import logged_as
 from fedsample.privacy import accounting
 from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
@@ -22,7 +23,7 @@ from fedsample.strategy.probes import CheckedProbes
 from fedsample.runtime.records import Record
 
 __all__ = [
-    "census_figures", "cohort_facts", "cohort_figures", "describe_round", "drawn_or_none", "inclusion_figures",
+    "census_figures", "cohort_facts", "cohort_figures", "describe_round", "inclusion_figures",
     "is_census", "note_failures", "note_uncorrected_faults", "unchanged",
 ]
 
@@ -52,12 +53,11 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     if log["updates"] and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
         log["train_loss"] = loss_sum / log["updates"]
     if log["updates"]:
-        drawn = drawn_or_none(reports)
-        if drawn is not None:  # known only where the clients report their counts
-            log["samples"] = drawn
-            if parts.observes_drawn(s.data) and "ratio" in ctx.log:  # a steered FedSampling's next N^ (sampling.data)
-                s.data.observe_drawn(ctx.state, drawn, ctx.log["ratio"])
-        realised = realised_samples(drawn, reports)
+        sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
+        log.update({logged_as(name): value for name, value in sums.items()})  # the drawn count as "samples"
+        if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
+            s.data.observe_sums(ctx.state, sums, ctx.log)
+        realised = realised_samples(log.get("samples"), reports)  # the samples the clients drew, where they report them
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
         budget = s.data.capabilities.budget
@@ -97,15 +97,6 @@ def note_uncorrected_faults(ctx: RoundContext, sampler: ClientSampler) -> None:
                 + (f"; for its lost probes it {instead}" if instead else "") + " (docs/reliability.md)")
         ctx.log["faults_uncorrected"] = said
         warnings.warn(said, RuntimeWarning, stacklevel=4)  # the caller of Strategy.round
-
-
-def drawn_or_none(reports: ReplyList) -> float | None:
-    """The cohort's drawn-sample total where the clients report their counts (the self-normalized FedSampling
-    plan asks for them; a secure sum reveals only the total), else None."""
-    try:
-        return reports.drawn_total()
-    except ValueError:
-        return None
 
 
 def inclusion_figures(sampler: ClientSampler, cohort: Cohort) -> Record:

@@ -23,8 +23,8 @@ import warnings
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import DRAWN
 from fedsample.parts import AggregatorCapabilities, SizeNeed
+from fedsample.sampling.data import DRAWN
 from fedsample.training.functional import Params
 
 from fedsample.rounds import ReplyList, replies_of, weighted_sum  # noqa: F401 - weighted_sum kept importable from here
@@ -175,13 +175,13 @@ class DrawnNormalizedSum:
     def capabilities(self) -> AggregatorCapabilities:
         """Linear (the sum of the updates; the drawn count is one more coordinate of that sum), equal weights (the
         equal-weight sum, then divided by the count: post-processing); it needs the summed drawn count
-        (:data:`~fedsample.messages.DRAWN`); it shares K."""
+        (:data:`~fedsample.sampling.data.DRAWN`); it shares K."""
         return AggregatorCapabilities(weighs_by_inclusion=False, linear=True, needs_summed=(DRAWN,), equal_weights=True,
                                       shared_settings={"K (samples per round)": self.K})
 
     def combine(self, reports: Reports, cohort: "Cohort", ctx: "RoundContext") -> Params | None:
         total = linear_combination(reports, lambda positions, _: np.ones(len(positions)))
-        drawn = replies_of(reports).drawn_total() if total is not None else 0
+        drawn = replies_of(reports).summed(DRAWN) if total is not None else 0
         if total is None or drawn == 0:
             return None
         return {k: v * (self.K / drawn_divisor(drawn)) for k, v in total.items()}
