@@ -140,7 +140,7 @@ def test_a_tally_of_one_count_refuses_a_plan_that_declares_two(engines):
     fed, module = engines
     assert sealed_statistic(payload(module, BernoulliSamples(0.5, report_count=True, count_noise=2.0))) == DrawnCount(2.0)
     assert sealed_statistic(payload(module, BernoulliSamples(0.5))) is None
-    with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['drawn', 'drew'\]"):
+    with pytest.raises(ValueError, match=r"seals one summed statistic; the plan declares 2: \['samples', 'drew'\]"):
         sealed_statistic(payload(module, TwoSums(0.5, report_count=True)))
 
 
@@ -178,9 +178,9 @@ def test_the_flower_codec_carries_any_summed_statistic():
     sent = TrainPayload({"w": torch.zeros(2)}, None, None, 0)
     report = TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={DRAWN: 7, "drew": 1})
     content = encode_report(sent, report)
-    assert content[REPORT]["samples"] == 7 and content[REPORT]["drew"] == 1 and DRAWN not in content[REPORT]
+    assert DRAWN == "samples" and content[REPORT]["samples"] == 7 and content[REPORT]["drew"] == 1
     assert dict(decode_report(content, sent).sums) == {DRAWN: 7, "drew": 1}
-    for name in ("steps", "samples"):
+    for name in ("steps", "statistic.drew"):
         with pytest.raises(ValueError, match="cannot carry summed statistics named"):
             encode_report(sent, TrainReport({"w": torch.ones(2)}, 1, 0.5, sums={name: 1}))
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the parts' Protocols, which speak these messages (fedsample
 
 __all__ = [
     "ClientContext", "ClientState", "DataWeights", "SIZES", "HeldReport", "HeldRequest", "LocalResult", "LocalSample", "NoSamples", "Params", "PerClient", "ProbeReport",
-    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "LOGGED_AS", "logged_as", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
+    "ProbeRequest", "Procedure", "ReplyStatistic", "Shared", "SummedStatistic", "summed_statistics", "SizeQuery", "SizeSumRequest", "TrainHeld", "TrainPayload", "TrainReport", "payloads_for",
     "PlannedSum", "planned_for", "procedure_of", "reply_statistics", "requests_of", "unplanned", "with_plan",
 ]
 
@@ -330,17 +330,6 @@ def summed_statistics(statistics: Sequence[SummedStatistic], counts: np.ndarray)
     """Each summed statistic's values for a cohort whose members drew ``counts`` samples (:meth:`SummedStatistic.of_cohort`),
     by name, as int64; a single client is the cohort of one."""
     return {s.name: np.asarray(s.of_cohort(counts), dtype=np.int64) for s in statistics}
-
-
-LOGGED_AS: dict[str, str] = {}
-"""The key under which the round's record and a Flower reply's metrics carry a summed statistic, by the statistic's
-name, where it is not the name itself: the module that defines a statistic adds it (FedSampling's drawn count,
-:mod:`fedsample.sampling.data`: ``"samples"``). Only names travel with the replies, so the key is found from the name."""
-
-
-def logged_as(name: str) -> str:
-    """The record's (and the Flower metric's) key of the summed statistic ``name`` (:data:`LOGGED_AS`; else the name)."""
-    return LOGGED_AS.get(name, name)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedsample.messages import LOGGED_AS, HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, logged_as, procedure_of
+from fedsample.messages import HeldReport, HeldRequest, ProbeReport, ProbeRequest, SizeQuery, TrainHeld, TrainPayload, TrainReport, procedure_of
 from fedsample.validate import like_shapes
 from fedsample.training.functional import Params
 
@@ -201,22 +201,17 @@ def summed_metrics(sums: Mapping[str, int]) -> dict[str, int]:
     """A report's summed statistics (:attr:`~fedsample.messages.TrainReport.sums`) as metrics, each under its own name
     (e.g. ``"samples"``, FedSampling's drawn count); a name that is one of the report's own metrics or carries the
     reply statistics' prefix cannot be told apart on the other side, and is refused."""
-    metrics = {logged_as(name): int(v) for name, v in sums.items()}
-    clashing = sorted(name for name in sums if name in TRAIN_FIELDS or name.startswith(STATISTIC) or _named(logged_as(name)) != name)
+    metrics = {name: int(v) for name, v in sums.items()}
+    clashing = sorted(name for name in sums if name in TRAIN_FIELDS or name.startswith(STATISTIC))
     if clashing:
         raise ValueError(f"the Flower codec cannot carry summed statistics named {clashing}: the names of a train report's metrics")
     return metrics
 
 
-def _named(key: str) -> str:
-    """The summed statistic a metric ``key`` carries (:func:`~fedsample.messages.logged_as` read backwards)."""
-    return next((name for name, logged in LOGGED_AS.items() if logged == key), key)
-
-
 def _sums(record: Any) -> dict[str, int]:
     """The summed statistics of a train report's metrics: every one that is neither the report's own nor a reply
     statistic, each a count >= 0 (:func:`summed_metrics`)."""
-    sums = {_named(k): _field(record, k, int) for k in record if k not in TRAIN_FIELDS and not k.startswith(STATISTIC)}
+    sums = {k: _field(record, k, int) for k in record if k not in TRAIN_FIELDS and not k.startswith(STATISTIC)}
     negative = {k: v for k, v in sums.items() if v < 0}
     if negative:
         raise MalformedReply(f"negative drawn-sample count statistic {negative}")

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.checks import Param
-from fedsample.messages import LOGGED_AS, SIZES, ClientContext, LocalSample, SizeSumRequest
+from fedsample.messages import SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
@@ -64,11 +64,10 @@ class AllSamples:
         return np.zeros(len(sizes), dtype=np.int64)
 
 
-DRAWN = "drawn"
+DRAWN = "samples"
 """The name of FedSampling's drawn count among a reply's summed statistics (:attr:`fedsample.messages.TrainReport.sums`,
 :class:`DrawnCount`): what the self-normalized update divides by and a steered run learns from; the round's record
-and the Flower reply carry it as ``"samples"`` (:data:`fedsample.messages.LOGGED_AS`)."""
-LOGGED_AS[DRAWN] = "samples"
+and the Flower reply carry it under this name, as they carry every summed statistic."""
 
 #: The purpose of the random cells of the clients' noise shares on the summed drawn count
 #: (:func:`fedsample.federation.secure_sum.count_shares`, :attr:`DrawnCount.purpose`).

@@ -12,7 +12,6 @@ import numpy as np
 from fedsample import parts
 from fedsample.budget import realised_samples
 from fedsample.parts import ClientSampler, InclusionKind
-from fedsample.messages import logged_as
 from fedsample.privacy import accounting
 from fedsample.privacy.recorder import round_figures
 from fedsample.rounds import Cohort, Failed, ReplyList, RoundContext
@@ -54,7 +53,7 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         log["train_loss"] = loss_sum / log["updates"]
     if log["updates"]:
         sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
-        log.update({logged_as(name): value for name, value in sums.items()})  # the drawn count as "samples"
+        log.update(sums)  # by name: FedSampling's drawn count as "samples"
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
         realised = realised_samples(log.get("samples"), reports)  # the samples the clients drew, where they report them
