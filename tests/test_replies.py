@@ -17,9 +17,9 @@ from fedsample.federation.faults import FaultModel, Faulty
 from fedsample.federation.secure_sum import SealedCohort, SecureSum, with_secure_sum
 from fedsample.federation.simulator import Simulator
 from fedsample.federation.vectorized import BatchedCohort, VectorizedSimulator
-from fedsample.messages import PerClient, SizeQuery, TrainPayload, TrainReport, payloads_for
+from fedsample.messages import HeldReport, PerClient, ProbeReport, SizeQuery, TrainPayload, TrainReport, payloads_for
 from fedsample.models import initial_parameters
-from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, replies_of
+from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, probe_reports, replies_of, reply_as, train_report
 from fedsample.sampling.data import DRAWN, AllSamples, BernoulliSamples
 from fedsample.training.local import LocalSGD, OneGradient
 from helpers import blobs, federate
@@ -189,6 +189,23 @@ def test_a_plain_list_from_another_federation_is_read_as_replies():
     assert replies_of(replies) is replies
     assert isinstance(replies_of(np.array([3, 4])), NumberReplies)
     assert fs.training.aggregate.Sum().combine(reports, fs.rounds.Cohort(np.arange(3), np.ones(3), 3), None)["w"].tolist() == [1.0, 1.0]
+
+
+def test_the_typed_readers_return_the_replies_and_refuse_a_wrong_one_naming_it():
+    report, lost = TrainReport({"w": torch.ones(2)}, 1, 0.5), Failed(1, "probe", "lost")
+    replies = Replies([report, {"w": 1.0}, lost])
+    assert replies.report(0) is report and train_report(report) is report
+    with pytest.raises(TypeError, match="a train call's reply is a dict, not a TrainReport"):
+        replies.report(1)
+    with pytest.raises(TypeError, match="a train call's reply is a dict"):  # a sum reads each received reply through it
+        Replies([report, {"w": 1.0}]).summed_loss()
+    probes = [ProbeReport(loss=0.25, grad_norm=None), lost]
+    assert probe_reports(Replies(probes)) == probes
+    with pytest.raises(TypeError, match="a probe's reply is a TrainReport, not a ProbeReport"):
+        probe_reports(Replies([probes[0], report]))
+    assert reply_as(HeldReport(2.0), HeldReport, "train_held").norm == 2.0
+    with pytest.raises(TypeError, match="a train_held call's reply is a float, not a HeldReport"):
+        reply_as(2.0, HeldReport, "train_held")
 
 
 # --- payloads ---------------------------------------------------------------------------------------------

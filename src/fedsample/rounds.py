@@ -19,13 +19,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
+from typing import TYPE_CHECKING, Callable, TypeVar, Iterable, Iterator, Mapping, Protocol, SupportsIndex, TypeGuard, overload
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from fedsample.messages import SIZES, Params, TrainReport
+from fedsample.messages import SIZES, Params, ProbeReport, TrainReport
 from fedsample.rng import SERVER, generator
 
 if TYPE_CHECKING:  # types only: these modules import this one
@@ -36,9 +36,11 @@ if TYPE_CHECKING:  # types only: these modules import this one
 
 __all__ = [
     "Cohort", "Failed", "FederationLost", "FusedReplies", "NumberReplies", "Replies", "ReplyBacking", "ReplyList", "ReplyObjects",
-    "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "summed_over",
-    "replies_of", "rows_of", "update_sum_of", "weighted_sum", "without",
+    "RoundContext", "add_weighted_", "carries_update", "failed_positions", "is_failed", "loss_of", "not_summed", "position_index", "probe_reports", "summed_over",
+    "replies_of", "reply_as", "rows_of", "train_report", "train_reports", "update_sum_of", "weighted_sum", "without",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class RoundContext:
         return self.sizes
 
 
-class ReplyList(Sequence[Any]):
+class ReplyList(Sequence[object]):
     """The protocol of a federation's answer: one reply per asked client, in order, and what the server may ask
     of them. There are three kinds: :class:`Replies` (the replies themselves, every ability computed reply by
     reply), :class:`NumberReplies` (size reports as one array) and :class:`FusedReplies` (an engine's answer whose
@@ -222,6 +224,11 @@ class ReplyList(Sequence[Any]):
         for i, reply in zip(live.tolist(), self):
             items[i] = reply
         return Replies(items, {**failed, **{int(live[j]): f for j, f in self.failed.items()}})
+
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:meth:`received_positions`), refused where the reply there
+        is not one (:func:`train_report`)."""
+        return train_report(self[position])
 
     def failures(self) -> list[Failed]:
         """The Failed replies, in cohort order."""
@@ -293,36 +300,84 @@ def without(positions: np.ndarray, failed: Mapping[int, Failed]) -> np.ndarray:
     return positions[~np.isin(positions, np.fromiter(failed, dtype=np.int64, count=len(failed)))]
 
 
-def update_sum_of(reply: Callable[[int], TrainReport], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
+def reply_as(reply: object, kind: type[T], call: str) -> T:
+    """A reply of a ``call`` read as the ``kind`` it must be; any other object refused in one line naming it (a
+    federation that answered something else)."""
+    if isinstance(reply, kind):
+        return reply
+    raise wrong_reply(reply, kind, call)
+
+
+def wrong_reply(reply: object, kind: type, call: str) -> TypeError:
+    """The one-line refusal of a reply of a ``call`` that is not the ``kind`` it must be."""
+    return TypeError(f"a {call} call's reply is a {type(reply).__name__}, not a {kind.__name__}: {reply!r:.80}")
+
+
+def train_report(reply: object) -> TrainReport:
+    """A received reply of a ``train`` call read as the :class:`~fedsample.messages.TrainReport` it must be
+    (:func:`reply_as`, written out: it is read once per received reply)."""
+    if isinstance(reply, TrainReport):
+        return reply
+    raise wrong_reply(reply, TrainReport, "train")
+
+
+def probe_reports(replies: Iterable[object]) -> list[ProbeReport | Failed]:
+    """A ``probe`` call's replies read as what they must be, in one pass: each a
+    :class:`~fedsample.messages.ProbeReport` or :class:`Failed` (a lost probe); any other object refused in one line
+    naming it."""
+    items = list(replies)
+    out = [r for r in items if isinstance(r, (ProbeReport, Failed))]
+    if len(out) < len(items):
+        wrong = next(r for r in items if not isinstance(r, (ProbeReport, Failed)))
+        raise TypeError(f"a probe's reply is a {type(wrong).__name__}, not a ProbeReport: {wrong!r:.80}")
+    return out
+
+
+def train_reports(replies: list[object]) -> list[TrainReport]:
+    """Received replies of a ``train`` call read as the :class:`~fedsample.messages.TrainReport` s they must be, checked
+    by one C-level scan of their types (:func:`all_train_reports`); a wrong one refused in one line naming it."""
+    if all_train_reports(replies):
+        return replies
+    raise wrong_reply(next(r for r in replies if not isinstance(r, TrainReport)), TrainReport, "train")
+
+
+def all_train_reports(replies: list[object]) -> TypeGuard[list[TrainReport]]:
+    """True where every reply is a :class:`~fedsample.messages.TrainReport` (one test per distinct type)."""
+    return all(issubclass(kind, TrainReport) for kind in set(map(type, replies)))
+
+
+def update_sum_of(reply: Callable[[int], object], failed: Mapping[int, Failed], positions: np.ndarray, weights: np.ndarray) -> Params | None:
     """``sum_i weights_i * Delta_{positions_i}`` reply by reply (``reply(i)``: the reply at position i) over the
     replies that carry an update and are not in ``failed`` (empty replies add zero, failed ones nothing); None when
     none does."""
-    keep = [(int(i), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
-            if int(i) not in failed and carries_update(reply(int(i)))]
+    asked = [(reply(int(i)), w) for i, w in zip(np.asarray(positions).tolist(), np.asarray(weights, dtype=np.float64).tolist())
+             if int(i) not in failed]
+    keep = [(r, w) for r, w in asked if carries_update(r)]
     if not keep:
         return None
-    return weighted_sum((reply(i).update for i, _ in keep), [w for _, w in keep])  # each update read as it is added
+    reports = train_reports([r for r, _ in keep])
+    return weighted_sum((r.update for r in reports), [w for _, w in keep])  # each update read as it is added
 
 
-def loss_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[float, int]:
+def loss_of(reply: Callable[[int], object], received: np.ndarray) -> tuple[float, int]:
     """(sum of the losses of the ``received`` replies, how many), in cohort order."""
-    got = [reply(i) for i in received.tolist()]
+    got = train_reports([reply(i) for i in received.tolist()])
     return float(sum(r.loss for r in got)), len(got)
 
 
-def summed_over(reply: Callable[[int], TrainReport], received: np.ndarray, name: str) -> int:
+def summed_over(reply: Callable[[int], object], received: np.ndarray, name: str) -> int:
     """The ``received`` replies' values of the summed statistic ``name`` (their ``sums``), summed; a ValueError when
     one does not carry it (:func:`not_summed`)."""
-    counts = [reply(i).sums.get(name) for i in received.tolist()]  # received: TrainReports
+    counts = [r.sums.get(name) for r in train_reports([reply(i) for i in received.tolist()])]
     if any(c is None for c in counts):
         raise not_summed(name)
     return int(sum(c for c in counts if c is not None))
 
 
-def names_carried(reply: Callable[[int], TrainReport], received: np.ndarray) -> tuple[str, ...]:
+def names_carried(reply: Callable[[int], object], received: np.ndarray) -> tuple[str, ...]:
     """The names of the summed statistics the first of the ``received`` replies carries (every reply of a call carries
     those its plan declares)."""
-    return tuple(reply(int(received[0])).sums) if len(received) else ()
+    return tuple(train_report(reply(int(received[0]))).sums) if len(received) else ()
 
 
 def sums_of(summed: Callable[[str], int | float], names: Sequence[str]) -> dict[str, int | float]:
@@ -342,17 +397,17 @@ def not_summed(name: str) -> ValueError:
                       "does not declare it (its capabilities' summed)")
 
 
-def rows_of(reply: Callable[[int], TrainReport], received: np.ndarray) -> int | None:
+def rows_of(reply: Callable[[int], object], received: np.ndarray) -> int | None:
     """The rows the ``received`` replies' local steps read, summed (0 for a reply that took no step); None where one
     that stepped does not say."""
-    got = [reply(i) for i in received.tolist()]  # received: TrainReports
+    got = train_reports([reply(i) for i in received.tolist()])
     counts = [0 if r.steps == 0 else r.rows_trained for r in got]
     if any(c is None for c in counts):
         return None
     return int(sum(c for c in counts if c is not None))
 
 
-class Replies(list[Any], ReplyList):
+class Replies(list[object], ReplyList):
     """The plain reply list: the replies themselves (a list), every ability computed reply by reply.
     ``failed`` maps the positions that hold :class:`Failed` to it (found by a scan when not given)."""
 
@@ -451,8 +506,13 @@ class ReplyBacking(Protocol):
 
     def __len__(self) -> int: ...
 
-    def reply(self, position: int) -> Any:
+    def reply(self, position: int) -> object:
         """The reply at ``position`` (made when read where the engine holds numbers only)."""
+        ...
+
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:func:`train_report` where the backing holds objects of no
+        declared type; an AttributeError where single replies cannot be read, a sealed one's)."""
         ...
 
     def received(self) -> np.ndarray:
@@ -488,14 +548,18 @@ class ReplyObjects:
     """A backing that holds its reply objects in ``self.replies`` (a list): the abilities an engine does not fuse,
     computed reply by reply as :class:`Replies` computes them (an engine's backing overrides what it fuses)."""
 
-    replies: list[Any]
+    replies: Sequence[object]
     sealed = False
 
     def __len__(self) -> int:
         return len(self.replies)
 
-    def reply(self, position: int) -> Any:
+    def reply(self, position: int) -> object:
         return self.replies[position]
+
+    def report(self, position: int) -> TrainReport:
+        """The train report at a received ``position`` (:func:`train_report`)."""
+        return train_report(self.replies[position])
 
     def received(self) -> np.ndarray:
         return np.array([i for i, r in enumerate(self.replies) if carries_update(r)], dtype=np.int64)
@@ -578,6 +642,13 @@ class FusedReplies(ReplyList):
 
     def __iter__(self) -> Iterator[object]:
         return (self[i] for i in range(self.size))
+
+    def report(self, position: int) -> TrainReport:
+        """The backing's train report at a received ``position`` (:meth:`ReplyBacking.report`)."""
+        i = position_index(position, self.size)
+        if i in self.failed:
+            return train_report(self.failed[i])  # refused: a Failed is no report
+        return self.backing.report(i if self._inner is None else int(self._inner[i]))
 
     def _received(self) -> np.ndarray:
         """The backing's received positions less the rejected, in its positions."""

@@ -39,7 +39,7 @@ from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import summed_of
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, summed_over
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, probe_reports, summed_over
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
@@ -90,6 +90,9 @@ class LinearCohort(ReplyObjects):
             report.statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
             if self.sums:
                 report.sums = {name: int(v[c]) for name, v in self.sums.items()}
+
+    def reply(self, position: int) -> _LinearReport | None:
+        return self.replies[position]
 
     def received(self) -> np.ndarray:
         return self._received
@@ -218,7 +221,7 @@ class LinearisedFederation(VectorizedSimulator):
             return NORM_BYTES * len(replies)
         if isinstance(asked, ProbeRequest):
             self.cost.probes += len(replies)
-            return sum(r.nbytes for r in replies)  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate
+            return sum(r.nbytes for r in probe_reports(replies) if not isinstance(r, Failed))  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate; a lost probe sent nothing
         return 0
 
     def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:

@@ -40,7 +40,7 @@ from scipy.special import ndtri
 from fedsample import validate
 from fedsample.parts import conforms, summed_of
 from fedsample.federation.base import Federation, KeepsSeed, client_states_of, load_client_states_into
-from fedsample.messages import SIZES, ClientState, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, payloads_for
+from fedsample.messages import SIZES, ClientState, HeldRequest, SizeSumRequest, SummedStatistic, TrainPayload, TrainReport, payloads_for
 from fedsample.rng import cell_key, client_streams, stream_uniforms
 from fedsample.rounds import Failed, FusedReplies, NumberReplies, Replies, ReplyList, is_failed, not_summed, replies_of
 from fedsample.training.functional import Params
@@ -248,10 +248,10 @@ def size_counts(replies: ReplyList, client_ids: np.ndarray) -> NumberReplies:
         problem = None if is_failed(reply) else validate.size_problem(reply, None)
         if is_failed(reply):
             failed[i] = reply
-        elif problem:
-            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, problem)
-        else:
+        elif problem is None and isinstance(reply, (int, float, np.integer, np.floating)):  # size_problem: a number
             sizes[i] = int(reply)
+        else:
+            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, str(problem))
     return NumberReplies(sizes, failed)
 
 
@@ -261,10 +261,15 @@ class _Sealed:
     __slots__ = ()
 
     def __getattr__(self, name: str) -> NoReturn:
-        raise AttributeError(
-            f"secure-sum mode: a client's {name!r} is not visible to the server; use an aggregator that is linear "
-            "with server-known weights (Sum, WeightedMean, StratifiedMean)"
-        )
+        raise not_visible(repr(name))
+
+
+def not_visible(what: str) -> AttributeError:
+    """The refusal of a read of a sealed client's ``what``: the server sees that it arrived, nothing of its content."""
+    return AttributeError(
+        f"secure-sum mode: a client's {what} is not visible to the server; use an aggregator that is linear "
+        "with server-known weights (Sum, WeightedMean, StratifiedMean)"
+    )
 
 
 _SEALED = _Sealed()
@@ -293,6 +298,9 @@ class SealedCohort:
 
     def reply(self, position: int) -> _Sealed:
         return _SEALED
+
+    def report(self, position: int) -> TrainReport:
+        raise not_visible("report")
 
     def received(self) -> np.ndarray:
         """Every asked client: the server cannot tell an empty reply from another (a client that did not answer is

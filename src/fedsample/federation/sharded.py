@@ -24,7 +24,7 @@ from torch import nn
 from fedsample.data.types import FederatedData
 from fedsample.federation.shards import as_range
 from fedsample.messages import ClientState, TrainReport, payloads_for
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, train_reports
 from fedsample.training.functional import Params
 
 __all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "compact_weights", "in_cohort_order", "sharded_replies",
@@ -71,7 +71,7 @@ class ClientShard:
     def updates(self, positions: np.ndarray, token: int) -> list[Params]:
         """The updates of ``positions`` in call ``token`` (for aggregators that read each client's update)."""
         reports = self._reports(token)
-        return [reports[int(i)].update for i in positions]
+        return [reports.report(int(i)).update for i in positions]
 
     def held_rows(self) -> int:
         """The training rows this worker holds (its clients' only)."""
@@ -99,7 +99,7 @@ def summarize_reports(reports: ReplyList) -> Summary:
     and summed statistics (:attr:`fedsample.messages.TrainReport.statistics`, ``sums``); replies that carry no update
     (empty: no step taken) are not summarized and cost nothing."""
     positions = reports.received_positions()
-    got = [reports[int(i)] for i in positions]
+    got = train_reports([reports[int(i)] for i in positions])
     rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
     return (np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],

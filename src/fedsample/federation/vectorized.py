@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, ClientRandom, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, train_report, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -119,7 +119,8 @@ class VectorizedSimulator(Simulator):
         loop's :func:`~fedsample.client.train_held` keeps them), answered by their norms."""
         held = []
         for position, k in enumerate(ids.tolist()):
-            report = reports[position]
+            reply = reports[position]
+            report = None if reply is None else train_report(reply)
             kept = None if report is None else TrainReport(  # a plain report: no tie to this call's batch
                 update=report.update, steps=report.steps, loss=report.loss, norm_steps=report.norm_steps,
                 rows_trained=report.rows_trained, statistics=report.statistics, sums=report.sums)
@@ -350,7 +351,7 @@ class VectorizedSimulator(Simulator):
                     if counted:
                         report.sums = {name: int(v[c]) for name, v in counted.items()}
                     report.rows_trained = int(schedule.entries[c]) if sends_rows else None
-                    reports.replies[c] = report
+                    reports.reports[c] = report
         return FusedReplies(reports) if reports.held else Replies(reports.replies, failed={})
 
     def _linear_chain(self, params: Params) -> LinearChain | None:
@@ -584,6 +585,10 @@ class BatchedCohort:
     def __len__(self) -> int:
         return len(self._took_step)
 
+    def report(self, position: int) -> TrainReport:
+        """The report at ``position`` (every one is a TrainReport: no check)."""
+        return self.reply(position)
+
     def reply(self, position: int) -> TrainReport:
         if not self._took_step[position]:
             return self._empty.report
@@ -719,7 +724,7 @@ class SteppedCohort(ReplyObjects):
     parameters. Holds message content only."""
 
     def __init__(self, reports: list[TrainReport], took_step: np.ndarray) -> None:
-        self.replies = reports
+        self.replies = self.reports = reports
         self._took_step = took_step  # one flag per cohort position: the client took a step
         self._held: list[LowRankStack] = []  # the chunks' factors, in the order they were kept
         self._where = np.full((len(reports), 2), -1, dtype=np.int64)  # cohort position -> (stack, row); -1: not held
@@ -736,6 +741,10 @@ class SteppedCohort(ReplyObjects):
 
     def received(self) -> np.ndarray:
         return np.flatnonzero(self._took_step)
+
+    def report(self, position: int) -> TrainReport:
+        """The report at ``position`` (every one is a TrainReport: no check)."""
+        return self.reports[position]
 
     def update_of(self, position: int) -> Params:
         """The update of the client at ``position`` (formed from its chunk's factors)."""

@@ -85,13 +85,13 @@ class FlowerFederation(Federation):
         if self.secure is not None and procedure.sealed and not isinstance(sent.at(0), HeldRequest):
             return self.secure.train(self, ids, payloads, round)
         reachable = self._reachable(ids, round)
-        replies: list[Any] = [Failed(k, procedure.name, reachable.get(k) or "") for k in ids]
+        replies: list[object] = [Failed(k, procedure.name, reachable.get(k) or "") for k in ids]
         messages = {i: self._message(k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
         answers = exchange(self.grid, list(messages.values()), self.timeout)
         for i, message in messages.items():
-            replies[i] = self._read(ids[i], payloads[i], answers.get(id(message)))
-            if id(message) not in answers:
-                self.left_out[round][ids[i]] = replies[i].reason
+            reply = replies[i] = self._read(ids[i], payloads[i], answers.get(id(message)))
+            if isinstance(reply, Failed) and id(message) not in answers:
+                self.left_out[round][ids[i]] = reply.reason
         failed = [r for r in replies if isinstance(r, Failed)]
         self.failures[round].extend(failed)
         say_failures(round, failed)
@@ -116,7 +116,7 @@ class FlowerFederation(Federation):
         content = encode_request(client, self.seed, round, payload)
         return Message(content, dst_node_id=self.nodes[client], message_type=f"query.{procedure_of(payload).name}", group_id=str(round))
 
-    def _read(self, client: int, payload: Any, reply: Message | None) -> Any:
+    def _read(self, client: int, payload: Any, reply: Message | None) -> object:
         """The report in ``reply``, or :class:`Failed` with the reason it cannot be used."""
         procedure = procedure_of(payload).name
         if reply is None:

@@ -10,6 +10,7 @@ are exact).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -17,12 +18,12 @@ import numpy as np
 
 from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.rng import SERVER, generator
-from fedsample.rounds import RoundFailed, is_failed
+from fedsample.rounds import Failed, RoundFailed, is_failed, probe_reports
 from fedsample.sampling.design import Sample
 from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
-    from fedsample.rounds import ReplyList, RoundContext
+    from fedsample.rounds import RoundContext
 
 __all__ = ["LOST_PROBES_KEY", "NOT_DRAWN", "Replayed", "arrived_or_failed", "no_probes", "probe", "probe_partial", "probe_rate", "probes_arrived",
            "replay_rng", "sampler_state", "with_probe_rate"]
@@ -46,12 +47,12 @@ def sampler_state(ctx: "RoundContext") -> State:
     return state
 
 
-def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "ReplyList":
+def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> list[ProbeReport | Failed]:
     """Probe the clients ``ids`` through the federation and add the cost to the round record: ``sampler_probes`` (the
     probe replies: clients asked, one reply each) and ``sampler_probe_bytes`` (what the replies sent up,
     :attr:`~fedsample.messages.ProbeReport.nbytes`; a lost probe, asked with ``partial=True``, sent nothing)."""
     ids = np.asarray(ids, dtype=np.int64)
-    replies: ReplyList = ctx.federation.run(ids, request, ctx.round)
+    replies = probe_reports(ctx.federation.run(ids, request, ctx.round))
     ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
     ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
     return replies
@@ -61,19 +62,19 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> "Reply
 LOST_PROBES_KEY = "sampler_lost_probes_instead"
 
 
-def probes_arrived(ctx: "RoundContext", reports: "ReplyList") -> np.ndarray:
+def probes_arrived(ctx: "RoundContext", reports: Sequence[ProbeReport | Failed]) -> np.ndarray:
     """Which clients' probes arrived (a probe the failure model lost is a ``Failed`` reply); the round record names
     the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
     arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
     if not arrived.all():
-        ctx.log.setdefault("failed", []).extend(reports[int(i)].record() for i in np.flatnonzero(~arrived))
+        ctx.log.setdefault("failed", []).extend(r.record() for r in reports if isinstance(r, Failed))
         ctx.log["sampler_lost_probes"] = ctx.log.get("sampler_lost_probes", 0) + int(np.count_nonzero(~arrived))
     return arrived
 
 
 def probe_partial(
     ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest, instead: str, needs_one: bool = True,
-) -> tuple["ReplyList", np.ndarray]:
+) -> tuple[list[ProbeReport | Failed], np.ndarray]:
     """:func:`probe` that does without the clients the failure model loses (``ProbeRequest(partial=True)``): the
     replies and which arrived (:func:`probes_arrived`). When some are lost the round record says what the sampler
     did instead (``sampler_lost_probes_instead``: ``instead``, which the strategy's warning repeats); every probe
@@ -83,7 +84,7 @@ def probe_partial(
     return replies, arrived_or_failed(ctx, replies, instead, needs_one)
 
 
-def arrived_or_failed(ctx: "RoundContext", replies: "ReplyList", instead: str, needs_one: bool = True) -> np.ndarray:
+def arrived_or_failed(ctx: "RoundContext", replies: Sequence[ProbeReport | Failed], instead: str, needs_one: bool = True) -> np.ndarray:
     """Which of the replies to a ``partial`` probe arrived (:func:`probes_arrived`), the round record saying what the
     sampler did instead of the lost ones; :class:`~fedsample.rounds.RoundFailed` when none arrived and it
     ``needs_one`` (:func:`probe_partial`)."""

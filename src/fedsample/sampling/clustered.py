@@ -440,7 +440,7 @@ class ClusteredClients:
         positions = replies.received_positions()
         if len(positions) == 0:
             return
-        flat = {int(cohort.ids[i]): _flat(replies[int(i)].update) for i in positions.tolist()}
+        flat = {int(cohort.ids[i]): _flat(replies.report(int(i)).update) for i in positions.tolist()}
         kept = ctx.state.get(STATE_KEY)
         dim = len(next(iter(flat.values())))
         if kept is None or kept["updates"].shape != (ctx.num_clients, dim):

@@ -46,14 +46,15 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ProbeRequest
+from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort, ReplyList
+from fedsample.rounds import Cohort, Failed
 from fedsample.sampling import adaptive, design, optimal
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, Reports, linear_combination, reported_sizes
@@ -309,10 +310,11 @@ def note_zero_scores(ctx: "RoundContext", zero: int) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def probed_gradients(reports: ReplyList, arrived: np.ndarray) -> np.ndarray:
+def probed_gradients(reports: Sequence[ProbeReport | Failed], arrived: np.ndarray) -> np.ndarray:
     """The probed gradients, one row per client, zeros where the probe was lost (weight 0 in the mean gradient)."""
-    dim = len(np.asarray(reports[int(np.flatnonzero(arrived)[0])].gradient))
-    return np.stack([np.asarray(r.gradient, dtype=np.float64) if got else np.zeros(dim) for r, got in zip(reports, arrived)])
+    rows = [np.asarray(r.gradient, dtype=np.float64) if got and isinstance(r, ProbeReport) else None for r, got in zip(reports, arrived)]
+    dim = len(next(row for row in rows if row is not None))
+    return np.stack([np.zeros(dim) if row is None else row for row in rows])
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,7 @@ class DeltaClients:
         # the round record states them (sampler_probes, bytes) and names the lost ones
         reports, arrived = adaptive.probe_partial(ctx, np.arange(N), request, adaptive.NOT_DRAWN)
         gradients = probed_gradients(reports, arrived)
-        variance = np.array([r.extra["sigma2"] if got else 0.0 for r, got in zip(reports, arrived)], dtype=np.float64)
+        variance = np.array([r.extra["sigma2"] if isinstance(r, ProbeReport) else 0.0 for r in reports], dtype=np.float64)  # arrived: the ProbeReports
         w = np.where(arrived, optimal.objective_weights(ctx, self.objective), 0.0)  # a lost probe: not drawn
         scores = delta_scores(gradient_diversity(gradients, w), variance, self.alpha1, self.alpha2)
         if self.score_weights == "objective":

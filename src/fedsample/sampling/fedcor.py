@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ProbeRequest
+from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
@@ -266,8 +266,8 @@ class FedCorClients:
             adaptive.no_probes(ctx)
             return
         request = ProbeRequest(params=ctx.params, statistics="loss")
-        replies, arrived = adaptive.probe_partial(ctx, np.arange(ctx.num_clients), request, LOST_PROBE)
-        losses = np.array([r.loss if got else np.nan for r, got in zip(replies, arrived)], dtype=np.float64)
+        replies, _ = adaptive.probe_partial(ctx, np.arange(ctx.num_clients), request, LOST_PROBE)
+        losses = np.array([r.loss if isinstance(r, ProbeReport) else np.nan for r in replies], dtype=np.float64)  # arrived: the ProbeReports
         last = state.get("losses")
         if last is not None and last[0] == ctx.round - 1 and self.random_round(ctx.round - 1):
             changes = with_lost_changes_filled(losses - last[1])

@@ -65,11 +65,11 @@ import numpy as np
 import torch
 
 from fedsample import checks
-from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeRequest
+from fedsample.messages import ClientContext, LocalSample, PerClient, ProbeReport, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, DataSamplerCapabilities, InclusionKind, Learns, Limit
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
-from fedsample.rounds import Cohort
+from fedsample.rounds import Cohort, probe_reports
 from fedsample.training.aggregate import Scaling
 from fedsample.training.functional import Params, per_sample_gradients, same_params
 from fedsample.runtime.records import State
@@ -335,10 +335,10 @@ def _probe(ctx: "RoundContext", ids: np.ndarray, params: Params, rule: DataRule,
     :func:`~fedsample.sampling.adaptive.arrived_or_failed`; every probe lost fails the round where the sampler
     ``needs_one``)."""
     request = ProbeRequest(params=params, per_sample=True, data_weights=rule, partial=True)
-    reports = ctx.federation.run(ids, request, ctx.round)
-    arrived = adaptive.arrived_or_failed(ctx, reports, adaptive.NOT_DRAWN, needs_one)
-    moments = [r.extra["weighted_second_moment"] if got else np.nan for r, got in zip(reports, arrived)]
-    return np.array(moments, dtype=np.float64), np.array([r.grad_norm if got else np.nan for r, got in zip(reports, arrived)])
+    reports = probe_reports(ctx.federation.run(ids, request, ctx.round))
+    adaptive.arrived_or_failed(ctx, reports, adaptive.NOT_DRAWN, needs_one)  # arrived: the ProbeReports
+    moments = [r.extra["weighted_second_moment"] if isinstance(r, ProbeReport) else np.nan for r in reports]
+    return np.array(moments, dtype=np.float64), np.array([r.grad_norm if isinstance(r, ProbeReport) else np.nan for r in reports])
 
 
 def over_probed(scores: np.ndarray, floor: float) -> tuple[np.ndarray, float]:

@@ -279,7 +279,7 @@ class OortClients(adaptive.Replayed):
         got = replies.received_positions()
         ids = cohort.ids[got]
         name = STATISTICAL_UTILITY.name
-        values = np.array([replies[int(i)].statistics.get(name) for i in got], dtype=object)  # received: TrainReports
+        values = np.array([replies.report(int(i)).statistics.get(name) for i in got], dtype=object)  # received: TrainReports
         utility = np.array([0.0 if v is None or not np.isfinite(v) else float(v) for v in values], dtype=np.float64)
         state["utility"][ids] = utility
         state["explored"][ids] = True

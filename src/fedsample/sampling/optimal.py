@@ -32,7 +32,8 @@ import numpy as np
 
 from fedsample import checks
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
-from fedsample.rounds import Cohort
+from fedsample.messages import HeldReport
+from fedsample.rounds import Cohort, reply_as
 from fedsample.sampling import design
 from fedsample.sampling.clients import census
 from fedsample.sampling.design import Sample
@@ -217,7 +218,7 @@ class OptimalClients:
         norms = np.zeros(N)
         got = np.array([i for i in range(len(held)) if i not in held.failed], dtype=np.int64)
         if len(got):
-            norms[trained.ids[got]] = [held[int(i)].norm for i in got]
+            norms[trained.ids[got]] = [reply_as(held[int(i)], HeldReport, "train_held").norm for i in got]
         u = objective_weights(ctx, self.objective) * norms
         if not np.any(u > 0):
             ctx.log["sending_probability_sum"] = 0.0

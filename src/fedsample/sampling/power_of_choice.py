@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import Params, ProbeRequest
+from fedsample.messages import Params, ProbeReport, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
-from fedsample.rounds import Cohort
+from fedsample.rounds import Cohort, probe_reports
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
 from fedsample.sampling.design import Sample
@@ -252,7 +252,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
             return self.stale(ctx)
         replies, arrived = adaptive.probe_partial(ctx, candidates, self.request(ctx.params), LOST_PROBE)
         losses = np.full(ctx.num_clients, np.nan)
-        losses[candidates[arrived]] = [r.loss for r, got in zip(replies, arrived) if got]
+        losses[candidates[arrived]] = [r.loss for r in replies if isinstance(r, ProbeReport)]  # arrived: the ProbeReports
         return losses
 
     def request(self, params: Params) -> ProbeRequest:
@@ -272,7 +272,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
         if self.variant != "rpow-d":
             return
         got = replies.received_positions()
-        losses = np.array([replies[int(i)].loss for i in got], dtype=np.float64)
+        losses = np.array([replies.report(int(i)).loss for i in got], dtype=np.float64)
         finite = np.isfinite(losses)
         state = adaptive.sampler_state(ctx)
         state["stale_losses"] = record_losses(self.stale(ctx), cohort.ids[got][finite], losses[finite])
@@ -284,8 +284,8 @@ class PowerOfChoiceClients(adaptive.Replayed):
         if self.variant == "rpow-d":
             return PowerOfChoiceState(sizes, self.stale(ctx).copy())
         everyone = np.arange(ctx.num_clients)
-        replies = ctx.federation.run(everyone, self.request(ctx.params), ctx.round)
-        return PowerOfChoiceState(sizes, np.array([r.loss for r in replies], dtype=np.float64))
+        replies = probe_reports(ctx.federation.run(everyone, self.request(ctx.params), ctx.round))
+        return PowerOfChoiceState(sizes, np.array([r.loss if isinstance(r, ProbeReport) else np.nan for r in replies], dtype=np.float64))
 
     def replay(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(k in S) of one round from the frozen ``state``, by ``draws`` replays of the selection (candidates and

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from fedsample.messages import ProbeRequest
+from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
 from fedsample import checks
 from fedsample.sampling import adaptive, cohort_size, design
 from fedsample.sampling.clamp import clamped
-from fedsample.rounds import Cohort
+from fedsample.rounds import Cohort, probe_reports
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -185,9 +185,9 @@ class StratifiedClients:
         request = ProbeRequest(
             params=ctx.params, compression=self.compression, dim=self.dim, projection_seed=projection_seed(ctx.seed), partial=True,
         )
-        reports = ctx.federation.run(ids, request, ctx.round)
-        arrived = adaptive.arrived_or_failed(ctx, reports, LOST_PROBE)
-        return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r, got in zip(reports, arrived) if got])
+        reports = probe_reports(ctx.federation.run(ids, request, ctx.round))
+        arrived = adaptive.arrived_or_failed(ctx, reports, LOST_PROBE)  # arrived: the ProbeReports
+        return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r in reports if isinstance(r, ProbeReport)])
 
     def strata(self, ctx: "RoundContext", vectors: np.ndarray, ids: np.ndarray, H: int) -> np.ndarray:
         """Stratum labels of the clients ``ids`` (rows of ``vectors``): re-clustered into ``H`` strata when due

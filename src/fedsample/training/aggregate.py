@@ -67,8 +67,7 @@ class _Picked(Sequence["TrainReport"]):
     def __getitem__(self, i: int | slice) -> TrainReport | list[TrainReport]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        report: TrainReport = self._replies[int(self._positions[i])]  # a received position holds a TrainReport
-        return report
+        return self._replies.report(int(self._positions[i]))  # a received position holds a TrainReport
 
 
 Weighting = Literal["uniform", "size", "inverse_inclusion", "size_inverse_inclusion"]
