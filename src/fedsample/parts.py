@@ -64,7 +64,7 @@ __all__ = [
     "check_plan", "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
     "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
-    "StepRule", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
+    "StepRule", "unsent_statistics", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
 
 
@@ -737,6 +737,13 @@ def summed_of(plan: object) -> tuple[SummedStatistic, ...]:
     """The summed statistics ``plan`` declares (its capabilities' ``summed``, :class:`CohortPlanCapabilities`): what
     each client adds to its reply for the server to learn only summed (FedSampling's drawn count); () where none."""
     return declared_plan(plan).summed
+
+
+def unsent_statistics(aggregate: Aggregator, data: DataSampler) -> list[str]:
+    """The summed statistics ``aggregate`` reads of the cohort (its ``needs_summed``, by name) that ``data``'s plans
+    do not declare (its ``summed``): [] where the data sampler sends all it needs."""
+    declared = {statistic.name for statistic in data.capabilities.summed}
+    return [name for name in aggregate.capabilities.needs_summed if name not in declared]
 
 
 def summed_noise(plan: object) -> float:

@@ -24,12 +24,12 @@ from typing import Callable, Literal, Mapping, TypedDict, cast
 from fedsample import checks
 from fedsample.checks import BOOLEAN, COUNT, NON_NEGATIVE, POSITIVE, Options, Param, reals
 from fedsample.privacy.reports import EPSILON, THRESHOLD
-from fedsample.parts import Aggregator, ClientSampler, DataSampler, ServerOptimizer, SizeNeed
+from fedsample.parts import Aggregator, ClientSampler, DataSampler, ServerOptimizer, SizeNeed, unsent_statistics
 from fedsample.sampling import cohort_size
 from fedsample.sampling import importance as isx
 from fedsample.sampling.clients import AllClients, SizeProportional, UniformClients
 from fedsample.sampling.compression import DIM, Compression
-from fedsample.sampling.data import COUNT_NOISE, DRAWN, FedSamplingData, FixedRatio, FullData, TotalFrom
+from fedsample.sampling.data import COUNT_NOISE, FedSamplingData, FixedRatio, FullData, TotalFrom
 from fedsample.sampling.iwds import BETA, DECAY, IWDSData
 from fedsample.sampling.participant_data import ParticipantData
 from fedsample.sampling.clustered import Algorithm, ClusteredClients, LinkageInput, Similarity
@@ -301,7 +301,7 @@ def fedsampling(
 
     An option given explicitly wins over the protocol's choice; without a secure sum (``secure_sum=False``: the
     server may not learn a count per client) or with a ``data=`` sampler that does not send the drawn counts
-    (its capabilities' ``summed`` has no :data:`~fedsample.sampling.data.DRAWN`) the update divides by K. The other remedies (docs/size-estimate.md):
+    (its capabilities' ``summed`` lacks what :class:`DrawnNormalizedSum` needs) the update divides by K. The other remedies (docs/size-estimate.md):
     ``sizes="exact"`` the non-private control (true sizes, same K/N sampling); ``reuse=R`` one estimate for R
     rounds; ``average=A`` the mean of the last A estimates (needs fresh reports)."""
     if sizes == "exact" and (M == "rmse" or reuse != 1 or average != 1):
@@ -309,13 +309,13 @@ def fedsampling(
     chosen = PROTOCOLS[protocol]
     reported = sizes == "exact" or epsilon is not None or M is not None or permanent is not None or reuse != 1 or average != 1
     permanent = chosen["permanent"] if permanent is None else permanent
-    if normalize is None:  # without a secure sum, or with a data= sampler that does not count its draws: divide by K
-        counts = data is None or any(statistic.name == DRAWN for statistic in data.capabilities.summed)
+    K = _samples_per_round("fedsampling", samples_per_round, data, 2048, "K")
+    if normalize is None:  # without a secure sum, or with a data= sampler that does not send what the update divides by: by K
+        counts = data is None or not unsent_statistics(DrawnNormalizedSum(K), data)
         normalize = chosen["normalize"] if secure_sum and counts else "K"
     M = chosen["M"] if M is None else M
     if count_noise is None:
         count_noise = chosen["count_noise"] if normalize == "drawn" else 0.0
-    K = _samples_per_round("fedsampling", samples_per_round, data, 2048, "K")
     if normalize == "drawn" and not secure_sum:
         raise ValueError("fedsampling: normalize='drawn' (the library protocol's update) needs secure_sum=True: the server may "
                          "learn only the summed drawn count, not each client's; with secure_sum=False use normalize='K' "

@@ -88,8 +88,7 @@ def secure_sum_needs_a_linear_aggregator(s: Composition) -> str | None:
 def summed_statistics_are_sent(s: Composition) -> str | None:
     """An aggregator that reads a summed statistic of the cohort (``needs_summed``, by name: the self-normalized
     update's drawn count) gets it from a data sampler whose plans declare it (``summed``)."""
-    declared = {statistic.name for statistic in s.data.capabilities.summed}
-    missing = [name for name in s.aggregate.capabilities.needs_summed if name not in declared]
+    missing = parts.unsent_statistics(s.aggregate, s.data)
     if missing:
         return (f"{parts.describe(s.aggregate)} needs the cohort's summed {missing[0]!r}, but {parts.describe(s.data)} does not "
                 "ask the clients to send it (its capabilities' summed): choose a data sampler that declares it (FedSampling's "
