@@ -75,7 +75,8 @@ nitpick_ignore_regex = [
                r"|range|callable|Exception|ValueError|TypeError|KeyError|RuntimeError|OSError|BaseException"
                r"|KeyboardInterrupt|NotImplementedError|AttributeError|ImportError|ModuleNotFoundError)"),
     (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|MutableMapping|Literal|Optional|Union|Protocol"
-               r"|TypeVar|Generic|NamedTuple|ClassVar|Self|NoReturn|Path|ModuleType|Enum|IntEnum)"),
+               r"|TypeVar|Generic|NamedTuple|ClassVar|Self|NoReturn|Path|ModuleType|Enum|IntEnum"
+               r"|DataclassInstance)"),  # typeshed's protocol of a dataclass instance (for type checkers only)
     # fedsample's private names (a private base class in a signature) and type variables: documented nowhere
     (r"py:.*", r"(fedsample\.[\w.]*\.)?_\w+"),
     (r"py:class", r"(fedsample\.[\w.]*\.)?[A-Z]"),
