@@ -14,16 +14,18 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from fedsample.runtime.records import JSONObject, as_object
 from fedsample.tracking.base import Tracker
 
 __all__ = ["JsonlTracker", "read_jsonl"]
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Every line of a jsonl tracker file, as dicts."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_jsonl(path: str | Path) -> list[JSONObject]:
+    """Every line of a jsonl tracker file, as dicts (a line that is not a JSON object is refused, naming it)."""
+    lines = enumerate(Path(path).read_text().splitlines(), 1)
+    return [as_object(json.loads(line), f"{path} line {n}") for n, line in lines if line.strip()]
 
 
 class JsonlTracker(Tracker):
