@@ -11,15 +11,16 @@ from fedsample import recipes
 from fedsample.budget import arm_budget, budget_summary, budget_warning, comparison_note, equal_budgets, realised_samples
 from fedsample.experiments.report import summary_table
 from fedsample.models import LogisticRegression
+from fedsample.messages import TrainReport
 from fedsample.rounds import Failed, Replies
 from fedsample.simulation import simulate
 from helpers import blobs, federate
 from fedsample.simulation import Engine
 
 
-class Reply:
-    def __init__(self, steps: int, rows_trained: int | None) -> None:
-        self.steps, self.rows_trained = steps, rows_trained
+def Reply(steps: int, rows_trained: int | None) -> TrainReport:
+    """A train report that took ``steps`` steps over ``rows_trained`` rows (None: it does not say)."""
+    return TrainReport({}, steps, 0.0, rows_trained=rows_trained)
 
 
 def test_realised_samples_hand_computed():
