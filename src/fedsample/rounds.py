@@ -393,8 +393,8 @@ def sums_of(summed: Callable[[str], int | float], names: Sequence[str]) -> dict[
 
 def not_summed(name: str) -> ValueError:
     """The refusal of a sum of ``name`` the replies do not carry (the plan does not declare it)."""
-    return ValueError(f"these replies carry no summed statistic {name!r} (of the clients' drawn-sample counts): the plan "
-                      "does not declare it (its capabilities' summed)")
+    return ValueError(f"these replies carry no summed statistic {name!r}: the plan does not declare it in its capabilities' "
+                      "summed (e.g. FedSampling's drawn-sample count, FedSamplingData(count_drawn=True))")
 
 
 def rows_of(reply: Callable[[int], object], received: np.ndarray) -> int | None:

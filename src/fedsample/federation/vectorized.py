@@ -351,7 +351,7 @@ class VectorizedSimulator(Simulator):
                     if counted:
                         report.sums = {name: int(v[c]) for name, v in counted.items()}
                     report.rows_trained = int(schedule.entries[c]) if sends_rows else None
-                    reports.reports[c] = report
+                    reports.replies[c] = report
         return FusedReplies(reports) if reports.held else Replies(reports.replies, failed={})
 
     def _linear_chain(self, params: Params) -> LinearChain | None:
@@ -723,8 +723,10 @@ class SteppedCohort(ReplyObjects):
     one matmul of each chunk's factors (a fused sum), plus the plain sum of the clients trained with stacked
     parameters. Holds message content only."""
 
+    replies: list[TrainReport]  # one per cohort position (the ReplyObjects list, of train reports only)
+
     def __init__(self, reports: list[TrainReport], took_step: np.ndarray) -> None:
-        self.replies = self.reports = reports
+        self.replies = reports
         self._took_step = took_step  # one flag per cohort position: the client took a step
         self._held: list[LowRankStack] = []  # the chunks' factors, in the order they were kept
         self._where = np.full((len(reports), 2), -1, dtype=np.int64)  # cohort position -> (stack, row); -1: not held
@@ -744,7 +746,7 @@ class SteppedCohort(ReplyObjects):
 
     def report(self, position: int) -> TrainReport:
         """The report at ``position`` (every one is a TrainReport: no check)."""
-        return self.reports[position]
+        return self.replies[position]
 
     def update_of(self, position: int) -> Params:
         """The update of the client at ``position`` (formed from its chunk's factors)."""
