@@ -4,6 +4,7 @@ that holds arrays, a report that does not answer its request, a node's kept stat
 sealed report; and SecAgg+'s stage grid is a Flower Grid that hands every call but its own on to the grid it wraps."""
 
 import pickle
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +13,8 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict  # noqa: E402
+from flwr.common import ndarray_to_bytes  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedsample.flower.codec import (  # noqa: E402
@@ -113,17 +116,32 @@ def test_a_sealed_report_is_a_training_report_or_a_size():
         sealed_report(ProbeReport(0.5, None))
 
 
+class Nodes(Grid):
+    """A grid of nodes 3 and 5 that sends nothing."""
+    set_run = create_message = push_messages = pull_messages = send_and_receive = None  # not called here
+
+    @property
+    def run(self):
+        return "the run"
+
+    def get_node_ids(self):
+        return [3, 5]
+
+
 def test_the_stage_grid_is_a_grid_over_the_one_it_wraps():
-    class Nodes(Grid):
-        set_run = create_message = push_messages = pull_messages = send_and_receive = None  # not called here
-
-        @property
-        def run(self):
-            return "the run"
-
-        def get_node_ids(self):
-            return [3, 5]
-
     stage = _StageGrid(Nodes(), [(1,)])
     assert isinstance(stage, Grid) and list(stage.get_node_ids()) == [3, 5] and stage.run == "the run"
     assert stage.send_and_receive([]) == []
+
+
+def test_a_masked_vector_is_well_shaped_only_as_arrays_of_the_shapes_sent():
+    stage = _StageGrid(Nodes(), [(2,), (3,)])
+
+    def reply(masked):
+        content = RecordDict({RECORD_KEY_CONFIGS: ConfigRecord({Key.MASKED_PARAMETERS: masked})})
+        return SimpleNamespace(content=content)  # the reply's content is all the check reads
+
+    arrays = [ndarray_to_bytes(np.zeros(2)), ndarray_to_bytes(np.zeros(3))]
+    assert stage._well_shaped(reply(arrays))
+    assert not stage._well_shaped(reply(arrays[::-1])) and not stage._well_shaped(reply(arrays[:1]))
+    assert not stage._well_shaped(reply([2, 3])) and not stage._well_shaped(reply(arrays[0]))

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from logging import WARNING
-from typing import TYPE_CHECKING, Callable, Iterable, cast
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import flwr.compat.common.recorddict_compat as compat
 import numpy as np
@@ -416,8 +416,11 @@ class _StageGrid(Grid):
 
     def _well_shaped(self, reply: Message) -> bool:
         try:
-            masked = cast(list[bytes], reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS])
-            return [tuple(bytes_to_ndarray(b).shape) for b in masked] == self.shapes
+            masked = reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
+            if not isinstance(masked, list):
+                return False
+            arrays = [bytes_to_ndarray(b) for b in masked if isinstance(b, bytes)]
+            return len(arrays) == len(masked) and [tuple(a.shape) for a in arrays] == self.shapes
         except (KeyError, TypeError, ValueError):
             return False
 
