@@ -68,7 +68,7 @@ class AppConfig:
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ValueError(f"unknown fedsample run-config keys {unknown}; known: {sorted(known)}")
-        values: dict[str, Any] = {}  # Any: passed on with ** to fields of several types (mypy checks each against all)
+        values: dict[str, Any] = {}  # Any: the values go on with ** to fields of several types (mypy holds the one value type against each)
         for key, value in run_config.items():
             name = known[key].name
             values[name] = _json_object(key, value) if name.endswith("_args") else value
