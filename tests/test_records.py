@@ -1,11 +1,12 @@
 """The readers of a JSON document read back: each returns the value its field holds, unchanged, and refuses a
-value of another type with one line naming the field."""
+value of another type with one line naming the field; the round record's own keys (ROUND_KEYS) are every key a
+recipe's round writes but its summed statistics."""
 
 import json
 
 import pytest
 
-from fedsample.runtime.records import as_int, as_list, as_number, as_object, as_optional_number, as_text
+from fedsample.runtime.records import ROUND_KEYS, as_int, as_list, as_number, as_object, as_optional_number, as_text, is_round_key
 
 
 def test_a_well_formed_document_reads_back_unchanged():
@@ -42,3 +43,27 @@ def test_finite_or_none_writes_strict_json_and_refuses_what_json_cannot_hold():
         json.dumps({"a": {1}})
     with pytest.raises(TypeError, match="set is not JSON serializable"):
         finite_or_none({"a": {1}})
+
+
+def test_every_key_a_recipes_round_writes_is_a_declared_record_key_or_a_summed_statistic(one_torch_thread):
+    """Each recipe of the fingerprint test (every sampler, aggregator and privacy setting of the library), 2 rounds
+    on the loop engine: a key of its records that is not in ROUND_KEYS is one of the summed statistics its data
+    sampler declares (FedSampling's drawn count, "samples"), and none of those is a record key, so the registry
+    the summed statistics are checked against holds every figure they could overwrite."""
+    import fedsample as fs
+    from fedsample.simulation import Engine
+    from helpers import blobs, federate
+    from test_fingerprint_recipes import OPTIONS, RUNS, SIZES
+
+    fed = federate(blobs(n=240, d=6, classes=3, seed=0), SIZES)
+    seen: set[str] = set()
+    for name, recipe in RUNS.items():
+        strategy = recipe()
+        summed = {statistic.name for statistic in strategy.data.capabilities.summed}
+        history = fs.simulate(strategy, federated_data=fed, model=fs.models.LogisticRegression(), rounds=2, seed=3,
+                              engine=Engine(backend="loop"), **OPTIONS.get(name, {})).history
+        keys = {key for record in history for key in record}
+        assert {key for key in keys if not is_round_key(key)} <= summed, name
+        assert not any(is_round_key(key) for key in summed), name
+        seen |= keys
+    assert "samples" in seen and len(seen & ROUND_KEYS) >= 50  # FedSampling's drawn count logged; most keys written

@@ -53,10 +53,11 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         log["train_loss"] = loss_sum / log["updates"]
     if log["updates"]:
         sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
-        log.update(sums)  # by name: FedSampling's drawn count as "samples"
+        log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_keep_their_names)
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
-        realised = realised_samples(log.get("samples"), reports)  # the samples the clients drew, where they report them
+        drawn = s.data.capabilities.drawn_count  # the summed statistic that counts the drawn samples, if one does
+        realised = realised_samples(None if drawn is None else sums.get(drawn), reports)
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
         budget = s.data.capabilities.budget
