@@ -21,7 +21,7 @@ from fedsample.messages import SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
-from fedsample.runtime.records import Record, State
+from fedsample.runtime.records import Record, State, as_number
 
 if TYPE_CHECKING:
     import torch
@@ -319,7 +319,7 @@ class FedSamplingData:
         """Learn from a round's summed statistics: its released drawn count (:data:`DRAWN`) with the ratio that drew
         it (the record's ``ratio``, :meth:`plan`), :meth:`observe_drawn`."""
         if DRAWN in sums and "ratio" in log:
-            self.observe_drawn(state, float(sums[DRAWN]), float(log["ratio"]))
+            self.observe_drawn(state, float(sums[DRAWN]), as_number(log["ratio"], "ratio"))
 
     def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""
