@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fedsample.runtime.records import ROUND_KEYS, as_int, as_list, as_number, as_object, as_optional_number, as_text, is_round_key
+from fedsample.runtime.records import as_entries, as_table, count_in, entries_in, table_in
 
 
 def test_a_well_formed_document_reads_back_unchanged():
@@ -67,3 +68,23 @@ def test_every_key_a_recipes_round_writes_is_a_declared_record_key_or_a_summed_s
         assert not any(is_round_key(key) for key in summed), name
         seen |= keys
     assert "samples" in seen and len(seen & ROUND_KEYS) >= 50  # FedSampling's drawn count logged; most keys written
+
+
+def test_a_round_records_readers_give_its_figures_and_refuse_a_wrong_one_naming_the_key():
+    """A counter not started is 0; a list or table not started is started empty in the record, and what the caller
+    adds lands there; a figure of another kind (a string counter, a table for a list, SecAgg+'s table by client id
+    where one by name belongs) is one line naming the key."""
+    record = {"sampler_probes": 3, "dropped_by_client": {4: "timed out"}, "failed": "none", "round": True}
+    assert count_in(record, "sampler_probes") == 3 and count_in(record, "sampler_lost_probes") == 0
+    entries_in(record, "updates_failed").append({"client": 2})
+    table_in(record, "clamped")["ratio"] = 1.5
+    assert record["updates_failed"] == [{"client": 2}] and record["clamped"] == {"ratio": 1.5}
+    assert table_in(record, "clamped") is record["clamped"] and as_table(record["clamped"], "clamped") == {"ratio": 1.5}
+    assert as_entries([1, "a"], "failed") == [1, "a"]
+    for call, match in [(lambda: count_in(record, "round"), "round: expected an integer"),
+                        (lambda: entries_in(record, "failed"), "failed: expected a list"),
+                        (lambda: as_entries("none", "failed"), "failed: expected a list"),
+                        (lambda: table_in(record, "dropped_by_client"), "dropped_by_client: expected a table of figures by name"),
+                        (lambda: as_table([("ratio", 1.5)], "clamped"), "clamped: expected a table of figures by name")]:
+        with pytest.raises(ValueError, match=f"^{match}"):
+            call()

@@ -309,26 +309,15 @@ def test_a_plan_that_declares_a_draw_it_lacks_is_refused_on_the_loop_engine(engi
 
 
 @dataclasses.dataclass(frozen=True)
-class NamedLikeTheRecord:
-    """A user's summed statistic named like one of the round record's own figures."""
-
-    noise: float = 0.0
-    name: str = "cohort"
-    purpose: str = "test: clashing noise"
-    released: str = "clashing count"
-    symbol: str = "C"
-
-    def of_cohort(self, counts):
-        return np.asarray(counts, dtype=np.int64)
-
-
-@dataclasses.dataclass(frozen=True)
 class DeclaresClash(CountsBoth):
+    """A user's data sampler whose summed statistic (:class:`Drew`, renamed) is named like one of the round record's
+    own figures."""
+
     name: str = "cohort"
 
     @property
     def capabilities(self):
-        return fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(NamedLikeTheRecord(name=self.name),))
+        return fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(Drew(name=self.name),))
 
 
 @pytest.mark.parametrize("name", ["cohort", "updates", "realised_samples", "ratio", "privacy_epsilon[add/remove]"])
