@@ -24,8 +24,8 @@ State: TypeAlias = dict[str, Any]
 #: list or table of figures (``failed``: one entry per failed reply; ``clamped``: the settings moved into range, by
 #: name; SecAgg+'s ``dropped``: why, by client id). Read-only containers, so that a JSON value (a record read back)
 #: is one.
-RecordValue: TypeAlias = ("str | int | float | bool | None | np.generic | Sequence[RecordValue] | Mapping[str, RecordValue]"
-                          " | Mapping[int, RecordValue]")
+RecordValue: TypeAlias = (str | int | float | bool | None | np.generic | Sequence["RecordValue"] | Mapping[str, "RecordValue"]
+                          | Mapping[int, "RecordValue"])
 #: A round's log or record, by figure name (:data:`ROUND_KEYS`, and the summed statistics' names).
 Record: TypeAlias = dict[str, RecordValue]
 #: A round record as its readers take it: one being written (:data:`Record`) or read back from JSON (:data:`JSONObject`).
