@@ -161,6 +161,34 @@ def test_every_reply_kind_lists_its_sums_for_the_round_record(engines):
     assert Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2).sums() == {}
 
 
+def test_the_record_sums_only_what_every_reply_carries_and_summed_refuses_the_rest():
+    """ReplyList.summed_names names the statistics every received reply carries (a PerClient plan's members may declare
+    different ones); sums() sums exactly those, and summed() of a name some reply lacks is refused (not_summed)."""
+    update = {"w": torch.zeros(2)}
+    both = TrainReport(update, 1, 0.5, sums={DRAWN: 3, "drew": 1})
+    one = TrainReport(update, 1, 0.5, sums={"drew": 1, DRAWN: 2})
+    mixed = fs.rounds.Replies([both, Failed(1, "train", "lost"), TrainReport(update, 1, 0.5, sums={"drew": 1})])
+    assert mixed.summed_names() == ("drew",) and mixed.sums() == {"drew": 2}
+    with pytest.raises(ValueError, match=f"no summed statistic {DRAWN!r}"):
+        mixed.summed(DRAWN)
+    assert fs.rounds.Replies([both, one]).summed_names() == (DRAWN, "drew")  # the first reply's order
+    assert fs.rounds.Replies([both, one]).sums() == {DRAWN: 5, "drew": 2}
+    assert fs.rounds.Replies([Failed(0, "train", "lost")]).sums() == {}  # none received
+
+
+def test_a_one_gradient_cohort_names_its_sums_without_building_a_report(engines):
+    """The vectorized engine's one-gradient cohort answers summed_names (and sums) from the counts it made, building no
+    report object; the names are the plain reply list's."""
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sent = payload(module, TwoSums(0.6, report_count=True))
+    replies = VectorizedSimulator(fed, module, seed=3).run(ids, sent, 2)
+    assert replies.summed_names() == (DRAWN, "drew") and replies.sums() == Simulator(fed, module, seed=3).run(ids, sent, 2).sums()
+    assert replies.backing._made == {}  # no report was built
+    none = VectorizedSimulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2)
+    assert none.summed_names() == () and none.sums() == {} and none.backing._made == {}
+
+
 def test_size_reports_sum_only_as_sizes():
     """NumberReplies hold size reports: their sum is the sizes' (SIZES); any other name is refused like the other kinds."""
     replies = NumberReplies(np.array([3, 4, 5]), {1: Failed(1, "sum_sizes", "lost")})

@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, ClientRandom, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, train_report, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, summed_over, train_report, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -620,15 +620,15 @@ class BatchedCohort:
 
     def summed(self, name: str, received: np.ndarray) -> int:
         """The received clients' values of the summed statistic ``name``, summed from its array (a ValueError where the
-        plan does not declare it)."""
+        plan does not declare it and a client is received, :func:`~fedsample.rounds.summed_over`)."""
         if name not in self._sums:
             return summed_over(self.reply, received, name)
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The summed statistics the first received report carries, as every backing reads them (one report object;
-        its update is not computed)."""
-        return names_carried(self.reply, received)
+        """The summed statistics the engine counted (every received report carries each, :meth:`_report`), read from
+        its arrays: no report is built; () where none is received."""
+        return tuple(self._sums) if len(received) else ()
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
