@@ -330,3 +330,27 @@ def test_a_plan_that_declares_a_draw_it_lacks_is_refused_on_the_loop_engine(engi
                                   "declares draws_blocks=True in its CohortPlanCapabilities but has no draw_blocks() method")
     _, log = round_of(PlansClaimed(BernoulliSamples))
     assert log["updates"] > 0
+
+
+def test_a_wrong_plan_is_refused_on_the_vectorized_engine_and_a_round_checks_its_plan_once(engines, monkeypatch):
+    """The round checks the plan it made (parts.check_plan) before any engine reads it: the vectorized engine, which
+    takes the plan's cohort draws, refuses the same wrong declaration in the same line, and in a round that trains
+    the plan is compared with its methods once (the engine reads the declaration as the round checked it)."""
+    from fedsample.strategy import Strategy
+
+    fed, module = engines
+    params = initial_parameters(module, 0)
+
+    def round_of(data):
+        strategy = Strategy(clients=fs.sampling.clients.AllClients(), data=data, local=OneGradient(5), aggregate=fs.training.aggregate.Sum())
+        return strategy.round(VectorizedSimulator(fed, module, seed=0), params, strategy.init_state(params), 0, seed=0)
+
+    with pytest.raises(ValueError) as refused:
+        round_of(PlansClaimed())
+    assert str(refused.value) == ("data=PlansClaimed() makes plans whose declaration disagrees with their methods: BlocksClaimed(p=0.5) "
+                                  "declares draws_blocks=True in its CohortPlanCapabilities but has no draw_blocks() method")
+    checks = []
+    compare = fs.parts.plan_capabilities
+    monkeypatch.setattr(fs.parts, "plan_capabilities", lambda plan: checks.append(plan) or compare(plan))
+    _, log = round_of(PlansClaimed(BernoulliSamples))
+    assert log["updates"] > 0 and checks == [BernoulliSamples(0.5)]

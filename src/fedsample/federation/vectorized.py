@@ -267,8 +267,9 @@ class VectorizedSimulator(Simulator):
         (``draw_cohort_on_device``, :class:`~fedsample.sampling.data.BernoulliSamples`), on the device from the sizes
         kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host, over the kept
         layout where the plan offers that (``draw_blocks``), or from the sizes. The same numbers every way (the
-        streams' bits are the same on every device)."""
-        on_device, over_blocks = parts.offered_draws(plan)
+        streams' bits are the same on every device). The plan's declaration is read as it is: the round that made the
+        plan checked it against its methods (:func:`fedsample.parts.check_plan`, once a round, whatever the engine)."""
+        on_device, over_blocks = parts.offered_draws(plan, parts.declared_plan(plan))
         if rng.device is not None and on_device is not None:
             member, position = on_device(self.blocks(sizes).on(rng.device), rng)
             return member.cpu().numpy(), position.cpu().numpy()
