@@ -354,3 +354,25 @@ def test_a_wrong_plan_is_refused_on_the_vectorized_engine_and_a_round_checks_its
     monkeypatch.setattr(fs.parts, "plan_capabilities", lambda plan: checks.append(plan) or compare(plan))
     _, log = round_of(PlansClaimed(BernoulliSamples))
     assert log["updates"] > 0 and checks == [BernoulliSamples(0.5)]
+
+
+@dataclasses.dataclass(frozen=True)
+class NoSymbol:
+    """A summed statistic written before ``symbol`` joined the Protocol."""
+
+    noise: float = 0.0
+    name: str = "drew"
+    purpose: str = "test: clients-that-drew noise"
+    released: str = "clients that drew"
+
+    def of_cohort(self, counts):
+        return (np.asarray(counts) > 0).astype(np.int64)
+
+
+def test_a_summed_statistic_without_its_symbol_is_refused_naming_the_members():
+    """symbol is a required member of SummedStatistic (docs/samplers.md's changed note): a statistic without one is no
+    SummedStatistic, and a plan that declares it is refused in one line that lists what a summed statistic has."""
+    assert not isinstance(NoSymbol(), SummedStatistic) and isinstance(Drew(), SummedStatistic)
+    with pytest.raises(ValueError, match=r"summed=\(NoSymbol\(.*summed must be a tuple of summed statistics \(fedsample"
+                                         r"\.messages\.SummedStatistic: name, noise, purpose, released, symbol and of_cohort\(counts\)\)"):
+        CohortPlanCapabilities(summed=(NoSymbol(),))

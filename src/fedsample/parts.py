@@ -485,7 +485,8 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
     "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
-               "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
+               "a tuple of summed statistics (fedsample.messages.SummedStatistic: name, noise, purpose, released, symbol and "
+               "of_cohort(counts))"),
     "needs_summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
                      "a tuple of the names of summed statistics (fedsample.messages.SummedStatistic.name)"),
 }
