@@ -158,7 +158,7 @@ class PoolFederation(Federation):
 
     def _ask(self, calls: Mapping[int, tuple[object, ...]]) -> dict[int, object]:
         """Call ``method(*args)`` on each named worker (``calls``: worker -> (method, *args)); they work in
-        parallel; the answers by worker, unpickled (:meth:`_answer`), read by the caller as what each call answers
+        parallel; the answers by worker, unpickled (``_answer``), read by the caller as what each call answers
         (:mod:`fedsample.federation.sharded`'s readers)."""
         for w, (name, *args) in calls.items():
             self._send(w, pickle.dumps((name, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL))

@@ -627,7 +627,7 @@ class BatchedCohort:
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The summed statistics the engine counted (every received report carries each, :meth:`_report`), read from
+        """The summed statistics the engine counted (every received report carries each, ``_report``), read from
         its arrays: no report is built; () where none is received."""
         return tuple(self._sums) if len(received) else ()
 
