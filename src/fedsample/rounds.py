@@ -526,7 +526,7 @@ class ReplyBacking(Protocol):
         ...
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The names of the summed statistics the ``received`` replies carry."""
+        """The names of the summed statistics every one of the ``received`` replies carries (those :meth:`summed` sums)."""
         ...
 
     def rows_trained(self, received: np.ndarray) -> int | None:
