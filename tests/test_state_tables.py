@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from fedsample.callbacks import CheckpointError, SimulationState
+import fedsample as fs
+from fedsample.callbacks import Checkpoint, CheckpointError, SimulationState
 from fedsample.privacy.ledger import Accounting, Ledger
 from fedsample.simulation import _attach_ledger
+from fedsample.runtime.memo import LastOf
 from fedsample.runtime.records import held_state, opened_state, part_state
 from fedsample.sampling.delta import DeltaHeld
 from fedsample.sampling.divfl import DivFLHeld
 from fedsample.sampling.stratify import StrataHeld
-from fedsample.strategy.round import ScreenedSizes, SizeEstimates
+from fedsample.strategy.round import SCREENED, ScreenedSizes, SizeEstimates
 from fedsample.training.server import SERVER_KEY, FedAdam, server_state
+from helpers import blobs, federate
 
 
 class Counted(TypedDict):
@@ -106,3 +109,19 @@ def test_a_checkpoints_ledger_that_is_no_ledger_is_refused_naming_the_checkpoint
         _attach_ledger(saved, Accounting(unit="record"), None, "run.pt")
     saved.state["privacy"] = Ledger(Accounting(unit="record"))
     assert isinstance(_attach_ledger(saved, Accounting(unit="record"), None, "run.pt"), Ledger)
+
+
+def test_a_checkpoint_whose_size_memo_is_an_older_lastof_resumes_to_the_same_numbers(tmp_path):
+    """A checkpoint written before the memo had its own class holds an empty ``LastOf`` under ``screened_sizes``: the
+    round puts a fresh memo in its place (a saving of time only), and the run ends as an uninterrupted one."""
+    fed = federate(blobs(n=200), [1, 1, 2, 3, 5, 8, 13, 21, 34, 2, 1, 4, 6, 9, 30])
+    run = dict(federated_data=fed, model=fs.models.MLP(hidden=8), rounds=4, seed=4)
+    full = fs.simulate(fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, server_lr=0.2), **run)
+    path = tmp_path / "state.pt"
+    fs.simulate(fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, server_lr=0.2), **{**run, "rounds": 2}, callbacks=[Checkpoint(path)])
+    saved = SimulationState.load(path)
+    assert isinstance(saved.state[SCREENED], ScreenedSizes)
+    saved.state[SCREENED] = LastOf()
+    saved.save(path)
+    resumed = fs.simulate(fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, server_lr=0.2), **run, callbacks=[Checkpoint(path, resume=True)])
+    assert resumed.history == full.history

@@ -219,6 +219,7 @@ class SteeredTotals(TypedDict):
     sum: float
     rounds: int
 
+
 #: Where FedSampling keeps, in the strategy state, the total N^ released by the secure sum of the clients' sizes
 #: (``total_from="secure_sum"``: asked once per run, before the first draw).
 SUMMED_TOTAL = "summed_total"

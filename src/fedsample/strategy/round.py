@@ -49,9 +49,9 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     numbers = replies if isinstance(replies, NumberReplies) and not replies.failed else None  # one array, no failure: keyed on it
     whole = numbers is not None
     arrays = (numbers.values, ids) if numbers is not None else ()
-    memo = ctx.state.setdefault(SCREENED, ScreenedSizes())  # the last screened reports
-    if not isinstance(memo, ScreenedSizes):
-        raise TypeError(f"state[{SCREENED!r}]: expected the memo of the screened size reports, the state holds {type(memo).__name__}")
+    memo = ctx.state.get(SCREENED)  # the last screened reports
+    if not isinstance(memo, ScreenedSizes):  # none yet, or an older checkpoint's LastOf (empty once saved): a fresh memo
+        memo = ctx.state[SCREENED] = ScreenedSizes()
     failed, info = memo.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
         screened_estimate(policy, replies, ids, M)
     note_failures(ctx, failed)
