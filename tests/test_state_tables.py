@@ -16,7 +16,9 @@ from fedsample.simulation import _attach_ledger
 from fedsample.runtime.memo import LastOf
 from fedsample.runtime.records import held_state, opened_state, part_state
 from fedsample.sampling.delta import DeltaHeld
+from fedsample.sampling import adaptive
 from fedsample.sampling.divfl import DivFLHeld
+from fedsample.sampling.oort import OortHeld
 from fedsample.sampling.stratify import StrataHeld
 from fedsample.strategy.round import SCREENED, ScreenedSizes, SizeEstimates
 from fedsample.training.server import SERVER_KEY, FedAdam, server_state
@@ -125,3 +127,12 @@ def test_a_checkpoint_whose_size_memo_is_an_older_lastof_resumes_to_the_same_num
     saved.save(path)
     resumed = fs.simulate(fs.recipes.fedsampling(K=40, epsilon=3.0, M=20, server_lr=0.2), **run, callbacks=[Checkpoint(path, resume=True)])
     assert resumed.history == full.history
+
+
+def test_an_adaptive_samplers_table_is_not_read_as_anothers():
+    """The adaptive samplers share one key (``adaptive.STATE_KEY``): Oort's table read as DivFL's is refused, naming
+    the key and Oort's keys, rather than read as gradients."""
+    state: dict[str, object] = {adaptive.STATE_KEY: OortHeld(utility=np.zeros(3), explored=np.zeros(3, dtype=bool), last=np.zeros(3))}
+    with pytest.raises(TypeError, match=r"state\['clients'\]: not a DivFLHeld table \(unexpected utility, explored, last\)"):
+        part_state(state, adaptive.STATE_KEY, DivFLHeld)
+    assert part_state(state, adaptive.STATE_KEY, OortHeld)["utility"].shape == (3,)

@@ -11,7 +11,7 @@ import types
 from typing import Any, Mapping, TypeAlias, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 __all__ = [
-    "JSON", "JSONObject", "Record", "State", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_text",
+    "JSON", "JSONObject", "Record", "State", "Table", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_text",
     "held_state", "opened_state", "part_state",
 ]
 
