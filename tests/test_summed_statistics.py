@@ -4,6 +4,7 @@ value to each report's ``sums``; the server reads the cohort's sum by name (Repl
 seals one more coordinate per statistic, with its own noise shares from its own cells."""
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -302,3 +303,74 @@ def test_a_plan_that_declares_a_draw_it_lacks_is_refused_on_the_loop_engine(engi
                                   "declares draws_blocks=True in its CohortPlanCapabilities but has no draw_blocks() method")
     _, log = round_of(PlansClaimed(BernoulliSamples))
     assert log["updates"] > 0
+
+
+# --- the round record: each statistic under its own name, none a record key; the drawn count by its declaration ---
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaresClash(CountsBoth):
+    """A user's data sampler whose summed statistic (:class:`Drew`, renamed) is named like one of the round record's
+    own figures."""
+
+    name: str = "cohort"
+
+    @property
+    def capabilities(self):
+        return fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(Drew(name=self.name),))
+
+
+@pytest.mark.parametrize("name", ["cohort", "updates", "realised_samples", "ratio", "privacy_epsilon[add/remove]"])
+def test_a_summed_statistic_named_like_a_record_key_is_refused_naming_the_part_and_the_key(name):
+    from fedsample.strategy import Strategy
+
+    kw = dict(clients=fs.sampling.clients.AllClients(), local=OneGradient(5), aggregate=fs.training.aggregate.Sum(), secure_sum=True)
+    with pytest.raises(ValueError, match=rf"^data=DeclaresClash\(.*\) declares a summed statistic named '{re.escape(name)}'"
+                                         r".*round record's own.*give the statistic another name$"):
+        Strategy(data=DeclaresClash(name=name), **kw)
+    # the drawn count's name is the statistic's, not a record key: FedSampling's own declaration is built
+    from fedsample.runtime.records import is_round_key
+
+    assert not is_round_key(DRAWN) and not is_round_key("drew")
+    assert Strategy(data=DeclaresBoth(), **kw).data.capabilities.summed[0].name == DRAWN
+
+
+def test_the_drawn_count_a_data_sampler_names_must_be_one_it_declares():
+    with pytest.raises(ValueError, match=r"^DataSamplerCapabilities\(drawn_count='drew'\): drawn_count must name one of its "
+                                         r"summed statistics \('samples'\)$"):
+        fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(DrawnCount(),), drawn_count="drew")
+    with pytest.raises(ValueError, match=r"drawn_count must be the name of the summed statistic"):
+        fs.parts.DataSamplerCapabilities(weighs_by_inclusion=False, summed=(DrawnCount(),), drawn_count=3)
+    assert fs.recipes.fedsampling(samples_per_round=40).data.capabilities.drawn_count == DRAWN
+    assert fs.sampling.data.FedSamplingData(K=40, count_drawn=False).capabilities.drawn_count is None
+
+
+@dataclasses.dataclass(frozen=True)
+class CountsDrawnAs(DeclaresBoth):
+    """:class:`DeclaresBoth`, naming ``drawn`` as the statistic that counts the drawn samples."""
+
+    drawn: str | None = None
+
+    @property
+    def capabilities(self):
+        return dataclasses.replace(super().capabilities, drawn_count=self.drawn)
+
+
+def test_the_realised_budget_reads_the_statistic_declared_as_the_drawn_count(engines):
+    """One round of every client (all ten asked, one without data), exact sums: the record logs both statistics by
+    name, and its ``realised_samples`` is the one ``drawn_count`` names: the drawn count, or the user's Drew (the
+    clients that drew at least one sample, fewer than the samples); where none is named, no released figure (the
+    sealed replies carry no rows), and the rows the simulation saw the clients train (``realised_measured``:
+    OneGradient's one step over each client's drawn samples, the drawn count again)."""
+    fed, _ = engines
+    from fedsample.strategy import Strategy
+
+    def record(drawn):
+        strategy = Strategy(clients=fs.sampling.clients.AllClients(), data=CountsDrawnAs(drawn=drawn), local=OneGradient(5),
+                            aggregate=fs.training.aggregate.Sum(), secure_sum=True)
+        return fs.simulate(strategy, federated_data=fed, model=fs.models.MLP(hidden=4), rounds=1, seed=0).history[0]
+
+    by_count, by_drew, by_rows = record(DRAWN), record("drew"), record(None)
+    assert by_count[DRAWN] == by_drew[DRAWN] > by_drew["drew"] > 0
+    assert by_count["realised_samples"] == by_count[DRAWN] and by_drew["realised_samples"] == by_drew["drew"]
+    assert "realised_samples" not in by_rows and by_rows["realised_measured"] == by_rows[DRAWN]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from fedsample.runtime.records import Record
+from fedsample.runtime.records import RecordView, as_number, as_table
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList
@@ -72,7 +72,7 @@ def realised_samples(drawn: float | None, replies: ReplyList) -> float | None:
     return None if rows is None else float(rows)
 
 
-def measured_figure(record: Record, rows: int | None) -> dict[str, float | None]:
+def measured_figure(record: RecordView, rows: int | None) -> dict[str, float | None]:
     """What a round's record adds of the simulation's own measurement (:mod:`fedsample.runtime.measured`): where the
     round trained (``updates``) but the server was told no realised figure (sealed replies: a private drawn count,
     noised replies), ``{"realised_measured": rows}``, the rows the engine saw its clients train (None: an engine that
@@ -83,16 +83,16 @@ def measured_figure(record: Record, rows: int | None) -> dict[str, float | None]
     return {"realised_measured": None if rows is None else float(rows)}
 
 
-def budget_summary(history: Sequence[Record]) -> BudgetSummary | None:
+def budget_summary(history: Sequence[RecordView]) -> BudgetSummary | None:
     """``{"mean", "min", "max", "rounds", "clamped_rounds", "source"}`` of one run's realised samples per round
     (``clamped_rounds``: rounds whose FedSampling ratio K/N~ was capped at 1): the figures the server was told
     (the records' ``realised_samples``, ``source`` "released"), else those the simulation measured of sealed rounds
     (``realised_measured``, ``source`` "measured": never told to the server); where the rounds were sealed and not
     measured (an engine that cannot, :func:`measured_figure`), ``{"mean": None, ..., "source": "not measured"}``;
     None where no round has either (a run that predates the record)."""
-    clamped = sum(1 for r in history if "ratio" in (r.get("clamped") or {}))
-    released = [float(r["realised_samples"]) for r in history if r.get("realised_samples") is not None]
-    measured = [float(r["realised_measured"]) for r in history if r.get("realised_measured") is not None]
+    clamped = sum(1 for r in history if "ratio" in as_table(r.get("clamped") or {}, "clamped"))
+    released = [float(as_number(r["realised_samples"], "realised_samples")) for r in history if r.get("realised_samples") is not None]
+    measured = [float(as_number(r["realised_measured"], "realised_measured")) for r in history if r.get("realised_measured") is not None]
     values = released or measured
     source: Source = "released" if released else "measured"
     if not values:
@@ -129,7 +129,7 @@ def equal_budgets(means: Mapping[str, float], tolerance: float = EQUAL_BUDGET_TO
     return bool(np.all(np.abs(values / values.mean() - 1) <= tolerance))
 
 
-def arm_budget(histories: Sequence[Sequence[Record]]) -> ArmBudget | None:
+def arm_budget(histories: Sequence[Sequence[RecordView]]) -> ArmBudget | None:
     """One arm's realised budget over its seeds (results.json's ``budget``): the mean of the seeds' per-round means,
     the smallest and largest round, the rounds whose K/N~ was capped, FedSampling's K where the rounds carry it,
     where the figures come from (``source``: "released", "measured" in simulation, or "not measured" where sealed
@@ -141,7 +141,8 @@ def arm_budget(histories: Sequence[Sequence[Record]]) -> ArmBudget | None:
         sealed = [s for s in seeds if s is not None]
         return {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": sum(s["clamped_rounds"] for s in sealed), "K": None,
                 "source": "not measured", "per_seed": seeds} if sealed else None
-    targets = {r["target_samples"] for history in histories for r in history if r.get("target_samples") is not None}
+    targets = {as_number(r["target_samples"], "target_samples") for history in histories for r in history
+               if r.get("target_samples") is not None}
     sources = {s["source"] for s in known}
     lows, highs = [s["min"] for s in known if s["min"] is not None], [s["max"] for s in known if s["max"] is not None]
     return {

@@ -23,7 +23,7 @@ from fedsample import checks, validate
 from fedsample.federation.base import Federation, client_states_of
 from fedsample.messages import ClientState, TrainPayload
 from fedsample.runtime.fingerprint import differences
-from fedsample.runtime.records import Record, State
+from fedsample.runtime.records import Record, State, as_entries, as_int, as_table, as_text
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
 from fedsample.training.functional import Params
 
@@ -121,7 +121,7 @@ class Tracking(Callback):
         self.group.start(run.config, resumed_at=run.state.round)
 
     def on_record(self, run: Run, record: Record) -> None:
-        self.group.log_dict(numeric_metrics(record), step=record["round"])
+        self.group.log_dict(numeric_metrics(record), step=as_int(record["round"], "round"))
 
     def end(self, run: Run, failed: bool) -> None:
         self.group.close(failed)
@@ -189,7 +189,8 @@ def divergence(record: Record, params: Params) -> str | None:
         value = record.get(key)
         if isinstance(value, float) and not math.isfinite(value):
             return f"the {'training' if key == 'train_loss' else 'test'} loss became {value}"
-    reasons = [f["reason"] for f in record.get("failed", []) if f.get("phase") == TrainPayload.procedure.name]
+    failed = [as_table(entry, "failed") for entry in as_entries(record.get("failed", []), "failed")]
+    reasons = [as_text(f["reason"], "failed.reason") for f in failed if f.get("phase") == TrainPayload.procedure.name]
     if reasons and record.get("updates") == 0 and all(r.startswith("non-finite") for r in reasons):
         return f"every client's update was non-finite ({reasons[0]})"
     return None

@@ -486,6 +486,8 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
     "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
                "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
+    "drawn_count": (lambda v: v is None or isinstance(v, str),
+                    "the name of the summed statistic that counts the drawn samples, or None"),
     "needs_summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
                      "a tuple of the names of summed statistics (fedsample.messages.SummedStatistic.name)"),
 }
@@ -561,15 +563,26 @@ class DataSamplerCapabilities(_Capabilities):
     divide by the cohort's inclusion probabilities, as ISFedAvg's agent factor does: a part taken not to would
     escape the rule that refuses it an estimated or deterministic sampler). Optional: ``needs_sizes``, ``limits``,
     ``summed`` (the :class:`~fedsample.messages.SummedStatistic` s its plans make each client add to its reply, each
-    with the noise on the cohort's sum: FedSampling's drawn count), ``budget`` (the samples per round it is held to,
-    FedSampling's K: the round record's ``target_samples``) and ``shared_settings``."""
+    with the noise on the cohort's sum: FedSampling's drawn count), ``drawn_count`` (the name of the one among them
+    that counts the samples the clients drew, sum_c |S_c|: the round record's ``realised_samples``,
+    :func:`fedsample.budget.realised_samples`; None: none does, and the realised budget is the rows the replies
+    trained), ``budget`` (the samples per round it is held to, FedSampling's K: the round record's
+    ``target_samples``) and ``shared_settings``."""
 
     weighs_by_inclusion: bool
     needs_sizes: SizeNeed = SizeNeed.NONE
     limits: tuple[Limit, ...] = ()
     summed: tuple[SummedStatistic, ...] = ()
+    drawn_count: str | None = None
     budget: int | None = None
     shared_settings: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names = [statistic.name for statistic in self.summed]
+        if self.drawn_count is not None and self.drawn_count not in names:
+            raise ValueError(f"DataSamplerCapabilities(drawn_count={self.drawn_count!r}): drawn_count must name one of its "
+                             f"summed statistics ({', '.join(map(repr, names)) or 'none declared'})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -672,7 +685,7 @@ what they do through their Protocols' properties)."""
 
 OLD_DECLARATIONS = frozenset(
     f.name for record in RECORDS.values() for f in dataclasses.fields(record)
-) - {"limits", "shared_settings", "summed", "needs_summed", "per_example", "budget", "minibatch", "steps"}
+) - {"limits", "shared_settings", "summed", "drawn_count", "needs_summed", "per_example", "budget", "minibatch", "steps"}
 """Names a part declared as separate class attributes before its capabilities record (what an old-style part is
 recognised by; settings that are also a part's own fields, such as ``budget``, and fields that came with the records,
 such as ``summed``, are left out)."""

@@ -14,38 +14,22 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     from fedsample.data.types import FederatedData
-    from fedsample.experiments.config import GridValue
+    from fedsample.diagnostics.document import DiagnosedGrid, DiagnosisNotes, RunCheck, StrategyResult
     from fedsample.experiments.plan import Plan
     from fedsample.messages import Params
-    from fedsample.runtime.records import Record
     from fedsample.runtime.warned import Warned
     from fedsample.strategy import Strategy
 
-__all__ = ["DiagnosedGrid", "RunCheck", "add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory",
+__all__ = ["add_arguments", "command_diagnose", "diagnosed_strategies", "diagnosis_memory",
            "run_checks"]
 
 DEFAULT_DRAWS = 1000
 DEFAULT_CHECK_ROUNDS = 5
 LOG_BYTES_PER_DRAW = 4096  # a round's log (size estimates, the failed list) kept per draw: a generous bound
-
-
-class DiagnosedGrid(TypedDict):
-    """The grid a diagnosed strategy was taken from: its parameter, the value diagnosed (the first) and all values."""
-
-    param: str
-    value: GridValue
-    values: list[GridValue]
-
-
-class RunCheck(TypedDict):
-    """The run check of :func:`run_checks`: its rounds and, per strategy, "ok" or why it diverged."""
-
-    rounds: int
-    status: dict[str, str]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +111,7 @@ def _diagnose(args: argparse.Namespace, warned: Warned) -> None:
     with _progress_bar(config.name, len(strategies), args.draws, quiet=args.quiet) as (done, advance):
         diagnosis = diagnose(strategies, fed, plan.model, params=params, rounds=args.draws, seed=seed, sketch_dim=sketch_dim,
                              progress=done, faults=plan.faults, jobs=jobs, advance=advance, check_rounds=args.check_rounds)
-    notes: Record = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
+    notes: DiagnosisNotes = {"faults": None if config.faults is None else config.faults.model_dump(mode="json"), "grid": grid,
              "run_check": run_checks(diagnosis.run_check, args.check_rounds), "warnings": warned.record()}
     if args.out is None:
         out.parent.mkdir(exist_ok=True)  # the default location is ours to create, once everything is done
@@ -206,7 +190,7 @@ def run_checks(status: dict[str, str], rounds: int) -> RunCheck | None:
 
 
 @contextmanager
-def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterator[tuple[Callable[[str, Record], None], Callable[[int], None]]]:
+def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterator[tuple[Callable[[str, StrategyResult], None], Callable[[int], None]]]:
     """A rich progress bar of the draws on stderr (strategies done in its text; none with ``quiet``), shown from the
     first draw on (an error before it is one line), and the callbacks
     :func:`~fedsample.diagnostics.measure.diagnose` reports to: a finished strategy's line goes to stderr."""
@@ -226,7 +210,7 @@ def _progress_bar(name: str, strategies: int, draws: int, quiet: bool) -> Iterat
             shown = True
         bar.update(task, advance=made)
 
-    def done(label: str, result: Record) -> None:
+    def done(label: str, result: StrategyResult) -> None:
         nonlocal finished
         finished += 1
         advance(0)

@@ -32,7 +32,8 @@ from fedsample.models import initial_parameters
 from fedsample.simulation import Diverged, Model, build_module, simulate
 from fedsample.privacy.sizes import RandomizedSizes
 from fedsample.rounds import RoundContext
-from fedsample.runtime.records import Record
+from fedsample.diagnostics.document import Cost, DiagnosisDocument, SamplerSummary, SizePrivacy, StrategyResult
+from fedsample.runtime.records import JSONObject
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
 from fedsample.validate import shapes_of
@@ -46,16 +47,16 @@ class Diagnosis:
     and the raw ``draws``; ``basis`` describes the gradient basis, ``g_norm`` is ||g*||; ``run_check[label]``: "ok" or
     why the strategy diverged in its first rounds of a run (:func:`run_check`; empty without ``check_rounds``)."""
 
-    results: dict[str, Record]
+    results: dict[str, StrategyResult]
     draws: dict[str, Draws] = field(repr=False)
-    basis: Record
+    basis: JSONObject
     g_norm: float
     rounds: int
     seed: int
     data: FederatedData = field(repr=False)
     run_check: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> Record:
+    def to_dict(self) -> DiagnosisDocument:
         return {"rounds": self.rounds, "seed": self.seed, "basis": self.basis, "g_star_norm": self.g_norm,
                 "clients": self.data.num_clients, "samples": int(len(self.data.order)), "strategies": self.results}
 
@@ -68,17 +69,16 @@ def _strategies(strategy: Strategy | Mapping[str, Strategy]) -> dict[str, Strate
     return dict(strategy)
 
 
-def cost_summary(draws: Draws) -> Record:
+def cost_summary(draws: Draws) -> Cost:
     """Per-round means of samples drawn, clients contacted, updates received, bytes sent up, local trainings (more
     than the updates where the sampler chooses among trained clients) and probes answered."""
-    out = {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
-           "clients_contacted": float(draws.contacted.mean()), "updates": float(draws.updates.mean()),
-           "bytes_up": float(draws.bytes_up.mean())}
-    out.update(local_trainings=float(draws.trainings.mean()), probes=float(draws.probes.mean()))
-    return out
+    return {"samples": float(draws.samples.mean()), "samples_sd": float(draws.samples.std()),
+            "clients_contacted": float(draws.contacted.mean()), "updates": float(draws.updates.mean()),
+            "bytes_up": float(draws.bytes_up.mean()), "local_trainings": float(draws.trainings.mean()),
+            "probes": float(draws.probes.mean())}
 
 
-def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation, params: Params, seed: int, first_round: int) -> Record:
+def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation, params: Params, seed: int, first_round: int) -> SamplerSummary:
     """What the client sampler declares and what its draws show: how its inclusion probabilities are known
     (``inclusion``, and ``bias`` where the aggregate cannot be unbiased: biased by design, or no unbiased estimator),
     the number of drawn rounds of each kind (``rounds_by_kind``: FedCor's random warm-up rounds are exact), what the
@@ -93,7 +93,7 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     sampler = strategy.clients
     kind = parts.inclusion_kind(sampler)
     kinds = [log.get("inclusion", kind.value) for log in draws.logs]
-    out: Record = {"inclusion": kind.value, "bias": kind.bias,
+    out: SamplerSummary = {"inclusion": kind.value, "bias": kind.bias,
                            "rounds_by_kind": {k.value: kinds.count(k.value) for k in parts.InclusionKind if k.value in kinds},
                            "server_learns": [v.value for v in parts.server_learns(sampler)], "trains_first": parts.trains_first(sampler),
                            "probes": float(np.mean([log.get("sampler_probes", 0) for log in draws.logs])),
@@ -113,7 +113,7 @@ def sampler_summary(strategy: Strategy, draws: Draws, fed: LinearisedFederation,
     return out
 
 
-def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> Record | None:
+def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> SizePrivacy | None:
     """For randomized size reports: epsilon per round, alpha, the standard error of Ñ (Eq. 2; the clipped
     total is what it estimates) in theory and across the draws."""
     sizes = strategy.sizes
@@ -133,7 +133,7 @@ def privacy_summary(strategy: Strategy, draws: Draws, fed: FederatedData) -> Rec
 def diagnose(
     strategy: Strategy | Mapping[str, Strategy], data: FederatedData, model: Model, params: Params | None = None,
     rounds: int = 1000, seed: int = 0, first_round: int = 0, sketch_dim: int = DEFAULT_SKETCH_DIM,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, Record], None] | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET, progress: Callable[[str, StrategyResult], None] | None = None,
     faults: FaultModel | None = None, jobs: int = 1, advance: Callable[[int], None] | None = None, check_rounds: int = 0,
 ) -> Diagnosis:
     """Draw ``rounds`` rounds of each strategy's sampling at the fixed model ``params`` (default: the model's
@@ -198,7 +198,7 @@ class _Work:
     check_rounds: int = 0
 
 
-def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[Record, Draws, str | None]:
+def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None = None) -> tuple[StrategyResult, Draws, str | None]:
     """One strategy's draws and what they show (the per-strategy entry of :func:`diagnose`), and its run check
     (:func:`run_check`; None without ``check_rounds``). Its warnings start afresh (``warnings.catch_warnings``
     resets the registry of warnings already shown at a place), so how many reach ``warnings.showwarning`` does not
@@ -207,7 +207,7 @@ def measure_strategy(work: _Work, label: str, advance: Callable[[], None] | None
     fed = LinearisedFederation(data.pooled() if st.pooled else data, work.module, work.seed, work.basis)
     with warnings.catch_warnings():
         draws = draw_rounds(st, fed, work.params, work.rounds, work.seed, work.first_round, work.faults, advance)
-    result = {
+    result: StrategyResult = {
         "estimator": estimator_statistics(draws.estimates, work.target),
         "exploitation": exploitation_summary(draws.inclusion, work.rounds, data),
         "cost": cost_summary(draws), "privacy": privacy_summary(st, draws, data),
@@ -231,7 +231,7 @@ def run_check(strategy: Strategy, data: FederatedData, model: Model, rounds: int
     return "ok"
 
 
-def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[Record, Draws, str | None]]]:
+def _measure_each(work: _Work, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[StrategyResult, Draws, str | None]]]:
     one = None if advance is None else (lambda: advance(1))
     for label in work.strategies:
         yield label, measure_strategy(work, label, one)
@@ -242,7 +242,7 @@ _FORKED: list[tuple[_Work, multiprocessing.queues.Queue[int]]] = []  # the work 
 PROGRESS_EVERY = 10  #: draws a worker makes between two progress messages
 
 
-def _in_worker(label: str) -> tuple[str, Record, Draws, str | None, list[Raised]]:
+def _in_worker(label: str) -> tuple[str, StrategyResult, Draws, str | None, list[Raised]]:
     """Measure ``label`` in a forked worker: its result, draws, run check and the warnings it raised (category,
     message, filename, line), which the filters in force let through."""
     work, queue = _FORKED[0]
@@ -264,7 +264,7 @@ def _in_worker(label: str) -> tuple[str, Record, Draws, str | None, list[Raised]
     return label, result, draws, status, raised
 
 
-def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[Record, Draws, str | None]]]:
+def _measure_all(work: _Work, jobs: int, advance: Callable[[int], None] | None) -> Iterator[tuple[str, tuple[StrategyResult, Draws, str | None]]]:
     """The strategies measured in ``jobs`` forked workers, yielded in their order (each as soon as it and those
     before it are done, so the output and the warnings' order do not depend on the number of workers); their draws'
     progress goes to ``advance`` and their warnings to ``warnings.showwarning``."""

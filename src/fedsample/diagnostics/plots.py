@@ -10,7 +10,7 @@ import numpy as np
 from fedsample.diagnostics.exploitation import drawn_label_counts
 from fedsample.diagnostics.measure import Diagnosis
 from fedsample.figures import save_figure
-from fedsample.runtime.records import Record
+from fedsample.diagnostics.document import DiagnosisDocument
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -30,7 +30,7 @@ def _figure(width: float, height: float) -> Figure:
     return fig
 
 
-def plot_exploitation(document: Record, path: Path) -> None:
+def plot_exploitation(document: DiagnosisDocument, path: Path) -> None:
     """Mean per-sample inclusion frequency of each client-size decile, relative to the strategy's overall
     mean (1 = uniform exploitation, FedSampling's Definition 3.1): one small panel per strategy on a shared log
     scale, so that lines lying on 1 do not hide each other."""
@@ -71,7 +71,7 @@ def _bars(ax: Axes, y: np.ndarray, values: np.ndarray, low: np.ndarray, high: np
     ax.set_xlim(0, top * 1.25 if top > 0 else 1.0)
 
 
-def plot_estimator(document: Record, path: Path) -> None:
+def plot_estimator(document: DiagnosisDocument, path: Path) -> None:
     """Bias (with 2 standard errors of bias^2 as an interval) and variance (2 standard errors of the MSE) of each
     strategy's ĝ, relative to g*; every bar carries its number."""
     labels = list(document["strategies"])

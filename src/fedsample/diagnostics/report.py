@@ -8,7 +8,8 @@ from pathlib import Path
 from fedsample import outputs
 from fedsample.diagnostics.measure import Diagnosis
 from fedsample.experiments.report import markdown_text
-from fedsample.runtime.records import JSONObject, Record
+from fedsample.diagnostics.document import DiagnosisDocument, DiagnosisNotes, SamplerSummary, StrategyResult
+from fedsample.runtime.records import JSONObject
 
 __all__ = ["check_diagnosis_folder", "summary_table", "write_diagnosis"]
 
@@ -16,9 +17,8 @@ COLUMNS = ("π", "bias ± SE of bias²", "variance", "MSE", "scale", "inclusion 
            "samples", "clients contacted", "trainings", "kB up", "server learns")
 
 
-def _row(label: str, result: Record) -> list[str]:
-    e, x, c = result["estimator"], result["exploitation"], result["cost"]
-    sampler = result.get("sampler") or {}
+def _row(label: str, result: StrategyResult) -> list[str]:
+    e, x, c, sampler = result["estimator"], result["exploitation"], result["cost"], result["sampler"]
     deciles = x["by_size_decile"]
     ratio = deciles[0]["inclusion"] / deciles[-1]["inclusion"] if deciles[-1]["inclusion"] > 0 else float("inf")
     return [
@@ -29,7 +29,7 @@ def _row(label: str, result: Record) -> list[str]:
     ]
 
 
-def summary_table(document: Record) -> str:
+def summary_table(document: DiagnosisDocument) -> str:
     """The markdown table: per strategy how its inclusion probabilities are known (π: exact, estimated,
     degenerate), the estimator's bias, variance, MSE and scale relative to g*, the inclusion frequency's CV and
     smallest/largest size-decile ratio, the per-round cost (samples, clients contacted, local trainings, kB up) and
@@ -43,7 +43,7 @@ def summary_table(document: Record) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join([note, precision_line(document), *setting_lines(document)]) + "\n"
 
 
-def precision_line(document: Record) -> str:
+def precision_line(document: DiagnosisDocument) -> str:
     """How precise the table's numbers are for its R draws: bias² carries its standard error in the table, and the
     MSE's largest relative standard error over the strategies (the variance's is of the same order)."""
     relative = [e["mse_se"] / e["mse"] for e in (r["estimator"] for r in document["strategies"].values()) if e["mse"] > 0]
@@ -52,7 +52,7 @@ def precision_line(document: Record) -> str:
             f"of them is no bias {document['rounds']} draws can see){worst}")
 
 
-def setting_lines(document: Record) -> list[str]:
+def setting_lines(document: DiagnosisDocument) -> list[str]:
     """What else the diagnosis used or found (the command line's ``notes``): the failure model, the grid value
     each strategy with a grid was diagnosed at, and the strategies that diverged in the first rounds of a run."""
     lines = []
@@ -74,7 +74,7 @@ def setting_lines(document: Record) -> list[str]:
     return lines
 
 
-def sampler_lines(label: str, sampler: Record | None) -> list[str]:
+def sampler_lines(label: str, sampler: SamplerSummary | None) -> list[str]:
     """What the table cannot say of a sampler whose inclusion probabilities are not exact: the kind and its statement
     (biased by design; no unbiased estimator), what the server learns and the sampler's probes per round."""
     if not sampler or sampler["inclusion"] == "exact":
@@ -106,7 +106,7 @@ def check_diagnosis_folder(out: Path, inputs: JSONObject, overwrite: bool = Fals
 
 
 def write_diagnosis(diagnosis: Diagnosis, out: Path, overwrite: bool = False, inputs: JSONObject | None = None,
-                    notes: Record | None = None) -> list[Path]:
+                    notes: DiagnosisNotes | None = None) -> list[Path]:
     """diagnostics.json (with ``notes``: what else the diagnosis used or found), summary.md, exploitation.png,
     estimator.png, labels.png and the ``diagnose.json`` marker (``inputs``, default :func:`default_inputs`) in
     ``out`` (created; its parent must exist): written into a temporary folder inside ``out`` and moved into place
@@ -118,7 +118,7 @@ def write_diagnosis(diagnosis: Diagnosis, out: Path, overwrite: bool = False, in
 
     out = Path(out)
     marker = diagnosis_marker(inputs if inputs is not None else default_inputs(diagnosis))
-    document = {**diagnosis.to_dict(), **(notes or {})}
+    document: DiagnosisDocument = {**diagnosis.to_dict(), **(notes or {})}
     names = DIAGNOSIS_FILES
     with outputs.written_results(out, marker, overwrite=overwrite) as folder:
         (folder / names[0]).write_text(json.dumps(finite_or_none(document), indent=1, allow_nan=False))

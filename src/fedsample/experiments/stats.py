@@ -4,9 +4,9 @@ round on the test set."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
-from fedsample.runtime.records import JSONObject, Record
+from fedsample.runtime.records import JSONObject, RecordView, as_number, as_optional_number
 
 __all__ = ["LOWER_IS_BETTER", "best_round", "mean_sd_n", "metric_table", "over_seeds"]
 
@@ -32,17 +32,17 @@ def mean_sd_n(per_seed: Sequence[float | None]) -> tuple[float | None, float | N
     return mean, sd, n
 
 
-def best_round(history: Sequence[Record], metric: str) -> float | None:
+def best_round(history: Sequence[RecordView], metric: str) -> float | None:
     """The oracle: the best value of ``metric`` over the evaluated rounds on the test set (max, or min for a
     loss), picked by looking at the test metric itself, so an optimistic bound and not a result; None if
     never measured."""
-    values: list[float] = [h[metric] for h in history if h.get(metric) is not None]
+    values = [as_number(h[metric], metric) for h in history if h.get(metric) is not None]
     if not values:
         return None
     return min(values) if metric in LOWER_IS_BETTER else max(values)
 
 
-def metric_table(per_seed_metrics: Sequence[Mapping[str, float | None] | None], metrics: tuple[str, ...]) -> JSONObject:
+def metric_table(per_seed_metrics: Sequence[RecordView | None], metrics: tuple[str, ...]) -> JSONObject:
     """Per metric measured in every finished seed, its :func:`over_seeds` summary (None: a seed that stopped);
     when every seed stopped, each of ``metrics`` with n = 0 and null mean and sd (the keys stay the same)."""
     done = [m for m in per_seed_metrics if m is not None]
@@ -50,5 +50,5 @@ def metric_table(per_seed_metrics: Sequence[Mapping[str, float | None] | None], 
     for metric in metrics:
         if done and any(m.get(metric) is None for m in done):
             continue
-        table[metric] = over_seeds([None if m is None else m[metric] for m in per_seed_metrics])
+        table[metric] = over_seeds([None if m is None else as_optional_number(m[metric], metric) for m in per_seed_metrics])
     return table

@@ -453,14 +453,15 @@ def sealed_train(
     params = payloads[0].params if payloads and isinstance(payloads[0], TrainPayload) else {}
     record: Record = {"protocol": "SecAgg+", **dataclasses.asdict(settings)}
     cohort = None
+    missed: dict[int, str] = {}  # node -> the first stage it missed, and why
+    summed_nodes: list[int] = []
     if len(asked) > settings.max_clients:
         why = f"SecAgg+ sums at most {settings.max_clients} clients at quantization_range {settings.quantization_range}"
     elif len(asked) < 2:
         why = "SecAgg+ needs at least two clients that can answer"
     else:
-        cohort, why = _run_protocol(federation, settings, ids, payloads, asked, params, round, record)
-    included = set(record.pop("summed_nodes", ()))
-    missed = record.pop("missed", {})
+        cohort, why, missed, summed_nodes = _run_protocol(federation, settings, ids, payloads, asked, params, round, record)
+    included = set(summed_nodes)
     for node, i in asked.items():
         if node not in included:
             failed[i] = Failed(ids[i], procedure, missed.get(node) or why)
@@ -480,8 +481,9 @@ def sealed_train(
 def _run_protocol(
     federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], asked: dict[int, int],
     params: Params, round: int, record: Record,
-) -> tuple[SummedCohort | None, str]:
-    """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none)."""
+) -> tuple[SummedCohort | None, str, dict[int, str], list[int]]:
+    """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none, the first stage
+    each node missed and why, the nodes summed)."""
     requests = {}
     for node, i in asked.items():
         request = encode_request(ids[i], federation.seed, round, payloads[i])
@@ -498,22 +500,21 @@ def _run_protocol(
     try:
         workflow(grid, context)  # type: ignore[arg-type]  # _StageGrid wraps a Grid and answers its interface
     except Exception as error:  # a malformed reply the workflow trips over: the round has no sum, the run goes on
-        record["missed"] = dropouts(grid.outcome)
-        return None, f"secure aggregation failed: {type(error).__name__}: {error}"
-    record.update(threshold=workflow.threshold, missed=dropouts(grid.outcome))
+        return None, f"secure aggregation failed: {type(error).__name__}: {error}", dropouts(grid.outcome), []
+    record["threshold"] = workflow.threshold
+    missed = dropouts(grid.outcome)
     if strategy.included is None or strategy.mean is None:
         stage = list(grid.outcome)[-1] if grid.outcome else "setup"
         return None, (f"secure aggregation stopped after the {stage} stage: too few clients answered for SecAgg+ to "
-                      f"remove the masks (reconstruction threshold {workflow.threshold})")
+                      f"remove the masks (reconstruction threshold {workflow.threshold})"), missed, []
     summed = len(strategy.included)
     total = [a * summed for a in strategy.mean]  # the workflow divides the sum by the summed weight, 1 per client
     noised = count_noise_of(payloads) > 0
     cohort = unpack_sum(total, params, settings.clipping_range, summed, noised, settings.count_range)
-    record.update(summed=summed, summed_nodes=strategy.included, clipped=cohort.clipped,
-                  tolerance=settings.tolerance(summed))
+    record.update(summed=summed, clipped=cohort.clipped, tolerance=settings.tolerance(summed))
     if noised:
         record["count_tolerance"] = settings.count_tolerance(summed)
-    return cohort, ""
+    return cohort, "", missed, strategy.included
 
 
 def report_on_console(round: int, record: Record, failed: list[Failed]) -> None:

@@ -20,7 +20,7 @@ from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.rng import SERVER, generator
 from fedsample.rounds import Failed, RoundFailed, is_failed, probe_reports
 from fedsample.sampling.design import Sample
-from fedsample.runtime.records import Table, opened_state
+from fedsample.runtime.records import Table, count_in, entries_in, opened_state
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -53,8 +53,8 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> list[P
     :attr:`~fedsample.messages.ProbeReport.nbytes`; a lost probe, asked with ``partial=True``, sent nothing)."""
     ids = np.asarray(ids, dtype=np.int64)
     replies = probe_reports(ctx.federation.run(ids, request, ctx.round))
-    ctx.log["sampler_probes"] = ctx.log.get("sampler_probes", 0) + len(ids)
-    ctx.log["sampler_probe_bytes"] = ctx.log.get("sampler_probe_bytes", 0) + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
+    ctx.log["sampler_probes"] = count_in(ctx.log, "sampler_probes") + len(ids)
+    ctx.log["sampler_probe_bytes"] = count_in(ctx.log, "sampler_probe_bytes") + sum(r.nbytes for r in replies if isinstance(r, ProbeReport))
     return replies
 
 
@@ -67,8 +67,8 @@ def probes_arrived(ctx: "RoundContext", reports: Sequence[ProbeReport | Failed])
     the lost ones (``failed``, with phase ``probe``) and counts them (``sampler_lost_probes``)."""
     arrived = np.array([not is_failed(r) for r in reports], dtype=bool)
     if not arrived.all():
-        ctx.log.setdefault("failed", []).extend(r.record() for r in reports if isinstance(r, Failed))
-        ctx.log["sampler_lost_probes"] = ctx.log.get("sampler_lost_probes", 0) + int(np.count_nonzero(~arrived))
+        entries_in(ctx.log, "failed").extend(r.record() for r in reports if isinstance(r, Failed))
+        ctx.log["sampler_lost_probes"] = count_in(ctx.log, "sampler_lost_probes") + int(np.count_nonzero(~arrived))
     return arrived
 
 

@@ -11,17 +11,14 @@ run log states every clamp (docs/parameters.md).
 
 from __future__ import annotations
 
-from typing import MutableMapping
+from fedsample.runtime.records import Record, table_in
 
 __all__ = ["clamped"]
 
 
-def clamped(log: MutableMapping[str, object], name: str, asked: float, low: float, high: float) -> float:
+def clamped(log: Record, name: str, asked: float, low: float, high: float) -> float:
     """``asked`` moved into [``low``, ``high``]; when it had to move, ``log["clamped"][name] = asked``."""
     used = min(max(float(asked), low), high)
     if used != asked:
-        moved = log.setdefault("clamped", {})
-        if not isinstance(moved, dict):
-            raise TypeError(f"the round's log holds a {type(moved).__name__} under 'clamped', where the clamped settings belong")
-        moved[name] = float(asked)
+        table_in(log, "clamped")[name] = float(asked)
     return used

@@ -21,7 +21,7 @@ from fedsample.messages import SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
-from fedsample.runtime.records import Record, State, part_state
+from fedsample.runtime.records import Record, State, as_number, part_state
 
 if TYPE_CHECKING:
     import torch
@@ -276,10 +276,12 @@ class FedSamplingData:
     def capabilities(self) -> DataSamplerCapabilities:
         """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
         budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round); with
-        ``count_drawn`` its plans' summed :class:`DrawnCount` of noise ``count_noise``."""
+        ``count_drawn`` its plans' summed :class:`DrawnCount` of noise ``count_noise``, the drawn count
+        (``drawn_count``) the round's realised budget reads."""
         needs = SizeNeed.NONE if self.total_from == "secure_sum" else SizeNeed.COHORT
         summed = counting_capabilities(float(self.count_noise)).summed if self.count_drawn else ()
-        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, summed=summed, budget=self.K,
+        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, summed=summed,
+                                       drawn_count=DRAWN if self.count_drawn else None, budget=self.K,
                                        limits=(Limit("samples_per_round (K)", self.K, "samples"),),
                                        shared_settings={"K (samples per round)": self.K})
 
@@ -328,7 +330,7 @@ class FedSamplingData:
         """Learn from a round's summed statistics: its released drawn count (:data:`DRAWN`) with the ratio that drew
         it (the record's ``ratio``, :meth:`plan`), :meth:`observe_drawn`."""
         if DRAWN in sums and "ratio" in log:
-            self.observe_drawn(state, float(sums[DRAWN]), float(log["ratio"]))
+            self.observe_drawn(state, float(sums[DRAWN]), as_number(log["ratio"], "ratio"))
 
     def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""

@@ -19,7 +19,7 @@ from fedsample.sampling import adaptive
 from fedsample.sampling.clients import is_built_census
 from fedsample.strategy.composition import Composition
 from fedsample.strategy.probes import CheckedProbes
-from fedsample.runtime.records import Record
+from fedsample.runtime.records import Record, entries_in
 
 __all__ = [
     "census_figures", "cohort_facts", "cohort_figures", "describe_round", "inclusion_figures",
@@ -29,14 +29,14 @@ __all__ = [
 
 def note_failures(ctx: RoundContext, failed: list[Failed]) -> None:
     """Add ``failed`` to the round's record (``failed``: one entry per failed reply, ``dropped``: their number)."""
-    ctx.log.setdefault("failed", []).extend(f.record() for f in failed)
-    ctx.log["dropped"] = len(ctx.log["failed"])
+    entries = entries_in(ctx.log, "failed")
+    entries.extend(f.record() for f in failed)
+    ctx.log["dropped"] = len(entries)
 
 
 def unchanged(ctx: RoundContext, why: str) -> Record:
     """The record of a round that leaves the parameters unchanged, and ``why`` (``params_unchanged``)."""
-    ctx.log.setdefault("failed", [])
-    ctx.log.setdefault("dropped", len(ctx.log["failed"]))
+    ctx.log.setdefault("dropped", len(entries_in(ctx.log, "failed")))
     ctx.log["params_unchanged"] = why
     ctx.log.update(round_figures(ctx.state))
     return ctx.log
@@ -48,15 +48,17 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
     (:meth:`cohort_facts`, given or computed here)."""
     note_failures(ctx, reports.failures())
     log: Record = {"cohort": len(cohort)}
-    loss_sum, log["updates"] = reports.summed_loss()
-    if log["updates"] and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
-        log["train_loss"] = loss_sum / log["updates"]
-    if log["updates"]:
+    loss_sum, updates = reports.summed_loss()
+    log["updates"] = updates
+    if updates and s.noise is None:  # noised replies withhold their loss (fedsample.privacy.noise)
+        log["train_loss"] = loss_sum / updates
+    if updates:
         sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
-        log.update(sums)  # by name: FedSampling's drawn count as "samples"
+        log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_keep_their_names)
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
-        realised = realised_samples(log.get("samples"), reports)  # the samples the clients drew, where they report them
+        drawn = s.data.capabilities.drawn_count  # the summed statistic that counts the drawn samples, if one does
+        realised = realised_samples(None if drawn is None else sums.get(drawn), reports)
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
         budget = s.data.capabilities.budget

@@ -9,13 +9,14 @@ from typing import cast
 
 from fedsample import parts
 from fedsample.parts import InclusionKind, SizeNeed, SizeReporting
+from fedsample.runtime.records import is_round_key
 from fedsample.strategy.composition import Composition
 
 __all__ = [
     "RULES", "inclusion_weights_need_known_probabilities", "parts_implement_their_kind", "sampler_replies_are_readable",
     "schedule_has_a_learning_rate", "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need",
     "steps_normalize_under_a_linear_rule", "strata_come_from_the_sampler", "summed_statistics_are_sealed",
-    "summed_statistics_are_sent",
+    "summed_statistics_are_sent", "summed_statistics_keep_their_names",
 ]
 
 
@@ -93,6 +94,17 @@ def summed_statistics_are_sent(s: Composition) -> str | None:
         return (f"{parts.describe(s.aggregate)} needs the cohort's summed {missing[0]!r}, but {parts.describe(s.data)} does not "
                 "ask the clients to send it (its capabilities' summed): choose a data sampler that declares it (FedSampling's "
                 "drawn count: count_drawn=True)")
+    return None
+
+
+def summed_statistics_keep_their_names(s: Composition) -> str | None:
+    """The round record logs each summed statistic the data sampler declares (``summed``) under the statistic's
+    name: none may be named like one of the record's own figures (:func:`fedsample.runtime.records.is_round_key`),
+    which it would overwrite or be overwritten by."""
+    for statistic in s.data.capabilities.summed:
+        if is_round_key(statistic.name):
+            return (f"data={parts.describe(s.data)} declares a summed statistic named {statistic.name!r}, which is a key of the "
+                    "round record's own (fedsample.runtime.records.ROUND_KEYS): give the statistic another name")
     return None
 
 
@@ -179,7 +191,7 @@ def schedule_has_a_learning_rate(s: Composition) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    summed_statistics_are_sent, summed_statistics_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
+    summed_statistics_are_sent, summed_statistics_keep_their_names, summed_statistics_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
     sampler_replies_are_readable, steps_normalize_under_a_linear_rule, schedule_has_a_learning_rate,
 )
 """What :meth:`fedsample.strategy.Strategy.check` enforces, in order."""
