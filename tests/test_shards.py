@@ -71,3 +71,34 @@ def test_client_ids_travel_as_a_range_where_they_are_one():
     assert as_range(ids) is ids
     assert as_range(np.array([5, 5])) is not None and not isinstance(as_range(np.array([5, 5])), range)
     np.testing.assert_array_equal(np.asarray(as_range(np.arange(0, 10, 2)), dtype=np.int64), np.arange(0, 10, 2))
+
+
+def test_the_server_reads_each_workers_answer_as_what_its_call_answers_and_refuses_another():
+    """A worker's answers arrive unpickled (no declared type): the server reads a train call's as summaries, a partial
+    sum as parameters or None, fetched updates as a list of them, held states by client id and other calls' as reply
+    lists, each as it is; anything else is refused in one line naming the worker and the call."""
+    import pytest
+
+    from fedsample.federation import sharded
+    from fedsample.rounds import NumberReplies
+
+    summary = sharded.NO_SUMMARY
+    assert sharded.answers_as({0: summary, 2: summary}, sharded.Summary, "train") == {0: summary, 2: summary}
+    with pytest.raises(TypeError, match="^worker 2's answer to train is a tuple, not a Summary$"):
+        sharded.answers_as({0: summary, 2: (np.zeros(0), np.zeros((0, 4)), [], [])}, sharded.Summary, "train")
+    update = {"w": torch.ones(2)}
+    assert sharded.partial_sum(update, 0) is update and sharded.partial_sum(None, 0) is None
+    with pytest.raises(TypeError, match="^worker 1's answer to weighted_update_sum is a dict, not parameters by name$"):
+        sharded.partial_sum({"w": np.ones(2)}, 1)
+    assert sharded.updates_of([update, update], 0) == [update, update]
+    with pytest.raises(TypeError, match="^worker 0's answer to updates is a list, not a list of updates$"):
+        sharded.updates_of([update, None], 0)
+    states = {3: {"isfedavg": {"data_weights": np.ones(2)}}}
+    assert sharded.states_of(states, 0) is states
+    with pytest.raises(TypeError, match="^worker 1's answer to client_states is a dict, not states by client id$"):
+        sharded.states_of({"3": {}}, 1)
+    ordered = sharded.in_cohort_order({0: NumberReplies(np.array([4, 6])), 1: NumberReplies(np.array([5]))},
+                                      [np.array([0, 2]), np.array([1])], 3, "report_size")
+    assert isinstance(ordered, NumberReplies) and ordered.values.tolist() == [4, 5, 6]
+    with pytest.raises(TypeError, match="^worker 1's answer to report_size is a list, not a reply list$"):
+        sharded.in_cohort_order({0: NumberReplies(np.array([4, 6])), 1: [5]}, [np.array([0, 2]), np.array([1])], 3, "report_size")

@@ -162,6 +162,34 @@ def test_every_reply_kind_lists_its_sums_for_the_round_record(engines):
     assert Simulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2).sums() == {}
 
 
+def test_the_record_sums_only_what_every_reply_carries_and_summed_refuses_the_rest():
+    """ReplyList.summed_names names the statistics every received reply carries (a PerClient plan's members may declare
+    different ones); sums() sums exactly those, and summed() of a name some reply lacks is refused (not_summed)."""
+    update = {"w": torch.zeros(2)}
+    both = TrainReport(update, 1, 0.5, sums={DRAWN: 3, "drew": 1})
+    one = TrainReport(update, 1, 0.5, sums={"drew": 1, DRAWN: 2})
+    mixed = fs.rounds.Replies([both, Failed(1, "train", "lost"), TrainReport(update, 1, 0.5, sums={"drew": 1})])
+    assert mixed.summed_names() == ("drew",) and mixed.sums() == {"drew": 2}
+    with pytest.raises(ValueError, match=f"no summed statistic {DRAWN!r}"):
+        mixed.summed(DRAWN)
+    assert fs.rounds.Replies([both, one]).summed_names() == (DRAWN, "drew")  # the first reply's order
+    assert fs.rounds.Replies([both, one]).sums() == {DRAWN: 5, "drew": 2}
+    assert fs.rounds.Replies([Failed(0, "train", "lost")]).sums() == {}  # none received
+
+
+def test_a_one_gradient_cohort_names_its_sums_without_building_a_report(engines):
+    """The vectorized engine's one-gradient cohort answers summed_names (and sums) from the counts it made, building no
+    report object; the names are the plain reply list's."""
+    fed, module = engines
+    ids = np.arange(fed.num_clients)
+    sent = payload(module, TwoSums(0.6, report_count=True))
+    replies = VectorizedSimulator(fed, module, seed=3).run(ids, sent, 2)
+    assert replies.summed_names() == (DRAWN, "drew") and replies.sums() == Simulator(fed, module, seed=3).run(ids, sent, 2).sums()
+    assert replies.backing._made == {}  # no report was built
+    none = VectorizedSimulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2)
+    assert none.summed_names() == () and none.sums() == {} and none.backing._made == {}
+
+
 def test_size_reports_sum_only_as_sizes():
     """NumberReplies hold size reports: their sum is the sizes' (SIZES); any other name is refused like the other kinds."""
     replies = NumberReplies(np.array([3, 4, 5]), {1: Failed(1, "sum_sizes", "lost")})
@@ -374,3 +402,36 @@ def test_the_realised_budget_reads_the_statistic_declared_as_the_drawn_count(eng
     assert by_count[DRAWN] == by_drew[DRAWN] > by_drew["drew"] > 0
     assert by_count["realised_samples"] == by_count[DRAWN] and by_drew["realised_samples"] == by_drew["drew"]
     assert "realised_samples" not in by_rows and by_rows["realised_measured"] == by_rows[DRAWN]
+
+
+def test_a_wrong_plan_is_refused_on_the_vectorized_engine_and_a_round_checks_its_plan_once(engines, monkeypatch):
+    """The round checks the plan it made (parts.check_plan) before any engine reads it: the vectorized engine, which
+    takes the plan's cohort draws, refuses the loop engine's wrong declaration in the same line, and in a round that
+    trains the plan is compared with its methods once (the engine reads the declaration as the round checked it)."""
+    fed, module = engines
+    strategy = fs.Strategy(clients=fs.sampling.clients.AllClients(), data=PlansClaimed(), local=OneGradient(5), aggregate=fs.training.aggregate.Sum())
+    params = initial_parameters(module, 0)
+    with pytest.raises(ValueError, match=r"^data=PlansClaimed\(\) makes plans whose declaration disagrees with their methods: "
+                                         r"BlocksClaimed\(p=0\.5\) declares draws_blocks=True in its CohortPlanCapabilities but has no"):
+        strategy.round(VectorizedSimulator(fed, module, seed=0), params, strategy.init_state(params), 0, seed=0)
+    checks, compare = [], fs.parts.plan_capabilities
+    monkeypatch.setattr(fs.parts, "plan_capabilities", lambda plan: checks.append(plan) or compare(plan))
+    strategy = dataclasses.replace(strategy, data=PlansClaimed(BernoulliSamples))
+    _, log = strategy.round(VectorizedSimulator(fed, module, seed=0), params, strategy.init_state(params), 0, seed=0)
+    assert log["updates"] > 0 and checks == [BernoulliSamples(0.5)]
+
+
+class NoSymbol:
+    """A summed statistic written before ``symbol`` joined the Protocol: :class:`Drew` without it."""
+
+    noise, name, purpose, released = 0.0, "drew", "test: clients-that-drew noise", "clients that drew"
+    of_cohort = Drew.of_cohort
+
+
+def test_a_summed_statistic_without_its_symbol_is_refused_naming_the_members():
+    """symbol is a required member of SummedStatistic (docs/samplers.md's changed note): a statistic without one is no
+    SummedStatistic, and a plan that declares it is refused in one line that lists what a summed statistic has."""
+    assert not isinstance(NoSymbol(), SummedStatistic) and isinstance(Drew(), SummedStatistic)
+    with pytest.raises(ValueError, match=r"summed=\(<.*NoSymbol object .*summed must be a tuple of summed statistics \(fedsample"
+                                         r"\.messages\.SummedStatistic: name, noise, purpose, released, symbol and of_cohort\(counts\)\)"):
+        CohortPlanCapabilities(summed=(NoSymbol(),))

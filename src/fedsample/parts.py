@@ -485,7 +485,8 @@ _WANTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "minibatch": (lambda v: _count_or_none(v), "a positive int, or None for the whole drawn sample"),
     "steps": (lambda v: _count_or_none(v), "a positive int or None"),
     "summed": (lambda v: isinstance(v, tuple) and all(conforms(x, SummedStatistic) for x in v),
-               "a tuple of summed statistics (fedsample.messages.SummedStatistic)"),
+               "a tuple of summed statistics (fedsample.messages.SummedStatistic: name, noise, purpose, released, symbol and "
+               "of_cohort(counts))"),
     "drawn_count": (lambda v: v is None or isinstance(v, str),
                     "the name of the summed statistic that counts the drawn samples, or None"),
     "needs_summed": (lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
@@ -1090,7 +1091,8 @@ def check_plan(data: object, plan: object) -> None:
     """The plan the data sampler ``data`` made (one for the cohort, or the members' of a :class:`PerClient`, all of
     one class) agrees with its declaration (:func:`plan_capabilities`, once per plan class and declared draws),
     checked where the strategy makes it, before any engine reads it: a wrong declaration is refused on every engine,
-    in one line naming the data sampler."""
+    in one line naming the data sampler. The round's one check of its plan: an engine then reads the declaration as
+    it is (:func:`offered_draws` given it)."""
     first = (plan.payloads[0] if plan.payloads else None) if isinstance(plan, PerClient) else plan
     try:
         plan_capabilities(first)
@@ -1104,10 +1106,12 @@ BlocksDraw = Callable[["Blocks", "CohortRandom"], tuple[np.ndarray, np.ndarray]]
 """A cohort plan's ``draw_blocks``."""
 
 
-def offered_draws(plan: CohortPlan) -> tuple[DeviceDraw | None, BlocksDraw | None]:
-    """The cohort plan's declared ``draw_cohort_on_device`` and ``draw_blocks`` (None where it does not offer one,
-    :func:`plan_capabilities`)."""
-    declared = plan_capabilities(plan)
+def offered_draws(plan: CohortPlan, checked: CohortPlanCapabilities | None = None) -> tuple[DeviceDraw | None, BlocksDraw | None]:
+    """The cohort plan's declared ``draw_cohort_on_device`` and ``draw_blocks`` (None where it does not offer one).
+    ``checked``: its declaration, already compared with its methods (an engine running a round's plan, which the round
+    checked, :func:`check_plan`), read as it is; None: compared here (:func:`plan_capabilities`, refused where they
+    disagree)."""
+    declared = plan_capabilities(plan) if checked is None else checked
     return (cast(DevicePlan, plan).draw_cohort_on_device if declared.draws_on_device else None,
             cast(BlocksPlan, plan).draw_blocks if declared.draws_blocks else None)
 

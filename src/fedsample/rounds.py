@@ -265,14 +265,14 @@ class ReplyList(Sequence[object]):
         return summed_over(self.__getitem__, self.received_positions(), name)
 
     def summed_names(self) -> tuple[str, ...]:
-        """The names of the summed statistics the received replies carry (the first one's ``sums``; () where none
-        was received)."""
+        """The names of the summed statistics every received reply carries (in the first one's order; () where none
+        was received): those :meth:`summed` sums."""
         return names_carried(self.__getitem__, self.received_positions())
 
     def sums(self) -> dict[str, int | float]:
-        """Every summed statistic the received replies all carry, summed (:meth:`summed`), by name: what the round's
-        record logs; {} where they carry none."""
-        return sums_of(self.summed, self.summed_names())
+        """Every summed statistic the received replies all carry (:meth:`summed_names`), summed (:meth:`summed`), by
+        name: what the round's record logs; {} where they carry none."""
+        return {name: self.summed(name) for name in self.summed_names()}
 
     def rows_trained(self) -> int | None:
         """The rows the received replies' local steps read, with repeats, summed (the realised budget of a client
@@ -375,20 +375,14 @@ def summed_over(reply: Callable[[int], object], received: np.ndarray, name: str)
 
 
 def names_carried(reply: Callable[[int], object], received: np.ndarray) -> tuple[str, ...]:
-    """The names of the summed statistics the first of the ``received`` replies carries (every reply of a call carries
-    those its plan declares)."""
-    return tuple(train_report(reply(int(received[0]))).sums) if len(received) else ()
-
-
-def sums_of(summed: Callable[[str], int | float], names: Sequence[str]) -> dict[str, int | float]:
-    """``summed(name)`` of each of ``names``, leaving out those a reply does not carry (``summed`` refuses them)."""
-    out: dict[str, int | float] = {}
-    for name in names:
-        try:
-            out[name] = summed(name)
-        except ValueError:
-            continue
-    return out
+    """The names of the summed statistics every one of the ``received`` replies carries, in the first one's order (a
+    call's replies carry those their plans declare: a :class:`~fedsample.messages.PerClient` plan's members may
+    declare different ones); () where none was received or the first carries none."""
+    first = train_report(reply(int(received[0]))).sums if len(received) else {}
+    if not first:  # the rest are not read: no name is carried by all
+        return ()
+    common = set(first).intersection(*(r.sums for r in train_reports([reply(i) for i in received[1:].tolist()])))
+    return tuple(name for name in first if name in common)
 
 
 def not_summed(name: str) -> ValueError:
@@ -532,7 +526,7 @@ class ReplyBacking(Protocol):
         ...
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The names of the summed statistics the ``received`` replies carry."""
+        """The names of the summed statistics every one of the ``received`` replies carries (those :meth:`summed` sums)."""
         ...
 
     def rows_trained(self, received: np.ndarray) -> int | None:

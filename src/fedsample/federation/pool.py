@@ -33,7 +33,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.federation.sharded import NO_SUMMARY, ClientShard, in_cohort_order, sharded_replies
+from fedsample.federation.sharded import NO_SUMMARY, ClientShard, Summary, answers_as, in_cohort_order, sharded_replies, states_of
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
 from fedsample.messages import ClientState, payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
@@ -111,14 +111,15 @@ class PoolFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the workers (ClientShard.run)
-            return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
-        return in_cohort_order(answers, parts, len(ids))
+            summaries = answers_as(answers, Summary, sent.procedure.name)
+            return sharded_replies(self, self._token, parts, [summaries.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
+        return in_cohort_order(answers, parts, len(ids), sent.procedure.name)
 
     def client_states(self) -> dict[int, ClientState]:
         """Every worker's non-empty client-held states, by client id (for checkpoints)."""
         states: dict[int, ClientState] = {}
-        for part in self._ask({w: ("client_states",) for w in range(self.workers)}).values():
-            states.update(part)
+        for w, part in self._ask({w: ("client_states",) for w in range(self.workers)}).items():
+            states.update(states_of(part, w))
         return states
 
     def load_client_states(self, states: dict[int, ClientState]) -> None:
@@ -151,13 +152,14 @@ class PoolFederation(Federation):
 
     # --- calls ------------------------------------------------------------------------------------------
 
-    def _call_each(self, calls: Mapping[int, tuple[object, ...]], token: int) -> dict[int, Any]:
+    def _call_each(self, calls: Mapping[int, tuple[object, ...]], token: int) -> dict[int, object]:
         """Call ``method(*args, token)`` on each named worker (the calls of :class:`~fedsample.federation.sharded.ShardedUpdates`)."""
         return self._ask({w: (*call, token) for w, call in calls.items()})
 
-    def _ask(self, calls: Mapping[int, tuple[object, ...]]) -> dict[int, Any]:  # the unpickled answers (_answer)
+    def _ask(self, calls: Mapping[int, tuple[object, ...]]) -> dict[int, object]:
         """Call ``method(*args)`` on each named worker (``calls``: worker -> (method, *args)); they work in
-        parallel; the answers by worker."""
+        parallel; the answers by worker, unpickled (``_answer``), read by the caller as what each call answers
+        (:mod:`fedsample.federation.sharded`'s readers)."""
         for w, (name, *args) in calls.items():
             self._send(w, pickle.dumps((name, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL))
         return {w: self._answer(w) for w in calls}
@@ -168,8 +170,9 @@ class PoolFederation(Federation):
         except OSError as error:
             raise self._lost(w, error) from None
 
-    def _answer(self, w: int) -> Any:  # what pickle.loads reads from the worker's pipe
-        """Worker w's next answer; its error raised here (one line naming the worker and the error)."""
+    def _answer(self, w: int) -> object:
+        """Worker w's next answer (what pickle reads from its pipe: an object of no declared type); its error raised
+        here (one line naming the worker and the error)."""
         try:
             kind, value = pickle.loads(self._conns[w].recv_bytes())
         except (EOFError, OSError) as error:

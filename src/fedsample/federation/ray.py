@@ -30,17 +30,18 @@ import pickle
 import socket
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from fedsample.messages import payloads_for, unplanned
+from fedsample.messages import ClientState, payloads_for, unplanned
 from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedUpdates, summarize_reports: re-exported
-    NO_SUMMARY, ClientShard, ShardedUpdates, compact_weights, in_cohort_order, sharded_replies, summarize_reports,
+    NO_SUMMARY, ClientShard, ShardedUpdates, Summary, answers_as, compact_weights, in_cohort_order, sharded_replies, states_of,
+    summarize_reports,
 )
 from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
@@ -107,12 +108,14 @@ class RayFederation(Federation):
         self.owner = assign_clients(data.num_clients, self.workers)
         self.traffic = {"sent": 0, "received": 0, "calls": 0} if count_bytes else None
         self._token = 0
-        options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker, "max_restarts": 0}
+        options: dict[str, float | str] = {"num_cpus": cpus_per_worker, "num_gpus": gpus_per_worker, "max_restarts": 0}
         if spread:
             options["scheduling_strategy"] = "SPREAD"
         actor = ray.remote(RayClientShard).options(**options)
         threads = max(1, int(cpus_per_worker))
         budget = memory_budget or DEFAULT_MEMORY_BUDGET
+        # Ray's actor handles stay untyped: ray 2.55 types ActorClass.remote as ActorHandle[T] | type[T], and a method read
+        # from an ActorHandle[T] as Never (which would silently end the checking of what follows)
         self.actors: list[Any] = [actor.remote(shard_of(data, self.owner, w), module, seed, budget, threads) for w in range(self.workers)]
         self.nodes = self._started([a.node.remote() for a in self.actors], start_timeout, options)
 
@@ -132,17 +135,18 @@ class RayFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
-            return sharded_replies(self, self._token, parts, [answers.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
-        return in_cohort_order(answers, parts, len(ids))
+            summaries = answers_as(answers, Summary, sent.procedure.name)
+            return sharded_replies(self, self._token, parts, [summaries.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
+        return in_cohort_order(answers, parts, len(ids), sent.procedure.name)
 
-    def client_states(self) -> dict[int, dict[str, Any]]:
+    def client_states(self) -> dict[int, ClientState]:
         """Every actor's non-empty client-held states, by client id (for checkpoints)."""
-        states: dict[int, dict[str, Any]] = {}
-        for part in self._gather([a.client_states.remote() for a in self.actors]):
-            states.update(part)
+        states: dict[int, ClientState] = {}
+        for w, part in enumerate(self._gather([a.client_states.remote() for a in self.actors])):
+            states.update(states_of(part, w))
         return states
 
-    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+    def load_client_states(self, states: dict[int, ClientState]) -> None:
         """Give each actor its clients' states (clients not in ``states`` start empty)."""
         mine = [{k: s for k, s in states.items() if self.owner[int(k)] == w} for w in range(self.workers)]
         self._gather([a.load_client_states.remote(m) for a, m in zip(self.actors, mine)])
@@ -155,9 +159,11 @@ class RayFederation(Federation):
 
     # --- calls ------------------------------------------------------------------------------------------
 
-    def _call_each(self, calls: dict[int, tuple[Any, ...]], token: int) -> dict[int, Any]:
-        """Call ``method(*args, token)`` on each named actor in parallel; the answers by actor."""
-        refs = {w: getattr(self.actors[w], name).remote(*args, token) for w, (name, *args) in calls.items()}
+    def _call_each(self, calls: Mapping[int, tuple[object, ...]], token: int) -> dict[int, object]:
+        """Call ``method(*args, token)`` on each named actor in parallel (``calls``: actor -> (method, *args)); the
+        answers by actor, as Ray returns them (read by the caller as what each call answers,
+        :mod:`fedsample.federation.sharded`'s readers)."""
+        refs = {w: getattr(self.actors[w], str(name)).remote(*args, token) for w, (name, *args) in calls.items()}
         answers = dict(zip(refs, self._gather(list(refs.values()))))
         if self.traffic is not None:
             self.traffic["calls"] += len(calls)
@@ -165,11 +171,10 @@ class RayFederation(Federation):
             self.traffic["received"] += sum(_pickled_size(a) for a in answers.values())
         return answers
 
-    def _started(self, refs: list[Any], timeout: float, options: dict[str, Any]) -> list[str]:
+    def _started(self, refs: Sequence[ray.ObjectRef[str]], timeout: float, options: Mapping[str, float | str]) -> list[str]:
         """The actors' nodes once every actor runs; stops them and raises when they cannot all be placed."""
         try:
-            nodes: list[str] = ray.get(refs, timeout=timeout)
-            return nodes
+            return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise RuntimeError(
@@ -181,10 +186,11 @@ class RayFederation(Federation):
             raise ShardLost(f"a Ray actor died while starting ({type(error).__name__}: {_first_line(error)}); "
                             "check the workers' memory and logs, then rerun (--resume continues from the last checkpoint)") from None
 
-    def _gather(self, refs: list[Any]) -> list[Any]:
+    def _gather(self, refs: Sequence[ray.ObjectRef[object]]) -> list[object]:
+        """The actors' answers to ``refs``, in order (objects of no declared type, read by the caller); an actor that
+        died is :class:`ShardLost`."""
         try:
-            answers: list[Any] = ray.get(refs)
-            return answers
+            return ray.get(refs)
         except ray.exceptions.RayActorError as error:
             raise ShardLost(f"a Ray actor holding clients died ({type(error).__name__}); rerun with --resume "
                             "(resume=True) to continue from the last checkpoint") from error
@@ -195,7 +201,7 @@ def _first_line(error: BaseException) -> str:
     return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
-def _pickled_size(value: Any) -> int:
+def _pickled_size(value: object) -> int:
     """Bytes of ``value`` pickled, with Ray object references replaced by their objects (what a worker on
     another node receives)."""
     if isinstance(value, (list, tuple)):
@@ -208,7 +214,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, **init:
     """Ray for the duration of the block: connect to ``address`` (``"auto"``: the cluster ``ray start``
     started on this machine; ``"HOST:PORT"``: that head node), or, with none, start a local Ray with
     ``num_cpus`` CPUs, no dashboard and a small object store, and stop it afterwards. An already
-    initialized Ray is used as it is and left running."""
+    initialized Ray is used as it is and left running. ``init``: more of ``ray.init``'s keywords, passed on as they are
+    (untyped: each of ray.init's keywords has its own type)."""
     if ray.is_initialized():
         yield
         return

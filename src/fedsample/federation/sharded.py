@@ -11,14 +11,18 @@ that worker's updates. Per round, what crosses is the global parameters to each 
 sum back: O(workers x parameters), not O(clients x parameters).
 
 A federation built on this implements ``_call_each(calls, token)``: call ``method(*args, token)`` on each
-named worker (``calls``: worker -> ``(method, *args)``) and return the answers by worker.
+named worker (``calls``: worker -> ``(method, *args)``) and return the answers by worker, as they arrive (unpickled:
+objects of no declared type); the server reads each as what its call answers (:func:`answers_as`,
+:func:`partial_sum`, :func:`updates_of`, :func:`states_of`), another refused in one line naming the worker.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from dataclasses import dataclass
+from typing import Mapping, Protocol, TypeGuard, TypeVar
 
 import numpy as np
+import torch
 from torch import nn
 
 from fedsample.data.types import FederatedData
@@ -27,8 +31,10 @@ from fedsample.messages import ClientState, TrainReport, payloads_for
 from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, train_reports
 from fedsample.training.functional import Params
 
-__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "compact_weights", "in_cohort_order", "sharded_replies",
-           "summarize_reports"]
+__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "Summary", "answers_as", "compact_weights", "in_cohort_order",
+           "partial_sum", "sharded_replies", "states_of", "summarize_reports", "updates_of", "wrong_answer"]
+
+T = TypeVar("T")
 
 
 # --- the worker's side -------------------------------------------------------------------------------------
@@ -89,8 +95,16 @@ class ClientShard:
         return self._held[1]
 
 
-Summary = tuple[np.ndarray, np.ndarray, list[Mapping[str, float]], list[Mapping[str, int]]]
-"""A worker's summary of a train call (:func:`summarize_reports`)."""
+@dataclass(frozen=True)
+class Summary:
+    """A worker's summary of a train call (:func:`summarize_reports`): the positions of the ``received`` reports, one
+    row of ``table`` (steps, loss, FedNova's a_k or NaN, rows trained or NaN) per received report, and each one's reply
+    ``statistics`` and summed statistics (``sums``), in the same order."""
+
+    received: np.ndarray
+    table: np.ndarray
+    statistics: list[Mapping[str, float]]
+    sums: list[Mapping[str, int]]
 
 
 def summarize_reports(reports: ReplyList) -> Summary:
@@ -102,12 +116,12 @@ def summarize_reports(reports: ReplyList) -> Summary:
     got = train_reports([reports[int(i)] for i in positions])
     rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
-    return (np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],
-            [dict(r.sums) for r in got])  # plain dicts: they cross a pipe
+    return Summary(np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],
+                   [dict(r.sums) for r in got])  # plain dicts: they cross a pipe
 
 
 #: The summary of a worker none of whose clients was asked (:func:`summarize_reports` of no report).
-NO_SUMMARY: Summary = (np.zeros(0, np.int64), np.zeros((0, 4)), [], [])
+NO_SUMMARY = Summary(np.zeros(0, np.int64), np.zeros((0, 4)), [], [])
 
 
 def _or_nan(value: float | None) -> float:
@@ -118,9 +132,56 @@ def _or_nan(value: float | None) -> float:
 
 
 class Workers(Protocol):
-    """A federation over workers, as :class:`ShardedUpdates` calls it."""
+    """A federation over workers, as :class:`ShardedUpdates` calls it: the answers by worker, as they arrive (read
+    with :func:`partial_sum` and :func:`updates_of`)."""
 
-    def _call_each(self, calls: dict[int, tuple[object, ...]], token: int) -> dict[int, Any]: ...
+    def _call_each(self, calls: Mapping[int, tuple[object, ...]], token: int) -> Mapping[int, object]: ...
+
+
+def answers_as(answers: Mapping[int, object], kind: type[T], call: str) -> dict[int, T]:
+    """The workers' answers to a ``call`` read as the ``kind`` it answers (a :class:`Summary` of a ``train``), by
+    worker; another object refused in one line naming the worker (:func:`wrong_answer`)."""
+    out: dict[int, T] = {}
+    for w, answer in answers.items():
+        if not isinstance(answer, kind):
+            raise wrong_answer(w, call, answer, f"a {kind.__name__}")
+        out[w] = answer
+    return out
+
+
+def wrong_answer(worker: int, call: str, answer: object, wanted: str) -> TypeError:
+    """The one-line refusal of a worker's answer to a ``call`` that is not what the call answers (``wanted``)."""
+    return TypeError(f"worker {worker}'s answer to {call} is a {type(answer).__name__}, not {wanted}")
+
+
+def is_params(value: object) -> TypeGuard[Params]:
+    """Whether ``value`` is parameters (or an update) by name: a dict of str -> tensor."""
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+
+def partial_sum(answer: object, worker: int) -> Params | None:
+    """A worker's answer to ``weighted_update_sum``: its partial sum (None where none of its replies carries an
+    update); another object refused in one line naming the worker."""
+    if answer is None or is_params(answer):
+        return answer
+    raise wrong_answer(worker, "weighted_update_sum", answer, "parameters by name")
+
+
+def updates_of(answer: object, worker: int) -> list[Params]:
+    """A worker's answer to ``updates``: one update per asked position; another object refused in one line naming
+    the worker."""
+    if isinstance(answer, list) and all(is_params(u) for u in answer):
+        return answer
+    raise wrong_answer(worker, "updates", answer, "a list of updates")
+
+
+def states_of(answer: object, worker: int) -> dict[int, ClientState]:
+    """A worker's answer to ``client_states``: its clients' held states by client id; another object refused in one
+    line naming the worker."""
+    if isinstance(answer, dict) and all(isinstance(k, int) and isinstance(v, dict) and all(isinstance(n, str) for n in v)
+                                       for k, v in answer.items()):
+        return answer
+    raise wrong_answer(worker, "client_states", answer, "states by client id")
 
 
 class RemoteReport(TrainReport):
@@ -153,12 +214,13 @@ class ShardedUpdates(ReplyObjects):
         self._fetched: dict[int, dict[int, Params]] = {}
         self._worker = np.zeros(size, dtype=np.int64)
         self._local = np.zeros(size, dtype=np.int64)
-        for w, (positions, (got, table, statistics, sums)) in enumerate(zip(parts, summaries)):
+        for w, (positions, summary) in enumerate(zip(parts, summaries)):
             self._worker[positions], self._local[positions] = w, np.arange(len(positions))
-            for j, (steps, loss, norm, trained), stats, summed in zip(positions[got].tolist(), table.tolist(), statistics, sums):
+            for j, (steps, loss, norm, trained), stats, summed in zip(positions[summary.received].tolist(), summary.table.tolist(),
+                                                                      summary.statistics, summary.sums):
                 self.replies[j] = RemoteReport(self, j, int(steps), loss, None if np.isnan(norm) else norm,
                                                None if np.isnan(trained) else int(trained), stats, summed)
-        self._received = np.sort(np.concatenate([p[got] for p, (got, *_) in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
+        self._received = np.sort(np.concatenate([p[s.received] for p, s in zip(parts, summaries)] + [np.zeros(0, np.int64)]))
 
     def received(self) -> np.ndarray:
         return self._received
@@ -176,11 +238,12 @@ class ShardedUpdates(ReplyObjects):
             if mine.any():
                 calls[w] = ("weighted_update_sum", as_range(self._local[positions[mine]]), compact_weights(weights[mine]))
         partial = self._fed._call_each(calls, self._token)
-        total = None
+        total: Params | None = None
         for w in sorted(partial):
-            if partial[w] is None:
+            got = partial_sum(partial[w], w)
+            if got is None:
                 continue
-            total = partial[w] if total is None else {k: total[k] + v for k, v in partial[w].items()}
+            total = got if total is None else {k: total[k] + v for k, v in got.items()}
         return total
 
     def update_of(self, position: int) -> Params:
@@ -188,7 +251,7 @@ class ShardedUpdates(ReplyObjects):
         w = int(self._worker[position])
         if w not in self._fetched:
             got = self._received[self._worker[self._received] == w]
-            fetched = self._fed._call_each({w: ("updates", self._local[got])}, self._token)[w]
+            fetched = updates_of(self._fed._call_each({w: ("updates", self._local[got])}, self._token)[w], w)
             self._fetched[w] = dict(zip(got.tolist(), fetched))
         return self._fetched[w][position]
 
@@ -199,9 +262,15 @@ def compact_weights(weights: np.ndarray) -> np.ndarray | float:
     return float(weights[0]) if len(weights) > 1 and np.all(weights == weights[0]) else weights
 
 
-def in_cohort_order(answers: dict[int, ReplyList], parts: list[np.ndarray], size: int) -> ReplyList:
-    """The workers' answers put back in cohort order: one array where every worker answered with one (size
-    reports, :class:`~fedsample.rounds.NumberReplies`), else a list."""
+def in_cohort_order(answered: Mapping[int, object], parts: list[np.ndarray], size: int, call: str) -> ReplyList:
+    """The workers' answers to a ``call`` (reply lists: another refused, :func:`wrong_answer`) put back in cohort order:
+    one array where every worker answered with one (size reports, :class:`~fedsample.rounds.NumberReplies`), else a
+    list."""
+    answers: dict[int, ReplyList] = {}
+    for w, answer in answered.items():
+        if not isinstance(answer, ReplyList):
+            raise wrong_answer(w, call, answer, "a reply list")
+        answers[w] = answer
     numbers = {w: a for w, a in answers.items() if isinstance(a, NumberReplies) and not a.failed}
     if answers and len(numbers) == len(answers):
         values = np.zeros(size, dtype=next(iter(numbers.values())).values.dtype)

@@ -59,7 +59,7 @@ from fedsample.runtime.memo import frozen
 from fedsample.federation.simulator import Simulator
 from fedsample.parts import BatchSchedule, DrawnCohort
 from fedsample.rng import Blocks, ClientRandom, CohortRandom, CohortStreams, client_rng
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, names_carried, summed_over, train_report, update_sum_of
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, summed_over, train_report, update_sum_of
 from fedsample.training import random_layers
 from fedsample.training.functional import Params, per_sample_losses, weighted_loss_fn
 from fedsample.training.local import SGDStep
@@ -267,8 +267,9 @@ class VectorizedSimulator(Simulator):
         (``draw_cohort_on_device``, :class:`~fedsample.sampling.data.BernoulliSamples`), on the device from the sizes
         kept there (:meth:`Blocks.on`), only the kept rows coming back to the host; else on the host, over the kept
         layout where the plan offers that (``draw_blocks``), or from the sizes. The same numbers every way (the
-        streams' bits are the same on every device)."""
-        on_device, over_blocks = parts.offered_draws(plan)
+        streams' bits are the same on every device). The plan's declaration is read as it is: the round that made the
+        plan checked it against its methods (:func:`fedsample.parts.check_plan`, once a round, whatever the engine)."""
+        on_device, over_blocks = parts.offered_draws(plan, parts.declared_plan(plan))
         if rng.device is not None and on_device is not None:
             member, position = on_device(self.blocks(sizes).on(rng.device), rng)
             return member.cpu().numpy(), position.cpu().numpy()
@@ -620,15 +621,15 @@ class BatchedCohort:
 
     def summed(self, name: str, received: np.ndarray) -> int:
         """The received clients' values of the summed statistic ``name``, summed from its array (a ValueError where the
-        plan does not declare it)."""
+        plan does not declare it and a client is received, :func:`~fedsample.rounds.summed_over`)."""
         if name not in self._sums:
             return summed_over(self.reply, received, name)
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The summed statistics the first received report carries, as every backing reads them (one report object;
-        its update is not computed)."""
-        return names_carried(self.reply, received)
+        """The summed statistics the engine counted (every received report carries each, ``_report``), read from
+        its arrays: no report is built; () where none is received."""
+        return tuple(self._sums) if len(received) else ()
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
