@@ -74,6 +74,9 @@ def test_an_opened_table_starts_empty_in_the_state_and_is_the_one_kept():
     assert opened_state(state, "clients", DivFLHeld) is table
     with pytest.raises(TypeError, match=r"state\['strata'\]: a StrataHeld table starts with its required keys"):
         opened_state({}, "strata", StrataHeld)
+    first = StrataHeld(labels=np.zeros(3, dtype=np.int64), round=0)
+    assert opened_state(state, "strata", StrataHeld, first) is first and state["strata"] is first
+    assert opened_state(state, "strata", StrataHeld, StrataHeld(labels=np.ones(3), round=1)) is first  # kept: not replaced
 
 
 def test_the_server_optimizers_buffers_are_read_back_checked():

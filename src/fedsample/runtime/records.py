@@ -186,12 +186,15 @@ def held_state(state: State, key: str, kind: type[Table]) -> Table:
     return held
 
 
-def opened_state(state: State, key: str, kind: type[Table]) -> Table:
-    """:func:`part_state`, an empty table put under ``key`` first where there is none (a ``kind`` whose every key is
-    optional: filled as the part learns)."""
+def opened_state(state: State, key: str, kind: type[Table], first: Table | None = None) -> Table:
+    """:func:`part_state`, the table ``first`` put under ``key`` first where there is none (by default an empty one,
+    for a ``kind`` whose every key is optional: filled as the part learns)."""
     held = part_state(state, key, kind)
     if held is not None:
         return held
+    if first is not None:
+        state[key] = first
+        return first
     if getattr(kind, "__required_keys__", ()):
         raise TypeError(f"state[{key!r}]: a {kind.__name__} table starts with its required keys, not empty")
     empty: dict[str, object] = {}

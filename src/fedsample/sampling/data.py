@@ -21,7 +21,7 @@ from fedsample.messages import SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
-from fedsample.runtime.records import Record, State, as_number, part_state
+from fedsample.runtime.records import Record, State, as_number, opened_state, part_state
 
 if TYPE_CHECKING:
     import torch
@@ -335,9 +335,7 @@ class FedSamplingData:
     def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""
         if self.steer and ratio > 0:
-            memo = part_state(state, STEERED_TOTAL, SteeredTotals)
-            if memo is None:
-                memo = state[STEERED_TOTAL] = SteeredTotals(sum=0.0, rounds=0)
+            memo = opened_state(state, STEERED_TOTAL, SteeredTotals, SteeredTotals(sum=0.0, rounds=0))
             memo["sum"] += float(drawn) / float(ratio)
             memo["rounds"] += 1
 

@@ -29,7 +29,7 @@ from fedsample.strategy.record import cohort_facts, describe_round, note_failure
 from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
 from fedsample.training.server import SERVER_KEY, server_state
-from fedsample.runtime.records import Record, State, count_in, part_state
+from fedsample.runtime.records import Record, State, count_in, opened_state
 
 __all__ = [
     "ScreenedSizes", "SizeEstimates", "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
@@ -114,9 +114,7 @@ def sizes_of_everyone(s: Composition, ctx: RoundContext) -> SizeInfo:
     if not isinstance(s.sizes, RandomizedSizes) or (s.sizes.reuse == 1 and s.sizes.average == 1):
         return collect_sizes(s, ctx, census(ctx.num_clients).ids)
     reuse, average = s.sizes.reuse, s.sizes.average
-    memo = part_state(ctx.state, "size_estimates", SizeEstimates)
-    if memo is None:
-        memo = ctx.state["size_estimates"] = SizeEstimates(asked=None, totals=[], info=None)
+    memo = opened_state(ctx.state, "size_estimates", SizeEstimates, SizeEstimates(asked=None, totals=[], info=None))
     asked, held = memo["asked"], memo["info"]
     if asked is not None and held is not None and ctx.round - asked < reuse:  # asked: the estimate held since
         return held
