@@ -170,7 +170,7 @@ def part_state(state: State, key: str, kind: type[Table]) -> Table | None:
     if not isinstance(value, dict):
         raise TypeError(f"state[{key!r}]: expected a {kind.__name__} table, the state holds {type(value).__name__}")
     hints = declared(kind)
-    missing = sorted(set(getattr(kind, "__required_keys__", ())) - value.keys())
+    missing = sorted(required(kind) - value.keys())
     wrong = [name for name, held in value.items() if name not in hints or not holds(held, hints[name])]
     if missing or wrong:
         raise TypeError(f"state[{key!r}]: not a {kind.__name__} table ({'missing ' + ', '.join(missing) if missing else ''}"
@@ -195,11 +195,17 @@ def opened_state(state: State, key: str, kind: type[Table], first: Table | None 
     if first is not None:
         state[key] = first
         return first
-    if getattr(kind, "__required_keys__", ()):
+    if required(kind):
         raise TypeError(f"state[{key!r}]: a {kind.__name__} table starts with its required keys, not empty")
     empty: dict[str, object] = {}
     state[key] = empty
     return cast(Table, empty)  # an empty dict: every key of kind is optional (checked above)
+
+
+@functools.cache
+def required(kind: type) -> frozenset[str]:
+    """The keys the ``TypedDict`` ``kind`` requires (typing's ``__required_keys__``; none for another class)."""
+    return frozenset(getattr(kind, "__required_keys__", ()))
 
 
 @functools.cache
