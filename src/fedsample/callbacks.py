@@ -21,7 +21,7 @@ import torch
 
 from fedsample import checks, validate
 from fedsample.federation.base import Federation, client_states_of
-from fedsample.messages import TrainPayload
+from fedsample.messages import ClientState, TrainPayload
 from fedsample.runtime.fingerprint import differences
 from fedsample.runtime.records import Record, State, as_entries, as_int, as_table, as_text
 from fedsample.tracking.base import Tracker, TrackerGroup, numeric_metrics
@@ -44,7 +44,7 @@ class SimulationState:
     params: Params
     state: State
     history: list[Record] = field(default_factory=list)
-    client_states: dict[int, State] = field(default_factory=dict)
+    client_states: dict[int, ClientState] = field(default_factory=dict)
     fingerprint: dict[str, str] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:

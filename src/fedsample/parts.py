@@ -38,7 +38,7 @@ import inspect
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Mapping, Protocol, Sequence, TypeGuard, cast, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Mapping, Protocol, Sequence, TypeAlias, TypeGuard, cast, runtime_checkable
 
 import numpy as np
 
@@ -63,7 +63,7 @@ __all__ = [
     "LocalSolverCapabilities", "missing_methods", "observes_sums", "observes_replies", "ObservesSums", "ObservesReplies",
     "check_plan", "declared_plan", "offered_draws", "offers_problem", "plan_capabilities", "plan_sampling_design", "plans_weights", "PlansWeights", "Poisson",
     "privacy_capabilities", "RECORDS", "RunsSolver", "replies_read", "REPLY_FIELDS", "reply_statistics_read", "reports_rows", "REQUIRED", "rows_trained",
-    "ScheduledSolver", "server_learns", "ServerOptimizer", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
+    "ScheduledSolver", "server_learns", "ServerOptimizer", "ServerState", "SizeNeed", "SizeReporting", "solver_capabilities", "SplitNoise",
     "StepRule", "unsent_statistics", "summed_noise", "summed_of", "trains_first", "TrainsFirst", "Undeclared", "UpdatePrivacy", "UpdatePrivacyCapabilities", "WithReplacement",
 ]
 
@@ -876,6 +876,11 @@ class PlansWeights(Protocol):
     def planned_weights(self, cohort: Cohort, ctx: RoundContext) -> np.ndarray | None: ...
 
 
+#: A server optimizer's state: its buffers, one tensor per parameter each, by name (FedAvgM's ``velocity``, the
+#: adaptive methods' ``m`` and ``v``); empty for plain SGD.
+ServerState: TypeAlias = dict[str, Params]
+
+
 @runtime_checkable
 class ServerOptimizer(Protocol):
     """Applies the aggregate: ``step(params, delta, state) -> (params, state)``; ``lr`` is what a learning-rate
@@ -884,9 +889,9 @@ class ServerOptimizer(Protocol):
     @property
     def lr(self) -> float: ...
 
-    def init_state(self, params: Params) -> State: ...
+    def init_state(self, params: Params) -> ServerState: ...
 
-    def step(self, params: Params, delta: Params, state: State) -> tuple[Params, State]: ...
+    def step(self, params: Params, delta: Params, state: ServerState) -> tuple[Params, ServerState]: ...
 
 
 @runtime_checkable

@@ -375,6 +375,8 @@ def _attach_ledger(state: SimulationState, accounting: Accounting, data: Federat
         if len(sizes) and int(sizes.max()) > accounting.k:
             raise ValueError(f"privacy: k = {accounting.k} records per user, but client {int(sizes.argmax())} holds {int(sizes.max())}")
     saved = state.state.get(LEDGER_KEY)
+    if not (saved is None or isinstance(saved, Ledger)):
+        raise CheckpointError(f"checkpoint {checkpoint}: its privacy ledger is a {type(saved).__name__}, not a Ledger; delete it")
     if saved is None and state.round > 0:
         raise CheckpointError(f"checkpoint {checkpoint} has no privacy ledger (an older fedsample wrote it); delete it")
     try:

@@ -18,6 +18,7 @@ import torch
 from fedsample.diagnostics.federation import LinearisedFederation
 from fedsample.federation.faults import FaultModel, with_faults
 from fedsample.federation.secure_sum import with_secure_sum
+from fedsample.parts import ServerState
 from fedsample.runtime.records import Record, State
 from fedsample.strategy import Strategy
 from fedsample.training.functional import Params
@@ -36,10 +37,10 @@ class _RecordingServer:
     def __init__(self) -> None:
         self.delta: Params | None = None
 
-    def init_state(self, params: Params) -> State:
+    def init_state(self, params: Params) -> ServerState:
         return {}
 
-    def step(self, params: Params, delta: Params, state: State) -> tuple[Params, State]:
+    def step(self, params: Params, delta: Params, state: ServerState) -> tuple[Params, ServerState]:
         self.delta = delta
         return params, state
 

@@ -1,16 +1,21 @@
 """The one alias for JSON values: what a config, a summary or a checkpoint's JSON holds; the round record's type
 (:data:`Record`, its figures :data:`RecordValue`, its own keys :data:`ROUND_KEYS`); and the readers that narrow a
 value of a record or of a document read back (results.json, reproduction.json, timing.json, markers) to the type
-its field holds, with a one-line error naming the field where the record or document does not hold it."""
+its field holds, with a one-line error naming the field where the record or document does not hold it; the
+strategy's server-held :data:`State` and the readers of a part's table in it (:func:`part_state`), checked the same
+way."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, TypeAlias, cast
+import functools
+import numbers
+import types
+from typing import Mapping, Sequence, TypeAlias, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import numpy as np
 
-__all__ = ["JSON", "JSONObject", "ROUND_KEYS", "Record", "RecordValue", "RecordView", "State", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_entries", "as_table", "as_text", "count_in", "entries_in",
-           "is_round_key", "table_in"]
+__all__ = ["JSON", "JSONObject", "ROUND_KEYS", "Record", "RecordValue", "RecordView", "State", "Table", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_entries", "as_table", "as_text", "count_in", "entries_in",
+           "held_state", "is_round_key", "opened_state", "part_state", "table_in"]
 
 #: A JSON value (``json.dumps`` writes it, ``json.loads`` reads it back).
 JSON: TypeAlias = str | int | float | bool | None | list["JSON"] | dict[str, "JSON"]
@@ -18,8 +23,9 @@ JSON: TypeAlias = str | int | float | bool | None | list["JSON"] | dict[str, "JS
 JSONObject: TypeAlias = dict[str, JSON]
 
 #: A strategy's server-held state between rounds, by key: its parts' arrays and counters, the privacy ledger (saved
-#: in checkpoints); each part reads back the values it wrote. Arrays and tensors among them: not JSON.
-State: TypeAlias = dict[str, Any]
+#: in checkpoints); each part reads back the values it wrote, a table through :func:`part_state` (its ``TypedDict``
+#: checked), a single value by ``isinstance``. Arrays and tensors among them: not JSON.
+State: TypeAlias = dict[str, object]
 #: One figure of a round's record: a number (a numpy scalar among them), a string, a flag, None (not known), or a
 #: list or table of figures (``failed``: one entry per failed reply; ``clamped``: the settings moved into range, by
 #: name; SecAgg+'s ``dropped``: why, by client id). Read-only containers, so that a JSON value (a record read back)
@@ -148,3 +154,79 @@ def as_entries(value: RecordValue, what: str) -> Sequence[RecordValue]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise malformed(value, what, "a list")
     return value
+
+
+#: A part's table in the state: a ``TypedDict`` naming what it keeps (a plain dict at run time, saved as one).
+Table = TypeVar("Table", bound=Mapping[str, object])
+
+
+def part_state(state: State, key: str, kind: type[Table]) -> Table | None:
+    """The table a part keeps under ``key`` (None where it keeps none yet), checked against its ``TypedDict``
+    ``kind``: a dict holding ``kind``'s required keys, each value of its declared type (the outer type: an array's
+    dtype or a list's items are not read); otherwise a one-line ``TypeError`` naming the key."""
+    value = state.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"state[{key!r}]: expected a {kind.__name__} table, the state holds {type(value).__name__}")
+    hints = declared(kind)
+    missing = sorted(required(kind) - value.keys())
+    wrong = [name for name, held in value.items() if name not in hints or not holds(held, hints[name])]
+    if missing or wrong:
+        raise TypeError(f"state[{key!r}]: not a {kind.__name__} table ({'missing ' + ', '.join(missing) if missing else ''}"
+                        f"{'; ' if missing and wrong else ''}{'unexpected ' + ', '.join(map(str, wrong)) if wrong else ''})")
+    return cast(Table, value)  # checked above: a dict of kind's keys, each holding its declared type
+
+
+def held_state(state: State, key: str, kind: type[Table]) -> Table:
+    """:func:`part_state` of a table the part has written (a one-line ``KeyError`` naming the key where it has not)."""
+    held = part_state(state, key, kind)
+    if held is None:
+        raise KeyError(f"state[{key!r}]: no {kind.__name__} table kept yet")
+    return held
+
+
+def opened_state(state: State, key: str, kind: type[Table], first: Table | None = None) -> Table:
+    """:func:`part_state`, the table ``first`` put under ``key`` first where there is none (by default an empty one,
+    for a ``kind`` whose every key is optional: filled as the part learns)."""
+    held = part_state(state, key, kind)
+    if held is not None:
+        return held
+    if first is not None:
+        state[key] = first
+        return first
+    if required(kind):
+        raise TypeError(f"state[{key!r}]: a {kind.__name__} table starts with its required keys, not empty")
+    empty: dict[str, object] = {}
+    state[key] = empty
+    return cast(Table, empty)  # an empty dict: every key of kind is optional (checked above)
+
+
+@functools.cache
+def required(kind: type) -> frozenset[str]:
+    """The keys the ``TypedDict`` ``kind`` requires (typing's ``__required_keys__``; none for another class)."""
+    return frozenset(getattr(kind, "__required_keys__", ()))
+
+
+@functools.cache
+def declared(kind: type) -> dict[str, object]:
+    """The declared type of each key of the ``TypedDict`` ``kind`` (read once per kind)."""
+    return get_type_hints(kind)
+
+
+def holds(value: object, hint: object) -> bool:
+    """Whether ``value`` is of the declared type ``hint`` (its outer type; a Python or numpy number of the numeric
+    tower where an ``int`` or a ``float`` is declared, a member of a union, None where None is)."""
+    if hint is None or hint is type(None):
+        return value is None
+    origin = get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        return any(holds(value, arm) for arm in get_args(hint))
+    if hint is float:
+        return isinstance(value, numbers.Real)
+    if hint is int:
+        return isinstance(value, numbers.Integral)
+    if hint is object:
+        return True
+    kind = origin if origin is not None else hint
+    return isinstance(kind, type) and isinstance(value, kind)

@@ -20,7 +20,7 @@ from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.rng import SERVER, generator
 from fedsample.rounds import Failed, RoundFailed, is_failed, probe_reports
 from fedsample.sampling.design import Sample
-from fedsample.runtime.records import State, count_in, entries_in
+from fedsample.runtime.records import Table, count_in, entries_in, opened_state
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
@@ -41,10 +41,10 @@ def replay_rng(seed: int, round: int) -> np.random.Generator:
     return generator(seed, round, SERVER, REPLAY_PURPOSE)
 
 
-def sampler_state(ctx: "RoundContext") -> State:
-    """The sampler's server-held state: a dict in the strategy state, kept across rounds and saved in checkpoints."""
-    state: State = ctx.state.setdefault(STATE_KEY, {})
-    return state
+def sampler_state(ctx: "RoundContext", kind: type[Table]) -> Table:
+    """The sampler's server-held state, its table ``kind`` (a ``TypedDict`` of optional keys: empty at first) in the
+    strategy state, kept across rounds and saved in checkpoints (:func:`~fedsample.runtime.records.opened_state`)."""
+    return opened_state(ctx.state, STATE_KEY, kind)
 
 
 def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> list[ProbeReport | Failed]:

@@ -31,7 +31,7 @@ All randomness comes from the ``numpy.random.Generator`` passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -41,12 +41,14 @@ from fedsample.messages import Params
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort
 from fedsample.sampling import design
+from fedsample.runtime.records import part_state
 from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
 
 __all__ = [
+    "ClusteredHeld",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "client_shares",
@@ -346,6 +348,14 @@ Algorithm = Literal["size", "similarity"]
 STATE_KEY = "clustered"
 
 
+class ClusteredHeld(TypedDict):
+    """What Algorithm 2's server holds between rounds (under :data:`STATE_KEY`): each client's latest update,
+    flattened (float32 rows, 0 until it participates), and whether it has participated (``seen``)."""
+
+    updates: np.ndarray
+    seen: np.ndarray
+
+
 def similarity_labels(updates: np.ndarray, seen: np.ndarray, p: np.ndarray, m: int, similarity: Similarity = "arccos",
                       linkage_input: LinkageInput = "embedded") -> np.ndarray:
     """Algorithm 2's clusters when only some clients have a representative update (``seen``): Ward's linkage of the
@@ -418,7 +428,7 @@ class ClusteredClients:
         """The m x N matrix r of this round (Algorithm 1, or Algorithm 2 from the kept updates)."""
         if self.algorithm == "size":
             return size_distributions(p, self.m)
-        kept = ctx.state.get(STATE_KEY)
+        kept = part_state(ctx.state, STATE_KEY, ClusteredHeld)
         if kept is None or len(kept["seen"]) != len(p):
             labels = np.arange(len(p), dtype=np.int64)
         else:
@@ -441,11 +451,11 @@ class ClusteredClients:
         if len(positions) == 0:
             return
         flat = {int(cohort.ids[i]): _flat(replies.report(int(i)).update) for i in positions.tolist()}
-        kept = ctx.state.get(STATE_KEY)
+        kept = part_state(ctx.state, STATE_KEY, ClusteredHeld)
         dim = len(next(iter(flat.values())))
         if kept is None or kept["updates"].shape != (ctx.num_clients, dim):
-            kept = ctx.state[STATE_KEY] = {"updates": np.zeros((ctx.num_clients, dim), dtype=np.float32),
-                                           "seen": np.zeros(ctx.num_clients, dtype=bool)}
+            kept = ctx.state[STATE_KEY] = ClusteredHeld(updates=np.zeros((ctx.num_clients, dim), dtype=np.float32),
+                                                       seen=np.zeros(ctx.num_clients, dtype=bool))
         for k, vector in flat.items():
             kept["updates"][k] = vector
             kept["seen"][k] = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, ClassVar, Literal, Mapping, TypedDict
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from fedsample.messages import SIZES, ClientContext, LocalSample, SizeSumRequest
 from fedsample.parts import Census, CohortPlanCapabilities, DataSamplerCapabilities, Design, Limit, Poisson, SizeNeed
 from fedsample.rng import Blocks, ClientRandom, CohortRandom
 from fedsample.sampling.clamp import clamped
-from fedsample.runtime.records import Record, State, as_number
+from fedsample.runtime.records import Record, State, as_number, opened_state, part_state
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllSamples", "BernoulliSamples", "COUNT_NOISE_PURPOSE", "DRAWN", "DrawnCount", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
-    "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "TotalFrom",
+    "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "SteeredTotals", "TotalFrom",
 ]
 
 
@@ -212,6 +212,14 @@ COUNT_NOISE = 5.0
 #: Where a steered FedSampling keeps, in the strategy state, the running sum of its totals S_t / p_t and their number.
 STEERED_TOTAL = "steered_total"
 
+
+class SteeredTotals(TypedDict):
+    """A steered FedSampling's running sum of its totals S_t / p_t and their number (under :data:`STEERED_TOTAL`)."""
+
+    sum: float
+    rounds: int
+
+
 #: Where FedSampling keeps, in the strategy state, the total N^ released by the secure sum of the clients' sizes
 #: (``total_from="secure_sum"``: asked once per run, before the first draw).
 SUMMED_TOTAL = "summed_total"
@@ -304,12 +312,15 @@ class FedSamplingData:
                 raise ValueError("FedSamplingData(total_from='secure_sum'): no client's size arrived in the secure sum")
             replies.weighted_update_sum(answered, np.ones(len(answered)))  # the one sum: its count is the noised total
             ctx.state[SUMMED_TOTAL] = float(replies.summed(SIZES)) * len(ids) / len(answered)
-        return max(float(ctx.state[SUMMED_TOTAL]), float(ctx.num_clients))
+        total = ctx.state[SUMMED_TOTAL]
+        if not isinstance(total, float):
+            raise TypeError(f"state[{SUMMED_TOTAL!r}]: expected the summed total, a float; the state holds {type(total).__name__}")
+        return max(total, float(ctx.num_clients))
 
     def steered_total(self, state: State, num_clients: int) -> float | None:
         """N^ = mean over the past rounds of S~_t / p_t, floored at the number of clients (each holds a sample, as
         N~ is floored); None before the first drawn count or without ``steer``."""
-        memo = state.get(STEERED_TOTAL) if self.steer else None
+        memo = part_state(state, STEERED_TOTAL, SteeredTotals) if self.steer else None
         if not memo or memo["rounds"] == 0:
             return None
         total: float = max(memo["sum"] / memo["rounds"], float(num_clients))
@@ -324,7 +335,7 @@ class FedSamplingData:
     def observe_drawn(self, state: State, drawn: float, ratio: float) -> None:
         """Record a round's released drawn count S~ and the ratio p that drew it (steered runs only)."""
         if self.steer and ratio > 0:
-            memo = state.setdefault(STEERED_TOTAL, {"sum": 0.0, "rounds": 0})
+            memo = opened_state(state, STEERED_TOTAL, SteeredTotals, SteeredTotals(sum=0.0, rounds=0))
             memo["sum"] += float(drawn) / float(ratio)
             memo["rounds"] += 1
 

@@ -47,7 +47,7 @@ import warnings
 
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from fedsample.messages import ProbeReport, ProbeRequest
 from fedsample.parts import AggregatorCapabilities, ClientSamplerCapabilities, InclusionKind, Learns, SizeNeed
 from fedsample.rounds import Cohort, Failed
 from fedsample.sampling import adaptive, design, optimal
+from fedsample.runtime.records import held_state
 from fedsample.sampling.design import Sample
 from fedsample.training.aggregate import OBJECTIVE, Reports, linear_combination, reported_sizes
 from fedsample.training.functional import Params
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
+    "DeltaHeld",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "gradient_diversity",
@@ -355,6 +357,15 @@ class ReferenceMean:
 # --- the client sampler ------------------------------------------------------------------------------------------
 
 STATE_KEY = "delta"
+
+
+class DeltaHeld(TypedDict):
+    """What DELTA's round keeps (under :data:`STATE_KEY`) for its draw and its replay: the round, every client's
+    score from its probe, and the share of the target's clients whose probe arrived."""
+
+    round: int
+    scores: np.ndarray
+    probe_rate: float
 #: The shared setting of the reference draw and :class:`ReferenceMean`: both must mean the same m.
 M_SETTING = "m (DELTA's draws per round, which the reference aggregation divides out)"
 
@@ -431,16 +442,17 @@ class DeltaClients:
         note_zero_scores(ctx, int(np.count_nonzero((scores == 0) & (w > 0))))
         # the exact draws' pi_k carry the probe rate; the reference draw keeps the authors' weights (biased, says so)
         rate = adaptive.probe_rate(optimal.objective_weights(ctx, self.objective), arrived) if self.draw != "reference" else 1.0
-        ctx.state[STATE_KEY] = {"round": ctx.round, "scores": scores, "probe_rate": rate}
+        ctx.state[STATE_KEY] = DeltaHeld(round=ctx.round, scores=scores, probe_rate=rate)
         return delta_probabilities(scores)
 
     def select(self, ctx: "RoundContext") -> Cohort:
         N = ctx.num_clients
         p = self.probabilities(ctx)
-        rate = ctx.state[STATE_KEY]["probe_rate"]  # 1 unless probes were lost: pi_k = P(probe arrives) P(drawn | probes)
+        held = held_state(ctx.state, STATE_KEY, DeltaHeld)
+        rate = held["probe_rate"]  # 1 unless probes were lost: pi_k = P(probe arrives) P(drawn | probes)
         rng = ctx.rng("clients")
         if self.draw == "poisson":
-            return Cohort.from_sample(adaptive.with_probe_rate(poisson_sample(ctx.state[STATE_KEY]["scores"], min(self.m, N), rng), rate), N)
+            return Cohort.from_sample(adaptive.with_probe_rate(poisson_sample(held["scores"], min(self.m, N), rng), rate), N)
         if self.draw == "with_replacement":
             sample = with_replacement_sample(p, self.m, rng)
         else:
@@ -452,7 +464,8 @@ class DeltaClients:
         ``select`` kept in ``ctx.state``, with the round's replay stream (standard error sqrt(pi(1 - pi)/draws)), times
         the share whose probe arrived (1 without lost probes; the probes' losses are not replayed); the exact draws
         replay too (their closed form is the cohort's ``inclusion``)."""
-        scores = ctx.state[STATE_KEY]["scores"]
+        held = held_state(ctx.state, STATE_KEY, DeltaHeld)
+        scores = held["scores"]
         p = delta_probabilities(scores)
         m = min(self.m, int(np.count_nonzero(p)))
         draw = {
@@ -461,5 +474,5 @@ class DeltaClients:
             "reference": lambda g: reference_sample(p, m, g),
         }[self.draw]
         frequency = design.replay_inclusion(draw, len(p), draws, ctx.rng("replay"))
-        inclusion: np.ndarray = frequency * ctx.state[STATE_KEY].get("probe_rate", 1.0)
+        inclusion: np.ndarray = frequency * held["probe_rate"]
         return inclusion

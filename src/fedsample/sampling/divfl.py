@@ -19,7 +19,7 @@ nearest selected client is j (:func:`represented_by`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
 
 import numpy as np
 
@@ -29,13 +29,13 @@ from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
-from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
     "DivFLClients",
+    "DivFLHeld",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "dissimilarity",
@@ -118,6 +118,16 @@ LOST_PROBE = ("chose among the clients whose gradient it holds (a lost refresh k
               "never heard from is probed again next round)")
 
 
+class DivFLHeld(TypedDict, total=False):
+    """What DivFL's server holds between rounds: each client's last probed full-data gradient (float32 rows, zero
+    where none arrived yet), whether it holds one (``known``), and their pairwise dissimilarities (the facility
+    location's distances)."""
+
+    gradients: np.ndarray
+    known: np.ndarray
+    distances: np.ndarray
+
+
 @dataclass(frozen=True)
 @checks.constrained(m=checks.COUNT)
 class DivFLClients:
@@ -150,7 +160,7 @@ class DivFLClients:
         N = ctx.num_clients
         if self.m > N:
             checks.fail("m", self.m, f"at most the number of clients ({N})", "DivFLClients")
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, DivFLHeld)
         first = "gradients" not in state
         known = state.setdefault("known", np.zeros(N, dtype=bool) if first else np.ones(N, dtype=bool))
         if not known.all():  # the first round, or clients whose first probe was lost
@@ -161,7 +171,7 @@ class DivFLClients:
             self.refresh(ctx, state, ids)
         return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
 
-    def refresh(self, ctx: "RoundContext", state: State, ids: np.ndarray) -> None:
+    def refresh(self, ctx: "RoundContext", state: DivFLHeld, ids: np.ndarray) -> None:
         """Probe the full-data gradients of ``ids`` at the global model (one row each, float32 as sent) into the
         server's gradients and their dissimilarities (the refreshed rows recomputed); a client whose probe was lost
         keeps its stale gradient, or stays without one (``state["known"]``)."""

@@ -41,7 +41,7 @@ The aggregation is FedAvg's (sizes). The inclusion probabilities have no closed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence, TypedDict
 
 import numpy as np
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FedCBSClients",
+    "FedCBSHeld",
     "FedCBSState",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
@@ -270,6 +271,15 @@ def among_known(state: "FedCBSState", draw: Callable[[np.ndarray, np.ndarray], n
 
 
 
+class FedCBSHeld(TypedDict, total=False):
+    """What Fed-CBS's server holds between rounds: the clients' label histograms (one row each, 0 until a client's
+    probe arrives), whose it holds (``known``) and how often each was selected (the counts T_i)."""
+
+    histograms: np.ndarray
+    known: np.ndarray
+    counts: np.ndarray
+
+
 @dataclass(frozen=True)
 class FedCBSState:
     """The inputs of one round's Fed-CBS draw, frozen: the clients' label histograms (one row each), how often each
@@ -312,14 +322,14 @@ class FedCBSClients(adaptive.Replayed):
         state = self.frozen_state(ctx)
         ids = among_known(state, lambda h, c: fedcbs_sample(h, draws_among(self.m, state), ctx.rng("clients"), t=state.t, counts=c,
                                                             lam=self.lam, beta=self.beta, count_rule=self.count_rule).ids)
-        adaptive.sampler_state(ctx)["counts"][ids] += 1
+        adaptive.sampler_state(ctx, FedCBSHeld)["counts"][ids] += 1
         return Cohort(ids, np.full(len(ids), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
     def histograms(self, ctx: "RoundContext") -> tuple[np.ndarray, np.ndarray]:
         """Every client's label histogram and whether the server holds it: probed once (every client, the first round
         the sampler runs), then kept; a client whose probe was lost is probed again the next round (until then its
         row is 0 and it cannot be drawn)."""
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, FedCBSHeld)
         if "histograms" not in state:
             state["known"] = np.zeros(ctx.num_clients, dtype=bool)
             state["counts"] = np.zeros(ctx.num_clients, dtype=np.int64)
@@ -342,7 +352,7 @@ class FedCBSClients(adaptive.Replayed):
         """This round's inputs (the histograms, the counts T_i so far, t = round + 1, whose histograms are held),
         probing the histograms the first time (and the lost ones again)."""
         histograms, known = self.histograms(ctx)
-        return FedCBSState(histograms, adaptive.sampler_state(ctx)["counts"].copy(), ctx.round + 1, known.copy())
+        return FedCBSState(histograms, adaptive.sampler_state(ctx, FedCBSHeld)["counts"].copy(), ctx.round + 1, known.copy())
 
     def replay(self, state: FedCBSState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(i in S) of one round from the frozen ``state``: ``draws`` replays of :func:`fedcbs_sample` read from the

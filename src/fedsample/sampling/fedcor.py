@@ -30,7 +30,7 @@ are not implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -40,13 +40,13 @@ from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Si
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.design import Sample
-from fedsample.runtime.records import State
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
     "FedCorClients",
+    "FedCorHeld",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
     "loss_change_covariance",
@@ -186,6 +186,19 @@ def with_lost_changes_filled(changes: np.ndarray) -> np.ndarray | None:
     return np.where(known, changes, changes[known].mean())
 
 
+class FedCorHeld(TypedDict, total=False):
+    """What FedCor's server holds between rounds: the last probed losses with their round, the loss changes of the
+    random rounds (one array per round, one entry per client), the GP's mean and covariance fitted to them and how
+    many changes that fit read (``fitted_rows``), and the posterior discounts alpha of the greedy selection."""
+
+    losses: tuple[int, np.ndarray]
+    changes: list[np.ndarray]
+    mean: np.ndarray
+    covariance: np.ndarray
+    fitted_rows: int
+    alpha: np.ndarray
+
+
 @dataclass(frozen=True)
 @checks.constrained(
     m=checks.COUNT, warmup=checks.integers(2), rank=checks.COUNT, discount=checks.reals(0, 1, "(]"),
@@ -246,7 +259,7 @@ class FedCorClients:
             checks.fail("m", self.m, f"at most the number of clients ({N})", "FedCorClients")
         if self.rank >= N:
             checks.fail("rank", self.rank, f"below the number of clients ({N})", "FedCorClients")
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, FedCorHeld)
         self.record_losses(ctx, state)
         if self.random_round(ctx.round):
             sample = design.simple_random(N, self.m, ctx.rng("clients"))
@@ -258,7 +271,7 @@ class FedCorClients:
         state["alpha"][ids] *= self.discount
         return Cohort(ids, np.ones(len(ids)), N, info={"inclusion_kind": "degenerate"})
 
-    def record_losses(self, ctx: "RoundContext", state: State) -> None:
+    def record_losses(self, ctx: "RoundContext", state: FedCorHeld) -> None:
         """Probe every client's loss where due (a random round, or the round after one) and keep the change since the
         previous round's probe when that round was random."""
         state.setdefault("changes", [])

@@ -59,7 +59,7 @@ sampling: first-order inclusion probabilities are unchanged and fixed joint-incl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence, TypedDict
 
 import numpy as np
 import torch
@@ -72,14 +72,14 @@ from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort, probe_reports
 from fedsample.training.aggregate import Scaling
 from fedsample.training.functional import Params, per_sample_gradients, same_params
-from fedsample.runtime.records import State
+from fedsample.runtime.records import opened_state
 
 if TYPE_CHECKING:
     from fedsample.rng import ClientRandom
     from fedsample.rounds import RoundContext
 
 __all__ = [
-    "ALPHA", "BATCHES", "DEFAULT_FLOOR", "DataRule", "EPOCHS", "FLOOR", "ImportanceAgents", "ImportanceBatches",
+    "ALPHA", "BATCHES", "DEFAULT_FLOOR", "DataRule", "EPOCHS", "FLOOR", "ISFedAvgHeld", "ImportanceAgents", "ImportanceBatches",
     "ImportanceData", "Update", "agent_scores", "data_scale", "data_variability", "gradient_norms",
     "normalized_probabilities", "paper_alpha", "paper_heterogeneity", "random_order_systematic", "rescale_subset",
 ]
@@ -196,9 +196,17 @@ def _finite_nonnegative(values: object, name: str) -> np.ndarray:
     return arr
 
 
-def _state(ctx: "RoundContext") -> State:
-    state: State = ctx.state.setdefault(STATE_KEY, {})
-    return state
+class ISFedAvgHeld(TypedDict, total=False):
+    """What ISFedAvg's server holds between rounds (under :data:`STATE_KEY`): the agents' probabilities p_k
+    (``update="cheap"``, Eq. 52) or their scores at the reference model (``update="exact"``; NaN until an agent's
+    probe arrives). The data weights stay on the clients."""
+
+    agent_p: np.ndarray
+    agent_scores_exact: np.ndarray
+
+
+def _state(ctx: "RoundContext") -> ISFedAvgHeld:
+    return opened_state(ctx.state, STATE_KEY, ISFedAvgHeld)
 
 
 # --- the data plan (runs on the client) -----------------------------------------------------------

@@ -26,7 +26,7 @@ have no closed form: :func:`estimate_inclusion` replays the draw from frozen inp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 import numpy as np
 
@@ -38,10 +38,10 @@ from fedsample.sampling.design import Sample
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList, RoundContext
-    from fedsample.runtime.records import State
 
 __all__ = [
     "OortClients",
+    "OortHeld",
     "OortState",
     "PROBABILITY_KIND",
     "SERVER_LEARNS",
@@ -201,6 +201,15 @@ def estimate_inclusion(
 # --- the client sampler ----------------------------------------------------------------------------------------
 
 
+class OortHeld(TypedDict, total=False):
+    """What Oort's server holds between rounds: each client's last reported utility, whether it was explored, and
+    the round (1-based) of its last participation (0: never)."""
+
+    utility: np.ndarray
+    explored: np.ndarray
+    last: np.ndarray
+
+
 @dataclass(frozen=True)
 class OortState:
     """The inputs of one round's Oort selection, frozen: each explored client's utility with its staleness bonus,
@@ -255,12 +264,12 @@ class OortClients(adaptive.Replayed):
         ctx.log["exploration_rate"] = state.epsilon
         return Cohort(sample.ids, np.full(len(sample), np.nan), ctx.num_clients, info={"inclusion_kind": InclusionKind.ESTIMATED.value})
 
-    def held(self, ctx: "RoundContext") -> "State":
+    def held(self, ctx: "RoundContext") -> OortHeld:
         """The server-held state: utilities, explored mask, round (1-based) of the last participation (0: never)."""
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, OortHeld)
         if "utility" not in state:
             N = ctx.num_clients
-            state.update(utility=np.zeros(N), explored=np.zeros(N, dtype=bool), last=np.zeros(N, dtype=np.int64))
+            state.update({"utility": np.zeros(N), "explored": np.zeros(N, dtype=bool), "last": np.zeros(N, dtype=np.int64)})
         return state
 
     def frozen_state(self, ctx: "RoundContext") -> OortState:

@@ -28,7 +28,7 @@ P(k in S) = P(k in A and fewer than m candidates in A rank above k), which have 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PowerOfChoiceClients",
+    "PowerOfChoiceHeld",
     "PowerOfChoiceState",
     "VARIANTS",
     "PROBABILITY_KIND",
@@ -172,6 +173,13 @@ Variant = Literal["pow-d", "cpow-d", "rpow-d"]
 LOST_PROBE = "ranked only the candidates whose probe arrived (fewer than d)"
 
 
+class PowerOfChoiceHeld(TypedDict, total=False):
+    """What rpow-d's server holds between rounds: every client's stale loss, its training loss when it last
+    participated (+inf: never seen)."""
+
+    stale_losses: np.ndarray
+
+
 @dataclass(frozen=True)
 class PowerOfChoiceState:
     """The inputs of one round's power-of-choice selection, frozen: every client's data size and the loss it would
@@ -261,11 +269,10 @@ class PowerOfChoiceClients(adaptive.Replayed):
 
     def stale(self, ctx: "RoundContext") -> np.ndarray:
         """rpow-d's server-held stale losses (+inf for clients never seen)."""
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, PowerOfChoiceHeld)
         if "stale_losses" not in state:
             state["stale_losses"] = np.full(ctx.num_clients, np.inf)
-        losses: np.ndarray = state["stale_losses"]
-        return losses
+        return state["stale_losses"]
 
     def observe(self, ctx: "RoundContext", cohort: Cohort, replies: "ReplyList") -> None:
         """rpow-d: the participants' training losses become their stale losses (:func:`record_losses`)."""
@@ -274,7 +281,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
         got = replies.received_positions()
         losses = np.array([replies.report(int(i)).loss for i in got], dtype=np.float64)
         finite = np.isfinite(losses)
-        state = adaptive.sampler_state(ctx)
+        state = adaptive.sampler_state(ctx, PowerOfChoiceHeld)
         state["stale_losses"] = record_losses(self.stale(ctx), cohort.ids[got][finite], losses[finite])
 
     def frozen_state(self, ctx: "RoundContext") -> PowerOfChoiceState:

@@ -12,7 +12,7 @@ so every chosen client carries its exact inclusion probability pi_k (the Cohort'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -24,11 +24,12 @@ from fedsample import checks
 from fedsample.sampling import adaptive, cohort_size, design
 from fedsample.sampling.clamp import clamped
 from fedsample.rounds import Cohort, probe_reports
+from fedsample.runtime.records import part_state
 
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
-__all__ = ["STRATA", "Spread", "StratifiedClients", "Within", "kmeans_strata", "selection_weights", "stratum_spread"]
+__all__ = ["STRATA", "Spread", "StrataHeld", "StratifiedClients", "Within", "kmeans_strata", "selection_weights", "stratum_spread"]
 
 Spread = Literal["std", "pairwise"]
 """How a stratum's spread is measured for Neyman allocation."""
@@ -106,6 +107,14 @@ LOST_PROBE = ("stratified and drew only the clients whose probe arrived (their p
 
 #: The number of strata H: an integer >= 1.
 STRATA = checks.Param(checks.COUNT, label="number of strata H")
+
+
+class StrataHeld(TypedDict):
+    """The strata the server keeps between clusterings (under ``"strata"``): one label per client (-1: its probe
+    was lost then) and the round they were computed."""
+
+    labels: np.ndarray
+    round: int
 
 
 @dataclass(frozen=True)
@@ -193,13 +202,13 @@ class StratifiedClients:
         """Stratum labels of the clients ``ids`` (rows of ``vectors``): re-clustered into ``H`` strata when due
         (every ``recompute_every`` rounds, or when one of them was lost at the last clustering), else kept from
         state (one label per client, -1 for a client whose probe was lost then)."""
-        N, kept = ctx.num_clients, ctx.state.get("strata")
+        N, kept = ctx.num_clients, part_state(ctx.state, "strata", StrataHeld)
         due = (kept is None or len(kept["labels"]) != N or ctx.round - kept["round"] >= self.recompute_every
                or bool(np.any(np.asarray(kept["labels"])[ids] < 0)))
         if due or kept is None:
             labels = np.full(N, -1, dtype=np.int64)
             labels[ids] = kmeans_strata(vectors, H, ctx.rng("strata"))
-            ctx.state["strata"] = {"labels": labels, "round": ctx.round}
+            ctx.state["strata"] = StrataHeld(labels=labels, round=ctx.round)
             chosen: np.ndarray = labels[ids]
             return chosen
         chosen = np.asarray(kept["labels"], dtype=np.int64)[ids]

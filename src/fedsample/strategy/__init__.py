@@ -28,6 +28,7 @@ from fedsample.strategy.probes import CheckedProbes as _CheckedProbes  # noqa: F
 from fedsample.strategy.record import cohort_figures, is_census  # noqa: F401 - importable from here, as before the split
 from fedsample.strategy.rules import RULES
 from fedsample.training.functional import Params
+from fedsample.training.server import SERVER_KEY
 from fedsample.runtime.records import Record, State
 
 __all__ = ["RULES", "Strategy", "RoundContext", "Cohort"]  # RoundFailed (fedsample.rounds) stays importable from here
@@ -87,7 +88,7 @@ class Strategy(Composition):
     # --- the round (fedsample.strategy.round) and its record (fedsample.strategy.record) ------------------------
 
     def init_state(self, params: Params) -> State:
-        return {"server": self.server.init_state(params)}
+        return {SERVER_KEY: self.server.init_state(params)}
 
     def round(self, federation: Federation, params: Params, state: State, round: int, seed: int) -> tuple[Params, Record]:
         """Run round ``round`` (:func:`fedsample.strategy.round.run_round`); returns the new global parameters and

@@ -6,7 +6,7 @@ plans -> train -> aggregate -> server step (:func:`run_round`). The strategy tal
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
+from typing import TypedDict, cast
 
 import numpy as np
 
@@ -28,10 +28,11 @@ from fedsample.strategy.probes import CheckedProbes
 from fedsample.strategy.record import cohort_facts, describe_round, note_failures, note_uncorrected_faults, unchanged
 from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
-from fedsample.runtime.records import Record, State, count_in
+from fedsample.training.server import SERVER_KEY, server_state
+from fedsample.runtime.records import Record, State, count_in, opened_state
 
 __all__ = [
-    "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
+    "ScreenedSizes", "SizeEstimates", "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
     "sizes_of_everyone", "train_then_send",
 ]
 
@@ -48,7 +49,9 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
     numbers = replies if isinstance(replies, NumberReplies) and not replies.failed else None  # one array, no failure: keyed on it
     whole = numbers is not None
     arrays = (numbers.values, ids) if numbers is not None else ()
-    memo: LastOf[tuple[list[Failed], SizeInfo | None]] = ctx.state.setdefault(SCREENED, LastOf())  # the last screened reports
+    memo = ctx.state.get(SCREENED)  # the last screened reports
+    if not isinstance(memo, ScreenedSizes):  # none yet, or an older checkpoint's LastOf (empty once saved): a fresh memo
+        memo = ctx.state[SCREENED] = ScreenedSizes()
     failed, info = memo.get(arrays, (M, policy), lambda: screened_estimate(policy, replies, ids, M)) if whole else \
         screened_estimate(policy, replies, ids, M)
     note_failures(ctx, failed)
@@ -59,7 +62,25 @@ def collect_sizes(s: Composition, ctx: RoundContext, ids: np.ndarray) -> SizeInf
 
 SCREENED = "screened_sizes"
 """The key of the run's state under which :func:`collect_sizes` keeps its memo of the last screened size reports
-(:class:`~fedsample.runtime.memo.LastOf`, their arrays held while the run's state is)."""
+(:class:`ScreenedSizes`, their arrays held while the run's state is)."""
+
+
+class ScreenedSizes(LastOf[tuple[list[Failed], SizeInfo | None]]):
+    """The memo of the last screened size reports: the failed ones and what the server holds of the valid ones
+    (:func:`screened_estimate`), given again for the same read-only reports (:class:`~fedsample.runtime.memo.LastOf`;
+    a pickle of it is an empty one)."""
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return ScreenedSizes, ()
+
+
+class SizeEstimates(TypedDict):
+    """What :func:`sizes_of_everyone` keeps between rounds (under ``"size_estimates"``, saved with checkpoints): the
+    round the sizes were last asked (None: never), the last unclamped estimates it averages and the estimate held."""
+
+    asked: int | None
+    totals: list[float]
+    info: SizeInfo | None
 
 
 def screened_estimate(policy: SizeReporting, replies: ReplyList, ids: np.ndarray, M: int | None) -> tuple[list[Failed], SizeInfo | None]:
@@ -93,16 +114,16 @@ def sizes_of_everyone(s: Composition, ctx: RoundContext) -> SizeInfo:
     if not isinstance(s.sizes, RandomizedSizes) or (s.sizes.reuse == 1 and s.sizes.average == 1):
         return collect_sizes(s, ctx, census(ctx.num_clients).ids)
     reuse, average = s.sizes.reuse, s.sizes.average
-    memo = ctx.state.setdefault("size_estimates", {"asked": None, "totals": [], "info": None})
-    if memo["asked"] is not None and ctx.round - memo["asked"] < reuse:
-        held: SizeInfo = memo["info"]
+    memo = opened_state(ctx.state, "size_estimates", SizeEstimates, SizeEstimates(asked=None, totals=[], info=None))
+    asked, held = memo["asked"], memo["info"]
+    if asked is not None and held is not None and ctx.round - asked < reuse:  # asked: the estimate held since
         return held
     info = collect_sizes(s, ctx, census(ctx.num_clients).ids)
     policy = s.sizes.for_population(ctx.num_clients)
     memo["totals"] = (memo["totals"] + [policy.unclamped_total(info, ctx.num_clients)])[-average:]
     total = max(float(np.mean(memo["totals"])), float(ctx.num_clients))  # floored after averaging: unbiased mean
     info = replace(info, total=total)
-    memo.update(asked=ctx.round, info=info)
+    memo.update({"asked": ctx.round, "info": info})
     return info
 
 
@@ -171,7 +192,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
         s.clients.observe(ctx, cohort, replies)
     if delta is None:
         return params, unchanged(ctx, "no valid update arrived")
-    params, state["server"] = scheduled_step(s.server, s.schedule, round, params, delta, state["server"])
+    params, state[SERVER_KEY] = scheduled_step(s.server, s.schedule, round, params, delta, server_state(state))
     return params, ctx.log
 
 

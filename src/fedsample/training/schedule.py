@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from fedsample import checks
 
 if TYPE_CHECKING:  # a type only: a schedule is built (and checked) without torch, as experiment files are read
-    from fedsample.parts import ServerOptimizer
-    from fedsample.runtime.records import State
+    from fedsample.parts import ServerOptimizer, ServerState
     from fedsample.training.functional import Params
 
 __all__ = ["Kind", "Schedule", "scheduled_step"]
@@ -53,7 +52,7 @@ class Schedule:
         return 1.0
 
 
-def scheduled_step(server: ServerOptimizer, schedule: Schedule | None, round: int, params: Params, delta: Params, state: State) -> tuple[Params, State]:
+def scheduled_step(server: ServerOptimizer, schedule: Schedule | None, round: int, params: Params, delta: Params, state: ServerState) -> tuple[Params, ServerState]:
     """The server optimizer's step of round ``round`` with its learning rate times the schedule's factor.
     A factor of 0 (the end of a cosine schedule) leaves the parameters unchanged; the optimizer's state
     (momentum, moments) still advances, as it would with a learning rate of 0. A factor other than 1 builds the

@@ -11,19 +11,29 @@ sign and the update is w - eta * m / (sqrt(v) + tau); v depends on Delta^2 only,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
 
 import torch
 
 from fedsample import checks
-from fedsample.parts import ServerOptimizer
+from fedsample.parts import ServerOptimizer, ServerState
+from fedsample.runtime.records import State
 from fedsample.training.functional import Params, zeros_like
 
-__all__ = ["AdaptiveServer", "FedAdagrad", "FedAdam", "FedYogi", "ServerOptimizer", "ServerSGD", "ServerState"]
+__all__ = ["AdaptiveServer", "FedAdagrad", "FedAdam", "FedYogi", "SERVER_KEY", "ServerOptimizer", "ServerSGD", "ServerState", "server_state"]
 
-#: A server optimizer's state: its buffers, one tensor per parameter each, by name (FedAvgM's ``velocity``, the
-#: adaptive methods' ``m`` and ``v``); empty for plain SGD.
-ServerState: TypeAlias = dict[str, Params]
+#: The key of the server optimizer's state in the strategy state (saved in checkpoints).
+SERVER_KEY = "server"
+
+
+def server_state(state: State) -> ServerState:
+    """The server optimizer's state kept in the strategy state, checked: buffers by name, each a tensor per parameter
+    name (a one-line ``TypeError`` naming the key otherwise)."""
+    held = state.get(SERVER_KEY)
+    if not (isinstance(held, dict) and all(isinstance(buffer, dict) and all(isinstance(t, torch.Tensor) for t in buffer.values())
+                                           for buffer in held.values())):
+        raise TypeError(f"state[{SERVER_KEY!r}]: expected the server optimizer's buffers (tensors by parameter name by buffer), "
+                        f"the state holds {type(held).__name__}")
+    return held
 
 
 SERVER_LR = checks.Param(checks.POSITIVE, label="server learning rate")
