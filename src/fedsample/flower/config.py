@@ -19,14 +19,20 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeAlias
+
+from flwr.app import UserConfigValue
 
 from fedsample import checks
+from fedsample.runtime.records import JSONObject
 
-__all__ = ["AppConfig", "DEFAULT_OUT"]
+__all__ = ["AppConfig", "DEFAULT_OUT", "RunConfig"]
 
 DEFAULT_OUT = "~/fedsample-runs/flower/{run_id}"
 """Where a run writes its records when the run config names no ``out`` (absolute, one folder per run)."""
+#: A run config as the app reads it: Flower's (its values bool, float, int or str) with the overrides a
+#: ``client_app(settings)`` or ``server_app(settings)`` adds, whose ``*-args`` may be JSON objects already parsed.
+RunConfig: TypeAlias = Mapping[str, UserConfigValue | JSONObject]
 
 
 @dataclass(frozen=True)
@@ -34,13 +40,13 @@ class AppConfig:
     """The settings of the Flower app (``[tool.flwr.app.config]`` and the run config): data, partition, model,
     recipe and rounds, read by the ServerApp and every ClientApp."""
     dataset: str = "digits"
-    dataset_args: dict[str, Any] = field(default_factory=dict)
+    dataset_args: JSONObject = field(default_factory=dict)
     partition: str = "lognormal"
-    partition_args: dict[str, Any] = field(default_factory=dict)
+    partition_args: JSONObject = field(default_factory=dict)
     model: str = "logreg"
-    model_args: dict[str, Any] = field(default_factory=dict)
+    model_args: JSONObject = field(default_factory=dict)
     recipe: str = "fedsampling"
-    recipe_args: dict[str, Any] = field(default_factory=dict)
+    recipe_args: JSONObject = field(default_factory=dict)
     num_clients: int = 10
     num_server_rounds: int = 2
     seed: int = 0
@@ -56,13 +62,13 @@ class AppConfig:
     secagg_count_range: float = 2.0**16
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> "AppConfig":
+    def from_run_config(cls, run_config: RunConfig) -> "AppConfig":
         """Read the known keys (JSON for ``*-args``); unknown keys are an error naming them."""
         known = {f.name.replace("_", "-"): f for f in fields(cls)}
         unknown = sorted(set(run_config) - set(known))
         if unknown:
             raise ValueError(f"unknown fedsample run-config keys {unknown}; known: {sorted(known)}")
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {}  # Any: the values go on with ** to fields of several types (mypy holds the one value type against each)
         for key, value in run_config.items():
             name = known[key].name
             values[name] = _json_object(key, value) if name.endswith("_args") else value
@@ -94,13 +100,15 @@ def out_folder(out: str, run_id: int) -> Path | None:
     return path
 
 
-def _json_object(key: str, value: Any) -> dict[str, Any]:
+def _json_object(key: str, value: UserConfigValue | JSONObject) -> JSONObject:
     if isinstance(value, dict):
         return value
+    if not value:
+        return {}
     try:
-        parsed = json.loads(value) if value else {}
-    except (TypeError, json.JSONDecodeError):
-        raise ValueError(f"run-config {key!r} must be a JSON object, got {value!r}") from None
+        parsed = json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        parsed = None
     if not isinstance(parsed, dict):
         raise ValueError(f"run-config {key!r} must be a JSON object, got {value!r}")
     return parsed

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from logging import WARNING
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message, RecordDict
@@ -26,12 +26,14 @@ from flwr.common.logger import log as flower_log
 from flwr.serverapp import Grid
 
 from fedsample.federation.base import Federation
-from fedsample.flower.codec import MalformedReply, decode_report, encode_request
+from fedsample.client import ClientReply, ClientRequest
+from fedsample.flower.codec import MalformedReply, decode_report, encode_request, request_of
 from fedsample.messages import HeldRequest, payloads_for, procedure_of, unplanned
 from fedsample.rounds import Failed, Replies, ReplyList
+from fedsample.runtime.records import Record
 
 if TYPE_CHECKING:
-    from fedsample.flower.secagg import SecAggPlus
+    from fedsample.flower.secagg import SealedSums, SecAggPlus
 
 __all__ = ["FlowerFederation", "discover_nodes", "say_failures"]
 
@@ -64,8 +66,8 @@ class FlowerFederation(Federation):
         self.trained: dict[int, list[int]] = {}  # round -> the clients last asked to train
         self.left_out: dict[int, dict[int, str]] = defaultdict(dict)  # round -> {client: why}
         self.secure = secure
-        self.secure_rounds: dict[int, dict[str, Any]] = {}  # round -> what the secure aggregation did (for the round's record)
-        self.sealed_sums: Any = None  # the sealed cohorts awaiting their one sum (secure mode's)
+        self.secure_rounds: dict[int, Record] = {}  # round -> what the secure aggregation did (for the round's record)
+        self.sealed_sums: SealedSums | None = None  # the sealed cohorts awaiting their one sum (secure mode's)
 
     @property
     def num_clients(self) -> int:
@@ -80,12 +82,12 @@ class FlowerFederation(Federation):
         self.asked[round].append((procedure.name, ids))
         if procedure.trains:
             self.trained[round] = ids
-        payloads = [sent.at(i) for i in range(len(ids))]
+        payloads = [request_of(sent.at(i)) for i in range(len(ids))]
         # sealed by SecAgg+ (fedsample.flower.secagg): a train or count-only request; a kept update is sent as it is
         if self.secure is not None and procedure.sealed and not isinstance(sent.at(0), HeldRequest):
             return self.secure.train(self, ids, payloads, round)
         reachable = self._reachable(ids, round)
-        replies: list[object] = [Failed(k, procedure.name, reachable.get(k) or "") for k in ids]
+        replies: list[ClientReply | Failed | None] = [Failed(k, procedure.name, reachable.get(k) or "") for k in ids]
         messages = {i: self._message(k, payloads[i], round) for i, k in enumerate(ids) if reachable.get(k) is None}
         answers = exchange(self.grid, list(messages.values()), self.timeout)
         for i, message in messages.items():
@@ -112,11 +114,11 @@ class FlowerFederation(Federation):
                 why[k] = None
         return why
 
-    def _message(self, client: int, payload: Any, round: int) -> Message:
+    def _message(self, client: int, payload: ClientRequest, round: int) -> Message:
         content = encode_request(client, self.seed, round, payload)
         return Message(content, dst_node_id=self.nodes[client], message_type=f"query.{procedure_of(payload).name}", group_id=str(round))
 
-    def _read(self, client: int, payload: Any, reply: Message | None) -> object:
+    def _read(self, client: int, payload: ClientRequest, reply: Message | None) -> ClientReply | Failed | None:
         """The report in ``reply``, or :class:`Failed` with the reason it cannot be used."""
         procedure = procedure_of(payload).name
         if reply is None:

@@ -5,23 +5,25 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
-from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict, UserConfigValue
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 
 from fedsample import client as procedures
-from fedsample.messages import ClientContext, procedure_of
+from fedsample.client import ClientReply
+from fedsample.messages import ClientContext, ClientState, procedure_of
 from fedsample.data import load_dataset, partition
 from fedsample.data.report import make_scheme
 from fedsample.data.partition import AssignsRows, BuildsPartition
 from fedsample.data.types import Dataset, FederatedData
 from fedsample.flower.codec import Request, decode_request, encode_report
-from fedsample.flower.config import AppConfig
+from fedsample.flower.config import AppConfig, RunConfig
 from fedsample.flower.secagg import client_check, sealed_reply
 from fedsample.models import model_from_name
 from fedsample.rng import client_rng
@@ -32,7 +34,7 @@ STATE = "fedsample-state"
 BAD_REQUEST, PROCEDURE_FAILED = 400, 500
 
 
-def client_id(node_config: Mapping[str, Any]) -> int:
+def client_id(node_config: Mapping[str, UserConfigValue]) -> int:
     """The fedsample client a node serves: ``client-id``, else ``partition-id`` of its node config."""
     for key in ("client-id", "partition-id"):
         if key in node_config:
@@ -56,7 +58,7 @@ def scheme_for(config: AppConfig, num_train: int) -> AssignsRows | BuildsPartiti
     return make_scheme(config.partition, **args)
 
 
-def node_data(config: AppConfig, node_config: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple[int, ...]]:
+def node_data(config: AppConfig, node_config: Mapping[str, UserConfigValue]) -> tuple[torch.Tensor, torch.Tensor, str, int, tuple[int, ...]]:
     """The node's own rows (x, y), task, number of classes and input shape: a file named by ``data-path``, or
     this client's partition of the configured dataset (built the same way on every node from ``data-seed``)."""
     if "data-path" in node_config:
@@ -80,21 +82,27 @@ def _module(model: str, args_json: str, shape: tuple[int, ...], num_classes: int
     return model_from_name(model, **json.loads(args_json)).build(shape, num_classes)
 
 
-def client_context(config: AppConfig, node_config: Mapping[str, Any], state: dict[str, Any]) -> ClientContext:
+def client_context(config: AppConfig, node_config: Mapping[str, UserConfigValue], state: ClientState) -> ClientContext:
     """The ``ClientContext`` the procedures run on: this node's data, the model, its own held state."""
     x, y, task, num_classes, shape = node_data(config, node_config)
     module = _module(config.model, json.dumps(config.model_args, sort_keys=True), tuple(shape), num_classes)
     return ClientContext(client_id(node_config), x, y, module, task, num_classes, state=state)
 
 
-def load_state(context: Context) -> dict[str, Any]:
-    """The client-held state kept in the node's Flower context (never sent)."""
-    record: Mapping[str, Any] | None = context.state.config_records.get(STATE)  # as save_state wrote it
-    state: dict[str, Any] = pickle.loads(record["blob"]) if record is not None else {}
+def load_state(context: Context) -> ClientState:
+    """The client-held state kept in the node's Flower context (never sent); a ValueError where the context holds
+    something else under its key."""
+    record = context.state.config_records.get(STATE)  # as save_state wrote it
+    if record is None:
+        return {}
+    blob = record["blob"]
+    state = pickle.loads(blob) if isinstance(blob, bytes) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"the node's context keeps a {type(state).__name__} as {STATE!r}, not the client's state")
     return state
 
 
-def save_state(context: Context, state: dict[str, Any]) -> None:
+def save_state(context: Context, state: ClientState) -> None:
     if state:
         context.state.config_records[STATE] = ConfigRecord({"blob": pickle.dumps(state)})
 
@@ -103,7 +111,7 @@ class WrongClient(ValueError):
     """A request for a client this node does not serve."""
 
 
-def answer(message: Message, context: Context, settings: Mapping[str, Any]) -> tuple[Request, Any]:
+def answer(message: Message, context: Context, settings: RunConfig) -> tuple[Request, ClientReply]:
     """Run the requested procedure for this node's client with the client's own randomness: (the request, the
     procedure's report); the client-held state is saved in the node's context."""
     config = AppConfig.from_run_config({**context.run_config, **settings})
@@ -118,7 +126,7 @@ def answer(message: Message, context: Context, settings: Mapping[str, Any]) -> t
     return request, report
 
 
-def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Message:
+def serve(message: Message, context: Context, settings: RunConfig) -> Message:
     """A ``query.<procedure>`` message's answer: the report as typed records, or an error reply with the reason."""
     try:
         request, report = answer(message, context, settings)
@@ -129,7 +137,7 @@ def serve(message: Message, context: Context, settings: Mapping[str, Any]) -> Me
         return Message(Error(PROCEDURE_FAILED, f"{type(error).__name__}: {error}"), reply_to=message)
 
 
-def serve_sealed(message: Message, context: Context, settings: Mapping[str, Any]) -> Message:
+def serve_sealed(message: Message, context: Context, settings: RunConfig) -> Message:
     """A ``train`` message inside SecAgg+'s collect-masked-vectors stage (:mod:`fedsample.flower.secagg`): the
     report packed as the vector the SecAgg+ client mod masks; a failure raises (the node answers with an error,
     the client drops out of the sum)."""
@@ -142,7 +150,7 @@ def identify(message: Message, context: Context) -> Message:
     return Message(RecordDict({"identity": ConfigRecord({"client": client_id(context.node_config)})}), reply_to=message)
 
 
-def client_app(settings: Mapping[str, Any] | None = None, mods: Sequence[Any] | None = None) -> ClientApp:
+def client_app(settings: RunConfig | None = None, mods: Sequence[Mod] | None = None) -> ClientApp:
     """A Flower ``ClientApp`` serving fedsample's client procedures (``query.report_size``, ``query.probe``,
     ``query.train``) on the node's own data, and ``train`` inside Flower's SecAgg+ (``secaggplus_mod``, then
     :func:`~fedsample.flower.secagg.client_check`) for a server in secure-sum mode. ``settings`` override the run

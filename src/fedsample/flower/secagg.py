@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from logging import WARNING
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import flwr.compat.common.recorddict_compat as compat
 import numpy as np
@@ -53,14 +53,18 @@ from flwr.server import LegacyContext
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy as FlowerStrategy
 from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedsample import checks
 from fedsample.federation.secure_sum import count_shares, sealed_replies, sealed_statistic
-from fedsample.flower.codec import Request, encode_request
+from fedsample.client import ClientReply, ClientRequest
+from fedsample.flower.codec import Request, encode_request, size_of
 from fedsample.flower.federation import exchange, say_failures
-from fedsample.messages import TrainPayload, procedure_of
+from fedsample.messages import TrainPayload, TrainReport, procedure_of
 from fedsample.rounds import Failed, FusedReplies, carries_update
 from fedsample.runtime.records import Record
 from fedsample.training.functional import Params
@@ -73,8 +77,8 @@ if TYPE_CHECKING:
     from fedsample.flower.federation import FlowerFederation
 
 __all__ = [
-    "COUNT_RANGE", "DIGIT", "NotSent", "SEALED", "STAGES", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
-    "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_samples", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
+    "COUNT_RANGE", "DIGIT", "NotSent", "SEALED", "STAGES", "SealedSums", "SecAggPlus", "SummedCohort", "TALLY", "client_check", "clipping_range_of",
+    "count_noise_of", "count_range_of", "count_share_of", "dropouts", "flag_clipped", "sealed_reply", "sealed_report", "sealed_samples", "sealed_train", "sealed_vector", "tally_bounds", "unpack_sum",
 ]
 
 #: The request's ConfigRecord naming the clipping range the client scales its tally into, the noised count's range
@@ -151,7 +155,7 @@ class SecAggPlus:
         ``2 * count_range / quantization_range`` each."""
         return clients * 2 * self.count_range / self.quantization_range
 
-    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[object], round: int) -> FusedReplies:
+    def train(self, federation: "FlowerFederation", ids: list[int], payloads: list[ClientRequest], round: int) -> FusedReplies:
         """``federation.run`` of a training request (or the count-only :class:`~fedsample.messages.SizeSumRequest`)
         under SecAgg+: :func:`sealed_train`."""
         return sealed_train(federation, self, ids, payloads, round)
@@ -161,35 +165,36 @@ class SecAggPlus:
 
 
 def sealed_vector(
-    report: Any, params: Params, clipping_range: float, share: float | None = None, count_range: float = COUNT_RANGE
+    report: int | TrainReport, params: Params, clipping_range: float, share: float | None = None, count_range: float = COUNT_RANGE
 ) -> list[np.ndarray]:
     """What one client gives SecAgg+ to mask: its update's arrays in the order of ``params`` (zeros when it
     took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the drawn count in base-1024 digits or
     0 when the plan does not ask for it; with a noise ``share``, zero digits and the drawn count plus the share
     in the noised entry; 0 for "not clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
     multiplied by ``clipping_range``."""
-    stepped = not is_size(report) and carries_update(report)
-    update = report.update if stepped else {k: torch.zeros_like(v) for k, v in params.items()}
+    stepped = None if isinstance(report, int) or not carries_update(report) else report  # a size report takes no step
+    update = stepped.update if stepped is not None else {k: torch.zeros_like(v) for k, v in params.items()}
     drawn = int(sealed_samples(report) or 0)
     digits = [drawn % DIGIT, (drawn // DIGIT) % DIGIT, drawn // DIGIT**2] if share is None else [0, 0, 0]
     noised = 0.0 if share is None else drawn + float(share)
-    tally = np.array([float(report.loss) if stepped else 0.0, float(stepped), *digits, noised, 0.0])
+    tally = np.array([float(stepped.loss) if stepped is not None else 0.0, float(stepped is not None), *digits, noised, 0.0])
     tally = tally / tally_bounds(count_range) * clipping_range
     return [update[k].detach().cpu().numpy().astype(np.float64) for k in params] + [tally]
 
 
-def is_size(report: Any) -> bool:
-    """A ``sum_sizes`` answer: the client's size, an integer (no update, no step)."""
-    return isinstance(report, (int, np.integer)) and not isinstance(report, bool)
+def sealed_report(report: ClientReply) -> int | TrainReport:
+    """What a sealed call's procedure answers: a training report (``train``) or the client's size (``sum_sizes``, an
+    integer: no update, no step, :func:`fedsample.flower.codec.size_of`); a ValueError for any other report."""
+    return report if isinstance(report, TrainReport) else size_of(report)
 
 
-def sealed_samples(report: Any) -> int | None:
-    """The count a client seals: its size where the report is one (:func:`is_size`), else the value of the one
-    summed statistic its training report carries (the one its plan declares, e.g. the samples it drew; None where
-    the plan declares none). The tally has one count entry: a report that carries more is refused."""
-    if is_size(report):
-        return int(report)
-    sums = report.sums if report is not None else {}  # a TrainReport (its sums: those its plan declares)
+def sealed_samples(report: int | TrainReport) -> int | None:
+    """The count a client seals: its size where the report is one, else the value of the one summed statistic its
+    training report carries (the one its plan declares, e.g. the samples it drew; None where the plan declares none).
+    The tally has one count entry: a report that carries more is refused."""
+    if isinstance(report, int):
+        return report
+    sums = report.sums  # those its plan declares
     if len(sums) > 1:
         raise ValueError(f"Flower's SecAgg+ tally seals one summed statistic; the report carries {len(sums)}: {sorted(sums)}")
     return next(iter(sums.values()), None)
@@ -263,13 +268,13 @@ def count_range_of(message: Message) -> float:
     return float(value)
 
 
-def sealed_reply(message: Message, request: Request, report: Any) -> Message:
+def sealed_reply(message: Message, request: Request, report: ClientReply) -> Message:
     """The client's ``train`` (or ``sum_sizes``) answer inside SecAgg+: its vector (with its noise share on the count
     where the request asks) as the FitRes records the client mod masks (weight 1: SecAgg+ then sums the vectors as
     they are). A count-only request carries no parameters: the vector is the tally alone."""
     share = count_share_of(message, request)
     params = request.payload.params if isinstance(request.payload, TrainPayload) else {}  # a count-only request: none
-    vector = sealed_vector(report, params, clipping_range_of(message), share, count_range_of(message))
+    vector = sealed_vector(sealed_report(report), params, clipping_range_of(message), share, count_range_of(message))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(vector), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=message)
 
@@ -302,7 +307,7 @@ class _Cohort(FlowerStrategy):
     """The legacy-strategy side SecAgg+'s workflow talks to: it names the cohort's nodes (``configure_fit``)
     and keeps the protocol's result (``aggregate_fit``: who is in the sum, and the sum's mean)."""
 
-    def __init__(self, nodes: list[int], grid: Any) -> None:
+    def __init__(self, nodes: list[int], grid: Grid) -> None:
         self.nodes, self.grid = nodes, grid
         self.included: list[int] | None = None
         self.mean: list[np.ndarray] | None = None
@@ -343,13 +348,13 @@ class _Workflow(SecAggPlusWorkflow):
         self.requests = requests
         self.threshold = 0
 
-    def setup_stage(self, grid: Any, context: LegacyContext, state: Any) -> bool:
+    def setup_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
         ok = super().setup_stage(grid, context, state)
         state.nid_to_fitins.update(self.requests)
         self.threshold = state.threshold
         return ok
 
-    def share_keys_stage(self, grid: Any, context: LegacyContext, state: Any) -> bool:
+    def share_keys_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
         """Flower's stage, then the protocol restricted to the clients that shared their keys. A client that
         dropped out before (at setup or here) holds no share of anyone and gave none, and nobody masks with it;
         Flower 1.41's workflow would still count it as a dead neighbour in the unmask stage, ask the others for
@@ -361,26 +366,43 @@ class _Workflow(SecAggPlusWorkflow):
         return self._check_threshold(state)
 
 
-class _StageGrid:
+class _StageGrid(Grid):
     """The grid as SecAgg+'s workflow sees it: ``send_and_receive`` is :func:`exchange` (the timeout counts
     replies, not pulls), each node's outcome per stage is kept (for the failures' reasons), and a masked vector
-    of the wrong shape is turned into that node's error reply (it would stop the server's sum)."""
+    of the wrong shape is turned into that node's error reply (it would stop the server's sum); the rest of
+    Flower's ``Grid`` is the wrapped grid's."""
 
-    def __init__(self, grid: Any, shapes: list[tuple[int, ...]]) -> None:
+    def __init__(self, grid: Grid, shapes: list[tuple[int, ...]]) -> None:
         self.grid, self.shapes = grid, shapes
         self.outcome: dict[str, dict[int, str | None]] = {}  # stage -> node -> None (answered) or why not
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.grid, name)
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
 
-    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
-        messages = list(messages)
-        if not messages:
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        sent = list(messages)
+        if not sent:
             return []
-        stage = STAGES.get(str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]), "?")
-        answers = exchange(self.grid, messages, float("inf") if timeout is None else timeout)
+        stage = STAGES.get(str(sent[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]), "?")
+        answers = exchange(self.grid, sent, float("inf") if timeout is None else timeout)
         replies, seen = [], self.outcome.setdefault(stage, {})
-        for m in messages:
+        for m in sent:
             reply = answers.get(id(m))
             node = m.metadata.dst_node_id
             if reply is None:
@@ -394,13 +416,16 @@ class _StageGrid:
 
     def _well_shaped(self, reply: Message) -> bool:
         try:
-            masked = cast(list[bytes], reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS])
-            return [tuple(bytes_to_ndarray(b).shape) for b in masked] == self.shapes
+            masked = reply.content.config_records[RECORD_KEY_CONFIGS][Key.MASKED_PARAMETERS]
+            if not isinstance(masked, list):
+                return False
+            arrays = [bytes_to_ndarray(b) for b in masked if isinstance(b, bytes)]
+            return len(arrays) == len(masked) and [tuple(a.shape) for a in arrays] == self.shapes
         except (KeyError, TypeError, ValueError):
             return False
 
 
-class _Sums:
+class SealedSums:
     """The sealed cohorts of one federation, each revealed once (their :class:`~fedsample.federation.secure_sum.SealedCohort` asks here)."""
 
     def __init__(self) -> None:
@@ -436,7 +461,7 @@ class _Sums:
 
 
 def sealed_train(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], round: int,
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[ClientRequest], round: int,
 ) -> FusedReplies:
     """One ``train`` call through SecAgg+: every reachable client gets its fedsample request inside the
     protocol; the answer is sealed (one sum, :func:`~fedsample.federation.secure_sum.sealed_replies`), and every client left out of the sum is
@@ -473,13 +498,13 @@ def sealed_train(
     positions = np.array([i for i in range(len(ids)) if i not in failed], dtype=np.int64)
     counted = None if statistic is None else statistic.name
     if federation.sealed_sums is None:
-        federation.sealed_sums = _Sums()
+        federation.sealed_sums = SealedSums()
     token = federation.sealed_sums.seal(cohort, positions, counted)
     return sealed_replies(federation.sealed_sums, token, len(ids), dict(sorted(failed.items())))
 
 
 def _run_protocol(
-    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[object], asked: dict[int, int],
+    federation: "FlowerFederation", settings: SecAggPlus, ids: list[int], payloads: list[ClientRequest], asked: dict[int, int],
     params: Params, round: int, record: Record,
 ) -> tuple[SummedCohort | None, str, dict[int, str], list[int]]:
     """Run Flower's SecAgg+ workflow over the ``asked`` nodes; (the summed cohort or None, why none, the first stage
@@ -498,7 +523,7 @@ def _run_protocol(
     context.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
     workflow = _Workflow(settings, federation.timeout, requests)
     try:
-        workflow(grid, context)  # type: ignore[arg-type]  # _StageGrid wraps a Grid and answers its interface
+        workflow(grid, context)
     except Exception as error:  # a malformed reply the workflow trips over: the round has no sum, the run goes on
         return None, f"secure aggregation failed: {type(error).__name__}: {error}", dropouts(grid.outcome), []
     record["threshold"] = workflow.threshold
@@ -527,7 +552,7 @@ def report_on_console(round: int, record: Record, failed: list[Failed]) -> None:
     say_failures(round, failed)
 
 
-def count_noise_of(payloads: list[object]) -> float:
+def count_noise_of(payloads: list[ClientRequest]) -> float:
     """sigma of the noise on the summed count, the plan's drawn count's or the summed sizes' (0: no count asked, or
     the exact count)."""
     statistic = sealed_statistic(payloads[0]) if payloads else None

@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
-
 from logging import INFO
 
 import torch
@@ -27,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedsample.budget import measured_figure
 from fedsample.data import load_dataset
 from fedsample.evaluation import evaluate
-from fedsample.flower.config import AppConfig
+from fedsample.flower.config import AppConfig, RunConfig
 from fedsample.flower.federation import FlowerFederation, discover_nodes
 from fedsample.flower.secagg import SecAggPlus
 from fedsample.models import initial_parameters, model_from_name
@@ -41,7 +39,7 @@ __all__ = ["FlowerRun", "run_server", "server_app"]
 @dataclasses.dataclass
 class FlowerRun:
     """What a Flower run leaves: one history record per round, the final parameters and the node of each client."""
-    history: list[dict[str, Any]]
+    history: list[Record]
     params: Params
     nodes: dict[int, int]
 
@@ -99,7 +97,7 @@ def write_run(run: FlowerRun, out: Path) -> None:
     torch.save(run.params, out / "params.pt")
 
 
-def server_app(settings: Mapping[str, Any] | None = None) -> ServerApp:
+def server_app(settings: RunConfig | None = None) -> ServerApp:
     """A Flower ``ServerApp`` running the recipe its run config names (``settings`` override the run config)."""
     app = ServerApp()
 
