@@ -217,6 +217,8 @@ def declared(kind: type) -> dict[str, object]:
 def holds(value: object, hint: object) -> bool:
     """Whether ``value`` is of the declared type ``hint`` (its outer type; a Python or numpy number of the numeric
     tower where an ``int`` or a ``float`` is declared, a member of a union, None where None is)."""
+    if type(value) is hint:  # the common case, without typing's introspection
+        return True
     if hint is None or hint is type(None):
         return value is None
     origin = get_origin(hint)

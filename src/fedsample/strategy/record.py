@@ -57,11 +57,12 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_keep_their_names)
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
-        drawn = s.data.capabilities.drawn_count  # the summed statistic that counts the drawn samples, if one does
+        declared = s.data.capabilities  # built on each read (a property): read once
+        drawn = declared.drawn_count  # the summed statistic that counts the drawn samples, if one does
         realised = realised_samples(None if drawn is None else sums.get(drawn), reports)
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
             log["realised_samples"] = realised
-        budget = s.data.capabilities.budget
+        budget = declared.budget
         if budget is not None:  # the budget it is held to (FedSampling's K): a public setting, recorded on sealed rounds too
             log["target_samples"] = budget
     log["answered"] = len(cohort) - len(reports.failures())
