@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
 __all__ = [
-    "AllSamples", "BernoulliSamples", "COUNT_NOISE_PURPOSE", "DRAWN", "DrawnCount", "FedSamplingData", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
+    "AllSamples", "BernoulliSamples", "COUNT_NOISE_PURPOSE", "DRAWN", "DrawnCount", "FedSamplingData", "fedsampling_capabilities", "FixedRatio", "FixedSizeSamples", "FullData", "UniformSubset",
     "sampling_ratio", "STEERED_TOTAL", "SUMMED_TOTAL", "SteeredTotals", "TotalFrom",
 ]
 
@@ -229,6 +229,18 @@ TotalFrom = Literal["reports", "secure_sum"]
 or the clients' sizes summed inside the secure sum with Gaussian noise (the library's default, not the paper's)."""
 
 
+@functools.lru_cache(maxsize=None, typed=True)  # typed: K = 2048 and K = 2048.0 print differently in the record
+def fedsampling_capabilities(K: int, total_from: str, count_drawn: bool, count_noise: float) -> DataSamplerCapabilities:
+    """:class:`FedSamplingData`'s declaration for these settings, built once per setting (the round record reads it
+    every round)."""
+    needs = SizeNeed.NONE if total_from == "secure_sum" else SizeNeed.COHORT
+    summed = counting_capabilities(count_noise).summed if count_drawn else ()
+    return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, summed=summed,
+                                   drawn_count=DRAWN if count_drawn else None, budget=K,
+                                   limits=(Limit("samples_per_round (K)", K, "samples"),),
+                                   shared_settings={"K (samples per round)": K})
+
+
 @dataclass(frozen=True)
 @checks.constrained(K=checks.COUNT, count_drawn=checks.BOOLEAN, count_noise=checks.NON_NEGATIVE, steer=checks.BOOLEAN,
                     total_from=checks.Options("reports", "secure_sum"))
@@ -277,13 +289,8 @@ class FedSamplingData:
         """Size reports of the cohort; K, which the solver (``OneGradient(K)``) and the aggregator divide by, the
         budget a round is held to, at most the training samples (K/N >= 1 would keep every sample every round); with
         ``count_drawn`` its plans' summed :class:`DrawnCount` of noise ``count_noise``, the drawn count
-        (``drawn_count``) the round's realised budget reads."""
-        needs = SizeNeed.NONE if self.total_from == "secure_sum" else SizeNeed.COHORT
-        summed = counting_capabilities(float(self.count_noise)).summed if self.count_drawn else ()
-        return DataSamplerCapabilities(weighs_by_inclusion=False, needs_sizes=needs, summed=summed,
-                                       drawn_count=DRAWN if self.count_drawn else None, budget=self.K,
-                                       limits=(Limit("samples_per_round (K)", self.K, "samples"),),
-                                       shared_settings={"K (samples per round)": self.K})
+        (``drawn_count``) the round's realised budget reads (:func:`fedsampling_capabilities`: built once per setting)."""
+        return fedsampling_capabilities(self.K, self.total_from, self.count_drawn, float(self.count_noise))
 
     def ratio(self, ctx: "RoundContext") -> float:
         """K / N~, or K / N^ once a steered run has seen a drawn count (the round's ``steered_total``), or K / N^ of the

@@ -57,7 +57,7 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_keep_their_names)
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
-        declared = s.data.capabilities  # built on each read (a property): read once
+        declared = s.data.capabilities  # a property (built on each read by some samplers): read once
         drawn = declared.drawn_count  # the summed statistic that counts the drawn samples, if one does
         realised = realised_samples(None if drawn is None else sums.get(drawn), reports)
         if realised is not None:  # the realised budget (fedsample.budget): drawn rows, or the rows the steps read
