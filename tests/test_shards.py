@@ -83,9 +83,9 @@ def test_the_server_reads_each_workers_answer_as_what_its_call_answers_and_refus
     from fedsample.rounds import NumberReplies
 
     summary = sharded.NO_SUMMARY
-    assert sharded.answers_as({0: summary, 2: summary}, sharded.Summary, "train") == {0: summary, 2: summary}
-    with pytest.raises(TypeError, match="^worker 2's answer to train is a tuple, not a Summary$"):
-        sharded.answers_as({0: summary, 2: (np.zeros(0), np.zeros((0, 4)), [], [])}, sharded.Summary, "train")
+    assert sharded.answers_as({0: summary, 2: summary}, sharded.TrainSummary, "train") == {0: summary, 2: summary}
+    with pytest.raises(TypeError, match="^worker 2's answer to train is a tuple, not a TrainSummary$"):
+        sharded.answers_as({0: summary, 2: (np.zeros(0), np.zeros((0, 4)), [], [])}, sharded.TrainSummary, "train")
     update = {"w": torch.ones(2)}
     assert sharded.partial_sum(update, 0) is update and sharded.partial_sum(None, 0) is None
     with pytest.raises(TypeError, match="^worker 1's answer to weighted_update_sum is a dict, not parameters by name$"):

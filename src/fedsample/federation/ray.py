@@ -40,7 +40,7 @@ from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedUpdates, summarize_reports: re-exported
-    NO_SUMMARY, ClientShard, ShardedUpdates, Summary, answers_as, compact_weights, in_cohort_order, sharded_replies, states_of,
+    NO_SUMMARY, ClientShard, ShardedUpdates, TrainSummary, answers_as, compact_weights, in_cohort_order, sharded_replies, states_of,
     summarize_reports,
 )
 from fedsample.rounds import FederationLost, ReplyList
@@ -135,7 +135,7 @@ class RayFederation(Federation):
         }
         answers = self._call_each(calls, self._token)
         if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
-            summaries = answers_as(answers, Summary, sent.procedure.name)
+            summaries = answers_as(answers, TrainSummary, sent.procedure.name)
             return sharded_replies(self, self._token, parts, [summaries.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
         return in_cohort_order(answers, parts, len(ids), sent.procedure.name)
 

@@ -31,7 +31,7 @@ from fedsample.messages import ClientState, TrainReport, payloads_for
 from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, Replies, ReplyList, train_reports
 from fedsample.training.functional import Params
 
-__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "Summary", "answers_as", "compact_weights", "in_cohort_order",
+__all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "TrainSummary", "answers_as", "compact_weights", "in_cohort_order",
            "partial_sum", "sharded_replies", "states_of", "summarize_reports", "updates_of", "wrong_answer"]
 
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class ClientShard:
             self.sim = VectorizedSimulator(shard, module, seed, memory_budget=memory_budget)
         self._held: tuple[int, ReplyList] = (-1, Replies())
 
-    def run(self, ids: np.ndarray | range, request: object, round: int, token: int) -> ReplyList | Summary:
+    def run(self, ids: np.ndarray | range, request: object, round: int, token: int) -> ReplyList | TrainSummary:
         """The engine's answer for ``ids``; for a request whose replies carry updates (``train``, ``send_held``:
         declared ``update``), a summary (:func:`summarize_reports`) while the reports stay here under ``token``."""
         if isinstance(ids, range):
@@ -96,7 +96,7 @@ class ClientShard:
 
 
 @dataclass(frozen=True)
-class Summary:
+class TrainSummary:
     """A worker's summary of a train call (:func:`summarize_reports`): the positions of the ``received`` reports, one
     row of ``table`` (steps, loss, FedNova's a_k or NaN, rows trained or NaN) per received report, and each one's reply
     ``statistics`` and summed statistics (``sums``), in the same order."""
@@ -107,7 +107,7 @@ class Summary:
     sums: list[Mapping[str, int]]
 
 
-def summarize_reports(reports: ReplyList) -> Summary:
+def summarize_reports(reports: ReplyList) -> TrainSummary:
     """What the server needs of a train call besides the updates: the positions of the received reports, one
     row (steps, loss, FedNova's a_k or NaN, rows trained or NaN) per received report, and each one's reply statistics
     and summed statistics (:attr:`fedsample.messages.TrainReport.statistics`, ``sums``); replies that carry no update
@@ -116,12 +116,12 @@ def summarize_reports(reports: ReplyList) -> Summary:
     got = train_reports([reports[int(i)] for i in positions])
     rows = [(r.steps, r.loss, _or_nan(r.norm_steps), _or_nan(r.rows_trained))
             for r in got]  # every received report is a TrainReport: its fields' defaults are class attributes
-    return Summary(np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],
+    return TrainSummary(np.asarray(positions, dtype=np.int64), np.array(rows, dtype=np.float64).reshape(-1, 4), [r.statistics for r in got],
                    [dict(r.sums) for r in got])  # plain dicts: they cross a pipe
 
 
 #: The summary of a worker none of whose clients was asked (:func:`summarize_reports` of no report).
-NO_SUMMARY = Summary(np.zeros(0, np.int64), np.zeros((0, 4)), [], [])
+NO_SUMMARY = TrainSummary(np.zeros(0, np.int64), np.zeros((0, 4)), [], [])
 
 
 def _or_nan(value: float | None) -> float:
@@ -139,7 +139,7 @@ class Workers(Protocol):
 
 
 def answers_as(answers: Mapping[int, object], kind: type[T], call: str) -> dict[int, T]:
-    """The workers' answers to a ``call`` read as the ``kind`` it answers (a :class:`Summary` of a ``train``), by
+    """The workers' answers to a ``call`` read as the ``kind`` it answers (a :class:`TrainSummary` of a ``train``), by
     worker; another object refused in one line naming the worker (:func:`wrong_answer`)."""
     out: dict[int, T] = {}
     for w, answer in answers.items():
@@ -208,7 +208,7 @@ class ShardedUpdates(ReplyObjects):
     reports (:class:`RemoteReport`) whose received positions come with the summaries and whose weighted sum is
     fused (one partial sum per worker, added here); the other abilities are the reports', one by one."""
 
-    def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[Summary], size: int) -> None:
+    def __init__(self, fed: Workers, token: int, parts: list[np.ndarray], summaries: list[TrainSummary], size: int) -> None:
         self.replies: list[TrainReport | None] = [None] * size
         self._fed, self._token, self._parts = fed, token, parts
         self._fetched: dict[int, dict[int, Params]] = {}
@@ -284,7 +284,7 @@ def in_cohort_order(answered: Mapping[int, object], parts: list[np.ndarray], siz
     return Replies(out)
 
 
-def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[Summary], size: int) -> FusedReplies:
+def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[TrainSummary], size: int) -> FusedReplies:
     """The server's reply list of train call ``token`` over the workers (``parts``: each worker's cohort positions,
     ``summaries``: their :func:`summarize_reports`), backed by :class:`ShardedUpdates`."""
     return FusedReplies(ShardedUpdates(fed, token, parts, summaries, size))
