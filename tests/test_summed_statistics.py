@@ -177,17 +177,17 @@ def test_the_record_sums_only_what_every_reply_carries_and_summed_refuses_the_re
     assert fs.rounds.Replies([Failed(0, "train", "lost")]).sums() == {}  # none received
 
 
-def test_a_one_gradient_cohort_names_its_sums_without_building_a_report(engines):
-    """The vectorized engine's one-gradient cohort answers summed_names (and sums) from the counts it made, building no
-    report object; the names are the plain reply list's."""
+def test_a_one_gradient_cohort_names_its_sums_without_computing_an_update(engines):
+    """The vectorized engine's one-gradient cohort answers summed_names (and sums) from its first received report and
+    the counts it made, computing no update; the names and sums are the plain reply list's."""
     fed, module = engines
     ids = np.arange(fed.num_clients)
     sent = payload(module, TwoSums(0.6, report_count=True))
     replies = VectorizedSimulator(fed, module, seed=3).run(ids, sent, 2)
     assert replies.summed_names() == (DRAWN, "drew") and replies.sums() == Simulator(fed, module, seed=3).run(ids, sent, 2).sums()
-    assert replies.backing._made == {}  # no report was built
+    assert len(replies.backing._made) == 1 and replies.backing._source.updates is None  # one report read, no update computed
     none = VectorizedSimulator(fed, module, seed=3).run(ids, payload(module, BernoulliSamples(0.6)), 2)
-    assert none.summed_names() == () and none.sums() == {} and none.backing._made == {}
+    assert none.summed_names() == () and none.sums() == {} and none.backing._source.updates is None
 
 
 def test_size_reports_sum_only_as_sizes():

@@ -627,9 +627,10 @@ class BatchedCohort:
         return int(np.sum(np.asarray(self._sums[name], dtype=np.int64)[received]))
 
     def summed_names(self, received: np.ndarray) -> tuple[str, ...]:
-        """The summed statistics the engine counted (every received report carries each, ``_report``), read from
-        its arrays: no report is built; () where none is received."""
-        return tuple(self._sums) if len(received) else ()
+        """The summed statistics the first received report carries (every received report carries the same ones, the
+        engine's counts, ``_report``): one report object read as the server reads a reply, its update not computed;
+        () where none is received."""
+        return tuple(self.reply(int(received[0])).sums) if len(received) else ()
 
     def rows_trained(self, received: np.ndarray) -> int | None:
         """The received clients' rows trained, summed from the array (no report object built); None where withheld."""
