@@ -60,7 +60,7 @@ ROUND_KEYS: frozenset[str] = frozenset({
 """The round record's own figure names: what the round, the run and the library's parts write in it. The record
 logs each summed statistic of the clients' replies (:class:`fedsample.messages.SummedStatistic`) under the
 statistic's own name beside them, so a statistic named like one of these is refused where the strategy is built
-(:func:`fedsample.strategy.rules.summed_statistics_keep_their_names`). FedSampling's drawn count is such a statistic
+(:func:`fedsample.strategy.rules.summed_statistics_are_sealed`). FedSampling's drawn count is such a statistic
 (``"samples"``, :data:`fedsample.sampling.data.DRAWN`): the record's entry for it is the statistic, not a key of
 its own."""
 

@@ -54,7 +54,7 @@ def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: R
         log["train_loss"] = loss_sum / updates
     if updates:
         sums = reports.sums()  # each summed statistic the clients report, by name (none where they report none)
-        log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_keep_their_names)
+        log.update(sums)  # by name (none is a record key: strategy.rules.summed_statistics_are_sealed)
         if sums and parts.observes_sums(s.data):  # e.g. a steered FedSampling's next N^ (sampling.data)
             s.data.observe_sums(ctx.state, sums, ctx.log)
         declared = s.data.capabilities  # a property (built on each read by some samplers): read once

@@ -16,7 +16,7 @@ __all__ = [
     "RULES", "inclusion_weights_need_known_probabilities", "parts_implement_their_kind", "sampler_replies_are_readable",
     "schedule_has_a_learning_rate", "secure_sum_needs_a_linear_aggregator", "shared_settings_agree", "sizes_meet_every_need",
     "steps_normalize_under_a_linear_rule", "strata_come_from_the_sampler", "summed_statistics_are_sealed",
-    "summed_statistics_are_sent", "summed_statistics_keep_their_names",
+    "summed_statistics_are_sent",
 ]
 
 
@@ -97,21 +97,16 @@ def summed_statistics_are_sent(s: Composition) -> str | None:
     return None
 
 
-def summed_statistics_keep_their_names(s: Composition) -> str | None:
-    """The round record logs each summed statistic the data sampler declares (``summed``) under the statistic's
-    name: none may be named like one of the record's own figures (:func:`fedsample.runtime.records.is_round_key`),
-    which it would overwrite or be overwritten by."""
-    for statistic in s.data.capabilities.summed:
-        if is_round_key(statistic.name):
-            return (f"data={parts.describe(s.data)} declares a summed statistic named {statistic.name!r}, which is a key of the "
-                    "round record's own (fedsample.runtime.records.ROUND_KEYS): give the statistic another name")
-    return None
-
-
 def summed_statistics_are_sealed(s: Composition) -> str | None:
     """A summed statistic reaches the server only summed over the cohort (each client's drawn count reveals its
-    size): a data sampler whose plans declare one (``summed``) needs a secure sum."""
+    size): a data sampler whose plans declare one (``summed``) needs a secure sum; and it reaches the round record
+    under its own name, so none may be named like one of the record's own figures
+    (:func:`fedsample.runtime.records.is_round_key`), which it would overwrite or be overwritten by."""
     summed = s.data.capabilities.summed
+    clash = next((statistic.name for statistic in summed if is_round_key(statistic.name)), None)
+    if clash is not None:
+        return (f"data={parts.describe(s.data)} declares a summed statistic named {clash!r}, which is a key of the "
+                "round record's own (fedsample.runtime.records.ROUND_KEYS): give the statistic another name")
     if summed and not s.secure_sum:
         return (f"{parts.describe(s.data)} has every client send its {summed[0].released}, which reveals what it holds "
                 "unless the server sees only their sum: pass secure_sum=True")
@@ -191,7 +186,7 @@ def schedule_has_a_learning_rate(s: Composition) -> str | None:
 
 RULES = (
     parts_implement_their_kind, sizes_meet_every_need, shared_settings_agree, secure_sum_needs_a_linear_aggregator,
-    summed_statistics_are_sent, summed_statistics_keep_their_names, summed_statistics_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
+    summed_statistics_are_sent, summed_statistics_are_sealed, strata_come_from_the_sampler, inclusion_weights_need_known_probabilities,
     sampler_replies_are_readable, steps_normalize_under_a_linear_rule, schedule_has_a_learning_rate,
 )
 """What :meth:`fedsample.strategy.Strategy.check` enforces, in order."""
