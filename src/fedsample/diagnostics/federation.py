@@ -31,7 +31,7 @@ from torch import nn
 
 from fedsample.client import update_norm
 from fedsample.messages import (
-    ClientContext, HeldReport, HeldRequest, PerClient, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
+    ClientContext, HeldReport, HeldRequest, PerClient, ProbeReport, ProbeRequest, Shared, SizeQuery, TrainHeld, TrainPayload, TrainReport, payloads_for,
     reply_statistics, requests_of, summed_statistics,
 )
 from fedsample.data.types import FederatedData
@@ -39,7 +39,7 @@ from fedsample.diagnostics.gradients import ClientUpdates, GradientBasis
 from fedsample.federation.vectorized import VectorizedSimulator, _group_key
 from fedsample.parts import ScheduledSolver
 from fedsample.parts import summed_of
-from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, probe_reports, summed_over
+from fedsample.rounds import Failed, FusedReplies, ReplyObjects, Replies, ReplyList, summed_over
 from fedsample.training.functional import Params, same_params
 from fedsample.training.local import SGDStep
 from fedsample.training.rules import Rule
@@ -90,9 +90,6 @@ class LinearCohort(ReplyObjects):
             report.statistics = {name: float(v[c]) for name, v in (statistics or {}).items()}
             if self.sums:
                 report.sums = {name: int(v[c]) for name, v in self.sums.items()}
-
-    def reply(self, position: int) -> _LinearReport | None:
-        return self.replies[position]
 
     def received(self) -> np.ndarray:
         return self._received
@@ -188,7 +185,7 @@ class LinearisedFederation(VectorizedSimulator):
         elif held is not None:  # every client trains; its update and rows stay on its side until sent
             cohort = self.linear_cohort(ids, held, round, sent_up=False)
             self._held = {k: (round, *cohort.terms_of(c)) for c, k in enumerate(ids.tolist())}
-            replies = Replies([HeldReport(update_norm(cohort.reply(c))) for c in range(len(ids))], failed={})
+            replies = Replies([HeldReport(update_norm(cohort.replies[c])) for c in range(len(ids))], failed={})
         elif isinstance(asked, HeldRequest):
             replies = self._send_held(ids, asked)
         else:
@@ -221,7 +218,7 @@ class LinearisedFederation(VectorizedSimulator):
             return NORM_BYTES * len(replies)
         if isinstance(asked, ProbeRequest):
             self.cost.probes += len(replies)
-            return sum(r.nbytes for r in probe_reports(replies) if not isinstance(r, Failed))  # ProbeReport.nbytes: 8 per scalar, 4 per coordinate; a lost probe sent nothing
+            return sum(r.nbytes for r in replies if isinstance(r, ProbeReport))  # checked by its reader (adaptive.probe); ProbeReport.nbytes: 8 per scalar, 4 per coordinate; a lost probe sent nothing
         return 0
 
     def _cached_probes(self, ids: np.ndarray, request: ProbeRequest, round: int) -> Replies:

@@ -22,10 +22,10 @@ def _row(label: str, result: StrategyResult) -> list[str]:
     deciles = x["by_size_decile"]
     ratio = deciles[0]["inclusion"] / deciles[-1]["inclusion"] if deciles[-1]["inclusion"] > 0 else float("inf")
     return [
-        label, sampler.get("inclusion", "exact"), f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
+        label, sampler["inclusion"], f"{e['bias']:.3f} ({e['bias_sq']:.4f} ± {e['bias_sq_se']:.4f})", f"{e['variance']:.3f}",
         f"{e['mse']:.3f}", f"{e['scale']:.3f}", f"{x['cv']:.2f}", f"{ratio:.2f}", f"{c['samples']:.1f}",
-        f"{c['clients_contacted']:.0f}", f"{c.get('local_trainings', c['updates']):.0f}", f"{c['bytes_up'] / 1e3:.1f}",
-        ", ".join(sampler.get("server_learns", [])) or "—",
+        f"{c['clients_contacted']:.0f}", f"{c['local_trainings']:.0f}", f"{c['bytes_up'] / 1e3:.1f}",
+        ", ".join(sampler["server_learns"]) or "—",
     ]
 
 
@@ -63,7 +63,7 @@ def setting_lines(document: DiagnosisDocument) -> list[str]:
         lines.append(f"{markdown_text(label)}: diagnosed at {grid['param']} = {grid['value']}, the first of its grid values "
                      f"{grid['values']} (the diagnosis is per unit learning rate)")
     for label, result in document["strategies"].items():
-        lines.extend(sampler_lines(label, result.get("sampler")))
+        lines.extend(sampler_lines(label, result["sampler"]))
     check = document.get("run_check")
     if check:
         diverged = {label: status for label, status in check["status"].items() if status != "ok"}
@@ -74,10 +74,10 @@ def setting_lines(document: DiagnosisDocument) -> list[str]:
     return lines
 
 
-def sampler_lines(label: str, sampler: SamplerSummary | None) -> list[str]:
+def sampler_lines(label: str, sampler: SamplerSummary) -> list[str]:
     """What the table cannot say of a sampler whose inclusion probabilities are not exact: the kind and its statement
     (biased by design; no unbiased estimator), what the server learns and the sampler's probes per round."""
-    if not sampler or sampler["inclusion"] == "exact":
+    if sampler["inclusion"] == "exact":
         return []
     learns = ", ".join(sampler["server_learns"]) or "nothing beyond the replies"
     probes = f"{sampler['probes']:g} probes per round ({sampler['probe_bytes'] / 1e3:.1f} kB up)" if sampler["probes"] else "no probes"
