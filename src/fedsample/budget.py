@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from fedsample.runtime.records import RecordView, as_number, as_table
+from fedsample.runtime.records import RecordView, as_table, numbers_in
 
 if TYPE_CHECKING:
     from fedsample.rounds import ReplyList
@@ -91,8 +91,8 @@ def budget_summary(history: Sequence[RecordView]) -> BudgetSummary | None:
     measured (an engine that cannot, :func:`measured_figure`), ``{"mean": None, ..., "source": "not measured"}``;
     None where no round has either (a run that predates the record)."""
     clamped = sum(1 for r in history if "ratio" in as_table(r.get("clamped") or {}, "clamped"))
-    released = [float(as_number(r["realised_samples"], "realised_samples")) for r in history if r.get("realised_samples") is not None]
-    measured = [float(as_number(r["realised_measured"], "realised_measured")) for r in history if r.get("realised_measured") is not None]
+    released = [float(v) for v in numbers_in(history, "realised_samples")]
+    measured = [float(v) for v in numbers_in(history, "realised_measured")]
     values = released or measured
     source: Source = "released" if released else "measured"
     if not values:
@@ -141,8 +141,7 @@ def arm_budget(histories: Sequence[Sequence[RecordView]]) -> ArmBudget | None:
         sealed = [s for s in seeds if s is not None]
         return {"mean": None, "min": None, "max": None, "rounds": 0, "clamped_rounds": sum(s["clamped_rounds"] for s in sealed), "K": None,
                 "source": "not measured", "per_seed": seeds} if sealed else None
-    targets = {as_number(r["target_samples"], "target_samples") for history in histories for r in history
-               if r.get("target_samples") is not None}
+    targets = {v for history in histories for v in numbers_in(history, "target_samples")}
     sources = {s["source"] for s in known}
     lows, highs = [s["min"] for s in known if s["min"] is not None], [s["max"] for s in known if s["max"] is not None]
     return {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from fedsample.runtime.records import JSONObject, RecordView, as_number, as_optional_number
+from fedsample.runtime.records import JSONObject, RecordView, as_optional_number, numbers_in
 
 __all__ = ["LOWER_IS_BETTER", "best_round", "mean_sd_n", "metric_table", "over_seeds"]
 
@@ -36,7 +36,7 @@ def best_round(history: Sequence[RecordView], metric: str) -> float | None:
     """The oracle: the best value of ``metric`` over the evaluated rounds on the test set (max, or min for a
     loss), picked by looking at the test metric itself, so an optimistic bound and not a result; None if
     never measured."""
-    values = [as_number(h[metric], metric) for h in history if h.get(metric) is not None]
+    values = numbers_in(history, metric)
     if not values:
         return None
     return min(values) if metric in LOWER_IS_BETTER else max(values)

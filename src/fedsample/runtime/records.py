@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import numbers
 import types
-from typing import Mapping, Sequence, TypeAlias, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Iterable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import numpy as np
 
-__all__ = ["JSON", "JSONObject", "ROUND_KEYS", "Record", "RecordValue", "RecordView", "State", "Table", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_entries", "as_table", "as_text", "count_in", "entries_in",
+__all__ = ["JSON", "JSONObject", "ROUND_KEYS", "Record", "RecordValue", "RecordView", "State", "Table", "as_int", "as_list", "as_number", "as_object", "as_optional_number", "as_entries", "as_table", "as_text", "count_in", "entries_in", "numbers_in",
            "held_state", "is_round_key", "opened_state", "part_state", "table_in"]
 
 #: A JSON value (``json.dumps`` writes it, ``json.loads`` reads it back).
@@ -114,6 +114,12 @@ def as_text(value: RecordValue, what: str) -> str:
     if not isinstance(value, str):
         raise malformed(value, what, "a string")
     return value
+
+
+def numbers_in(records: Iterable[RecordView], key: str) -> list[float]:
+    """The numbers the ``records`` hold under ``key``, in order, those that hold none (or None) left out
+    (:func:`as_optional_number` names the key where one holds something else)."""
+    return [value for record in records if (value := as_optional_number(record.get(key), key)) is not None]
 
 
 def count_in(record: RecordView, key: str) -> int:
