@@ -44,7 +44,7 @@ from fedsample.data.types import FederatedData
 from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
-from fedsample.federation.sharded import NO_SUMMARY, ClientShard, TrainSummary, answers_as, in_cohort_order, sharded_replies, states_of
+from fedsample.federation.sharded import ClientShard, states_of, worker_replies
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_holding, shard_rows
 from fedsample.messages import ClientState, payloads_for, unplanned
 from fedsample.rounds import FederationLost, ReplyList
@@ -110,10 +110,8 @@ class PoolFederation(Federation):
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if sent.procedure.update:  # the updates stay on the workers (ClientShard.run)
-            summaries = answers_as(answers, TrainSummary, sent.procedure.name)
-            return sharded_replies(self, self._token, parts, [summaries.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
-        return in_cohort_order(answers, parts, len(ids), sent.procedure.name)
+        # where the call trains, updates stay on the workers (ClientShard.run)
+        return worker_replies(self, self._token, parts, answers, sent.procedure.name, sent.procedure.update, len(ids))
 
     def client_states(self) -> dict[int, ClientState]:
         """Every worker's non-empty client-held states, by client id (for checkpoints)."""

@@ -40,8 +40,7 @@ from fedsample.runtime.device import use_threads
 from fedsample.runtime.heap import freeze_heap
 from fedsample.federation.base import Federation, FederationFactory
 from fedsample.federation.sharded import (  # noqa: F401 - ShardedUpdates, summarize_reports: re-exported
-    NO_SUMMARY, ClientShard, ShardedUpdates, TrainSummary, answers_as, compact_weights, in_cohort_order, sharded_replies, states_of,
-    summarize_reports,
+    ClientShard, ShardedUpdates, compact_weights, states_of, summarize_reports, worker_replies,
 )
 from fedsample.rounds import FederationLost, ReplyList
 from fedsample.federation.shards import as_range, assign_clients, positions_by_worker, shard_of
@@ -134,10 +133,8 @@ class RayFederation(Federation):
             for w, p in enumerate(parts) if len(p)
         }
         answers = self._call_each(calls, self._token)
-        if sent.procedure.update:  # the updates stay on the actors (ClientShard.run)
-            summaries = answers_as(answers, TrainSummary, sent.procedure.name)
-            return sharded_replies(self, self._token, parts, [summaries.get(w, NO_SUMMARY) for w in range(self.workers)], len(ids))
-        return in_cohort_order(answers, parts, len(ids), sent.procedure.name)
+        # where the call trains, updates stay on the actors (ClientShard.run)
+        return worker_replies(self, self._token, parts, answers, sent.procedure.name, sent.procedure.update, len(ids))
 
     def client_states(self) -> dict[int, ClientState]:
         """Every actor's non-empty client-held states, by client id (for checkpoints)."""

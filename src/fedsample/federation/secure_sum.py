@@ -245,13 +245,14 @@ def size_counts(replies: ReplyList, client_ids: np.ndarray) -> NumberReplies:
     :func:`fedsample.validate.size_problem`)."""
     sizes, failed = np.zeros(len(replies), dtype=np.int64), {}
     for i, (k, reply) in enumerate(zip(np.asarray(client_ids).tolist(), replies)):
-        problem = None if is_failed(reply) else validate.size_problem(reply, None)
         if is_failed(reply):
             failed[i] = reply
-        elif problem is None and isinstance(reply, (int, float, np.integer, np.floating)):  # size_problem: a number
+            continue
+        problem = validate.size_problem(reply, None)
+        if problem is None and isinstance(reply, (int, float, np.integer, np.floating)):  # a number (size_problem said so), narrowed
             sizes[i] = int(reply)
         else:
-            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, str(problem))
+            failed[i] = Failed(int(k), SizeSumRequest.procedure.name, problem or f"size report {reply!r} is not a number")
     return NumberReplies(sizes, failed)
 
 

@@ -32,7 +32,7 @@ from fedsample.rounds import Failed, FusedReplies, ReplyObjects, NumberReplies, 
 from fedsample.training.functional import Params
 
 __all__ = ["NO_SUMMARY", "ClientShard", "RemoteReport", "ShardedUpdates", "TrainSummary", "answers_as", "compact_weights", "in_cohort_order",
-           "partial_sum", "sharded_replies", "states_of", "summarize_reports", "updates_of", "wrong_answer"]
+           "partial_sum", "sharded_replies", "states_of", "summarize_reports", "updates_of", "worker_replies", "wrong_answer"]
 
 T = TypeVar("T")
 
@@ -267,7 +267,7 @@ def in_cohort_order(answered: Mapping[int, object], parts: list[np.ndarray], siz
     one array where every worker answered with one (size reports, :class:`~fedsample.rounds.NumberReplies`), else a
     list."""
     answers: dict[int, ReplyList] = {}
-    for w, answer in answered.items():
+    for w, answer in answered.items():  # written out: ReplyList is abstract, which answers_as's type[T] refuses
         if not isinstance(answer, ReplyList):
             raise wrong_answer(w, call, answer, "a reply list")
         answers[w] = answer
@@ -282,6 +282,18 @@ def in_cohort_order(answered: Mapping[int, object], parts: list[np.ndarray], siz
         for j, report in zip(parts[w].tolist(), answer):
             out[j] = report
     return Replies(out)
+
+
+def worker_replies(fed: Workers, token: int, parts: list[np.ndarray], answers: Mapping[int, object], call: str, updates: bool,
+                   size: int) -> ReplyList:
+    """The server's reply list of call ``token`` over a cohort of ``size`` from the workers' ``answers`` (``parts``: each
+    worker's cohort positions): where the call's updates stay on the workers (``updates``), their train summaries
+    (:func:`sharded_replies`, an empty one for a worker not asked); else their reply lists in cohort order
+    (:func:`in_cohort_order`)."""
+    if updates:
+        summaries = answers_as(answers, TrainSummary, call)
+        return sharded_replies(fed, token, parts, [summaries.get(w, NO_SUMMARY) for w in range(len(parts))], size)
+    return in_cohort_order(answers, parts, size, call)
 
 
 def sharded_replies(fed: Workers, token: int, parts: list[np.ndarray], summaries: list[TrainSummary], size: int) -> FusedReplies:
