@@ -292,11 +292,12 @@ class VectorizedSimulator(Simulator):
             self._meter.add(0)
             return Replies([empty_report(payload.params)] * len(ids), failed={})  # one shared empty reply (never mutated)
         schedule, rule = solver.schedule(drawn, streams, round), solver.step_rule(round)
-        self._meter.add(procedures.measured_rows(parts.declared_plan(payload.plan), len(drawn.member), int(schedule.entries.sum())))  # never sent
+        declared = parts.declared_plan(payload.plan)  # read once for the three questions below
+        self._meter.add(procedures.measured_rows(declared, len(drawn.member), int(schedule.entries.sum())))  # never sent
         steps = schedule.steps()
         norm = solver.norm_steps(steps, round)
-        counted = summed_statistics(parts.summed_of(payload.plan), drawn.counts)  # those the plan declares: {} for none
-        sends_rows = parts.reports_rows(payload.plan)  # False: the plan's drawn count is private, no row count leaves a client
+        counted = summed_statistics(declared.summed, drawn.counts)  # those the plan declares: {} for none
+        sends_rows = declared.reports_rows  # False: the plan's drawn count is private, no row count leaves a client
         reports: ReplyList
         if schedule.single_step and rule.linear:  # local SGD's rule: one step's update is linear in the gradient
             reports = self._union_step(ids, drawn, schedule, cast(SGDStep, rule), payload.params, round, norm, counted, sends_rows)
