@@ -189,9 +189,11 @@ def divergence(record: Record, params: Params) -> str | None:
         value = record.get(key)
         if isinstance(value, float) and not math.isfinite(value):
             return f"the {'training' if key == 'train_loss' else 'test'} loss became {value}"
+    if record.get("updates") != 0:  # some update arrived (or none was asked for): the entries are not read
+        return None
     failed = [as_table(entry, "failed") for entry in as_entries(record.get("failed", []), "failed")]
     reasons = [as_text(f["reason"], "failed.reason") for f in failed if f.get("phase") == TrainPayload.procedure.name]
-    if reasons and record.get("updates") == 0 and all(r.startswith("non-finite") for r in reasons):
+    if reasons and all(r.startswith("non-finite") for r in reasons):
         return f"every client's update was non-finite ({reasons[0]})"
     return None
 

@@ -42,7 +42,7 @@ class LastOf(Generic[T]):
         self._last: tuple[tuple[np.ndarray, ...], Hashable, T] | None = None  # one tuple: replaced at once
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
-        return LastOf, ()
+        return type(self), ()  # a subclass (a typed memo) pickles as an empty one of its own class
 
     def get(self, arrays: Sequence[np.ndarray], settings: Hashable, compute: Callable[[], T]) -> T:
         last, arrays = self._last, tuple(arrays)

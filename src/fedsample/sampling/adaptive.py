@@ -25,7 +25,7 @@ from fedsample.runtime.records import Table, count_in, entries_in, opened_state
 if TYPE_CHECKING:
     from fedsample.rounds import RoundContext
 
-__all__ = ["LOST_PROBES_KEY", "NOT_DRAWN", "Replayed", "arrived_or_failed", "no_probes", "probe", "probe_partial", "probe_rate", "probes_arrived",
+__all__ = ["LOST_PROBES_KEY", "NOT_DRAWN", "Replayed", "arrived_or_failed", "arrived_reports", "no_probes", "probe", "probe_partial", "probe_rate", "probes_arrived",
            "replay_rng", "sampler_state", "with_probe_rate"]
 
 #: The key of the samplers' server-held state in the strategy state (saved in checkpoints).
@@ -60,6 +60,11 @@ def probe(ctx: "RoundContext", ids: np.ndarray, request: ProbeRequest) -> list[P
 
 #: The round record's key for what a sampler did instead of a lost probe (:func:`probe_partial`).
 LOST_PROBES_KEY = "sampler_lost_probes_instead"
+
+
+def arrived_reports(replies: Sequence[ProbeReport | Failed]) -> list[ProbeReport]:
+    """The probe reports that arrived, in order (those :func:`probes_arrived` marks: a lost probe is a ``Failed``)."""
+    return [r for r in replies if isinstance(r, ProbeReport)]
 
 
 def probes_arrived(ctx: "RoundContext", reports: Sequence[ProbeReport | Failed]) -> np.ndarray:

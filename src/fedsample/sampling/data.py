@@ -230,7 +230,7 @@ or the clients' sizes summed inside the secure sum with Gaussian noise (the libr
 
 
 @functools.lru_cache(maxsize=None, typed=True)  # typed: K = 2048 and K = 2048.0 print differently in the record
-def fedsampling_capabilities(K: int, total_from: str, count_drawn: bool, count_noise: float) -> DataSamplerCapabilities:
+def fedsampling_capabilities(K: int, total_from: TotalFrom, count_drawn: bool, count_noise: float) -> DataSamplerCapabilities:
     """:class:`FedSamplingData`'s declaration for these settings, built once per setting (the round record reads it
     every round)."""
     needs = SizeNeed.NONE if total_from == "secure_sum" else SizeNeed.COHORT

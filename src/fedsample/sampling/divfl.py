@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ProbeReport, ProbeRequest
+from fedsample.messages import ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
@@ -180,7 +180,7 @@ class DivFLClients:
         if not arrived.any():
             return
         got = ids[arrived]
-        rows = np.stack([np.asarray(r.gradient, dtype=np.float32) for r in replies if isinstance(r, ProbeReport)])  # arrived: the ProbeReports
+        rows = np.stack([np.asarray(r.gradient, dtype=np.float32) for r in adaptive.arrived_reports(replies)])
         fresh = "gradients" not in state
         if fresh:
             state["gradients"] = np.zeros((ctx.num_clients, rows.shape[1]), dtype=np.float32)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence, TypedDi
 import numpy as np
 
 from fedsample import checks
-from fedsample.messages import ProbeReport, ProbeRequest
+from fedsample.messages import ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns
 from fedsample.rounds import Cohort
 from fedsample.sampling import adaptive, design
@@ -340,7 +340,7 @@ class FedCBSClients(adaptive.Replayed):
         ask = np.flatnonzero(~known)
         request = ProbeRequest(params=ctx.params, statistics="labels")
         replies, arrived = adaptive.probe_partial(ctx, ask, request, LOST_PROBE, needs_one=not known.any())
-        rows = [np.asarray(r.label_counts, dtype=np.int64) for r in replies if isinstance(r, ProbeReport)]  # arrived: the ProbeReports
+        rows = [np.asarray(r.label_counts, dtype=np.int64) for r in adaptive.arrived_reports(replies)]
         if "histograms" not in state:  # at least one arrived (else the round failed)
             state["histograms"] = np.zeros((ctx.num_clients, len(rows[0])), dtype=np.int64)
         if rows:

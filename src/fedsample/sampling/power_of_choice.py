@@ -35,7 +35,7 @@ import numpy as np
 from fedsample import checks
 from fedsample.messages import Params, ProbeReport, ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
-from fedsample.rounds import Cohort, probe_reports
+from fedsample.rounds import Cohort, probe_reports, reply_as
 from fedsample.sampling import adaptive, design
 from fedsample.sampling.clamp import clamped
 from fedsample.sampling.design import Sample
@@ -260,7 +260,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
             return self.stale(ctx)
         replies, arrived = adaptive.probe_partial(ctx, candidates, self.request(ctx.params), LOST_PROBE)
         losses = np.full(ctx.num_clients, np.nan)
-        losses[candidates[arrived]] = [r.loss for r in replies if isinstance(r, ProbeReport)]  # arrived: the ProbeReports
+        losses[candidates[arrived]] = [r.loss for r in adaptive.arrived_reports(replies)]
         return losses
 
     def request(self, params: Params) -> ProbeRequest:
@@ -292,7 +292,7 @@ class PowerOfChoiceClients(adaptive.Replayed):
             return PowerOfChoiceState(sizes, self.stale(ctx).copy())
         everyone = np.arange(ctx.num_clients)
         replies = probe_reports(ctx.federation.run(everyone, self.request(ctx.params), ctx.round))
-        return PowerOfChoiceState(sizes, np.array([r.loss if isinstance(r, ProbeReport) else np.nan for r in replies], dtype=np.float64))
+        return PowerOfChoiceState(sizes, np.array([reply_as(r, ProbeReport, "probe").loss for r in replies], dtype=np.float64))  # none lost: not partial
 
     def replay(self, state: PowerOfChoiceState, draws: int = 1000, *, seed: int = 0, round: int = 0) -> np.ndarray:
         """P(k in S) of one round from the frozen ``state``, by ``draws`` replays of the selection (candidates and

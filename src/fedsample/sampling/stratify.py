@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
-from fedsample.messages import ProbeReport, ProbeRequest
+from fedsample.messages import ProbeRequest
 from fedsample.parts import ClientSamplerCapabilities, InclusionKind, Learns, Limit, SizeNeed
 from fedsample.sampling.compression import COMPRESSION, DIM, Compression
 from fedsample.rng import SERVER, generator
@@ -196,7 +196,7 @@ class StratifiedClients:
         )
         reports = probe_reports(ctx.federation.run(ids, request, ctx.round))
         arrived = adaptive.arrived_or_failed(ctx, reports, LOST_PROBE)  # arrived: the ProbeReports
-        return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r in reports if isinstance(r, ProbeReport)])
+        return ids[arrived], np.stack([np.asarray(r.compressed, dtype=np.float64) for r in adaptive.arrived_reports(reports)])
 
     def strata(self, ctx: "RoundContext", vectors: np.ndarray, ids: np.ndarray, H: int) -> np.ndarray:
         """Stratum labels of the clients ``ids`` (rows of ``vectors``): re-clustered into ``H`` strata when due

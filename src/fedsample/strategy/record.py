@@ -44,7 +44,9 @@ def unchanged(ctx: RoundContext, why: str) -> Record:
 
 def describe_round(s: Composition, ctx: RoundContext, cohort: Cohort, reports: ReplyList, facts: Record | None = None) -> Record:
     """The round's record: failures, the cohort, how many updates arrived and their mean loss (from the
-    replies' summed loss and count: all a secure sum reveals), then the cohort's facts and the privacy spent
+    replies' summed loss and count: all a secure sum reveals), each summed statistic the replies carry under its name
+    (a data sampler that observes them, :func:`~fedsample.parts.observes_sums`, learns from them here: a steered
+    FedSampling's next N^), the realised and target budgets, then the cohort's facts and the privacy spent
     (:meth:`cohort_facts`, given or computed here)."""
     note_failures(ctx, reports.failures())
     log: Record = {"cohort": len(cohort)}

@@ -29,7 +29,7 @@ from fedsample.strategy.record import cohort_facts, describe_round, note_failure
 from fedsample.training.functional import Params
 from fedsample.training.schedule import scheduled_step
 from fedsample.training.server import SERVER_KEY, server_state
-from fedsample.runtime.records import Record, State, count_in, opened_state
+from fedsample.runtime.records import Record, State, as_int, opened_state
 
 __all__ = [
     "ScreenedSizes", "SizeEstimates", "collect_sizes", "combine_valid", "held_form", "planned_weights", "restrict", "run_round", "select", "size_policy",
@@ -69,9 +69,6 @@ class ScreenedSizes(LastOf[tuple[list[Failed], SizeInfo | None]]):
     """The memo of the last screened size reports: the failed ones and what the server holds of the valid ones
     (:func:`screened_estimate`), given again for the same read-only reports (:class:`~fedsample.runtime.memo.LastOf`;
     a pickle of it is an empty one)."""
-
-    def __reduce__(self) -> tuple[type, tuple[()]]:
-        return ScreenedSizes, ()
 
 
 class SizeEstimates(TypedDict):
@@ -172,7 +169,7 @@ def run_round(s: Composition, federation: Federation, params: Params, state: Sta
         asked = len(cohort)  # not those left out for a lost size report: w_k = 0, outside the target (the reporters')
         cohort, replies = train_then_send(s, federation, ctx, cohort, payload)
         # the clients that failed to train are not candidates: they are non-responders
-        trained_rate, lost = response_rate(asked, count_in(ctx.log, "local_trainings")), 0
+        trained_rate, lost = response_rate(asked, as_int(ctx.log["local_trainings"], "local_trainings")), 0
     else:
         weights = planned_weights(s, ctx, cohort, lost)  # the aggregator's declared reduction: an engine may sum as updates come
         planned = payload if weights is None else with_plan(payload, PlannedSum(cohort.ids, np.asarray(weights, dtype=np.float64)))
