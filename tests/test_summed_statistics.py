@@ -76,7 +76,7 @@ def test_a_wrong_declaration_is_refused_in_one_line():
         CohortPlanCapabilities(summed=DrawnCount())  # one statistic, not a tuple
 
 
-def test_a_report_given_samples_carries_them_as_its_drawn_count():
+def test_a_report_carries_its_drawn_count_among_its_sums():
     report = TrainReport({}, 1, 0.5, sums={DRAWN: 3})
     assert report.sums == {DRAWN: 3} and report.sums.get(DRAWN) == 3
     assert TrainReport({}, 1, 0.5).sums.get(DRAWN) is None and dict(TrainReport({}, 1, 0.5).sums) == {}

@@ -168,9 +168,10 @@ def sealed_vector(
     report: int | TrainReport, params: Params, clipping_range: float, share: float | None = None, count_range: float = COUNT_RANGE
 ) -> list[np.ndarray]:
     """What one client gives SecAgg+ to mask: its update's arrays in the order of ``params`` (zeros when it
-    took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the drawn count in base-1024 digits or
-    0 when the plan does not ask for it; with a noise ``share``, zero digits and the drawn count plus the share
-    in the noised entry; 0 for "not clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
+    took no step) and the tally (:data:`TALLY`: loss, 1 if it stepped, the summed value in base-1024 digits (its size
+    for a count-only call, else the one summed statistic the call declares, FedSampling's drawn count; 0 where none
+    is declared); with a noise ``share``, zero digits and that value plus the share in the noised entry; 0 for "not
+    clipped"), each tally entry divided by its bound (:func:`tally_bounds`) and
     multiplied by ``clipping_range``."""
     stepped = None if isinstance(report, int) or not carries_update(report) else report  # a size report takes no step
     update = stepped.update if stepped is not None else {k: torch.zeros_like(v) for k, v in params.items()}
